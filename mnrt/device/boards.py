@@ -1,0 +1,136 @@
+"""The set of emulated boards on this machine, as `gpfn3-smi list` would show them.
+
+How many boards there are comes from MNRT_DEVICE_COUNT (default 8); each is named
+`mnc2emu<index>`. What a board's DRAM holds before anything writes it (zeros, a pattern,
+seeded noise) outlives a process, as real DRAM contents outlive the program that wrote
+them: it is kept in a small JSON file under MNRT_HOME (default ~/.cache/mnrt), which
+`mnrt smi clear` and `smi reset` change and `open_device` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import DeviceError, DeviceNotFoundError, InvalidArgumentError
+from .memory import Fill
+from .spec import MNCORE2
+
+DEFAULT_DEVICE_COUNT = 8
+MAX_DEVICE_COUNT = 64
+ENV_DEVICE_COUNT = "MNRT_DEVICE_COUNT"
+ENV_HOME = "MNRT_HOME"
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One emulated board, as listed by `mnrt.list_devices()`."""
+
+    index: int
+    name: str
+    arch: str
+    dram_bytes: int
+    fill: str  # what unwritten DRAM reads as: "zero", "pattern 0x...", "seed N"
+
+    def __str__(self) -> str:
+        return f"{self.index}: {self.name}"
+
+
+def device_count() -> int:
+    raw = os.environ.get(ENV_DEVICE_COUNT)
+    if raw is None:
+        return DEFAULT_DEVICE_COUNT
+    try:
+        count = int(raw)
+    except ValueError:
+        count = -1
+    if not 1 <= count <= MAX_DEVICE_COUNT:
+        raise InvalidArgumentError(
+            f"{ENV_DEVICE_COUNT}={raw!r}: set it to a whole number from 1 to {MAX_DEVICE_COUNT}"
+        )
+    return count
+
+
+def device_name(index: int) -> str:
+    return f"mnc2emu{index}"
+
+
+def check_index(index: int) -> int:
+    count = device_count()
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+        raise DeviceNotFoundError(
+            f"no emulated device {index!r}: devices are 0..{count - 1} "
+            f"(set {ENV_DEVICE_COUNT} for more)"
+        )
+    return index
+
+
+def _state_path() -> Path:
+    home = os.environ.get(ENV_HOME) or os.path.join(Path.home(), ".cache", "mnrt")
+    return Path(home) / "devices.json"
+
+
+def _load_state() -> dict[str, dict]:
+    path = _state_path()
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        raise DeviceError(f"cannot read device state {path}: {e.strerror}") from None
+    try:
+        state = json.loads(text)
+        if not isinstance(state, dict):
+            raise ValueError("not an object")
+        return state
+    except ValueError as e:
+        raise DeviceError(
+            f"device state file {path} is corrupt ({e}); delete it or run 'mnrt smi reset --all'"
+        ) from None
+
+
+def _save_state(state: dict[str, dict]) -> None:
+    path = _state_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".devices.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(state, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise DeviceError(
+            f"cannot write device state {path}: {e.strerror}; set {ENV_HOME} to a writable folder"
+        ) from None
+
+
+def load_fill(index: int) -> Fill:
+    entry = _load_state().get(str(index))
+    if not entry:
+        return Fill()
+    try:
+        return Fill(str(entry["kind"]), int(entry["value"]))
+    except (KeyError, TypeError, ValueError):
+        raise DeviceError(
+            f"device state for device {index} in {_state_path()} is corrupt; "
+            f"run 'mnrt smi reset {index}'"
+        ) from None
+
+
+def save_fill(index: int, fill: Fill) -> None:
+    state = _load_state()
+    if fill == Fill():
+        state.pop(str(index), None)
+    else:
+        state[str(index)] = {"kind": fill.kind, "value": fill.value}
+    _save_state(state)
+
+
+def list_devices() -> list[DeviceInfo]:
+    """Every emulated board with its index, name and what its unwritten DRAM holds."""
+    return [
+        DeviceInfo(i, device_name(i), MNCORE2.arch, MNCORE2.dram_bytes, load_fill(i).describe())
+        for i in range(device_count())
+    ]

@@ -1,0 +1,80 @@
+"""Elementwise binary kernels with numpy broadcasting between the two inputs.
+
+Broadcasting is what these kernels are for, so the inputs may differ in shape by numpy's
+rules; the output buffer must have exactly the broadcast shape and the inputs' dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import DTypeError, ShapeError
+from .. import dtypes as dt
+from .common import same_dtype, streaming_cost
+from .registry import KernelDef, OutSpec, register
+
+
+def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C-style integer division: truncates toward zero; division by zero gives 0."""
+    safe = np.where(b == 0, 1, b)
+    q = np.abs(a) // np.abs(safe)
+    q = np.where((a < 0) != (safe < 0), -q, q)
+    return np.where(b == 0, 0, q).astype(a.dtype)
+
+
+def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _int_div(a, b) if a.dtype.kind in "iu" else a / b
+
+
+def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind in "iu":
+        return np.power(a, np.maximum(b, 0))  # negative integer exponents are 0 or 1: clamp
+    return np.power(a, b)
+
+
+_NUMERIC = (dt.DOUBLE, dt.FLOAT, dt.HALF, dt.FLOAT16, dt.INT32, dt.UINT8)
+
+# name: (function, one-line doc)
+_OPS = {
+    "add": (np.add, "a + b, broadcasting"),
+    "sub": (np.subtract, "a - b, broadcasting"),
+    "mul": (np.multiply, "a * b, broadcasting"),
+    "div": (_div, "a / b, broadcasting; integers truncate toward zero, x/0 = 0"),
+    "pow": (_pow, "a ** b, broadcasting"),
+    "maximum": (np.maximum, "elementwise max(a, b), broadcasting; nan wins"),
+    "minimum": (np.minimum, "elementwise min(a, b), broadcasting; nan wins"),
+}
+
+
+def broadcast_shape(kernel: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        listed = " and ".join(str(s) for s in shapes)
+        raise ShapeError(f"kernel '{kernel}': shapes {listed} do not broadcast") from None
+
+
+def _make(name: str, fn, doc: str) -> KernelDef:
+    def infer(ins, attrs):
+        d = same_dtype(name, ins)
+        if d not in _NUMERIC:
+            raise DTypeError(f"kernel '{name}' does not take {d.name} operands")
+        return [OutSpec(broadcast_shape(name, ins[0].shape, ins[1].shape), (d,))]
+
+    def compute(ins, attrs, outs):
+        return [fn(ins[0], ins[1])]
+
+    return KernelDef(
+        name=name,
+        doc=doc,
+        inputs=("a", "b"),
+        outputs=("y",),
+        attrs={},
+        infer=infer,
+        compute=compute,
+        cost=lambda ins, outs, attrs: streaming_cost(ins, outs),
+    )
+
+
+for _name, (_fn, _doc) in _OPS.items():
+    register(_make(_name, _fn, _doc))

@@ -1,0 +1,124 @@
+"""gemm: y = alpha * op(a) @ op(b) + beta * c, batched, on the matrix unit.
+
+Half and IEEE float16 operands are widened to float32 and multiplied with float32
+accumulation, as the MAU accumulates; the result is rounded once when stored. numpy's
+native float16 matmul (slow and half-accumulating) is never used.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...errors import DTypeError, ShapeError
+from .. import dtypes as dt
+from .common import require_rank, same_dtype
+from .registry import Attr, Cost, KernelDef, OutSpec, register
+
+# Output dtypes each input dtype may produce: half-in/float-out is MLSDK's "mixed".
+_OUT_DTYPES = {
+    dt.DOUBLE: (dt.DOUBLE,),
+    dt.FLOAT: (dt.FLOAT,),
+    dt.HALF: (dt.HALF, dt.FLOAT),
+    dt.FLOAT16: (dt.FLOAT16, dt.FLOAT),
+    dt.INT32: (dt.INT32,),
+}
+
+
+def _op_shape(shape: tuple[int, ...], trans: bool) -> tuple[int, ...]:
+    return (*shape[:-2], shape[-1], shape[-2]) if trans else shape
+
+
+def _infer(ins, attrs):
+    a, b, c = [*ins, None][:3]
+    in_dt = same_dtype("gemm", [a, b])
+    if in_dt not in _OUT_DTYPES:
+        raise DTypeError(f"kernel 'gemm' does not take {in_dt.name} operands")
+    require_rank("gemm", "a", a, range(2, 9))
+    require_rank("gemm", "b", b, range(2, 9))
+    sa, sb = _op_shape(a.shape, attrs["trans_a"]), _op_shape(b.shape, attrs["trans_b"])
+    if sa[-1] != sb[-2]:
+        raise ShapeError(
+            f"kernel 'gemm': inner dimensions differ: op(a) is {sa}, op(b) is {sb} "
+            "(check trans_a / trans_b)"
+        )
+    try:
+        batch = np.broadcast_shapes(sa[:-2], sb[:-2])
+    except ValueError:
+        raise ShapeError(
+            f"kernel 'gemm': batch dimensions {sa[:-2]} and {sb[:-2]} do not broadcast"
+        ) from None
+    out = (*batch, sa[-2], sb[-1])
+    if c is not None:
+        if c.dtype is not in_dt and c.dtype not in _OUT_DTYPES[in_dt]:
+            raise DTypeError(
+                f"kernel 'gemm': c is {c.dtype.name}, expected {in_dt.name} like a and b"
+            )
+        try:
+            if np.broadcast_shapes(c.shape, out) != out:
+                raise ValueError
+        except ValueError:
+            raise ShapeError(
+                f"kernel 'gemm': c of shape {c.shape} does not broadcast to the output {out}"
+            ) from None
+    return [OutSpec(out, _OUT_DTYPES[in_dt])]
+
+
+def _compute(ins, attrs, outs):
+    a, b, c = [*ins, None][:3]
+    if attrs["trans_a"]:
+        a = np.swapaxes(a, -1, -2)
+    if attrs["trans_b"]:
+        b = np.swapaxes(b, -1, -2)
+    dest = outs[0].buf
+    acc = np.result_type(a.dtype, b.dtype)
+    if dest is not None and dest.dtype != acc:
+        dest = None  # e.g. half inputs with a float output: float32 matmul, then store
+    y = np.matmul(a, b, out=dest)
+    if attrs["alpha"] != 1.0:
+        y *= y.dtype.type(attrs["alpha"])
+    if c is not None and attrs["beta"] != 0.0:
+        cv = c if attrs["beta"] == 1.0 else c * c.dtype.type(attrs["beta"])
+        y += cv.astype(y.dtype, copy=False)
+    return [y]
+
+
+def _cost(ins, outs, attrs):
+    a = ins[0]
+    sa = _op_shape(a.shape, attrs["trans_a"])
+    k = sa[-1]
+    out = outs[0]
+    m, n = out.shape[-2], out.shape[-1]
+    batch = math.prod(out.shape[:-2])
+    # Mapping: each L1B computes 256x256 output blocks, its PEs' local memories holding the
+    # a and b panels; every k-step streams those panels once from L1BM.
+    tile = 256
+    moved = sum(t.nbytes for t in ins if t is not None) + out.nbytes
+    return Cost(
+        flops=2.0 * batch * m * n * k,
+        dram_bytes=float(moved),
+        sram_bytes=2.0 * batch * m * n * k / tile * a.dtype.itemsize,
+        # The MAU works on 4x4 output blocks, one block per PE per wave.
+        parallel=batch * math.ceil(m / 4) * math.ceil(n / 4),
+        matrix=True,
+    )
+
+
+register(
+    KernelDef(
+        name="gemm",
+        doc="y = alpha * op(a) @ op(b) + beta * c, batched; half/mixed accumulate in float32",
+        inputs=("a", "b", "c?"),
+        outputs=("y",),
+        attrs={
+            "trans_a": Attr("bool", False, "use a's last two dims transposed"),
+            "trans_b": Attr("bool", False, "use b's last two dims transposed"),
+            "alpha": Attr("float", 1.0, "scale of the product"),
+            "beta": Attr("float", 1.0, "scale of c"),
+        },
+        infer=_infer,
+        compute=_compute,
+        cost=_cost,
+    )
+)

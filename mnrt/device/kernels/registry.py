@@ -1,0 +1,227 @@
+"""The kernel registry: one `KernelDef` per device kernel, found by name.
+
+A kernel is four small functions: attribute checking (declarative, from `Attr`s), `infer`
+(output shapes and allowed dtypes from input specs: the only place shape rules live),
+`compute` (numpy, in the compute dtype) and `cost` (FLOPs and bytes for the timing model).
+Families share helpers in their own modules; this module knows no kernel by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ...errors import KernelAttributeError, UnknownKernelError
+from ..dtypes import DType
+
+REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Shape and dtype of one operand, without data."""
+
+    shape: tuple[int, ...]
+    dtype: DType
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __str__(self) -> str:
+        return f"{self.dtype.name}{list(self.shape)}"
+
+
+@dataclass(frozen=True)
+class OutSpec:
+    """What `infer` says of one output: its shape, and the dtypes it may have (natural first)."""
+
+    shape: tuple[int, ...]
+    dtypes: tuple[DType, ...]
+
+
+class Out(NamedTuple):
+    """One output as `compute` sees it: where to write, when the bits need no rounding."""
+
+    shape: tuple[int, ...]
+    dtype: DType
+    buf: np.ndarray | None  # a writable compute-dtype view of the destination, or None
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Work of one kernel execution, for the timing model in device/cost.py.
+
+    `dram_bytes` is the traffic a well-tiled kernel makes to DRAM (each operand once unless
+    it does not fit on chip); `sram_bytes` is on-chip traffic between L1BM/L2BM and the PEs;
+    `parallel` is how many independent work units the mapping spreads over the PE array
+    (0 means the work divides evenly); `matrix` says the flops run on the MAU (matrix
+    unit) rather than the vector ALUs.
+    """
+
+    flops: float
+    dram_bytes: float
+    sram_bytes: float = 0.0
+    parallel: int = 0
+    matrix: bool = False
+
+
+_KINDS: dict[str, tuple[type, ...]] = {
+    "int": (int, np.integer),
+    "float": (int, float, np.integer, np.floating),
+    "bool": (bool, np.bool_),
+    "str": (str,),
+    "ints": (list, tuple),
+    "floats": (list, tuple),
+}
+
+
+@dataclass(frozen=True)
+class Attr:
+    """Schema of one kernel attribute."""
+
+    kind: str  # one of _KINDS
+    default: Any = REQUIRED
+    doc: str = ""
+    choices: tuple | None = None
+
+    def check(self, kernel: str, name: str, value: Any) -> Any:
+        """Validate `value` and return it in canonical form (ints as int, lists as tuples)."""
+        ok = isinstance(value, _KINDS[self.kind])
+        if self.kind in ("int", "float") and isinstance(value, (bool, np.bool_)):
+            ok = False
+        if ok and self.kind in ("ints", "floats"):
+            elem = _KINDS["int" if self.kind == "ints" else "float"]
+            ok = all(isinstance(v, elem) and not isinstance(v, bool) for v in value)
+        if not ok:
+            raise KernelAttributeError(
+                f"kernel '{kernel}': attribute '{name}' must be {self.kind}, got {value!r}"
+            )
+        canon = {
+            "int": int,
+            "float": float,
+            "bool": bool,
+            "str": str,
+            "ints": lambda v: tuple(int(x) for x in v),
+            "floats": lambda v: tuple(float(x) for x in v),
+        }[self.kind](value)
+        if self.choices is not None and canon not in self.choices:
+            raise KernelAttributeError(
+                f"kernel '{kernel}': attribute '{name}' is {value!r}; "
+                f"valid values are {', '.join(map(repr, self.choices))}"
+            )
+        return canon
+
+
+InferFn = Callable[[Sequence[TensorSpec | None], Mapping[str, Any]], list[OutSpec]]
+ComputeFn = Callable[[Sequence[np.ndarray | None], Mapping[str, Any], Sequence[Out]], list]
+CostFn = Callable[[Sequence[TensorSpec | None], Sequence[TensorSpec], Mapping[str, Any]], Cost]
+
+
+@dataclass(frozen=True)
+class KernelDef:
+    """A registered kernel.
+
+    `inputs` names the operands in order; a name ending in '?' is optional (its slot may be
+    left out of the Kernel's input list) and one ending in '*' takes one or more operands.
+    """
+
+    name: str
+    doc: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: Mapping[str, Attr]
+    infer: InferFn
+    compute: ComputeFn
+    cost: CostFn
+    _min_inputs: int = field(init=False, repr=False)
+    _max_inputs: float = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        required = sum(1 for n in self.inputs if not n.endswith("?"))
+        variadic = any(n.endswith("*") for n in self.inputs)
+        object.__setattr__(self, "_min_inputs", required)
+        object.__setattr__(self, "_max_inputs", float("inf") if variadic else len(self.inputs))
+
+    def check_attrs(self, attrs: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Validated attributes with defaults filled in."""
+        attrs = dict(attrs or {})
+        unknown = sorted(set(attrs) - set(self.attrs))
+        if unknown:
+            valid = ", ".join(self.attrs) or "none"
+            raise KernelAttributeError(
+                f"kernel '{self.name}' has no attribute {', '.join(map(repr, unknown))}; "
+                f"its attributes are: {valid}"
+            )
+        out = {}
+        for name, schema in self.attrs.items():
+            if name in attrs:
+                out[name] = schema.check(self.name, name, attrs[name])
+            elif schema.default is REQUIRED:
+                raise KernelAttributeError(
+                    f"kernel '{self.name}' needs attribute '{name}' ({schema.doc})"
+                )
+            else:
+                out[name] = schema.default
+        return out
+
+    def check_arity(self, n_inputs: int, n_outputs: int) -> None:
+        if not self._min_inputs <= n_inputs <= self._max_inputs:
+            raise KernelAttributeError(
+                f"kernel '{self.name}' takes inputs ({', '.join(self.inputs)}), "
+                f"got {n_inputs} operand(s)"
+            )
+        if n_outputs != len(self.outputs):
+            raise KernelAttributeError(
+                f"kernel '{self.name}' has outputs ({', '.join(self.outputs)}), "
+                f"got {n_outputs} operand(s)"
+            )
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready listing entry for `mnrt.kernels()`."""
+        return {
+            "name": self.name,
+            "doc": self.doc,
+            "inputs": list(self.inputs),
+            "outputs": list(self.outputs),
+            "attrs": {
+                n: {
+                    "kind": a.kind,
+                    "default": None if a.default is REQUIRED else a.default,
+                    "required": a.default is REQUIRED,
+                    "doc": a.doc,
+                    **({"choices": list(a.choices)} if a.choices else {}),
+                }
+                for n, a in self.attrs.items()
+            },
+        }
+
+
+_REGISTRY: dict[str, KernelDef] = {}
+
+
+def register(kdef: KernelDef) -> KernelDef:
+    if kdef.name in _REGISTRY:
+        raise ValueError(f"kernel '{kdef.name}' registered twice")
+    _REGISTRY[kdef.name] = kdef
+    return kdef
+
+
+def lookup(name: str) -> KernelDef:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownKernelError(
+            f"unknown kernel {name!r}: known kernels are {', '.join(sorted(_REGISTRY))}"
+        ) from None
+
+
+def all_kernels() -> list[KernelDef]:
+    return [_REGISTRY[n] for n in sorted(_REGISTRY)]

@@ -1,0 +1,191 @@
+"""Device DRAM: an address-space allocator and the host memory that backs live allocations.
+
+The allocator hands out aligned addresses in the device's logical DRAM (16 GiB for MN-Core 2)
+by best fit over an address-ordered free list that coalesces neighbours on free. Host memory
+is used only for live allocations: each one is backed by its own numpy byte array.
+
+Fresh allocations hold whatever the device's fill policy says DRAM holds (zeros by default;
+a repeated byte pattern or seeded noise after `clear`), so programs that read memory they
+never wrote behave the same from run to run.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InvalidArgumentError, OutOfMemoryError, UseAfterFreeError
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class Fill:
+    """What unwritten DRAM holds: zeros, a repeated little-endian pattern, or seeded noise."""
+
+    kind: str = "zero"  # zero | pattern | seed
+    value: int = 0
+
+    @staticmethod
+    def of(zero: bool = False, pattern: int | None = None, seed: int | None = None) -> Fill:
+        given = {"zero": 0 if zero else None, "pattern": pattern, "seed": seed}
+        chosen = [k for k, v in given.items() if v is not None]
+        if len(chosen) != 1:
+            raise InvalidArgumentError(
+                "clear takes exactly one of zero=True, pattern=<int>, seed=<int>"
+            )
+        kind = chosen[0]
+        value = given[kind]
+        if kind == "pattern" and not 0 <= value < 1 << 64:
+            raise InvalidArgumentError(f"pattern {value:#x} does not fit in 64 bits")
+        if kind == "seed" and value < 0:
+            raise InvalidArgumentError(f"seed must be non-negative, got {value}")
+        return Fill(kind, int(value))
+
+    def describe(self) -> str:
+        return {
+            "zero": "zero",
+            "pattern": f"pattern {self.value:#x}",
+            "seed": f"seed {self.value}",
+        }[self.kind]
+
+    def apply(self, dest: np.ndarray, address: int) -> None:
+        """Fill a byte array as the DRAM at `address` would read after this fill."""
+        if self.kind == "zero":
+            dest.fill(0)
+        elif self.kind == "pattern":
+            width = max(1, (self.value.bit_length() + 7) // 8)
+            width = next(w for w in (1, 2, 4, 8) if w >= width)
+            unit = np.frombuffer(self.value.to_bytes(width, "little"), np.uint8)
+            # Patterns are aligned to the DRAM address, not to the buffer start.
+            phase = address % width
+            reps = (dest.size + phase) // width + 1
+            dest[:] = np.tile(unit, reps)[phase : phase + dest.size]
+        else:
+            rng = np.random.default_rng([self.value, address])
+            dest[:] = rng.integers(0, 256, dest.size, dtype=np.uint8)
+
+
+class Allocator:
+    """Best-fit allocator over [base, base + size) with coalescing free list."""
+
+    def __init__(self, size: int, alignment: int, base: int | None = None) -> None:
+        self.size = size
+        self.alignment = alignment
+        # Address 0 is never handed out, so 0 can mean "no buffer".
+        self.base = alignment if base is None else base
+        self._free_addrs: list[int] = [self.base]  # sorted start addresses of free blocks
+        self._free_sizes: dict[int, int] = {self.base: size - self.base}
+        self._used: dict[int, int] = {}  # address -> size of live blocks
+
+    def _round(self, nbytes: int) -> int:
+        a = self.alignment
+        return max(a, (nbytes + a - 1) // a * a)
+
+    @property
+    def free_bytes(self) -> int:
+        return sum(self._free_sizes.values())
+
+    @property
+    def largest_free(self) -> int:
+        return max(self._free_sizes.values(), default=0)
+
+    @property
+    def used_bytes(self) -> int:
+        return sum(self._used.values())
+
+    @property
+    def live_blocks(self) -> int:
+        return len(self._used)
+
+    def allocate(self, nbytes: int, what: str = "buffer") -> int:
+        need = self._round(nbytes)
+        best = None
+        for addr in self._free_addrs:
+            size = self._free_sizes[addr]
+            if size >= need and (best is None or size < self._free_sizes[best]):
+                best = addr
+                if size == need:
+                    break
+        if best is None:
+            raise OutOfMemoryError(
+                f"out of device memory allocating {what} of {_fmt_bytes(nbytes)} "
+                f"({nbytes} bytes): largest free block is {_fmt_bytes(self.largest_free)}, "
+                f"total free {_fmt_bytes(self.free_bytes)} of {_fmt_bytes(self.size)}; "
+                "deallocate buffers you no longer need or use smaller ones"
+            )
+        size = self._free_sizes.pop(best)
+        i = bisect.bisect_left(self._free_addrs, best)
+        if size > need:
+            self._free_addrs[i] = best + need
+            self._free_sizes[best + need] = size - need
+        else:
+            del self._free_addrs[i]
+        self._used[best] = need
+        return best
+
+    def free(self, address: int) -> None:
+        size = self._used.pop(address, None)
+        if size is None:
+            raise UseAfterFreeError(f"address {address:#x} is not a live allocation")
+        i = bisect.bisect_left(self._free_addrs, address)
+        # Coalesce with the following block, then with the preceding one.
+        if i < len(self._free_addrs) and self._free_addrs[i] == address + size:
+            size += self._free_sizes.pop(self._free_addrs.pop(i))
+        if i > 0:
+            prev = self._free_addrs[i - 1]
+            if prev + self._free_sizes[prev] == address:
+                self._free_sizes[prev] += size
+                return
+        self._free_addrs.insert(i, address)
+        self._free_sizes[address] = size
+
+    def reset(self) -> None:
+        self.__init__(self.size, self.alignment, self.base)
+
+
+class DeviceMemory:
+    """DRAM of one device: allocator plus one backing byte array per live allocation."""
+
+    def __init__(self, size: int, alignment: int) -> None:
+        self.allocator = Allocator(size, alignment)
+        self.fill = Fill()
+        self._backing: dict[int, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def allocate(self, nbytes: int, what: str = "buffer") -> tuple[int, np.ndarray]:
+        """Reserve `nbytes` and return (address, backing bytes holding the fill)."""
+        with self._lock:
+            address = self.allocator.allocate(nbytes, what)
+        if self.fill.kind == "zero":
+            data = np.zeros(nbytes, np.uint8)  # calloc: pages are committed when touched
+        else:
+            data = np.empty(nbytes, np.uint8)
+            self.fill.apply(data, address)
+        self._backing[address] = data
+        return address, data
+
+    def free(self, address: int) -> None:
+        with self._lock:
+            self.allocator.free(address)
+            del self._backing[address]
+
+    def clear(self, fill: Fill) -> None:
+        """Set what DRAM holds: every live allocation now reads as `fill`, as do new ones."""
+        self.fill = fill
+        for address, data in self._backing.items():
+            fill.apply(data, address)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.allocator.reset()
+            self._backing.clear()

@@ -1,0 +1,87 @@
+"""The one error hierarchy of mnrt.
+
+Every failure a user can cause is an `MnrtError` subclass. Each class carries the exit code
+the CLI uses for it (DESIGN.md section 8), so the CLI catches `MnrtError` once at the top and
+never needs to know which subclass it got.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_GOLDEN_MISMATCH = 1
+EXIT_USAGE = 2
+EXIT_DEVICE = 3
+
+
+class MnrtError(Exception):
+    """Base of every error a user of mnrt can cause."""
+
+    exit_code: int = EXIT_USAGE
+
+
+# --- argument errors: raised at the call that got the bad argument -----------------------
+
+
+class InvalidArgumentError(MnrtError, ValueError):
+    """An argument has the wrong value, type or form."""
+
+
+class ShapeError(InvalidArgumentError):
+    """Shapes of buffers, arrays or kernel operands do not agree."""
+
+
+class DTypeError(InvalidArgumentError):
+    """A dtype is unknown, or the wrong one for this buffer or kernel operand."""
+
+
+class UnknownKernelError(InvalidArgumentError, LookupError):
+    """A kernel name that is not in the registry."""
+
+
+class KernelAttributeError(InvalidArgumentError):
+    """A kernel attribute that is unknown, missing or out of range."""
+
+
+class BindingError(InvalidArgumentError):
+    """A program slot is unbound, bound twice, or bound to an unknown name."""
+
+
+class DeviceMismatchError(InvalidArgumentError):
+    """An object of one device was used with another device."""
+
+
+class UseAfterFreeError(InvalidArgumentError):
+    """A buffer, program or trace was used after it was deallocated or released."""
+
+
+class DeviceNotFoundError(InvalidArgumentError, LookupError):
+    """No emulated device has the requested index."""
+
+
+class TraceError(InvalidArgumentError):
+    """A device-trace rule was broken (nesting, a forbidden call inside a trace, unknown id)."""
+
+
+# --- device errors: the device could not do what was asked -------------------------------
+
+
+class DeviceError(MnrtError):
+    """The emulated device failed or refused the request."""
+
+    exit_code = EXIT_DEVICE
+
+
+class DeviceBusyError(DeviceError):
+    """The requested device, or every device, is already open in this process."""
+
+
+class DeviceClosedError(DeviceError):
+    """The device (or one of its queues) was used after close()."""
+
+
+class OutOfMemoryError(DeviceError, MemoryError):
+    """The device allocator has no free block large enough for a request."""
+
+
+class DeviceExecutionError(DeviceError):
+    """A command failed while the device executed it; raised by the next finish()."""

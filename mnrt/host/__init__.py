@@ -1,0 +1,8 @@
+"""The host API: devices, buffers, programs, command queues and device traces."""
+
+from .buffer import Buffer
+from .device import Device, list_devices, open_device
+from .program import Kernel, Program
+from .queue import CommandQueue
+
+__all__ = ["Buffer", "CommandQueue", "Device", "Kernel", "Program", "list_devices", "open_device"]

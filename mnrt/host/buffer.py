@@ -1,0 +1,68 @@
+"""Buffer: a named, typed, shaped region of one device's DRAM."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..device.dtypes import DType
+from ..device.kernels import TensorSpec
+from ..errors import DeviceMismatchError, UseAfterFreeError
+
+if TYPE_CHECKING:
+    from .device import Device
+
+_uids = itertools.count(1)
+
+
+class Buffer:
+    """A DRAM allocation. Create with `Device.create_buffer`; free with `deallocate()`."""
+
+    __slots__ = ("_bits", "address", "device", "dtype", "name", "nbytes", "shape", "spec", "uid")
+
+    def __init__(self, device: Device, shape: tuple[int, ...], dtype: DType, name: str) -> None:
+        self.device = device
+        self.shape = shape
+        self.dtype = dtype
+        self.name = name
+        self.nbytes = math.prod(shape) * dtype.itemsize
+        self.spec = TensorSpec(shape, dtype)
+        self.uid = next(_uids)  # process-unique; never reused, unlike addresses
+        self.address, self._bits = device._backend.allocate(shape, dtype, f"buffer '{name}'")
+
+    @property
+    def is_allocated(self) -> bool:
+        return self._bits is not None
+
+    def deallocate(self) -> None:
+        """Free the DRAM. Waits for queued commands first, as cudaFree does."""
+        self.device._before_memory_change(f"deallocate buffer '{self.name}'")
+        if self._bits is None:
+            raise UseAfterFreeError(f"buffer '{self.name}' was already deallocated")
+        self.device._sync()
+        self.device._backend.free(self.address)
+        self.device._buffers.pop(self.uid, None)
+        self._bits = None
+
+    def _storage(self) -> np.ndarray:
+        """The live storage view; raises if the buffer was freed."""
+        if self._bits is None:
+            raise UseAfterFreeError(
+                f"buffer '{self.name}' was deallocated; create a new buffer instead"
+            )
+        return self._bits
+
+    def _check_device(self, device: Device, role: str) -> None:
+        if self.device is not device:
+            raise DeviceMismatchError(
+                f"{role} buffer '{self.name}' belongs to device {self.device.index}, "
+                f"not device {device.index}; create it on the device that uses it"
+            )
+        self._storage()
+
+    def __repr__(self) -> str:
+        state = f"@{self.address:#x}" if self._bits is not None else "freed"
+        return f"Buffer('{self.name}', {self.dtype.name}{list(self.shape)}, {state})"

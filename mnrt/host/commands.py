@@ -1,0 +1,161 @@
+"""Queue commands. Each is validated on the host thread when enqueued and run on the queue's
+worker; afterwards it is the record of what ran (kind, modelled device time and energy,
+host wall time), which the queue keeps as its per-command history."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..device.cost import Modelled
+
+if TYPE_CHECKING:
+    from ..device.emulator import EmulatedDevice
+    from .buffer import Buffer
+    from .program import Plan, Program
+
+PENDING, DONE, FAILED, SKIPPED = "pending", "done", "failed", "skipped"
+
+
+class Command:
+    """Base of queue commands; `run` does the device work and returns its modelled cost."""
+
+    __slots__ = ("event", "index", "modelled", "status", "wall_s")
+    kind = "command"
+
+    def __init__(self) -> None:
+        self.index = -1
+        self.modelled: Modelled | None = None
+        self.wall_s = 0.0
+        self.status = PENDING
+        self.event: threading.Event | None = None
+
+    @property
+    def label(self) -> str:
+        return self.kind
+
+    def run(self, backend: EmulatedDevice) -> Modelled:
+        raise NotImplementedError
+
+    def execute(self, backend: EmulatedDevice) -> None:
+        start = time.perf_counter()
+        try:
+            self.modelled = self.run(backend)
+            self.status = DONE
+        finally:
+            self.wall_s = time.perf_counter() - start
+
+    def record(self) -> dict:
+        """JSON-ready record of this command for profiles."""
+        m = self.modelled
+        return {
+            "index": self.index,
+            "kind": self.kind,
+            "label": self.label,
+            "status": self.status,
+            "device_time_s": m.time_s if m else 0.0,
+            "energy_j": m.energy_j if m else 0.0,
+            "flops": m.flops if m else 0.0,
+            "bound": m.bound if m else None,
+            "wall_s": self.wall_s,
+        }
+
+
+class WriteBuffer(Command):
+    __slots__ = ("buffer", "data")
+    kind = "write_buffer"
+
+    def __init__(self, buffer: Buffer, data: np.ndarray) -> None:
+        super().__init__()
+        self.buffer = buffer
+        self.data = data
+
+    @property
+    def label(self) -> str:
+        return f"write_buffer '{self.buffer.name}'"
+
+    def run(self, backend: EmulatedDevice) -> Modelled:
+        np.copyto(self.buffer._storage(), self.buffer.dtype.to_storage(self.data))
+        return backend.transfer_cost(self.buffer.nbytes)
+
+
+class ReadBuffer(Command):
+    __slots__ = ("buffer", "out")
+    kind = "read_buffer"
+
+    def __init__(self, buffer: Buffer, out: np.ndarray) -> None:
+        super().__init__()
+        self.buffer = buffer
+        self.out = out
+
+    @property
+    def label(self) -> str:
+        return f"read_buffer '{self.buffer.name}'"
+
+    def run(self, backend: EmulatedDevice) -> Modelled:
+        self.buffer.dtype.from_storage(self.buffer._storage(), out=self.out)
+        return backend.transfer_cost(self.buffer.nbytes)
+
+
+class RunProgram(Command):
+    __slots__ = ("plan", "program")
+    kind = "program"
+
+    def __init__(self, program: Program, plan: Plan) -> None:
+        super().__init__()
+        self.program = program
+        self.plan = plan
+
+    @property
+    def label(self) -> str:
+        return f"program '{self.program.name}'"
+
+    def run(self, backend: EmulatedDevice) -> Modelled:
+        execute = backend.execute
+        for i, s in enumerate(self.plan.steps):
+            try:
+                execute(
+                    s.kdef,
+                    s.attrs,
+                    [b._bits for b in s.ins],
+                    s.in_dtypes,
+                    [b._bits for b in s.outs],
+                    s.out_dtypes,
+                )
+            except Exception as e:
+                e.add_note(f"in kernel {i} '{s.kdef.name}'")
+                raise
+        return self.plan.modelled
+
+
+class ReplayTrace(Command):
+    __slots__ = ("trace",)
+    kind = "replay_trace"
+
+    def __init__(self, trace) -> None:
+        super().__init__()
+        self.trace = trace
+
+    @property
+    def label(self) -> str:
+        return f"replay_trace {self.trace.id}"
+
+    def run(self, backend: EmulatedDevice) -> Modelled:
+        total_t = total_e = flops = moved = 0.0
+        for cmd in self.trace.commands:
+            m = cmd.run(backend)
+            total_t += m.time_s
+            total_e += m.energy_j
+            flops += m.flops
+            moved += m.dram_bytes
+        return Modelled(total_t, total_e, flops, moved, "trace")
+
+
+class Marker(Command):
+    """A point in the queue: the worker sets its event once everything before it ran."""
+
+    __slots__ = ()
+    kind = "finish"

@@ -1,0 +1,260 @@
+"""Device: an opened emulated board and the host API calls that belong to the whole device."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..device import boards
+from ..device.dtypes import DType
+from ..device.dtypes import dtype as resolve_dtype
+from ..device.emulator import EmulatedDevice
+from ..device.memory import Fill
+from ..device.spec import MNCORE2, DeviceSpec
+from ..errors import (
+    DeviceBusyError,
+    DeviceClosedError,
+    DeviceError,
+    InvalidArgumentError,
+    ShapeError,
+    TraceError,
+)
+from .buffer import Buffer
+from .program import Kernel, Program
+from .queue import DEFAULT_HISTORY, CommandQueue
+from .trace import Trace
+
+MAX_QUEUES = 8
+
+_open_lock = threading.Lock()
+_open: dict[int, Device] = {}
+
+
+def _check_shape(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        dims = None
+    if dims is None or not all(
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims
+    ):
+        raise ShapeError(f"shape must be a tuple of non-negative ints, got {shape!r}")
+    return tuple(int(d) for d in dims)
+
+
+class Device:
+    """An open emulated MN-Core 2. Use as a context manager, or call close()."""
+
+    def __init__(self, index: int, spec: DeviceSpec = MNCORE2) -> None:
+        self.index = index
+        self.name = boards.device_name(index)
+        self.spec = spec
+        self.arch = spec.arch
+        self._backend = EmulatedDevice(index, self.name, spec)
+        self._backend.memory.fill = boards.load_fill(index)
+        self._buffers: dict[int, Buffer] = {}
+        self._queues: dict[int, CommandQueue] = {}
+        self._traces: dict[int, Trace] = {}
+        self._trace_ids = itertools.count(1)
+        self._names = itertools.count()
+        self._closed = False
+
+    # --- lifetime -----------------------------------------------------------------
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._close_quietly()
+
+    def close(self) -> None:
+        """Wait for every queue, release everything, and raise a device error still unseen."""
+        if self._closed:
+            return
+        errors = []
+        for q in self._queues.values():
+            q._drain()
+            if q._error is not None:
+                errors.append(q._error)
+        self._close_quietly()
+        if errors:
+            raise errors[0]
+
+    def _close_quietly(self) -> None:
+        if self._closed:
+            return
+        for q in self._queues.values():
+            q._stop()
+        for buf in self._buffers.values():
+            buf._bits = None
+        self._buffers.clear()
+        self._traces.clear()
+        self._backend.memory.reset()
+        self._closed = True
+        with _open_lock:
+            if _open.get(self.index) is self:
+                del _open[self.index]
+
+    @property
+    def is_open(self) -> bool:
+        return not self._closed
+
+    def reset(self) -> None:
+        """Back to the just-opened state: queues drained and errors dropped, every buffer
+        freed (old handles raise on use), traces released, statistics zeroed."""
+        self._check_open()
+        for q in self._queues.values():
+            q._reset()
+        for buf in self._buffers.values():
+            buf._bits = None
+        self._buffers.clear()
+        self._traces.clear()
+        self._backend.memory.reset()
+
+    def clear(
+        self, zero: bool = False, pattern: int | None = None, seed: int | None = None
+    ) -> None:
+        """Fill device DRAM: live buffers now hold the fill, and so will new ones, in this
+        process and later ones (see `mnrt smi clear`)."""
+        self._check_open()
+        fill = Fill.of(zero=zero, pattern=pattern, seed=seed)
+        self._sync()
+        self._backend.memory.clear(fill)
+        boards.save_fill(self.index, fill)
+
+    # --- objects ------------------------------------------------------------------
+    def create_buffer(
+        self, shape: Sequence[int] | int, dtype: DType | str | Any, name: str | None = None
+    ) -> Buffer:
+        """Allocate a DRAM buffer; its contents are what the device's fill says."""
+        self._before_memory_change("create_buffer")
+        dims = _check_shape(shape)
+        dt = resolve_dtype(dtype)
+        if name is not None and not isinstance(name, str):
+            raise InvalidArgumentError(f"buffer name must be a string, got {name!r}")
+        name = name or f"buffer{next(self._names)}"
+        nbytes = math.prod(dims) * dt.itemsize
+        if nbytes > self.spec.dram_bytes:
+            free = self._backend.memory.allocator
+            raise DeviceError(
+                f"buffer '{name}' of shape {dims} ({dt.name}) needs {nbytes} bytes, more than "
+                f"the device's {self.spec.dram_bytes} bytes of DRAM "
+                f"({free.free_bytes} free); split it into smaller buffers"
+            )
+        buf = Buffer(self, dims, dt, name)
+        self._buffers[buf.uid] = buf
+        return buf
+
+    def create_program(self, kernels: Sequence[Kernel], name: str | None = None) -> Program:
+        """Validate a list of kernels into a program; operand slots are bound at enqueue."""
+        self._before_memory_change("create_program")
+        return Program(self, kernels, name or f"program{next(self._names)}")
+
+    def command_queue(self, index: int = 0, history: int = DEFAULT_HISTORY) -> CommandQueue:
+        """The device's queue `index` (0..7), created on first use."""
+        self._check_open()
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < MAX_QUEUES:
+            raise InvalidArgumentError(
+                f"command queue index must be 0..{MAX_QUEUES - 1}, got {index!r}"
+            )
+        q = self._queues.get(index)
+        if q is None:
+            q = self._queues[index] = CommandQueue(self, index, history)
+        return q
+
+    def release_trace(self, trace_id: int) -> None:
+        self._check_open()
+        trace = self._traces.pop(trace_id, None)
+        if trace is None:
+            raise TraceError(f"release_trace({trace_id!r}): no such trace on device {self.index}")
+        capturing = self._queues.get(trace.queue_index)
+        if capturing is not None and capturing._capture is trace:
+            capturing._capture = None
+
+    def memory_info(self) -> dict[str, int]:
+        alloc = self._backend.memory.allocator
+        return {
+            "total_bytes": self.spec.dram_bytes,
+            "used_bytes": alloc.used_bytes,
+            "free_bytes": alloc.free_bytes,
+            "largest_free_bytes": alloc.largest_free,
+            "buffers": alloc.live_blocks,
+        }
+
+    # --- internals ----------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DeviceClosedError(
+                f"device {self.index} ({self.name}) is closed; open it again with "
+                f"mnrt.open_device({self.index})"
+            )
+
+    def _before_memory_change(self, what: str) -> None:
+        """Allocation and program creation are not allowed while any queue records a trace."""
+        self._check_open()
+        for q in self._queues.values():
+            if q._capture is not None:
+                raise TraceError(
+                    f"{what} is not allowed while queue {q.index} captures trace "
+                    f"{q._capture.id}; create buffers and programs before begin_trace_capture"
+                )
+
+    def _sync(self) -> None:
+        for q in self._queues.values():
+            q._drain()
+
+    def _new_trace(self, queue_index: int) -> Trace:
+        trace = Trace(next(self._trace_ids), queue_index)
+        self._traces[trace.id] = trace
+        return trace
+
+    def _get_trace(self, trace_id: int) -> Trace:
+        trace = self._traces.get(trace_id)
+        if trace is None:
+            raise TraceError(
+                f"no trace {trace_id!r} on device {self.index} (never captured, or released)"
+            )
+        if not trace.complete:
+            raise TraceError(f"trace {trace_id} is still being captured; end it first")
+        return trace
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<mnrt.Device {self.index}: {self.name} ({state})>"
+
+
+def list_devices() -> list[boards.DeviceInfo]:
+    """The emulated boards, like `gpfn3-smi list`."""
+    return boards.list_devices()
+
+
+def open_device(which: int | str = "auto") -> Device:
+    """Open device `which` (an index), or with "auto" the lowest-numbered one not open."""
+    with _open_lock:
+        if which == "auto":
+            free = [i for i in range(boards.device_count()) if i not in _open]
+            if not free:
+                raise DeviceBusyError(
+                    f"all {boards.device_count()} emulated devices are open in this process; "
+                    f"close one or set {boards.ENV_DEVICE_COUNT}"
+                )
+            index = free[0]
+        else:
+            index = boards.check_index(which)
+            if index in _open:
+                raise DeviceBusyError(
+                    f"device {index} ({boards.device_name(index)}) is already open in this "
+                    "process; close it first or open 'auto'"
+                )
+        dev = Device(index)
+        _open[index] = dev
+        return dev

@@ -1,0 +1,182 @@
+"""Kernel and Program: what a device runs, with operand slots bound to buffers at enqueue.
+
+Validation happens once per distinct binding: `Program._plan` checks every slot, infers
+every kernel's output shapes from the bound buffers, prices each kernel with the timing
+model and caches the result, so enqueueing the same program on the same buffers again costs
+a dict lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..device.cost import Modelled
+from ..device.dtypes import DType
+from ..device.kernels import KernelDef, lookup
+from ..errors import BindingError, DTypeError, InvalidArgumentError, ShapeError
+from .buffer import Buffer
+
+if TYPE_CHECKING:
+    from .device import Device
+
+_PLAN_CACHE_LIMIT = 256
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel invocation: an op from `mnrt.kernels()` on named operand slots."""
+
+    op: str
+    inputs: Sequence[str] = ()
+    outputs: Sequence[str] = ()
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        kdef = lookup(self.op)
+        for role in ("inputs", "outputs"):
+            slots = getattr(self, role)
+            if isinstance(slots, str) or not all(isinstance(s, str) and s for s in slots):
+                raise InvalidArgumentError(
+                    f"kernel '{self.op}': {role} must be a list of slot names, got {slots!r}"
+                )
+            object.__setattr__(self, role, tuple(slots))
+        kdef.check_arity(len(self.inputs), len(self.outputs))
+        if len(set(self.outputs)) != len(self.outputs):
+            raise BindingError(f"kernel '{self.op}' writes slot twice: {self.outputs}")
+        object.__setattr__(self, "attrs", kdef.check_attrs(self.attrs))
+
+    @property
+    def kdef(self) -> KernelDef:
+        return lookup(self.op)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One kernel of a bound program, ready to execute."""
+
+    kdef: KernelDef
+    attrs: Mapping[str, Any]
+    ins: tuple[Buffer, ...]
+    outs: tuple[Buffer, ...]
+    modelled: Modelled
+    in_dtypes: tuple[DType, ...] = field(init=False)
+    out_dtypes: tuple[DType, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "in_dtypes", tuple(b.dtype for b in self.ins))
+        object.__setattr__(self, "out_dtypes", tuple(b.dtype for b in self.outs))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A program bound to buffers: its steps and their summed modelled cost."""
+
+    steps: tuple[Step, ...]
+    modelled: Modelled
+
+    @classmethod
+    def of(cls, steps: Sequence[Step]) -> Plan:
+        costs = [s.modelled for s in steps]
+        slowest = max(costs, key=lambda m: m.time_s)
+        return cls(
+            tuple(steps),
+            Modelled(
+                time_s=sum(m.time_s for m in costs),
+                energy_j=sum(m.energy_j for m in costs),
+                flops=sum(m.flops for m in costs),
+                dram_bytes=sum(m.dram_bytes for m in costs),
+                bound=slowest.bound,
+            ),
+        )
+
+
+class Program:
+    """A validated list of kernels for one device. Create with `Device.create_program`."""
+
+    def __init__(self, device: Device, kernels: Sequence[Kernel], name: str) -> None:
+        if isinstance(kernels, Kernel) or not kernels:
+            raise InvalidArgumentError("create_program takes a non-empty list of mnrt.Kernel")
+        for i, k in enumerate(kernels):
+            if not isinstance(k, Kernel):
+                raise InvalidArgumentError(
+                    f"create_program: item {i} is {type(k).__name__}, expected mnrt.Kernel"
+                )
+        self.device = device
+        self.name = name
+        self.kernels = tuple(kernels)
+        seen: dict[str, None] = {}
+        for k in self.kernels:
+            seen.update(dict.fromkeys(k.inputs + k.outputs))
+        self.slots = tuple(seen)
+        self._plans: dict[tuple[int, ...], Plan] = {}
+
+    def _plan(self, bindings: Mapping[str, Buffer]) -> Plan:
+        if not isinstance(bindings, Mapping):
+            raise BindingError(
+                f"program '{self.name}': bind slots with a dict of slot name -> Buffer"
+            )
+        try:
+            key = tuple(bindings[s].uid for s in self.slots)
+        except (KeyError, AttributeError):
+            key = None
+        plan = self._plans.get(key)
+        if plan is None or len(bindings) != len(self.slots):
+            plan = self._validate(bindings)
+            if len(self._plans) >= _PLAN_CACHE_LIMIT:
+                self._plans.clear()
+            self._plans[tuple(bindings[s].uid for s in self.slots)] = plan
+        else:
+            for buf in bindings.values():
+                buf._storage()
+        return plan
+
+    def _validate(self, bindings: Mapping[str, Buffer]) -> Plan:
+        unknown = [s for s in bindings if s not in self.slots]
+        missing = [s for s in self.slots if s not in bindings]
+        if unknown or missing:
+            parts = []
+            if missing:
+                parts.append(f"unbound slot(s) {', '.join(map(repr, missing))}")
+            if unknown:
+                parts.append(f"unknown slot(s) {', '.join(map(repr, unknown))}")
+            raise BindingError(
+                f"program '{self.name}': {'; '.join(parts)}; its slots are {', '.join(self.slots)}"
+            )
+        for slot, buf in bindings.items():
+            if not isinstance(buf, Buffer):
+                raise BindingError(
+                    f"program '{self.name}': slot '{slot}' is bound to "
+                    f"{type(buf).__name__}, expected a Buffer"
+                )
+            buf._check_device(self.device, f"slot '{slot}':")
+        backend = self.device._backend
+        steps = []
+        for i, k in enumerate(self.kernels):
+            where = f"program '{self.name}' kernel {i} '{k.op}'"
+            ins = tuple(bindings[s] for s in k.inputs)
+            outs = tuple(bindings[s] for s in k.outputs)
+            in_specs = [b.spec for b in ins]
+            try:
+                expected = k.kdef.infer(in_specs, k.attrs)
+            except (ShapeError, DTypeError) as e:
+                raise type(e)(f"{where}: {e}") from None
+            for slot, buf, want in zip(k.outputs, outs, expected):
+                if buf.shape != want.shape:
+                    raise ShapeError(
+                        f"{where}: output slot '{slot}' is bound to buffer '{buf.name}' of shape "
+                        f"{buf.shape}, but the kernel produces {want.shape}"
+                    )
+                if buf.dtype not in want.dtypes:
+                    raise DTypeError(
+                        f"{where}: output slot '{slot}' is bound to a {buf.dtype.name} buffer "
+                        f"'{buf.name}'; the kernel produces "
+                        f"{' or '.join(d.name for d in want.dtypes)} here"
+                    )
+            modelled = backend.kernel_cost(k.kdef, in_specs, [b.spec for b in outs], k.attrs)
+            steps.append(Step(k.kdef, k.attrs, ins, outs, modelled))
+        return Plan.of(steps)
+
+    def __repr__(self) -> str:
+        return f"Program('{self.name}', {len(self.kernels)} kernels, slots={list(self.slots)})"

@@ -1,0 +1,281 @@
+"""CommandQueue: in-order, asynchronous; a worker thread runs commands while the host goes on.
+
+Argument errors raise at the enqueue call. An error while the device runs a command is kept
+and raised by the next `finish()` or blocking call, naming the command; commands queued
+behind a failed one are skipped until that error has been reported.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue as _queue
+import threading
+from collections import deque
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import (
+    DeviceExecutionError,
+    DTypeError,
+    InvalidArgumentError,
+    MnrtError,
+    ShapeError,
+    TraceError,
+)
+from .buffer import Buffer
+from .commands import (
+    DONE,
+    FAILED,
+    SKIPPED,
+    Command,
+    Marker,
+    ReadBuffer,
+    ReplayTrace,
+    RunProgram,
+    WriteBuffer,
+)
+from .program import Program
+from .trace import Trace
+
+if TYPE_CHECKING:
+    from .device import Device
+
+DEFAULT_HISTORY = 65536
+
+
+class CommandQueue:
+    """One in-order command queue of a device. Get it with `Device.command_queue(i)`."""
+
+    def __init__(self, device: Device, index: int, history: int = DEFAULT_HISTORY) -> None:
+        self.device = device
+        self.index = index
+        self.history: deque[Command] = deque(maxlen=history)
+        self.device_time_s = 0.0
+        self.energy_j = 0.0
+        self.commands_done = 0
+        self._pending: _queue.SimpleQueue[Command | None] = _queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
+        self._error: DeviceExecutionError | None = None
+        self._capture: Trace | None = None
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+
+    # --- public API ---------------------------------------------------------------
+    def enqueue_write_buffer(
+        self, buffer: Buffer, data: np.ndarray, blocking: bool = False
+    ) -> None:
+        """Copy host data into a buffer. Without blocking, `data` must stay unchanged until
+        the write has run (finish())."""
+        self._check_host_transfer("enqueue_write_buffer")
+        self._check_buffer(buffer)
+        if not isinstance(data, np.ndarray):
+            raise InvalidArgumentError(
+                f"enqueue_write_buffer to '{buffer.name}' takes a numpy array, "
+                f"got {type(data).__name__}"
+            )
+        if data.shape != buffer.shape:
+            raise ShapeError(
+                f"enqueue_write_buffer: array of shape {data.shape} does not match buffer "
+                f"'{buffer.name}' of shape {buffer.shape}; reshape the array first"
+            )
+        if not buffer.dtype.accepts(data):
+            want = (
+                str(buffer.dtype.host)
+                if buffer.dtype.host is not None
+                else "float16, float32 or float64"
+            )
+            raise DTypeError(
+                f"enqueue_write_buffer: array of dtype {data.dtype} does not match buffer "
+                f"'{buffer.name}' ({buffer.dtype.name}, takes {want}); cast it with .astype()"
+            )
+        self._submit(WriteBuffer(buffer, data), blocking)
+
+    def enqueue_read_buffer(self, buffer: Buffer, blocking: bool = True) -> np.ndarray:
+        """Copy a buffer to a new host array. Without blocking, the array is filled by the
+        time finish() returns."""
+        self._check_host_transfer("enqueue_read_buffer")
+        self._check_buffer(buffer)
+        out = np.empty(buffer.shape, buffer.dtype.read_dtype)
+        self._submit(ReadBuffer(buffer, out), blocking)
+        return out
+
+    def enqueue_program(
+        self, program: Program, bindings: Mapping[str, Buffer], blocking: bool = False
+    ) -> None:
+        """Run a program with every slot bound to a buffer of this device."""
+        self.device._check_open()
+        if not isinstance(program, Program):
+            raise InvalidArgumentError(
+                f"enqueue_program takes a Program, got {type(program).__name__}"
+            )
+        if program.device is not self.device:
+            raise InvalidArgumentError(
+                f"program '{program.name}' was created on device {program.device.index}, "
+                f"not device {self.device.index}"
+            )
+        cmd = RunProgram(program, program._plan(bindings))
+        if self._capture is not None:
+            if blocking:
+                raise TraceError(
+                    "enqueue_program(blocking=True) is not allowed while capturing a trace"
+                )
+            self._capture.commands.append(cmd)
+            return
+        self._submit(cmd, blocking)
+
+    def finish(self) -> None:
+        """Wait until every enqueued command has run; raise the first device error, if any."""
+        self.device._check_open()
+        if self._capture is not None:
+            raise TraceError(
+                f"finish() while queue {self.index} is capturing trace {self._capture.id}; "
+                "call end_trace_capture first"
+            )
+        self._drain()
+        self._raise_pending_error()
+
+    def begin_trace_capture(self) -> int:
+        """Start recording enqueue_program calls into a device trace instead of running them."""
+        self.device._check_open()
+        if self._capture is not None:
+            raise TraceError(f"queue {self.index} is already capturing trace {self._capture.id}")
+        self._capture = self.device._new_trace(self.index)
+        return self._capture.id
+
+    def end_trace_capture(self, trace_id: int) -> None:
+        self.device._check_open()
+        if self._capture is None or self._capture.id != trace_id:
+            active = f"trace {self._capture.id}" if self._capture else "no trace"
+            raise TraceError(
+                f"end_trace_capture({trace_id!r}): queue {self.index} is capturing {active}"
+            )
+        self._capture.complete = True
+        self._capture = None
+
+    def replay_trace(self, trace_id: int, blocking: bool = False) -> None:
+        """Run the commands of a captured trace, in order, as one command of this queue."""
+        self.device._check_open()
+        if self._capture is not None:
+            raise TraceError("replay_trace is not allowed while capturing a trace")
+        trace = self.device._get_trace(trace_id)
+        if trace.queue_index != self.index:
+            raise TraceError(
+                f"trace {trace_id} was captured on queue {trace.queue_index}; "
+                f"replay it there, not on queue {self.index}"
+            )
+        for cmd in trace.commands:
+            for step in cmd.plan.steps:
+                for buf in step.ins + step.outs:
+                    buf._storage()
+        self._submit(ReplayTrace(trace), blocking)
+
+    def stats(self) -> dict:
+        """Totals for this queue: commands run, modelled device time and energy."""
+        return {
+            "queue": self.index,
+            "commands": self.commands_done,
+            "device_time_s": self.device_time_s,
+            "energy_j": self.energy_j,
+        }
+
+    # --- internals ----------------------------------------------------------------
+    def _check_host_transfer(self, what: str) -> None:
+        self.device._check_open()
+        if self._capture is not None:
+            raise TraceError(
+                f"{what} is not allowed inside a device trace (queue {self.index} is capturing "
+                f"trace {self._capture.id}); do transfers before begin_trace_capture"
+            )
+
+    def _check_buffer(self, buffer: Buffer) -> None:
+        if not isinstance(buffer, Buffer):
+            raise InvalidArgumentError(f"expected a Buffer, got {type(buffer).__name__}")
+        buffer._check_device(self.device, "")
+
+    def _submit(self, cmd: Command, blocking: bool) -> None:
+        if not isinstance(blocking, bool):
+            raise InvalidArgumentError(f"blocking must be True or False, got {blocking!r}")
+        if blocking:
+            cmd.event = threading.Event()
+        cmd.index = next(self._seq)
+        if self._worker is None:
+            self._start_worker()
+        self._pending.put(cmd)
+        if blocking:
+            cmd.event.wait()
+            self._raise_pending_error()
+
+    def _start_worker(self) -> None:
+        with self._lock:
+            if self._worker is None:
+                self._worker = threading.Thread(
+                    target=self._work,
+                    name=f"mnrt-{self.device.name}-q{self.index}",
+                    daemon=True,
+                )
+                self._worker.start()
+
+    def _work(self) -> None:
+        np.seterr(all="ignore")  # the device has no traps: inf and nan propagate
+        backend = self.device._backend
+        get = self._pending.get
+        history = self.history.append
+        while (cmd := get()) is not None:
+            if isinstance(cmd, Marker):
+                cmd.status = DONE
+            elif self._error is None:
+                try:
+                    cmd.execute(backend)
+                except Exception as e:
+                    cmd.status = FAILED
+                    self._error = self._wrap_error(cmd, e)
+                if cmd.status == DONE:
+                    self.device_time_s += cmd.modelled.time_s
+                    self.energy_j += cmd.modelled.energy_j
+                    self.commands_done += 1
+                history(cmd)
+            else:
+                cmd.status = SKIPPED
+                history(cmd)
+            if cmd.event is not None:
+                cmd.event.set()
+
+    def _wrap_error(self, cmd: Command, e: Exception) -> DeviceExecutionError:
+        notes = "".join(f" ({n})" for n in getattr(e, "__notes__", ()))
+        detail = str(e) if isinstance(e, MnrtError) else f"{type(e).__name__}: {e}"
+        err = DeviceExecutionError(
+            f"device {self.device.index} queue {self.index} command #{cmd.index} "
+            f"({cmd.label}){notes} failed: {detail}"
+        )
+        err.__cause__ = e
+        return err
+
+    def _drain(self) -> None:
+        """Wait for the worker to run everything enqueued so far; raises nothing."""
+        if self._worker is None:
+            return
+        marker = Marker()
+        marker.event = threading.Event()
+        self._pending.put(marker)
+        marker.event.wait()
+
+    def _raise_pending_error(self) -> None:
+        err, self._error = self._error, None
+        if err is not None:
+            raise err
+
+    def _reset(self) -> None:
+        self._drain()
+        self._error = None
+        self._capture = None
+        self.history.clear()
+        self.device_time_s = self.energy_j = 0.0
+        self.commands_done = 0
+
+    def _stop(self) -> None:
+        if self._worker is not None:
+            self._pending.put(None)
+            self._worker.join()
+            self._worker = None

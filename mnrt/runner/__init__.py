@@ -1,0 +1,1 @@
+"""The `mnrt` command line."""

@@ -1,0 +1,68 @@
+"""`mnrt smi`: list, reset and clear emulated devices, like gpfn3-smi."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import click
+
+from ..device import boards
+from ..device.memory import Fill
+
+
+def _int_auto_base(value: str) -> int:
+    try:
+        return int(value, 0)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an integer (use 0x... for hex)") from None
+
+
+@click.group()
+def smi() -> None:
+    """Emulated device management (list, reset, clear)."""
+
+
+@smi.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+def list_cmd(as_json: bool) -> None:
+    """List devices as 'INDEX: NAME'."""
+    infos = boards.list_devices()
+    if as_json:
+        click.echo(json.dumps([asdict(i) for i in infos], indent=1))
+        return
+    for info in infos:
+        click.echo(str(info))
+
+
+@smi.command()
+@click.argument("indices", nargs=-1, type=int)
+@click.option("--all", "all_", is_flag=True, help="Reset every device.")
+def reset(indices: tuple[int, ...], all_: bool) -> None:
+    """Reset devices to power-on state (unwritten DRAM reads as zero)."""
+    if all_ == bool(indices):
+        raise click.UsageError("give device indices or --all (not both)")
+    targets = range(boards.device_count()) if all_ else [boards.check_index(i) for i in indices]
+    for i in targets:
+        boards.save_fill(i, Fill())
+        click.echo(f"{i}: {boards.device_name(i)} reset")
+
+
+@smi.command()
+@click.argument("index", type=int)
+@click.option("--zero", is_flag=True, help="Fill DRAM with zeros.")
+@click.option(
+    "--pattern", type=str, default=None, help="Fill with a repeated pattern, e.g. 0xdeadbeef."
+)
+@click.option("--seed", type=str, default=None, help="Fill with noise from this seed.")
+def clear(index: int, zero: bool, pattern: str | None, seed: str | None) -> None:
+    """Fill a device's DRAM with zeros, a pattern or seeded noise."""
+    if sum((zero, pattern is not None, seed is not None)) != 1:
+        raise click.UsageError("give exactly one of --zero, --pattern, --seed")
+    fill = Fill.of(
+        zero=zero,
+        pattern=None if pattern is None else _int_auto_base(pattern),
+        seed=None if seed is None else _int_auto_base(seed),
+    )
+    boards.save_fill(boards.check_index(index), fill)
+    click.echo(f"{index}: {boards.device_name(index)} cleared ({fill.describe()})")

@@ -1,0 +1,282 @@
+"""Command queues: transfers, programs, asynchrony, device-side errors, threads, stats."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import mnrt
+from mnrt.device.cost import Modelled
+from mnrt.device.numerics import round_to_half
+from mnrt.host.commands import Command
+
+
+@pytest.mark.parametrize(
+    ("dtype", "np_dtype"),
+    [
+        ("double", np.float64),
+        ("float", np.float32),
+        ("float16", np.float16),
+        ("int32", np.int32),
+        ("uint8", np.uint8),
+        ("bool", np.bool_),
+    ],
+)
+def test_write_read_round_trip_is_exact(dev, q, dtype, np_dtype):
+    data = (np.arange(24).reshape(2, 3, 4) % 7).astype(np_dtype)
+    b = dev.create_buffer(data.shape, dtype)
+    q.enqueue_write_buffer(b, data)
+    out = q.enqueue_read_buffer(b)
+    assert out.dtype == np_dtype
+    np.testing.assert_array_equal(out, data)
+
+
+@pytest.mark.parametrize("src", [np.float16, np.float32, np.float64])
+def test_half_buffer_rounds_like_the_device_and_reads_float32(dev, q, src):
+    data = np.random.default_rng(0).standard_normal((5, 7)).astype(src)
+    b = dev.create_buffer(data.shape, mnrt.half)
+    q.enqueue_write_buffer(b, data, blocking=True)
+    out = q.enqueue_read_buffer(b)
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, round_to_half(data))
+
+
+def test_write_rejects_wrong_shape_dtype_and_non_arrays(dev, q):
+    b = dev.create_buffer((2, 3), "float", name="w")
+    with pytest.raises(mnrt.ShapeError, match=r"shape \(3, 2\).*'w'.*reshape"):
+        q.enqueue_write_buffer(b, np.zeros((3, 2), np.float32))
+    with pytest.raises(mnrt.DTypeError, match=r"float64.*'w'.*astype"):
+        q.enqueue_write_buffer(b, np.zeros((2, 3)))
+    with pytest.raises(mnrt.InvalidArgumentError, match="numpy array"):
+        q.enqueue_write_buffer(b, [[0.0] * 3] * 2)
+    h = dev.create_buffer((2,), "half")
+    with pytest.raises(mnrt.DTypeError, match="float16, float32 or float64"):
+        q.enqueue_write_buffer(h, np.zeros(2, np.int32))
+    with pytest.raises(mnrt.InvalidArgumentError, match="blocking"):
+        q.enqueue_write_buffer(h, np.zeros(2, np.float32), blocking="yes")
+
+
+def test_non_blocking_read_is_valid_after_finish(dev, q):
+    b = dev.create_buffer((1000,), "float")
+    data = np.arange(1000, dtype=np.float32)
+    q.enqueue_write_buffer(b, data)
+    out = q.enqueue_read_buffer(b, blocking=False)
+    q.finish()
+    np.testing.assert_array_equal(out, data)
+
+
+def _mlp(dev):
+    names = {"x": (4, 8), "w": (8, 3), "h": (4, 3), "y": (4, 3)}
+    bufs = {k: dev.create_buffer(s, "float", name=k) for k, s in names.items()}
+    prog = dev.create_program(
+        [mnrt.Kernel("gemm", ["x", "w"], ["h"]), mnrt.Kernel("relu", ["h"], ["y"])], name="mlp"
+    )
+    return bufs, prog
+
+
+def test_program_runs_in_order_and_matches_numpy(dev, q):
+    bufs, prog = _mlp(dev)
+    assert prog.slots == ("x", "w", "h", "y")
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((4, 8), np.float32), rng.standard_normal((8, 3), np.float32)
+    q.enqueue_write_buffer(bufs["x"], x)
+    q.enqueue_write_buffer(bufs["w"], w)
+    q.enqueue_program(prog, bufs)
+    np.testing.assert_array_equal(q.enqueue_read_buffer(bufs["y"]), np.maximum(x @ w, 0))
+
+
+def test_in_place_slot(dev, q):
+    b = dev.create_buffer((3,), "float", name="acc")
+    one = dev.create_buffer((1,), "float", name="one")
+    prog = dev.create_program([mnrt.Kernel("add", ["acc", "one"], ["acc"])])
+    q.enqueue_write_buffer(b, np.zeros(3, np.float32))
+    q.enqueue_write_buffer(one, np.ones(1, np.float32))
+    for _ in range(5):
+        q.enqueue_program(prog, {"acc": b, "one": one})
+    np.testing.assert_array_equal(q.enqueue_read_buffer(b), [5, 5, 5])
+
+
+def test_binding_errors_raise_at_enqueue(dev, q):
+    bufs, prog = _mlp(dev)
+    partial = {k: v for k, v in bufs.items() if k != "h"}
+    with pytest.raises(mnrt.BindingError, match="unbound slot.*'h'"):
+        q.enqueue_program(prog, partial)
+    with pytest.raises(mnrt.BindingError, match="unknown slot.*'z'"):
+        q.enqueue_program(prog, {**bufs, "z": bufs["x"]})
+    with pytest.raises(mnrt.BindingError, match="expected a Buffer"):
+        q.enqueue_program(prog, {**bufs, "x": np.zeros((4, 8))})
+    wrong = dev.create_buffer((4, 4), "float", name="wrong")
+    with pytest.raises(mnrt.ShapeError, match=r"kernel 1 'relu'.*'wrong'.*\(4, 3\)"):
+        q.enqueue_program(prog, {**bufs, "y": wrong})
+    bad_in = dev.create_buffer((4, 9), "float", name="bad_in")
+    with pytest.raises(mnrt.ShapeError, match="kernel 0 'gemm'.*inner dimensions"):
+        q.enqueue_program(prog, {**bufs, "x": bad_in})
+    as_half = dev.create_buffer((4, 3), "half", name="as_half")
+    with pytest.raises(mnrt.DTypeError, match="produces float"):
+        q.enqueue_program(prog, {**bufs, "y": as_half})
+
+
+def test_no_silent_casting_between_input_dtypes(dev, q):
+    a = dev.create_buffer((2,), "float")
+    b = dev.create_buffer((2,), "double")
+    prog = dev.create_program([mnrt.Kernel("add", ["a", "b"], ["a"])])
+    with pytest.raises(mnrt.DTypeError, match="mix float and double.*cast"):
+        q.enqueue_program(prog, {"a": a, "b": b})
+
+
+def test_kernel_construction_errors():
+    with pytest.raises(mnrt.UnknownKernelError, match="'gemmm'.*known kernels are.*gemm"):
+        mnrt.Kernel("gemmm", ["a", "b"], ["y"])
+    with pytest.raises(mnrt.KernelAttributeError, match="no attribute 'transA'.*trans_a"):
+        mnrt.Kernel("gemm", ["a", "b"], ["y"], {"transA": True})
+    with pytest.raises(mnrt.KernelAttributeError, match="'alpha' must be float"):
+        mnrt.Kernel("gemm", ["a", "b"], ["y"], {"alpha": "2"})
+    with pytest.raises(mnrt.KernelAttributeError, match="takes inputs"):
+        mnrt.Kernel("relu", ["a", "b"], ["y"])
+    with pytest.raises(mnrt.InvalidArgumentError, match="list of slot names"):
+        mnrt.Kernel("relu", "a", ["y"])
+
+
+def test_create_program_rejects_non_kernels(dev):
+    with pytest.raises(mnrt.InvalidArgumentError, match="non-empty list"):
+        dev.create_program([])
+    with pytest.raises(mnrt.InvalidArgumentError, match="item 0 is dict"):
+        dev.create_program([{"op": "relu"}])
+
+
+def test_program_of_another_device_is_rejected():
+    with mnrt.open_device(0) as d0, mnrt.open_device(1) as d1:
+        p1 = d1.create_program([mnrt.Kernel("relu", ["a"], ["b"])])
+        with pytest.raises(mnrt.InvalidArgumentError, match="created on device 1"):
+            d0.command_queue().enqueue_program(p1, {})
+
+
+def _gather_program(dev):
+    data = dev.create_buffer((5,), "float", name="data")
+    idx = dev.create_buffer((2,), "int32", name="idx")
+    out = dev.create_buffer((2,), "float", name="out")
+    prog = dev.create_program(
+        [mnrt.Kernel("gather", ["data", "idx"], ["out"], {"axis": 0})], name="lookup"
+    )
+    return {"data": data, "idx": idx, "out": out}, prog
+
+
+def test_device_error_is_raised_by_finish_with_the_command(dev, q):
+    bufs, prog = _gather_program(dev)
+    q.enqueue_write_buffer(bufs["data"], np.arange(5, dtype=np.float32))
+    q.enqueue_write_buffer(bufs["idx"], np.array([1, 17], np.int32))
+    q.enqueue_program(prog, bufs)  # the bad index is data: only the device can notice
+    skipped = q.enqueue_read_buffer(bufs["out"], blocking=False)
+    with pytest.raises(
+        mnrt.DeviceExecutionError, match=r"command #2 \(program 'lookup'\).*gather.*17"
+    ):
+        q.finish()
+    assert [c.status for c in list(q.history)[-2:]] == ["failed", "skipped"]
+    del skipped
+    q.finish()  # the error was reported once; the queue works again
+    q.enqueue_write_buffer(bufs["idx"], np.array([4, 0], np.int32))
+    q.enqueue_program(prog, bufs)
+    np.testing.assert_array_equal(q.enqueue_read_buffer(bufs["out"]), [4, 0])
+
+
+def test_device_error_is_raised_by_blocking_call(dev, q):
+    bufs, prog = _gather_program(dev)
+    q.enqueue_write_buffer(bufs["idx"], np.array([9, 0], np.int32))
+    q.enqueue_program(prog, bufs)
+    with pytest.raises(mnrt.DeviceExecutionError):
+        q.enqueue_read_buffer(bufs["out"], blocking=True)
+
+
+def test_close_reports_an_unseen_device_error():
+    dev = mnrt.open_device(0)
+    q = dev.command_queue()
+    bufs, prog = _gather_program(dev)
+    q.enqueue_write_buffer(bufs["idx"], np.array([9, 0], np.int32))
+    q.enqueue_program(prog, bufs)
+    with pytest.raises(mnrt.DeviceExecutionError):
+        dev.close()
+    assert not dev.is_open
+
+
+def test_enqueue_returns_before_the_device_runs(dev, q):
+    gate = threading.Event()
+    started = threading.Event()
+
+    class Blocker(Command):
+        def run(self, backend):
+            started.set()
+            gate.wait(5)
+            return Modelled(0.0, 0.0)
+
+    b = dev.create_buffer((2,), "float")
+    q._submit(Blocker(), blocking=False)
+    started.wait(5)
+    q.enqueue_write_buffer(b, np.ones(2, np.float32))  # returns while the worker is blocked
+    assert q.stats()["commands"] == 0
+    gate.set()
+    q.finish()
+    assert q.stats()["commands"] == 2
+
+
+def test_threads_enqueue_on_their_own_queues(dev):
+    n_threads, iters = 4, 200
+    bufs = [dev.create_buffer((16,), "int32", name=f"c{i}") for i in range(n_threads)]
+    one = dev.create_buffer((1,), "int32", name="one")
+    dev.command_queue(0).enqueue_write_buffer(one, np.ones(1, np.int32), blocking=True)
+    prog = dev.create_program([mnrt.Kernel("add", ["c", "one"], ["c"])])
+    errors = []
+
+    def worker(i):
+        try:
+            q = dev.command_queue(i)
+            for _ in range(iters):
+                q.enqueue_program(prog, {"c": bufs[i], "one": one})
+            q.finish()
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for i in range(n_threads):
+        np.testing.assert_array_equal(dev.command_queue(i).enqueue_read_buffer(bufs[i]), iters)
+
+
+def test_modelled_time_per_command_and_per_queue(dev, q):
+    bufs, prog = _mlp(dev)
+    q.enqueue_write_buffer(bufs["x"], np.zeros((4, 8), np.float32))
+    q.enqueue_program(prog, bufs)
+    q.finish()
+    write, run = list(q.history)
+    assert write.kind == "write_buffer" and run.kind == "program"
+    rec = run.record()
+    assert rec["device_time_s"] > 2 * dev.spec.kernel_launch_s - 1e-12
+    assert rec["energy_j"] > 0 and rec["flops"] == 2 * 4 * 3 * 8 + 4 * 3  # gemm + relu
+    total = q.stats()
+    assert total["device_time_s"] == pytest.approx(write.modelled.time_s + run.modelled.time_s)
+    assert total["commands"] == 2
+
+
+def test_queue_index_is_checked(dev):
+    with pytest.raises(mnrt.InvalidArgumentError, match="0..7"):
+        dev.command_queue(8)
+    assert dev.command_queue(1) is dev.command_queue(1)
+
+
+def test_kernels_listing():
+    listing = {k["name"]: k for k in mnrt.kernels()}
+    assert {"gemm", "relu", "add", "conv2d", "softmax", "gather", "cast"} <= set(listing)
+    g = listing["gemm"]
+    assert g["inputs"] == ["a", "b", "c?"] and g["outputs"] == ["y"]
+    assert g["attrs"]["trans_a"] == {
+        "kind": "bool",
+        "default": False,
+        "required": False,
+        "doc": "use a's last two dims transposed",
+    }
+    assert all(k["doc"] for k in listing.values())
