@@ -8,7 +8,7 @@ wider datapaths do: half and IEEE float16 compute in float32).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,10 +29,10 @@ class DType:
     rtol: float  # default golden tolerances: |a-b| <= atol + rtol*|b|
     atol: float
 
-    @property
-    def direct(self) -> bool:
-        """Whether kernels compute straight into storage (no widening or rounding)."""
-        return self.storage == self.compute
+    direct: bool = field(init=False)  # kernels compute straight into storage (no rounding)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "direct", self.storage == self.compute)
 
     @property
     def itemsize(self) -> int:
@@ -77,18 +77,28 @@ class DType:
         return out
 
     # --- storage <-> compute (used by kernels) --------------------------------------
-    def load(self, bits: np.ndarray) -> np.ndarray:
-        """Stored bits as values in the compute dtype; a zero-copy view when they agree."""
+    def load(self, bits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Stored bits as values in the compute dtype: a zero-copy view when they agree,
+        else widened (into `out`, a compute-dtype array of the same shape, if given)."""
         if self.direct:
             return bits
         if self.is_half:
-            return numerics.half_bits_to_float(bits)
-        return bits.astype(self.compute)
+            return numerics.half_bits_to_float(bits, out=out)
+        if out is None:
+            return bits.astype(self.compute)
+        np.copyto(out, bits)
+        return out
 
     def store(self, bits: np.ndarray, values: np.ndarray) -> None:
         """Round computed values to this dtype, as the device does, into stored bits."""
         if self.is_half:
-            np.copyto(bits, numerics.float_to_half_bits(np.asarray(values, np.float32)))
+            values = np.asarray(values)
+            if values.dtype not in (np.float32, np.float64):
+                values = values.astype(np.float32)  # float64 rounds once, straight to half
+            if bits.flags.c_contiguous:
+                numerics.float_to_half_bits(values, out=bits)
+            else:
+                np.copyto(bits, numerics.float_to_half_bits(values))
         elif self.storage.kind == "b":
             np.copyto(bits, np.asarray(values) != 0)
         else:

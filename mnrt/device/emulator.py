@@ -7,10 +7,13 @@ what a kernel or a transfer costs on the modelled device.
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from ..errors import DeviceExecutionError
 from . import cost as cost_model
@@ -55,29 +58,120 @@ class EmulatedDevice:
     def transfer_cost(self, nbytes: int) -> cost_model.Modelled:
         return cost_model.model_transfer(self.spec, nbytes)
 
-    # --- execution ----------------------------------------------------------------
+    # --- execution ---------------------------------------------------------------
     @staticmethod
-    def execute(
+    def bind(
         kdef: KernelDef,
         attrs: Mapping[str, Any],
-        ins: Sequence[np.ndarray | None],
-        in_dtypes: Sequence[DType | None],
-        outs: Sequence[np.ndarray],
-        out_dtypes: Sequence[DType],
-    ) -> None:
-        """Run one kernel on storage views: load (widen) inputs, compute, round and store.
+        ins: Sequence[tuple[np.ndarray, DType] | None],
+        outs: Sequence[tuple[np.ndarray, DType]],
+    ) -> BoundKernel:
+        """A kernel bound to storage views, ready to run any number of times."""
+        return BoundKernel(kdef, attrs, ins, outs)
 
-        Floating-point exceptions are the caller's to silence (queue workers ignore them,
-        as the device has no traps: inf and nan propagate)."""
-        values = [None if x is None else d.load(x) for x, d in zip(ins, in_dtypes)]
-        targets = [Out(b.shape, d, b if d.direct else None) for b, d in zip(outs, out_dtypes)]
-        results = kdef.compute(values, attrs, targets)
-        for bits, d, result in zip(outs, out_dtypes, results):
+    @classmethod
+    def execute(
+        cls,
+        kdef: KernelDef,
+        attrs: Mapping[str, Any],
+        ins: Sequence[tuple[np.ndarray, DType] | None],
+        outs: Sequence[tuple[np.ndarray, DType]],
+    ) -> None:
+        """Bind and run once."""
+        cls.bind(kdef, attrs, ins, outs).run()
+
+
+class _Scratch(threading.local):
+    """Per-thread arrays for widened operands (half and float16 compute in float32), keyed
+    by role, position, shape and dtype, so a large half kernel writes into memory that is
+    already mapped instead of faulting in fresh pages on every run.
+
+    Widened inputs are also reused while the stored bits are unchanged: each is keyed by an
+    xxh3-128 digest of the bits (tens of microseconds per MiB, against about a millisecond
+    to decode), so weights that are read again and again are decoded once, and the cache
+    can never return values for bits that differ from the ones it decoded."""
+
+    limit = 1 << 30  # bytes kept per thread before the arena starts over
+
+    def __init__(self) -> None:
+        self.arrays: dict[tuple, np.ndarray] = {}
+        self.digests: dict[tuple, int] = {}
+        self.nbytes = 0
+
+    def get(self, key: tuple, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        arr = self.arrays.get(key)
+        if arr is None:
+            size = math.prod(shape) * dtype.itemsize
+            if self.nbytes + size > self.limit:
+                self.arrays.clear()
+                self.digests.clear()
+                self.nbytes = 0
+            arr = self.arrays[key] = np.empty(shape, dtype)
+            self.nbytes += size
+        return arr
+
+    def widen(self, key: tuple, bits: np.ndarray, d: DType) -> np.ndarray:
+        arr = self.get(key, bits.shape, d.compute)
+        digest = xxhash.xxh3_128_intdigest(np.ascontiguousarray(bits))
+        if self.digests.get(key) != digest:
+            arr.flags.writeable = True
+            d.load(bits, arr)
+            arr.flags.writeable = False  # kernels must not change inputs the cache reuses
+            self.digests[key] = digest
+        return arr
+
+
+_scratch = _Scratch()
+
+
+class BoundKernel:
+    """One kernel on fixed storage views. Everything that does not depend on the data is
+    worked out here, once, so `run()` is the kernel's numpy work and little else."""
+
+    __slots__ = ("attrs", "compute", "kdef", "loads", "outs", "targets", "values", "widened")
+
+    def __init__(
+        self,
+        kdef: KernelDef,
+        attrs: Mapping[str, Any],
+        ins: Sequence[tuple[np.ndarray, DType] | None],
+        outs: Sequence[tuple[np.ndarray, DType]],
+    ) -> None:
+        self.kdef = kdef
+        self.compute = kdef.compute
+        self.attrs = attrs
+        # Inputs stored as computed are passed as views; others (half, float16) are widened
+        # into scratch on every run, since their bits may change between runs.
+        self.values = [x[0] if x is not None and x[1].direct else None for x in ins]
+        self.loads = [
+            (i, x[0], x[1]) for i, x in enumerate(ins) if x is not None and not x[1].direct
+        ]
+        # Outputs stored as computed are written in place; others get a scratch target
+        # that the store then rounds into the buffer.
+        self.targets = [Out(bits.shape, d, bits if d.direct else None) for bits, d in outs]
+        self.widened = [j for j, (_, d) in enumerate(outs) if not d.direct]
+        self.outs = list(outs)
+
+    def run(self) -> None:
+        """Load (widen) inputs, compute, round and store. Floating-point exceptions are the
+        caller's to silence (queue workers ignore them: the device has no traps)."""
+        values, targets = self.values, self.targets
+        if self.loads:
+            values = list(values)
+            for i, bits, d in self.loads:
+                values[i] = _scratch.widen(("in", i, bits.shape, d), bits, d)
+        if self.widened:
+            targets = list(targets)
+            for j in self.widened:
+                shape, d, _ = targets[j]
+                targets[j] = Out(shape, d, _scratch.get(("out", j, shape, d), shape, d.compute))
+        results = self.compute(values, self.attrs, targets)
+        for (bits, d), result in zip(self.outs, results):
             if result is bits:
                 continue
             if result.shape != bits.shape:
                 raise DeviceExecutionError(
-                    f"kernel '{kdef.name}' produced shape {np.shape(result)} for an output of "
-                    f"shape {bits.shape} (a kernel bug; please report it)"
+                    f"kernel '{self.kdef.name}' produced shape {np.shape(result)} for an "
+                    f"output of shape {bits.shape} (a kernel bug; please report it)"
                 )
             d.store(bits, result)

@@ -12,6 +12,8 @@ infinite input gives infinity, and NaN stays NaN (canonical quiet NaN 0x7f00, si
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 HALF_EXP_BITS = 6
@@ -36,27 +38,34 @@ _SOURCES = {
 _BLOCK = 1 << 15
 
 
-def float_to_half_bits(x: np.ndarray) -> np.ndarray:
-    """Round float16/32/64 values to 1-6-9 half; return the uint16 bit patterns."""
+def float_to_half_bits(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Round float16/32/64 values to 1-6-9 half; return the uint16 bit patterns (in `out`,
+    a contiguous uint16 array of x's shape, when given)."""
     x = np.asarray(x)
     if x.dtype == np.float16:
         x = x.astype(np.float32)  # exact: every IEEE half is a float32
     if x.dtype not in _SOURCES:
         raise TypeError(f"half conversion takes float16/32/64 data, not {x.dtype}")
     flat = np.ascontiguousarray(x).reshape(-1)
-    out = np.empty(flat.shape, np.uint16)
+    if out is None:
+        out = np.empty(x.shape, np.uint16)
+    dest = out.reshape(-1)  # a view for contiguous `out`
     with np.errstate(all="ignore"):  # nan/inf lanes compute garbage that is then replaced
         for i in range(0, flat.size, _BLOCK):
-            _encode_block(flat[i : i + _BLOCK], out[i : i + _BLOCK])
-    return out.reshape(x.shape)
+            _encode_block(flat[i : i + _BLOCK], dest[i : i + _BLOCK])
+    return out
+
+
+def _high_word(words: int) -> int:
+    """Index of the most significant 16-bit word within a native-order value of `words`."""
+    return words - 1 if sys.byteorder == "little" else 0
 
 
 def _encode_block(x: np.ndarray, out: np.ndarray) -> None:
     man_bits, bias, sint, uint = _SOURCES[x.dtype]
     nbits = 8 * x.dtype.itemsize
     shift = man_bits - HALF_MAN_BITS
-    bits = x.view(uint)
-    mag = (bits & uint((1 << (nbits - 1)) - 1)).view(sint)
+    mag = (x.view(uint) & uint((1 << (nbits - 1)) - 1)).view(sint)
 
     # Normal results: rebias the exponent and round the dropped bits to nearest even.
     r = mag >> shift
@@ -64,43 +73,34 @@ def _encode_block(x: np.ndarray, out: np.ndarray) -> None:
     r += sint((1 << (shift - 1)) - 1 - ((bias - HALF_BIAS) << man_bits))
     r += mag
     r >>= shift
-    np.minimum(r, HALF_MAX_BITS, out=r)  # saturate finite overflow
+    # Two reductions tell whether the rare cases below occur in this block at all.
+    low, high = r.min(), r.max()
 
-    # Below the smallest normal: adding 2**(man_bits - 39) makes the float unit round the
-    # value to a multiple of 2**-39 (ties to even); the sum's low bits are the half bits.
-    absx = mag.view(x.dtype)
-    small = absx < HALF_MIN_NORMAL
-    if small.any():
+    # Below the smallest normal (r < 0x200 there, zero included): adding
+    # 2**(man_bits - 39) makes the float unit round the value to a multiple of 2**-39
+    # (ties to even); the sum's low bits are then the half bits.
+    if low < 1 << HALF_MAN_BITS:
+        absx = mag.view(x.dtype)
         magic = x.dtype.type(2.0 ** (man_bits - HALF_BIAS + 1 - HALF_MAN_BITS))
         sub = (absx + magic).view(sint) - np.asarray(magic).view(sint)
-        np.copyto(r, sub, where=small)
+        np.copyto(r, sub, where=absx < HALF_MIN_NORMAL)
 
-    inf_bits = ((1 << (nbits - 1 - man_bits)) - 1) << man_bits
-    if mag.max() >= inf_bits:
+    if high > HALF_MAX_BITS:
+        np.minimum(r, HALF_MAX_BITS, out=r)  # saturate finite overflow
+        inf_bits = ((1 << (nbits - 1 - man_bits)) - 1) << man_bits
         special = mag >= inf_bits
-        r[special] = np.where(mag[special] == inf_bits, HALF_INF, HALF_NAN)
+        if special.any():
+            r[special] = np.where(mag[special] == inf_bits, HALF_INF, HALF_NAN)
 
     np.copyto(out, r, casting="unsafe")
-    out |= (bits >> (nbits - 16)).astype(np.uint16) & np.uint16(0x8000)
+    # The sign is the top bit of the source's most significant 16-bit word.
+    words = nbits // 16
+    out |= x.view(np.uint16)[_high_word(words) :: words] & np.uint16(0x8000)
 
 
-def _decode_table() -> np.ndarray:
-    bits = np.arange(1 << 16, dtype=np.uint32)
-    exp = ((bits >> HALF_MAN_BITS) & 0x3F).astype(np.int64)
-    man = (bits & 0x1FF).astype(np.float64)
-    value = np.where(
-        exp == 0,
-        man * HALF_MIN_SUBNORMAL,
-        (1.0 + man * HALF_EPS) * np.exp2((exp - HALF_BIAS).astype(np.float64)),
-    )
-    value = np.where(exp == 63, np.where(man == 0, np.inf, np.nan), value)
-    value = np.where(bits & 0x8000, -value, value)
-    table = value.astype(np.float32)
-    table.flags.writeable = False
-    return table
-
-
-_DECODE = _decode_table()
+# Placing the 15 magnitude bits at the top of a float32's exponent/mantissa fields gives
+# value * 2**(31 - 127) for normals and subnormals alike; one multiply restores the scale.
+_DECODE_SCALE = np.float32(2.0 ** (127 - HALF_BIAS))
 
 
 def half_bits_to_float(bits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -108,7 +108,26 @@ def half_bits_to_float(bits: np.ndarray, out: np.ndarray | None = None) -> np.nd
     bits = np.asarray(bits)
     if bits.dtype != np.uint16:
         raise TypeError(f"half bit patterns are uint16, not {bits.dtype}")
-    return np.take(_DECODE, bits, out=out)
+    flat = np.ascontiguousarray(bits).reshape(-1)
+    if out is None:
+        out = np.empty(bits.shape, np.float32)
+    dest = out.reshape(-1).view(np.uint32)
+    for i in range(0, flat.size, _BLOCK):
+        _decode_block(flat[i : i + _BLOCK], dest[i : i + _BLOCK])
+    return out
+
+
+def _decode_block(h: np.ndarray, out: np.ndarray) -> None:
+    np.bitwise_and(h, 0x7FFF, out=out, casting="unsafe")
+    out <<= 23 - HALF_MAN_BITS
+    special = out.max() >= HALF_INF << (23 - HALF_MAN_BITS)
+    value = out.view(np.float32)
+    value *= _DECODE_SCALE
+    if special:
+        at = (h & 0x7FFF) >= HALF_INF
+        value[at] = np.where((h[at] & 0x1FF) == 0, np.inf, np.nan)
+    # The sign goes to the top bit of each float32's high 16-bit word.
+    out.view(np.uint16)[_high_word(2) :: 2] |= h & np.uint16(0x8000)
 
 
 def round_to_half(x: np.ndarray) -> np.ndarray:

@@ -42,9 +42,7 @@ class Buffer:
         self.device._before_memory_change(f"deallocate buffer '{self.name}'")
         if self._bits is None:
             raise UseAfterFreeError(f"buffer '{self.name}' was already deallocated")
-        self.device._sync()
-        self.device._backend.free(self.address)
-        self.device._buffers.pop(self.uid, None)
+        self.device._release_buffer(self)
         self._bits = None
 
     def _storage(self) -> np.ndarray:

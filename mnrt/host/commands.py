@@ -114,19 +114,11 @@ class RunProgram(Command):
         return f"program '{self.program.name}'"
 
     def run(self, backend: EmulatedDevice) -> Modelled:
-        execute = backend.execute
-        for i, s in enumerate(self.plan.steps):
+        for i, step in enumerate(self.plan.steps):
             try:
-                execute(
-                    s.kdef,
-                    s.attrs,
-                    [b._bits for b in s.ins],
-                    s.in_dtypes,
-                    [b._bits for b in s.outs],
-                    s.out_dtypes,
-                )
+                step.bound.run()
             except Exception as e:
-                e.add_note(f"in kernel {i} '{s.kdef.name}'")
+                e.add_note(f"in kernel {i} '{step.kdef.name}'")
                 raise
         return self.plan.modelled
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,6 +61,7 @@ class Device:
         self._backend = EmulatedDevice(index, self.name, spec)
         self._backend.memory.fill = boards.load_fill(index)
         self._buffers: dict[int, Buffer] = {}
+        self._programs: weakref.WeakSet[Program] = weakref.WeakSet()
         self._queues: dict[int, CommandQueue] = {}
         self._traces: dict[int, Trace] = {}
         self._trace_ids = itertools.count(1)
@@ -94,11 +96,7 @@ class Device:
             return
         for q in self._queues.values():
             q._stop()
-        for buf in self._buffers.values():
-            buf._bits = None
-        self._buffers.clear()
-        self._traces.clear()
-        self._backend.memory.reset()
+        self._free_all()
         self._closed = True
         with _open_lock:
             if _open.get(self.index) is self:
@@ -114,9 +112,14 @@ class Device:
         self._check_open()
         for q in self._queues.values():
             q._reset()
+        self._free_all()
+
+    def _free_all(self) -> None:
         for buf in self._buffers.values():
             buf._bits = None
         self._buffers.clear()
+        for prog in self._programs:
+            prog._forget(None)
         self._traces.clear()
         self._backend.memory.reset()
 
@@ -157,7 +160,9 @@ class Device:
     def create_program(self, kernels: Sequence[Kernel], name: str | None = None) -> Program:
         """Validate a list of kernels into a program; operand slots are bound at enqueue."""
         self._before_memory_change("create_program")
-        return Program(self, kernels, name or f"program{next(self._names)}")
+        prog = Program(self, kernels, name or f"program{next(self._names)}")
+        self._programs.add(prog)
+        return prog
 
     def command_queue(self, index: int = 0, history: int = DEFAULT_HISTORY) -> CommandQueue:
         """The device's queue `index` (0..7), created on first use."""
@@ -207,6 +212,13 @@ class Device:
                     f"{what} is not allowed while queue {q.index} captures trace "
                     f"{q._capture.id}; create buffers and programs before begin_trace_capture"
                 )
+
+    def _release_buffer(self, buf: Buffer) -> None:
+        self._sync()
+        self._backend.free(buf.address)
+        self._buffers.pop(buf.uid, None)
+        for prog in self._programs:
+            prog._forget(buf.uid)
 
     def _sync(self) -> None:
         for q in self._queues.values():

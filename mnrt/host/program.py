@@ -2,8 +2,9 @@
 
 Validation happens once per distinct binding: `Program._plan` checks every slot, infers
 every kernel's output shapes from the bound buffers, prices each kernel with the timing
-model and caches the result, so enqueueing the same program on the same buffers again costs
-a dict lookup.
+model, binds each kernel to its buffers' memory and caches the result, so enqueueing the
+same program on the same buffers again costs a dict lookup. Plans are dropped when a buffer
+they use is freed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..device.cost import Modelled
-from ..device.dtypes import DType
+from ..device.emulator import BoundKernel
 from ..device.kernels import KernelDef, lookup
 from ..errors import BindingError, DTypeError, InvalidArgumentError, ShapeError
 from .buffer import Buffer
@@ -57,16 +58,10 @@ class Step:
     """One kernel of a bound program, ready to execute."""
 
     kdef: KernelDef
-    attrs: Mapping[str, Any]
     ins: tuple[Buffer, ...]
     outs: tuple[Buffer, ...]
+    bound: BoundKernel
     modelled: Modelled
-    in_dtypes: tuple[DType, ...] = field(init=False)
-    out_dtypes: tuple[DType, ...] = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "in_dtypes", tuple(b.dtype for b in self.ins))
-        object.__setattr__(self, "out_dtypes", tuple(b.dtype for b in self.outs))
 
 
 @dataclass(frozen=True)
@@ -132,6 +127,14 @@ class Program:
                 buf._storage()
         return plan
 
+    def _forget(self, buffer_uid: int | None) -> None:
+        """Drop cached plans that use a freed buffer (all plans for None): they hold views
+        of its memory."""
+        if buffer_uid is None:
+            self._plans.clear()
+        else:
+            self._plans = {k: v for k, v in self._plans.items() if buffer_uid not in k}
+
     def _validate(self, bindings: Mapping[str, Buffer]) -> Plan:
         unknown = [s for s in bindings if s not in self.slots]
         missing = [s for s in self.slots if s not in bindings]
@@ -175,7 +178,13 @@ class Program:
                         f"{' or '.join(d.name for d in want.dtypes)} here"
                     )
             modelled = backend.kernel_cost(k.kdef, in_specs, [b.spec for b in outs], k.attrs)
-            steps.append(Step(k.kdef, k.attrs, ins, outs, modelled))
+            bound = backend.bind(
+                k.kdef,
+                k.attrs,
+                [(b._bits, b.dtype) for b in ins],
+                [(b._bits, b.dtype) for b in outs],
+            )
+            steps.append(Step(k.kdef, ins, outs, bound, modelled))
         return Plan.of(steps)
 
     def __repr__(self) -> str:

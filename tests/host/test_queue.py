@@ -280,3 +280,24 @@ def test_kernels_listing():
         "doc": "use a's last two dims transposed",
     }
     assert all(k["doc"] for k in listing.values())
+
+
+def test_half_inputs_changed_between_runs_are_read_again(dev, q):
+    # Widened half inputs are reused while their bits are unchanged; any change (a host
+    # write, or a kernel writing the buffer in place) must be seen by the next run.
+    a = dev.create_buffer((8, 8), "half", name="a")
+    eye = dev.create_buffer((8, 8), "half", name="eye")
+    y = dev.create_buffer((8, 8), "float", name="y")
+    mm = dev.create_program([mnrt.Kernel("gemm", ["a", "eye"], ["y"])])
+    double = dev.create_program([mnrt.Kernel("add", ["a", "a"], ["a"])])
+    q.enqueue_write_buffer(eye, np.eye(8, dtype=np.float32))
+    first = np.arange(64, dtype=np.float32).reshape(8, 8)
+    q.enqueue_write_buffer(a, first)
+    q.enqueue_program(mm, {"a": a, "eye": eye, "y": y})
+    np.testing.assert_array_equal(q.enqueue_read_buffer(y), first)
+    q.enqueue_write_buffer(a, first + 1)
+    q.enqueue_program(mm, {"a": a, "eye": eye, "y": y})
+    np.testing.assert_array_equal(q.enqueue_read_buffer(y), first + 1)
+    q.enqueue_program(double, {"a": a})
+    q.enqueue_program(mm, {"a": a, "eye": eye, "y": y})
+    np.testing.assert_array_equal(q.enqueue_read_buffer(y), 2 * (first + 1))

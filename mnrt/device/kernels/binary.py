@@ -22,19 +22,19 @@ def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(b == 0, 0, q).astype(a.dtype)
 
 
-def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return _int_div(a, b) if a.dtype.kind in "iu" else a / b
+def _div(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    return _int_div(a, b) if a.dtype.kind in "iu" else np.divide(a, b, out=out)
 
 
-def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _pow(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     if a.dtype.kind in "iu":
-        return np.power(a, np.maximum(b, 0))  # negative integer exponents are 0 or 1: clamp
-    return np.power(a, b)
+        b = np.maximum(b, 0)  # negative integer exponents would give 0 or 1: clamp to 0
+    return np.power(a, b, out=out)
 
 
 _NUMERIC = (dt.DOUBLE, dt.FLOAT, dt.HALF, dt.FLOAT16, dt.INT32, dt.UINT8)
 
-# name: (function, one-line doc)
+# name: (function of (a, b, out), one-line doc); `out` is the destination or None.
 _OPS = {
     "add": (np.add, "a + b, broadcasting"),
     "sub": (np.subtract, "a - b, broadcasting"),
@@ -62,7 +62,7 @@ def _make(name: str, fn, doc: str) -> KernelDef:
         return [OutSpec(broadcast_shape(name, ins[0].shape, ins[1].shape), (d,))]
 
     def compute(ins, attrs, outs):
-        return [fn(ins[0], ins[1])]
+        return [fn(ins[0], ins[1], out=outs[0].buf)]
 
     return KernelDef(
         name=name,

@@ -52,7 +52,10 @@ class Out(NamedTuple):
 
     shape: tuple[int, ...]
     dtype: DType
-    buf: np.ndarray | None  # a writable compute-dtype view of the destination, or None
+    # A writable compute-dtype array of the output's shape, or None: the destination itself
+    # when storing needs no rounding, else scratch that the store rounds from. A kernel may
+    # write its result there and return it, or ignore it and return a new array.
+    buf: np.ndarray | None
 
 
 @dataclass(frozen=True)

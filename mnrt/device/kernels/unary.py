@@ -68,26 +68,33 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 _FLOAT = (dt.DOUBLE, dt.FLOAT, dt.HALF, dt.FLOAT16)
 _SIGNED = (*_FLOAT, dt.INT32)
 
-# name: (function of (x, attrs), flops per element, dtypes allowed, one-line doc)
+# name: (function of (x, attrs, out), flops per element, dtypes allowed, one-line doc).
+# `out` is the destination when it can take the result directly (else None): single-ufunc
+# kernels write there instead of allocating and copying.
 _OPS = {
-    "relu": (lambda x, a: np.maximum(x, x.dtype.type(0)), 1, _SIGNED, "max(x, 0)"),
+    "relu": (lambda x, a, out: np.maximum(x, 0, out=out), 1, _SIGNED, "max(x, 0)"),
     "gelu": (
-        lambda x, a: _gelu(x, a["approximate"]),
+        lambda x, a, out: _gelu(x, a["approximate"]),
         14,
         _FLOAT,
         "x * Phi(x), exact (erf) or tanh approximation",
     ),
-    "silu": (lambda x, a: x * _sigmoid(x), 5, _FLOAT, "x * sigmoid(x)"),
-    "sigmoid": (lambda x, a: _sigmoid(x), 4, _FLOAT, "1 / (1 + exp(-x))"),
-    "tanh": (lambda x, a: np.tanh(x), 4, _FLOAT, "hyperbolic tangent"),
-    "exp": (lambda x, a: np.exp(x), 2, _FLOAT, "e ** x"),
-    "log": (lambda x, a: np.log(x), 2, _FLOAT, "natural logarithm (nan below 0, -inf at 0)"),
-    "sqrt": (lambda x, a: np.sqrt(x), 2, _FLOAT, "square root (nan below 0)"),
-    "rsqrt": (lambda x, a: 1 / np.sqrt(x), 3, _FLOAT, "1 / sqrt(x)"),
-    "neg": (lambda x, a: np.negative(x), 1, _SIGNED, "-x (int32 wraps)"),
-    "abs": (lambda x, a: np.abs(x), 1, _SIGNED, "|x| (int32 wraps at the minimum)"),
-    "erf": (lambda x, a: _erf(x), 10, _FLOAT, "Gauss error function"),
-    "reciprocal": (lambda x, a: 1 / x, 1, _FLOAT, "1 / x"),
+    "silu": (lambda x, a, out: x * _sigmoid(x), 5, _FLOAT, "x * sigmoid(x)"),
+    "sigmoid": (lambda x, a, out: _sigmoid(x), 4, _FLOAT, "1 / (1 + exp(-x))"),
+    "tanh": (lambda x, a, out: np.tanh(x, out=out), 4, _FLOAT, "hyperbolic tangent"),
+    "exp": (lambda x, a, out: np.exp(x, out=out), 2, _FLOAT, "e ** x"),
+    "log": (
+        lambda x, a, out: np.log(x, out=out),
+        2,
+        _FLOAT,
+        "natural logarithm (nan below 0, -inf at 0)",
+    ),
+    "sqrt": (lambda x, a, out: np.sqrt(x, out=out), 2, _FLOAT, "square root (nan below 0)"),
+    "rsqrt": (lambda x, a, out: np.reciprocal(np.sqrt(x), out=out), 3, _FLOAT, "1 / sqrt(x)"),
+    "neg": (lambda x, a, out: np.negative(x, out=out), 1, _SIGNED, "-x (int32 wraps)"),
+    "abs": (lambda x, a, out: np.abs(x, out=out), 1, _SIGNED, "|x| (int32 wraps at the minimum)"),
+    "erf": (lambda x, a, out: _erf(x), 10, _FLOAT, "Gauss error function"),
+    "reciprocal": (lambda x, a, out: np.reciprocal(x, out=out), 1, _FLOAT, "1 / x"),
 }
 _ATTRS = {
     "gelu": {
@@ -106,7 +113,7 @@ def _make(name: str, fn, flops: int, allowed: tuple, doc: str) -> KernelDef:
         return [OutSpec(x.shape, (x.dtype,))]
 
     def compute(ins, attrs, outs):
-        return [fn(ins[0], attrs)]
+        return [fn(ins[0], attrs, outs[0].buf)]
 
     return KernelDef(
         name=name,

@@ -1,0 +1,42 @@
+"""Shared timing helpers for the benchmark scripts: each figure is a ratio against a
+baseline measured in the same run, on the same machine."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+def best_time(fn: Callable[[], object], repeat: int = 5, warmup: int = 1) -> float:
+    """Fastest wall time of `fn()` in seconds over `repeat` runs after `warmup` runs: the
+    timeit convention, least disturbed by other work on the machine; both sides of every
+    ratio are timed the same way."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return min(samples)
+
+
+def best_times(
+    baseline: Callable[[], object], candidate: Callable[[], object], repeat: int = 5
+) -> tuple[float, float]:
+    """Fastest times of two functions timed alternately, so that a slow spell on a shared
+    machine hits both sides of the ratio alike."""
+    baseline()
+    candidate()
+    t_base, t_cand = [], []
+    for _ in range(repeat):
+        for fn, samples in ((baseline, t_base), (candidate, t_cand)):
+            start = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - start)
+    return min(t_base), min(t_cand)
+
+
+def verdict(value: float, target: float, higher_is_better: bool = True) -> str:
+    ok = value >= target if higher_is_better else value <= target
+    return "ok" if ok else "MISSED"

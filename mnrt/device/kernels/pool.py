@@ -1,0 +1,211 @@
+"""2-D pooling on NCHW: max_pool2d, avg_pool2d and global_avg_pool2d.
+
+Windows are walked tap by tap: each kernel tap is one strided view of the padded input, and
+the output accumulates over the kH*kW taps, which keeps every numpy pass as large as the
+output. Half and IEEE float16 arrive widened to float32 and accumulate in float32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import DTypeError, KernelAttributeError, ShapeError
+from .. import dtypes as dt
+from .common import require_float, require_rank, streaming_cost
+from .conv import check_ints
+from .registry import Attr, KernelDef, OutSpec, register
+
+_NUMERIC = (dt.DOUBLE, dt.FLOAT, dt.HALF, dt.FLOAT16, dt.INT32, dt.UINT8)
+
+
+def _window_starts(size: int, before: int, after: int, k: int, s: int, d: int, ceil: bool):
+    """First input index of every window along one axis (negative inside the padding).
+
+    In ceil mode a last, partial window is added when it starts inside the input or the
+    leading padding, as PyTorch and ONNX do; it may reach past the trailing padding."""
+    span = size + before + after - d * (k - 1) - 1
+    if span < 0:
+        return np.zeros(0, np.int64)
+    count = (-(-span // s) if ceil else span // s) + 1
+    if ceil and (count - 1) * s >= size + before:
+        count -= 1
+    return np.arange(count, dtype=np.int64) * s - before
+
+
+class _Geometry:
+    """Validated window layout of one pooling call, shared by infer and compute."""
+
+    def __init__(self, name: str, shape: tuple[int, ...], attrs) -> None:
+        check_ints(name, "kernel", attrs["kernel"], 2, 1)
+        stride = attrs["stride"] or attrs["kernel"]
+        check_ints(name, "stride", stride, 2, 1)
+        check_ints(name, "padding", attrs["padding"], 4, 0)
+        dilation = attrs.get("dilation", (1, 1))
+        check_ints(name, "dilation", dilation, 2, 1)
+        self.kernel, self.stride, self.dilation = attrs["kernel"], stride, dilation
+        pt, pl, pb, pr = attrs["padding"]
+        self.before, self.after = (pt, pl), (pb, pr)
+        self.starts = []
+        for ax in range(2):
+            size, k, s, d = shape[2 + ax], self.kernel[ax], stride[ax], dilation[ax]
+            starts = _window_starts(
+                size, self.before[ax], self.after[ax], k, s, d, attrs["ceil_mode"]
+            )
+            if starts.size == 0:
+                raise ShapeError(
+                    f"kernel '{name}': the {'row' if ax == 0 else 'column'} window "
+                    f"({k} taps, dilation {d}) does not fit the padded input of length "
+                    f"{size + self.before[ax] + self.after[ax]}; pad more or shrink the kernel"
+                )
+            taps = starts[:, None] + np.arange(k) * d
+            if not ((taps >= 0) & (taps < size)).any(axis=1).all():
+                raise KernelAttributeError(
+                    f"kernel '{name}': padding {attrs['padding']} leaves a window with no "
+                    "input element in it; reduce the padding"
+                )
+            self.starts.append(starts)
+        self.out = (len(self.starts[0]), len(self.starts[1]))
+
+    def padded(self, x: np.ndarray, fill) -> np.ndarray:
+        """x padded with `fill` far enough for every window, ceil-mode overhang included."""
+        ends = [
+            int(self.starts[ax][-1]) + self.dilation[ax] * (self.kernel[ax] - 1) + 1
+            for ax in range(2)
+        ]
+        widths = [(self.before[ax], max(0, ends[ax] - x.shape[2 + ax])) for ax in range(2)]
+        if not any(w for pair in widths for w in pair):
+            return x
+        return np.pad(x, ((0, 0), (0, 0), *widths), constant_values=fill)
+
+    def taps(self, xp: np.ndarray):
+        """One strided [N, C, OH, OW] view of the padded input per kernel tap."""
+        (oh, ow), (sh, sw), (dh, dw) = self.out, self.stride, self.dilation
+        for i in range(self.kernel[0]):
+            rows = slice(i * dh, i * dh + (oh - 1) * sh + 1, sh)
+            for j in range(self.kernel[1]):
+                yield xp[:, :, rows, j * dw : j * dw + (ow - 1) * sw + 1 : sw]
+
+    def counts(self, x_shape: tuple[int, ...], include_pad: bool) -> np.ndarray:
+        """How many elements each window averages: real ones, or those of the padded input
+        too (never the ceil-mode overhang past the trailing padding)."""
+        per_axis = []
+        for ax in range(2):
+            size = x_shape[2 + ax]
+            lo, hi = (-self.before[ax], size + self.after[ax]) if include_pad else (0, size)
+            starts = self.starts[ax]
+            ends = starts + self.kernel[ax]
+            per_axis.append(np.minimum(ends, hi) - np.maximum(starts, lo))
+        return np.multiply.outer(per_axis[0], per_axis[1])
+
+
+def _check_input(name: str, x, allowed: tuple) -> None:
+    require_rank(name, "x", x, (4,))
+    if x.dtype not in allowed:
+        raise DTypeError(
+            f"kernel '{name}' takes {', '.join(d.name for d in allowed)}, not {x.dtype.name}"
+        )
+
+
+def _max_infer(ins, attrs):
+    x = ins[0]
+    _check_input("max_pool2d", x, _NUMERIC)
+    g = _Geometry("max_pool2d", x.shape, attrs)
+    return [OutSpec((*x.shape[:2], *g.out), (x.dtype,))]
+
+
+def _lowest(dtype: np.dtype):
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def _max_compute(ins, attrs, outs):
+    x = ins[0]
+    g = _Geometry("max_pool2d", x.shape, attrs)
+    taps = g.taps(g.padded(x, _lowest(x.dtype)))
+    y = next(taps).copy()
+    for tap in taps:
+        np.maximum(y, tap, out=y)  # nan propagates, as in torch and ONNX
+    return [y]
+
+
+def _avg_infer(ins, attrs):
+    x = ins[0]
+    _check_input("avg_pool2d", x, (dt.DOUBLE, dt.FLOAT, dt.HALF, dt.FLOAT16))
+    g = _Geometry("avg_pool2d", x.shape, attrs)
+    return [OutSpec((*x.shape[:2], *g.out), (x.dtype,))]
+
+
+def _avg_compute(ins, attrs, outs):
+    x = ins[0]
+    g = _Geometry("avg_pool2d", x.shape, attrs)
+    taps = g.taps(g.padded(x, 0))
+    y = next(taps).copy()
+    for tap in taps:
+        y += tap
+    y /= g.counts(x.shape, attrs["count_include_pad"]).astype(y.dtype)
+    return [y]
+
+
+def _global_infer(ins, attrs):
+    x = ins[0]
+    require_rank("global_avg_pool2d", "x", x, (4,))
+    require_float("global_avg_pool2d", x.dtype)
+    if x.shape[2] * x.shape[3] == 0:
+        raise ShapeError(f"kernel 'global_avg_pool2d': x has no spatial elements (shape {x.shape})")
+    return [OutSpec((*x.shape[:2], 1, 1), (x.dtype,))]
+
+
+def _pool_cost(ins, outs, attrs):
+    kh, kw = attrs["kernel"]
+    return streaming_cost(ins, outs, kh * kw)
+
+
+_COMMON = {
+    "kernel": Attr("ints", doc="window size: (rows, cols)"),
+    "stride": Attr("ints", (), "step between windows: (rows, cols); () means the kernel size"),
+    "padding": Attr("ints", (0, 0, 0, 0), "padding: (top, left, bottom, right)"),
+    "ceil_mode": Attr("bool", False, "round the output size up, adding a last partial window"),
+}
+
+register(
+    KernelDef(
+        name="max_pool2d",
+        doc="maximum over each (dilated) window of NCHW x; padding never wins",
+        inputs=("x",),
+        outputs=("y",),
+        attrs={**_COMMON, "dilation": Attr("ints", (1, 1), "spacing of window taps")},
+        infer=_max_infer,
+        compute=_max_compute,
+        cost=_pool_cost,
+    )
+)
+
+register(
+    KernelDef(
+        name="avg_pool2d",
+        doc="mean over each window of NCHW x",
+        inputs=("x",),
+        outputs=("y",),
+        attrs={
+            **_COMMON,
+            "count_include_pad": Attr(
+                "bool", False, "divide by the window size with padding, not the real count"
+            ),
+        },
+        infer=_avg_infer,
+        compute=_avg_compute,
+        cost=_pool_cost,
+    )
+)
+
+register(
+    KernelDef(
+        name="global_avg_pool2d",
+        doc="mean over H and W of NCHW x, giving [N, C, 1, 1]",
+        inputs=("x",),
+        outputs=("y",),
+        attrs={},
+        infer=_global_infer,
+        compute=lambda ins, attrs, outs: [np.mean(ins[0], axis=(2, 3), keepdims=True)],
+        cost=lambda ins, outs, attrs: streaming_cost(ins, outs, ins[0].shape[2] * ins[0].shape[3]),
+    )
+)

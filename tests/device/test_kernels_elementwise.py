@@ -1,0 +1,396 @@
+"""Elementwise kernels (unary, binary, comparisons, where, cast, fill, copy) against
+per-element Python references.
+
+Tolerances: results are checked as |y - ref| <= atol + rtol * |ref| with the dtype's own
+golden tolerances from the dtype table (float 1e-5 / 1e-6, double 1e-9 / 1e-12, half
+2**-8 / 2**-12, i.e. one half ulp); integer and bool results must be exact.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from kernel_harness import infer, operand, run, spec
+
+from mnrt.device import dtypes as dt
+from mnrt.device.numerics import round_to_half
+from mnrt.errors import DTypeError, KernelAttributeError, ShapeError
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def close(y: np.ndarray, ref: np.ndarray, d: dt.DType) -> None:
+    np.testing.assert_allclose(y, ref, rtol=d.rtol, atol=d.atol, equal_nan=True)
+
+
+def elementwise(fn, *arrays: np.ndarray) -> np.ndarray:
+    """Apply a Python scalar function to broadcast arrays, element by element, in float64."""
+    b = np.broadcast_arrays(*arrays)
+    flat = [fn(*(float(v) for v in vals)) for vals in zip(*(a.ravel() for a in b), strict=True)]
+    return np.array(flat, np.float64).reshape(b[0].shape)
+
+
+# --- unary -----------------------------------------------------------------------------
+
+
+def _sigmoid(v: float) -> float:
+    return 1 / (1 + math.exp(-v)) if v >= 0 else math.exp(v) / (1 + math.exp(v))
+
+
+UNARY_REF = {
+    "relu": lambda v: max(v, 0.0),
+    "gelu": lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2))),
+    "silu": lambda v: v * _sigmoid(v),
+    "sigmoid": _sigmoid,
+    "tanh": math.tanh,
+    "exp": math.exp,
+    "log": math.log,
+    "sqrt": math.sqrt,
+    "rsqrt": lambda v: 1 / math.sqrt(v),
+    "neg": lambda v: -v,
+    "abs": abs,
+    "erf": math.erf,
+    "reciprocal": lambda v: 1 / v,
+}
+POSITIVE_ONLY = {"log", "sqrt", "rsqrt", "reciprocal"}
+
+
+def _unary_input(name: str, rng: np.random.Generator, shape=(3, 17)) -> np.ndarray:
+    if name in POSITIVE_ONLY:
+        return rng.uniform(0.05, 20.0, shape)
+    return rng.uniform(-6.0, 6.0, shape)
+
+
+@pytest.mark.parametrize("dtype", ["float", "double", "half", "float16"])
+@pytest.mark.parametrize("name", sorted(UNARY_REF))
+def test_unary_matches_reference(name, dtype):
+    d = dt.dtype(dtype)
+    x = operand(_unary_input(name, np.random.default_rng(1)), d)
+    xv = d.from_storage(x[0])
+    ref = elementwise(UNARY_REF[name], xv)
+    y = run(name, x)
+    assert y.dtype == d.read_dtype
+    if d is dt.HALF:
+        ref = round_to_half(ref)
+    close(y, ref, d)
+
+
+@pytest.mark.parametrize("dtype", ["float", "double"])
+def test_gelu_tanh_approximation(dtype):
+    xv = np.linspace(-6, 6, 97)
+    c = math.sqrt(2 / math.pi)
+    ref = elementwise(lambda v: 0.5 * v * (1 + math.tanh(c * (v + 0.044715 * v**3))), xv)
+    close(run("gelu", operand(xv, dtype), approximate="tanh"), ref, dt.dtype(dtype))
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    name=st.sampled_from(sorted(UNARY_REF)),
+    x=hnp.arrays(
+        np.float32,
+        hnp.array_shapes(min_dims=0, max_dims=3, max_side=5),
+        elements=st.floats(-30, 30, width=32),
+    ),
+)
+def test_unary_property_float32(name, x):
+    if name in POSITIVE_ONLY:
+        x = np.abs(x) + np.float32(0.01)
+    y = run(name, operand(x))
+    assert y.shape == x.shape and y.dtype == np.float32
+    close(y, elementwise(UNARY_REF[name], x), dt.FLOAT)
+
+
+def test_unary_int32_is_exact_and_wraps():
+    x = np.array([INT32_MIN, -7, 0, 5, INT32_MAX], np.int32)
+    assert run("relu", operand(x)).tolist() == [0, 0, 0, 5, INT32_MAX]
+    assert run("neg", operand(x)).tolist() == [INT32_MIN, 7, 0, -5, -INT32_MAX]
+    assert run("abs", operand(x)).tolist() == [INT32_MIN, 7, 0, 5, INT32_MAX]
+
+
+def test_unary_special_values():
+    x = operand(np.array([-1.0, 0.0, np.inf, np.nan], np.float32))
+    y = run("log", x)
+    assert np.isnan(y[0]) and y[1] == -np.inf and y[2] == np.inf and np.isnan(y[3])
+    assert run("sigmoid", operand(np.array([-200.0, 200.0], np.float32))).tolist() == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("name", ["exp", "log", "gelu", "sigmoid"])
+@pytest.mark.parametrize("dtype", ["int32", "uint8", "bool"])
+def test_float_unary_rejects_integers(name, dtype):
+    with pytest.raises(DTypeError, match=f"kernel '{name}'"):
+        infer(name, spec((3,), dtype))
+
+
+def test_unary_rejects_bad_attribute():
+    with pytest.raises(KernelAttributeError, match="kernel 'gelu'.*'tanh'"):
+        infer("gelu", spec((3,)), approximate="fast")
+    with pytest.raises(KernelAttributeError, match="kernel 'relu' has no attribute"):
+        infer("relu", spec((3,)), alpha=0.1)
+
+
+# --- binary ----------------------------------------------------------------------------
+
+BINARY_REF = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
+    "pow": lambda a, b: a**b,
+    "maximum": max,
+    "minimum": min,
+}
+
+
+def _int_ref(name: str, a: int, b: int) -> int:
+    """Integer semantics: C division (truncating, x/0 = 0), negative exponents clamp to 0."""
+    if name == "div":
+        return 0 if b == 0 else abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+    if name == "pow":
+        return a ** max(b, 0)
+    return int(BINARY_REF[name](a, b))
+
+
+def _wrap(v: int, bits: int, signed: bool) -> int:
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if signed and v >= 1 << (bits - 1) else v
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    name=st.sampled_from(sorted(BINARY_REF)),
+    shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=4),
+    seed=st.integers(0, 2**32 - 1),
+    dtype=st.sampled_from(["float", "double", "half"]),
+)
+def test_binary_float_property(name, shapes, seed, dtype):
+    rng = np.random.default_rng(seed)
+    d = dt.dtype(dtype)
+    sa, sb = shapes.input_shapes
+    if name == "pow":
+        a, b = rng.uniform(0.5, 2.0, sa), rng.uniform(-3.0, 3.0, sb)
+    else:
+        a = rng.uniform(-8.0, 8.0, sa)
+        b = rng.choice([-1.0, 1.0], sb) * rng.uniform(0.25, 8.0, sb)
+    a_op, b_op = operand(a, d), operand(b, d)
+    y = run(name, a_op, b_op)
+    assert y.shape == shapes.result_shape
+    ref = elementwise(BINARY_REF[name], d.from_storage(a_op[0]), d.from_storage(b_op[0]))
+    close(y, round_to_half(ref) if d is dt.HALF else ref, d)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    name=st.sampled_from(sorted(BINARY_REF)),
+    shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=4),
+    seed=st.integers(0, 2**32 - 1),
+    dtype=st.sampled_from(["int32", "uint8"]),
+)
+def test_binary_integer_property_wraps(name, shapes, seed, dtype):
+    rng = np.random.default_rng(seed)
+    d = dt.dtype(dtype)
+    info = np.iinfo(d.storage)
+    sa, sb = shapes.input_shapes
+    if name == "pow":
+        a = rng.integers(max(info.min, -5), 6, sa)
+        b = rng.integers(-3 if info.min else 0, 6, sb)
+    else:
+        a, b = (
+            rng.integers(info.min, info.max, sa, endpoint=True),
+            rng.integers(info.min, info.max, sb, endpoint=True),
+        )
+    y = run(name, operand(a, d), operand(b, d))
+    ab, bb = np.broadcast_arrays(a, b)
+    ref = [
+        _wrap(_int_ref(name, int(u), int(v)), 8 * d.itemsize, info.min < 0)
+        for u, v in zip(ab.ravel(), bb.ravel(), strict=True)
+    ]
+    assert y.dtype == d.storage
+    assert y.ravel().tolist() == ref
+
+
+def test_binary_nan_wins_in_maximum_and_minimum():
+    a = operand(np.array([np.nan, 1.0, 2.0], np.float32))
+    b = operand(np.array([0.0, np.nan, 1.0], np.float32))
+    for name, last in (("maximum", 2.0), ("minimum", 1.0)):
+        y = run(name, a, b)
+        assert np.isnan(y[:2]).all() and y[2] == last
+
+
+def test_binary_rejects_mixed_dtypes_and_unbroadcastable_shapes():
+    with pytest.raises(DTypeError, match="kernel 'add'.*cast"):
+        infer("add", spec((3,), "float"), spec((3,), "half"))
+    with pytest.raises(ShapeError, match="kernel 'mul'.*do not broadcast"):
+        infer("mul", spec((3, 2)), spec((3,)))
+    with pytest.raises(DTypeError, match="kernel 'sub'"):
+        infer("sub", spec((3,), "bool"), spec((3,), "bool"))
+    with pytest.raises(KernelAttributeError, match="kernel 'add' takes inputs"):
+        infer("add", spec((3,)))
+
+
+# --- comparisons and where -------------------------------------------------------------
+
+COMPARE_REF = {
+    "equal": lambda a, b: a == b,
+    "less": lambda a, b: a < b,
+    "greater": lambda a, b: a > b,
+}
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    name=st.sampled_from(sorted(COMPARE_REF)),
+    shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=4),
+    seed=st.integers(0, 2**32 - 1),
+    dtype=st.sampled_from(["float", "half", "int32", "uint8"]),
+)
+def test_comparison_property(name, shapes, seed, dtype):
+    rng = np.random.default_rng(seed)
+    sa, sb = shapes.input_shapes
+    a, b = rng.integers(0, 4, sa), rng.integers(0, 4, sb)  # small values: many ties
+    y = run(name, operand(a, dtype), operand(b, dtype))
+    assert y.dtype == np.bool_ and y.shape == shapes.result_shape
+    ref = elementwise(COMPARE_REF[name], a, b).astype(bool)
+    np.testing.assert_array_equal(y, ref)
+
+
+def test_comparisons_with_nan_and_bool():
+    a = operand(np.array([np.nan, 1.0], np.float32))
+    assert run("equal", a, a).tolist() == [False, True]
+    assert run("less", a, a).tolist() == [False, False]
+    t = operand(np.array([True, False]))
+    assert run("equal", t, operand(np.array(True))).tolist() == [True, False]
+    with pytest.raises(DTypeError, match="kernel 'less'"):
+        infer("less", spec((2,), "bool"), spec((2,), "bool"))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    shapes=hnp.mutually_broadcastable_shapes(num_shapes=3, max_dims=3, max_side=4),
+    seed=st.integers(0, 2**32 - 1),
+    dtype=st.sampled_from(["float", "half", "int32", "bool"]),
+)
+def test_where_broadcasts_all_three(shapes, seed, dtype):
+    rng = np.random.default_rng(seed)
+    sc, sa, sb = shapes.input_shapes
+    cond = rng.random(sc) < 0.5
+    a = rng.integers(-9, 9, sa)
+    b = rng.integers(-9, 9, sb)
+    if dtype == "bool":
+        a, b = a > 0, b > 0
+    y = run("where", operand(cond), operand(a, dtype), operand(b, dtype))
+    ref = elementwise(lambda c, u, v: u if c else v, cond, a, b)
+    np.testing.assert_array_equal(y, ref.astype(y.dtype))
+
+
+def test_where_rejects_non_bool_cond_and_mixed_branches():
+    with pytest.raises(DTypeError, match="kernel 'where': cond must be bool"):
+        infer("where", spec((2,), "int32"), spec((2,)), spec((2,)))
+    with pytest.raises(DTypeError, match="kernel 'where'"):
+        infer("where", spec((2,), "bool"), spec((2,)), spec((2,), "double"))
+    with pytest.raises(ShapeError, match="kernel 'where'"):
+        infer("where", spec((2,), "bool"), spec((3,)), spec((1,)))
+
+
+# --- cast, fill, copy ------------------------------------------------------------------
+
+
+def test_cast_float_to_int_truncates_saturates_and_zeroes_nan():
+    x = np.array([1.7, -1.7, np.nan, np.inf, -np.inf, 3e9, -3e9, 2147483647.0, -0.5])
+    assert run("cast", operand(x, "double"), to="int32").tolist() == [
+        1,
+        -1,
+        0,
+        INT32_MAX,
+        INT32_MIN,
+        INT32_MAX,
+        INT32_MIN,
+        INT32_MAX,
+        0,
+    ]
+    assert run("cast", operand(x, "float"), to="int32").tolist()[:7] == [
+        1,
+        -1,
+        0,
+        INT32_MAX,
+        INT32_MIN,
+        INT32_MAX,
+        INT32_MIN,
+    ]
+    u = run("cast", operand(np.array([-1.5, 255.9, 300.0, np.nan, 7.99], np.float32)), to="uint8")
+    assert u.dtype == np.uint8 and u.tolist() == [0, 255, 255, 0, 7]
+    h = run("cast", operand(np.array([2.75, -3.5, 1e12]), "half"), to="int32")
+    assert h.tolist() == [2, -3, INT32_MAX]
+
+
+def test_cast_between_integers_saturates_and_to_bool_is_nonzero():
+    i = operand(np.array([-5, 0, 255, 256, INT32_MAX], np.int32))
+    assert run("cast", i, to="uint8").tolist() == [0, 0, 255, 255, 255]
+    f = operand(np.array([0.0, -0.0, np.nan, 2.0, -1e-30], np.float32))
+    assert run("cast", f, to="bool").tolist() == [False, False, True, True, True]
+    b = operand(np.array([True, False]))
+    assert run("cast", b, to="float").tolist() == [1.0, 0.0]
+    assert run("cast", b, to="int32").tolist() == [1, 0]
+
+
+def test_cast_to_float_rounds_once():
+    big = operand(np.array([16777217, -16777219], np.int32))
+    assert run("cast", big, to="float").tolist() == [16777216.0, -16777220.0]
+    # 1 + 2**-11 + 2**-40 is just above a float16 tie: through float32 it would land on
+    # the tie and round to even (1.0); rounded once it goes up.
+    above_tie = operand(np.array([1 + 2.0**-11 + 2.0**-40]), "double")
+    assert run("cast", above_tie, to="float16").tolist() == [1 + 2.0**-10]
+    x = np.random.default_rng(2).uniform(-100, 100, 50).astype(np.float32)
+    np.testing.assert_array_equal(run("cast", operand(x), to="half"), round_to_half(x))
+    np.testing.assert_array_equal(run("cast", operand(x), to="double"), x.astype(np.float64))
+
+
+def test_cast_double_to_half_rounds_once():
+    above_tie = operand(np.array([1 + 2.0**-10 + 2.0**-40]), "double")
+    assert run("cast", above_tie, to="half").tolist() == [1 + 2.0**-9]
+
+
+def test_cast_rejects_unknown_dtype():
+    with pytest.raises(KernelAttributeError, match="kernel 'cast'.*'to'"):
+        infer("cast", spec((2,)), to="float8")
+    with pytest.raises(KernelAttributeError, match="kernel 'cast' needs attribute 'to'"):
+        infer("cast", spec((2,)))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value", "expected"),
+    [
+        ("float", 2.5, 2.5),
+        ("half", 1.0 / 3.0, float(round_to_half(np.float32(1 / 3)))),
+        ("int32", -2.9, -2),
+        ("int32", 1e10, INT32_MAX),
+        ("uint8", -4.0, 0),
+        ("bool", 0.0, False),
+        ("bool", 0.5, True),
+    ],
+)
+def test_fill_converts_value_like_cast(dtype, value, expected):
+    y = run("fill", shape=(2, 3), value=value, dtype=dtype)
+    assert y.shape == (2, 3) and y.dtype == dt.dtype(dtype).read_dtype
+    assert (y == expected).all()
+
+
+def test_fill_scalar_and_empty_and_bad_shape():
+    assert run("fill", shape=(), value=7).tolist() == 7.0
+    assert run("fill", shape=(0, 4), value=1).shape == (0, 4)
+    with pytest.raises(KernelAttributeError, match="kernel 'fill'"):
+        infer("fill", shape=(2, -1), value=1.0)
+    with pytest.raises(KernelAttributeError, match="kernel 'fill' takes inputs"):
+        infer("fill", spec((2,)), shape=(2,), value=1.0)
+
+
+@pytest.mark.parametrize("dtype", list(dt.DTYPES))
+def test_copy_is_exact_for_every_dtype(dtype):
+    d = dt.dtype(dtype)
+    x = operand(np.random.default_rng(3).uniform(0, 50, (3, 4)).astype(d.read_dtype), d)
+    y = run("copy", x)
+    np.testing.assert_array_equal(y, d.from_storage(x[0]))

@@ -1,0 +1,108 @@
+"""Registry-wide kernel checks: every kernel is documented, listed, launchable and priced."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kernel_harness import check_cost, operand, run, spec
+
+from mnrt.device.kernels import REQUIRED, TensorSpec, all_kernels, lookup
+
+
+# One small valid launch of every kernel: (operands, attributes).
+def _samples() -> dict[str, tuple[list, dict]]:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    pos = np.abs(x) + np.float32(0.5)
+    img = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    unary = {"log": pos, "sqrt": pos, "rsqrt": pos, "reciprocal": pos}
+    out: dict[str, tuple[list, dict]] = {}
+    for name in ("relu", "gelu", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "erf"):
+        out[name] = ([operand(x)], {})
+    for name, v in unary.items():
+        out[name] = ([operand(v)], {})
+    for name in ("add", "sub", "mul", "div", "maximum", "minimum", "pow"):
+        out[name] = ([operand(pos), operand(pos[0])], {})
+    for name in ("equal", "less", "greater"):
+        out[name] = ([operand(x), operand(x[:, :1])], {})
+    for name in ("sum", "mean", "max", "min"):
+        out[name] = ([operand(x)], {"axes": (1,)})
+    out.update(
+        {
+            "gemm": ([operand(x), operand(x[0].T)], {}),
+            "conv2d": (
+                [operand(img), operand(img[:, :, :3, :3].repeat(3, 0))],
+                {"padding": (1,) * 4},
+            ),
+            "softmax": ([operand(x)], {}),
+            "log_softmax": ([operand(x)], {"axis": 0}),
+            "layernorm": ([operand(x), operand(x[0]), operand(x[1])], {"axis": 1}),
+            "rmsnorm": ([operand(x), operand(x[0, 0])], {}),
+            "max_pool2d": ([operand(img)], {"kernel": (3, 3), "stride": (2, 2)}),
+            "avg_pool2d": ([operand(img)], {"kernel": (2, 2), "ceil_mode": True}),
+            "global_avg_pool2d": ([operand(img)], {}),
+            "transpose": ([operand(x)], {"perm": (2, 0, 1)}),
+            "reshape": ([operand(x)], {"shape": (4, -1)}),
+            "slice": ([operand(x)], {"starts": (1,), "ends": (0,), "axes": (2,), "steps": (-1,)}),
+            "concat": ([operand(x), operand(x)], {"axis": -1}),
+            "gather": ([operand(x), operand(np.array([1, -1], np.int32))], {"axis": 2}),
+            "expand": ([operand(x[:, :1])], {"shape": (5, 2, 3, 4)}),
+            "where": ([operand(x > 0), operand(x), operand(np.float32(0))], {}),
+            "cast": ([operand(x)], {"to": "half"}),
+            "fill": ([], {"shape": (2, 2), "value": 3.0, "dtype": "int32"}),
+            "copy": ([operand(x, "half")], {}),
+        }
+    )
+    return out
+
+
+SAMPLES = _samples()
+
+
+def test_every_registered_kernel_has_a_sample_launch():
+    names = [k.name for k in all_kernels()]
+    assert names == sorted(set(names))
+    missing = sorted(set(names) - set(SAMPLES))
+    assert not missing, f"add a sample launch for {missing} to SAMPLES"
+    assert set(SAMPLES) <= set(names)
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_kernel_is_documented_and_listed(name):
+    kdef = lookup(name)
+    assert kdef in all_kernels()
+    assert kdef.doc and "\n" not in kdef.doc and len(kdef.doc) <= 100
+    for attr_name, attr in kdef.attrs.items():
+        assert attr.doc, f"attribute {attr_name} of {name} has no doc"
+        if attr.default is not REQUIRED:
+            assert attr.check(name, attr_name, attr.default) == attr.default
+    described = kdef.describe()
+    assert described["name"] == name and set(described["attrs"]) == set(kdef.attrs)
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_sample_launch_runs_with_finite_cost(name):
+    ins, attrs = SAMPLES[name]
+    kdef = lookup(name)
+    specs = [TensorSpec(x[0].shape, x[1]) for x in ins]
+    checked = kdef.check_attrs(attrs)
+    outs = [TensorSpec(o.shape, o.dtypes[0]) for o in kdef.infer(specs, checked)]
+    cost = kdef.cost(specs, outs, checked)
+    check_cost(cost)
+    if any(t.size for t in outs):
+        assert cost.dram_bytes > 0
+    y = run(name, *ins, **attrs)
+    assert y.shape == outs[0].shape
+    if name in ("gemm", "conv2d"):
+        assert cost.matrix and cost.flops > 0
+
+
+def test_cost_of_empty_launches_is_finite():
+    check_cost(
+        lookup("conv2d").cost(
+            [spec((0, 2, 3, 3)), spec((4, 2, 1, 1))],
+            [spec((0, 4, 3, 3))],
+            lookup("conv2d").check_attrs({}),
+        )
+    )
+    check_cost(lookup("sum").cost([spec((0, 3))], [spec((1, 3))], lookup("sum").check_attrs({})))
