@@ -39,7 +39,7 @@ def main() -> None:
         from mnrt.host.commands import RunProgram
 
         plan = prog._plan(binding)
-        cmds = [RunProgram(prog, plan) for _ in range(n)]
+        cmds = [RunProgram(prog, plan, binding) for _ in range(n)]
         backend = dev._backend
         start = time.perf_counter()
         for cmd in cmds:

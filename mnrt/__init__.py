@@ -5,6 +5,8 @@ The public API is re-exported here; everything else is private unless a module s
 
 from __future__ import annotations
 
+from ._version import __version__
+from .capture import CaptureError, begin_capture, capture, compare_to_golden, end_capture
 from .device.boards import DeviceInfo
 from .device.dtypes import BOOL as bool_
 from .device.dtypes import DOUBLE as float64
@@ -26,17 +28,20 @@ from .errors import (
     DeviceNotFoundError,
     DTypeError,
     InvalidArgumentError,
+    InvalidBinaryError,
     KernelAttributeError,
     MnrtError,
     OutOfMemoryError,
     ShapeError,
     TraceError,
     UnknownKernelError,
+    UnsupportedVersionError,
     UseAfterFreeError,
 )
+from .format import LightBinary
 from .host import Buffer, CommandQueue, Device, Kernel, Program, list_devices, open_device
-
-__version__ = "0.1.0"
+from .host.golden import Check
+from .replay import ReplayReport, replay
 
 
 def kernels() -> list[dict]:
@@ -48,6 +53,8 @@ __all__ = [
     "MNCORE2",
     "BindingError",
     "Buffer",
+    "CaptureError",
+    "Check",
     "CommandQueue",
     "DType",
     "DTypeError",
@@ -61,17 +68,26 @@ __all__ = [
     "DeviceNotFoundError",
     "DeviceSpec",
     "InvalidArgumentError",
+    "InvalidBinaryError",
     "Kernel",
     "KernelAttributeError",
+    "LightBinary",
     "MnrtError",
     "OutOfMemoryError",
     "Program",
+    "ReplayReport",
     "ShapeError",
     "TraceError",
     "UnknownKernelError",
+    "UnsupportedVersionError",
     "UseAfterFreeError",
+    "__version__",
+    "begin_capture",
     "bool_",
+    "capture",
+    "compare_to_golden",
     "dtype",
+    "end_capture",
     "float16",
     "float32",
     "float64",
@@ -80,5 +96,6 @@ __all__ = [
     "kernels",
     "list_devices",
     "open_device",
+    "replay",
     "uint8",
 ]

@@ -62,6 +62,30 @@ class TraceError(InvalidArgumentError):
     """A device-trace rule was broken (nesting, a forbidden call inside a trace, unknown id)."""
 
 
+# --- light binaries ------------------------------------------------------------------------
+
+
+class InvalidBinaryError(MnrtError):
+    """A light binary (.mnlb) is malformed, corrupt, truncated, or not one at all.
+
+    `offset` is the byte offset of the problem in the file and `command` the index of the
+    command it concerns, when known."""
+
+    def __init__(self, message: str, offset: int | None = None, command: int | None = None):
+        where = []
+        if command is not None:
+            where.append(f"command {command}")
+        if offset is not None:
+            where.append(f"offset {offset}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+        self.offset = offset
+        self.command = command
+
+
+class UnsupportedVersionError(InvalidBinaryError):
+    """The binary's format version or schema is not one this mnrt reads."""
+
+
 # --- device errors: the device could not do what was asked -------------------------------
 
 

@@ -4,12 +4,16 @@ Weights and activations feeding the GEMMs are MN-Core half (1-6-9); GEMMs accumu
 float32 and write float32, elementwise work runs in float32. Prints the output, its error
 against a float64 numpy reference, and the modelled device time and energy.
 
-    python samples/mlp.py [--batch 64] [--device auto]
+    python samples/mlp.py [--batch 64] [--device auto] [--capture samples/mlp.mnlb]
+
+With --capture, the run is recorded into a light binary (weights, program, input and the
+output as a golden) that `mnrt run` replays and verifies with nothing else installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 
 import numpy as np
@@ -55,6 +59,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--capture", metavar="PATH", help="record the run into a light binary")
     args = parser.parse_args()
     device = args.device if args.device == "auto" else int(args.device)
 
@@ -68,7 +73,12 @@ def main() -> None:
         )
         params[f"b{i}"] = (0.1 * rng.standard_normal(fan_out)).astype(np.float32)
 
-    with mnrt.open_device(device) as dev:
+    recording = (
+        mnrt.capture(args.capture, description="samples/mlp.py: mixed-precision MLP forward")
+        if args.capture
+        else contextlib.nullcontext()
+    )
+    with recording, mnrt.open_device(device) as dev:
         bufs, prog = build(dev, args.batch, sizes)
         q = dev.command_queue(0)
         q.enqueue_write_buffer(bufs["x"], x)

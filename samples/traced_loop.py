@@ -6,12 +6,16 @@ The step is one program; it is recorded into a device trace (nothing runs while 
 as with tt-metal traces and CUDA Graphs) and the trace is replayed `--steps` times. Prints
 the final state, its agreement with the same loop in numpy float32, and modelled time.
 
-    python samples/traced_loop.py [--steps 100] [--size 128]
+    python samples/traced_loop.py [--steps 100] [--size 128] [--capture PATH]
+
+With --capture, the run (including the device trace and its replays) is recorded into a
+light binary; the final state is its golden.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 import numpy as np
 
@@ -23,6 +27,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--size", type=int, default=128)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--capture", metavar="PATH", help="record the run into a light binary")
     args = parser.parse_args()
     device = args.device if args.device == "auto" else int(args.device)
     n = args.size
@@ -32,7 +37,12 @@ def main() -> None:
     w = (rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
     dt = np.array([0.05], np.float32)
 
-    with mnrt.open_device(device) as dev:
+    recording = (
+        mnrt.capture(args.capture, description="samples/traced_loop.py: traced Euler steps")
+        if args.capture
+        else contextlib.nullcontext()
+    )
+    with recording, mnrt.open_device(device) as dev:
         s = dev.create_buffer((1, n), mnrt.float32, name="s")
         wb = dev.create_buffer((n, n), mnrt.float32, name="w")
         dtb = dev.create_buffer((1,), mnrt.float32, name="dt")

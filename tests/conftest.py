@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 
 import mnrt
+from mnrt.host import observe
 
 
 @pytest.fixture(autouse=True)
 def _isolated_state(tmp_path, monkeypatch):
     monkeypatch.setenv("MNRT_HOME", str(tmp_path / "mnrt-home"))
     monkeypatch.delenv("MNRT_DEVICE_COUNT", raising=False)
+    yield
+    observe.install(None)  # a test that failed mid-capture must not leave it running
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import numpy as np
 from ..device.dtypes import DType
 from ..device.kernels import TensorSpec
 from ..errors import DeviceMismatchError, UseAfterFreeError
+from .observe import api
 
 if TYPE_CHECKING:
     from .device import Device
@@ -37,6 +38,7 @@ class Buffer:
     def is_allocated(self) -> bool:
         return self._bits is not None
 
+    @api("deallocate")
     def deallocate(self) -> None:
         """Free the DRAM. Waits for queued commands first, as cudaFree does."""
         self.device._before_memory_change(f"deallocate buffer '{self.name}'")

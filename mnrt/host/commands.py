@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -65,20 +66,22 @@ class Command:
 
 
 class WriteBuffer(Command):
-    __slots__ = ("buffer", "data")
+    __slots__ = ("buffer", "data", "stored")
     kind = "write_buffer"
 
-    def __init__(self, buffer: Buffer, data: np.ndarray) -> None:
+    def __init__(self, buffer: Buffer, data: np.ndarray, stored: bool = False) -> None:
         super().__init__()
         self.buffer = buffer
         self.data = data
+        self.stored = stored  # data is already in the device's stored form (replay)
 
     @property
     def label(self) -> str:
         return f"write_buffer '{self.buffer.name}'"
 
     def run(self, backend: EmulatedDevice) -> Modelled:
-        np.copyto(self.buffer._storage(), self.buffer.dtype.to_storage(self.data))
+        data = self.data if self.stored else self.buffer.dtype.to_storage(self.data)
+        np.copyto(self.buffer._storage(), data)
         return backend.transfer_cost(self.buffer.nbytes)
 
 
@@ -101,13 +104,14 @@ class ReadBuffer(Command):
 
 
 class RunProgram(Command):
-    __slots__ = ("plan", "program")
+    __slots__ = ("bindings", "plan", "program")
     kind = "program"
 
-    def __init__(self, program: Program, plan: Plan) -> None:
+    def __init__(self, program: Program, plan: Plan, bindings: Mapping[str, Buffer]) -> None:
         super().__init__()
         self.program = program
         self.plan = plan
+        self.bindings = bindings
 
     @property
     def label(self) -> str:

@@ -26,6 +26,7 @@ from ..errors import (
     TraceError,
 )
 from .buffer import Buffer
+from .observe import api
 from .program import Kernel, Program
 from .queue import DEFAULT_HISTORY, CommandQueue
 from .trace import Trace
@@ -78,6 +79,7 @@ class Device:
         else:
             self._close_quietly()
 
+    @api("close")
     def close(self) -> None:
         """Wait for every queue, release everything, and raise a device error still unseen."""
         if self._closed:
@@ -106,6 +108,7 @@ class Device:
     def is_open(self) -> bool:
         return not self._closed
 
+    @api("reset")
     def reset(self) -> None:
         """Back to the just-opened state: queues drained and errors dropped, every buffer
         freed (old handles raise on use), traces released, statistics zeroed."""
@@ -123,6 +126,7 @@ class Device:
         self._traces.clear()
         self._backend.memory.reset()
 
+    @api("clear")
     def clear(
         self, zero: bool = False, pattern: int | None = None, seed: int | None = None
     ) -> None:
@@ -135,6 +139,7 @@ class Device:
         boards.save_fill(self.index, fill)
 
     # --- objects ------------------------------------------------------------------
+    @api("create_buffer")
     def create_buffer(
         self, shape: Sequence[int] | int, dtype: DType | str | Any, name: str | None = None
     ) -> Buffer:
@@ -157,6 +162,7 @@ class Device:
         self._buffers[buf.uid] = buf
         return buf
 
+    @api("create_program")
     def create_program(self, kernels: Sequence[Kernel], name: str | None = None) -> Program:
         """Validate a list of kernels into a program; operand slots are bound at enqueue."""
         self._before_memory_change("create_program")
@@ -164,6 +170,7 @@ class Device:
         self._programs.add(prog)
         return prog
 
+    @api("command_queue")
     def command_queue(self, index: int = 0, history: int = DEFAULT_HISTORY) -> CommandQueue:
         """The device's queue `index` (0..7), created on first use."""
         self._check_open()
@@ -176,6 +183,7 @@ class Device:
             q = self._queues[index] = CommandQueue(self, index, history)
         return q
 
+    @api("release_trace")
     def release_trace(self, trace_id: int) -> None:
         self._check_open()
         trace = self._traces.pop(trace_id, None)
@@ -249,6 +257,7 @@ def list_devices() -> list[boards.DeviceInfo]:
     return boards.list_devices()
 
 
+@api("open_device")
 def open_device(which: int | str = "auto") -> Device:
     """Open device `which` (an index), or with "auto" the lowest-numbered one not open."""
     with _open_lock:

@@ -36,6 +36,7 @@ from .commands import (
     RunProgram,
     WriteBuffer,
 )
+from .observe import api
 from .program import Program
 from .trace import Trace
 
@@ -63,6 +64,7 @@ class CommandQueue:
         self._lock = threading.Lock()
 
     # --- public API ---------------------------------------------------------------
+    @api("enqueue_write_buffer")
     def enqueue_write_buffer(
         self, buffer: Buffer, data: np.ndarray, blocking: bool = False
     ) -> None:
@@ -92,6 +94,14 @@ class CommandQueue:
             )
         self._submit(WriteBuffer(buffer, data), blocking)
 
+    def _write_stored(self, buffer: Buffer, bits: np.ndarray, blocking: bool = False) -> None:
+        """Write bits already in the buffer's stored form (as replay has them): no rounding.
+        The caller has checked that `bits` has the buffer's size."""
+        self._check_host_transfer("write")
+        self._check_buffer(buffer)
+        self._submit(WriteBuffer(buffer, bits.reshape(buffer.shape), stored=True), blocking)
+
+    @api("enqueue_read_buffer")
     def enqueue_read_buffer(self, buffer: Buffer, blocking: bool = True) -> np.ndarray:
         """Copy a buffer to a new host array. Without blocking, the array is filled by the
         time finish() returns."""
@@ -101,6 +111,7 @@ class CommandQueue:
         self._submit(ReadBuffer(buffer, out), blocking)
         return out
 
+    @api("enqueue_program")
     def enqueue_program(
         self, program: Program, bindings: Mapping[str, Buffer], blocking: bool = False
     ) -> None:
@@ -115,7 +126,7 @@ class CommandQueue:
                 f"program '{program.name}' was created on device {program.device.index}, "
                 f"not device {self.device.index}"
             )
-        cmd = RunProgram(program, program._plan(bindings))
+        cmd = RunProgram(program, program._plan(bindings), bindings)
         if self._capture is not None:
             if blocking:
                 raise TraceError(
@@ -125,6 +136,7 @@ class CommandQueue:
             return
         self._submit(cmd, blocking)
 
+    @api("finish")
     def finish(self) -> None:
         """Wait until every enqueued command has run; raise the first device error, if any."""
         self.device._check_open()
@@ -136,6 +148,7 @@ class CommandQueue:
         self._drain()
         self._raise_pending_error()
 
+    @api("begin_trace_capture")
     def begin_trace_capture(self) -> int:
         """Start recording enqueue_program calls into a device trace instead of running them."""
         self.device._check_open()
@@ -144,6 +157,7 @@ class CommandQueue:
         self._capture = self.device._new_trace(self.index)
         return self._capture.id
 
+    @api("end_trace_capture")
     def end_trace_capture(self, trace_id: int) -> None:
         self.device._check_open()
         if self._capture is None or self._capture.id != trace_id:
@@ -154,6 +168,7 @@ class CommandQueue:
         self._capture.complete = True
         self._capture = None
 
+    @api("replay_trace")
     def replay_trace(self, trace_id: int, blocking: bool = False) -> None:
         """Run the commands of a captured trace, in order, as one command of this queue."""
         self.device._check_open()

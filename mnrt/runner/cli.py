@@ -13,7 +13,13 @@ from ..errors import MnrtError
 
 # name -> "module:attribute", relative to mnrt.runner
 _SUBCOMMANDS = {
+    "bench": "run:bench",
+    "convert": "inspect:convert",
+    "dump": "inspect:dump",
+    "info": "inspect:info",
+    "run": "run:run",
     "smi": "smi:smi",
+    "verify": "inspect:verify",
 }
 
 

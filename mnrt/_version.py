@@ -1,0 +1,3 @@
+"""The mnrt version, in one place."""
+
+__version__ = "0.1.0"

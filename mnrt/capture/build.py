@@ -1,0 +1,140 @@
+"""Turning a recorder's log into a LightBinary: commands as tables, data as blobs."""
+
+from __future__ import annotations
+
+import platform
+import socket
+import time
+
+import numpy as np
+
+from .._version import __version__
+from ..device.dtypes import BY_CODE
+from ..device.spec import MNCORE2
+from ..format import BlobStore, LightBinary
+from ..format.fb.BeginTraceCapture import BeginTraceCaptureT
+from ..format.fb.BufferDesc import BufferDescT
+from ..format.fb.Command import CommandT
+from ..format.fb.CommandUnion import CommandUnion as U
+from ..format.fb.CreateBuffer import CreateBufferT
+from ..format.fb.CreateProgram import CreateProgramT
+from ..format.fb.DeallocateBuffer import DeallocateBufferT
+from ..format.fb.DeviceDescription import DeviceDescriptionT
+from ..format.fb.EndTraceCapture import EndTraceCaptureT
+from ..format.fb.EnqueueProgram import EnqueueProgramT
+from ..format.fb.Finish import FinishT
+from ..format.fb.GoldenCheck import GoldenCheckT
+from ..format.fb.KernelDesc import KernelDescT
+from ..format.fb.Metadata import MetadataT
+from ..format.fb.OpenDevice import OpenDeviceT
+from ..format.fb.OpenQueue import OpenQueueT
+from ..format.fb.ProgramDesc import ProgramDescT
+from ..format.fb.ReadBuffer import ReadBufferT
+from ..format.fb.ReleaseTrace import ReleaseTraceT
+from ..format.fb.ReplayTrace import ReplayTraceT
+from ..format.fb.WriteBuffer import WriteBufferT
+from ..format.values import attribute
+from ..host import Program
+from . import recorder as r
+
+PRODUCER = "mnrt capture"
+_NAN = float("nan")
+
+
+def _program_desc(prog: Program) -> ProgramDescT:
+    kernels = []
+    for k in prog.kernels:
+        schema = k.kdef.attrs
+        kernels.append(
+            KernelDescT(
+                op=k.op,
+                inputs=list(k.inputs),
+                outputs=list(k.outputs),
+                attrs=[attribute(n, schema[n].kind, v) for n, v in k.attrs.items()],
+            )
+        )
+    return ProgramDescT(name=prog.name, kernels=kernels)
+
+
+def _tolerance(value: float | None) -> float:
+    return _NAN if value is None else float(value)
+
+
+class _Context:
+    """What converting one log needs besides the entry itself."""
+
+    def __init__(self) -> None:
+        self.blobs = BlobStore()
+        self.dtype_of: dict[int, int] = {}  # buffer gid -> dtype code
+
+    def stored_blob(self, data: np.ndarray, bid: int) -> int:
+        """Host data as the device stores it (half as its 1-6-9 bits), as a blob id."""
+        return self.blobs.add(BY_CODE[self.dtype_of[bid]].to_storage(data))
+
+
+def _create_buffer(e: tuple, ctx: _Context) -> CommandT:
+    _, bid, dev, shape, code, name = e
+    ctx.dtype_of[bid] = code
+    desc = BufferDescT(shape=list(shape), dtype=code, name=name)
+    return CommandT(U.CreateBuffer, CreateBufferT(bid, dev, desc))
+
+
+def _write(e: tuple, ctx: _Context) -> CommandT:
+    _, qid, bid, data, blocking, stored = e
+    blob = ctx.blobs.add(data) if stored else ctx.stored_blob(data, bid)
+    return CommandT(U.WriteBuffer, WriteBufferT(qid, bid, blob, blocking))
+
+
+def _read(e: tuple, ctx: _Context) -> CommandT:
+    _, qid, bid, blocking, golden, _ = e
+    blob = 0 if golden is None else ctx.stored_blob(golden, bid)
+    return CommandT(U.ReadBuffer, ReadBufferT(qid, bid, blocking, blob, _NAN, _NAN))
+
+
+def _golden(e: tuple, ctx: _Context) -> CommandT:
+    _, qid, bid, expected, rtol, atol, name, _ = e
+    blob = ctx.stored_blob(expected, bid)
+    check = GoldenCheckT(qid, bid, blob, _tolerance(rtol), _tolerance(atol), name)
+    return CommandT(U.GoldenCheck, check)
+
+
+# Log entry kind -> converter of (entry, context) to a command table.
+_CONVERTERS = {
+    r.OPEN_DEVICE: lambda e, ctx: CommandT(U.OpenDevice, OpenDeviceT(e[1], e[2])),
+    r.OPEN_QUEUE: lambda e, ctx: CommandT(U.OpenQueue, OpenQueueT(e[1], e[2], e[3])),
+    r.CREATE_BUFFER: _create_buffer,
+    r.DEALLOCATE: lambda e, ctx: CommandT(U.DeallocateBuffer, DeallocateBufferT(e[1])),
+    r.WRITE: _write,
+    r.READ: _read,
+    r.CREATE_PROGRAM: lambda e, ctx: CommandT(
+        U.CreateProgram, CreateProgramT(e[1], e[2], _program_desc(e[3]))
+    ),
+    r.PROGRAM: lambda e, ctx: CommandT(
+        U.EnqueueProgram, EnqueueProgramT(e[1], e[2], list(e[3]), e[4])
+    ),
+    r.FINISH: lambda e, ctx: CommandT(U.Finish, FinishT(e[1])),
+    r.BEGIN_TRACE: lambda e, ctx: CommandT(U.BeginTraceCapture, BeginTraceCaptureT(e[1], e[2])),
+    r.END_TRACE: lambda e, ctx: CommandT(U.EndTraceCapture, EndTraceCaptureT(e[1], e[2])),
+    r.REPLAY_TRACE: lambda e, ctx: CommandT(U.ReplayTrace, ReplayTraceT(e[1], e[2], e[3])),
+    r.RELEASE_TRACE: lambda e, ctx: CommandT(U.ReleaseTrace, ReleaseTraceT(e[1], e[2])),
+    r.GOLDEN: _golden,
+}
+
+
+def build(log: list[tuple], devices: dict[int, int], description: str = "") -> LightBinary:
+    """Serialise a capture log. Called after every queue has finished."""
+    ctx = _Context()
+    commands = [_CONVERTERS[entry[0]](entry, ctx) for entry in log]
+    metadata = MetadataT(
+        createdUnixS=time.time(),
+        hostname=socket.gethostname(),
+        python=platform.python_version(),
+        mnrtVersion=__version__,
+        description=description,
+    )
+    device = DeviceDescriptionT(
+        arch=MNCORE2.arch, deviceCount=len(devices), dramBytes=MNCORE2.dram_bytes
+    )
+    return LightBinary.build(
+        commands, ctx.blobs, producer=f"{PRODUCER} {__version__}", metadata=metadata, device=device
+    )

@@ -1,0 +1,388 @@
+"""The recorder: an observer of host API calls that keeps an in-memory log of them.
+
+Recording a call only assigns global ids and appends a tuple (plus a copy of written data);
+the FlatBuffer is built once, at end_capture (see `build.py`). Objects that existed before
+capture began are recorded at their first use as a state snapshot: their creation, and for
+buffers their contents at that moment, so a capture can start in the middle of a program.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ..host import Buffer, CommandQueue, Device, Program
+
+# Log entry kinds; build.py turns each into one command table.
+OPEN_DEVICE = "open_device"
+OPEN_QUEUE = "open_queue"
+CREATE_BUFFER = "create_buffer"
+DEALLOCATE = "deallocate"
+WRITE = "write"
+READ = "read"
+CREATE_PROGRAM = "create_program"
+PROGRAM = "program"
+FINISH = "finish"
+BEGIN_TRACE = "begin_trace"
+END_TRACE = "end_trace"
+REPLAY_TRACE = "replay_trace"
+RELEASE_TRACE = "release_trace"
+GOLDEN = "golden"
+
+
+_SLOW = object()  # a fast handler's answer: take the general path instead
+
+
+class CaptureError(InvalidArgumentError):
+    """A host call that a light binary cannot represent happened during capture."""
+
+
+def _arg(args: tuple, kwargs: dict, i: int, name: str, default: Any = None) -> Any:
+    if len(args) > i:
+        return args[i]
+    return kwargs.get(name, default)
+
+
+class Recorder:
+    """Observer installed by begin_capture; see mnrt.host.observe."""
+
+    def __init__(self, goldens: bool = True) -> None:
+        self.goldens = goldens
+        self.log: list[tuple] = []
+        self.devices: dict[int, int] = {}  # gid -> device index, in the order of first use
+        self._ids: dict[int, int] = {}  # id(host object) -> global id
+        self._keep: list[Any] = []  # the objects behind _ids stay alive while we record
+        self._traces: dict[tuple[int, int], int] = {}  # (device gid, trace id) -> gid
+        self._next = 1  # global ids come from this one counter; 0 means none
+        # Log index of each device trace being captured now: snapshots taken meanwhile are
+        # placed before it, since replay may not allocate or write inside a trace.
+        self._open_traces: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._before: dict[str, Callable[[str, tuple, dict], None]] = {
+            "deallocate": self._known_buffer_no_data,
+            "enqueue_write_buffer": self._before_write,
+            "enqueue_read_buffer": self._before_use,
+            "enqueue_program": self._before_program,
+            "finish": self._before_queue,
+            "begin_trace_capture": self._before_queue,
+            "end_trace_capture": self._before_queue,
+            "replay_trace": self._before_replay,
+            "release_trace": self._before_release,
+            "reset": self._refuse,
+            "clear": self._refuse,
+        }
+        self._after: dict[str, Callable[[tuple, dict, Any], None]] = {
+            "open_device": self._after_open_device,
+            "command_queue": self._after_command_queue,
+            "create_buffer": self._after_create_buffer,
+            "deallocate": self._after_deallocate,
+            "enqueue_write_buffer": self._after_write,
+            "enqueue_read_buffer": self._after_read,
+            "create_program": self._after_create_program,
+            "enqueue_program": self._after_program,
+            "finish": self._after_finish,
+            "begin_trace_capture": self._after_begin_trace,
+            "end_trace_capture": self._after_end_trace,
+            "replay_trace": self._after_replay_trace,
+            "release_trace": self._after_release_trace,
+        }
+        # The calls a hot loop makes, recorded without the lock while every object they
+        # touch is already known; anything else takes the general path.
+        self._fast: dict[str, Callable[[Callable, tuple], Any]] = {
+            "enqueue_program": self._fast_program,
+            "enqueue_write_buffer": self._fast_write,
+            "enqueue_read_buffer": self._fast_read,
+            "finish": self._fast_finish,
+        }
+
+    # --- observer interface -------------------------------------------------------
+    def call(self, name: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        if not kwargs:
+            fast = self._fast.get(name)
+            if fast is not None:
+                result = fast(fn, args)
+                if result is not _SLOW:
+                    return result
+        before = self._before.get(name)
+        if before is not None:
+            with self._lock:
+                before(name, args, kwargs)
+        result = fn(*args, **kwargs)
+        after = self._after.get(name)
+        if after is not None:
+            with self._lock:
+                after(args, kwargs, result)
+        return result
+
+    def _fast_program(self, fn: Callable, args: tuple) -> Any:
+        ids = self._ids
+        try:
+            q, prog, bindings = args[0], args[1], args[2]
+            entry = (
+                PROGRAM,
+                ids[id(q)],
+                ids[id(prog)],
+                tuple([ids[id(bindings[s])] for s in prog.slots]),
+                bool(args[3]) if len(args) > 3 else False,
+            )
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return _SLOW
+        result = fn(*args)
+        self.log.append(entry)
+        return result
+
+    def _fast_write(self, fn: Callable, args: tuple) -> Any:
+        ids = self._ids
+        if len(args) < 3:
+            return _SLOW
+        qid, bid = ids.get(id(args[0])), ids.get(id(args[1]))
+        if qid is None or bid is None:
+            return _SLOW
+        result = fn(*args)
+        blocking = bool(args[3]) if len(args) > 3 else False
+        self.log.append((WRITE, qid, bid, args[2].copy(), blocking, False))
+        return result
+
+    def _fast_read(self, fn: Callable, args: tuple) -> Any:
+        ids = self._ids
+        if len(args) < 2:
+            return _SLOW
+        qid, bid = ids.get(id(args[0])), ids.get(id(args[1]))
+        if qid is None or bid is None:
+            return _SLOW
+        out = fn(*args)
+        blocking = bool(args[2]) if len(args) > 2 else True
+        golden = (out.copy() if blocking else out) if self.goldens else None
+        self.log.append((READ, qid, bid, blocking, golden, args[1]))
+        return out
+
+    def _fast_finish(self, fn: Callable, args: tuple) -> Any:
+        qid = self._ids.get(id(args[0]))
+        if qid is None:
+            return _SLOW
+        result = fn(*args)
+        self.log.append((FINISH, qid))
+        return result
+
+    # --- ids and snapshots --------------------------------------------------------
+    def _new_id(self, obj: Any) -> int:
+        gid = self._next
+        self._next += 1
+        self._ids[id(obj)] = gid
+        self._keep.append(obj)
+        return gid
+
+    def _emit(self, entry: tuple) -> None:
+        """Log a snapshot entry, ahead of any device trace that is being captured."""
+        if not self._open_traces:
+            self.log.append(entry)
+            return
+        at = min(self._open_traces.values())
+        self.log.insert(at, entry)
+        self._open_traces = {t: i + 1 if i >= at else i for t, i in self._open_traces.items()}
+
+    def gid(self, obj: Any) -> int | None:
+        return self._ids.get(id(obj))
+
+    def _device(self, dev: Device) -> int:
+        gid = self._ids.get(id(dev))
+        if gid is None:
+            gid = self._new_id(dev)
+            self.devices[gid] = dev.index
+            self._emit((OPEN_DEVICE, gid, dev.index))
+        return gid
+
+    def _queue(self, q: CommandQueue) -> int:
+        gid = self._ids.get(id(q))
+        if gid is None:
+            dev = self._device(q.device)
+            gid = self._new_id(q)
+            self._emit((OPEN_QUEUE, gid, dev, q.index))
+        return gid
+
+    def _buffer(self, buf: Buffer, q: CommandQueue | None, with_data: bool = True) -> int:
+        """The buffer's id; a buffer first seen now is snapshotted (created, then filled
+        with its current contents through `q` or its device's queue 0)."""
+        gid = self._ids.get(id(buf))
+        if gid is not None:
+            return gid
+        if not isinstance(buf, Buffer):
+            raise CaptureError(f"expected a Buffer, got {type(buf).__name__}")
+        dev = self._device(buf.device)
+        gid = self._new_id(buf)
+        self._emit((CREATE_BUFFER, gid, dev, buf.shape, buf.dtype.code, buf.name))
+        if with_data and buf.is_allocated:
+            q = q if q is not None else buf.device.command_queue(0)
+            qid = self._queue(q)
+            buf.device._sync()  # contents as of now, after everything enqueued before
+            self._emit((WRITE, qid, gid, np.array(buf._storage()), False, True))
+        return gid
+
+    def _program(self, prog: Program) -> int:
+        gid = self._ids.get(id(prog))
+        if gid is None:
+            dev = self._device(prog.device)
+            gid = self._new_id(prog)
+            self._emit((CREATE_PROGRAM, gid, dev, prog))
+        return gid
+
+    # --- before: make every object the call touches known ----------------------------
+    def _refuse(self, name: str, args: tuple, kwargs: dict) -> None:
+        raise CaptureError(
+            f"Device.{name}() cannot be captured into a light binary; "
+            f"call it before begin_capture() or after end_capture()"
+        )
+
+    def _known_buffer_no_data(self, name: str, args: tuple, kwargs: dict) -> None:
+        if isinstance(args[0], Buffer) and args[0].is_allocated:
+            self._buffer(args[0], None, with_data=False)
+
+    def _before_queue(self, name: str, args: tuple, kwargs: dict) -> None:
+        self._queue(args[0])
+
+    def _before_write(self, name: str, args: tuple, kwargs: dict) -> None:
+        q = args[0]
+        self._queue(q)
+        # A write replaces the whole buffer, so its old contents need no snapshot.
+        self._buffer(_arg(args, kwargs, 1, "buffer"), q, with_data=False)
+
+    def _before_use(self, name: str, args: tuple, kwargs: dict) -> None:
+        q = args[0]
+        self._queue(q)
+        self._buffer(_arg(args, kwargs, 1, "buffer"), q)
+
+    def _before_program(self, name: str, args: tuple, kwargs: dict) -> None:
+        q = args[0]
+        self._queue(q)
+        prog = _arg(args, kwargs, 1, "program")
+        if isinstance(prog, Program):
+            self._program(prog)
+        bindings = _arg(args, kwargs, 2, "bindings")
+        if isinstance(bindings, dict):
+            for buf in bindings.values():
+                if isinstance(buf, Buffer) and buf.is_allocated:
+                    self._buffer(buf, q)
+
+    def _before_replay(self, name: str, args: tuple, kwargs: dict) -> None:
+        q = args[0]
+        qid = self._queue(q)
+        tid = _arg(args, kwargs, 1, "trace_id")
+        dev = self._device(q.device)
+        if (dev, tid) in self._traces:
+            return
+        trace = q.device._traces.get(tid)
+        if trace is None or not trace.complete:
+            return  # the call itself will raise
+        # A trace captured before capture began: record it again, program by program.
+        gid = self._next
+        self._next += 1
+        self._traces[(dev, tid)] = gid
+        steps = []
+        for cmd in trace.commands:
+            bindings = cmd.bindings
+            self._program(cmd.program)
+            for buf in bindings.values():
+                self._buffer(buf, q)
+            steps.append((cmd.program, bindings))
+        self.log.append((BEGIN_TRACE, qid, gid))
+        for prog, bindings in steps:
+            self._log_program(qid, prog, bindings, False)
+        self.log.append((END_TRACE, qid, gid))
+
+    def _before_release(self, name: str, args: tuple, kwargs: dict) -> None:
+        self._device(args[0])
+
+    # --- after: record the call ---------------------------------------------------
+    def _after_open_device(self, args: tuple, kwargs: dict, dev: Device) -> None:
+        self._device(dev)
+
+    def _after_command_queue(self, args: tuple, kwargs: dict, q: CommandQueue) -> None:
+        self._queue(q)
+
+    def _after_create_buffer(self, args: tuple, kwargs: dict, buf: Buffer) -> None:
+        self._buffer(buf, None, with_data=False)
+
+    def _after_deallocate(self, args: tuple, kwargs: dict, result: None) -> None:
+        self.log.append((DEALLOCATE, self._ids[id(args[0])]))
+
+    def _after_write(self, args: tuple, kwargs: dict, result: None) -> None:
+        q, buf = args[0], _arg(args, kwargs, 1, "buffer")
+        data = _arg(args, kwargs, 2, "data").copy()  # the caller may change it later
+        blocking = bool(_arg(args, kwargs, 3, "blocking", False))
+        self.log.append((WRITE, self._ids[id(q)], self._ids[id(buf)], data, blocking, False))
+
+    def _after_read(self, args: tuple, kwargs: dict, out: np.ndarray) -> None:
+        q, buf = args[0], _arg(args, kwargs, 1, "buffer")
+        blocking = bool(_arg(args, kwargs, 2, "blocking", True))
+        # A blocking read's data is final now; a non-blocking one is copied at end_capture,
+        # after the queues have finished.
+        golden = (out.copy() if blocking else out) if self.goldens else None
+        self.log.append((READ, self._ids[id(q)], self._ids[id(buf)], blocking, golden, buf))
+
+    def _after_create_program(self, args: tuple, kwargs: dict, prog: Program) -> None:
+        self._program(prog)
+
+    def _after_program(self, args: tuple, kwargs: dict, result: None) -> None:
+        q = args[0]
+        prog = _arg(args, kwargs, 1, "program")
+        bindings = _arg(args, kwargs, 2, "bindings")
+        blocking = bool(_arg(args, kwargs, 3, "blocking", False))
+        self._log_program(self._ids[id(q)], prog, bindings, blocking)
+
+    def _log_program(self, qid: int, prog: Program, bindings: dict, blocking: bool) -> None:
+        ids = self._ids
+        self.log.append(
+            (PROGRAM, qid, ids[id(prog)], tuple(ids[id(bindings[s])] for s in prog.slots), blocking)
+        )
+
+    def _after_finish(self, args: tuple, kwargs: dict, result: None) -> None:
+        self.log.append((FINISH, self._ids[id(args[0])]))
+
+    def _after_begin_trace(self, args: tuple, kwargs: dict, tid: int) -> None:
+        q = args[0]
+        gid = self._next
+        self._next += 1
+        self._traces[(self._ids[id(q.device)], tid)] = gid
+        self._open_traces[gid] = len(self.log)
+        self.log.append((BEGIN_TRACE, self._ids[id(q)], gid))
+
+    def _after_end_trace(self, args: tuple, kwargs: dict, result: None) -> None:
+        q = args[0]
+        tid = _arg(args, kwargs, 1, "trace_id")
+        gid = self._traces[(self._ids[id(q.device)], tid)]
+        self._open_traces.pop(gid, None)
+        self.log.append((END_TRACE, self._ids[id(q)], gid))
+
+    def _after_replay_trace(self, args: tuple, kwargs: dict, result: None) -> None:
+        q = args[0]
+        tid = _arg(args, kwargs, 1, "trace_id")
+        blocking = bool(_arg(args, kwargs, 2, "blocking", False))
+        gid = self._traces[(self._ids[id(q.device)], tid)]
+        self.log.append((REPLAY_TRACE, self._ids[id(q)], gid, blocking))
+
+    def _after_release_trace(self, args: tuple, kwargs: dict, result: None) -> None:
+        dev = args[0]
+        tid = _arg(args, kwargs, 1, "trace_id")
+        dev_gid = self._ids[id(dev)]
+        gid = self._traces.get((dev_gid, tid))
+        if gid is not None:
+            self.log.append((RELEASE_TRACE, dev_gid, gid))
+
+    def golden(
+        self,
+        q: CommandQueue,
+        buf: Buffer,
+        expected: np.ndarray,
+        rtol: float,
+        atol: float,
+        name: str,
+    ) -> None:
+        """Record a user-supplied golden (mnrt.compare_to_golden)."""
+        with self._lock:
+            qid = self._queue(q)
+            bid = self._buffer(buf, q)
+            self.log.append((GOLDEN, qid, bid, np.array(expected), rtol, atol, name, buf))

@@ -1,0 +1,259 @@
+"""LightBinary: the in-memory and on-disk form of a light binary (.mnlb).
+
+File layout: a size-prefixed FlatBuffer (identifier "MNLB", root `LightBinary`), zero
+padding to the next 64-byte boundary, then the data section: blobs, each 64-byte aligned,
+addressed by u64 offsets from the section's start (so files may exceed 2 GiB). Loading maps
+the file and verifies the FlatBuffer's structure, version and schema; blobs are read lazily
+and zero-copy, each checked against its hash on first read.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import flatbuffers
+
+from ..errors import InvalidBinaryError, MnrtError, UnsupportedVersionError
+from .blobs import BlobInfo, BlobStore, BlobTable, align
+from .fb import LightBinary as fb_root
+from .fb.Blob import BlobT
+from .fb.Command import CommandT
+from .fb.DeviceDescription import DeviceDescriptionT
+from .fb.LightBinary import LightBinary as FbLightBinary
+from .fb.Metadata import MetadataT
+from .fb.Version import CreateVersion
+from .pack import pack_commands
+from .schema_info import FORMAT_VERSION, KNOWN_SCHEMAS, SCHEMA_HASH
+from .verify import verify_flatbuffer
+
+IDENTIFIER = b"MNLB"
+
+
+class LightBinary:
+    """A light binary: header, commands in issue order, and content-addressed blobs."""
+
+    def __init__(
+        self, content: bytes | bytearray | memoryview | mmap.mmap, path: Path | None = None
+    ):
+        """Wrap a whole file's bytes; verifies structure, version and schema first."""
+        self.path = path
+        self._content = content
+        view = memoryview(content)
+        fb_size = verify_flatbuffer(view)
+        self._fb = view[:fb_size]
+        self._root = FbLightBinary.GetRootAs(self._fb, 4)
+        self._check_version()
+        data_offset = align(fb_size)
+        if len(view) < data_offset and self._root.BlobsLength():
+            raise InvalidBinaryError(
+                "file ends before its data section begins (truncated?)", offset=len(view)
+            )
+        blobs = [self._root.Blobs(i) for i in range(self._root.BlobsLength())]
+        self.blobs = BlobTable(
+            [
+                BlobInfo(b.Offset(), b.StoredSize(), b.Size(), b.Compression(), b.Hash())
+                for b in blobs
+            ],
+            view[data_offset:],
+            data_offset,
+        )
+        self.blobs.check_bounds()
+        self._commands: list[CommandT] | None = None
+
+    # --- construction ---------------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> LightBinary:
+        """Map a file read-only; cost is independent of how much payload it holds."""
+        path = Path(path)
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size == 0:
+                    raise InvalidBinaryError(f"{path} is empty, not a light binary", offset=0)
+                content = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except FileNotFoundError:
+            raise MnrtError(f"no such file: {path}") from None
+        except IsADirectoryError:
+            raise MnrtError(f"{path} is a directory, not a light binary") from None
+        except PermissionError:
+            raise MnrtError(f"cannot read {path}: permission denied") from None
+        return cls(content, path)
+
+    @classmethod
+    def build(
+        cls,
+        commands: Sequence[CommandT],
+        blobs: BlobStore,
+        *,
+        producer: str,
+        metadata: MetadataT,
+        device: DeviceDescriptionT,
+    ) -> LightBinary:
+        """Serialise commands and blobs into a new binary (the writer's one entry point)."""
+        b = flatbuffers.Builder(1024 + 32 * len(commands))
+        commands_vec = pack_commands(b, commands)
+        blob_offsets = [
+            BlobT(
+                offset=i.offset,
+                storedSize=i.stored_size,
+                size=i.size,
+                compression=i.compression,
+                hash=i.hash,
+            ).Pack(b)
+            for i in blobs.infos
+        ]
+        b.StartVector(4, len(blob_offsets), 4)
+        for off in reversed(blob_offsets):
+            b.PrependUOffsetTRelative(off)
+        blobs_vec = b.EndVector()
+        fb_root = _pack_root(b, producer, metadata, device, commands_vec, blobs_vec)
+        b.FinishSizePrefixed(fb_root, file_identifier=IDENTIFIER)
+        fb_bytes = bytes(b.Output())
+        content = bytearray(fb_bytes)
+        content.extend(bytes(align(len(fb_bytes)) - len(fb_bytes)))
+        for payload in blobs.payloads:
+            content.extend(bytes(align(len(content)) - len(content)))
+            content.extend(payload)
+        return cls(content)
+
+    # --- header ---------------------------------------------------------------------
+    def _check_version(self) -> None:
+        v = self._root.Version()
+        major, minor = v.Major(), v.Minor()
+        if major != FORMAT_VERSION[0] or minor > FORMAT_VERSION[1]:
+            raise UnsupportedVersionError(
+                f"format version {major}.{minor} is not readable by this mnrt, which reads "
+                f"{FORMAT_VERSION[0]}.0 to {FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}; "
+                "upgrade mnrt to read newer binaries"
+            )
+        expected = KNOWN_SCHEMAS.get((major, minor))
+        if self._root.SchemaHash() != expected:
+            raise UnsupportedVersionError(
+                f"schema hash {self._root.SchemaHash():#018x} does not match format "
+                f"{major}.{minor} (expected {expected:#018x}): the file was written by an "
+                "unreleased or modified mnrt"
+            )
+
+    @property
+    def version(self) -> tuple[int, int]:
+        v = self._root.Version()
+        return (v.Major(), v.Minor())
+
+    @property
+    def schema_hash(self) -> int:
+        return self._root.SchemaHash()
+
+    @property
+    def producer(self) -> str:
+        return _text(self._root.Producer())
+
+    @property
+    def metadata(self) -> dict:
+        m = self._root.Metadata()
+        if m is None:
+            return {}
+        return {
+            "created_unix_s": m.CreatedUnixS(),
+            "hostname": _text(m.Hostname()),
+            "python": _text(m.Python()),
+            "mnrt_version": _text(m.MnrtVersion()),
+            "description": _text(m.Description()),
+        }
+
+    @property
+    def device(self) -> dict:
+        d = self._root.Device()
+        if d is None:
+            return {}
+        return {
+            "arch": _text(d.Arch()),
+            "device_count": d.DeviceCount(),
+            "dram_bytes": d.DramBytes(),
+        }
+
+    # --- content --------------------------------------------------------------------
+    @property
+    def commands(self) -> list[CommandT]:
+        """Every command, decoded once (the one command list all consumers share)."""
+        if self._commands is None:
+            self._commands = [
+                CommandT.InitFromObj(self._root.Commands(i))
+                for i in range(self._root.CommandsLength())
+            ]
+        return self._commands
+
+    def __len__(self) -> int:
+        return self._root.CommandsLength()
+
+    def __iter__(self) -> Iterator[CommandT]:
+        return iter(self.commands)
+
+    @property
+    def flatbuffer_size(self) -> int:
+        return len(self._fb)
+
+    @property
+    def file_size(self) -> int:
+        return len(memoryview(self._content))
+
+    # --- output ---------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        return bytes(memoryview(self._content))
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the binary atomically: a temporary file in the same folder, then rename."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            # O_EXCL: never follow or reuse what is there; 0o666 leaves permissions to umask.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except OSError as e:
+            raise MnrtError(f"cannot write {path}: {e.strerror}") from None
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(memoryview(self._content))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException as e:
+            tmp.unlink(missing_ok=True)
+            if isinstance(e, OSError):
+                raise MnrtError(f"cannot write {path}: {e.strerror}") from None
+            raise
+
+    def __repr__(self) -> str:
+        where = f" from {self.path}" if self.path else ""
+        return (
+            f"<LightBinary v{self.version[0]}.{self.version[1]}{where}: {len(self)} commands, "
+            f"{len(self.blobs)} blobs, {self.file_size} bytes>"
+        )
+
+
+def _text(value: bytes | None) -> str:
+    return value.decode("utf-8", "replace") if value is not None else ""
+
+
+def _pack_root(
+    b: flatbuffers.Builder,
+    producer: str,
+    metadata: MetadataT,
+    device: DeviceDescriptionT,
+    commands_vec: int,
+    blobs_vec: int,
+) -> int:
+    producer_off = b.CreateString(producer)
+    metadata_off = metadata.Pack(b)
+    device_off = device.Pack(b)
+    fb_root.LightBinaryStart(b)
+    fb_root.LightBinaryAddVersion(b, CreateVersion(b, *FORMAT_VERSION))
+    fb_root.LightBinaryAddSchemaHash(b, SCHEMA_HASH)
+    fb_root.LightBinaryAddProducer(b, producer_off)
+    fb_root.LightBinaryAddMetadata(b, metadata_off)
+    fb_root.LightBinaryAddDevice(b, device_off)
+    fb_root.LightBinaryAddCommands(b, commands_vec)
+    fb_root.LightBinaryAddBlobs(b, blobs_vec)
+    return fb_root.LightBinaryEnd(b)

@@ -1,0 +1,180 @@
+"""Blobs: the payloads of a light binary (written data, goldens), content-addressed.
+
+Writing, a `BlobStore` keeps each distinct payload once (keyed by its xxh3-64 and size) and
+compresses it with zstd when that saves at least an eighth. Reading, a `BlobTable` hands out
+payloads from the mapped data section: stored uncompressed they are zero-copy views; every
+payload is checked against its xxh3-64 the first time it is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import xxhash
+import zstandard
+
+from ..errors import InvalidBinaryError
+
+ALIGN = 64
+NONE, ZSTD = 0, 1  # Compression enum values (schema/base.fbs)
+_MIN_COMPRESS = 256  # smaller payloads are stored as they are
+_ZSTD_LEVEL = 3
+# No zstd frame expands by more than this: a 128 KiB RLE block costs at least 3 bytes. A blob
+# claiming more is hostile; checking it first keeps allocations within what the file justifies.
+_MAX_ZSTD_RATIO = 1 << 16
+
+
+def align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclass(frozen=True)
+class BlobInfo:
+    """Where a blob lies in the data section and how to read it back."""
+
+    offset: int
+    stored_size: int
+    size: int
+    compression: int
+    hash: int
+
+
+class BlobStore:
+    """Payloads of a binary being written, each distinct one once; ids start at 1."""
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple[int, int], int] = {}
+        self._payloads: list[bytes | memoryview] = []
+        self._infos: list[BlobInfo] = []
+        self._end = 0
+        self.raw_bytes = 0  # what was added, before deduplication and compression
+
+    def add(self, data: bytes | bytearray | memoryview | np.ndarray) -> int:
+        view = _as_bytes(data)
+        self.raw_bytes += view.nbytes
+        key = (xxhash.xxh3_64_intdigest(view), view.nbytes)
+        found = self._ids.get(key)
+        if found is not None:
+            return found
+        payload, compression = view, NONE
+        if view.nbytes >= _MIN_COMPRESS:
+            packed = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(view)
+            if len(packed) <= view.nbytes - view.nbytes // 8:
+                payload, compression = packed, ZSTD
+        stored = len(payload) if isinstance(payload, bytes) else payload.nbytes
+        self._infos.append(BlobInfo(self._end, stored, view.nbytes, compression, key[0]))
+        self._payloads.append(payload)
+        self._end = align(self._end + stored)
+        self._ids[key] = len(self._infos)
+        return len(self._infos)
+
+    @property
+    def infos(self) -> list[BlobInfo]:
+        return list(self._infos)
+
+    @property
+    def payloads(self) -> list[bytes | memoryview]:
+        return list(self._payloads)
+
+    @property
+    def data_size(self) -> int:
+        return self._end
+
+
+def _as_bytes(data: bytes | bytearray | memoryview | np.ndarray) -> memoryview:
+    if isinstance(data, np.ndarray):
+        data = np.ascontiguousarray(data)
+        return memoryview(data.reshape(-1).view(np.uint8))
+    return memoryview(data).cast("B")
+
+
+class BlobTable:
+    """Read access to the blobs of a loaded binary, over its data section."""
+
+    def __init__(self, infos: Sequence[BlobInfo], data: memoryview, data_offset: int) -> None:
+        self.infos = list(infos)
+        self._data = data
+        self._data_offset = data_offset  # of the data section in the file, for messages
+        self._checked: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self.infos)
+
+    def info(self, blob_id: int, command: int | None = None) -> BlobInfo:
+        if not 1 <= blob_id <= len(self.infos):
+            raise InvalidBinaryError(
+                f"blob id {blob_id} does not exist (the binary has {len(self.infos)} blobs)",
+                command=command,
+            )
+        return self.infos[blob_id - 1]
+
+    def check_bounds(self) -> None:
+        """Every blob lies inside the data section and says something decodable."""
+        size = len(self._data)
+        for i, b in enumerate(self.infos, start=1):
+            where = self._data_offset + b.offset
+            if b.offset % ALIGN or b.offset + b.stored_size > size or b.offset > size:
+                raise InvalidBinaryError(
+                    f"blob {i} ({b.stored_size} bytes at data offset {b.offset}) lies outside "
+                    f"the {size}-byte data section (file truncated?)",
+                    offset=where,
+                )
+            if b.compression not in (NONE, ZSTD):
+                raise InvalidBinaryError(f"blob {i} has unknown compression {b.compression}")
+            if b.compression == ZSTD and b.size > _MAX_ZSTD_RATIO * max(b.stored_size, 1):
+                raise InvalidBinaryError(
+                    f"blob {i} claims {b.size} bytes from {b.stored_size} compressed bytes, "
+                    "more than zstd can expand to",
+                    offset=where,
+                )
+            if b.compression == NONE and b.stored_size != b.size:
+                raise InvalidBinaryError(
+                    f"blob {i} is stored uncompressed but its sizes differ "
+                    f"({b.stored_size} stored, {b.size} claimed)",
+                    offset=where,
+                )
+
+    def read(self, blob_id: int, command: int | None = None) -> memoryview:
+        """The decompressed payload, checked against its hash on first read."""
+        b = self.info(blob_id, command)
+        stored = self._data[b.offset : b.offset + b.stored_size]
+        if len(stored) != b.stored_size:
+            raise InvalidBinaryError(
+                f"blob {blob_id} runs past the end of the file", command=command
+            )
+        if b.compression == ZSTD:
+            data = memoryview(_decompress(stored, b.size, blob_id, command))
+        else:
+            data = stored
+        if blob_id not in self._checked:
+            if xxhash.xxh3_64_intdigest(data) != b.hash:
+                raise InvalidBinaryError(
+                    f"blob {blob_id} is corrupt: its xxh3-64 does not match the recorded one",
+                    offset=self._data_offset + b.offset,
+                    command=command,
+                )
+            self._checked.add(blob_id)
+        return data
+
+    def verify_all(self) -> None:
+        for blob_id in range(1, len(self.infos) + 1):
+            self.read(blob_id)
+
+
+def _decompress(stored: memoryview, size: int, blob_id: int, command: int | None) -> bytes:
+    # max_output_size bounds what a hostile frame can make us allocate: the size the blob
+    # claims, which the caller has already checked against the buffer it will fill.
+    try:
+        out = zstandard.ZstdDecompressor().decompress(stored, max_output_size=size)
+    except zstandard.ZstdError as e:
+        raise InvalidBinaryError(
+            f"blob {blob_id} does not decompress: {e}", command=command
+        ) from None
+    if len(out) != size:
+        raise InvalidBinaryError(
+            f"blob {blob_id} decompresses to {len(out)} bytes, not the {size} it claims",
+            command=command,
+        )
+    return out

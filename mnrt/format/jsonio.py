@@ -1,0 +1,262 @@
+"""Light binaries as JSON, and back: for reading, diffing and hand-editing.
+
+The conversion walks the schema's LAYOUT, so it covers every table with no per-table code:
+fields keep their schema names, enums are written by name, unions as {"type": member, ...}.
+Blobs are written decompressed, as base64 inside the JSON or as side files next to it.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+from ..errors import InvalidBinaryError
+from .binary import LightBinary
+from .blobs import BlobStore
+from .fb.DeviceDescription import DeviceDescriptionT
+from .fb.LightBinary import LightBinaryT
+from .fb.Metadata import MetadataT
+from .schema_info import LAYOUT
+
+JSON_FORMAT = "mnrt-light-binary-json"
+_TABLES, _ENUMS, _UNIONS, _STRUCTS = (LAYOUT[k] for k in ("tables", "enums", "unions", "structs"))
+_ENUM_NAMES = {name: {v: k for k, v in e["values"].items()} for name, e in _ENUMS.items()}
+
+
+def _attr(field_name: str) -> str:
+    """The object API's attribute for a schema field: buffer_id -> bufferId."""
+    head, *rest = field_name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def _t_class(table: str) -> type:
+    module = importlib.import_module(f"{LAYOUT['namespace']}.{table}")
+    return getattr(module, f"{table}T")
+
+
+# --- to JSON ----------------------------------------------------------------------------
+
+
+def _scalar_out(value: Any, field: dict) -> Any:
+    if field["kind"] == "enum":
+        return _ENUM_NAMES[field["type"]].get(int(value), int(value))
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value.item() if hasattr(value, "item") else value
+
+
+def table_to_json(table: str, obj: Any) -> dict:
+    out: dict[str, Any] = {}
+    for f in _TABLES[table]["fields"]:
+        kind = f["kind"]
+        if kind == "union_type" or f.get("deprecated"):
+            continue
+        value = getattr(obj, _attr(f["name"]), None)
+        if value is None:
+            continue
+        if kind == "union":
+            member = LAYOUT["unions"][f["type"]]["members"][
+                getattr(obj, _attr(f["name"] + "_type")) - 1
+            ]
+            out[f["name"]] = {"type": member, **table_to_json(member, value)}
+        elif kind == "table":
+            out[f["name"]] = table_to_json(f["type"], value)
+        elif kind == "struct":
+            out[f["name"]] = {
+                s["name"]: getattr(value, _attr(s["name"])) for s in _STRUCTS[f["type"]]["fields"]
+            }
+        elif kind == "vector":
+            if f["element"] == "table":
+                out[f["name"]] = [table_to_json(f["type"], v) for v in value]
+            else:
+                elem = {"kind": "enum" if f["element"] == "enum" else "scalar", "type": f["type"]}
+                out[f["name"]] = [_scalar_out(v, elem) for v in value]
+        else:
+            out[f["name"]] = _scalar_out(value, f)
+    return out
+
+
+def to_json(binary: LightBinary, blob_dir: Path | None = None) -> dict:
+    """The whole binary as JSON-ready data; blobs inline (base64) or written to `blob_dir`."""
+    root = LightBinaryT.InitFromObj(binary._root)
+    doc = {"format": JSON_FORMAT, **table_to_json("LightBinary", root)}
+    doc["schema_hash"] = f"{binary.schema_hash:#018x}"
+    blobs = []
+    for i, info in enumerate(binary.blobs.infos, start=1):
+        data = binary.blobs.read(i)
+        entry: dict[str, Any] = {"id": i, "size": info.size, "hash": f"{info.hash:#018x}"}
+        if blob_dir is None:
+            entry["base64"] = base64.b64encode(data).decode("ascii")
+        else:
+            blob_dir.mkdir(parents=True, exist_ok=True)
+            name = f"blob{i:06d}.bin"
+            (blob_dir / name).write_bytes(data)
+            entry["file"] = name
+        blobs.append(entry)
+    doc["blobs"] = blobs
+    return doc
+
+
+def dumps(binary: LightBinary, blob_dir: Path | None = None, with_data: bool = True) -> str:
+    doc = to_json(binary, blob_dir) if with_data else describe(binary)
+    return json.dumps(doc, indent=1)
+
+
+def describe(binary: LightBinary) -> dict:
+    """Header, commands and blob table without payloads (what `mnrt dump --json` prints)."""
+    root = LightBinaryT.InitFromObj(binary._root)
+    doc = {"format": JSON_FORMAT, **table_to_json("LightBinary", root)}
+    doc["schema_hash"] = f"{binary.schema_hash:#018x}"
+    doc["blobs"] = [
+        {"id": i, **{k: (f"{v:#018x}" if k == "hash" else v) for k, v in vars(info).items()}}
+        for i, info in enumerate(binary.blobs.infos, start=1)
+    ]
+    return doc
+
+
+# --- from JSON --------------------------------------------------------------------------
+
+
+def _bad(path: str, message: str) -> InvalidBinaryError:
+    return InvalidBinaryError(f"JSON {path}: {message}")
+
+
+def _scalar_in(value: Any, field: dict, path: str) -> Any:
+    if field["kind"] == "enum":
+        values = _ENUMS[field["type"]]["values"]
+        if isinstance(value, str) and value in values:
+            return values[value]
+        if isinstance(value, int) and value in values.values():
+            return value
+        raise _bad(path, f"{value!r} is not a {field['type']} ({', '.join(values)})")
+    kind = "string" if field["kind"] == "string" else field.get("type", "")
+    if kind in ("float", "double"):
+        if isinstance(value, str) and value in ("nan", "inf", "-inf"):
+            return float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif kind == "bool":
+        if isinstance(value, bool):
+            return value
+    elif kind == "string":
+        if isinstance(value, str):
+            return value
+    elif isinstance(value, int) and not isinstance(value, bool):
+        bits = 8 * field.get("size", 8)
+        lo, hi = (
+            (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+            if field.get("signed")
+            else (0, (1 << bits) - 1)
+        )
+        if lo <= value <= hi:
+            return value
+    raise _bad(path, f"{value!r} is not a valid {kind or field['kind']}")
+
+
+def table_from_json(table: str, doc: Any, path: str) -> Any:
+    if not isinstance(doc, dict):
+        raise _bad(path, f"expected an object for {table}")
+    obj = _t_class(table)()
+    known = {f["name"] for f in _TABLES[table]["fields"]} | {"type"}
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise _bad(path, f"unknown field(s) {', '.join(unknown)} in {table}")
+    for f in _TABLES[table]["fields"]:
+        name, kind = f["name"], f["kind"]
+        if kind == "union_type" or name not in doc:
+            if f.get("required") and name not in doc:
+                raise _bad(path, f"{table}.{name} is required")
+            continue
+        value, where = doc[name], f"{path}.{name}"
+        if kind == "union":
+            members = LAYOUT["unions"][f["type"]]["members"]
+            member = value.get("type") if isinstance(value, dict) else None
+            if member not in members:
+                raise _bad(where, f"union type must be one of {', '.join(members)}")
+            setattr(obj, _attr(name + "_type"), members.index(member) + 1)
+            body = {k: v for k, v in value.items() if k != "type"}
+            setattr(obj, _attr(name), table_from_json(member, body, where))
+        elif kind == "table":
+            setattr(obj, _attr(name), table_from_json(f["type"], value, where))
+        elif kind == "struct":
+            struct = _t_class(f["type"])()
+            for s in _STRUCTS[f["type"]]["fields"]:
+                setattr(struct, _attr(s["name"]), _scalar_in(value.get(s["name"], 0), s, where))
+            setattr(obj, _attr(name), struct)
+        elif kind == "vector":
+            if not isinstance(value, list):
+                raise _bad(where, "expected a list")
+            if f["element"] == "table":
+                items = [
+                    table_from_json(f["type"], v, f"{where}[{i}]") for i, v in enumerate(value)
+                ]
+            else:
+                elem = {
+                    "kind": "enum" if f["element"] == "enum" else "scalar",
+                    "type": f["type"],
+                    "size": f.get("size", 8),
+                    "signed": f.get("signed", False),
+                }
+                items = [_scalar_in(v, elem, f"{where}[{i}]") for i, v in enumerate(value)]
+            setattr(obj, _attr(name), items)
+        else:
+            setattr(obj, _attr(name), _scalar_in(value, f, where))
+    return obj
+
+
+def from_json(doc: Any, base_dir: Path | None = None) -> LightBinary:
+    """Rebuild a binary from `to_json` output (blob files are looked up in `base_dir`)."""
+    if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT:
+        raise InvalidBinaryError(f'not a light binary JSON document (no "format": "{JSON_FORMAT}")')
+    root = table_from_json(
+        "LightBinary",
+        {k: v for k, v in doc.items() if k not in ("format", "blobs", "schema_hash")},
+        "$",
+    )
+    blobs = BlobStore()
+    for i, entry in enumerate(doc.get("blobs", []), start=1):
+        data = _blob_data(entry, i, base_dir)
+        if blobs.add(data) != i:
+            raise _bad(f"$.blobs[{i - 1}]", "duplicates an earlier blob; blob ids must stay unique")
+    # The rebuilt file is stamped with this mnrt's format version and schema hash.
+    return LightBinary.build(
+        root.commands or [],
+        blobs,
+        producer=root.producer or "",
+        metadata=root.metadata or MetadataT(),
+        device=root.device or DeviceDescriptionT(),
+    )
+
+
+def _blob_data(entry: Any, i: int, base_dir: Path | None) -> bytes:
+    where = f"$.blobs[{i - 1}]"
+    if not isinstance(entry, dict) or entry.get("id") != i:
+        raise _bad(where, f"expected an object with id {i}")
+    if "base64" in entry:
+        try:
+            data = base64.b64decode(entry["base64"], validate=True)
+        except (ValueError, TypeError):
+            raise _bad(where, "base64 is not valid") from None
+    elif "file" in entry:
+        name = str(entry["file"])
+        if base_dir is None or not re.fullmatch(r"[\w.-]+", name):
+            raise _bad(where, f"blob file {name!r} must be a plain name next to the JSON file")
+        try:
+            data = (base_dir / name).read_bytes()
+        except OSError as e:
+            raise _bad(where, f"cannot read blob file {name}: {e.strerror}") from None
+    else:
+        raise _bad(where, "needs 'base64' or 'file'")
+    expected = entry.get("hash")
+    if expected is not None and f"{xxhash.xxh3_64_intdigest(data):#018x}" != expected:
+        raise _bad(where, "data does not match its hash")
+    return data

@@ -1,0 +1,112 @@
+"""Comparing device results with goldens: |a - b| <= atol + rtol * |b|, elementwise.
+
+Shared by live checks (mnrt.compare_to_golden) and replay. Default tolerances come from the
+dtype table (integers and bool are exact). NaN matches NaN at the same place; every
+mismatch is counted, and the first `MAX_LISTED` of them are listed by index.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..device.dtypes import DType
+
+MAX_LISTED = 100
+
+
+@dataclass
+class Check:
+    """The verdict on one golden."""
+
+    name: str
+    passed: bool
+    dtype: str
+    shape: tuple[int, ...]
+    rtol: float
+    atol: float
+    max_abs_err: float
+    max_rel_err: float
+    pcc: float
+    mismatches: int
+    first_mismatch: tuple[int, ...] | None
+    mismatch_indices: list[tuple[int, ...]] = field(default_factory=list)
+    message: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def tolerances(dtype: DType, rtol: float | None, atol: float | None) -> tuple[float, float]:
+    """Explicit tolerances win; None or NaN means the dtype's default."""
+    r = dtype.rtol if rtol is None or math.isnan(rtol) else float(rtol)
+    a = dtype.atol if atol is None or math.isnan(atol) else float(atol)
+    return r, a
+
+
+def compare(
+    name: str,
+    actual: np.ndarray,
+    expected: np.ndarray,
+    dtype: DType,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> Check:
+    rtol, atol = tolerances(dtype, rtol, atol)
+    shape = tuple(np.shape(expected))
+    if np.shape(actual) != shape:
+        return Check(
+            name,
+            False,
+            dtype.name,
+            shape,
+            rtol,
+            atol,
+            math.inf,
+            math.inf,
+            0.0,
+            int(np.prod(shape)),
+            None,
+            message=f"shape {np.shape(actual)} differs from the golden's {shape}",
+        )
+    a = np.asarray(actual, np.float64)
+    b = np.asarray(expected, np.float64)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        diff = np.abs(a - b)
+        alike = (np.isnan(a) & np.isnan(b)) | (np.isinf(a) & (a == b))
+        ok = (diff <= atol + rtol * np.abs(b)) | alike
+        err = np.where(alike, 0.0, np.where(np.isnan(diff), np.inf, diff))
+        rel = err / np.maximum(np.abs(b), np.finfo(np.float64).tiny)
+        max_abs = float(err.max()) if err.size else 0.0
+        max_rel = float(np.nan_to_num(rel, nan=np.inf).max()) if rel.size else 0.0
+    bad = np.flatnonzero(~ok)
+    listed = [tuple(int(i) for i in np.unravel_index(k, shape)) for k in bad[:MAX_LISTED]]
+    return Check(
+        name=name,
+        passed=bad.size == 0,
+        dtype=dtype.name,
+        shape=shape,
+        rtol=rtol,
+        atol=atol,
+        max_abs_err=max_abs,
+        max_rel_err=max_rel,
+        pcc=_pcc(a, b),
+        mismatches=int(bad.size),
+        first_mismatch=listed[0] if listed else None,
+        mismatch_indices=listed,
+    )
+
+
+def _pcc(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson correlation of the finite values; 1.0 for identical constant arrays."""
+    keep = np.isfinite(a) & np.isfinite(b)
+    x, y = a[keep].ravel(), b[keep].ravel()
+    if x.size == 0:
+        return 1.0
+    xs, ys = x - x.mean(), y - y.mean()
+    denom = math.sqrt(float(xs @ xs) * float(ys @ ys))
+    if denom == 0.0:
+        return 1.0 if np.array_equal(x, y) else 0.0
+    return float(xs @ ys) / denom

@@ -1,0 +1,72 @@
+"""The one interception point of the host API, for capture (which host never imports).
+
+Every public host call is wrapped by `api(name)`. While an observer is installed, the
+outermost call on each thread is handed to it as `call(name, fn, args, kwargs)`, and the
+observer runs `fn(*args, **kwargs)` itself: so it can look at the objects first (snapshot
+what the call is about to change, or refuse the call by raising), then record the call
+once it succeeded, all in one step. Calls made inside another API call (the depth guard,
+kept per thread), including the observer's own, reach `fn` directly. With no observer the
+wrapper costs one global read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Observer(Protocol):
+    def call(self, name: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any: ...
+
+
+_observer: Observer | None = None
+_depth = threading.local()
+
+
+def install(observer: Observer | None) -> Observer | None:
+    """Set the observer (None removes it); return the one it replaces."""
+    global _observer
+    previous, _observer = _observer, observer
+    return previous
+
+
+def current() -> Observer | None:
+    return _observer
+
+
+@contextlib.contextmanager
+def unobserved() -> Iterator[None]:
+    """Host calls made inside this block are not reported (as if nested in an API call)."""
+    depth = getattr(_depth, "n", 0)
+    _depth.n = depth + 1
+    try:
+        yield
+    finally:
+        _depth.n = depth
+
+
+def api(name: str) -> Callable[[F], F]:
+    """Mark a function as a public host API call named `name` for observers."""
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            observer = _observer
+            if observer is None:
+                return fn(*args, **kwargs)
+            if getattr(_depth, "n", 0):
+                return fn(*args, **kwargs)
+            _depth.n = 1  # the observer's own host calls are not reported either
+            try:
+                return observer.call(name, fn, args, kwargs)
+            finally:
+                _depth.n = 0
+
+        return call  # type: ignore[return-value]
+
+    return wrap

@@ -1,0 +1,163 @@
+"""Executing a validated plan through the host API, one handler per command type.
+
+Objects live in one table per kind, keyed by the binary's global ids; `lookup` is the only
+way in, so a missing object is always reported the same way. Reads and golden checks are
+compared once every queue has finished.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidBinaryError
+from ..format.fb.CommandUnion import CommandUnion as U
+from ..host import Device, open_device
+from ..host.golden import Check, compare
+from .plan import BUFFER, DEVICE, PROGRAM, QUEUE, TRACE, Plan
+
+
+class Executor:
+    """Runs one pass of a plan on opened devices and collects reads for checking."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        device_map: Callable[[int], int | str],
+        verify: bool = True,
+        rtol: float | None = None,
+        atol: float | None = None,
+    ) -> None:
+        self.plan = plan
+        self.blobs = plan.binary.blobs
+        self.device_map = device_map
+        self.verify = verify
+        self.rtol, self.atol = rtol, atol
+        self.tables: dict[str, dict[int, Any]] = {
+            k: {} for k in (DEVICE, QUEUE, BUFFER, PROGRAM, TRACE)
+        }
+        self.pending: list[tuple[str, int, np.ndarray, int, float, float]] = []
+        self.outputs: dict[str, np.ndarray] = {}
+        self.index = 0
+        self.handlers: dict[int, Callable[[Any], None]] = {
+            U.OpenDevice: self.open_device,
+            U.OpenQueue: self.open_queue,
+            U.CreateBuffer: self.create_buffer,
+            U.DeallocateBuffer: lambda c: self.lookup(BUFFER, c.bufferId).deallocate(),
+            U.WriteBuffer: self.write,
+            U.ReadBuffer: self.read,
+            U.CreateProgram: self.create_program,
+            U.EnqueueProgram: self.enqueue_program,
+            U.Finish: lambda c: self.lookup(QUEUE, c.queueId).finish(),
+            U.BeginTraceCapture: self.begin_trace,
+            U.EndTraceCapture: self.end_trace,
+            U.ReplayTrace: self.replay_trace,
+            U.ReleaseTrace: self.release_trace,
+            U.GoldenCheck: self.golden,
+        }
+
+    def lookup(self, kind: str, gid: int) -> Any:
+        try:
+            return self.tables[kind][gid]
+        except KeyError:
+            raise InvalidBinaryError(f"no {kind} with id {gid}", command=self.index) from None
+
+    def run(self) -> None:
+        for index, command in enumerate(self.plan.binary.commands):
+            self.index = index
+            self.handlers[command.cmdType](command.cmd)
+        for q in self.tables[QUEUE].values():
+            q.finish()
+
+    def close(self) -> None:
+        for dev in self.tables[DEVICE].values():
+            dev._close_quietly()
+
+    # --- handlers -------------------------------------------------------------------
+    def open_device(self, c) -> None:
+        self.tables[DEVICE][c.deviceId] = open_device(self.device_map(c.index))
+
+    def open_queue(self, c) -> None:
+        dev: Device = self.lookup(DEVICE, c.deviceId)
+        self.tables[QUEUE][c.queueId] = dev.command_queue(c.index)
+
+    def create_buffer(self, c) -> None:
+        info = self.plan.buffers[c.bufferId]
+        dev: Device = self.lookup(DEVICE, c.deviceId)
+        self.tables[BUFFER][c.bufferId] = dev.create_buffer(info.shape, info.dtype, info.name)
+
+    def _stored(self, blob: int, gid: int) -> np.ndarray:
+        """A blob as an array of the buffer's stored dtype: zero-copy when uncompressed."""
+        info = self.plan.buffers[gid]
+        return np.frombuffer(self.blobs.read(blob, self.index), info.dtype.storage)
+
+    def write(self, c) -> None:
+        q = self.lookup(QUEUE, c.queueId)
+        q._write_stored(
+            self.lookup(BUFFER, c.bufferId), self._stored(c.data, c.bufferId), c.blocking
+        )
+
+    def read(self, c) -> None:
+        q = self.lookup(QUEUE, c.queueId)
+        buf = self.lookup(BUFFER, c.bufferId)
+        out = q.enqueue_read_buffer(buf, blocking=c.blocking)
+        name = buf.name if buf.name not in self.outputs else f"{buf.name}#{self.index}"
+        self.outputs[name] = out
+        if c.golden and self.verify:
+            self.pending.append((name, c.bufferId, out, c.golden, c.rtol, c.atol))
+
+    def golden(self, c) -> None:
+        q = self.lookup(QUEUE, c.queueId)
+        out = q.enqueue_read_buffer(self.lookup(BUFFER, c.bufferId), blocking=False)
+        if self.verify:
+            name = c.name.decode() if isinstance(c.name, bytes) else (c.name or "golden")
+            self.pending.append((name, c.bufferId, out, c.golden, c.rtol, c.atol))
+
+    def create_program(self, c) -> None:
+        info = self.plan.programs[c.programId]
+        dev: Device = self.lookup(DEVICE, c.deviceId)
+        self.tables[PROGRAM][c.programId] = dev.create_program(info.kernels, info.name)
+
+    def enqueue_program(self, c) -> None:
+        q = self.lookup(QUEUE, c.queueId)
+        prog = self.lookup(PROGRAM, c.programId)
+        buffers = self.tables[BUFFER]
+        bindings = {s: buffers[int(b)] for s, b in zip(prog.slots, c.bufferIds)}
+        q.enqueue_program(prog, bindings, blocking=c.blocking)
+
+    def begin_trace(self, c) -> None:
+        q = self.lookup(QUEUE, c.queueId)
+        self.tables[TRACE][c.traceId] = q.begin_trace_capture()
+
+    def end_trace(self, c) -> None:
+        self.lookup(QUEUE, c.queueId).end_trace_capture(self.lookup(TRACE, c.traceId))
+
+    def replay_trace(self, c) -> None:
+        q = self.lookup(QUEUE, c.queueId)
+        q.replay_trace(self.lookup(TRACE, c.traceId), blocking=c.blocking)
+
+    def release_trace(self, c) -> None:
+        self.lookup(DEVICE, c.deviceId).release_trace(self.lookup(TRACE, c.traceId))
+
+    # --- verdicts -------------------------------------------------------------------
+    def checks(self) -> list[Check]:
+        """Compare every read with its golden (after run(): the queues have finished)."""
+        results = []
+        for name, gid, actual, blob, rtol, atol in self.pending:
+            dtype = self.plan.buffers[gid].dtype
+            expected = dtype.from_storage(
+                np.frombuffer(self.blobs.read(blob), dtype.storage).reshape(actual.shape)
+            )
+            results.append(
+                compare(
+                    name,
+                    actual,
+                    expected,
+                    dtype,
+                    self.rtol if self.rtol is not None else rtol,
+                    self.atol if self.atol is not None else atol,
+                )
+            )
+        return results

@@ -1,0 +1,50 @@
+"""Statistics of a binary for `mnrt info`: what it holds and what its payload costs."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ..format import LightBinary
+from ..format.fb.CommandUnion import CommandUnion as U
+from .plan import validate
+
+_NAMES = {v: k for k, v in vars(U).items() if not k.startswith("_") and isinstance(v, int)}
+# Fields of each command type that refer to blobs.
+_BLOB_FIELDS = {U.WriteBuffer: ("data",), U.ReadBuffer: ("golden",), U.GoldenCheck: ("golden",)}
+
+
+def info(binary: LightBinary) -> dict:
+    plan = validate(binary, blobs=False)
+    counts = Counter(_NAMES.get(c.cmdType, str(c.cmdType)) for c in binary.commands)
+    referenced = 0
+    for c in binary.commands:
+        for name in _BLOB_FIELDS.get(c.cmdType, ()):
+            blob = getattr(c.cmd, name)
+            if blob:
+                referenced += binary.blobs.info(blob).size
+    blobs = binary.blobs.infos
+    unique = sum(b.size for b in blobs)
+    stored = sum(b.stored_size for b in blobs)
+    kernels = Counter(k.op for p in plan.programs.values() for k in p.kernels)
+    return {
+        "path": str(binary.path) if binary.path else None,
+        "file_bytes": binary.file_size,
+        "version": ".".join(map(str, binary.version)),
+        "schema_hash": f"{binary.schema_hash:#018x}",
+        "producer": binary.producer,
+        "metadata": binary.metadata,
+        "device": binary.device,
+        "commands": len(binary),
+        "commands_by_type": dict(sorted(counts.items())),
+        "buffers": len(plan.buffers),
+        "buffer_bytes": sum(b.nbytes for b in plan.buffers.values()),
+        "peak_device_bytes": max(plan.peak_bytes.values(), default=0),
+        "programs": len(plan.programs),
+        "kernels_by_op": dict(sorted(kernels.items())),
+        "blobs": len(blobs),
+        "payload_bytes_referenced": referenced,
+        "payload_bytes_unique": unique,
+        "payload_bytes_stored": stored,
+        "dedup_ratio": referenced / unique if unique else 1.0,
+        "compression_ratio": unique / stored if stored else 1.0,
+    }

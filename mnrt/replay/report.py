@@ -1,0 +1,113 @@
+"""ReplayReport: the verdict of a replay, for people (summary) and machines (JSON)."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..format import LightBinary
+from ..host.golden import Check
+
+
+@dataclass
+class ReplayReport:
+    """Checks and outputs are those of the last loop; timings cover every loop."""
+
+    binary: LightBinary
+    load_s: float
+    checks: list[Check] = field(default_factory=list)
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    loop_wall_s: list[float] = field(default_factory=list)
+    device_time_s: float = 0.0
+    energy_j: float = 0.0
+    failed_loops: int = 0
+
+    def add_loop(
+        self,
+        wall_s: float,
+        device_time_s: float,
+        energy_j: float,
+        checks: list[Check],
+        outputs: dict[str, np.ndarray],
+    ) -> None:
+        self.loop_wall_s.append(wall_s)
+        self.device_time_s, self.energy_j = device_time_s, energy_j
+        self.checks, self.outputs = checks, outputs
+        if not all(c.passed for c in checks):
+            self.failed_loops += 1
+
+    @property
+    def passed(self) -> bool:
+        return self.failed_loops == 0
+
+    @property
+    def timings(self) -> dict:
+        walls = self.loop_wall_s
+        return {
+            "load_s": self.load_s,
+            "loops": len(walls),
+            "wall_s": sum(walls),
+            "wall_min_s": min(walls, default=0.0),
+            "wall_median_s": statistics.median(walls) if walls else 0.0,
+            "wall_max_s": max(walls, default=0.0),
+            "device_time_s": self.device_time_s,
+            "energy_j": self.energy_j,
+        }
+
+    def to_dict(self) -> dict:
+        return {
+            "passed": self.passed,
+            "binary": str(self.binary.path) if self.binary.path else None,
+            "producer": self.binary.producer,
+            "version": list(self.binary.version),
+            "commands": len(self.binary),
+            "failed_loops": self.failed_loops,
+            "checks": [_finite(c.to_dict()) for c in self.checks],
+            "outputs": {
+                k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in self.outputs.items()
+            },
+            "timings": self.timings,
+        }
+
+    def to_json(self, indent: int | None = 1) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def summary(self) -> str:
+        """A few lines for a terminal: verdict, each check, modelled device time."""
+        lines = [
+            f"{'PASS' if self.passed else 'FAIL'}: {len(self.binary)} commands, "
+            f"{sum(c.passed for c in self.checks)}/{len(self.checks)} goldens matched"
+            + (
+                f", {self.failed_loops} of {len(self.loop_wall_s)} loops failed"
+                if self.failed_loops
+                else ""
+            )
+        ]
+        for c in self.checks:
+            mark = "ok  " if c.passed else "FAIL"
+            detail = (
+                f"max_abs_err={c.max_abs_err:.3g} max_rel_err={c.max_rel_err:.3g} pcc={c.pcc:.6f}"
+            )
+            if not c.passed:
+                detail += f" mismatches={c.mismatches} first at {c.first_mismatch}"
+                if c.message:
+                    detail += f" ({c.message})"
+            lines.append(f"  {mark} {c.name} {c.dtype}{list(c.shape)}: {detail}")
+        t = self.timings
+        lines.append(
+            f"modelled device time {t['device_time_s'] * 1e6:.2f} us, energy "
+            f"{t['energy_j'] * 1e3:.3f} mJ; wall {t['wall_median_s'] * 1e3:.2f} ms per loop "
+            f"({t['loops']} loop{'s' if t['loops'] != 1 else ''}), load {t['load_s'] * 1e3:.2f} ms"
+        )
+        return "\n".join(lines)
+
+
+def _finite(d: dict) -> dict:
+    """JSON has no inf or nan: write them as strings."""
+    return {
+        k: (str(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()
+    }

@@ -1,0 +1,116 @@
+"""`mnrt info`, `mnrt dump`, `mnrt verify`, `mnrt convert`: look inside binaries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..errors import InvalidBinaryError, MnrtError
+from ..format import IDENTIFIER, LightBinary, jsonio
+from ..replay.info import info as binary_info
+from ..replay.plan import validate
+
+
+def _gib(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+def info(file, as_json) -> None:
+    """Summarise FILE: producer, version, commands, buffers, programs, payload sizes."""
+    d = binary_info(LightBinary.load(file))
+    if as_json:
+        click.echo(json.dumps(d, indent=1))
+        return
+    m, dev = d["metadata"], d["device"]
+    by_type = ", ".join(f"{k} {v}" for k, v in d["commands_by_type"].items())
+    kernels = ", ".join(f"{k} {v}" for k, v in d["kernels_by_op"].items())
+    click.echo(
+        f"{d['path']}: {_gib(d['file_bytes'])}, format {d['version']} (schema {d['schema_hash']})\n"
+        f"producer:  {d['producer']} (mnrt {m.get('mnrt_version', '?')}, "
+        f"python {m.get('python', '?')}, host {m.get('hostname', '?')})\n"
+        f"device:    {dev.get('arch', '?')} x{dev.get('device_count', '?')}, "
+        f"peak {_gib(d['peak_device_bytes'])} of device memory\n"
+        f"commands:  {d['commands']} ({by_type})\n"
+        f"buffers:   {d['buffers']} ({_gib(d['buffer_bytes'])})\n"
+        f"programs:  {d['programs']} (kernels: {kernels or 'none'})\n"
+        f"payload:   {d['blobs']} blobs; {_gib(d['payload_bytes_referenced'])} referenced, "
+        f"{_gib(d['payload_bytes_unique'])} unique, {_gib(d['payload_bytes_stored'])} stored "
+        f"(dedup {d['dedup_ratio']:.2f}x, zstd {d['compression_ratio']:.2f}x)"
+    )
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--json", "as_json", is_flag=True, required=True, help="JSON on stdout (the only format)."
+)
+def dump(file, as_json) -> None:
+    """Print FILE's header, commands and blob table as JSON (payloads left out)."""
+    click.echo(json.dumps(jsonio.describe(LightBinary.load(file)), indent=1))
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+def verify(file) -> None:
+    """Check FILE without running it: structure, version, ids, sizes, blob checksums."""
+    binary = LightBinary.load(file)
+    plan = validate(binary)
+    click.echo(
+        f"OK: {file}: {len(binary)} commands, {len(binary.blobs)} blobs, "
+        f"{len(plan.buffers)} buffers, {len(plan.programs)} programs"
+    )
+
+
+@click.command()
+@click.argument("source", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("dest", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--blob-files",
+    is_flag=True,
+    help="Binary to JSON: write blobs as files next to DEST instead of base64.",
+)
+def convert(source, dest, blob_files) -> None:
+    """Convert a binary to JSON or JSON to a binary (chosen by SOURCE's contents)."""
+    try:
+        with open(source, "rb") as f:
+            head = f.read(12)
+    except OSError as e:
+        raise MnrtError(f"cannot read {source}: {e.strerror}") from None
+    # A size-prefixed FlatBuffer: size, root offset, then the file identifier.
+    if head[8:12] == IDENTIFIER:
+        binary = LightBinary.load(source)
+        blob_dir = dest.parent / f"{dest.stem}.blobs" if blob_files else None
+        doc = jsonio.to_json(binary, blob_dir)
+        if blob_dir is not None:
+            doc["blob_dir"] = blob_dir.name
+        _atomic_text(dest, json.dumps(doc, indent=1))
+        click.echo(f"{source} -> {dest} (JSON, {len(binary)} commands)")
+        return
+    try:
+        doc = json.loads(Path(source).read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InvalidBinaryError(f"{source} is neither a light binary nor JSON: {e}") from None
+    base = Path(source).parent
+    if isinstance(doc, dict) and "blob_dir" in doc:
+        base = base / str(doc.pop("blob_dir"))
+    binary = jsonio.from_json(doc, base)
+    binary.save(dest)
+    click.echo(f"{source} -> {dest} (binary, {len(binary)} commands, {binary.file_size} bytes)")
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as e:
+        raise MnrtError(f"cannot write {path}: {e.strerror}") from None

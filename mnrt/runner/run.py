@@ -1,0 +1,101 @@
+"""`mnrt run`, `mnrt bench`: replay a binary and report."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+import numpy as np
+
+from .. import errors
+from ..replay import replay
+
+
+def _device(value: str) -> int | str:
+    if value == "auto":
+        return "auto"
+    try:
+        return int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: use 'auto' or a device index") from None
+
+
+def _progress(total_loops: int):
+    """A progress bar on a terminal for multi-loop runs; nothing otherwise."""
+    if total_loops < 2 or not sys.stderr.isatty():
+        return None
+    bar = click.progressbar(length=total_loops, label="replaying", file=sys.stderr)
+    bar.__enter__()
+
+    def step(done: int, total: int) -> None:
+        bar.update(1)
+        if done == total:
+            bar.__exit__(None, None, None)
+
+    return step
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--device", default="auto", show_default=True, help="Device index or 'auto'.")
+@click.option("--loops", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--rtol", type=float, default=None, help="Override every check's rtol.")
+@click.option("--atol", type=float, default=None, help="Override every check's atol.")
+@click.option("--no-verify", is_flag=True, help="Run without comparing goldens.")
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the report as JSON here.",
+)
+@click.option(
+    "--save-outputs",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Save every read buffer as DIR/<name>.npy.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def run(file, device, loops, rtol, atol, no_verify, report_path, save_outputs, as_json) -> None:
+    """Replay FILE and verify it against its goldens.
+
+    Exit codes: 0 pass, 1 golden mismatch, 2 invalid binary or usage, 3 device error."""
+    report = replay(
+        file,
+        device=_device(device),
+        verify=not no_verify,
+        loops=loops,
+        rtol=rtol,
+        atol=atol,
+        progress=_progress(loops),
+    )
+    if report_path is not None:
+        report_path.write_text(report.to_json())
+    if save_outputs is not None:
+        save_outputs.mkdir(parents=True, exist_ok=True)
+        for name, array in report.outputs.items():
+            np.save(save_outputs / f"{name.replace('/', '_')}.npy", array)
+    click.echo(report.to_json() if as_json else report.summary())
+    if not report.passed:
+        sys.exit(errors.EXIT_GOLDEN_MISMATCH)
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--loops", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--device", default="auto", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def bench(file, loops, device, as_json) -> None:
+    """Steady-state replay time of FILE over N loops (load excluded)."""
+    report = replay(
+        file, device=_device(device), verify=False, loops=loops, progress=_progress(loops)
+    )
+    t = report.timings
+    if as_json:
+        click.echo(json.dumps(t, indent=1))
+        return
+    click.echo(
+        f"{len(report.binary)} commands, {loops} loops: wall min {t['wall_min_s'] * 1e3:.3f} ms, "
+        f"median {t['wall_median_s'] * 1e3:.3f} ms, max {t['wall_max_s'] * 1e3:.3f} ms per loop; "
+        f"load {t['load_s'] * 1e3:.2f} ms; modelled device time {t['device_time_s'] * 1e6:.2f} us"
+    )

@@ -1,0 +1,225 @@
+"""Capture: what gets recorded, and that replay reproduces the live run bit for bit."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import mnrt
+from mnrt.format import jsonio
+from mnrt.format.fb.CommandUnion import CommandUnion as U
+from mnrt.host import observe
+
+NAMES = {v: k for k, v in vars(U).items() if not k.startswith("_") and isinstance(v, int)}
+
+
+def command_types(binary: mnrt.LightBinary) -> list[str]:
+    return [NAMES[c.cmdType] for c in binary.commands]
+
+
+def mlp_session(dev, q, dtype="half"):
+    rng = np.random.default_rng(5)
+    x = dev.create_buffer((8, 16), dtype, name="x")
+    w = dev.create_buffer((16, 4), dtype, name="w")
+    y = dev.create_buffer((8, 4), "float", name="y")
+    prog = dev.create_program(
+        [mnrt.Kernel("gemm", ["x", "w"], ["y"]), mnrt.Kernel("gelu", ["y"], ["y"])], name="fc"
+    )
+    q.enqueue_write_buffer(x, rng.standard_normal((8, 16)).astype(np.float32))
+    q.enqueue_write_buffer(w, rng.standard_normal((16, 4)).astype(np.float32))
+    q.enqueue_program(prog, {"x": x, "w": w, "y": y})
+    return q.enqueue_read_buffer(y)
+
+
+def test_capture_save_load_replay_matches_live_bit_for_bit(dev, q, tmp_path):
+    mnrt.begin_capture()
+    live = mlp_session(dev, q)
+    binary = mnrt.end_capture()
+    path = tmp_path / "mlp.mnlb"
+    binary.save(path)
+    dev.close()
+    report = mnrt.replay(path)
+    assert report.passed
+    np.testing.assert_array_equal(report.outputs["y"], live)
+    assert report.checks[0].max_abs_err == 0 and report.checks[0].pcc == pytest.approx(1.0)
+
+
+def test_every_command_type_is_recorded_and_round_trips(dev, q, tmp_path):
+    with mnrt.capture(tmp_path / "all.mnlb"):
+        q1 = dev.command_queue(1)
+        a = dev.create_buffer((4,), "float", name="a")
+        b = dev.create_buffer((4,), "float", name="b")
+        tmp = dev.create_buffer((2,), "int32", name="tmp")
+        inc = dev.create_program([mnrt.Kernel("add", ["a", "b"], ["a"])], name="inc")
+        q.enqueue_write_buffer(a, np.zeros(4, np.float32))
+        q.enqueue_write_buffer(b, np.ones(4, np.float32), blocking=True)
+        q1.enqueue_write_buffer(tmp, np.array([1, 2], np.int32))
+        q1.finish()
+        tid = q.begin_trace_capture()
+        q.enqueue_program(inc, {"a": a, "b": b})
+        q.end_trace_capture(tid)
+        q.replay_trace(tid)
+        q.replay_trace(tid, blocking=True)
+        dev.release_trace(tid)
+        q.enqueue_program(inc, {"a": a, "b": b}, blocking=True)
+        q.finish()
+        result = q.enqueue_read_buffer(a)
+        check = mnrt.compare_to_golden(q, a, np.full(4, 3.0, np.float32), name="three")
+        tmp.deallocate()
+    assert check.passed and list(result) == [3, 3, 3, 3]
+    binary = mnrt.LightBinary.load(tmp_path / "all.mnlb")
+    assert set(command_types(binary)) == set(NAMES.values()) - {"NONE"}
+    doc = json.loads(jsonio.dumps(binary))
+    again = jsonio.from_json(doc)
+    assert again.to_bytes() == binary.to_bytes()
+    dev.close()
+    report = mnrt.replay(binary)
+    assert report.passed and [c.name for c in report.checks] == ["a", "three"]
+
+
+def test_only_outermost_calls_are_recorded(dev, q):
+    b = dev.create_buffer((2,), "float", name="b")
+
+    @observe.api("user_helper")
+    def helper():  # a host API call that makes other host API calls
+        q.enqueue_write_buffer(b, np.ones(2, np.float32))
+        return q.enqueue_read_buffer(b)
+
+    mnrt.begin_capture()
+    helper()
+    q.enqueue_write_buffer(b, np.zeros(2, np.float32))
+    binary = mnrt.end_capture()
+    assert command_types(binary).count("WriteBuffer") == 1
+    assert "ReadBuffer" not in command_types(binary)
+
+
+def test_mid_program_capture_snapshots_objects_at_first_use(dev, q):
+    w = dev.create_buffer((3, 3), "half", name="w")
+    x = dev.create_buffer((1, 3), "half", name="x")
+    y = dev.create_buffer((1, 3), "float", name="y")
+    prog = dev.create_program([mnrt.Kernel("gemm", ["x", "w"], ["y"])], name="proj")
+    q.enqueue_write_buffer(w, np.arange(9, dtype=np.float32).reshape(3, 3) / 7)
+    q.enqueue_write_buffer(x, np.array([[1.0, -2.0, 0.5]], np.float32))
+    mnrt.begin_capture()  # the device, queue, buffers and program all predate the capture
+    q.enqueue_program(prog, {"x": x, "w": w, "y": y})
+    live = q.enqueue_read_buffer(y)
+    binary = mnrt.end_capture()
+    types = command_types(binary)
+    assert types[:2] == ["OpenDevice", "OpenQueue"]
+    assert types.count("CreateBuffer") == 3 and types.count("WriteBuffer") == 3  # y too
+    dev.close()
+    report = mnrt.replay(binary)
+    assert report.passed
+    np.testing.assert_array_equal(report.outputs["y"], live)
+
+
+def test_trace_captured_before_capture_is_recorded_in_full(dev, q):
+    acc = dev.create_buffer((2,), "float", name="acc")
+    one = dev.create_buffer((1,), "float", name="one")
+    inc = dev.create_program([mnrt.Kernel("add", ["acc", "one"], ["acc"])])
+    q.enqueue_write_buffer(acc, np.zeros(2, np.float32))
+    q.enqueue_write_buffer(one, np.ones(1, np.float32))
+    tid = q.begin_trace_capture()
+    q.enqueue_program(inc, {"acc": acc, "one": one})
+    q.enqueue_program(inc, {"acc": acc, "one": one})
+    q.end_trace_capture(tid)
+    mnrt.begin_capture()
+    for _ in range(3):
+        q.replay_trace(tid)
+    live = q.enqueue_read_buffer(acc)
+    binary = mnrt.end_capture()
+    types = command_types(binary)
+    begin = types.index("BeginTraceCapture")
+    assert types[begin : begin + 4] == [
+        "BeginTraceCapture",
+        "EnqueueProgram",
+        "EnqueueProgram",
+        "EndTraceCapture",
+    ]
+    assert types.count("ReplayTrace") == 3 and list(live) == [6, 6]
+    dev.close()
+    assert mnrt.replay(binary).passed
+
+
+def test_reads_record_goldens_unless_turned_off(dev, q):
+    b = dev.create_buffer((2,), "float")
+    mnrt.begin_capture(goldens=False)
+    q.enqueue_write_buffer(b, np.ones(2, np.float32))
+    q.enqueue_read_buffer(b)
+    binary = mnrt.end_capture()
+    read = next(c.cmd for c in binary.commands if c.cmdType == U.ReadBuffer)
+    assert read.golden == 0
+    dev.close()
+    assert mnrt.replay(binary).checks == []
+
+
+def test_non_blocking_read_golden_is_the_final_data(dev, q):
+    b = dev.create_buffer((3,), "float", name="late")
+    mnrt.begin_capture()
+    q.enqueue_write_buffer(b, np.arange(3, dtype=np.float32))
+    out = q.enqueue_read_buffer(b, blocking=False)
+    binary = mnrt.end_capture()  # finishes the queue before taking the golden
+    dev.close()
+    report = mnrt.replay(binary)
+    assert report.passed and list(out) == [0, 1, 2]
+
+
+def test_written_data_is_copied_at_the_call(dev, q):
+    b = dev.create_buffer((2,), "float", name="b")
+    data = np.array([1.0, 2.0], np.float32)
+    mnrt.begin_capture()
+    q.enqueue_write_buffer(b, data, blocking=True)
+    data[:] = 99  # the caller reuses its array after the write
+    expected = q.enqueue_read_buffer(b)
+    binary = mnrt.end_capture()
+    dev.close()
+    assert list(expected) == [1, 2] and mnrt.replay(binary).passed
+
+
+def test_capture_context_writes_only_on_success(dev, q, tmp_path):
+    target = tmp_path / "x.mnlb"
+    with pytest.raises(RuntimeError), mnrt.capture(target):
+        dev.create_buffer((2,), "float")
+        raise RuntimeError("user code failed")
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+    assert observe.current() is None
+    with mnrt.capture(target):
+        dev.create_buffer((2,), "float")
+    assert mnrt.LightBinary.load(target).commands
+
+
+def test_capture_rules(dev, q):
+    with pytest.raises(mnrt.CaptureError, match="without begin_capture"):
+        mnrt.end_capture()
+    mnrt.begin_capture()
+    try:
+        with pytest.raises(mnrt.CaptureError, match="already running"):
+            mnrt.begin_capture()
+        with pytest.raises(mnrt.CaptureError, match=r"clear\(\) cannot be captured"):
+            dev.clear(zero=True)
+        with pytest.raises(mnrt.CaptureError, match=r"reset\(\) cannot be captured"):
+            dev.reset()
+    finally:
+        mnrt.end_capture()
+
+
+def test_compare_to_golden_live_result_and_errors(dev, q):
+    b = dev.create_buffer((3,), "int32", name="n")
+    q.enqueue_write_buffer(b, np.array([1, 2, 3], np.int32))
+    ok = mnrt.compare_to_golden(q, b, np.array([1, 2, 3]))
+    bad = mnrt.compare_to_golden(q, b, np.array([1, 5, 3]))
+    assert ok.passed and not bad.passed and bad.first_mismatch == (1,) and bad.mismatches == 1
+    with pytest.raises(mnrt.InvalidArgumentError, match="does not match buffer 'n'"):
+        mnrt.compare_to_golden(q, b, np.zeros(4))
+
+
+def test_replay_on_another_device(dev, q):
+    mnrt.begin_capture()
+    mlp_session(dev, q)
+    binary = mnrt.end_capture()
+    report = mnrt.replay(binary, device=5)  # device 0 is still open here
+    assert report.passed
+    with pytest.raises(mnrt.DeviceNotFoundError):
+        mnrt.replay(binary, device=42)

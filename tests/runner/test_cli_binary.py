@@ -1,0 +1,120 @@
+"""`mnrt run|info|dump|verify|convert|bench` on real binaries."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+from click.testing import CliRunner
+
+import mnrt
+from mnrt.runner.cli import cli
+
+SAMPLE = "samples/mlp.mnlb"
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_run_prints_verdict_checks_and_device_time():
+    r = invoke("run", SAMPLE)
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0].startswith("PASS:") and "1/1 goldens matched" in lines[0]
+    assert "ok   y float[64, 10]" in r.output and "modelled device time" in r.output
+
+
+def test_run_report_outputs_loops_and_tolerances(tmp_path):
+    report = tmp_path / "r.json"
+    outputs = tmp_path / "out"
+    r = invoke(
+        "run",
+        SAMPLE,
+        "--loops",
+        3,
+        "--report",
+        report,
+        "--save-outputs",
+        outputs,
+        "--rtol",
+        0,
+        "--atol",
+        0,
+        "--device",
+        2,
+    )
+    assert r.exit_code == 0, r.output
+    doc = json.loads(report.read_text())
+    assert doc["passed"] and doc["timings"]["loops"] == 3 and doc["checks"][0]["rtol"] == 0
+    y = np.load(outputs / "y.npy")
+    assert y.shape == (64, 10) and y.dtype == np.float32
+    r = invoke("run", SAMPLE, "--json", "--no-verify")
+    assert json.loads(r.output)["checks"] == []
+
+
+def test_run_usage_errors_exit_2():
+    assert invoke("run", SAMPLE, "--loops", 0).exit_code == 2
+    assert invoke("run", SAMPLE, "--device", "gpu").exit_code == 2
+    r = invoke("run", SAMPLE, "--device", 99)
+    assert r.exit_code == 2 and "no emulated device 99" in r.output
+
+
+def test_info_text_and_json():
+    r = invoke("info", SAMPLE)
+    assert r.exit_code == 0 and "format 1.0" in r.output and "WriteBuffer 7" in r.output
+    doc = json.loads(invoke("info", SAMPLE, "--json").output)
+    assert doc["commands"] == 27 and doc["programs"] == 1 and doc["compression_ratio"] >= 1.0
+    assert doc["payload_bytes_stored"] < doc["payload_bytes_unique"]
+
+
+def test_dump_json_lists_commands_and_blobs_without_payloads():
+    doc = json.loads(invoke("dump", SAMPLE, "--json").output)
+    assert doc["format"] == "mnrt-light-binary-json"
+    assert doc["commands"][0]["cmd"]["type"] == "OpenDevice"
+    assert all("base64" not in b for b in doc["blobs"])
+
+
+def test_verify_and_bench():
+    r = invoke("verify", SAMPLE)
+    assert r.exit_code == 0 and r.output.startswith("OK:")
+    r = invoke("bench", SAMPLE, "--loops", 3)
+    assert r.exit_code == 0 and "3 loops" in r.output and "median" in r.output
+
+
+def test_convert_round_trip_inline_and_side_files(tmp_path):
+    for flags in ([], ["--blob-files"]):
+        js = tmp_path / f"m{len(flags)}.json"
+        back = tmp_path / f"m{len(flags)}.mnlb"
+        assert invoke("convert", SAMPLE, js, *flags).exit_code == 0
+        assert invoke("convert", js, back).exit_code == 0
+        assert back.read_bytes() == Path(SAMPLE).read_bytes()
+
+
+def test_convert_rejects_garbage(tmp_path):
+    junk = tmp_path / "junk.json"
+    junk.write_text('{"format": "something else"}')
+    r = invoke("convert", junk, tmp_path / "x.mnlb")
+    assert r.exit_code == 2 and "not a light binary JSON" in r.output
+    junk.write_bytes(b"\xff\xfe\x00garbage")
+    assert invoke("convert", junk, tmp_path / "x.mnlb").exit_code == 2
+
+
+def test_device_error_exits_3(tmp_path):
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue()
+        with mnrt.capture(tmp_path / "g.mnlb"):
+            data = dev.create_buffer((4,), "float", name="data")
+            idx = dev.create_buffer((1,), "int32", name="idx")
+            out = dev.create_buffer((1,), "float", name="out")
+            prog = dev.create_program([mnrt.Kernel("gather", ["data", "idx"], ["out"])])
+            q.enqueue_write_buffer(idx, np.array([9], np.int32))
+            q.enqueue_program(prog, {"data": data, "idx": idx, "out": out})
+        with contextlib.suppress(mnrt.DeviceExecutionError):
+            q.finish()
+    r = invoke("run", tmp_path / "g.mnlb")
+    assert r.exit_code == 3 and "index 9 is out of range" in r.output
+    shutil.rmtree(tmp_path)
