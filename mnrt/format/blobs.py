@@ -9,7 +9,7 @@ payload is checked against its xxh3-64 the first time it is read.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import xxhash
@@ -30,8 +30,7 @@ def align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-@dataclass(frozen=True)
-class BlobInfo:
+class BlobInfo(NamedTuple):
     """Where a blob lies in the data section and how to read it back."""
 
     offset: int
@@ -86,7 +85,8 @@ class BlobStore:
 def _as_bytes(data: bytes | bytearray | memoryview | np.ndarray) -> memoryview:
     if isinstance(data, np.ndarray):
         data = np.ascontiguousarray(data)
-        return memoryview(data.reshape(-1).view(np.uint8))
+        if data.dtype == np.bool_:
+            data = data.view(np.uint8)  # memoryview cannot cast numpy's bool format
     return memoryview(data).cast("B")
 
 

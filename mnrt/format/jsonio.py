@@ -117,7 +117,7 @@ def describe(binary: LightBinary) -> dict:
     doc = {"format": JSON_FORMAT, **table_to_json("LightBinary", root)}
     doc["schema_hash"] = f"{binary.schema_hash:#018x}"
     doc["blobs"] = [
-        {"id": i, **{k: (f"{v:#018x}" if k == "hash" else v) for k, v in vars(info).items()}}
+        {"id": i, **{k: (f"{v:#018x}" if k == "hash" else v) for k, v in info._asdict().items()}}
         for i, info in enumerate(binary.blobs.infos, start=1)
     ]
     return doc

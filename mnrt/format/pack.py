@@ -1,49 +1,220 @@
 """Packing the command list into a FlatBuffer, fast enough for end_capture.
 
-Identical commands (a program enqueued again on the same buffers, a trace replayed again)
-are packed once and shared: FlatBuffers lets many vector entries point at one table, so a
-long loop costs one table, not one per iteration.
+Two things make it fast. Identical commands (a program enqueued again on the same buffers,
+a trace replayed again) are packed once and shared: FlatBuffers lets many vector entries
+point at one table. And tables made only of scalars (and scalar vectors) are written by
+copying a template: the first table of each type is packed by the generated code with every
+field present; its layout is read back from its vtable, and later tables of that type are
+written with one `struct.pack_into`, pointing at the same vtable. The result is an ordinary
+FlatBuffer (the verifier and the generated readers check it like any other).
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
+from typing import Any
 
 import flatbuffers
 import numpy as np
 
+from .fb import Command as fb_command
 from .fb.Command import CommandT
+from .schema_info import LAYOUT
+
+_FORMATS = {
+    "bool": "?", "byte": "b", "ubyte": "B", "short": "h", "ushort": "H", "int": "i",
+    "uint": "I", "long": "q", "ulong": "Q", "float": "f", "double": "d",
+}  # fmt: skip
+_NUMPY = {"ubyte": np.uint8, "ushort": np.uint16, "uint": np.uint32, "ulong": np.uint64,
+          "byte": np.int8, "short": np.int16, "int": np.int32, "long": np.int64,
+          "float": np.float32, "double": np.float64, "bool": np.bool_}  # fmt: skip
 
 
-def _key(cmd: CommandT) -> tuple | None:
-    """A hashable identity of a command with only scalar and scalar-list fields, else None."""
-    body = cmd.cmd
-    parts: list = [cmd.cmdType]
-    for value in vars(body).values():
-        if isinstance(value, float) and value != value:
-            parts.append("nan")  # NaN never equals itself; equal tables must share a key
-        elif isinstance(value, (int, float, bool, str, bytes)) or value is None:
-            parts.append(value)
-        elif isinstance(value, (list, tuple, np.ndarray)):
-            parts.append(tuple(int(v) for v in value))
+def _attr(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def _items(vector: Any) -> Any:
+    """A decoded vector (numpy array), a list, or () for an absent one."""
+    return () if vector is None else vector
+
+
+def _scalar_type(field: dict) -> str | None:
+    if field["kind"] == "scalar":
+        return field["type"]
+    if field["kind"] in ("enum", "union_type"):
+        return LAYOUT["enums"][field["type"]]["type"] if field["kind"] == "enum" else "ubyte"
+    return None
+
+
+class _Template:
+    """The layout of one table type, learned from a table the generated code packed."""
+
+    def __init__(self, b: flatbuffers.Builder, table: str, obj: Any) -> None:
+        fields = [f for f in LAYOUT["tables"][table]["fields"] if not f.get("deprecated")]
+        self.scalars: list[tuple[str, int, str]] = []  # (attribute, slot, struct format)
+        self.vectors: list[tuple[str, int, type]] = []  # (attribute, slot, numpy dtype)
+        self.unions: list[tuple[str, int]] = []  # (attribute, slot): the value's offset
+        for f in fields:
+            scalar = _scalar_type(f)
+            if scalar is not None:
+                self.scalars.append((_attr(f["name"]), f["slot"], _FORMATS[scalar]))
+            elif f["kind"] == "vector" and f["element"] in ("scalar", "enum"):
+                self.vectors.append((_attr(f["name"]), f["slot"], _NUMPY[f["type"]]))
+            elif f["kind"] == "union":
+                self.unions.append((_attr(f["name"]), f["slot"]))
+            else:
+                raise TypeError(f"{table}.{f['name']} is not a scalar field")
+        b.ForceDefaults(True)
+        try:
+            off = obj.Pack(b)
+        finally:
+            b.ForceDefaults(False)
+        self.first = off
+        buf, end = b.Bytes, len(b.Bytes)
+        pos = end - off
+        soffset = struct.unpack_from("<i", buf, pos)[0]
+        self.vtable = off + soffset  # the vtable's distance from the end of the buffer
+        vt = pos - soffset
+        vsize, self.size = struct.unpack_from("<HH", buf, vt)
+        slot_offset = {
+            i: struct.unpack_from("<H", buf, vt + 4 + 2 * i)[0] for i in range((vsize - 4) // 2)
+        }
+        self.align = 8 if any(fmt in "qQd" for _, _, fmt in self.scalars) else 4
+        self.phase = off % self.align  # where the table started, modulo its alignment
+        b.minalign = max(b.minalign, self.align)
+        # One struct format for the whole inline table: soffset, then each field in place.
+        layout = sorted(
+            [(0, "i", None)]
+            + [(slot_offset[slot], fmt, ("s", name)) for name, slot, fmt in self.scalars]
+            + [(slot_offset[slot], "I", ("v", name)) for name, slot, _ in self.vectors]
+            + [(slot_offset[slot], "I", ("u", name)) for name, slot in self.unions]
+        )
+        fmt, at = "<", 0
+        self.order: list[tuple[str, str, int]] = []
+        for offset, code, what in layout:
+            if offset < at:
+                raise TypeError(f"{table}: overlapping fields in the packed template")
+            fmt += "x" * (offset - at) + code
+            at = offset + struct.calcsize("<" + code)
+            if what is not None:
+                self.order.append((what[0], what[1], offset))
+        fmt += "x" * (self.size - at)
+        self.struct = struct.Struct(fmt)
+        self.scalar_names = [name for name, _, _ in self.scalars]
+        self.scalar_struct = struct.Struct("<" + "".join(f for _, _, f in self.scalars))
+
+    def key(self, obj: Any) -> tuple:
+        """Identity of a table's content: its scalars' bytes (so NaN equals NaN) and vectors."""
+        scalars = self.scalar_struct.pack(*[getattr(obj, n) for n in self.scalar_names])
+        vectors = [tuple(int(v) for v in _items(getattr(obj, n))) for n, _, _ in self.vectors]
+        return (scalars, *vectors)
+
+    def pack(self, b: flatbuffers.Builder, obj: Any, union_offsets: dict[str, int]) -> int:
+        vector_offsets = {
+            name: b.CreateNumpyVector(np.asarray(_items(getattr(obj, name)), dtype))
+            for name, _, dtype in self.vectors
+        }
+        size = self.size
+        pad = (self.phase - b.Offset() - size) % self.align
+        b.Prep(1, pad + size)
+        b.head -= pad + size  # the padding bytes are already zero: the buffer starts zeroed
+        table = len(b.Bytes) - b.head
+        values = [
+            getattr(obj, name)
+            if kind == "s"
+            else table - offset - (vector_offsets[name] if kind == "v" else union_offsets[name])
+            for kind, name, offset in self.order
+        ]
+        self.struct.pack_into(b.Bytes, b.head, self.vtable - table, *values)
+        return table
+
+
+def _fast_table(table: str) -> bool:
+    for f in LAYOUT["tables"][table]["fields"]:
+        if f.get("deprecated") or _scalar_type(f) is not None:
+            continue
+        if f["kind"] == "vector" and f["element"] in ("scalar", "enum"):
+            continue
+        return False
+    return True
+
+
+_MEMBERS = LAYOUT["unions"]["CommandUnion"]["members"]
+_FAST_MEMBER = {i + 1: _fast_table(m) for i, m in enumerate(_MEMBERS)}
+
+
+def pack_tables(b: flatbuffers.Builder, table: str, objs: Sequence[Any]) -> int:
+    """Pack a vector of one scalar-only table type (the blob list)."""
+    offsets = np.empty(len(objs), np.int64)
+    template: _Template | None = None
+    for i, obj in enumerate(objs):
+        if template is None:
+            template = _Template(b, table, obj)
+            offsets[i] = template.first
         else:
-            return None
-    return tuple(parts)
+            offsets[i] = template.pack(b, obj, {})
+    return _offset_vector(b, offsets)
 
 
 def pack_commands(b: flatbuffers.Builder, commands: Sequence[CommandT]) -> int:
     """Pack every command; return the offset of the commands vector."""
     packed: dict[tuple, int] = {}
-    offsets = []
-    for cmd in commands:
-        key = _key(cmd)
-        off = packed.get(key) if key is not None else None
-        if off is None:
-            off = cmd.Pack(b)
-            if key is not None:
-                packed[key] = off
-        offsets.append(off)
-    b.StartVector(4, len(offsets), 4)
-    for off in reversed(offsets):
-        b.PrependUOffsetTRelative(off)
+    bodies: dict[int, _Template] = {}
+    wrapper: _Template | None = None
+    offsets = np.empty(len(commands), np.int64)
+    for i, cmd in enumerate(commands):
+        kind = cmd.cmdType
+        template = bodies.get(kind)
+        if template is not None:
+            key = (kind, *template.key(cmd.cmd))
+            off = packed.get(key)
+            if off is None:
+                body = template.pack(b, cmd.cmd, {})
+                off = packed[key] = wrapper.pack(b, _Wrapped(kind, body), {"cmd": body})
+        elif cmd.cmd is not None and _FAST_MEMBER.get(kind):
+            template = bodies[kind] = _Template(b, _MEMBERS[kind - 1], cmd.cmd)
+            if wrapper is None:
+                wrapper = _Template(b, "Command", _Wrapped(kind, template.first))
+                off = wrapper.first
+            else:
+                off = wrapper.pack(b, _Wrapped(kind, template.first), {"cmd": template.first})
+            packed[(kind, *template.key(cmd.cmd))] = off
+        else:
+            off = cmd.Pack(b)  # tables with strings or sub-tables: rare, packed generically
+        offsets[i] = off
+    return _offset_vector(b, offsets)
+
+
+class _Wrapped:
+    """A Command whose body is already packed at `offset` (for the Command template)."""
+
+    __slots__ = ("cmd", "cmdType", "offset")
+
+    def __init__(self, kind: int, offset: int) -> None:
+        self.cmdType = kind
+        self.offset = offset
+        self.cmd = self
+
+    def Pack(self, b: flatbuffers.Builder) -> int:  # the object-API protocol
+        fb_command.CommandStart(b)
+        fb_command.CommandAddCmdType(b, self.cmdType)
+        fb_command.CommandAddCmd(b, self.offset)
+        return fb_command.CommandEnd(b)
+
+
+def _offset_vector(b: flatbuffers.Builder, offsets: np.ndarray) -> int:
+    """A vector of table offsets, written in one numpy operation instead of one call each."""
+    n = len(offsets)
+    b.StartVector(4, n, 4)
+    # Element i will sit (n - i) * 4 bytes past the current offset, counted from the end;
+    # a uoffset holds the distance from its own position to its target.
+    positions = b.Offset() + 4 * (n - np.arange(n, dtype=np.int64))
+    rel = positions - offsets
+    if n and (rel.min() <= 0 or rel.max() >= 1 << 32):
+        raise ValueError("offset vector out of range")
+    b.head -= 4 * n
+    b.Bytes[b.head : b.head + 4 * n] = rel.astype("<u4").tobytes()
     return b.EndVector()

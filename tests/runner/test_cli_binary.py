@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 from click.testing import CliRunner
 
 import mnrt
+from mnrt.format import jsonio
 from mnrt.runner.cli import cli
 
 SAMPLE = "samples/mlp.mnlb"
@@ -86,12 +86,17 @@ def test_verify_and_bench():
 
 
 def test_convert_round_trip_inline_and_side_files(tmp_path):
+    original = jsonio.to_json(mnrt.LightBinary.load(SAMPLE))
     for flags in ([], ["--blob-files"]):
         js = tmp_path / f"m{len(flags)}.json"
         back = tmp_path / f"m{len(flags)}.mnlb"
+        again = tmp_path / f"m{len(flags)}-again.mnlb"
         assert invoke("convert", SAMPLE, js, *flags).exit_code == 0
         assert invoke("convert", js, back).exit_code == 0
-        assert back.read_bytes() == Path(SAMPLE).read_bytes()
+        assert jsonio.to_json(mnrt.LightBinary.load(back)) == original
+        assert invoke("convert", back, js, *flags).exit_code == 0
+        assert invoke("convert", js, again).exit_code == 0
+        assert again.read_bytes() == back.read_bytes()
 
 
 def test_convert_rejects_garbage(tmp_path):
