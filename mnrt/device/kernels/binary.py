@@ -54,12 +54,18 @@ def broadcast_shape(kernel: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
         raise ShapeError(f"kernel '{kernel}': shapes {listed} do not broadcast") from None
 
 
-def _make(name: str, fn, doc: str) -> KernelDef:
+def binary_kernel(
+    name: str, fn, doc: str, allowed: tuple = _NUMERIC, result: dt.DType | None = None
+) -> KernelDef:
+    """A broadcasting two-input kernel computing `fn(a, b, out=...)`; its output has the
+    inputs' dtype, or `result` when given (the comparisons give bool)."""
+
     def infer(ins, attrs):
         d = same_dtype(name, ins)
-        if d not in _NUMERIC:
+        if d not in allowed:
             raise DTypeError(f"kernel '{name}' does not take {d.name} operands")
-        return [OutSpec(broadcast_shape(name, ins[0].shape, ins[1].shape), (d,))]
+        out = result if result is not None else d
+        return [OutSpec(broadcast_shape(name, ins[0].shape, ins[1].shape), (out,))]
 
     def compute(ins, attrs, outs):
         return [fn(ins[0], ins[1], out=outs[0].buf)]
@@ -77,4 +83,4 @@ def _make(name: str, fn, doc: str) -> KernelDef:
 
 
 for _name, (_fn, _doc) in _OPS.items():
-    register(_make(_name, _fn, _doc))
+    register(binary_kernel(_name, _fn, _doc))

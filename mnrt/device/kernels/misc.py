@@ -11,7 +11,7 @@ import numpy as np
 
 from ...errors import DTypeError, KernelAttributeError
 from .. import dtypes as dt
-from .binary import broadcast_shape
+from .binary import binary_kernel, broadcast_shape
 from .common import same_dtype, streaming_cost
 from .registry import REQUIRED, Attr, KernelDef, OutSpec, register
 
@@ -62,25 +62,6 @@ _COMPARISONS = {
 }
 
 
-def _comparison(name: str, fn, allowed: tuple, doc: str) -> KernelDef:
-    def infer(ins, attrs):
-        d = same_dtype(name, ins)
-        if d not in allowed:
-            raise DTypeError(f"kernel '{name}' does not take {d.name} operands")
-        return [OutSpec(broadcast_shape(name, ins[0].shape, ins[1].shape), (dt.BOOL,))]
-
-    return KernelDef(
-        name=name,
-        doc=doc,
-        inputs=("a", "b"),
-        outputs=("y",),
-        attrs={},
-        infer=infer,
-        compute=lambda ins, attrs, outs: [fn(ins[0], ins[1])],
-        cost=_same_shape_cost,
-    )
-
-
 # --- cast and fill ---------------------------------------------------------------------
 
 
@@ -99,7 +80,7 @@ def _fill_compute(ins, attrs, outs):
 _DTYPE_NAMES = tuple(dt.DTYPES)
 
 for _name, (_fn, _allowed, _doc) in _COMPARISONS.items():
-    register(_comparison(_name, _fn, _allowed, _doc))
+    register(binary_kernel(_name, _fn, _doc, _allowed, result=dt.BOOL))
 
 register(
     KernelDef(
