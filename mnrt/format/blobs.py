@@ -20,6 +20,7 @@ from ..errors import InvalidBinaryError
 ALIGN = 64
 NONE, ZSTD = 0, 1  # Compression enum values (schema/base.fbs)
 _MIN_COMPRESS = 256  # smaller payloads are stored as they are
+_SMALL = 1 << 16  # payloads up to this size are copied to bytes rather than viewed
 _ZSTD_LEVEL = 3
 # No zstd frame expands by more than this: a 128 KiB RLE block costs at least 3 bytes. A blob
 # claiming more is hostile; checking it first keeps allocations within what the file justifies.
@@ -84,6 +85,8 @@ class BlobStore:
 
 def _as_bytes(data: bytes | bytearray | memoryview | np.ndarray) -> memoryview:
     if isinstance(data, np.ndarray):
+        if data.nbytes <= _SMALL:
+            return memoryview(data.tobytes())  # a copy is cheaper than a buffer export here
         data = np.ascontiguousarray(data)
         if data.dtype == np.bool_:
             data = data.view(np.uint8)  # memoryview cannot cast numpy's bool format

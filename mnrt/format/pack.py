@@ -19,6 +19,7 @@ import flatbuffers
 import numpy as np
 
 from .fb import Command as fb_command
+from .fb.Blob import BlobT
 from .fb.Command import CommandT
 from .schema_info import LAYOUT
 
@@ -26,6 +27,8 @@ _FORMATS = {
     "bool": "?", "byte": "b", "ubyte": "B", "short": "h", "ushort": "H", "int": "i",
     "uint": "I", "long": "q", "ulong": "Q", "float": "f", "double": "d",
 }  # fmt: skip
+_NUMPY_CODES = {"?": "?", "b": "i1", "B": "u1", "h": "<i2", "H": "<u2", "i": "<i4",
+                "I": "<u4", "q": "<i8", "Q": "<u8", "f": "<f4", "d": "<f8"}  # fmt: skip
 _NUMPY = {"ubyte": np.uint8, "ushort": np.uint16, "uint": np.uint32, "ulong": np.uint64,
           "byte": np.int8, "short": np.int16, "int": np.int32, "long": np.int64,
           "float": np.float32, "double": np.float64, "bool": np.bool_}  # fmt: skip
@@ -103,8 +106,57 @@ class _Template:
                 self.order.append((what[0], what[1], offset))
         fmt += "x" * (self.size - at)
         self.struct = struct.Struct(fmt)
+        self.columns = np.dtype(
+            {
+                "names": ["soffset"] + [name for _, name, _ in self.order],
+                "formats": ["<i4"] + [_NUMPY_CODES[code] for code in self._codes(fmt)],
+                "offsets": [0] + [offset for _, _, offset in self.order],
+                # Laid end to end, each table is padded to keep the next one aligned.
+                "itemsize": -(-self.size // self.align) * self.align,
+            }
+        )
         self.scalar_names = [name for name, _, _ in self.scalars]
         self.scalar_struct = struct.Struct("<" + "".join(f for _, _, f in self.scalars))
+
+    @staticmethod
+    def _codes(fmt: str) -> list[str]:
+        """The field codes of a struct format, without padding and the leading soffset."""
+        return [c for c in fmt[1:] if c != "x"][1:]
+
+    def pack_rows(self, b: flatbuffers.Builder, columns: dict[str, np.ndarray]) -> np.ndarray:
+        """Pack many tables of a scalar-only type at once from columns of field values;
+        return their offsets. Tables are laid end to end, each padded to keep alignment."""
+        n = len(next(iter(columns.values())))
+        size = self.columns.itemsize
+        if self.vectors or self.unions:
+            raise TypeError("pack_rows packs tables of scalars only")
+        pad = (self.phase - b.Offset() - size) % self.align
+        b.Prep(1, pad + n * size)
+        b.head -= pad
+        offsets = b.Offset() + size * np.arange(1, n + 1, dtype=np.int64)
+        # Rows in memory order (the first table packed ends highest), contiguous, so that
+        # tobytes() copies the zeroed padding too rather than leaving it uninitialised.
+        rows = np.zeros(n, self.columns)
+        rows["soffset"] = (self.vtable - offsets)[::-1]
+        for name, values in columns.items():
+            # With the field's own dtype: a plain conversion of Python ints above 2**63
+            # mixed with small ones would go through float64 and lose bits.
+            rows[name] = np.asarray(values, dtype=self.columns.fields[name][0])[::-1]
+        b.head -= n * size
+        b.Bytes[b.head : b.head + n * size] = rows.tobytes()
+        return offsets
+
+    def wrap(self, b: flatbuffers.Builder, kind: int, body: int) -> int:
+        """Write a Command table (union tag `kind`, value at `body`): the one table every
+        command has, so it gets its own short path."""
+        size = self.size
+        pad = (self.phase - b.Offset() - size) % self.align
+        b.Prep(1, pad + size)
+        b.head -= pad + size
+        table = len(b.Bytes) - b.head
+        values = [kind if what == "s" else table - offset - body for what, _, offset in self.order]
+        self.struct.pack_into(b.Bytes, b.head, self.vtable - table, *values)
+        return table
 
     def key(self, obj: Any) -> tuple:
         """Identity of a table's content: its scalars' bytes (so NaN equals NaN) and vectors."""
@@ -132,6 +184,9 @@ class _Template:
         return table
 
 
+LAYOUT_CLASSES = {"Blob": BlobT}  # object-API classes pack_tables builds its first table with
+
+
 def _fast_table(table: str) -> bool:
     for f in LAYOUT["tables"][table]["fields"]:
         if f.get("deprecated") or _scalar_type(f) is not None:
@@ -144,19 +199,24 @@ def _fast_table(table: str) -> bool:
 
 _MEMBERS = LAYOUT["unions"]["CommandUnion"]["members"]
 _FAST_MEMBER = {i + 1: _fast_table(m) for i, m in enumerate(_MEMBERS)}
+# Commands that carry a payload name their own blob, so they rarely repeat: not worth a key.
+_UNIQUE = {
+    i + 1
+    for i, m in enumerate(_MEMBERS)
+    if any(f["name"] in ("data", "golden") for f in LAYOUT["tables"][m]["fields"])
+}
 
 
-def pack_tables(b: flatbuffers.Builder, table: str, objs: Sequence[Any]) -> int:
-    """Pack a vector of one scalar-only table type (the blob list)."""
-    offsets = np.empty(len(objs), np.int64)
-    template: _Template | None = None
-    for i, obj in enumerate(objs):
-        if template is None:
-            template = _Template(b, table, obj)
-            offsets[i] = template.first
-        else:
-            offsets[i] = template.pack(b, obj, {})
-    return _offset_vector(b, offsets)
+def pack_tables(b: flatbuffers.Builder, table: str, columns: dict[str, list]) -> int:
+    """Pack a vector of one scalar-only table type from columns of values (object-API
+    attribute names): the blob list, which can hold many thousands of entries."""
+    n = len(next(iter(columns.values()), []))
+    if n == 0:
+        return _offset_vector(b, np.empty(0, np.int64))
+    first = LAYOUT_CLASSES[table](**{k: v[0] for k, v in columns.items()})
+    template = _Template(b, table, first)
+    rest = template.pack_rows(b, {k: v[1:] for k, v in columns.items()})
+    return _offset_vector(b, np.concatenate([[template.first], rest]))
 
 
 def pack_commands(b: flatbuffers.Builder, commands: Sequence[CommandT]) -> int:
@@ -169,18 +229,20 @@ def pack_commands(b: flatbuffers.Builder, commands: Sequence[CommandT]) -> int:
         kind = cmd.cmdType
         template = bodies.get(kind)
         if template is not None:
-            key = (kind, *template.key(cmd.cmd))
-            off = packed.get(key)
-            if off is None:
-                body = template.pack(b, cmd.cmd, {})
-                off = packed[key] = wrapper.pack(b, _Wrapped(kind, body), {"cmd": body})
+            if kind in _UNIQUE:
+                off = wrapper.wrap(b, kind, template.pack(b, cmd.cmd, {}))
+            else:
+                key = (kind, *template.key(cmd.cmd))
+                off = packed.get(key)
+                if off is None:
+                    off = packed[key] = wrapper.wrap(b, kind, template.pack(b, cmd.cmd, {}))
         elif cmd.cmd is not None and _FAST_MEMBER.get(kind):
             template = bodies[kind] = _Template(b, _MEMBERS[kind - 1], cmd.cmd)
             if wrapper is None:
                 wrapper = _Template(b, "Command", _Wrapped(kind, template.first))
                 off = wrapper.first
             else:
-                off = wrapper.pack(b, _Wrapped(kind, template.first), {"cmd": template.first})
+                off = wrapper.wrap(b, kind, template.first)
             packed[(kind, *template.key(cmd.cmd))] = off
         else:
             off = cmd.Pack(b)  # tables with strings or sub-tables: rare, packed generically

@@ -71,6 +71,9 @@ def compare(
             None,
             message=f"shape {np.shape(actual)} differs from the golden's {shape}",
         )
+    if np.array_equal(actual, expected, equal_nan=actual.dtype.kind == "f"):
+        # The common verdict, decided in one pass: identical results need no error analysis.
+        return Check(name, True, dtype.name, shape, rtol, atol, 0.0, 0.0, 1.0, 0, None)
     a = np.asarray(actual, np.float64)
     b = np.asarray(expected, np.float64)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):

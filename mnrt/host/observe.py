@@ -24,8 +24,12 @@ class Observer(Protocol):
     def call(self, name: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any: ...
 
 
+class _Depth(threading.local):
+    n = 0  # API calls in progress on this thread
+
+
 _observer: Observer | None = None
-_depth = threading.local()
+_depth = _Depth()
 
 
 def install(observer: Observer | None) -> Observer | None:
@@ -42,7 +46,7 @@ def current() -> Observer | None:
 @contextlib.contextmanager
 def unobserved() -> Iterator[None]:
     """Host calls made inside this block are not reported (as if nested in an API call)."""
-    depth = getattr(_depth, "n", 0)
+    depth = _depth.n
     _depth.n = depth + 1
     try:
         yield
@@ -57,9 +61,7 @@ def api(name: str) -> Callable[[F], F]:
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
             observer = _observer
-            if observer is None:
-                return fn(*args, **kwargs)
-            if getattr(_depth, "n", 0):
+            if observer is None or _depth.n:
                 return fn(*args, **kwargs)
             _depth.n = 1  # the observer's own host calls are not reported either
             try:

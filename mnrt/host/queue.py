@@ -43,7 +43,7 @@ from .trace import Trace
 if TYPE_CHECKING:
     from .device import Device
 
-DEFAULT_HISTORY = 65536
+DEFAULT_HISTORY = 4096  # per-command records kept; a long history costs GC time
 
 
 class CommandQueue:
