@@ -11,6 +11,7 @@ returned as a golden unless `goldens=False`; `compare_to_golden` records one exp
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import threading
 from collections.abc import Iterator
@@ -49,10 +50,18 @@ def end_capture(description: str = "") -> LightBinary:
         q._drain()
     # Non-blocking reads were filled by the queues just now: their data is final.
     log = [
-        (*e[:4], e[4].copy(), e[5]) if e[0] == READ and not e[3] and e[4] is not None else e
+        (*e[:4], e[4].copy()) if e[0] == READ and not e[3] and e[4] is not None else e
         for e in rec.log
     ]
-    return build(log, rec.devices, description)
+    # Building allocates a few objects per command and frees none: a collection cycle
+    # would only walk the whole log again (as bulk loaders like pickle avoid too).
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return build(log, rec.devices, description)
+    finally:
+        if paused:
+            gc.enable()
 
 
 @contextlib.contextmanager

@@ -86,13 +86,13 @@ def _write(e: tuple, ctx: _Context) -> CommandT:
 
 
 def _read(e: tuple, ctx: _Context) -> CommandT:
-    _, qid, bid, blocking, golden, _ = e
+    _, qid, bid, blocking, golden = e
     blob = 0 if golden is None else ctx.stored_blob(golden, bid)
     return CommandT(U.ReadBuffer, ReadBufferT(qid, bid, blocking, blob, _NAN, _NAN))
 
 
 def _golden(e: tuple, ctx: _Context) -> CommandT:
-    _, qid, bid, expected, rtol, atol, name, _ = e
+    _, qid, bid, expected, rtol, atol, name = e
     blob = ctx.stored_blob(expected, bid)
     check = GoldenCheckT(qid, bid, blob, _tolerance(rtol), _tolerance(atol), name)
     return CommandT(U.GoldenCheck, check)

@@ -157,7 +157,7 @@ class Recorder:
         out = fn(*args)
         blocking = bool(args[2]) if len(args) > 2 else True
         golden = (out.copy() if blocking else out) if self.goldens else None
-        self.log.append((READ, qid, bid, blocking, golden, args[1]))
+        self.log.append((READ, qid, bid, blocking, golden))
         return out
 
     def _fast_finish(self, fn: Callable, args: tuple) -> Any:
@@ -321,7 +321,7 @@ class Recorder:
         # A blocking read's data is final now; a non-blocking one is copied at end_capture,
         # after the queues have finished.
         golden = (out.copy() if blocking else out) if self.goldens else None
-        self.log.append((READ, self._ids[id(q)], self._ids[id(buf)], blocking, golden, buf))
+        self.log.append((READ, self._ids[id(q)], self._ids[id(buf)], blocking, golden))
 
     def _after_create_program(self, args: tuple, kwargs: dict, prog: Program) -> None:
         self._program(prog)
@@ -385,4 +385,4 @@ class Recorder:
         with self._lock:
             qid = self._queue(q)
             bid = self._buffer(buf, q)
-            self.log.append((GOLDEN, qid, bid, np.array(expected), rtol, atol, name, buf))
+            self.log.append((GOLDEN, qid, bid, np.array(expected), rtol, atol, name))

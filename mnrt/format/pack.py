@@ -123,13 +123,20 @@ class _Template:
         """The field codes of a struct format, without padding and the leading soffset."""
         return [c for c in fmt[1:] if c != "x"][1:]
 
-    def pack_rows(self, b: flatbuffers.Builder, columns: dict[str, np.ndarray]) -> np.ndarray:
-        """Pack many tables of a scalar-only type at once from columns of field values;
-        return their offsets. Tables are laid end to end, each padded to keep alignment."""
+    def pack_rows(
+        self,
+        b: flatbuffers.Builder,
+        columns: dict[str, np.ndarray],
+        targets: dict[str, np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """Pack many tables of one type at once from columns of scalar values and, for
+        union fields, the offsets of the tables they point at; return the new tables'
+        offsets. Tables are laid end to end, each padded to keep alignment."""
+        targets = targets or {}
         n = len(next(iter(columns.values())))
         size = self.columns.itemsize
-        if self.vectors or self.unions:
-            raise TypeError("pack_rows packs tables of scalars only")
+        if self.vectors or {name for name, _ in self.unions} != set(targets):
+            raise TypeError("pack_rows needs scalar fields, and a target for each union")
         pad = (self.phase - b.Offset() - size) % self.align
         b.Prep(1, pad + n * size)
         b.head -= pad
@@ -142,6 +149,10 @@ class _Template:
             # With the field's own dtype: a plain conversion of Python ints above 2**63
             # mixed with small ones would go through float64 and lose bits.
             rows[name] = np.asarray(values, dtype=self.columns.fields[name][0])[::-1]
+        where = {name: offset for _, name, offset in self.order}
+        for name, target in targets.items():
+            # An offset field holds the distance from itself to its target.
+            rows[name] = (offsets - where[name] - target)[::-1]
         b.head -= n * size
         b.Bytes[b.head : b.head + n * size] = rows.tobytes()
         return offsets
@@ -225,17 +236,18 @@ def pack_commands(b: flatbuffers.Builder, commands: Sequence[CommandT]) -> int:
     bodies: dict[int, _Template] = {}
     wrapper: _Template | None = None
     offsets = np.empty(len(commands), np.int64)
+    batches: dict[int, list[int]] = {}  # payload commands, packed per type in one go below
     for i, cmd in enumerate(commands):
         kind = cmd.cmdType
         template = bodies.get(kind)
         if template is not None:
             if kind in _UNIQUE:
-                off = wrapper.wrap(b, kind, template.pack(b, cmd.cmd, {}))
-            else:
-                key = (kind, *template.key(cmd.cmd))
-                off = packed.get(key)
-                if off is None:
-                    off = packed[key] = wrapper.wrap(b, kind, template.pack(b, cmd.cmd, {}))
+                batches.setdefault(kind, []).append(i)
+                continue
+            key = (kind, *template.key(cmd.cmd))
+            off = packed.get(key)
+            if off is None:
+                off = packed[key] = wrapper.wrap(b, kind, template.pack(b, cmd.cmd, {}))
         elif cmd.cmd is not None and _FAST_MEMBER.get(kind):
             template = bodies[kind] = _Template(b, _MEMBERS[kind - 1], cmd.cmd)
             if wrapper is None:
@@ -247,6 +259,13 @@ def pack_commands(b: flatbuffers.Builder, commands: Sequence[CommandT]) -> int:
         else:
             off = cmd.Pack(b)  # tables with strings or sub-tables: rare, packed generically
         offsets[i] = off
+    for kind, indices in batches.items():
+        template = bodies[kind]
+        objs = [commands[i].cmd for i in indices]
+        columns = {n: [getattr(o, n) for o in objs] for n in template.scalar_names}
+        body = template.pack_rows(b, columns)
+        kinds = np.full(len(indices), kind, np.uint8)
+        offsets[indices] = wrapper.pack_rows(b, {"cmdType": kinds}, {"cmd": body})
     return _offset_vector(b, offsets)
 
 
