@@ -45,6 +45,7 @@ def end_capture(description: str = "") -> LightBinary:
         if not isinstance(rec, Recorder):
             raise CaptureError("end_capture() without begin_capture()")
         observe.install(None)
+    rec.close()
     queues = {id(q): q for q in rec._keep if isinstance(q, CommandQueue)}
     for q in queues.values():
         q._drain()
@@ -73,8 +74,10 @@ def capture(path: str | os.PathLike, goldens: bool = True, description: str = ""
         yield
     except BaseException:
         with _lock:
-            if isinstance(observe.current(), Recorder):
+            rec = observe.current()
+            if isinstance(rec, Recorder):
                 observe.install(None)
+                rec.close()
         raise
     end_capture(description).save(path)
 

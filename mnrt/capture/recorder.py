@@ -8,6 +8,7 @@ buffers their contents at that moment, so a capture can start in the middle of a
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..host import Buffer, CommandQueue, Device, Program
+from ..host import Buffer, CommandQueue, Device, Program, observe
 
 # Log entry kinds; build.py turns each into one command table.
 OPEN_DEVICE = "open_device"
@@ -34,6 +35,7 @@ RELEASE_TRACE = "release_trace"
 GOLDEN = "golden"
 
 
+_TAG = operator.attrgetter("tag")
 _SLOW = object()  # a fast handler's answer: take the general path instead
 
 
@@ -54,8 +56,7 @@ class Recorder:
         self.goldens = goldens
         self.log: list[tuple] = []
         self.devices: dict[int, int] = {}  # gid -> device index, in the order of first use
-        self._ids: dict[int, int] = {}  # id(host object) -> global id
-        self._keep: list[Any] = []  # the objects behind _ids stay alive while we record
+        self._keep: list[Any] = []  # every object given an id (in its tag) while we record
         self._traces: dict[tuple[int, int], int] = {}  # (device gid, trace id) -> gid
         self._next = 1  # global ids come from this one counter; 0 means none
         # Log index of each device trace being captured now: snapshots taken meanwhile are
@@ -107,62 +108,61 @@ class Recorder:
                 result = fast(fn, args)
                 if result is not _SLOW:
                     return result
-        before = self._before.get(name)
-        if before is not None:
-            with self._lock:
-                before(name, args, kwargs)
-        result = fn(*args, **kwargs)
-        after = self._after.get(name)
-        if after is not None:
-            with self._lock:
-                after(args, kwargs, result)
+        # The general path may make host calls of its own (snapshots): none of them is a
+        # call of the program being captured.
+        with observe.unobserved():
+            before = self._before.get(name)
+            if before is not None:
+                with self._lock:
+                    before(name, args, kwargs)
+            result = fn(*args, **kwargs)
+            after = self._after.get(name)
+            if after is not None:
+                with self._lock:
+                    after(args, kwargs, result)
         return result
 
+    # Fast paths: every object's id is its tag (0 while unknown, which sends the call down
+    # the general path to be snapshotted first); no lock, since appending is atomic.
     def _fast_program(self, fn: Callable, args: tuple) -> Any:
-        ids = self._ids
         try:
             q, prog, bindings = args[0], args[1], args[2]
-            entry = (
-                PROGRAM,
-                ids[id(q)],
-                ids[id(prog)],
-                tuple([ids[id(bindings[s])] for s in prog.slots]),
-                bool(args[3]) if len(args) > 3 else False,
-            )
+            qid, pid = q.tag, prog.tag
+            bids = tuple(map(_TAG, map(bindings.__getitem__, prog.slots)))
         except (KeyError, IndexError, TypeError, AttributeError):
             return _SLOW
+        if not (qid and pid and all(bids)):
+            return _SLOW
         result = fn(*args)
-        self.log.append(entry)
+        self.log.append((PROGRAM, qid, pid, bids, len(args) > 3 and bool(args[3])))
         return result
 
     def _fast_write(self, fn: Callable, args: tuple) -> Any:
-        ids = self._ids
         if len(args) < 3:
             return _SLOW
-        qid, bid = ids.get(id(args[0])), ids.get(id(args[1]))
-        if qid is None or bid is None:
+        qid, bid = getattr(args[0], "tag", 0), getattr(args[1], "tag", 0)
+        if not (qid and bid):
             return _SLOW
         result = fn(*args)
-        blocking = bool(args[3]) if len(args) > 3 else False
+        blocking = len(args) > 3 and bool(args[3])
         self.log.append((WRITE, qid, bid, args[2].copy(), blocking, False))
         return result
 
     def _fast_read(self, fn: Callable, args: tuple) -> Any:
-        ids = self._ids
         if len(args) < 2:
             return _SLOW
-        qid, bid = ids.get(id(args[0])), ids.get(id(args[1]))
-        if qid is None or bid is None:
+        qid, bid = getattr(args[0], "tag", 0), getattr(args[1], "tag", 0)
+        if not (qid and bid):
             return _SLOW
         out = fn(*args)
-        blocking = bool(args[2]) if len(args) > 2 else True
+        blocking = len(args) <= 2 or bool(args[2])
         golden = (out.copy() if blocking else out) if self.goldens else None
         self.log.append((READ, qid, bid, blocking, golden))
         return out
 
     def _fast_finish(self, fn: Callable, args: tuple) -> Any:
-        qid = self._ids.get(id(args[0]))
-        if qid is None:
+        qid = getattr(args[0], "tag", 0)
+        if not qid:
             return _SLOW
         result = fn(*args)
         self.log.append((FINISH, qid))
@@ -172,7 +172,7 @@ class Recorder:
     def _new_id(self, obj: Any) -> int:
         gid = self._next
         self._next += 1
-        self._ids[id(obj)] = gid
+        obj.tag = gid
         self._keep.append(obj)
         return gid
 
@@ -185,20 +185,22 @@ class Recorder:
         self.log.insert(at, entry)
         self._open_traces = {t: i + 1 if i >= at else i for t, i in self._open_traces.items()}
 
-    def gid(self, obj: Any) -> int | None:
-        return self._ids.get(id(obj))
+    def close(self) -> None:
+        """Clear the tags given out, so no id of this capture outlives it."""
+        for obj in self._keep:
+            obj.tag = 0
 
     def _device(self, dev: Device) -> int:
-        gid = self._ids.get(id(dev))
-        if gid is None:
+        gid = dev.tag
+        if not gid:
             gid = self._new_id(dev)
             self.devices[gid] = dev.index
             self._emit((OPEN_DEVICE, gid, dev.index))
         return gid
 
     def _queue(self, q: CommandQueue) -> int:
-        gid = self._ids.get(id(q))
-        if gid is None:
+        gid = q.tag
+        if not gid:
             dev = self._device(q.device)
             gid = self._new_id(q)
             self._emit((OPEN_QUEUE, gid, dev, q.index))
@@ -207,11 +209,10 @@ class Recorder:
     def _buffer(self, buf: Buffer, q: CommandQueue | None, with_data: bool = True) -> int:
         """The buffer's id; a buffer first seen now is snapshotted (created, then filled
         with its current contents through `q` or its device's queue 0)."""
-        gid = self._ids.get(id(buf))
-        if gid is not None:
-            return gid
         if not isinstance(buf, Buffer):
             raise CaptureError(f"expected a Buffer, got {type(buf).__name__}")
+        if buf.tag:
+            return buf.tag
         dev = self._device(buf.device)
         gid = self._new_id(buf)
         self._emit((CREATE_BUFFER, gid, dev, buf.shape, buf.dtype.code, buf.name))
@@ -223,8 +224,8 @@ class Recorder:
         return gid
 
     def _program(self, prog: Program) -> int:
-        gid = self._ids.get(id(prog))
-        if gid is None:
+        gid = prog.tag
+        if not gid:
             dev = self._device(prog.device)
             gid = self._new_id(prog)
             self._emit((CREATE_PROGRAM, gid, dev, prog))
@@ -307,13 +308,13 @@ class Recorder:
         self._buffer(buf, None, with_data=False)
 
     def _after_deallocate(self, args: tuple, kwargs: dict, result: None) -> None:
-        self.log.append((DEALLOCATE, self._ids[id(args[0])]))
+        self.log.append((DEALLOCATE, args[0].tag))
 
     def _after_write(self, args: tuple, kwargs: dict, result: None) -> None:
         q, buf = args[0], _arg(args, kwargs, 1, "buffer")
         data = _arg(args, kwargs, 2, "data").copy()  # the caller may change it later
         blocking = bool(_arg(args, kwargs, 3, "blocking", False))
-        self.log.append((WRITE, self._ids[id(q)], self._ids[id(buf)], data, blocking, False))
+        self.log.append((WRITE, q.tag, buf.tag, data, blocking, False))
 
     def _after_read(self, args: tuple, kwargs: dict, out: np.ndarray) -> None:
         q, buf = args[0], _arg(args, kwargs, 1, "buffer")
@@ -321,7 +322,7 @@ class Recorder:
         # A blocking read's data is final now; a non-blocking one is copied at end_capture,
         # after the queues have finished.
         golden = (out.copy() if blocking else out) if self.goldens else None
-        self.log.append((READ, self._ids[id(q)], self._ids[id(buf)], blocking, golden))
+        self.log.append((READ, q.tag, buf.tag, blocking, golden))
 
     def _after_create_program(self, args: tuple, kwargs: dict, prog: Program) -> None:
         self._program(prog)
@@ -331,43 +332,41 @@ class Recorder:
         prog = _arg(args, kwargs, 1, "program")
         bindings = _arg(args, kwargs, 2, "bindings")
         blocking = bool(_arg(args, kwargs, 3, "blocking", False))
-        self._log_program(self._ids[id(q)], prog, bindings, blocking)
+        self._log_program(q.tag, prog, bindings, blocking)
 
     def _log_program(self, qid: int, prog: Program, bindings: dict, blocking: bool) -> None:
-        ids = self._ids
-        self.log.append(
-            (PROGRAM, qid, ids[id(prog)], tuple(ids[id(bindings[s])] for s in prog.slots), blocking)
-        )
+        bids = tuple(bindings[s].tag for s in prog.slots)
+        self.log.append((PROGRAM, qid, prog.tag, bids, blocking))
 
     def _after_finish(self, args: tuple, kwargs: dict, result: None) -> None:
-        self.log.append((FINISH, self._ids[id(args[0])]))
+        self.log.append((FINISH, args[0].tag))
 
     def _after_begin_trace(self, args: tuple, kwargs: dict, tid: int) -> None:
         q = args[0]
         gid = self._next
         self._next += 1
-        self._traces[(self._ids[id(q.device)], tid)] = gid
+        self._traces[(q.device.tag, tid)] = gid
         self._open_traces[gid] = len(self.log)
-        self.log.append((BEGIN_TRACE, self._ids[id(q)], gid))
+        self.log.append((BEGIN_TRACE, q.tag, gid))
 
     def _after_end_trace(self, args: tuple, kwargs: dict, result: None) -> None:
         q = args[0]
         tid = _arg(args, kwargs, 1, "trace_id")
-        gid = self._traces[(self._ids[id(q.device)], tid)]
+        gid = self._traces[(q.device.tag, tid)]
         self._open_traces.pop(gid, None)
-        self.log.append((END_TRACE, self._ids[id(q)], gid))
+        self.log.append((END_TRACE, q.tag, gid))
 
     def _after_replay_trace(self, args: tuple, kwargs: dict, result: None) -> None:
         q = args[0]
         tid = _arg(args, kwargs, 1, "trace_id")
         blocking = bool(_arg(args, kwargs, 2, "blocking", False))
-        gid = self._traces[(self._ids[id(q.device)], tid)]
-        self.log.append((REPLAY_TRACE, self._ids[id(q)], gid, blocking))
+        gid = self._traces[(q.device.tag, tid)]
+        self.log.append((REPLAY_TRACE, q.tag, gid, blocking))
 
     def _after_release_trace(self, args: tuple, kwargs: dict, result: None) -> None:
         dev = args[0]
         tid = _arg(args, kwargs, 1, "trace_id")
-        dev_gid = self._ids[id(dev)]
+        dev_gid = dev.tag
         gid = self._traces.get((dev_gid, tid))
         if gid is not None:
             self.log.append((RELEASE_TRACE, dev_gid, gid))

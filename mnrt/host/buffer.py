@@ -22,7 +22,9 @@ _uids = itertools.count(1)
 class Buffer:
     """A DRAM allocation. Create with `Device.create_buffer`; free with `deallocate()`."""
 
-    __slots__ = ("_bits", "address", "device", "dtype", "name", "nbytes", "shape", "spec", "uid")
+    __slots__ = (
+        "_bits", "address", "device", "dtype", "name", "nbytes", "shape", "spec", "tag", "uid"
+    )  # fmt: skip
 
     def __init__(self, device: Device, shape: tuple[int, ...], dtype: DType, name: str) -> None:
         self.device = device
@@ -32,6 +34,7 @@ class Buffer:
         self.nbytes = math.prod(shape) * dtype.itemsize
         self.spec = TensorSpec(shape, dtype)
         self.uid = next(_uids)  # process-unique; never reused, unlike addresses
+        self.tag = 0  # an observer's id for this buffer (see host/observe.py); 0: none
         self.address, self._bits = device._backend.allocate(shape, dtype, f"buffer '{name}'")
 
     @property

@@ -54,6 +54,8 @@ def _check_shape(shape: Any) -> tuple[int, ...]:
 class Device:
     """An open emulated MN-Core 2. Use as a context manager, or call close()."""
 
+    tag = 0  # an observer's id for this object (see host/observe.py); 0: none
+
     def __init__(self, index: int, spec: DeviceSpec = MNCORE2) -> None:
         self.index = index
         self.name = boards.device_name(index)

@@ -7,6 +7,12 @@ what the call is about to change, or refuse the call by raising), then record th
 once it succeeded, all in one step. Calls made inside another API call (the depth guard,
 kept per thread), including the observer's own, reach `fn` directly. With no observer the
 wrapper costs one global read.
+
+Hot calls that never make another API call are marked `leaf`: their wrapper checks the depth
+guard but does not set it, which saves a little on every enqueue; an observer that makes
+host calls of its own while handling one must guard itself with `unobserved()`. Host objects
+have a `tag` an observer may set (its id for the object; 0 is none), so it can find its ids
+without a lookup table.
 """
 
 from __future__ import annotations
@@ -54,8 +60,9 @@ def unobserved() -> Iterator[None]:
         _depth.n = depth
 
 
-def api(name: str) -> Callable[[F], F]:
-    """Mark a function as a public host API call named `name` for observers."""
+def api(name: str, leaf: bool = False) -> Callable[[F], F]:
+    """Mark a function as a public host API call named `name` for observers; `leaf` if it
+    never makes another API call."""
 
     def wrap(fn: F) -> F:
         @functools.wraps(fn)
@@ -63,6 +70,8 @@ def api(name: str) -> Callable[[F], F]:
             observer = _observer
             if observer is None or _depth.n:
                 return fn(*args, **kwargs)
+            if leaf:
+                return observer.call(name, fn, args, kwargs)
             _depth.n = 1  # the observer's own host calls are not reported either
             try:
                 return observer.call(name, fn, args, kwargs)

@@ -90,6 +90,8 @@ class Plan:
 class Program:
     """A validated list of kernels for one device. Create with `Device.create_program`."""
 
+    tag = 0  # an observer's id for this object (see host/observe.py); 0: none
+
     def __init__(self, device: Device, kernels: Sequence[Kernel], name: str) -> None:
         if isinstance(kernels, Kernel) or not kernels:
             raise InvalidArgumentError("create_program takes a non-empty list of mnrt.Kernel")

@@ -49,6 +49,8 @@ DEFAULT_HISTORY = 4096  # per-command records kept; a long history costs GC time
 class CommandQueue:
     """One in-order command queue of a device. Get it with `Device.command_queue(i)`."""
 
+    tag = 0  # an observer's id for this object (see host/observe.py); 0: none
+
     def __init__(self, device: Device, index: int, history: int = DEFAULT_HISTORY) -> None:
         self.device = device
         self.index = index
@@ -64,7 +66,7 @@ class CommandQueue:
         self._lock = threading.Lock()
 
     # --- public API ---------------------------------------------------------------
-    @api("enqueue_write_buffer")
+    @api("enqueue_write_buffer", leaf=True)
     def enqueue_write_buffer(
         self, buffer: Buffer, data: np.ndarray, blocking: bool = False
     ) -> None:
@@ -101,7 +103,7 @@ class CommandQueue:
         self._check_buffer(buffer)
         self._submit(WriteBuffer(buffer, bits.reshape(buffer.shape), stored=True), blocking)
 
-    @api("enqueue_read_buffer")
+    @api("enqueue_read_buffer", leaf=True)
     def enqueue_read_buffer(self, buffer: Buffer, blocking: bool = True) -> np.ndarray:
         """Copy a buffer to a new host array. Without blocking, the array is filled by the
         time finish() returns."""
@@ -111,7 +113,7 @@ class CommandQueue:
         self._submit(ReadBuffer(buffer, out), blocking)
         return out
 
-    @api("enqueue_program")
+    @api("enqueue_program", leaf=True)
     def enqueue_program(
         self, program: Program, bindings: Mapping[str, Buffer], blocking: bool = False
     ) -> None:
@@ -136,7 +138,7 @@ class CommandQueue:
             return
         self._submit(cmd, blocking)
 
-    @api("finish")
+    @api("finish", leaf=True)
     def finish(self) -> None:
         """Wait until every enqueued command has run; raise the first device error, if any."""
         self.device._check_open()
