@@ -8,7 +8,6 @@ buffers their contents at that moment, so a capture can start in the middle of a
 
 from __future__ import annotations
 
-import operator
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..host import Buffer, CommandQueue, Device, Program, observe
+from ..host.commands import RunProgram
 
 # Log entry kinds; build.py turns each into one command table.
 OPEN_DEVICE = "open_device"
@@ -35,7 +35,6 @@ RELEASE_TRACE = "release_trace"
 GOLDEN = "golden"
 
 
-_TAG = operator.attrgetter("tag")
 _SLOW = object()  # a fast handler's answer: take the general path instead
 
 
@@ -56,6 +55,7 @@ class Recorder:
         self.goldens = goldens
         self.log: list[tuple] = []
         self.devices: dict[int, int] = {}  # gid -> device index, in the order of first use
+        self.token = object()  # marks what this capture noted on host objects
         self._keep: list[Any] = []  # every object given an id (in its tag) while we record
         self._traces: dict[tuple[int, int], int] = {}  # (device gid, trace id) -> gid
         self._next = 1  # global ids come from this one counter; 0 means none
@@ -67,7 +67,6 @@ class Recorder:
             "deallocate": self._known_buffer_no_data,
             "enqueue_write_buffer": self._before_write,
             "enqueue_read_buffer": self._before_use,
-            "enqueue_program": self._before_program,
             "finish": self._before_queue,
             "begin_trace_capture": self._before_queue,
             "end_trace_capture": self._before_queue,
@@ -84,7 +83,6 @@ class Recorder:
             "enqueue_write_buffer": self._after_write,
             "enqueue_read_buffer": self._after_read,
             "create_program": self._after_create_program,
-            "enqueue_program": self._after_program,
             "finish": self._after_finish,
             "begin_trace_capture": self._after_begin_trace,
             "end_trace_capture": self._after_end_trace,
@@ -94,7 +92,6 @@ class Recorder:
         # The calls a hot loop makes, recorded without the lock while every object they
         # touch is already known; anything else takes the general path.
         self._fast: dict[str, Callable[[Callable, tuple], Any]] = {
-            "enqueue_program": self._fast_program,
             "enqueue_write_buffer": self._fast_write,
             "enqueue_read_buffer": self._fast_read,
             "finish": self._fast_finish,
@@ -124,19 +121,6 @@ class Recorder:
 
     # Fast paths: every object's id is its tag (0 while unknown, which sends the call down
     # the general path to be snapshotted first); no lock, since appending is atomic.
-    def _fast_program(self, fn: Callable, args: tuple) -> Any:
-        try:
-            q, prog, bindings = args[0], args[1], args[2]
-            qid, pid = q.tag, prog.tag
-            bids = tuple(map(_TAG, map(bindings.__getitem__, prog.slots)))
-        except (KeyError, IndexError, TypeError, AttributeError):
-            return _SLOW
-        if not (qid and pid and all(bids)):
-            return _SLOW
-        result = fn(*args)
-        self.log.append((PROGRAM, qid, pid, bids, len(args) > 3 and bool(args[3])))
-        return result
-
     def _fast_write(self, fn: Callable, args: tuple) -> Any:
         if len(args) < 3:
             return _SLOW
@@ -256,18 +240,6 @@ class Recorder:
         self._queue(q)
         self._buffer(_arg(args, kwargs, 1, "buffer"), q)
 
-    def _before_program(self, name: str, args: tuple, kwargs: dict) -> None:
-        q = args[0]
-        self._queue(q)
-        prog = _arg(args, kwargs, 1, "program")
-        if isinstance(prog, Program):
-            self._program(prog)
-        bindings = _arg(args, kwargs, 2, "bindings")
-        if isinstance(bindings, dict):
-            for buf in bindings.values():
-                if isinstance(buf, Buffer) and buf.is_allocated:
-                    self._buffer(buf, q)
-
     def _before_replay(self, name: str, args: tuple, kwargs: dict) -> None:
         q = args[0]
         qid = self._queue(q)
@@ -284,14 +256,11 @@ class Recorder:
         self._traces[(dev, tid)] = gid
         steps = []
         for cmd in trace.commands:
-            bindings = cmd.bindings
-            self._program(cmd.program)
-            for buf in bindings.values():
-                self._buffer(buf, q)
-            steps.append((cmd.program, bindings))
+            pid = self._program(cmd.program)
+            steps.append((pid, tuple(self._buffer(b, q) for b in cmd.plan.buffers)))
         self.log.append((BEGIN_TRACE, qid, gid))
-        for prog, bindings in steps:
-            self._log_program(qid, prog, bindings, False)
+        for pid, bids in steps:
+            self.log.append((PROGRAM, qid, pid, bids, False))
         self.log.append((END_TRACE, qid, gid))
 
     def _before_release(self, name: str, args: tuple, kwargs: dict) -> None:
@@ -327,16 +296,19 @@ class Recorder:
     def _after_create_program(self, args: tuple, kwargs: dict, prog: Program) -> None:
         self._program(prog)
 
-    def _after_program(self, args: tuple, kwargs: dict, result: None) -> None:
-        q = args[0]
-        prog = _arg(args, kwargs, 1, "program")
-        bindings = _arg(args, kwargs, 2, "bindings")
-        blocking = bool(_arg(args, kwargs, 3, "blocking", False))
-        self._log_program(q.tag, prog, bindings, blocking)
-
-    def _log_program(self, qid: int, prog: Program, bindings: dict, blocking: bool) -> None:
-        bids = tuple(bindings[s].tag for s in prog.slots)
-        self.log.append((PROGRAM, qid, prog.tag, bids, blocking))
+    def program(self, q: CommandQueue, cmd: RunProgram, blocking: bool) -> None:
+        """enqueue_program's hook (see host/observe.py). The first time a capture meets a
+        binding, it learns (and snapshots, if need be) the queue, program and buffers and
+        notes their ids on the plan; every later enqueue of it is one append."""
+        plan = cmd.plan
+        noted = plan.tag
+        if noted is None or noted[0] is not self.token or not q.tag:
+            with observe.unobserved(), self._lock:
+                self._queue(q)
+                pid = self._program(cmd.program)
+                bids = tuple(self._buffer(b, q) for b in plan.buffers)
+            plan.tag = noted = (self.token, pid, bids)
+        self.log.append((PROGRAM, q.tag, noted[1], noted[2], blocking))
 
     def _after_finish(self, args: tuple, kwargs: dict, result: None) -> None:
         self.log.append((FINISH, args[0].tag))

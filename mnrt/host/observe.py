@@ -36,17 +36,27 @@ class _Depth(threading.local):
 
 _observer: Observer | None = None
 _depth = _Depth()
+# The hottest call, enqueue_program, is not wrapped by `api`: it hands its queue command to
+# this hook (the observer's `program` method, if it has one) when it is an outermost call,
+# so a capture of a long enqueue loop costs one call and one append per enqueue.
+program_hook: Callable[[Any, Any, bool], None] | None = None
 
 
 def install(observer: Observer | None) -> Observer | None:
     """Set the observer (None removes it); return the one it replaces."""
-    global _observer
+    global _observer, program_hook
     previous, _observer = _observer, observer
+    program_hook = getattr(observer, "program", None)
     return previous
 
 
 def current() -> Observer | None:
     return _observer
+
+
+def nested() -> bool:
+    """Whether the current thread is inside a host API call (or an `unobserved` block)."""
+    return _depth.n > 0
 
 
 @contextlib.contextmanager

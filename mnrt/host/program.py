@@ -64,15 +64,18 @@ class Step:
     modelled: Modelled
 
 
-@dataclass(frozen=True)
+@dataclass
 class Plan:
-    """A program bound to buffers: its steps and their summed modelled cost."""
+    """A program bound to buffers: its steps, their summed modelled cost, and the bound
+    buffers in slot order. `tag` is for an observer (what it noted of this binding)."""
 
     steps: tuple[Step, ...]
     modelled: Modelled
+    buffers: tuple[Buffer, ...]
+    tag: Any = None
 
     @classmethod
-    def of(cls, steps: Sequence[Step]) -> Plan:
+    def of(cls, steps: Sequence[Step], buffers: tuple[Buffer, ...]) -> Plan:
         costs = [s.modelled for s in steps]
         slowest = max(costs, key=lambda m: m.time_s)
         return cls(
@@ -84,6 +87,7 @@ class Plan:
                 dram_bytes=sum(m.dram_bytes for m in costs),
                 bound=slowest.bound,
             ),
+            buffers,
         )
 
 
@@ -187,7 +191,7 @@ class Program:
                 [(b._bits, b.dtype) for b in outs],
             )
             steps.append(Step(k.kdef, ins, outs, bound, modelled))
-        return Plan.of(steps)
+        return Plan.of(steps, tuple(bindings[s] for s in self.slots))
 
     def __repr__(self) -> str:
         return f"Program('{self.name}', {len(self.kernels)} kernels, slots={list(self.slots)})"

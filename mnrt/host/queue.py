@@ -24,6 +24,7 @@ from ..errors import (
     ShapeError,
     TraceError,
 )
+from . import observe
 from .buffer import Buffer
 from .commands import (
     DONE,
@@ -44,6 +45,11 @@ if TYPE_CHECKING:
     from .device import Device
 
 DEFAULT_HISTORY = 4096  # per-command records kept; a long history costs GC time
+
+
+def _check_blocking(blocking: object) -> None:
+    if not isinstance(blocking, bool):
+        raise InvalidArgumentError(f"blocking must be True or False, got {blocking!r}")
 
 
 class CommandQueue:
@@ -113,7 +119,6 @@ class CommandQueue:
         self._submit(ReadBuffer(buffer, out), blocking)
         return out
 
-    @api("enqueue_program", leaf=True)
     def enqueue_program(
         self, program: Program, bindings: Mapping[str, Buffer], blocking: bool = False
     ) -> None:
@@ -129,11 +134,15 @@ class CommandQueue:
                 f"not device {self.device.index}"
             )
         cmd = RunProgram(program, program._plan(bindings), bindings)
+        _check_blocking(blocking)
+        if self._capture is not None and blocking:
+            raise TraceError(
+                "enqueue_program(blocking=True) is not allowed while capturing a trace"
+            )
+        hook = observe.program_hook
+        if hook is not None and not observe.nested():
+            hook(self, cmd, blocking)  # see host/observe.py: this call is not `api`-wrapped
         if self._capture is not None:
-            if blocking:
-                raise TraceError(
-                    "enqueue_program(blocking=True) is not allowed while capturing a trace"
-                )
             self._capture.commands.append(cmd)
             return
         self._submit(cmd, blocking)
@@ -212,8 +221,7 @@ class CommandQueue:
         buffer._check_device(self.device, "")
 
     def _submit(self, cmd: Command, blocking: bool) -> None:
-        if not isinstance(blocking, bool):
-            raise InvalidArgumentError(f"blocking must be True or False, got {blocking!r}")
+        _check_blocking(blocking)
         if blocking:
             cmd.event = threading.Event()
         cmd.index = next(self._seq)

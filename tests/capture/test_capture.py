@@ -223,3 +223,38 @@ def test_replay_on_another_device(dev, q):
     assert report.passed
     with pytest.raises(mnrt.DeviceNotFoundError):
         mnrt.replay(binary, device=42)
+
+
+def test_consecutive_captures_reusing_a_binding(dev, q):
+    # enqueue_program notes the capture's ids on the bound plan; a later capture must not
+    # trust what an earlier one noted, and must snapshot the now pre-existing objects.
+    x = dev.create_buffer((3,), "float", name="x")
+    y = dev.create_buffer((3,), "float", name="y")
+    neg = dev.create_program([mnrt.Kernel("neg", ["x"], ["y"])], name="neg")
+    q.enqueue_write_buffer(x, np.array([1.0, -2.0, 3.0], np.float32))
+    binaries = []
+    for _ in range(2):
+        mnrt.begin_capture()
+        q.enqueue_program(neg, {"x": x, "y": y})
+        q.enqueue_read_buffer(y)
+        binaries.append(mnrt.end_capture())
+    assert command_types(binaries[1]).count("CreateBuffer") == 2
+    dev.close()
+    for binary in binaries:
+        report = mnrt.replay(binary)
+        assert report.passed and list(report.outputs["y"]) == [-1, 2, -3]
+
+
+def test_nested_enqueue_program_is_not_recorded(dev, q):
+    x = dev.create_buffer((2,), "float", name="x")
+    prog = dev.create_program([mnrt.Kernel("relu", ["x"], ["x"])])
+
+    @observe.api("user_step")
+    def step():
+        q.enqueue_program(prog, {"x": x})
+
+    mnrt.begin_capture()
+    step()
+    q.enqueue_program(prog, {"x": x})
+    binary = mnrt.end_capture()
+    assert command_types(binary).count("EnqueueProgram") == 1
