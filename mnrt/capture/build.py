@@ -66,6 +66,9 @@ class _Context:
     def __init__(self) -> None:
         self.blobs = BlobStore()
         self.dtype_of: dict[int, int] = {}  # buffer gid -> dtype code
+        # One command object per distinct enqueue (a loop enqueues the same one again and
+        # again): the packer then recognises repeats by identity and packs each once.
+        self.programs: dict[tuple, CommandT] = {}
 
     def stored_blob(self, data: np.ndarray, bid: int) -> int:
         """Host data as the device stores it (half as its 1-6-9 bits), as a blob id."""
@@ -109,8 +112,11 @@ _CONVERTERS = {
     r.CREATE_PROGRAM: lambda e, ctx: CommandT(
         U.CreateProgram, CreateProgramT(e[1], e[2], _program_desc(e[3]))
     ),
-    r.PROGRAM: lambda e, ctx: CommandT(
-        U.EnqueueProgram, EnqueueProgramT(e[1], e[2], list(e[3]), e[4])
+    r.PROGRAM: lambda e, ctx: (
+        ctx.programs.get(e)
+        or ctx.programs.setdefault(
+            e, CommandT(U.EnqueueProgram, EnqueueProgramT(e[1], e[2], list(e[3]), e[4]))
+        )
     ),
     r.FINISH: lambda e, ctx: CommandT(U.Finish, FinishT(e[1])),
     r.BEGIN_TRACE: lambda e, ctx: CommandT(U.BeginTraceCapture, BeginTraceCaptureT(e[1], e[2])),

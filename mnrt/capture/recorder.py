@@ -9,7 +9,7 @@ buffers their contents at that moment, so a capture can start in the middle of a
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,35 @@ class CaptureError(InvalidArgumentError):
     """A host call that a light binary cannot represent happened during capture."""
 
 
+_WIDTH = 8  # cells per log row: its length and up to seven fields
+_PADS = tuple((None,) * (_WIDTH - 1 - n) for n in range(_WIDTH))
+
+
+class _Log:
+    """The recorded calls, kept as one flat list of fixed-width rows (the row's length,
+    then its fields). Recording a call then allocates nothing the cyclic garbage collector
+    tracks: a list of tuples would keep one alive per call, and a long capture would set off
+    collection after collection in a program that otherwise triggers none."""
+
+    def __init__(self) -> None:
+        self.cells: list[Any] = []
+
+    def append(self, row: tuple) -> None:
+        self.cells.extend((len(row), *row, *_PADS[len(row)]))
+
+    def insert(self, index: int, row: tuple) -> None:
+        at = index * _WIDTH
+        self.cells[at:at] = [len(row), *row, *_PADS[len(row)]]
+
+    def __len__(self) -> int:
+        return len(self.cells) // _WIDTH
+
+    def __iter__(self) -> Iterator[tuple]:
+        cells = self.cells
+        for at in range(0, len(cells), _WIDTH):
+            yield tuple(cells[at + 1 : at + 1 + cells[at]])
+
+
 def _arg(args: tuple, kwargs: dict, i: int, name: str, default: Any = None) -> Any:
     if len(args) > i:
         return args[i]
@@ -53,7 +82,7 @@ class Recorder:
 
     def __init__(self, goldens: bool = True) -> None:
         self.goldens = goldens
-        self.log: list[tuple] = []
+        self.log = _Log()
         self.devices: dict[int, int] = {}  # gid -> device index, in the order of first use
         self.token = object()  # marks what this capture noted on host objects
         self._keep: list[Any] = []  # every object given an id (in its tag) while we record

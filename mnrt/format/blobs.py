@@ -53,22 +53,24 @@ class BlobStore:
 
     def add(self, data: bytes | bytearray | memoryview | np.ndarray) -> int:
         view = _as_bytes(data)
-        self.raw_bytes += view.nbytes
-        key = (xxhash.xxh3_64_intdigest(view), view.nbytes)
+        size = view.nbytes
+        self.raw_bytes += size
+        digest = xxhash.xxh3_64_intdigest(view)
+        key = (digest, size)
         found = self._ids.get(key)
         if found is not None:
             return found
-        payload, compression = view, NONE
-        if view.nbytes >= _MIN_COMPRESS:
+        payload, compression, stored = view, NONE, size
+        if size >= _MIN_COMPRESS:
             packed = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(view)
-            if len(packed) <= view.nbytes - view.nbytes // 8:
-                payload, compression = packed, ZSTD
-        stored = len(payload) if isinstance(payload, bytes) else payload.nbytes
-        self._infos.append(BlobInfo(self._end, stored, view.nbytes, compression, key[0]))
+            if len(packed) <= size - size // 8:
+                payload, compression, stored = packed, ZSTD, len(packed)
+        end = self._end
+        self._infos.append(BlobInfo(end, stored, size, compression, digest))
         self._payloads.append(payload)
-        self._end = align(self._end + stored)
-        self._ids[key] = len(self._infos)
-        return len(self._infos)
+        self._end = (end + stored + ALIGN - 1) // ALIGN * ALIGN
+        blob_id = self._ids[key] = len(self._infos)
+        return blob_id
 
     @property
     def infos(self) -> list[BlobInfo]:
@@ -101,6 +103,9 @@ class BlobTable:
         self._data = data
         self._data_offset = data_offset  # of the data section in the file, for messages
         self._checked: set[int] = set()
+        # Decompressed payloads, kept: replay reads each blob at least twice (checksums
+        # first, then the write), and every loop again.
+        self._inflated: dict[int, bytes] = {}
 
     def __len__(self) -> int:
         return len(self.infos)
@@ -148,7 +153,10 @@ class BlobTable:
                 f"blob {blob_id} runs past the end of the file", command=command
             )
         if b.compression == ZSTD:
-            data = memoryview(_decompress(stored, b.size, blob_id, command))
+            raw = self._inflated.get(blob_id)
+            if raw is None:
+                raw = self._inflated[blob_id] = _decompress(stored, b.size, blob_id, command)
+            data = memoryview(raw)
         else:
             data = stored
         if blob_id not in self._checked:

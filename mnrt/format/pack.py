@@ -237,7 +237,12 @@ def pack_commands(b: flatbuffers.Builder, commands: Sequence[CommandT]) -> int:
     wrapper: _Template | None = None
     offsets = np.empty(len(commands), np.int64)
     batches: dict[int, list[int]] = {}  # payload commands, packed per type in one go below
+    by_object: dict[int, int] = {}  # id(command) -> offset: one object listed many times
     for i, cmd in enumerate(commands):
+        off = by_object.get(id(cmd))
+        if off is not None:
+            offsets[i] = off
+            continue
         kind = cmd.cmdType
         template = bodies.get(kind)
         if template is not None:
@@ -258,7 +263,7 @@ def pack_commands(b: flatbuffers.Builder, commands: Sequence[CommandT]) -> int:
             packed[(kind, *template.key(cmd.cmd))] = off
         else:
             off = cmd.Pack(b)  # tables with strings or sub-tables: rare, packed generically
-        offsets[i] = off
+        offsets[i] = by_object[id(cmd)] = off
     for kind, indices in batches.items():
         template = bodies[kind]
         objs = [commands[i].cmd for i in indices]
