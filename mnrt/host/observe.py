@@ -35,7 +35,7 @@ class _Depth(threading.local):
 
 
 _observer: Observer | None = None
-_depth = _Depth()
+_depth = nested_depth = _Depth()  # nested_depth: the same guard, read by enqueue_program
 # The hottest call, enqueue_program, is not wrapped by `api`: it hands its queue command to
 # this hook (the observer's `program` method, if it has one) when it is an outermost call,
 # so a capture of a long enqueue loop costs one call and one append per enqueue.
@@ -52,11 +52,6 @@ def install(observer: Observer | None) -> Observer | None:
 
 def current() -> Observer | None:
     return _observer
-
-
-def nested() -> bool:
-    """Whether the current thread is inside a host API call (or an `unobserved` block)."""
-    return _depth.n > 0
 
 
 @contextlib.contextmanager

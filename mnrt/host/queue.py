@@ -140,7 +140,7 @@ class CommandQueue:
                 "enqueue_program(blocking=True) is not allowed while capturing a trace"
             )
         hook = observe.program_hook
-        if hook is not None and not observe.nested():
+        if hook is not None and not observe.nested_depth.n:
             hook(self, cmd, blocking)  # see host/observe.py: this call is not `api`-wrapped
         if self._capture is not None:
             self._capture.commands.append(cmd)
