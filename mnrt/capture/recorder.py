@@ -83,6 +83,7 @@ class Recorder:
     def __init__(self, goldens: bool = True) -> None:
         self.goldens = goldens
         self.log = _Log()
+        self._cells_extend = self.log.cells.extend  # the program hook's one call per enqueue
         self.devices: dict[int, int] = {}  # gid -> device index, in the order of first use
         self.token = object()  # marks what this capture noted on host objects
         self._keep: list[Any] = []  # every object given an id (in its tag) while we record
@@ -327,18 +328,19 @@ class Recorder:
 
     def program(self, q: CommandQueue, cmd: RunProgram, blocking: bool) -> None:
         """enqueue_program's hook (see host/observe.py). The first time a capture meets a
-        binding, it learns (and snapshots, if need be) the queue, program and buffers and
-        notes their ids on the plan; every later enqueue of it is one append."""
+        binding on a queue, it learns (and snapshots, if need be) the queue, program and
+        buffers and keeps the finished log row on the plan; every later enqueue of it on
+        that queue appends that row."""
         plan = cmd.plan
         noted = plan.tag
-        if noted is None or noted[0] is not self.token or not q.tag:
+        if noted is None or noted[0] is not self.token or noted[1] is not q:
             with observe.unobserved(), self._lock:
-                self._queue(q)
+                qid = self._queue(q)
                 pid = self._program(cmd.program)
                 bids = tuple(self._buffer(b, q) for b in plan.buffers)
-            plan.tag = noted = (self.token, pid, bids)
-        # The hottest row of all, written without the generic append's packing.
-        self.log.cells.extend((5, PROGRAM, q.tag, noted[1], noted[2], blocking, None, None))
+            plan.tag = noted = (self.token, q, (5, PROGRAM, qid, pid, bids, False, None, None))
+        row = noted[2]
+        self._cells_extend(row if not blocking else (*row[:5], True, None, None))
 
     def _after_finish(self, args: tuple, kwargs: dict, result: None) -> None:
         self.log.append((FINISH, args[0].tag))

@@ -258,3 +258,18 @@ def test_nested_enqueue_program_is_not_recorded(dev, q):
     q.enqueue_program(prog, {"x": x})
     binary = mnrt.end_capture()
     assert command_types(binary).count("EnqueueProgram") == 1
+
+
+def test_one_binding_enqueued_on_two_queues_and_blocking(dev, q):
+    x = dev.create_buffer((2,), "float", name="x")
+    prog = dev.create_program([mnrt.Kernel("relu", ["x"], ["x"])])
+    q1 = dev.command_queue(1)
+    mnrt.begin_capture()
+    q.enqueue_program(prog, {"x": x})
+    q1.enqueue_program(prog, {"x": x}, blocking=True)
+    q.enqueue_program(prog, {"x": x}, blocking=True)
+    binary = mnrt.end_capture()
+    runs = [c.cmd for c in binary.commands if c.cmdType == U.EnqueueProgram]
+    queues = {c.cmd.queueId: c.cmd.index for c in binary.commands if c.cmdType == U.OpenQueue}
+    assert [queues[r.queueId] for r in runs] == [0, 1, 0]
+    assert [bool(r.blocking) for r in runs] == [False, True, True]
