@@ -95,8 +95,6 @@ class Recorder:
         self._lock = threading.Lock()
         self._before: dict[str, Callable[[str, tuple, dict], None]] = {
             "deallocate": self._known_buffer_no_data,
-            "enqueue_write_buffer": self._before_write,
-            "enqueue_read_buffer": self._before_use,
             "finish": self._before_queue,
             "begin_trace_capture": self._before_queue,
             "end_trace_capture": self._before_queue,
@@ -110,8 +108,6 @@ class Recorder:
             "command_queue": self._after_command_queue,
             "create_buffer": self._after_create_buffer,
             "deallocate": self._after_deallocate,
-            "enqueue_write_buffer": self._after_write,
-            "enqueue_read_buffer": self._after_read,
             "create_program": self._after_create_program,
             "finish": self._after_finish,
             "begin_trace_capture": self._after_begin_trace,
@@ -122,8 +118,6 @@ class Recorder:
         # The calls a hot loop makes, recorded without the lock while every object they
         # touch is already known; anything else takes the general path.
         self._fast: dict[str, Callable[[Callable, tuple], Any]] = {
-            "enqueue_write_buffer": self._fast_write,
-            "enqueue_read_buffer": self._fast_read,
             "finish": self._fast_finish,
         }
 
@@ -151,29 +145,6 @@ class Recorder:
 
     # Fast paths: every object's id is its tag (0 while unknown, which sends the call down
     # the general path to be snapshotted first); no lock, since appending is atomic.
-    def _fast_write(self, fn: Callable, args: tuple) -> Any:
-        if len(args) < 3:
-            return _SLOW
-        qid, bid = getattr(args[0], "tag", 0), getattr(args[1], "tag", 0)
-        if not (qid and bid):
-            return _SLOW
-        result = fn(*args)
-        blocking = len(args) > 3 and bool(args[3])
-        self.log.append((WRITE, qid, bid, args[2].copy(), blocking, False))
-        return result
-
-    def _fast_read(self, fn: Callable, args: tuple) -> Any:
-        if len(args) < 2:
-            return _SLOW
-        qid, bid = getattr(args[0], "tag", 0), getattr(args[1], "tag", 0)
-        if not (qid and bid):
-            return _SLOW
-        out = fn(*args)
-        blocking = len(args) <= 2 or bool(args[2])
-        golden = (out.copy() if blocking else out) if self.goldens else None
-        self.log.append((READ, qid, bid, blocking, golden))
-        return out
-
     def _fast_finish(self, fn: Callable, args: tuple) -> Any:
         qid = getattr(args[0], "tag", 0)
         if not qid:
@@ -259,17 +230,6 @@ class Recorder:
     def _before_queue(self, name: str, args: tuple, kwargs: dict) -> None:
         self._queue(args[0])
 
-    def _before_write(self, name: str, args: tuple, kwargs: dict) -> None:
-        q = args[0]
-        self._queue(q)
-        # A write replaces the whole buffer, so its old contents need no snapshot.
-        self._buffer(_arg(args, kwargs, 1, "buffer"), q, with_data=False)
-
-    def _before_use(self, name: str, args: tuple, kwargs: dict) -> None:
-        q = args[0]
-        self._queue(q)
-        self._buffer(_arg(args, kwargs, 1, "buffer"), q)
-
     def _before_replay(self, name: str, args: tuple, kwargs: dict) -> None:
         q = args[0]
         qid = self._queue(q)
@@ -309,20 +269,6 @@ class Recorder:
     def _after_deallocate(self, args: tuple, kwargs: dict, result: None) -> None:
         self.log.append((DEALLOCATE, args[0].tag))
 
-    def _after_write(self, args: tuple, kwargs: dict, result: None) -> None:
-        q, buf = args[0], _arg(args, kwargs, 1, "buffer")
-        data = _arg(args, kwargs, 2, "data").copy()  # the caller may change it later
-        blocking = bool(_arg(args, kwargs, 3, "blocking", False))
-        self.log.append((WRITE, q.tag, buf.tag, data, blocking, False))
-
-    def _after_read(self, args: tuple, kwargs: dict, out: np.ndarray) -> None:
-        q, buf = args[0], _arg(args, kwargs, 1, "buffer")
-        blocking = bool(_arg(args, kwargs, 2, "blocking", True))
-        # A blocking read's data is final now; a non-blocking one is copied at end_capture,
-        # after the queues have finished.
-        golden = (out.copy() if blocking else out) if self.goldens else None
-        self.log.append((READ, q.tag, buf.tag, blocking, golden))
-
     def _after_create_program(self, args: tuple, kwargs: dict, prog: Program) -> None:
         self._program(prog)
 
@@ -341,6 +287,27 @@ class Recorder:
             plan.tag = noted = (self.token, q, (5, PROGRAM, qid, pid, bids, False, None, None))
         row = noted[2]
         self._cells_extend(row if not blocking else (*row[:5], True, None, None))
+
+    def write(self, q: CommandQueue, buf: Buffer, data: np.ndarray, blocking: bool) -> None:
+        """enqueue_write_buffer's hook, after the write was submitted."""
+        qid, bid = q.tag, buf.tag
+        if not (qid and bid):
+            with observe.unobserved(), self._lock:
+                qid = self._queue(q)
+                bid = self._buffer(buf, q, with_data=False)  # the write replaces it all
+        # The data is copied now: the caller may change its array once the write has run.
+        self._cells_extend((6, WRITE, qid, bid, data.copy(), blocking, False, None))
+
+    def read(self, q: CommandQueue, buf: Buffer, out: np.ndarray, blocking: bool) -> None:
+        """enqueue_read_buffer's hook, after the read was submitted. A blocking read's data
+        is final now; a non-blocking one's is copied at end_capture, once queues finish."""
+        qid, bid = q.tag, buf.tag
+        if not (qid and bid):
+            with observe.unobserved(), self._lock:
+                qid = self._queue(q)
+                bid = self._buffer(buf, q)
+        golden = (out.copy() if blocking else out) if self.goldens else None
+        self._cells_extend((5, READ, qid, bid, blocking, golden, None, None))
 
     def _after_finish(self, args: tuple, kwargs: dict, result: None) -> None:
         self.log.append((FINISH, args[0].tag))

@@ -35,18 +35,19 @@ class _Depth(threading.local):
 
 
 _observer: Observer | None = None
-_depth = nested_depth = _Depth()  # nested_depth: the same guard, read by enqueue_program
-# The hottest call, enqueue_program, is not wrapped by `api`: it hands its queue command to
-# this hook (the observer's `program` method, if it has one) when it is an outermost call,
-# so a capture of a long enqueue loop costs one call and one append per enqueue.
-program_hook: Callable[[Any, Any, bool], None] | None = None
+_depth = nested_depth = _Depth()  # nested_depth: the same guard, read by the hot calls
+# The hottest calls (enqueue_program, enqueue_write_buffer, enqueue_read_buffer) are not
+# wrapped by `api`: when they are outermost calls they report to the observer's `program`,
+# `write` and `read` methods directly, so capturing a loop of them costs one call and one
+# append each. `hot` is the observer when it has those methods, else None.
+hot: Any = None
 
 
 def install(observer: Observer | None) -> Observer | None:
     """Set the observer (None removes it); return the one it replaces."""
-    global _observer, program_hook
+    global _observer, hot
     previous, _observer = _observer, observer
-    program_hook = getattr(observer, "program", None)
+    hot = observer if all(hasattr(observer, m) for m in ("program", "write", "read")) else None
     return previous
 
 

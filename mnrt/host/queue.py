@@ -72,7 +72,6 @@ class CommandQueue:
         self._lock = threading.Lock()
 
     # --- public API ---------------------------------------------------------------
-    @api("enqueue_write_buffer", leaf=True)
     def enqueue_write_buffer(
         self, buffer: Buffer, data: np.ndarray, blocking: bool = False
     ) -> None:
@@ -101,6 +100,11 @@ class CommandQueue:
                 f"'{buffer.name}' ({buffer.dtype.name}, takes {want}); cast it with .astype()"
             )
         self._submit(WriteBuffer(buffer, data), blocking)
+        hot = observe.hot
+        if hot is not None and not observe.nested_depth.n:
+            # After submitting: a write replaces all of the buffer, so no snapshot of its
+            # old contents is needed (see host/observe.py: not an `api` wrapper).
+            hot.write(self, buffer, data, blocking)
 
     def _write_stored(self, buffer: Buffer, bits: np.ndarray, blocking: bool = False) -> None:
         """Write bits already in the buffer's stored form (as replay has them): no rounding.
@@ -109,7 +113,6 @@ class CommandQueue:
         self._check_buffer(buffer)
         self._submit(WriteBuffer(buffer, bits.reshape(buffer.shape), stored=True), blocking)
 
-    @api("enqueue_read_buffer", leaf=True)
     def enqueue_read_buffer(self, buffer: Buffer, blocking: bool = True) -> np.ndarray:
         """Copy a buffer to a new host array. Without blocking, the array is filled by the
         time finish() returns."""
@@ -117,6 +120,11 @@ class CommandQueue:
         self._check_buffer(buffer)
         out = np.empty(buffer.shape, buffer.dtype.read_dtype)
         self._submit(ReadBuffer(buffer, out), blocking)
+        hot = observe.hot
+        if hot is not None and not observe.nested_depth.n:
+            # After submitting: a read changes nothing, so a snapshot taken now is the
+            # contents it read (see host/observe.py: not an `api` wrapper).
+            hot.read(self, buffer, out, blocking)
         return out
 
     def enqueue_program(
@@ -139,9 +147,9 @@ class CommandQueue:
             raise TraceError(
                 "enqueue_program(blocking=True) is not allowed while capturing a trace"
             )
-        hook = observe.program_hook
-        if hook is not None and not observe.nested_depth.n:
-            hook(self, cmd, blocking)  # see host/observe.py: this call is not `api`-wrapped
+        hot = observe.hot
+        if hot is not None and not observe.nested_depth.n:
+            hot.program(self, cmd, blocking)  # see host/observe.py: not an `api` wrapper
         if self._capture is not None:
             self._capture.commands.append(cmd)
             return
