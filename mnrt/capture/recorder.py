@@ -8,6 +8,7 @@ buffers their contents at that moment, so a capture can start in the middle of a
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -85,7 +86,7 @@ class Recorder:
         self.log = _Log()
         self._cells_extend = self.log.cells.extend  # the program hook's one call per enqueue
         self.devices: dict[int, int] = {}  # gid -> device index, in the order of first use
-        self.token = object()  # marks what this capture noted on host objects
+        self._noted: list[Any] = []  # plans given an action by `program`
         self._keep: list[Any] = []  # every object given an id (in its tag) while we record
         self._traces: dict[tuple[int, int], int] = {}  # (device gid, trace id) -> gid
         self._next = 1  # global ids come from this one counter; 0 means none
@@ -171,9 +172,11 @@ class Recorder:
         self._open_traces = {t: i + 1 if i >= at else i for t, i in self._open_traces.items()}
 
     def close(self) -> None:
-        """Clear the tags given out, so no id of this capture outlives it."""
+        """Clear the tags given out, so no id or action of this capture outlives it."""
         for obj in self._keep:
             obj.tag = 0
+        for plan in self._noted:
+            plan.tag = None
 
     def _device(self, dev: Device) -> int:
         gid = dev.tag
@@ -273,20 +276,19 @@ class Recorder:
         self._program(prog)
 
     def program(self, q: CommandQueue, cmd: RunProgram, blocking: bool) -> None:
-        """enqueue_program's hook (see host/observe.py). The first time a capture meets a
-        binding on a queue, it learns (and snapshots, if need be) the queue, program and
-        buffers and keeps the finished log row on the plan; every later enqueue of it on
-        that queue appends that row."""
-        plan = cmd.plan
-        noted = plan.tag
-        if noted is None or noted[0] is not self.token or noted[1] is not q:
-            with observe.unobserved(), self._lock:
-                qid = self._queue(q)
-                pid = self._program(cmd.program)
-                bids = tuple(self._buffer(b, q) for b in plan.buffers)
-            plan.tag = noted = (self.token, q, (5, PROGRAM, qid, pid, bids, False, None, None))
-        row = noted[2]
-        self._cells_extend(row if not blocking else (*row[:5], True, None, None))
+        """enqueue_program's hook (see host/observe.py): learn (and snapshot, if need be)
+        the queue, program and buffers, log the call, and leave on the plan the action that
+        logs the same call again, for the queue to call on later enqueues."""
+        with observe.unobserved(), self._lock:
+            qid = self._queue(q)
+            pid = self._program(cmd.program)
+            bids = tuple(self._buffer(b, q) for b in cmd.plan.buffers)
+        row = (5, PROGRAM, qid, pid, bids, blocking, None, None)
+        self._cells_extend(row)
+        if not blocking:
+            # The queue calls this directly for the next enqueues of this binding here.
+            cmd.plan.tag = (self, q, functools.partial(self._cells_extend, row))
+            self._noted.append(cmd.plan)
 
     def write(self, q: CommandQueue, buf: Buffer, data: np.ndarray, blocking: bool) -> None:
         """enqueue_write_buffer's hook, after the write was submitted."""

@@ -39,7 +39,10 @@ _depth = nested_depth = _Depth()  # nested_depth: the same guard, read by the ho
 # The hottest calls (enqueue_program, enqueue_write_buffer, enqueue_read_buffer) are not
 # wrapped by `api`: when they are outermost calls they report to the observer's `program`,
 # `write` and `read` methods directly, so capturing a loop of them costs one call and one
-# append each. `hot` is the observer when it has those methods, else None.
+# append each. `hot` is the observer when it has those methods, else None. For a program
+# binding it has seen, the observer may leave `(observer, queue, action)` in the bound
+# plan's `tag`: a later non-blocking enqueue of that plan on that queue then just calls
+# `action()`. The observer clears what it left when it is removed.
 hot: Any = None
 
 

@@ -149,7 +149,13 @@ class CommandQueue:
             )
         hot = observe.hot
         if hot is not None and not observe.nested_depth.n:
-            hot.program(self, cmd, blocking)  # see host/observe.py: not an `api` wrapper
+            # See host/observe.py: not an `api` wrapper. A binding the observer has seen on
+            # this queue carries its recorded action, called here without a Python frame.
+            noted = cmd.plan.tag
+            if noted is not None and noted[0] is hot and noted[1] is self and not blocking:
+                noted[2]()
+            else:
+                hot.program(self, cmd, blocking)
         if self._capture is not None:
             self._capture.commands.append(cmd)
             return
