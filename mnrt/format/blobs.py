@@ -49,12 +49,10 @@ class BlobStore:
         self._payloads: list[bytes | memoryview] = []
         self._infos: list[BlobInfo] = []
         self._end = 0
-        self.raw_bytes = 0  # what was added, before deduplication and compression
 
     def add(self, data: bytes | bytearray | memoryview | np.ndarray) -> int:
         view = _as_bytes(data)
         size = view.nbytes
-        self.raw_bytes += size
         digest = xxhash.xxh3_64_intdigest(view)
         key = (digest, size)
         found = self._ids.get(key)
@@ -79,10 +77,6 @@ class BlobStore:
     @property
     def payloads(self) -> list[bytes | memoryview]:
         return list(self._payloads)
-
-    @property
-    def data_size(self) -> int:
-        return self._end
 
 
 def _as_bytes(data: bytes | bytearray | memoryview | np.ndarray) -> memoryview:
