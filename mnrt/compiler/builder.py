@@ -1,0 +1,105 @@
+"""GraphBuilder: write models in Python, without ONNX.
+
+Every registered kernel is a method: `b.gemm(x, w, bias, trans_b=True)` adds a node and
+returns its output (a tuple for kernels with several outputs). Shapes are inferred as nodes
+are added, so a mistake is reported at the line that makes it.
+
+    b = GraphBuilder("mlp")
+    x = b.input("x", (64, 256), "float")
+    h = b.relu(b.gemm(x, b.param("w", w), b.param("b", bias)))
+    b.output(h, "y")
+    graph = b.build()
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from ..device.dtypes import dtype as resolve_dtype
+from ..device.kernels import lookup
+from ..errors import InvalidArgumentError
+from .ir import INPUT, PARAM, Graph, GraphError, Node, value
+
+
+class Symbol(str):
+    """A value of the graph being built (its name)."""
+
+
+class GraphBuilder:
+    def __init__(self, name: str = "graph") -> None:
+        self.graph = Graph(name)
+        self._ids = itertools.count()
+
+    def _fresh(self, stem: str) -> str:
+        while True:
+            name = f"{stem}{next(self._ids)}"
+            if name not in self.graph.values:
+                return name
+
+    def _new(self, name: str) -> str:
+        if name in self.graph.values:
+            raise GraphError(f"graph '{self.graph.name}': value '{name}' already exists")
+        return name
+
+    def input(self, name: str, shape: Any, dtype: Any = "float") -> Symbol:
+        self.graph.values[self._new(name)] = value(name, shape, dtype, INPUT)
+        self.graph.inputs.append(name)
+        return Symbol(name)
+
+    def param(self, name: str, data: np.ndarray, dtype: Any = None) -> Symbol:
+        """A weight: uploaded to the device once and kept there across calls."""
+        if not isinstance(data, np.ndarray):
+            raise InvalidArgumentError(f"param '{name}' takes a numpy array")
+        dt = resolve_dtype(dtype if dtype is not None else data.dtype)
+        self.graph.values[self._new(name)] = value(name, data.shape, dt, PARAM, data=data.copy())
+        return Symbol(name)
+
+    def node(self, op: str, *inputs: str, outputs: int | None = None, **attrs: Any) -> Any:
+        kdef = lookup(op)
+        count = outputs if outputs is not None else len(kdef.outputs)
+        names = [self._fresh(f"{op}_") for _ in range(count)]
+        node = Node(op, list(inputs), names, attrs, name=f"{op}{len(self.graph.nodes)}")
+        for name in inputs:
+            if name not in self.graph.values:
+                raise GraphError(f"{op}: '{name}' is not a value of graph '{self.graph.name}'")
+        self.graph.nodes.append(node)
+        try:
+            self.graph.verify()
+        except Exception:
+            self.graph.nodes.pop()
+            for name in names:
+                self.graph.values.pop(name, None)
+            raise
+        result = tuple(Symbol(n) for n in names)
+        return result[0] if len(result) == 1 else result
+
+    def __getattr__(self, op: str) -> Any:
+        if op.startswith("_"):
+            raise AttributeError(op)
+        lookup(op)  # an unknown kernel raises here, listing the known ones
+        return lambda *inputs, **attrs: self.node(op, *inputs, **attrs)
+
+    def output(self, symbol: str, name: str | None = None) -> Symbol:
+        """Mark a value as a graph output, renaming it to `name` when given."""
+        if name is not None and name != symbol:
+            self._rename(symbol, self._new(name))
+            symbol = name
+        self.graph.outputs.append(symbol)
+        return Symbol(symbol)
+
+    def _rename(self, old: str, new: str) -> None:
+        graph = self.graph
+        graph.values[new] = graph.values.pop(old)
+        graph.values[new].name = new
+        for node in graph.nodes:
+            node.inputs = [new if n == old else n for n in node.inputs]
+            node.outputs = [new if n == old else n for n in node.outputs]
+
+    def build(self) -> Graph:
+        if not self.graph.outputs:
+            raise GraphError(f"graph '{self.graph.name}' has no outputs; call output()")
+        self.graph.verify()
+        return self.graph

@@ -1,0 +1,147 @@
+"""The compiler's graph IR: typed values and nodes of device kernels.
+
+A node is a registered kernel (its op name, attributes and operand lists are exactly what
+`mnrt.Kernel` takes), so shape and dtype inference is the kernels' own `infer`: the shape
+rules live in one place, the kernel registry. Values carry shape, dtype, location and layout;
+inputs, parameters (weights, uploaded once) and constants are values with a role.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..device.dtypes import DType
+from ..device.dtypes import dtype as resolve_dtype
+from ..device.kernels import TensorSpec, lookup
+from ..errors import DTypeError, InvalidArgumentError, MnrtError, ShapeError
+
+INPUT, PARAM, TEMP = "input", "param", "temp"
+
+
+class GraphError(InvalidArgumentError):
+    """A graph is malformed: a value used before it is defined, defined twice, unknown..."""
+
+
+@dataclass
+class Value:
+    """One tensor of the graph. `data` holds a parameter's contents."""
+
+    name: str
+    shape: tuple[int, ...] | None = None
+    dtype: DType | None = None
+    role: str = TEMP
+    location: str = "dram"
+    layout: str | None = None
+    data: np.ndarray | None = None
+
+    def describe(self) -> str:
+        shape = "?" if self.shape is None else "x".join(map(str, self.shape)) or "scalar"
+        dtype = "?" if self.dtype is None else self.dtype.name
+        layout = f" layout={self.layout}" if self.layout else ""
+        return f"%{self.name}: {dtype}[{shape}] @{self.location}{layout}"
+
+
+@dataclass
+class Node:
+    """One kernel invocation on named values."""
+
+    op: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+
+
+@dataclass
+class Graph:
+    """A dataflow graph in topological order (every value defined before it is used)."""
+
+    name: str
+    values: dict[str, Value] = field(default_factory=dict)
+    nodes: list[Node] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+
+    @property
+    def params(self) -> list[str]:
+        return [n for n, v in self.values.items() if v.role == PARAM]
+
+    def producers(self) -> dict[str, int]:
+        """Value name -> index of the node that defines it."""
+        return {out: i for i, node in enumerate(self.nodes) for out in node.outputs}
+
+    def last_uses(self) -> dict[str, int]:
+        """Value name -> index of the last node that reads it (graph outputs live to the end)."""
+        last = {name: i for i, node in enumerate(self.nodes) for name in node.inputs}
+        for name in self.outputs:
+            last[name] = len(self.nodes)
+        return last
+
+    def verify(self) -> None:
+        """Check structure and kernels, and infer every value's shape and dtype."""
+        defined = {n for n, v in self.values.items() if v.role in (INPUT, PARAM)}
+        for name in self.inputs:
+            if self.values.get(name) is None or self.values[name].role != INPUT:
+                raise GraphError(f"graph '{self.name}': input '{name}' is not an input value")
+        for i, node in enumerate(self.nodes):
+            where = f"graph '{self.name}' node {i} ({node.name or node.op})"
+            for name in node.inputs:
+                if name not in defined:
+                    raise GraphError(f"{where}: input '{name}' is used before it is defined")
+            for name in node.outputs:
+                if name in defined:
+                    raise GraphError(f"{where}: value '{name}' is defined twice")
+                defined.add(name)
+                self.values.setdefault(name, Value(name))
+            self._infer(node, where)
+        for name in self.outputs:
+            if name not in defined:
+                raise GraphError(f"graph '{self.name}': output '{name}' is never defined")
+
+    def _infer(self, node: Node, where: str) -> None:
+        try:
+            kdef = lookup(node.op)
+            node.attrs = kdef.check_attrs(node.attrs)
+            kdef.check_arity(len(node.inputs), len(node.outputs))
+            specs = [TensorSpec(self.values[n].shape, self.values[n].dtype) for n in node.inputs]
+            results = kdef.infer(specs, node.attrs)
+        except (ShapeError, DTypeError) as e:
+            raise type(e)(f"{where}: {e}") from None
+        except MnrtError as e:
+            raise GraphError(f"{where}: {e}") from None
+        for name, result in zip(node.outputs, results):
+            value = self.values[name]
+            if value.dtype is not None and value.dtype not in result.dtypes:
+                allowed = " or ".join(d.name for d in result.dtypes)
+                raise DTypeError(
+                    f"{where}: '{name}' is {value.dtype.name}; the kernel gives {allowed}"
+                )
+            value.shape = tuple(result.shape)
+            value.dtype = value.dtype or result.dtypes[0]
+
+    def dump(self) -> str:
+        """A readable listing: inputs, parameters, one node a line, outputs."""
+        lines = [f"graph {self.name}"]
+        lines += [f"  input {self.values[n].describe()}" for n in self.inputs]
+        lines += [f"  param {self.values[n].describe()}" for n in self.params]
+        for node in self.nodes:
+            outs = ", ".join(self.values[n].describe() for n in node.outputs)
+            attrs = ", ".join(f"{k}={v!r}" for k, v in node.attrs.items())
+            ins = ", ".join(f"%{n}" for n in node.inputs)
+            lines.append(f"  {outs} = {node.op}({ins}){' {' + attrs + '}' if attrs else ''}")
+        lines.append("  return " + ", ".join(f"%{n}" for n in self.outputs))
+        return "\n".join(lines)
+
+
+def value(name: str, shape: Any, dtype: Any, role: str, data: np.ndarray | None = None) -> Value:
+    """A checked input or parameter value."""
+    try:
+        dims = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise ShapeError(f"value '{name}': shape must be a tuple of ints, got {shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise ShapeError(f"value '{name}': shape {dims} has a negative size")
+    return Value(name, dims, resolve_dtype(dtype), role, data=data)

@@ -1,0 +1,66 @@
+"""Lowering a graph to a device program and a buffer plan.
+
+Every graph value becomes a program slot of the same name. Inputs, parameters and outputs
+get buffers of their own; a temporary takes a buffer that an earlier temporary of the same
+shape and dtype no longer needs (its last reader has run), else a new one. A buffer freed
+by node i is reused from node i+1 on, so no kernel reads and writes one buffer unless the
+graph says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..device.dtypes import DType
+from ..host import Buffer, Device, Kernel, Program
+from .ir import INPUT, PARAM, Graph
+
+
+@dataclass
+class Lowered:
+    """A graph on a device: its program and the buffer bound to each slot."""
+
+    graph: Graph
+    program: Program
+    bindings: dict[str, Buffer]
+
+    @property
+    def distinct_buffers(self) -> int:
+        return len({id(b) for b in self.bindings.values()})
+
+
+def plan_buffers(graph: Graph, dev: Device) -> dict[str, Buffer]:
+    """Value name -> buffer, reusing dead temporaries' buffers."""
+    graph.verify()
+    last = graph.last_uses()
+    keep = set(graph.outputs) | {n for n, v in graph.values.items() if v.role in (INPUT, PARAM)}
+    bindings: dict[str, Buffer] = {}
+    free: dict[tuple[tuple[int, ...], DType], list[Buffer]] = {}
+
+    def new(name: str) -> Buffer:
+        v = graph.values[name]
+        return dev.create_buffer(v.shape, v.dtype, name=f"{graph.name}.{name}")
+
+    for name in keep:
+        bindings[name] = new(name)
+    for i, node in enumerate(graph.nodes):
+        for name in node.outputs:
+            if name in keep:
+                continue
+            v = graph.values[name]
+            pool = free.setdefault((v.shape, v.dtype), [])
+            bindings[name] = pool.pop() if pool else new(name)
+            if name not in last:  # never read: free again at once
+                pool.append(bindings[name])
+        for name in dict.fromkeys(node.inputs):
+            if name not in keep and last.get(name) == i:
+                v = graph.values[name]
+                free.setdefault((v.shape, v.dtype), []).append(bindings[name])
+    return bindings
+
+
+def lower(graph: Graph, dev: Device) -> Lowered:
+    bindings = plan_buffers(graph, dev)
+    kernels = [Kernel(n.op, n.inputs, n.outputs, n.attrs) for n in graph.nodes]
+    program = dev.create_program(kernels, name=graph.name)
+    return Lowered(graph, program, {slot: bindings[slot] for slot in program.slots})

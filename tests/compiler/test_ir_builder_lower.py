@@ -1,0 +1,89 @@
+"""The compiler IR, the Python graph builder and lowering to device programs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mnrt
+from mnrt.compiler import GraphBuilder, GraphError, lower
+
+
+def mlp_graph(rng):
+    b = GraphBuilder("mlp")
+    x = b.input("x", (8, 16), "float")
+    h = x
+    for i, (fan_in, fan_out) in enumerate([(16, 32), (32, 32), (32, 4)]):
+        w = b.param(f"w{i}", rng.standard_normal((fan_in, fan_out)).astype(np.float32))
+        bias = b.param(f"b{i}", rng.standard_normal(fan_out).astype(np.float32))
+        h = b.gemm(h, w, bias)
+        if i < 2:
+            h = b.relu(h)
+    b.output(h, "y")
+    return b.build()
+
+
+def test_builder_infers_shapes_and_dumps():
+    g = mlp_graph(np.random.default_rng(0))
+    assert g.values["y"].shape == (8, 4) and g.values["y"].dtype is mnrt.float32
+    text = g.dump()
+    assert text.splitlines()[0] == "graph mlp"
+    assert "%y: float[8x4] @dram = gemm(%relu_" in text
+    assert text.splitlines()[-1] == "  return %y"
+
+
+def test_builder_reports_mistakes_where_they_are_made():
+    b = GraphBuilder("bad")
+    x = b.input("x", (4, 3), "float")
+    w = b.input("w", (5, 2), "float")
+    with pytest.raises(mnrt.ShapeError, match=r"graph 'bad' node 0 \(gemm0\).*inner dimensions"):
+        b.gemm(x, w)
+    with pytest.raises(mnrt.UnknownKernelError, match="known kernels are"):
+        b.gemmm(x, w)
+    with pytest.raises(GraphError, match="not a value"):
+        b.relu("nope")
+    with pytest.raises(GraphError, match="already exists"):
+        b.input("x", (1,), "float")
+    with pytest.raises(GraphError, match="no outputs"):
+        b.build()
+    assert b.graph.nodes == []  # failed nodes leave nothing behind
+
+
+def test_lowered_mlp_runs_on_the_device_and_matches_numpy(dev, q):
+    rng = np.random.default_rng(1)
+    g = mlp_graph(rng)
+    low = lower(g, dev)
+    for name in g.params:
+        q.enqueue_write_buffer(low.bindings[name], g.values[name].data)
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    q.enqueue_write_buffer(low.bindings["x"], x)
+    q.enqueue_program(low.program, low.bindings)
+    y = q.enqueue_read_buffer(low.bindings["y"])
+    h = x
+    for i in range(3):
+        h = h @ g.values[f"w{i}"].data + g.values[f"b{i}"].data
+        if i < 2:
+            h = np.maximum(h, 0)
+    np.testing.assert_allclose(y, h, rtol=1e-5, atol=1e-5)
+
+
+def test_dead_temporaries_share_buffers(dev):
+    b = GraphBuilder("chain")
+    h = b.input("x", (64,), "float")
+    for _ in range(6):
+        h = b.tanh(h)
+    b.output(h, "y")
+    low = lower(b.build(), dev)
+    # x, y, and two buffers that the five temporaries alternate between.
+    assert low.distinct_buffers == 4
+    assert len(low.bindings) == 7
+
+
+def test_a_temporary_is_not_reused_by_the_node_that_frees_it(dev):
+    b = GraphBuilder("t")
+    x = b.input("x", (4, 4), "float")
+    t = b.exp(x)
+    u = b.gemm(t, t)  # t dies here; u has t's shape but must not share its buffer
+    b.output(b.neg(u), "y")
+    low = lower(b.build(), dev)
+    assert low.bindings[t] is not low.bindings[u]
