@@ -43,6 +43,17 @@ from .host import Buffer, CommandQueue, Device, Kernel, Program, list_devices, o
 from .host.golden import Check
 from .replay import ReplayReport, replay
 
+# The compiler's entry points, imported on first use: `mnrt run` never loads the compiler.
+_LAZY = ("Context", "MNDevice", "TensorProxy")
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from . import compiler
+
+        return getattr(compiler, name)
+    raise AttributeError(f"module 'mnrt' has no attribute {name!r}")
+
 
 def kernels() -> list[dict]:
     """Every device kernel: name, operands, attributes (kind, default, doc) and a one-line doc."""

@@ -357,4 +357,6 @@ class Recorder:
         with self._lock:
             qid = self._queue(q)
             bid = self._buffer(buf, q)
-            self.log.append((GOLDEN, qid, bid, np.array(expected), rtol, atol, name))
+            # Stored like the buffer's own data: in its dtype (half as its 1-6-9 bits later).
+            golden = np.array(expected, dtype=buf.dtype.read_dtype)
+            self.log.append((GOLDEN, qid, bid, golden, rtol, atol, name))

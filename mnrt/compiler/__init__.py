@@ -1,20 +1,27 @@
-"""The graph compiler: IR, the Python graph builder, and lowering to device programs.
+"""The graph compiler: IR, the Python graph builder, passes, lowering to device programs and
+the MLSDK-style Context API.
 
-Imported only by what needs it (`mnrt run` never does). The ONNX frontend, optimisation
-passes and the MLSDK-style Context API are still to come.
+Imported only by what needs it (`mnrt run` never does; `import mnrt` loads it on first use
+of mnrt.Context). Optimisation passes beyond float_dtype, codegen_dir, compile caching and
+the CLI are still to come.
 """
 
 from .builder import GraphBuilder, Symbol
+from .context import CompiledFunction, Context, MNDevice, TensorProxy
 from .ir import Graph, GraphError, Node, Value
 from .lower import Lowered, lower, plan_buffers
 
 __all__ = [
+    "CompiledFunction",
+    "Context",
     "Graph",
     "GraphBuilder",
     "GraphError",
     "Lowered",
+    "MNDevice",
     "Node",
     "Symbol",
+    "TensorProxy",
     "Value",
     "lower",
     "plan_buffers",

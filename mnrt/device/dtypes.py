@@ -54,6 +54,13 @@ class DType:
     def __repr__(self) -> str:
         return f"mnrt.{self.name}"
 
+    # Singletons: a copy (a deepcopy of a graph holding dtypes, say) is the same object.
+    def __copy__(self) -> DType:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> DType:
+        return self
+
     # --- host <-> storage -----------------------------------------------------------
     def accepts(self, array: np.ndarray) -> bool:
         """Whether host data of this numpy dtype may be written without an explicit cast."""

@@ -273,3 +273,14 @@ def test_one_binding_enqueued_on_two_queues_and_blocking(dev, q):
     queues = {c.cmd.queueId: c.cmd.index for c in binary.commands if c.cmdType == U.OpenQueue}
     assert [queues[r.queueId] for r in runs] == [0, 1, 0]
     assert [bool(r.blocking) for r in runs] == [False, True, True]
+
+
+def test_user_golden_in_another_dtype_is_stored_as_the_buffer_stores(dev, q):
+    b = dev.create_buffer((3,), "float", name="b")
+    q.enqueue_write_buffer(b, np.array([1.0, 2.0, 3.0], np.float32))
+    mnrt.begin_capture()
+    assert mnrt.compare_to_golden(q, b, np.array([1.0, 2.0, 3.0]), name="f64").passed
+    binary = mnrt.end_capture()
+    dev.close()
+    report = mnrt.replay(binary)
+    assert report.passed and report.checks[0].name == "f64"

@@ -1,0 +1,282 @@
+"""The MLSDK-style entry points: MNDevice, Context, CompiledFunction, TensorProxy.
+
+    ctx = mnrt.Context(mnrt.MNDevice("mncore2:auto"))
+    compiled = ctx.compile(graph_or_onnx, {"x": x}, options={"float_dtype": "mixed"})
+    y = compiled({"x": x})["y"].cpu()
+
+Weights are uploaded once, at compile, and stay on the device across calls.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..capture import capture, compare_to_golden
+from ..errors import InvalidArgumentError
+from ..host import Buffer, CommandQueue, Device, open_device
+from .builder import GraphBuilder
+from .ir import Graph
+from .lower import Lowered, lower
+from .options import CompileOptions, resolve
+from .passes import apply_float_dtype
+
+
+class MNDevice:
+    """A device named as MLSDK does: "mncore2:auto" or "mncore2:<index>"."""
+
+    def __init__(self, spec: str = "mncore2:auto") -> None:
+        arch, _, which = str(spec).partition(":")
+        if arch != "mncore2" or not which:
+            raise InvalidArgumentError(
+                f"device {spec!r}: write 'mncore2:auto' or 'mncore2:<index>'"
+            )
+        if which == "auto":
+            self.index: int | str = "auto"
+        else:
+            try:
+                self.index = int(which)
+            except ValueError:
+                raise InvalidArgumentError(
+                    f"device {spec!r}: index must be 'auto' or a number"
+                ) from None
+        self.spec = spec
+
+    def __repr__(self) -> str:
+        return f"MNDevice({self.spec!r})"
+
+
+class TensorProxy:
+    """A tensor that lives on the device; `cpu()` copies it to the host."""
+
+    def __init__(self, queue: CommandQueue, buffer: Buffer) -> None:
+        self.queue = queue
+        self.buffer = buffer
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.buffer.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.buffer.dtype.name
+
+    def cpu(self) -> np.ndarray:
+        return self.queue.enqueue_read_buffer(self.buffer, blocking=True)
+
+    def load_from(self, array: np.ndarray, clone: bool = True) -> None:
+        """Copy host data in. With clone=False the array is used as it is: do not change it
+        until the device has read it (the next call or finish())."""
+        data = np.array(array, copy=True) if clone else np.asarray(array)
+        self.queue.enqueue_write_buffer(self.buffer, _as_host(data, self.buffer))
+
+    def __repr__(self) -> str:
+        return f"TensorProxy({self.buffer.name}, {self.dtype}{list(self.shape)})"
+
+
+def _as_host(data: np.ndarray, buf: Buffer) -> np.ndarray:
+    """Host data in the dtype the buffer takes. Floats are converted to the compiled
+    precision (which the user chose with float_dtype); anything else must already match."""
+    host = buf.dtype.host
+    if host is None:  # half: takes any float and rounds it
+        return data if data.dtype.kind == "f" else data.astype(np.float32)
+    if data.dtype != host and data.dtype.kind == host.kind == "f":
+        return data.astype(host)
+    if data.dtype != host and data.dtype.kind in "iu" and host.kind in "iu":
+        return data.astype(host)  # ONNX int64 indices run as the device's int32
+    return data
+
+
+class CompiledFunction:
+    """A graph lowered onto the context's device, weights resident."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        graph: Graph,
+        options: CompileOptions,
+        source: Graph,
+        inputs: Mapping[str, np.ndarray],
+    ) -> None:
+        self.ctx = ctx
+        self.graph = graph
+        self.options = options
+        self.source = source  # the graph as given, before any pass: the reference
+        self.example_inputs = {k: np.array(v) for k, v in inputs.items()}
+        self.lowered: Lowered = lower(graph, ctx.device)
+        q = ctx.queue
+        for name in graph.params:
+            shared = ctx._registered.get(name)
+            buf = self.lowered.bindings[name]
+            if (
+                shared is not None
+                and shared.shape == buf.shape
+                and shared.buffer.dtype is buf.dtype
+            ):
+                self.lowered.bindings[name] = shared.buffer
+                buf.deallocate()
+            else:
+                q.enqueue_write_buffer(buf, _as_host(graph.values[name].data, buf))
+        q.finish()
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.graph.inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.graph.outputs)
+
+    def allocate_input_proxy(self, name: str) -> TensorProxy:
+        """The device tensor an input is read from, to fill with `load_from`."""
+        if name not in self.graph.inputs:
+            raise InvalidArgumentError(
+                f"no input {name!r}; the inputs are {', '.join(self.graph.inputs)}"
+            )
+        return TensorProxy(self.ctx.queue, self.lowered.bindings[name])
+
+    def __call__(self, inputs: Mapping[str, Any] | None = None) -> dict[str, TensorProxy]:
+        """Run once. Inputs not given keep what their proxies hold."""
+        inputs = dict(inputs or {})
+        unknown = sorted(set(inputs) - set(self.graph.inputs))
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown input(s) {', '.join(unknown)}; "
+                f"the inputs are {', '.join(self.graph.inputs)}"
+            )
+        q = self.ctx.queue
+        for name, data in inputs.items():
+            if isinstance(data, TensorProxy):
+                if data.buffer is not self.lowered.bindings[name]:
+                    raise InvalidArgumentError(
+                        f"input {name!r}: pass arrays, or the proxy from allocate_input_proxy"
+                    )
+                continue
+            q.enqueue_write_buffer(
+                self.lowered.bindings[name], _as_host(np.asarray(data), self.lowered.bindings[name])
+            )
+        q.enqueue_program(self.lowered.program, self.lowered.bindings)
+        return {name: TensorProxy(q, self.lowered.bindings[name]) for name in self.graph.outputs}
+
+    def reference(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Outputs of the graph as given, run in double precision: what goldens are."""
+        ref = CompiledFunction(
+            self.ctx, apply_float_dtype(self.source, "double"), self.options, self.source, inputs
+        )
+        try:
+            return {k: v.cpu() for k, v in ref(inputs).items()}
+        finally:
+            for buf in {id(b): b for b in ref.lowered.bindings.values()}.values():
+                buf.deallocate()
+
+    def save_binary(
+        self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None
+    ) -> None:
+        """Record one run (weights, program, inputs) into a light binary whose goldens come
+        from `reference`, with tolerances for the compiled precision."""
+        inputs = dict(inputs) if inputs is not None else self.example_inputs
+        expected = self.reference(inputs)
+        rtol, atol = _TOLERANCE[self.options["float_dtype"]]
+        q = self.ctx.queue
+        with capture(path, goldens=False, description=f"compiled graph {self.graph.name}"):
+            outputs = self(inputs)
+            for name, proxy in outputs.items():
+                compare_to_golden(q, proxy.buffer, expected[name], rtol=rtol, atol=atol, name=name)
+
+
+# Golden tolerances (rtol, atol) against the float64 reference, per float_dtype.
+_TOLERANCE = {
+    "double": (1e-9, 1e-12),
+    "float": (1e-4, 1e-5),
+    "mixed": (3e-2, 1e-2),
+    "half": (5e-2, 2e-2),
+}
+
+
+class Context:
+    """A compile-and-run session on one emulated device."""
+
+    def __init__(self, device: MNDevice | None = None) -> None:
+        self.mn_device = device or MNDevice()
+        self.device: Device = open_device(self.mn_device.index)
+        self.queue = self.device.command_queue(0)
+        self._registered: dict[str, TensorProxy] = {}
+        self.last_compile_s = 0.0
+
+    def register_param(self, name: str, array: np.ndarray, dtype: Any = None) -> TensorProxy:
+        """Put a tensor on the device once; graphs compiled later bind their parameter of
+        that name (and shape and dtype) to it instead of uploading their own copy."""
+        array = np.asarray(array)
+        buf = self.device.create_buffer(
+            array.shape, dtype if dtype is not None else array.dtype, name=name
+        )
+        proxy = TensorProxy(self.queue, buf)
+        proxy.load_from(array)
+        self._registered[name] = proxy
+        return proxy
+
+    def get_registered_value_proxy(self, name: str) -> TensorProxy:
+        try:
+            return self._registered[name]
+        except KeyError:
+            known = ", ".join(self._registered) or "none"
+            raise InvalidArgumentError(
+                f"no registered value {name!r}; registered: {known}"
+            ) from None
+
+    def compile(
+        self,
+        model: Graph | GraphBuilder | Any,
+        inputs: Mapping[str, np.ndarray],
+        options: Mapping[str, Any] | None = None,
+    ) -> CompiledFunction:
+        start = time.perf_counter()
+        graph = _graph_of(model)
+        missing = [n for n in graph.inputs if n not in inputs]
+        unknown = [n for n in inputs if n not in graph.inputs]
+        if missing or unknown:
+            raise InvalidArgumentError(
+                f"compile inputs must be exactly {', '.join(graph.inputs)}"
+                + (f"; missing {', '.join(missing)}" if missing else "")
+                + (f"; unknown {', '.join(unknown)}" if unknown else "")
+            )
+        for name in graph.inputs:
+            want, got = graph.values[name].shape, np.shape(inputs[name])
+            if tuple(got) != want:
+                raise InvalidArgumentError(
+                    f"input {name!r} has shape {tuple(got)}, the model takes {want}"
+                )
+        opts = resolve(dict(options or {}))
+        optimised = apply_float_dtype(graph, opts["float_dtype"])
+        compiled = CompiledFunction(self, optimised, opts, graph, inputs)
+        self.last_compile_s = time.perf_counter() - start
+        return compiled
+
+    def close(self) -> None:
+        self.device.close()
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _graph_of(model: Any) -> Graph:
+    if isinstance(model, GraphBuilder):
+        return model.build()
+    if isinstance(model, Graph):
+        model.verify()
+        return model
+    if isinstance(model, (str, os.PathLike)) or type(model).__name__ == "ModelProto":
+        from .onnx_frontend import from_onnx
+
+        return from_onnx(model)
+    raise InvalidArgumentError(
+        "compile takes a Graph, a GraphBuilder, or an ONNX model or path, "
+        f"not {type(model).__name__}"
+    )

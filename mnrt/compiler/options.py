@@ -1,0 +1,127 @@
+"""Compile options with the MN-Core MLSDK names, and their validation.
+
+`option_json` names a preset (O0..O4, debug: JSON files shipped in `presets/`) or a JSON
+file `{"envs": {...}, "args": ["--float_dtype=half", ...], "name": ...}`; options given
+explicitly override the file's. Unknown options are errors that list the valid ones.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidArgumentError
+
+PRESETS = Path(__file__).with_name("presets")
+
+
+class OptionError(InvalidArgumentError):
+    """An unknown compile option or an invalid value for one."""
+
+
+@dataclass(frozen=True)
+class Option:
+    default: Any
+    doc: str
+    choices: tuple | None = None
+    kind: type = str
+
+
+OPTIONS: dict[str, Option] = {
+    "option_json": Option("O1", "preset name (O0..O4, debug) or path of an option JSON file"),
+    "float_dtype": Option(
+        "float",
+        "mixed: GEMM/conv operands and results in half, the rest float; or half/float/double",
+        ("mixed", "half", "float", "double"),
+    ),
+    "scheduler": Option("in_order", "node order: in_order (as given)", ("in_order",)),
+    "layout_planner": Option("row_major", "tensor layouts: row_major", ("row_major",)),
+    "sram_budget": Option(0, "bytes of on-chip memory the planner may use (0: all)", kind=int),
+    "sa_expected_run_iters": Option(1, "runs to optimise the schedule for", kind=int),
+    "out_onnx": Option("", "also write the optimised graph here as ONNX"),
+    "layout_spec": Option("", "MN-Core layout notation for activations, e.g. ((8_L2B:1),)"),
+    "gemm_layout_spec": Option("", "MN-Core layout notation for GEMM operands"),
+}
+
+
+def _bad(name: str) -> OptionError:
+    return OptionError(f"unknown compile option {name!r}; valid options are: {', '.join(OPTIONS)}")
+
+
+def _check(name: str, value: Any) -> Any:
+    spec = OPTIONS.get(name)
+    if spec is None:
+        raise _bad(name)
+    if spec.kind is int:
+        try:
+            value = int(value)
+        except (TypeError, ValueError):
+            raise OptionError(f"option {name}={value!r}: expected an integer") from None
+        if value < 0:
+            raise OptionError(f"option {name}={value}: must not be negative")
+    elif not isinstance(value, str):
+        raise OptionError(f"option {name}={value!r}: expected a string")
+    if spec.choices is not None and value not in spec.choices:
+        raise OptionError(f"option {name}={value!r}: valid values are {', '.join(spec.choices)}")
+    return value
+
+
+def _load_option_json(ref: str) -> tuple[dict[str, Any], dict[str, str], str]:
+    """(options from its args, its envs, its name) for a preset name or a JSON file path."""
+    path = PRESETS / f"{ref}.json" if (PRESETS / f"{ref}.json").is_file() else Path(ref)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        presets = ", ".join(sorted(p.stem for p in PRESETS.glob("*.json")))
+        raise OptionError(
+            f"option_json {ref!r} is neither a preset ({presets}) nor a readable file"
+        ) from None
+    except (OSError, ValueError) as e:
+        raise OptionError(f"option_json {ref!r} is not valid JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise OptionError(f"option_json {ref!r} must hold a JSON object")
+    options: dict[str, Any] = {}
+    for arg in doc.get("args", []):
+        if not isinstance(arg, str) or not arg.startswith("--") or "=" not in arg:
+            raise OptionError(f"option_json {ref!r}: argument {arg!r} is not --name=value")
+        name, value = arg[2:].split("=", 1)
+        if name == "option_json":
+            continue  # nested option files are ignored, as in MLSDK
+        options[name] = _check(name, value)
+    envs = doc.get("envs", {})
+    if not isinstance(envs, dict):
+        raise OptionError(f"option_json {ref!r}: envs must be an object")
+    return options, {str(k): str(v) for k, v in envs.items()}, str(doc.get("name", ref))
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Resolved options: defaults, then the option_json file, then explicit options."""
+
+    values: dict[str, Any]
+    envs: dict[str, str]
+    name: str
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def to_json(self) -> dict:
+        """An option_json document that reproduces this compile."""
+        args = [f"--{k}={v}" for k, v in self.values.items() if k != "option_json"]
+        return {"name": self.name, "envs": self.envs, "args": args}
+
+
+def resolve(options: dict[str, Any] | None) -> CompileOptions:
+    explicit = dict(options or {})
+    for name in explicit:
+        if name not in OPTIONS:
+            raise _bad(name)
+    ref = _check("option_json", explicit.get("option_json", OPTIONS["option_json"].default))
+    from_file, envs, name = _load_option_json(ref)
+    values = {n: spec.default for n, spec in OPTIONS.items()}
+    values.update(from_file)
+    values.update({n: _check(n, v) for n, v in explicit.items()})
+    values["option_json"] = ref
+    return CompileOptions(values, envs, name)

@@ -1,0 +1,137 @@
+"""The MLSDK-style API: Context, compile options, CompiledFunction, proxies, save_binary."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import mnrt
+from mnrt.compiler import GraphBuilder
+from mnrt.compiler.options import OptionError, resolve
+
+
+def mlp(rng, batch=4):
+    b = GraphBuilder("mlp")
+    h = b.input("x", (batch, 8), "float")
+    for i, (fi, fo) in enumerate([(8, 16), (16, 3)]):
+        w = b.param(f"w{i}", (rng.standard_normal((fi, fo)) / np.sqrt(fi)).astype(np.float32))
+        bias = b.param(f"b{i}", rng.standard_normal(fo).astype(np.float32))
+        h = b.gemm(h, w, bias)
+        h = b.gelu(h) if i == 0 else h
+    b.output(b.softmax(h), "y")
+    return b
+
+
+def numpy_mlp(b, x):
+    from math import erf
+
+    v = b.graph.values
+    h = x.astype(np.float64) @ v["w0"].data + v["b0"].data
+    h = 0.5 * h * (1 + np.vectorize(erf)(h / np.sqrt(2)))
+    h = h @ v["w1"].data + v["b1"].data
+    e = np.exp(h - h.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+@pytest.fixture
+def ctx():
+    with mnrt.Context(mnrt.MNDevice("mncore2:auto")) as c:
+        yield c
+
+
+@pytest.mark.parametrize(
+    ("float_dtype", "tol"), [("float", 1e-5), ("double", 1e-12), ("mixed", 2e-2), ("half", 3e-2)]
+)
+def test_compile_and_call_at_each_precision(ctx, float_dtype, tol):
+    rng = np.random.default_rng(0)
+    b = mlp(rng)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    compiled = ctx.compile(b, {"x": x}, options={"float_dtype": float_dtype})
+    y = compiled({"x": x})["y"].cpu()
+    np.testing.assert_allclose(y, numpy_mlp(b, x), rtol=tol, atol=tol)
+    again = compiled({"x": 2 * x})["y"].cpu()  # weights stay resident between calls
+    np.testing.assert_allclose(again, numpy_mlp(b, 2 * x), rtol=tol, atol=tol)
+
+
+def test_mixed_precision_runs_matrix_kernels_in_half(ctx):
+    b = mlp(np.random.default_rng(1))
+    compiled = ctx.compile(b, {"x": np.zeros((4, 8), np.float32)}, options={"float_dtype": "mixed"})
+    g = compiled.graph
+    gemms = [n for n in g.nodes if n.op == "gemm"]
+    assert all(g.values[n.inputs[0]].dtype is mnrt.half for n in gemms)
+    assert all(g.values[n.outputs[0]].dtype is mnrt.half for n in gemms)
+    assert g.values["y"].dtype is mnrt.float32
+    assert sum(n.op == "cast" for n in g.nodes) == 4
+
+
+def test_input_proxies_and_registered_params(ctx):
+    rng = np.random.default_rng(2)
+    b = mlp(rng)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    shared = ctx.register_param("w0", b.graph.values["w0"].data)
+    compiled = ctx.compile(b, {"x": x})
+    assert compiled.lowered.bindings["w0"] is shared.buffer
+    assert ctx.get_registered_value_proxy("w0") is shared
+    proxy = compiled.allocate_input_proxy("x")
+    proxy.load_from(x)
+    np.testing.assert_allclose(
+        compiled({"x": proxy})["y"].cpu(), numpy_mlp(b, x), rtol=1e-5, atol=1e-6
+    )
+    with pytest.raises(mnrt.InvalidArgumentError, match="no registered value 'nope'"):
+        ctx.get_registered_value_proxy("nope")
+    with pytest.raises(mnrt.InvalidArgumentError, match="no input 'z'"):
+        compiled.allocate_input_proxy("z")
+
+
+def test_compile_checks_inputs_and_options(ctx):
+    b = mlp(np.random.default_rng(3))
+    with pytest.raises(mnrt.InvalidArgumentError, match="missing x"):
+        ctx.compile(b, {})
+    with pytest.raises(mnrt.InvalidArgumentError, match=r"shape \(2, 8\)"):
+        ctx.compile(b, {"x": np.zeros((2, 8), np.float32)})
+    with pytest.raises(OptionError, match="unknown compile option 'float_type'.*float_dtype"):
+        ctx.compile(b, {"x": np.zeros((4, 8), np.float32)}, options={"float_type": "half"})
+    with pytest.raises(OptionError, match="valid values are mixed, half, float, double"):
+        resolve({"float_dtype": "bfloat16"})
+
+
+def test_option_json_presets_files_and_overrides(tmp_path):
+    assert resolve({"option_json": "O2"})["float_dtype"] == "mixed"
+    assert resolve({"option_json": "O2", "float_dtype": "float"})["float_dtype"] == "float"
+    path = tmp_path / "opts.json"
+    path.write_text(
+        json.dumps(
+            {
+                "name": "mine",
+                "envs": {"CODEGEN_X": "1"},
+                "args": ["--float_dtype=half", "--option_json=O0"],
+            }
+        )
+    )
+    opts = resolve({"option_json": str(path)})
+    assert opts["float_dtype"] == "half" and opts.envs == {"CODEGEN_X": "1"} and opts.name == "mine"
+    assert "--float_dtype=half" in opts.to_json()["args"]
+    with pytest.raises(OptionError, match="neither a preset"):
+        resolve({"option_json": "O9"})
+
+
+def test_save_binary_replays_with_mnrt_run(ctx, tmp_path):
+    rng = np.random.default_rng(4)
+    b = mlp(rng)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    for float_dtype in ("float", "mixed"):
+        compiled = ctx.compile(b, {"x": x}, options={"float_dtype": float_dtype})
+        path = tmp_path / f"mlp-{float_dtype}.mnlb"
+        compiled.save_binary(path)
+        report = mnrt.replay(path)
+        assert report.passed, report.summary()
+        assert [c.name for c in report.checks] == ["y"]
+
+
+def test_device_names():
+    assert mnrt.MNDevice("mncore2:3").index == 3
+    for bad in ("gpu:0", "mncore2", "mncore2:x"):
+        with pytest.raises(mnrt.InvalidArgumentError):
+            mnrt.MNDevice(bad)
