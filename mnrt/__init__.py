@@ -44,7 +44,7 @@ from .host.golden import Check
 from .replay import ReplayReport, replay
 
 # The compiler's entry points, imported on first use: `mnrt run` never loads the compiler.
-_LAZY = ("Context", "MNDevice", "TensorProxy")
+_LAZY = ("CacheOptions", "Context", "MNDevice", "TensorProxy")
 
 
 def __getattr__(name: str):

@@ -7,11 +7,12 @@ the CLI are still to come.
 """
 
 from .builder import GraphBuilder, Symbol
-from .context import CompiledFunction, Context, MNDevice, TensorProxy
+from .context import CacheOptions, CompiledFunction, Context, MNDevice, TensorProxy
 from .ir import Graph, GraphError, Node, Value
 from .lower import Lowered, lower, plan_buffers
 
 __all__ = [
+    "CacheOptions",
     "CompiledFunction",
     "Context",
     "Graph",

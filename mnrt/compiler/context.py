@@ -9,21 +9,36 @@ Weights are uploaded once, at compile, and stay on the device across calls.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from ..capture import capture, compare_to_golden
 from ..errors import InvalidArgumentError
 from ..host import Buffer, CommandQueue, Device, open_device
+from . import serialize
 from .builder import GraphBuilder
 from .ir import Graph
 from .lower import Lowered, lower
 from .options import CompileOptions, resolve
 from .passes import apply_float_dtype
+
+
+class CacheOptions:
+    """Where compiled graphs are kept: compiling the same model with the same options and
+    input shapes again loads the cached codegen_dir instead of compiling."""
+
+    def __init__(self, cache_dir: str | os.PathLike) -> None:
+        self.cache_dir = Path(cache_dir)
+
+    def __repr__(self) -> str:
+        return f"CacheOptions({str(self.cache_dir)!r})"
 
 
 class MNDevice:
@@ -173,6 +188,57 @@ class CompiledFunction:
             for buf in {id(b): b for b in ref.lowered.bindings.values()}.values():
                 buf.deallocate()
 
+    def report(self, phases: list[dict]) -> dict:
+        """Compile phases, one entry per layer (node) with its modelled device cost, and
+        totals per kernel: report.json of codegen_dir."""
+        plan = self.lowered.program._plan(self.lowered.bindings)
+        layers: list[dict] = []
+        per_op: dict[str, dict] = {}
+        for node, step in zip(self.graph.nodes, plan.steps):
+            m = step.modelled
+            layers.append(
+                {
+                    "name": node.name,
+                    "op": node.op,
+                    "outputs": [self.graph.values[o].describe() for o in node.outputs],
+                    "flops": m.flops,
+                    "device_time_s": m.time_s,
+                    "bound": m.bound,
+                }
+            )
+            total = per_op.setdefault(node.op, {"count": 0, "flops": 0.0, "device_time_s": 0.0})
+            total["count"] += 1
+            total["flops"] += m.flops
+            total["device_time_s"] += m.time_s
+        totals = plan.modelled
+        return {
+            "name": self.graph.name,
+            "options": self.options.to_json(),
+            "phases": phases,
+            "layers": layers,
+            "perf": per_op,
+            "total": {
+                "flops": totals.flops,
+                "device_time_s": totals.time_s,
+                "energy_j": totals.energy_j,
+            },
+        }
+
+    def write_codegen_dir(self, folder: str | os.PathLike, phases: list[dict]) -> None:
+        """option.json (usable as option_json), l3ir.txt (the graph as scheduled, one node a
+        line), report.json, model.mnlb, and the graph and inputs for load_codegen_dir."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        self.save_binary(folder / "model.mnlb")
+        seconds = time.perf_counter() - start
+        phases = [*phases, {"name": "light binary", "status": "ok", "seconds": seconds}]
+        (folder / "option.json").write_text(json.dumps(self.options.to_json(), indent=1))
+        (folder / "l3ir.txt").write_text(self.graph.dump() + "\n")
+        (folder / "report.json").write_text(json.dumps(self.report(phases), indent=1))
+        serialize.save(self.graph, folder, "graph")
+        np.savez(folder / "inputs.npz", **self.example_inputs)
+
     def save_binary(
         self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None
     ) -> None:
@@ -232,10 +298,13 @@ class Context:
         self,
         model: Graph | GraphBuilder | Any,
         inputs: Mapping[str, np.ndarray],
+        codegen_dir: str | os.PathLike | None = None,
         options: Mapping[str, Any] | None = None,
+        cache_options: CacheOptions | None = None,
     ) -> CompiledFunction:
         start = time.perf_counter()
         graph = _graph_of(model)
+        phases = [{"name": "import", "status": "ok", "seconds": time.perf_counter() - start}]
         missing = [n for n in graph.inputs if n not in inputs]
         unknown = [n for n in inputs if n not in graph.inputs]
         if missing or unknown:
@@ -251,10 +320,41 @@ class Context:
                     f"input {name!r} has shape {tuple(got)}, the model takes {want}"
                 )
         opts = resolve(dict(options or {}))
+        cached = None
+        if cache_options is not None:
+            key = xxhash.xxh3_64(serialize.fingerprint(graph).encode())
+            key.update(json.dumps(opts.to_json(), sort_keys=True).encode())
+            key.update(repr(sorted((n, np.shape(a)) for n, a in inputs.items())).encode())
+            cached = cache_options.cache_dir / key.hexdigest()
+            if (cached / "graph.json").is_file():
+                compiled = self.load_codegen_dir(cached)
+                if codegen_dir is not None:
+                    compiled.write_codegen_dir(codegen_dir, phases)
+                self.last_compile_s = time.perf_counter() - start
+                return compiled
+        t0 = time.perf_counter()
         optimised = apply_float_dtype(graph, opts["float_dtype"])
+        phases.append({"name": "float_dtype", "status": "ok", "seconds": time.perf_counter() - t0})
+        t0 = time.perf_counter()
         compiled = CompiledFunction(self, optimised, opts, graph, inputs)
+        phases.append({"name": "lower", "status": "ok", "seconds": time.perf_counter() - t0})
+        for folder in (codegen_dir, cached):
+            if folder is not None:
+                compiled.write_codegen_dir(folder, phases)
         self.last_compile_s = time.perf_counter() - start
         return compiled
+
+    def load_codegen_dir(self, path: str | os.PathLike) -> CompiledFunction:
+        """A compiled graph from a codegen_dir, without compiling it again."""
+        folder = Path(path)
+        opts = resolve({"option_json": str(folder / "option.json")})
+        graph = serialize.load(folder, "graph")
+        try:
+            with np.load(folder / "inputs.npz") as npz:
+                inputs = {name: npz[name] for name in npz.files}
+        except OSError as e:
+            raise InvalidArgumentError(f"{folder} has no inputs.npz: {e}") from None
+        return CompiledFunction(self, graph, opts, graph, inputs)
 
     def close(self) -> None:
         self.device.close()

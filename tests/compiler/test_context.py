@@ -135,3 +135,41 @@ def test_device_names():
     for bad in ("gpu:0", "mncore2", "mncore2:x"):
         with pytest.raises(mnrt.InvalidArgumentError):
             mnrt.MNDevice(bad)
+
+
+def test_codegen_dir_holds_everything_and_loads_without_compiling(ctx, tmp_path):
+    rng = np.random.default_rng(5)
+    b = mlp(rng)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    cg = tmp_path / "cg"
+    compiled = ctx.compile(b, {"x": x}, codegen_dir=cg, options={"option_json": "O2"})
+    names = {p.name for p in cg.iterdir()}
+    assert {"option.json", "l3ir.txt", "report.json", "model.mnlb", "graph.json"} <= names
+    report = json.loads((cg / "report.json").read_text())
+    assert [p["name"] for p in report["phases"]] == [
+        "import",
+        "float_dtype",
+        "lower",
+        "light binary",
+    ]
+    assert report["perf"]["gemm"]["count"] == 2 and report["total"]["device_time_s"] > 0
+    assert "@dram" in (cg / "l3ir.txt").read_text()
+    assert resolve({"option_json": str(cg / "option.json")})["float_dtype"] == "mixed"
+    assert mnrt.replay(cg / "model.mnlb").passed
+    loaded = ctx.load_codegen_dir(cg)
+    np.testing.assert_array_equal(loaded({"x": x})["y"].cpu(), compiled({"x": x})["y"].cpu())
+
+
+def test_compile_cache_hits_on_the_same_model_options_and_shapes(ctx, tmp_path):
+    rng = np.random.default_rng(6)
+    b = mlp(rng)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    cache = mnrt.CacheOptions(tmp_path / "cache")
+    first = ctx.compile(b, {"x": x}, cache_options=cache)
+    entries = list((tmp_path / "cache").iterdir())
+    assert len(entries) == 1
+    second = ctx.compile(b, {"x": x}, cache_options=cache)
+    assert list((tmp_path / "cache").iterdir()) == entries
+    np.testing.assert_array_equal(second({"x": x})["y"].cpu(), first({"x": x})["y"].cpu())
+    ctx.compile(b, {"x": x}, cache_options=cache, options={"float_dtype": "double"})
+    assert len(list((tmp_path / "cache").iterdir())) == 2
