@@ -14,7 +14,9 @@ from ..errors import MnrtError
 # name -> "module:attribute", relative to mnrt.runner
 _SUBCOMMANDS = {
     "bench": "run:bench",
+    "compile": "compile:compile_cmd",
     "convert": "inspect:convert",
+    "demo": "compile:demo",
     "dump": "inspect:dump",
     "info": "inspect:info",
     "run": "run:run",

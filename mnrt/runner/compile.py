@@ -1,0 +1,131 @@
+"""`mnrt demo` and `mnrt compile`: the compiler from the command line."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+import numpy as np
+
+from .. import errors
+
+
+def _presets() -> list[str]:
+    from ..compiler.options import PRESETS
+
+    return sorted(p.stem for p in PRESETS.glob("*.json"))
+
+
+@click.command()
+@click.option(
+    "--model",
+    type=click.Choice(["mlp", "cnn", "transformer"]),
+    default="transformer",
+    show_default=True,
+    help="Bundled model, written with the Python graph builder.",
+)
+@click.option(
+    "-O", "preset", default="O1", show_default=True, help="Option preset (O0..O4, debug)."
+)
+@click.option(
+    "--float-dtype", type=click.Choice(["mixed", "half", "float", "double"]), default=None
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Keep the light binary here (default: a temporary file).",
+)
+def demo(model, preset, float_dtype, output) -> None:
+    """Compile a bundled model, run it, capture it into a light binary and replay that."""
+    from ..compiler import Context
+    from ..compiler.models import MODELS
+    from ..replay import replay
+
+    builder, inputs = MODELS[model]()
+    options = {"option_json": preset, **({"float_dtype": float_dtype} if float_dtype else {})}
+    with tempfile.TemporaryDirectory() as tmp, Context() as ctx:
+        compiled = ctx.compile(builder, inputs, options=options)
+        outputs = {k: v.cpu() for k, v in compiled(inputs).items()}
+        path = output or Path(tmp) / f"{model}.mnlb"
+        compiled.save_binary(path)
+        report = replay(path)
+        click.echo(
+            f"compiled {model} ({len(compiled.graph.nodes)} kernels, float_dtype="
+            f"{compiled.options['float_dtype']}) in {ctx.last_compile_s * 1e3:.1f} ms; outputs "
+            + ", ".join(f"{k} {list(v.shape)}" for k, v in outputs.items())
+        )
+        click.echo(f"light binary: {path if output else 'temporary'}; replay:")
+        click.echo(report.summary())
+    if not report.passed:
+        sys.exit(errors.EXIT_GOLDEN_MISMATCH)
+
+
+def _parse_input(spec: str) -> tuple[str, str]:
+    name, sep, source = spec.partition("=")
+    if not sep or not name or not source:
+        raise click.BadParameter(f"{spec!r}: write name=file.npy or name=random")
+    return name, source
+
+
+@click.command(name="compile")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Light binary to write.",
+)
+@click.option(
+    "-O", "preset", default="O1", show_default=True, help="Option preset (O0..O4, debug)."
+)
+@click.option(
+    "--float-dtype", type=click.Choice(["mixed", "half", "float", "double"]), default=None
+)
+@click.option("--codegen-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option(
+    "--input",
+    "input_specs",
+    multiple=True,
+    metavar="NAME=FILE.npy|random",
+    help="An input's data; inputs not given are random.",
+)
+def compile_cmd(model, output, preset, float_dtype, codegen_dir, input_specs) -> None:
+    """Compile an ONNX model to a light binary (goldens from ONNX's reference evaluator)."""
+    from ..compiler import Context
+    from ..compiler.onnx_frontend import from_onnx
+
+    graph = from_onnx(model)
+    given = dict(_parse_input(s) for s in input_specs)
+    unknown = sorted(set(given) - set(graph.inputs))
+    if unknown:
+        raise errors.InvalidArgumentError(
+            f"unknown input(s) {', '.join(unknown)}; "
+            f"the model's inputs are {', '.join(graph.inputs)}"
+        )
+    rng = np.random.default_rng(0)
+    inputs = {}
+    for name in graph.inputs:
+        v = graph.values[name]
+        source = given.get(name, "random")
+        if source == "random":
+            inputs[name] = rng.standard_normal(v.shape).astype(v.dtype.read_dtype)
+        else:
+            try:
+                inputs[name] = np.load(source)
+            except (OSError, ValueError) as e:
+                raise errors.InvalidArgumentError(
+                    f"input {name}: cannot load {source}: {e}"
+                ) from None
+    options = {"option_json": preset, **({"float_dtype": float_dtype} if float_dtype else {})}
+    with Context() as ctx:
+        compiled = ctx.compile(graph, inputs, codegen_dir=codegen_dir, options=options)
+        compiled.save_binary(output)
+    click.echo(
+        f"{model} -> {output}: {len(compiled.graph.nodes)} kernels, "
+        f"float_dtype={compiled.options['float_dtype']}, compiled in {ctx.last_compile_s:.2f} s"
+    )
