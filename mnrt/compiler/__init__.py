@@ -10,6 +10,7 @@ from .builder import GraphBuilder, Symbol
 from .context import CacheOptions, CompiledFunction, Context, MNDevice, TensorProxy
 from .ir import Graph, GraphError, Node, Value
 from .lower import Lowered, lower, plan_buffers
+from .onnx_frontend import UnsupportedModelError, from_onnx
 
 __all__ = [
     "CacheOptions",
@@ -23,7 +24,9 @@ __all__ = [
     "Node",
     "Symbol",
     "TensorProxy",
+    "UnsupportedModelError",
     "Value",
+    "from_onnx",
     "lower",
     "plan_buffers",
 ]

@@ -27,7 +27,7 @@ from .builder import GraphBuilder
 from .ir import Graph
 from .lower import Lowered, lower
 from .options import CompileOptions, resolve
-from .passes import apply_float_dtype
+from .passes import PIPELINES, apply_float_dtype
 
 
 class CacheOptions:
@@ -332,9 +332,15 @@ class Context:
                     compiled.write_codegen_dir(codegen_dir, phases)
                 self.last_compile_s = time.perf_counter() - start
                 return compiled
-        t0 = time.perf_counter()
-        optimised = apply_float_dtype(graph, opts["float_dtype"])
-        phases.append({"name": "float_dtype", "status": "ok", "seconds": time.perf_counter() - t0})
+        optimised = graph
+        for step in (*PIPELINES.get(opts.name, PIPELINES["O1"]), None):
+            t0 = time.perf_counter()
+            if step is None:
+                optimised = apply_float_dtype(optimised, opts["float_dtype"])
+            else:
+                optimised = step(optimised)
+            name = "float_dtype" if step is None else step.__name__
+            phases.append({"name": name, "status": "ok", "seconds": time.perf_counter() - t0})
         t0 = time.perf_counter()
         compiled = CompiledFunction(self, optimised, opts, graph, inputs)
         phases.append({"name": "lower", "status": "ok", "seconds": time.perf_counter() - t0})

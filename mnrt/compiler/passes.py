@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
+
 from ..device import dtypes as dt
 from .ir import PARAM, TEMP, Graph, Node, Value
 
@@ -62,3 +64,175 @@ def _fresh(g: Graph, stem: str, dtype: dt.DType) -> str:
         name = f"{stem}{i}"
     g.values[name] = Value(name, dtype=dtype, role=TEMP)
     return name
+
+
+def _uses(g: Graph) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in g.nodes:
+        for name in node.inputs:
+            counts[name] = counts.get(name, 0) + 1
+    for name in g.outputs:
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def _drop_unused_values(g: Graph) -> None:
+    live = set(g.inputs) | set(g.outputs)
+    for node in g.nodes:
+        live.update(node.inputs)
+        live.update(node.outputs)
+    g.values = {n: v for n, v in g.values.items() if n in live}
+
+
+def dead_code(graph: Graph) -> Graph:
+    """Remove nodes whose results nothing uses, and the values only they used."""
+    g = copy.deepcopy(graph)
+    needed = set(g.outputs)
+    kept = []
+    for node in reversed(g.nodes):
+        if needed.intersection(node.outputs):
+            kept.append(node)
+            needed.update(node.inputs)
+    g.nodes = kept[::-1]
+    _drop_unused_values(g)
+    g.verify()
+    return g
+
+
+def common_subexpressions(graph: Graph) -> Graph:
+    """Compute each distinct (op, inputs, attributes) once."""
+    g = copy.deepcopy(graph)
+    seen: dict[tuple, list[str]] = {}
+    rename: dict[str, str] = {}
+    nodes = []
+    for node in g.nodes:
+        node.inputs = [rename.get(n, n) for n in node.inputs]
+        key = (
+            node.op,
+            tuple(node.inputs),
+            tuple(sorted((k, repr(v)) for k, v in node.attrs.items())),
+        )
+        earlier = seen.get(key)
+        if earlier is not None and not set(node.outputs) & set(g.outputs):
+            rename.update(zip(node.outputs, earlier))
+            continue
+        seen[key] = node.outputs
+        nodes.append(node)
+    g.nodes = nodes
+    _drop_unused_values(g)
+    g.verify()
+    return g
+
+
+def fold_constants(graph: Graph) -> Graph:
+    """Evaluate at compile time every node whose inputs are all parameters (a transposed or
+    reshaped weight, say): its result becomes a parameter."""
+    from ..device.emulator import EmulatedDevice
+    from ..device.kernels import lookup
+
+    g = copy.deepcopy(graph)
+    nodes = []
+    for node in g.nodes:
+        ins = [g.values[n] for n in node.inputs]
+        if not ins or any(v.role != PARAM for v in ins) or set(node.outputs) & set(g.outputs):
+            nodes.append(node)
+            continue
+        outs = [g.values[n] for n in node.outputs]
+        in_bits = [(v.dtype.to_storage(v.data.astype(v.dtype.read_dtype)), v.dtype) for v in ins]
+        out_bits = [(np.empty(v.shape, v.dtype.storage), v.dtype) for v in outs]
+        with np.errstate(all="ignore"):
+            EmulatedDevice.execute(lookup(node.op), node.attrs, in_bits, out_bits)
+        for v, (bits, dtype) in zip(outs, out_bits):
+            v.role, v.data = PARAM, dtype.from_storage(bits)
+    g.nodes = nodes
+    _drop_unused_values(g)
+    g.verify()
+    return g
+
+
+def _param_vector(
+    g: Graph, name: str, length: int, channel_axis: int, rank: int
+) -> np.ndarray | None:
+    """A parameter that scales or shifts along one axis of a rank-`rank` result, as a
+    float64 vector of `length`, or None if it is anything else."""
+    v = g.values[name]
+    if v.role != PARAM or v.data is None:
+        return None
+    shape = v.shape
+    expected = [1] * rank
+    expected[channel_axis] = length
+    squeezed = [d for d in shape if d != 1]
+    if len(shape) > rank or squeezed not in ([length], []):
+        return None
+    padded = (1,) * (rank - len(shape)) + tuple(shape)
+    if any(p not in (1, e) for p, e in zip(padded, expected)):
+        return None
+    return np.broadcast_to(v.data.astype(np.float64).reshape(padded), expected).reshape(-1)
+
+
+def fold_scale_shift(graph: Graph) -> Graph:
+    """Fold a per-channel `mul` by a parameter and `add` of a parameter that follow a conv2d
+    or gemm (an inference BatchNormalization, once imported) into its weights and bias."""
+    g = copy.deepcopy(graph)
+    uses = _uses(g)
+    producer = {out: i for i, n in enumerate(g.nodes) for out in n.outputs}
+    removed: set[int] = set()
+    for i, node in enumerate(g.nodes):
+        if node.op not in ("mul", "add") or i in removed:
+            continue
+        src = producer.get(node.inputs[0])
+        if src is None or src in removed or uses.get(node.inputs[0]) != 1:
+            continue
+        base = g.nodes[src]
+        if base.op not in ("conv2d", "gemm") or g.values[base.inputs[1]].role != PARAM:
+            continue
+        if base.op == "gemm" and (
+            base.attrs["trans_b"] or base.attrs["alpha"] != 1.0 or base.attrs["beta"] != 1.0
+        ):
+            continue
+        out = g.values[base.outputs[0]]
+        axis = 1 if base.op == "conv2d" else len(out.shape) - 1
+        channels = out.shape[axis]
+        vec = _param_vector(g, node.inputs[1], channels, axis, len(out.shape))
+        if vec is None or g.values[node.outputs[0]].dtype is not out.dtype:
+            continue
+        w = g.values[base.inputs[1]]
+        bias_name = base.inputs[2] if len(base.inputs) > 2 else None
+        if bias_name is not None and (
+            g.values[bias_name].role != PARAM or g.values[bias_name].shape != (channels,)
+        ):
+            continue
+        bias = g.values[bias_name].data.astype(np.float64) if bias_name else np.zeros(channels)
+        weight = w.data.astype(np.float64)
+        if node.op == "mul":
+            weight = weight * (vec.reshape(-1, 1, 1, 1) if base.op == "conv2d" else vec)
+            bias = bias * vec
+        else:
+            bias = bias + vec
+        w_new = _fresh(g, f"{base.inputs[1]}_folded", w.dtype)
+        g.values[w_new].role, g.values[w_new].shape = PARAM, w.shape
+        g.values[w_new].data = weight.astype(w.data.dtype)
+        b_new = _fresh(g, f"{base.outputs[0]}_bias", out.dtype)
+        g.values[b_new].role, g.values[b_new].shape = PARAM, (channels,)
+        g.values[b_new].data = bias.astype(
+            np.float32 if out.dtype.is_half else out.dtype.read_dtype
+        )
+        base.inputs = [base.inputs[0], w_new, b_new]
+        base.outputs = [node.outputs[0]]
+        producer[node.outputs[0]] = src
+        removed.add(i)
+    g.nodes = [n for i, n in enumerate(g.nodes) if i not in removed]
+    _drop_unused_values(g)
+    g.verify()
+    return g
+
+
+# Passes each preset runs, in order (after float_dtype is applied at the end).
+PIPELINES = {
+    "O0": (),
+    "O1": (dead_code, fold_constants),
+    "O2": (dead_code, fold_constants, common_subexpressions, fold_scale_shift),
+    "O3": (dead_code, fold_constants, common_subexpressions, fold_scale_shift, dead_code),
+    "O4": (dead_code, fold_constants, common_subexpressions, fold_scale_shift, dead_code),
+    "debug": (),
+}

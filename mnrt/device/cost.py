@@ -58,7 +58,7 @@ def model_kernel(spec: DeviceSpec, cost: Cost, precision: str) -> Modelled:
     bound = max(terms, key=terms.__getitem__)
     if terms[bound] == 0.0:
         bound = "launch"
-    time_s = spec.kernel_launch_s + terms[bound]
+    time_s = spec.kernel_launch_s + terms.get(bound, 0.0)
     energy_pj = (
         cost.flops * spec.energy_pj_per_flop(precision)
         + cost.dram_bytes * spec.energy_pj_per_byte_dram

@@ -148,6 +148,10 @@ def test_codegen_dir_holds_everything_and_loads_without_compiling(ctx, tmp_path)
     report = json.loads((cg / "report.json").read_text())
     assert [p["name"] for p in report["phases"]] == [
         "import",
+        "dead_code",
+        "fold_constants",
+        "common_subexpressions",
+        "fold_scale_shift",
         "float_dtype",
         "lower",
         "light binary",

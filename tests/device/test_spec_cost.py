@@ -59,6 +59,11 @@ def test_energy_includes_static_and_dynamic_parts():
     assert m.energy_j == pytest.approx(dynamic + MNCORE2.static_power_w * m.time_s)
 
 
+def test_empty_kernel_costs_only_the_launch():
+    m = cost.model_kernel(MNCORE2, Cost(flops=0.0, dram_bytes=0.0), "float")
+    assert m.bound == "launch" and m.time_s == MNCORE2.kernel_launch_s
+
+
 def test_model_is_deterministic_and_finite():
     c = Cost(flops=123.0, dram_bytes=456.0, sram_bytes=789.0, parallel=17)
     a = cost.model_kernel(MNCORE2, c, "double")

@@ -1,0 +1,317 @@
+"""The ONNX frontend: hand-built models and the ONNX backend test data, run on the device."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+import mnrt  # noqa: E402
+from mnrt.compiler import lower  # noqa: E402
+from mnrt.compiler.onnx_frontend import UnsupportedModelError, from_onnx  # noqa: E402
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def run_on_device(dev, q, graph, feeds: list[np.ndarray]) -> list[np.ndarray]:
+    """Lower, upload params and inputs, run once, read every output."""
+    low = lower(graph, dev)
+    for name in graph.params:
+        q.enqueue_write_buffer(low.bindings[name], graph.values[name].data)
+    for name, array in zip(graph.inputs, feeds, strict=True):
+        array = np.asarray(array)
+        q.enqueue_write_buffer(
+            low.bindings[name], array.astype(np.int32) if array.dtype == np.int64 else array
+        )
+    q.enqueue_program(low.program, low.bindings)
+    return [q.enqueue_read_buffer(low.bindings[name]) for name in graph.outputs]
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=18):
+    graph = helper.make_graph(nodes, "t", inputs, outputs, initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def check_against_reference(dev, q, model, feeds: dict[str, np.ndarray], rtol=1e-4, atol=1e-5):
+    expected = ReferenceEvaluator(model).run(None, feeds)
+    graph = from_onnx(model)
+    got = run_on_device(dev, q, graph, [feeds[n] for n in graph.inputs])
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape
+        np.testing.assert_allclose(g, e.astype(g.dtype), rtol=rtol, atol=atol)
+    return graph
+
+
+def vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def init(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+RNG = np.random.default_rng(0)
+
+
+def randn(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def test_mlp_with_elementwise_ops(dev, q):
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Add", ["h", "b1"], ["h1"]),
+        helper.make_node("Relu", ["h1"], ["r"]),
+        helper.make_node("Gemm", ["r", "w2", "b2"], ["g"], transB=1, alpha=0.5, beta=2.0),
+        helper.make_node("Tanh", ["g"], ["t"]),
+        helper.make_node("Sigmoid", ["g"], ["s"]),
+        helper.make_node("Mul", ["t", "s"], ["m"]),
+        helper.make_node("Sum", ["m", "t", "s"], ["sm"]),
+        helper.make_node("Max", ["sm", "t"], ["mx"]),
+        helper.make_node("Abs", ["mx"], ["a"]),
+        helper.make_node("Sqrt", ["a"], ["sq"]),
+        helper.make_node("Erf", ["sq"], ["e"]),
+        helper.make_node("LeakyRelu", ["g"], ["lr"], alpha=0.2),
+        helper.make_node("Elu", ["g"], ["el"], alpha=0.7),
+        helper.make_node("Softmax", ["el"], ["y"], axis=1),
+        helper.make_node("Gelu", ["lr"], ["gl"], approximate="tanh"),
+    ]
+    model = make_model(
+        nodes,
+        [vi("x", F, [4, 8])],
+        [vi("y", F, [4, 5]), vi("e", F, [4, 5]), vi("gl", F, [4, 5])],
+        [
+            init("w1", randn(8, 6)),
+            init("b1", randn(6)),
+            init("w2", randn(5, 6)),
+            init("b2", randn(5)),
+        ],
+        opset=20,
+    )
+    check_against_reference(dev, q, model, {"x": randn(4, 8)})
+
+
+def test_conv_batchnorm_pools(dev, q):
+    c = 4
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[1, 1]),
+        helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["bn"], epsilon=1e-3),
+        helper.make_node("MaxPool", ["bn"], ["mp"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("AveragePool", ["mp"], ["ap"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["ap"], ["gp"]),
+        helper.make_node("Flatten", ["gp"], ["y"]),
+    ]
+    model = make_model(
+        nodes,
+        [vi("x", F, [2, 3, 8, 8])],
+        [vi("y", F, [2, c])],
+        [
+            init("w", randn(c, 3, 3, 3)),
+            init("b", randn(c)),
+            init("s", randn(c)),
+            init("bb", randn(c)),
+            init("m", randn(c)),
+            init("v", np.abs(randn(c)) + 0.5),
+        ],
+    )
+    check_against_reference(dev, q, model, {"x": randn(2, 3, 8, 8)})
+
+
+def test_lrn_matches_its_definition(dev, q):
+    # Compared with numpy: onnx.reference's LRN loops over the batch instead of the channels.
+    node = helper.make_node("LRN", ["x"], ["y"], size=3, alpha=1e-2, beta=0.75, bias=1.5)
+    model = make_model([node], [vi("x", F, [2, 5, 3, 3])], [vi("y", F, None)])
+    x = randn(2, 5, 3, 3) * 4
+    (y,) = run_on_device(dev, q, from_onnx(model), [x])
+    sq = np.pad(x**2, ((0, 0), (1, 1), (0, 0), (0, 0)))
+    window = sq[:, :-2] + sq[:, 1:-1] + sq[:, 2:]
+    np.testing.assert_allclose(y, x / (1.5 + 1e-2 / 3 * window) ** 0.75, rtol=1e-5, atol=1e-6)
+
+
+def test_shape_subgraphs_fold_to_constants(dev, q):
+    # y = reshape(x, [shape(x)[0], -1]) with slices, unsqueeze, pad, reductions.
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shp"]),
+        helper.make_node("Gather", ["shp", "zero_s"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "zero"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus1"], ["newshape"], axis=0),
+        helper.make_node("Reshape", ["x", "newshape"], ["flat"]),
+        helper.make_node("Slice", ["flat", "st", "en", "ax", "sp"], ["sl"]),
+        helper.make_node("ReduceMean", ["sl", "ax"], ["rm"], keepdims=1),
+        helper.make_node("Sub", ["sl", "rm"], ["centred"]),
+        helper.make_node("Pad", ["centred", "pads"], ["padded"], mode="reflect"),
+        helper.make_node(
+            "ConstantOfShape", ["shp"], ["ones"], value=init("", np.ones(1, np.float32))
+        ),
+        helper.make_node("Add", ["x", "ones"], ["x1"]),
+        helper.make_node("Split", ["x1", "split"], ["p0", "p1"], axis=2),
+        helper.make_node("Transpose", ["p1"], ["y2"], perm=[2, 0, 1]),
+        helper.make_node("Squeeze", ["p0", "two"], ["y3"]),
+    ]
+    model = make_model(
+        nodes,
+        [vi("x", F, [3, 4, 5])],
+        [vi("padded", F, None), vi("y2", F, None), vi("y3", F, None)],
+        [
+            init("zero", np.array([0], np.int64)),
+            init("zero_s", np.array(0, np.int64)),
+            init("two", np.array([2], np.int64)),
+            init("minus1", np.array([-1], np.int64)),
+            init("st", np.array([1], np.int64)),
+            init("en", np.array([-1], np.int64)),
+            init("ax", np.array([1], np.int64)),
+            init("sp", np.array([2], np.int64)),
+            init("pads", np.array([1, 2, 1, 2], np.int64)),
+            init("split", np.array([1, 4], np.int64)),
+        ],
+    )
+    graph = check_against_reference(dev, q, model, {"x": randn(3, 4, 5)})
+    ops = {n.op for n in graph.nodes}
+    assert "shape" not in ops and len(graph.inputs) == 1  # the shape math ran at import
+
+
+def test_integer_inputs_where_and_layernorm(dev, q):
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["emb"], axis=0),
+        helper.make_node("LayerNormalization", ["emb", "g", "b"], ["ln"], axis=-1, epsilon=1e-5),
+        helper.make_node("Less", ["ln", "zerof"], ["neg"]),
+        helper.make_node("Neg", ["ln"], ["nl"]),
+        helper.make_node("Where", ["neg", "nl", "ln"], ["absln"]),
+        helper.make_node("Cast", ["neg"], ["negf"], to=F),
+        helper.make_node("Expand", ["negf", "shape"], ["y2"]),
+        helper.make_node("LogSoftmax", ["absln"], ["y"], axis=-1),
+    ]
+    model = make_model(
+        nodes,
+        [vi("ids", I64, [2, 3])],
+        [vi("y", F, None), vi("y2", F, None)],
+        [
+            init("table", randn(10, 6)),
+            init("g", randn(6)),
+            init("b", randn(6)),
+            init("zerof", np.array(0.0, np.float32)),
+            init("shape", np.array([2, 2, 3, 6], np.int64)),
+        ],
+    )
+    ids = np.array([[1, 2, 9], [0, 0, 5]], np.int64)
+    graph = check_against_reference(dev, q, model, {"ids": ids})
+    assert graph.values["ids"].dtype is mnrt.int32
+
+
+def test_every_unsupported_node_is_listed_at_once():
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="ok"),
+        helper.make_node("NonZero", ["a"], ["b"], name="nz"),
+        helper.make_node("Relu", ["b"], ["c"], name="after_nz"),
+        helper.make_node("TopK", ["c", "k"], ["d", "di"], name="topk"),
+        helper.make_node("Pad", ["x", "pads"], ["e"], name="wrap_pad", mode="wrap"),
+        helper.make_node("Reshape", ["x", "x"], ["f"], name="dyn_reshape"),
+    ]
+    model = make_model(
+        nodes,
+        [vi("x", F, [4])],
+        [vi("d", F, None), vi("e", F, None), vi("f", F, None)],
+        [init("k", np.array([1], np.int64)), init("pads", np.array([1, 1], np.int64))],
+    )
+    with pytest.raises(UnsupportedModelError) as info:
+        from_onnx(model)
+    msg = str(info.value)
+    assert "4 unsupported node(s)" in msg
+    assert "nz (NonZero)" in msg and "topk (TopK)" in msg
+    assert "wrap_pad (Pad): mode=wrap" in msg
+    assert "dyn_reshape (Reshape)" in msg and "known at import time" in msg
+    assert "after_nz" not in msg
+    assert isinstance(info.value, mnrt.InvalidArgumentError)
+
+
+def test_unsupported_attribute_is_named():
+    node = helper.make_node(
+        "MaxPool", ["x"], ["y"], name="mp", kernel_shape=[2, 2], storage_order=1
+    )
+    model = make_model([node], [vi("x", F, [1, 1, 4, 4])], [vi("y", F, None)])
+    with pytest.raises(UnsupportedModelError, match=r"mp \(MaxPool\): storage_order=1"):
+        from_onnx(model)
+
+
+def test_symbolic_input_dimension_is_an_error():
+    node = helper.make_node("Relu", ["x"], ["y"])
+    model = make_model([node], [vi("x", F, ["batch", 4])], [vi("y", F, None)])
+    with pytest.raises(mnrt.InvalidArgumentError, match="'x'.*give a concrete shape"):
+        from_onnx(model)
+
+
+def test_model_loads_from_a_path(tmp_path, dev, q):
+    model = make_model(
+        [helper.make_node("Exp", ["x"], ["y"])], [vi("x", F, [3])], [vi("y", F, [3])]
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    graph = from_onnx(path)
+    (y,) = run_on_device(dev, q, graph, [np.zeros(3, np.float32)])
+    np.testing.assert_allclose(y, np.ones(3))
+
+
+# --- the ONNX backend test data shipped in the onnx wheel ------------------------------------
+
+BACKEND_DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
+BACKEND_SETS = ("pytorch-converted", "pytorch-operator")
+MAX_ELEMENTS = 5_000_000
+
+
+def _load_tensor(path: str) -> np.ndarray:
+    t = TensorProto()
+    with open(path, "rb") as f:
+        t.ParseFromString(f.read())
+    return numpy_helper.to_array(t)
+
+
+def test_onnx_backend_pytorch_cases(dev):
+    q = dev.command_queue(0)
+    cases = [
+        os.path.join(BACKEND_DATA, s, c)
+        for s in BACKEND_SETS
+        if os.path.isdir(os.path.join(BACKEND_DATA, s))
+        for c in sorted(os.listdir(os.path.join(BACKEND_DATA, s)))
+    ]
+    if not cases:
+        pytest.skip("this onnx wheel ships no backend test data")
+    passed, unsupported, failures = 0, [], []
+    for case in cases:
+        name = os.path.relpath(case, BACKEND_DATA)
+        data = os.path.join(case, "test_data_set_0")
+        inputs = [_load_tensor(p) for p in sorted(glob.glob(os.path.join(data, "input_*.pb")))]
+        outputs = [_load_tensor(p) for p in sorted(glob.glob(os.path.join(data, "output_*.pb")))]
+        if sum(a.size for a in inputs) > MAX_ELEMENTS:
+            unsupported.append(f"{name}: inputs too large for this test")
+            continue
+        try:
+            graph = from_onnx(os.path.join(case, "model.onnx"))
+        except UnsupportedModelError as e:
+            unsupported.append(f"{name}: {e}")
+            continue
+        try:
+            got = run_on_device(dev, q, graph, inputs)
+            for g, e in zip(got, outputs, strict=True):
+                if e.dtype == np.int64:
+                    e = e.astype(np.int32)
+                np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-4)
+            passed += 1
+        except Exception as e:
+            failures.append(f"{name}: {type(e).__name__}: {e}")
+    print(
+        f"\nONNX backend {'+'.join(BACKEND_SETS)}: {passed}/{len(cases)} cases pass "
+        f"({len(cases) - len(unsupported)} supported)"
+    )
+    for line in unsupported:
+        print("  unsupported:", line.splitlines()[0])
+    assert not failures, f"{len(failures)} supported case(s) failed:\n" + "\n".join(failures)

@@ -1,0 +1,93 @@
+"""Graph passes: each keeps results and does what it says to the graph."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import mnrt
+from mnrt.compiler import GraphBuilder, lower
+from mnrt.compiler.passes import (
+    common_subexpressions,
+    dead_code,
+    fold_constants,
+    fold_scale_shift,
+)
+
+
+def run(graph, dev, inputs):
+    low = lower(graph, dev)
+    q = dev.command_queue(0)
+    for name in graph.params:
+        v = graph.values[name]
+        q.enqueue_write_buffer(low.bindings[name], v.data.astype(v.dtype.read_dtype))
+    for name, data in inputs.items():
+        q.enqueue_write_buffer(low.bindings[name], data)
+    q.enqueue_program(low.program, low.bindings)
+    return {n: q.enqueue_read_buffer(low.bindings[n]) for n in graph.outputs}
+
+
+def ops(graph):
+    return [n.op for n in graph.nodes]
+
+
+def test_dead_code_and_common_subexpressions(dev):
+    b = GraphBuilder("g")
+    x = b.input("x", (4,), "float")
+    b.exp(x)  # unused
+    y = b.add(b.tanh(x), b.tanh(x))  # the same tanh twice
+    b.output(y, "y")
+    g = b.build()
+    g2 = common_subexpressions(dead_code(g))
+    assert ops(g) == ["exp", "tanh", "tanh", "add"] and ops(g2) == ["tanh", "add"]
+    x_val = np.linspace(-1, 1, 4).astype(np.float32)
+    np.testing.assert_array_equal(run(g2, dev, {"x": x_val})["y"], run(g, dev, {"x": x_val})["y"])
+
+
+def test_fold_constants_precomputes_weight_transforms(dev):
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("g")
+    x = b.input("x", (2, 3), "float")
+    w = b.param("w", rng.standard_normal((4, 3)).astype(np.float32))
+    b.output(b.gemm(x, b.transpose(w)), "y")  # transpose of a weight: a constant
+    g = b.build()
+    folded = fold_constants(g)
+    assert ops(folded) == ["gemm"]
+    x_val = rng.standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(
+        run(folded, dev, {"x": x_val})["y"], run(g, dev, {"x": x_val})["y"]
+    )
+
+
+def test_batchnorm_style_scale_and_shift_fold_into_conv_and_gemm(dev):
+    rng = np.random.default_rng(1)
+    b = GraphBuilder("bn")
+    x = b.input("x", (1, 3, 8, 8), "float")
+    y = b.conv2d(x, b.param("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32)))
+    y = b.mul(y, b.param("scale", rng.standard_normal((4, 1, 1)).astype(np.float32)))
+    y = b.add(y, b.param("shift", rng.standard_normal((1, 4, 1, 1)).astype(np.float32)))
+    flat = b.reshape(y, shape=(1, 4 * 6 * 6))
+    z = b.gemm(flat, b.param("fc", rng.standard_normal((144, 5)).astype(np.float32)))
+    z = b.add(z, b.param("fc_b", rng.standard_normal(5).astype(np.float32)))
+    b.output(z, "z")
+    g = b.build()
+    folded = fold_scale_shift(g)
+    assert ops(folded) == ["conv2d", "reshape", "gemm"]
+    x_val = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(
+        run(folded, dev, {"x": x_val})["z"], run(g, dev, {"x": x_val})["z"], rtol=1e-4, atol=1e-4
+    )
+
+
+def test_presets_run_different_pipelines():
+    rng = np.random.default_rng(2)
+    b = GraphBuilder("p")
+    x = b.input("x", (2, 3), "float")
+    w = b.param("w", rng.standard_normal((3, 3)).astype(np.float32))
+    b.exp(x)
+    b.output(b.gemm(x, b.transpose(w)), "y")
+    inputs = {"x": rng.standard_normal((2, 3)).astype(np.float32)}
+    with mnrt.Context() as ctx:
+        o0 = ctx.compile(b, inputs, options={"option_json": "O0"})
+        o2 = ctx.compile(b, inputs, options={"option_json": "O2", "float_dtype": "float"})
+        assert ops(o0.graph) == ["exp", "transpose", "gemm"] and ops(o2.graph) == ["gemm"]
+        np.testing.assert_allclose(o0(inputs)["y"].cpu(), o2(inputs)["y"].cpu(), rtol=1e-6)
