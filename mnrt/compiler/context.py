@@ -121,6 +121,7 @@ class CompiledFunction:
         self.graph = graph
         self.options = options
         self.source = source  # the graph as given, before any pass: the reference
+        self.onnx_model: Any = None  # the ONNX model it came from, if it did
         self.example_inputs = {k: np.array(v) for k, v in inputs.items()}
         self.lowered: Lowered = lower(graph, ctx.device)
         q = ctx.queue
@@ -178,7 +179,17 @@ class CompiledFunction:
         return {name: TensorProxy(q, self.lowered.bindings[name]) for name in self.graph.outputs}
 
     def reference(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Outputs of the graph as given, run in double precision: what goldens are."""
+        """What goldens are: for an ONNX model, ONNX's own reference evaluator on it; for
+        a graph built in Python, the graph as given run in double precision."""
+        if self.onnx_model is not None:
+            from onnx.reference import ReferenceEvaluator
+
+            session = ReferenceEvaluator(self.onnx_model)
+            feeds = {i.name: _onnx_feed(inputs[i.name], i) for i in self.onnx_model.graph.input
+                     if i.name in inputs}  # fmt: skip
+            results = session.run(None, feeds)
+            names = [o.name for o in self.onnx_model.graph.output]
+            return {n: np.asarray(r) for n, r in zip(names, results) if n in self.graph.outputs}
         ref = CompiledFunction(
             self.ctx, apply_float_dtype(self.source, "double"), self.options, self.source, inputs
         )
@@ -303,7 +314,7 @@ class Context:
         cache_options: CacheOptions | None = None,
     ) -> CompiledFunction:
         start = time.perf_counter()
-        graph = _graph_of(model)
+        graph, onnx_model = _graph_of(model)
         phases = [{"name": "import", "status": "ok", "seconds": time.perf_counter() - start}]
         missing = [n for n in graph.inputs if n not in inputs]
         unknown = [n for n in inputs if n not in graph.inputs]
@@ -343,6 +354,7 @@ class Context:
             phases.append({"name": name, "status": "ok", "seconds": time.perf_counter() - t0})
         t0 = time.perf_counter()
         compiled = CompiledFunction(self, optimised, opts, graph, inputs)
+        compiled.onnx_model = onnx_model
         phases.append({"name": "lower", "status": "ok", "seconds": time.perf_counter() - t0})
         for folder in (codegen_dir, cached):
             if folder is not None:
@@ -372,16 +384,28 @@ class Context:
         self.close()
 
 
-def _graph_of(model: Any) -> Graph:
+def _onnx_feed(data: np.ndarray, info: Any) -> np.ndarray:
+    """An input for ONNX's evaluator, in the element type the model declares."""
+    from onnx import helper
+
+    return np.asarray(data).astype(helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type))
+
+
+def _graph_of(model: Any) -> tuple[Graph, Any]:
+    """The graph to compile, and the ONNX model it came from (None for Python graphs)."""
     if isinstance(model, GraphBuilder):
-        return model.build()
+        return model.build(), None
     if isinstance(model, Graph):
         model.verify()
-        return model
+        return model, None
     if isinstance(model, (str, os.PathLike)) or type(model).__name__ == "ModelProto":
         from .onnx_frontend import from_onnx
 
-        return from_onnx(model)
+        if isinstance(model, (str, os.PathLike)):
+            import onnx
+
+            model = onnx.load(os.fspath(model))
+        return from_onnx(model), model
     raise InvalidArgumentError(
         "compile takes a Graph, a GraphBuilder, or an ONNX model or path, "
         f"not {type(model).__name__}"

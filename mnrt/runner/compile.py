@@ -123,7 +123,7 @@ def compile_cmd(model, output, preset, float_dtype, codegen_dir, input_specs) ->
                 ) from None
     options = {"option_json": preset, **({"float_dtype": float_dtype} if float_dtype else {})}
     with Context() as ctx:
-        compiled = ctx.compile(graph, inputs, codegen_dir=codegen_dir, options=options)
+        compiled = ctx.compile(model, inputs, codegen_dir=codegen_dir, options=options)
         compiled.save_binary(output)
     click.echo(
         f"{model} -> {output}: {len(compiled.graph.nodes)} kernels, "
