@@ -246,9 +246,26 @@ class CompiledFunction:
         phases = [*phases, {"name": "light binary", "status": "ok", "seconds": seconds}]
         (folder / "option.json").write_text(json.dumps(self.options.to_json(), indent=1))
         (folder / "l3ir.txt").write_text(self.graph.dump() + "\n")
-        (folder / "report.json").write_text(json.dumps(self.report(phases), indent=1))
         serialize.save(self.graph, folder, "graph")
         np.savez(folder / "inputs.npz", **self.example_inputs)
+        self._export_onnx(folder / "model.onnx", phases, required=False)
+        (folder / "report.json").write_text(json.dumps(self.report(phases), indent=1))
+
+    def _export_onnx(self, path: Path, phases: list[dict], required: bool) -> None:
+        """The optimised graph as ONNX. In codegen_dir it is written when it can be (the
+        report says why not, otherwise); for out_onnx the user asked for it: errors raise."""
+        from .onnx_export import save
+
+        start = time.perf_counter()
+        try:
+            save(self.graph, path)
+            status = "ok"
+        except InvalidArgumentError as e:
+            if required:
+                raise
+            status = f"skipped: {e}"
+        phases.append({"name": "onnx export", "status": status,
+                       "seconds": time.perf_counter() - start})  # fmt: skip
 
     def save_binary(
         self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None
@@ -358,7 +375,9 @@ class Context:
         phases.append({"name": "lower", "status": "ok", "seconds": time.perf_counter() - t0})
         for folder in (codegen_dir, cached):
             if folder is not None:
-                compiled.write_codegen_dir(folder, phases)
+                compiled.write_codegen_dir(folder, list(phases))
+        if opts["out_onnx"]:
+            compiled._export_onnx(Path(opts["out_onnx"]), phases, required=True)
         self.last_compile_s = time.perf_counter() - start
         return compiled
 

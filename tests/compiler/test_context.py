@@ -155,6 +155,7 @@ def test_codegen_dir_holds_everything_and_loads_without_compiling(ctx, tmp_path)
         "float_dtype",
         "lower",
         "light binary",
+        "onnx export",
     ]
     assert report["perf"]["gemm"]["count"] == 2 and report["total"]["device_time_s"] > 0
     assert "@dram" in (cg / "l3ir.txt").read_text()
