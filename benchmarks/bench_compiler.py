@@ -1,0 +1,85 @@
+"""The compiler: compiled models against onnxruntime on the CPU, and compile time per preset.
+
+Figures (issue: compiler):
+  replay time of a compiled CNN and transformer block vs onnxruntime on the same model
+  (the model exported from mnrt's graph, run by onnxruntime's CPU provider): target <= 1.5x
+  compile time per preset for the transformer block: reported
+
+Two mnrt times are shown per model: a call of the compiled function (weights already on the
+device: what a deployed model pays per inference), and a full replay of its light binary
+(opening the device, uploading weights, running, reading, verifying goldens).
+
+    pip install onnxruntime   # for this benchmark only
+    python benchmarks/bench_compiler.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from _common import best_time, best_times
+
+import mnrt
+from mnrt.compiler.models import MODELS
+from mnrt.compiler.onnx_export import to_onnx
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=10)
+    args = parser.parse_args()
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise SystemExit(
+            "this benchmark compares with onnxruntime: pip install onnxruntime"
+        ) from None
+
+    print(f"compiled model vs onnxruntime {ort.__version__} (CPU), fastest of {args.repeat}")
+    print(f"{'model':<13} {'ort ms':>8} {'call ms':>8} {'call/ort':>9} {'replay ms':>10} "
+          f"{'replay/ort':>11}  target")  # fmt: skip
+    with mnrt.Context() as ctx, tempfile.TemporaryDirectory() as tmp:
+        for name in ("cnn", "transformer"):
+            builder, inputs = MODELS[name]()
+            graph = builder.build()
+            session = ort.InferenceSession(
+                to_onnx(graph).SerializeToString(), providers=["CPUExecutionProvider"]
+            )
+            compiled = ctx.compile(builder, inputs, options={"float_dtype": "float"})
+            out = graph.outputs[0]
+
+            def call(compiled=compiled, inputs=inputs, out=out):
+                compiled(inputs)[out].cpu()
+
+            t_ort, t_call = best_times(
+                lambda s=session, i=inputs: s.run(None, i), call, args.repeat
+            )
+            path = Path(tmp) / f"{name}.mnlb"
+            compiled.save_binary(path)
+            binary = mnrt.LightBinary.load(path)
+            report = mnrt.replay(binary, loops=args.repeat)
+            t_replay = report.timings["wall_min_s"]
+            ok = "ok" if t_replay / t_ort <= 1.5 else "MISSED"
+            print(
+                f"{name:<13} {t_ort * 1e3:>8.2f} {t_call * 1e3:>8.2f} {t_call / t_ort:>9.2f} "
+                f"{t_replay * 1e3:>10.2f} {t_replay / t_ort:>11.2f}  replay <= 1.5x {ok}"
+            )
+
+        print("\ncompile time per preset, transformer block (fastest of 3)")
+        builder, inputs = MODELS["transformer"]()
+        for preset in ("O0", "O1", "O2", "O3", "O4", "debug"):
+
+            def compile_once(preset=preset):
+                start = time.perf_counter()
+                ctx.compile(builder, inputs, options={"option_json": preset})
+                return time.perf_counter() - start
+
+            t = best_time(compile_once, 3)
+            print(f"  {preset:<6} {t * 1e3:8.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
