@@ -122,6 +122,7 @@ class CompiledFunction:
         self.options = options
         self.source = source  # the graph as given, before any pass: the reference
         self.onnx_model: Any = None  # the ONNX model it came from, if it did
+        self.stages: list[tuple[str, str]] = []  # (phase, graph dump) of the compile
         self.example_inputs = {k: np.array(v) for k, v in inputs.items()}
         self.lowered: Lowered = lower(graph, ctx.device)
         q = ctx.queue
@@ -240,6 +241,10 @@ class CompiledFunction:
         line), report.json, model.mnlb, and the graph and inputs for load_codegen_dir."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
+        if self.options.envs.get("CODEGEN_DEBUG", "0") not in ("", "0"):
+            # CODEGEN_DEBUG (an option_json env): the graph after every compile phase.
+            for i, (phase, dump) in enumerate(self.stages):
+                (folder / f"debug_{i:02d}_{phase}.txt").write_text(dump + "\n")
         start = time.perf_counter()
         self.save_binary(folder / "model.mnlb")
         seconds = time.perf_counter() - start
@@ -361,6 +366,7 @@ class Context:
                 self.last_compile_s = time.perf_counter() - start
                 return compiled
         optimised = graph
+        stages = [("import", graph.dump())]  # the graph after each phase, for CODEGEN_DEBUG
         for step in (*PIPELINES.get(opts.name, PIPELINES["O1"]), None):
             t0 = time.perf_counter()
             if step is None:
@@ -369,9 +375,11 @@ class Context:
                 optimised = step(optimised)
             name = "float_dtype" if step is None else step.__name__
             phases.append({"name": name, "status": "ok", "seconds": time.perf_counter() - t0})
+            stages.append((name, optimised.dump()))
         t0 = time.perf_counter()
         compiled = CompiledFunction(self, optimised, opts, graph, inputs)
         compiled.onnx_model = onnx_model
+        compiled.stages = stages
         phases.append({"name": "lower", "status": "ok", "seconds": time.perf_counter() - t0})
         for folder in (codegen_dir, cached):
             if folder is not None:

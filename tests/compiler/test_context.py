@@ -178,3 +178,13 @@ def test_compile_cache_hits_on_the_same_model_options_and_shapes(ctx, tmp_path):
     np.testing.assert_array_equal(second({"x": x})["y"].cpu(), first({"x": x})["y"].cpu())
     ctx.compile(b, {"x": x}, cache_options=cache, options={"float_dtype": "double"})
     assert len(list((tmp_path / "cache").iterdir())) == 2
+
+
+def test_codegen_debug_env_dumps_the_graph_after_every_phase(ctx, tmp_path):
+    b = mlp(np.random.default_rng(7))
+    x = np.zeros((4, 8), np.float32)
+    ctx.compile(b, {"x": x}, codegen_dir=tmp_path / "cg", options={"option_json": "debug"})
+    dumps = sorted(p.name for p in (tmp_path / "cg").glob("debug_*.txt"))
+    assert dumps == ["debug_00_import.txt", "debug_01_float_dtype.txt"]
+    ctx.compile(b, {"x": x}, codegen_dir=tmp_path / "cg2", options={"option_json": "O2"})
+    assert not list((tmp_path / "cg2").glob("debug_*.txt"))
