@@ -163,6 +163,28 @@ def _transpose(out: _Out, n: Node) -> None:
     out.add("Transpose", n.inputs, n.outputs, perm=perm)
 
 
+def _silu(out: _Out, n: Node) -> None:
+    gate = out.temp()
+    out.add("Sigmoid", n.inputs, [gate])
+    out.add("Mul", [n.inputs[0], gate], n.outputs)
+
+
+def _with_epilogue(export: Callable[[_Out, Node], None]) -> Callable[[_Out, Node], None]:
+    """ONNX has no fused activation: a kernel with an epilogue exports as the kernel
+    followed by the activation."""
+
+    def wrapped(out: _Out, n: Node) -> None:
+        act = n.attrs.get("epilogue", "none")
+        if act == "none":
+            export(out, n)
+            return
+        y = out.temp()
+        export(out, Node(n.op, n.inputs, [y], n.attrs))
+        _EXPORTERS[act](out, Node(act, [y], n.outputs, {"approximate": "none"}))
+
+    return wrapped
+
+
 def _cast(out: _Out, n: Node) -> None:
     out.add("Cast", n.inputs, n.outputs, to=_ELEM[dt.dtype(n.attrs["to"])])
 
@@ -195,10 +217,11 @@ _SAME = {
 
 _EXPORTERS: dict[str, Callable[[_Out, Node], None]] = {
     **{kernel: _same(op) for kernel, op in _SAME.items()},
-    "gemm": _gemm,
+    "gemm": _with_epilogue(_gemm),
     "gelu": _gelu,
+    "silu": _silu,
     "layernorm": _layernorm,
-    "conv2d": _conv,
+    "conv2d": _with_epilogue(_conv),
     "max_pool2d": _pool("MaxPool"),
     "avg_pool2d": _pool("AveragePool"),
     "sum": _reduce("ReduceSum"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import numpy as np
 
@@ -170,54 +171,21 @@ def _param_vector(
     return np.broadcast_to(v.data.astype(np.float64).reshape(padded), expected).reshape(-1)
 
 
-def fold_scale_shift(graph: Graph) -> Graph:
-    """Fold a per-channel `mul` by a parameter and `add` of a parameter that follow a conv2d
-    or gemm (an inference BatchNormalization, once imported) into its weights and bias."""
+def _absorb_into_matrix_kernels(graph: Graph, absorb: Callable[[Graph, Node, Node], bool]) -> Graph:
+    """Offer each node whose first input is the only use of a conv2d or gemm result to
+    `absorb(g, node, producer)`; when that changes the producer to compute the node's result
+    too, the producer takes over the node's output and the node goes."""
     g = copy.deepcopy(graph)
     uses = _uses(g)
     producer = {out: i for i, n in enumerate(g.nodes) for out in n.outputs}
     removed: set[int] = set()
     for i, node in enumerate(g.nodes):
-        if node.op not in ("mul", "add") or i in removed:
-            continue
-        src = producer.get(node.inputs[0])
+        src = producer.get(node.inputs[0]) if node.inputs else None
         if src is None or src in removed or uses.get(node.inputs[0]) != 1:
             continue
         base = g.nodes[src]
-        if base.op not in ("conv2d", "gemm") or g.values[base.inputs[1]].role != PARAM:
+        if base.op not in _MATRIX or not absorb(g, node, base):
             continue
-        if base.op == "gemm" and (
-            base.attrs["trans_b"] or base.attrs["alpha"] != 1.0 or base.attrs["beta"] != 1.0
-        ):
-            continue
-        out = g.values[base.outputs[0]]
-        axis = 1 if base.op == "conv2d" else len(out.shape) - 1
-        channels = out.shape[axis]
-        vec = _param_vector(g, node.inputs[1], channels, axis, len(out.shape))
-        if vec is None or g.values[node.outputs[0]].dtype is not out.dtype:
-            continue
-        w = g.values[base.inputs[1]]
-        bias_name = base.inputs[2] if len(base.inputs) > 2 else None
-        if bias_name is not None and (
-            g.values[bias_name].role != PARAM or g.values[bias_name].shape != (channels,)
-        ):
-            continue
-        bias = g.values[bias_name].data.astype(np.float64) if bias_name else np.zeros(channels)
-        weight = w.data.astype(np.float64)
-        if node.op == "mul":
-            weight = weight * (vec.reshape(-1, 1, 1, 1) if base.op == "conv2d" else vec)
-            bias = bias * vec
-        else:
-            bias = bias + vec
-        w_new = _fresh(g, f"{base.inputs[1]}_folded", w.dtype)
-        g.values[w_new].role, g.values[w_new].shape = PARAM, w.shape
-        g.values[w_new].data = weight.astype(w.data.dtype)
-        b_new = _fresh(g, f"{base.outputs[0]}_bias", out.dtype)
-        g.values[b_new].role, g.values[b_new].shape = PARAM, (channels,)
-        g.values[b_new].data = bias.astype(
-            np.float32 if out.dtype.is_half else out.dtype.read_dtype
-        )
-        base.inputs = [base.inputs[0], w_new, b_new]
         base.outputs = [node.outputs[0]]
         producer[node.outputs[0]] = src
         removed.add(i)
@@ -227,12 +195,85 @@ def fold_scale_shift(graph: Graph) -> Graph:
     return g
 
 
+def _absorb_scale_shift(g: Graph, node: Node, base: Node) -> bool:
+    if node.op not in ("mul", "add") or g.values[base.inputs[1]].role != PARAM:
+        return False
+    if base.op == "gemm" and (
+        base.attrs["trans_b"] or base.attrs["alpha"] != 1.0 or base.attrs["beta"] != 1.0
+    ):
+        return False
+    if base.attrs.get("epilogue", "none") != "none":
+        return False
+    out = g.values[base.outputs[0]]
+    axis = 1 if base.op == "conv2d" else len(out.shape) - 1
+    channels = out.shape[axis]
+    vec = _param_vector(g, node.inputs[1], channels, axis, len(out.shape))
+    if vec is None or g.values[node.outputs[0]].dtype is not out.dtype:
+        return False
+    w = g.values[base.inputs[1]]
+    bias_name = base.inputs[2] if len(base.inputs) > 2 else None
+    if bias_name is not None and (
+        g.values[bias_name].role != PARAM or g.values[bias_name].shape != (channels,)
+    ):
+        return False
+    bias = g.values[bias_name].data.astype(np.float64) if bias_name else np.zeros(channels)
+    weight = w.data.astype(np.float64)
+    if node.op == "mul":
+        weight = weight * (vec.reshape(-1, 1, 1, 1) if base.op == "conv2d" else vec)
+        bias = bias * vec
+    else:
+        bias = bias + vec
+    w_new = _fresh(g, f"{base.inputs[1]}_folded", w.dtype)
+    g.values[w_new].role, g.values[w_new].shape = PARAM, w.shape
+    g.values[w_new].data = weight.astype(w.data.dtype)
+    b_new = _fresh(g, f"{base.outputs[0]}_bias", out.dtype)
+    g.values[b_new].role, g.values[b_new].shape = PARAM, (channels,)
+    g.values[b_new].data = bias.astype(np.float32 if out.dtype.is_half else out.dtype.read_dtype)
+    base.inputs = [base.inputs[0], w_new, b_new]
+    return True
+
+
+def fold_scale_shift(graph: Graph) -> Graph:
+    """Fold a per-channel `mul` by a parameter and `add` of a parameter that follow a conv2d
+    or gemm (an inference BatchNormalization, once imported) into its weights and bias."""
+    return _absorb_into_matrix_kernels(graph, _absorb_scale_shift)
+
+
+def _absorb_activation(g: Graph, node: Node, base: Node) -> bool:
+    from ..device.kernels.unary import EPILOGUES
+
+    if node.op not in EPILOGUES or node.attrs.get("approximate", "none") != "none":
+        return False
+    if base.attrs.get("epilogue", "none") != "none":
+        return False
+    if g.values[node.outputs[0]].dtype is not g.values[base.outputs[0]].dtype:
+        return False
+    base.attrs["epilogue"] = node.op
+    return True
+
+
+def fuse_epilogues(graph: Graph) -> Graph:
+    """Fold an activation that is the only use of a gemm or conv2d result into that kernel's
+    epilogue, so the result is activated before it is stored instead of being stored, read
+    back and stored again."""
+    return _absorb_into_matrix_kernels(graph, _absorb_activation)
+
+
+_FULL = (
+    dead_code,
+    fold_constants,
+    common_subexpressions,
+    fold_scale_shift,
+    fuse_epilogues,
+    dead_code,
+)
+
 # Passes each preset runs, in order (after float_dtype is applied at the end).
 PIPELINES = {
     "O0": (),
     "O1": (dead_code, fold_constants),
-    "O2": (dead_code, fold_constants, common_subexpressions, fold_scale_shift),
-    "O3": (dead_code, fold_constants, common_subexpressions, fold_scale_shift, dead_code),
-    "O4": (dead_code, fold_constants, common_subexpressions, fold_scale_shift, dead_code),
+    "O2": (dead_code, fold_constants, common_subexpressions, fold_scale_shift, fuse_epilogues),
+    "O3": _FULL,
+    "O4": _FULL,
     "debug": (),
 }

@@ -26,6 +26,23 @@ def test_exported_models_match_the_device(model):
     np.testing.assert_allclose(exported[0], device, rtol=1e-4, atol=1e-5)
 
 
+def test_fused_epilogues_export_as_the_kernel_then_the_activation():
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("ep")
+    x = b.input("x", (1, 2, 6, 6), "float")
+    y = b.conv2d(x, b.param("w", rng.standard_normal((3, 2, 3, 3)).astype(np.float32)))
+    y = b.reshape(b.silu(y), shape=(1, 48))
+    b.output(b.gelu(b.gemm(y, b.param("fc", rng.standard_normal((48, 4)).astype(np.float32)))))
+    inputs = {"x": rng.standard_normal((1, 2, 6, 6)).astype(np.float32)}
+    with mnrt.Context() as ctx:
+        fn = ctx.compile(b, inputs, options={"option_json": "O3", "float_dtype": "float"})
+        epilogues = [n.attrs.get("epilogue") for n in fn.graph.nodes if "epilogue" in n.attrs]
+        assert epilogues == ["silu", "gelu"]
+        device = fn(inputs)[fn.graph.outputs[0]].cpu()
+    exported = ReferenceEvaluator(to_onnx(fn.graph)).run(None, inputs)
+    np.testing.assert_allclose(exported[0], device, rtol=1e-4, atol=1e-5)
+
+
 def test_codegen_dir_has_the_optimised_onnx_and_out_onnx_writes_it(tmp_path):
     builder, inputs = MODELS["mlp"]()
     with mnrt.Context() as ctx:

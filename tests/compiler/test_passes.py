@@ -11,6 +11,7 @@ from mnrt.compiler.passes import (
     dead_code,
     fold_constants,
     fold_scale_shift,
+    fuse_epilogues,
 )
 
 
@@ -78,6 +79,37 @@ def test_batchnorm_style_scale_and_shift_fold_into_conv_and_gemm(dev):
     )
 
 
+def test_activations_fuse_into_the_matrix_kernel_that_feeds_them(dev):
+    rng = np.random.default_rng(3)
+    b = GraphBuilder("ep")
+    x = b.input("x", (1, 3, 8, 8), "float")
+    y = b.silu(b.conv2d(x, b.param("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32))))
+    flat = b.reshape(y, shape=(1, 144))
+    h = b.gemm(flat, b.param("fc", rng.standard_normal((144, 6)).astype(np.float32)))
+    z = b.gelu(h)
+    b.output(b.add(b.relu(h), z), "z")  # h has two uses: neither activation may fuse
+    g2 = b.gemm(z, b.param("fc2", rng.standard_normal((6, 5)).astype(np.float32)))
+    b.output(b.tanh(g2), "t")
+    g = b.build()
+    fused = fuse_epilogues(g)
+    assert ops(fused) == ["conv2d", "reshape", "gemm", "gelu", "relu", "add", "gemm"]
+    epilogues = [n.attrs.get("epilogue") for n in fused.nodes if n.op in ("conv2d", "gemm")]
+    assert epilogues == ["silu", "none", "tanh"]
+    assert fused.outputs == g.outputs
+    x_val = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    want, got = run(g, dev, {"x": x_val}), run(fused, dev, {"x": x_val})
+    for name in g.outputs:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6)
+
+
+def test_tanh_approximate_gelu_is_not_fused():
+    b = GraphBuilder("ep")
+    x = b.input("x", (2, 3), "float")
+    w = b.param("w", np.ones((3, 3), np.float32))
+    b.output(b.gelu(b.gemm(x, w), approximate="tanh"), "y")
+    assert ops(fuse_epilogues(b.build())) == ["gemm", "gelu"]
+
+
 def test_presets_run_different_pipelines():
     rng = np.random.default_rng(2)
     b = GraphBuilder("p")
@@ -91,3 +123,11 @@ def test_presets_run_different_pipelines():
         o2 = ctx.compile(b, inputs, options={"option_json": "O2", "float_dtype": "float"})
         assert ops(o0.graph) == ["exp", "transpose", "gemm"] and ops(o2.graph) == ["gemm"]
         np.testing.assert_allclose(o0(inputs)["y"].cpu(), o2(inputs)["y"].cpu(), rtol=1e-6)
+
+
+def test_a_scale_after_a_fused_activation_does_not_fold_into_the_weights():
+    b = GraphBuilder("g")
+    x = b.input("x", (2, 3), "float")
+    y = b.gemm(x, b.param("w", np.ones((3, 4), np.float32)), epilogue="relu")
+    b.output(b.mul(y, b.param("s", np.full(4, -1.0, np.float32))), "y")
+    assert ops(fold_scale_shift(b.build())) == ["gemm", "mul"]

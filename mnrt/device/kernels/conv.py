@@ -16,6 +16,7 @@ from ...errors import DTypeError, KernelAttributeError, ShapeError
 from .. import dtypes as dt
 from .common import require_rank, same_dtype
 from .registry import Attr, Cost, KernelDef, OutSpec, register
+from .unary import EPILOGUES, epilogue, epilogue_flops
 
 # Output dtypes each input dtype may produce: half in, float out is MLSDK's "mixed".
 _OUT_DTYPES = {
@@ -119,7 +120,7 @@ def _compute(ins, attrs, outs):
     y = y.reshape(n, o, oh, ow)
     if bias is not None:
         y += bias[:, None, None]
-    return [y if dest is None else dest]
+    return [epilogue(attrs["epilogue"], y)]
 
 
 def _cost(ins, outs, attrs):
@@ -128,7 +129,7 @@ def _cost(ins, outs, attrs):
     n, o, oh, ow = out.shape
     groups = attrs["groups"]
     k = w.shape[1] * w.shape[2] * w.shape[3]
-    flops = 2.0 * n * o * oh * ow * k
+    flops = (2.0 * k + epilogue_flops(attrs["epilogue"])) * n * o * oh * ow
     # Mapping as gemm: per group an [O/g, K] x [K, OH*OW] product in 256x256 output blocks,
     # whose weight and column panels stream from L1BM once per k-step.
     tile = 256
@@ -153,6 +154,7 @@ register(
             "padding": Attr("ints", (0, 0, 0, 0), "zero padding: (top, left, bottom, right)"),
             "dilation": Attr("ints", (1, 1), "spacing of kernel taps: (rows, cols)"),
             "groups": Attr("int", 1, "channel groups; C and O are split into this many"),
+            "epilogue": Attr("str", "none", "activation of the result", choices=EPILOGUES),
         },
         infer=_infer,
         compute=_compute,

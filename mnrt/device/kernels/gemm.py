@@ -15,6 +15,7 @@ from ...errors import DTypeError, ShapeError
 from .. import dtypes as dt
 from .common import require_rank, same_dtype
 from .registry import Attr, Cost, KernelDef, OutSpec, register
+from .unary import EPILOGUES, epilogue, epilogue_flops
 
 # Output dtypes each input dtype may produce: half-in/float-out is MLSDK's "mixed".
 _OUT_DTYPES = {
@@ -81,7 +82,7 @@ def _compute(ins, attrs, outs):
     if c is not None and attrs["beta"] != 0.0:
         cv = c if attrs["beta"] == 1.0 else c * c.dtype.type(attrs["beta"])
         y += cv.astype(y.dtype, copy=False)
-    return [y]
+    return [epilogue(attrs["epilogue"], y)]
 
 
 def _cost(ins, outs, attrs):
@@ -96,7 +97,7 @@ def _cost(ins, outs, attrs):
     tile = 256
     moved = sum(t.nbytes for t in ins if t is not None) + out.nbytes
     return Cost(
-        flops=2.0 * batch * m * n * k,
+        flops=(2.0 * k + epilogue_flops(attrs["epilogue"])) * batch * m * n,
         dram_bytes=float(moved),
         sram_bytes=2.0 * batch * m * n * k / tile * a.dtype.itemsize,
         # The MAU works on 4x4 output blocks, one block per PE per wave.
@@ -116,6 +117,7 @@ register(
             "trans_b": Attr("bool", False, "use b's last two dims transposed"),
             "alpha": Attr("float", 1.0, "scale of the product"),
             "beta": Attr("float", 1.0, "scale of c"),
+            "epilogue": Attr("str", "none", "activation of the result", choices=EPILOGUES),
         },
         infer=_infer,
         compute=_compute,

@@ -96,6 +96,22 @@ _OPS = {
     "erf": (lambda x, a, out: _erf(x), 10, _FLOAT, "Gauss error function"),
     "reciprocal": (lambda x, a, out: np.reciprocal(x, out=out), 1, _FLOAT, "1 / x"),
 }
+# Activations a matrix kernel (gemm, conv2d) may apply to its result before storing it,
+# which a compiler pass fuses in from a following unary kernel.
+EPILOGUES = ("none", "relu", "gelu", "sigmoid", "tanh", "silu")
+
+
+def epilogue(name: str, y: np.ndarray) -> np.ndarray:
+    """The result of a matrix kernel after its fused activation (in place when it can be)."""
+    if name == "none":
+        return y
+    return _OPS[name][0](y, {"approximate": "none"}, y)
+
+
+def epilogue_flops(name: str) -> int:
+    return 0 if name == "none" else _OPS[name][1]
+
+
 _ATTRS = {
     "gelu": {
         "approximate": Attr("str", "none", "'none' (erf) or 'tanh'", choices=("none", "tanh"))
