@@ -28,6 +28,7 @@ from .ir import Graph
 from .lower import Lowered, lower
 from .options import CompileOptions, resolve
 from .passes import PIPELINES, apply_float_dtype
+from .schedule import SCHEDULERS, peak_live_bytes
 
 
 class CacheOptions:
@@ -229,6 +230,10 @@ class CompiledFunction:
             "phases": phases,
             "layers": layers,
             "perf": per_op,
+            "memory": {
+                "peak_live_bytes": peak_live_bytes(self.graph),
+                "buffers": self.lowered.distinct_buffers,
+            },
             "total": {
                 "flops": totals.flops,
                 "device_time_s": totals.time_s,
@@ -367,13 +372,12 @@ class Context:
                 return compiled
         optimised = graph
         stages = [("import", graph.dump())]  # the graph after each phase, for CODEGEN_DEBUG
-        for step in (*PIPELINES.get(opts.name, PIPELINES["O1"]), None):
+        steps = [(step.__name__, step) for step in PIPELINES.get(opts.name, PIPELINES["O1"])]
+        steps.append(("float_dtype", lambda g: apply_float_dtype(g, opts["float_dtype"])))
+        steps.append(("schedule", SCHEDULERS[opts["scheduler"]]))
+        for name, step in steps:
             t0 = time.perf_counter()
-            if step is None:
-                optimised = apply_float_dtype(optimised, opts["float_dtype"])
-            else:
-                optimised = step(optimised)
-            name = "float_dtype" if step is None else step.__name__
+            optimised = step(optimised)
             phases.append({"name": name, "status": "ok", "seconds": time.perf_counter() - t0})
             stages.append((name, optimised.dump()))
         t0 = time.perf_counter()

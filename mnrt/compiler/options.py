@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidArgumentError
+from .schedule import SCHEDULERS
 
 PRESETS = Path(__file__).with_name("presets")
 
@@ -36,7 +37,11 @@ OPTIONS: dict[str, Option] = {
         "mixed: GEMM/conv operands and results in half, the rest float; or half/float/double",
         ("mixed", "half", "float", "double"),
     ),
-    "scheduler": Option("in_order", "node order: in_order (as given)", ("in_order",)),
+    "scheduler": Option(
+        "in_order",
+        "node order: in_order (as built) or min_memory (fewest live bytes)",
+        tuple(SCHEDULERS),
+    ),
     "layout_planner": Option("row_major", "tensor layouts: row_major", ("row_major",)),
     "sram_budget": Option(0, "bytes of on-chip memory the planner may use (0: all)", kind=int),
     "sa_expected_run_iters": Option(1, "runs to optimise the schedule for", kind=int),

@@ -154,11 +154,13 @@ def test_codegen_dir_holds_everything_and_loads_without_compiling(ctx, tmp_path)
         "fold_scale_shift",
         "fuse_epilogues",
         "float_dtype",
+        "schedule",
         "lower",
         "light binary",
         "onnx export",
     ]
     assert report["perf"]["gemm"]["count"] == 2 and report["total"]["device_time_s"] > 0
+    assert report["memory"]["peak_live_bytes"] > 0 and report["memory"]["buffers"] > 0
     assert "@dram" in (cg / "l3ir.txt").read_text()
     assert resolve({"option_json": str(cg / "option.json")})["float_dtype"] == "mixed"
     assert mnrt.replay(cg / "model.mnlb").passed
@@ -186,6 +188,6 @@ def test_codegen_debug_env_dumps_the_graph_after_every_phase(ctx, tmp_path):
     x = np.zeros((4, 8), np.float32)
     ctx.compile(b, {"x": x}, codegen_dir=tmp_path / "cg", options={"option_json": "debug"})
     dumps = sorted(p.name for p in (tmp_path / "cg").glob("debug_*.txt"))
-    assert dumps == ["debug_00_import.txt", "debug_01_float_dtype.txt"]
+    assert dumps == ["debug_00_import.txt", "debug_01_float_dtype.txt", "debug_02_schedule.txt"]
     ctx.compile(b, {"x": x}, codegen_dir=tmp_path / "cg2", options={"option_json": "O2"})
     assert not list((tmp_path / "cg2").glob("debug_*.txt"))
