@@ -27,7 +27,7 @@ from .builder import GraphBuilder
 from .ir import Graph
 from .lower import Lowered, lower
 from .options import CompileOptions, resolve
-from .passes import PIPELINES, apply_float_dtype
+from .passes import PIPELINES, apply_float_dtype, assign_layouts
 from .schedule import SCHEDULERS, peak_live_bytes
 
 
@@ -375,6 +375,7 @@ class Context:
         steps = [(step.__name__, step) for step in PIPELINES.get(opts.name, PIPELINES["O1"])]
         steps.append(("float_dtype", lambda g: apply_float_dtype(g, opts["float_dtype"])))
         steps.append(("schedule", SCHEDULERS[opts["scheduler"]]))
+        steps.append(("layout", lambda g: assign_layouts(g, opts["layout_planner"])))
         for name, step in steps:
             t0 = time.perf_counter()
             optimised = step(optimised)

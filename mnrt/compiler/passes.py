@@ -58,6 +58,15 @@ def _mixed(g: Graph) -> Graph:
     return g
 
 
+def assign_layouts(graph: Graph, planner: str) -> Graph:
+    """Record each value's memory layout. The emulated kernels read and write dense
+    row-major arrays, the one layout the row_major planner assigns; l3ir.txt shows it."""
+    g = copy.deepcopy(graph)
+    for v in g.values.values():
+        v.layout = planner
+    return g
+
+
 def _fresh(g: Graph, stem: str, dtype: dt.DType) -> str:
     name, i = stem, 0
     while name in g.values:

@@ -155,13 +155,14 @@ def test_codegen_dir_holds_everything_and_loads_without_compiling(ctx, tmp_path)
         "fuse_epilogues",
         "float_dtype",
         "schedule",
+        "layout",
         "lower",
         "light binary",
         "onnx export",
     ]
     assert report["perf"]["gemm"]["count"] == 2 and report["total"]["device_time_s"] > 0
     assert report["memory"]["peak_live_bytes"] > 0 and report["memory"]["buffers"] > 0
-    assert "@dram" in (cg / "l3ir.txt").read_text()
+    assert "@dram layout=row_major" in (cg / "l3ir.txt").read_text()
     assert resolve({"option_json": str(cg / "option.json")})["float_dtype"] == "mixed"
     assert mnrt.replay(cg / "model.mnlb").passed
     loaded = ctx.load_codegen_dir(cg)
@@ -188,6 +189,11 @@ def test_codegen_debug_env_dumps_the_graph_after_every_phase(ctx, tmp_path):
     x = np.zeros((4, 8), np.float32)
     ctx.compile(b, {"x": x}, codegen_dir=tmp_path / "cg", options={"option_json": "debug"})
     dumps = sorted(p.name for p in (tmp_path / "cg").glob("debug_*.txt"))
-    assert dumps == ["debug_00_import.txt", "debug_01_float_dtype.txt", "debug_02_schedule.txt"]
+    assert dumps == [
+        "debug_00_import.txt",
+        "debug_01_float_dtype.txt",
+        "debug_02_schedule.txt",
+        "debug_03_layout.txt",
+    ]
     ctx.compile(b, {"x": x}, codegen_dir=tmp_path / "cg2", options={"option_json": "O2"})
     assert not list((tmp_path / "cg2").glob("debug_*.txt"))
