@@ -65,14 +65,7 @@ class GraphBuilder:
         for name in inputs:
             if name not in self.graph.values:
                 raise GraphError(f"{op}: '{name}' is not a value of graph '{self.graph.name}'")
-        self.graph.nodes.append(node)
-        try:
-            self.graph.verify()
-        except Exception:
-            self.graph.nodes.pop()
-            for name in names:
-                self.graph.values.pop(name, None)
-            raise
+        self.graph.append(node)
         result = tuple(Symbol(n) for n in names)
         return result[0] if len(result) == 1 else result
 

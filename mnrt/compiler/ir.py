@@ -101,6 +101,26 @@ class Graph:
             if name not in defined:
                 raise GraphError(f"graph '{self.name}': output '{name}' is never defined")
 
+    def append(self, node: Node) -> None:
+        """Add a node after the others, checking and inferring only it: the graph before it
+        is already verified, so building a graph node by node stays linear."""
+        where = f"graph '{self.name}' node {len(self.nodes)} ({node.name or node.op})"
+        for name in node.inputs:
+            if name not in self.values:
+                raise GraphError(f"{where}: input '{name}' is not a value of the graph")
+        for name in node.outputs:
+            if name in self.values:
+                raise GraphError(f"{where}: value '{name}' is defined twice")
+        for name in node.outputs:
+            self.values[name] = Value(name)
+        try:
+            self._infer(node, where)
+        except Exception:
+            for name in node.outputs:
+                del self.values[name]
+            raise
+        self.nodes.append(node)
+
     def _infer(self, node: Node, where: str) -> None:
         try:
             kdef = lookup(node.op)
