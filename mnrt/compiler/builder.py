@@ -14,6 +14,7 @@ are added, so a mistake is reported at the line that makes it.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -32,11 +33,16 @@ class GraphBuilder:
     def __init__(self, name: str = "graph") -> None:
         self.graph = Graph(name)
         self._ids = itertools.count()
+        self._reserved: set[str] = set()
+
+    def reserve(self, names: Iterable[str]) -> None:
+        """Keep generated value names off `names`: ones an importer will give outputs."""
+        self._reserved.update(names)
 
     def _fresh(self, stem: str) -> str:
         while True:
             name = f"{stem}{next(self._ids)}"
-            if name not in self.graph.values:
+            if name not in self.graph.values and name not in self._reserved:
                 return name
 
     def _new(self, name: str) -> str:

@@ -996,6 +996,7 @@ def from_onnx(model: Any) -> Graph:
             continue
         cx.syms[inp.name] = cx.b.input(inp.name, tuple(dims), dt)
 
+    cx.b.reserve(out.name for out in g.output)
     poisoned: set[str] = set()
     for node in g.node:
         _check_node(cx, node, problems, poisoned)
@@ -1013,6 +1014,9 @@ def from_onnx(model: Any) -> Graph:
             s = cx.op("copy", s)
         used.add(s)
         if out.name in cx.b.graph.values and out.name != s:
-            raise InvalidArgumentError(f"ONNX output name '{out.name}' clashes with a value")
+            raise InvalidArgumentError(
+                f"ONNX output '{out.name}' is also the name of a graph input or initializer; "
+                "rename the output (e.g. add an Identity node) so every value has one name"
+            )
         cx.b.output(s, out.name)
     return cx.b.build()

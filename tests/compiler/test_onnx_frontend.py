@@ -250,6 +250,24 @@ def test_symbolic_input_dimension_is_an_error():
         from_onnx(model)
 
 
+def test_output_names_that_look_generated_do_not_clash(dev, q):
+    """The builder names values op_N; ONNX outputs may already be called that."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Tanh", ["a"], ["relu_0"]),
+        helper.make_node("Neg", ["relu_0"], ["tanh_1"]),
+    ]
+    model = make_model(nodes, [vi("x", F, [4])], [vi("relu_0", F, [4]), vi("tanh_1", F, [4])])
+    graph = check_against_reference(dev, q, model, {"x": randn(4)})
+    assert graph.outputs == ["relu_0", "tanh_1"]
+
+
+def test_an_output_named_like_an_input_says_how_to_fix_it():
+    model = make_model([], [vi("x", F, [4])], [vi("x", F, [4])])
+    with pytest.raises(mnrt.InvalidArgumentError, match="'x' is also the name.*Identity"):
+        from_onnx(model)
+
+
 def test_model_loads_from_a_path(tmp_path, dev, q):
     model = make_model(
         [helper.make_node("Exp", ["x"], ["y"])], [vi("x", F, [3])], [vi("y", F, [3])]
