@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from ...errors import DTypeError, ShapeError
 from ..dtypes import DType
 from .registry import Cost, TensorSpec
@@ -52,3 +54,12 @@ def streaming_cost(
     moved = sum(t.nbytes for t in present(ins)) + sum(t.nbytes for t in outs)
     elems = max((t.size for t in outs), default=0)
     return Cost(flops=flops_per_elem * elems, dram_bytes=float(moved))
+
+
+def pad_hw(x: np.ndarray, top: int, left: int, bottom: int, right: int, fill=0) -> np.ndarray:
+    """x [N, C, H, W] with its last two axes padded by `fill`: one fill and one copy,
+    several times cheaper than np.pad for the small feature maps kernels see."""
+    n, c, h, w = x.shape
+    out = np.full((n, c, top + h + bottom, left + w + right), fill, x.dtype)
+    out[:, :, top : top + h, left : left + w] = x
+    return out

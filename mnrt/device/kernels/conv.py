@@ -14,7 +14,7 @@ import numpy as np
 
 from ...errors import DTypeError, KernelAttributeError, ShapeError
 from .. import dtypes as dt
-from .common import require_rank, same_dtype
+from .common import pad_hw, require_rank, same_dtype
 from .registry import Attr, Cost, KernelDef, OutSpec, register
 from .unary import EPILOGUES, epilogue, epilogue_flops
 
@@ -104,7 +104,7 @@ def _compute(ins, attrs, outs):
     oh, ow = outs[0].shape[2:]
     pt, pl, pb, pr = attrs["padding"]
     if pt or pl or pb or pr:
-        x = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+        x = pad_hw(x, pt, pl, pb, pr)
     if kh == kw == 1:
         sh, sw = attrs["stride"]
         cols = x[:, :, : (oh - 1) * sh + 1 : sh, : (ow - 1) * sw + 1 : sw]

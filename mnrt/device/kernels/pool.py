@@ -11,7 +11,7 @@ import numpy as np
 
 from ...errors import DTypeError, KernelAttributeError, ShapeError
 from .. import dtypes as dt
-from .common import require_float, require_rank, streaming_cost
+from .common import pad_hw, require_float, require_rank, streaming_cost
 from .conv import check_ints
 from .registry import Attr, KernelDef, OutSpec, register
 
@@ -75,7 +75,8 @@ class _Geometry:
         widths = [(self.before[ax], max(0, ends[ax] - x.shape[2 + ax])) for ax in range(2)]
         if not any(w for pair in widths for w in pair):
             return x
-        return np.pad(x, ((0, 0), (0, 0), *widths), constant_values=fill)
+        (top, bottom), (left, right) = widths
+        return pad_hw(x, top, left, bottom, right, fill)
 
     def taps(self, xp: np.ndarray):
         """One strided [N, C, OH, OW] view of the padded input per kernel tap."""
