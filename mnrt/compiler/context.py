@@ -28,7 +28,7 @@ from .ir import Graph
 from .lower import Lowered, lower
 from .options import CompileOptions, resolve
 from .passes import PIPELINES, apply_float_dtype, assign_layouts
-from .schedule import SCHEDULERS, peak_live_bytes
+from .schedule import peak_live_bytes, schedule
 
 
 class CacheOptions:
@@ -374,7 +374,9 @@ class Context:
         stages = [("import", graph.dump())]  # the graph after each phase, for CODEGEN_DEBUG
         steps = [(step.__name__, step) for step in PIPELINES.get(opts.name, PIPELINES["O1"])]
         steps.append(("float_dtype", lambda g: apply_float_dtype(g, opts["float_dtype"])))
-        steps.append(("schedule", SCHEDULERS[opts["scheduler"]]))
+        steps.append(
+            ("schedule", lambda g: schedule(g, opts["scheduler"], opts["sa_expected_run_iters"]))
+        )
         steps.append(("layout", lambda g: assign_layouts(g, opts["layout_planner"])))
         for name, step in steps:
             t0 = time.perf_counter()

@@ -39,12 +39,14 @@ OPTIONS: dict[str, Option] = {
     ),
     "scheduler": Option(
         "in_order",
-        "node order: in_order (as built) or min_memory (fewest live bytes)",
-        tuple(SCHEDULERS),
+        "node order: in_order (as built), min_memory (greedy, fewest live bytes) or anneal",
+        SCHEDULERS,
     ),
     "layout_planner": Option("row_major", "tensor layouts: row_major", ("row_major",)),
     "sram_budget": Option(0, "bytes of on-chip memory the planner may use (0: all)", kind=int),
-    "sa_expected_run_iters": Option(1, "runs to optimise the schedule for", kind=int),
+    "sa_expected_run_iters": Option(
+        1000, "simulated-annealing steps of scheduler=anneal", kind=int
+    ),
     "out_onnx": Option("", "also write the optimised graph here as ONNX"),
     "layout_spec": Option("", "MN-Core layout notation for activations, e.g. ((8_L2B:1),)"),
     "gemm_layout_spec": Option("", "MN-Core layout notation for GEMM operands"),

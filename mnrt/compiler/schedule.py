@@ -4,13 +4,18 @@ The order decides how many temporaries are alive at once, and so how many buffer
 lowering's reuse plan needs. `in_order` keeps the order the graph was built in;
 `min_memory` is a greedy list scheduler (as in classic register-pressure scheduling): of
 the nodes whose inputs are ready, run the one that adds the fewest live bytes, counting
-the temporaries it frees, ties going to the earliest node.
+the temporaries it frees, ties going to the earliest node. `anneal` starts from that order
+and runs `sa_expected_run_iters` steps of simulated annealing over swaps of adjacent
+independent nodes, keeping the order with the lowest peak; it is seeded, so a compile is
+reproducible.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+
+import numpy as np
 
 from .ir import TEMP, Graph
 
@@ -79,4 +84,42 @@ def min_memory(graph: Graph) -> Graph:
     return g
 
 
-SCHEDULERS = {"in_order": lambda graph: graph, "min_memory": min_memory}
+def anneal(graph: Graph, steps: int) -> Graph:
+    g = min_memory(graph)
+    order = list(g.nodes)
+    cost = best_cost = peak_live_bytes(g)
+    best = list(order)
+    if len(order) < 2:
+        return g
+    rng = np.random.default_rng(0)
+    scale = max(cost, 1) / 10  # a swap costing a tenth of the peak is taken early on
+    for step in range(steps):
+        i = int(rng.integers(len(order) - 1))
+        first, second = order[i], order[i + 1]
+        if set(first.outputs) & set(second.inputs):
+            continue
+        order[i], order[i + 1] = second, first
+        g.nodes = order
+        new = peak_live_bytes(g)
+        heat = scale * (1 - step / steps)
+        if new <= cost or (heat > 0 and rng.random() < math.exp((cost - new) / heat)):
+            cost = new
+            if cost < best_cost:
+                best_cost, best = cost, list(order)
+        else:
+            order[i], order[i + 1] = first, second
+    g.nodes = best
+    g.verify()
+    return g
+
+
+def schedule(graph: Graph, scheduler: str, steps: int) -> Graph:
+    """The graph in the order `scheduler` picks (`steps`: annealing steps for anneal)."""
+    if scheduler == "min_memory":
+        return min_memory(graph)
+    if scheduler == "anneal":
+        return anneal(graph, steps)
+    return graph
+
+
+SCHEDULERS = ("in_order", "min_memory", "anneal")

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import mnrt
 from mnrt.compiler import GraphBuilder
 from mnrt.compiler.options import OptionError, resolve
-from mnrt.compiler.schedule import min_memory, peak_live_bytes
+from mnrt.compiler.schedule import anneal, min_memory, peak_live_bytes
 
 
 def branches(n: int) -> GraphBuilder:
@@ -36,7 +36,14 @@ def test_min_memory_runs_each_branch_to_its_reduction_before_starting_the_next()
     assert sorted(n.op for n in scheduled.nodes) == sorted(n.op for n in g.nodes)
 
 
-@pytest.mark.parametrize("scheduler", ["in_order", "min_memory"])
+def test_anneal_is_reproducible_and_never_worse_than_its_greedy_start():
+    g = branches(5).build()
+    a, b = anneal(g, 300), anneal(g, 300)
+    assert [n.name for n in a.nodes] == [n.name for n in b.nodes]
+    assert peak_live_bytes(a) <= peak_live_bytes(min_memory(g))
+
+
+@pytest.mark.parametrize("scheduler", ["in_order", "min_memory", "anneal"])
 def test_the_scheduler_option_keeps_results_and_changes_buffer_count(scheduler):
     x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32) * 0.1
     with mnrt.Context() as ctx:
@@ -44,19 +51,19 @@ def test_the_scheduler_option_keeps_results_and_changes_buffer_count(scheduler):
         fn = ctx.compile(branches(4), {"x": x}, options={"scheduler": scheduler})
         np.testing.assert_array_equal(fn({"x": x})["y"].cpu(), base({"x": x})["y"].cpu())
         fewer = fn.lowered.distinct_buffers < base.lowered.distinct_buffers
-        assert fewer == (scheduler == "min_memory")
+        assert fewer == (scheduler != "in_order")
 
 
 def test_unknown_scheduler_lists_the_valid_ones():
-    with pytest.raises(OptionError, match="in_order, min_memory"):
+    with pytest.raises(OptionError, match="in_order, min_memory, anneal"):
         resolve({"scheduler": "fastest"})
 
 
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.integers(0, 3), min_size=1, max_size=12))
 def test_min_memory_is_a_topological_order_of_the_same_nodes(picks):
-    """Random chains and joins: the schedule verifies (min_memory checks that every input
-    is defined before it is read) and runs every node once."""
+    """Random chains and joins: each schedule verifies (both check that every input is
+    defined before it is read) and runs every node once."""
     b = GraphBuilder("random")
     vals = [b.input("x", (8, 8), "float")]
     for p in picks:
@@ -64,6 +71,6 @@ def test_min_memory_is_a_topological_order_of_the_same_nodes(picks):
         vals.append(b.tanh(a) if p % 2 else b.add(a, vals[-1]))
     b.output(vals[-1], "y")
     g = b.build()
-    scheduled = min_memory(g)
-    assert sorted(n.op for n in scheduled.nodes) == sorted(n.op for n in g.nodes)
-    assert scheduled.outputs == g.outputs
+    for scheduled in (min_memory(g), anneal(g, 50)):
+        assert sorted(n.op for n in scheduled.nodes) == sorted(n.op for n in g.nodes)
+        assert scheduled.outputs == g.outputs
