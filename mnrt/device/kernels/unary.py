@@ -35,6 +35,7 @@ def _erf(x: np.ndarray) -> np.ndarray:
     evaluated in float64 so the float32 result is within an ulp or two."""
     if x.dtype == np.float64:
         return _math_erf(x).astype(np.float64)
+    shape, x = x.shape, x.reshape(-1)  # ufuncs give scalars, not arrays, for 0-d input
     z = np.abs(x.astype(np.float64))
     # In place on a few buffers: the same IEEE operations as t * exp(-z*z + fit(t)) with a
     # fresh array per step, so the same bits (a NaN's sign aside, which numpy's loops do not
@@ -58,7 +59,7 @@ def _erf(x: np.ndarray) -> np.ndarray:
         np.divide(term, 2 * n + 1, out=step)
         small += step
     small *= _INV_SQRT_PI_2
-    return (np.sign(x) * np.where(z < 0.5, small, large)).astype(x.dtype)
+    return (np.sign(x) * np.where(z < 0.5, small, large)).astype(x.dtype).reshape(shape)
 
 
 def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
