@@ -282,7 +282,8 @@ class Recorder:
         with observe.unobserved(), self._lock:
             qid = self._queue(q)
             pid = self._program(cmd.program)
-            bids = tuple(self._buffer(b, q) for b in cmd.plan.buffers)
+            fresh = _written_before_read(cmd.program, cmd.plan.buffers)
+            bids = tuple(self._buffer(b, q, with_data=id(b) not in fresh) for b in cmd.plan.buffers)
         row = (5, PROGRAM, qid, pid, bids, blocking, None, None)
         self._cells_extend(row)
         if not blocking:
@@ -360,3 +361,19 @@ class Recorder:
             # Stored like the buffer's own data: in its dtype (half as its 1-6-9 bits later).
             golden = np.array(expected, dtype=buf.dtype.read_dtype)
             self.log.append((GOLDEN, qid, bid, golden, rtol, atol, name))
+
+
+def _written_before_read(prog: Program, buffers: tuple[Buffer, ...]) -> set[int]:
+    """ids of the bound buffers the program writes whole before anything reads them (a
+    kernel's outputs are whole buffers): a snapshot of their contents would never be seen,
+    so a first-seen one is recorded without its data."""
+    by_slot = dict(zip(prog.slots, buffers))
+    seen: set[int] = set()
+    fresh: set[int] = set()
+    for k in prog.kernels:
+        seen.update(id(by_slot[s]) for s in k.inputs)
+        for s in k.outputs:
+            if id(by_slot[s]) not in seen:
+                fresh.add(id(by_slot[s]))
+                seen.add(id(by_slot[s]))
+    return fresh
