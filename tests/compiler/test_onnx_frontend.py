@@ -101,6 +101,37 @@ def test_mlp_with_elementwise_ops(dev, q):
     check_against_reference(dev, q, model, {"x": randn(4, 8)})
 
 
+def test_opset_9_attribute_forms(dev, q):
+    """Before opset 13 axes, starts/ends and split sizes were attributes, not inputs."""
+    nodes = [
+        helper.make_node("Unsqueeze", ["x"], ["u"], axes=[0]),
+        helper.make_node("Slice", ["u"], ["s"], axes=[2], starts=[1], ends=[5]),
+        helper.make_node("Split", ["s"], ["a", "b"], axis=2, split=[1, 3]),
+        helper.make_node("ReduceSum", ["b"], ["r"], axes=[2], keepdims=0),
+        helper.make_node("Squeeze", ["r"], ["q"], axes=[0]),
+        helper.make_node("Softmax", ["q"], ["y"], axis=1),
+        helper.make_node("Squeeze", ["a"], ["z"], axes=[0, 2]),
+    ]
+    model = make_model(
+        nodes, [vi("x", F, [3, 6, 4])], [vi("y", F, [3, 4]), vi("z", F, [3, 4])], opset=9
+    )
+    check_against_reference(dev, q, model, {"x": randn(3, 6, 4)})
+
+
+def test_opset_13_input_forms(dev, q):
+    nodes = [
+        helper.make_node("Unsqueeze", ["x", "ax0"], ["u"]),
+        helper.make_node("Slice", ["u", "st", "en", "ax2"], ["s"]),
+        helper.make_node("Split", ["s", "sizes"], ["a", "b"], axis=2),
+        helper.make_node("ReduceSum", ["b", "ax2"], ["r"], keepdims=0),
+        helper.make_node("Squeeze", ["r", "ax0"], ["y"]),
+    ]
+    ints = {"ax0": [0], "ax2": [2], "st": [1], "en": [5], "sizes": [1, 3]}
+    inits = [init(name, np.array(v, np.int64)) for name, v in ints.items()]
+    model = make_model(nodes, [vi("x", F, [3, 6, 4])], [vi("y", F, [3, 4])], inits, opset=13)
+    check_against_reference(dev, q, model, {"x": randn(3, 6, 4)})
+
+
 def test_conv_batchnorm_pools(dev, q):
     c = 4
     nodes = [
