@@ -15,7 +15,7 @@ Sources, cited per field below:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
 KiB = 1024
@@ -82,6 +82,16 @@ class DeviceSpec:
 
     # DRAM allocation granule [MODEL]: the data engines move 64-bit long words in bursts.
     dram_alignment: int = 256
+
+    def __hash__(self) -> int:
+        # Hashable like any frozen dataclass, its read-only mappings as item tuples: the
+        # host keys kernel prices by the spec they were computed for.
+        return hash(
+            tuple(
+                tuple(sorted(v.items())) if isinstance(v, Mapping) else v
+                for v in (getattr(self, f.name) for f in fields(self))
+            )
+        )
 
     # ---- derived facts: computed, never stored twice --------------------------------
     @property

@@ -5,6 +5,10 @@ every kernel's output shapes from the bound buffers, prices each kernel with the
 model, binds each kernel to its buffers' memory and caches the result, so enqueueing the
 same program on the same buffers again costs a dict lookup. Plans are dropped when a buffer
 they use is freed.
+
+Shape inference and pricing depend only on a kernel's operand shapes, dtypes and
+attributes, so their results are also kept across programs and devices (`_SIGNATURES`): a
+replay that opens a fresh device every loop validates its programs at the cost of binding.
 """
 
 from __future__ import annotations
@@ -23,6 +27,25 @@ if TYPE_CHECKING:
     from .device import Device
 
 _PLAN_CACHE_LIMIT = 256
+_SIGNATURE_CACHE_LIMIT = 4096
+# (kernel, input specs, attrs) -> inferred outputs; (that, output specs, device spec) -> cost
+_SIGNATURES: dict[tuple, Any] = {}
+
+
+def _memo(key: tuple, compute: Any, *args: Any) -> Any:
+    """compute(*args), remembered under `key` (computed afresh when key cannot be hashed:
+    an attribute value that is a list, say). Errors are raised, never remembered."""
+    try:
+        return _SIGNATURES[key]
+    except KeyError:
+        pass
+    except TypeError:
+        return compute(*args)
+    value = compute(*args)
+    if len(_SIGNATURES) >= _SIGNATURE_CACHE_LIMIT:
+        _SIGNATURES.clear()
+    _SIGNATURES[key] = value
+    return value
 
 
 @dataclass(frozen=True)
@@ -166,9 +189,10 @@ class Program:
             where = f"program '{self.name}' kernel {i} '{k.op}'"
             ins = tuple(bindings[s] for s in k.inputs)
             outs = tuple(bindings[s] for s in k.outputs)
-            in_specs = [b.spec for b in ins]
+            in_specs = tuple(b.spec for b in ins)
+            signature = (k.op, in_specs, tuple(k.attrs.items()))
             try:
-                expected = k.kdef.infer(in_specs, k.attrs)
+                expected = _memo(signature, k.kdef.infer, list(in_specs), k.attrs)
             except (ShapeError, DTypeError) as e:
                 raise type(e)(f"{where}: {e}") from None
             for slot, buf, want in zip(k.outputs, outs, expected):
@@ -183,7 +207,15 @@ class Program:
                         f"'{buf.name}'; the kernel produces "
                         f"{' or '.join(d.name for d in want.dtypes)} here"
                     )
-            modelled = backend.kernel_cost(k.kdef, in_specs, [b.spec for b in outs], k.attrs)
+            out_specs = tuple(b.spec for b in outs)
+            modelled = _memo(
+                (signature, out_specs, backend.spec),
+                backend.kernel_cost,
+                k.kdef,
+                list(in_specs),
+                list(out_specs),
+                k.attrs,
+            )
             bound = backend.bind(
                 k.kdef,
                 k.attrs,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -71,3 +72,11 @@ def test_model_is_deterministic_and_finite():
     assert all(math.isfinite(v) for v in (a.time_s, a.energy_j))
     t = cost.model_transfer(MNCORE2, 25_000_000)
     assert t.time_s == pytest.approx(1e-3) and t.bound == "link"
+
+
+def test_specs_hash_by_value():
+    """The host keys cached kernel prices by spec: equal specs must share a hash and a
+    changed one must not hit another's entries."""
+    faster = dataclasses.replace(MNCORE2, clock_hz=1e9)
+    assert hash(dataclasses.replace(MNCORE2)) == hash(MNCORE2)
+    assert faster != MNCORE2 and len({MNCORE2, faster, dataclasses.replace(MNCORE2)}) == 2

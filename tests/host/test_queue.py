@@ -116,6 +116,13 @@ def test_binding_errors_raise_at_enqueue(dev, q):
     as_half = dev.create_buffer((4, 3), "half", name="as_half")
     with pytest.raises(mnrt.DTypeError, match="produces float"):
         q.enqueue_program(prog, {**bufs, "y": as_half})
+    # Inferred shapes and prices are remembered across programs; errors never are.
+    again = dev.create_program(list(prog.kernels), name="again")
+    for p in (prog, again):
+        with pytest.raises(mnrt.ShapeError, match="kernel 0 'gemm'.*inner dimensions"):
+            q.enqueue_program(p, {**bufs, "x": bad_in})
+    q.enqueue_program(again, bufs)
+    q.finish()
 
 
 def test_no_silent_casting_between_input_dtypes(dev, q):
