@@ -64,11 +64,11 @@ def demo(model, preset, float_dtype, output) -> None:
         sys.exit(errors.EXIT_GOLDEN_MISMATCH)
 
 
-def _parse_input(spec: str) -> tuple[str, str]:
-    name, sep, source = spec.partition("=")
-    if not sep or not name or not source:
-        raise click.BadParameter(f"{spec!r}: write name=file.npy or name=random")
-    return name, source
+def _pair(spec: str, form: str) -> tuple[str, str]:
+    name, sep, value = spec.partition("=")
+    if not sep or not name or not value:
+        raise click.BadParameter(f"{spec!r}: write {form}")
+    return name, value
 
 
 @click.command(name="compile")
@@ -94,13 +94,20 @@ def _parse_input(spec: str) -> tuple[str, str]:
     metavar="NAME=FILE.npy|random",
     help="An input's data; inputs not given are random.",
 )
-def compile_cmd(model, output, preset, float_dtype, codegen_dir, input_specs) -> None:
+@click.option(
+    "--option",
+    "option_specs",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Any compile option, e.g. scheduler=min_memory (wins over -O's preset).",
+)
+def compile_cmd(model, output, preset, float_dtype, codegen_dir, input_specs, option_specs):
     """Compile an ONNX model to a light binary (goldens from ONNX's reference evaluator)."""
     from ..compiler import Context
     from ..compiler.onnx_frontend import from_onnx
 
     graph = from_onnx(model)
-    given = dict(_parse_input(s) for s in input_specs)
+    given = dict(_pair(s, "name=file.npy or name=random") for s in input_specs)
     unknown = sorted(set(given) - set(graph.inputs))
     if unknown:
         raise errors.InvalidArgumentError(
@@ -122,6 +129,7 @@ def compile_cmd(model, output, preset, float_dtype, codegen_dir, input_specs) ->
                     f"input {name}: cannot load {source}: {e}"
                 ) from None
     options = {"option_json": preset, **({"float_dtype": float_dtype} if float_dtype else {})}
+    options.update(_pair(s, "name=value, e.g. scheduler=min_memory") for s in option_specs)
     with Context() as ctx:
         compiled = ctx.compile(model, inputs, codegen_dir=codegen_dir, options=options)
         compiled.save_binary(output)

@@ -39,9 +39,12 @@ def test_compile_cli_writes_a_binary_that_mnrt_run_verifies(tmp_path, float_dtyp
     out = tmp_path / "small.mnlb"
     cg = tmp_path / "cg"
     args = ["compile", str(model), "-o", str(out), "--float-dtype", float_dtype,
-            "--codegen-dir", str(cg), "--input", f"x={x}"]  # fmt: skip
+            "--codegen-dir", str(cg), "--input", f"x={x}", "--option", "scheduler=anneal",
+            "--option", "sa_expected_run_iters=20"]  # fmt: skip
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
+    written = json.loads((cg / "option.json").read_text())["args"]
+    assert "--scheduler=anneal" in written and "--sa_expected_run_iters=20" in written
     r = CliRunner().invoke(cli, ["run", str(out), "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["checks"][0]["name"] == "y"
@@ -57,6 +60,10 @@ def test_compile_cli_errors(tmp_path):
     r = CliRunner().invoke(cli, ["compile", str(model), "-o", str(tmp_path / "o.mnlb"),
                                  "--input", "x"])  # fmt: skip
     assert r.exit_code == 2
+    r = CliRunner().invoke(cli, ["compile", str(model), "-o", str(tmp_path / "o.mnlb"),
+                                 "--option", "schedular=anneal"])  # fmt: skip
+    assert r.exit_code == 2 and "unknown compile option 'schedular'" in r.output
+    assert "valid options are" in r.output
 
 
 def test_reference_goldens_come_from_onnx(tmp_path):
