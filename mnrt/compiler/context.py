@@ -27,7 +27,7 @@ from .builder import GraphBuilder
 from .ir import Graph
 from .lower import Lowered, lower
 from .options import CompileOptions, resolve
-from .passes import PIPELINES, apply_float_dtype, assign_layouts
+from .passes import AFTER_FLOAT_DTYPE, PIPELINES, apply_float_dtype, assign_layouts
 from .schedule import peak_live_bytes, schedule
 
 
@@ -374,6 +374,7 @@ class Context:
         stages = [("import", graph.dump())]  # the graph after each phase, for CODEGEN_DEBUG
         steps = [(step.__name__, step) for step in PIPELINES.get(opts.name, PIPELINES["O1"])]
         steps.append(("float_dtype", lambda g: apply_float_dtype(g, opts["float_dtype"])))
+        steps += [(step.__name__, step) for step in AFTER_FLOAT_DTYPE.get(opts.name, ())]
         steps.append(
             ("schedule", lambda g: schedule(g, opts["scheduler"], opts["sa_expected_run_iters"]))
         )

@@ -58,6 +58,34 @@ def _mixed(g: Graph) -> Graph:
     return g
 
 
+def cancel_round_trip_casts(graph: Graph) -> Graph:
+    """Read x itself where the graph reads cast(cast(x, wider), x's dtype): widening is exact,
+    so narrowing back gives x's own values (mixed precision makes these between a GEMM's
+    half result and the next GEMM's half operand)."""
+    g = copy.deepcopy(graph)
+    producer = {out: n for n in g.nodes for out in n.outputs}
+    rename: dict[str, str] = {}
+    for node in g.nodes:
+        node.inputs = [rename.get(n, n) for n in node.inputs]
+        if node.op != "cast" or node.outputs[0] in g.outputs:
+            continue
+        inner = producer.get(node.inputs[0])
+        if inner is None or inner.op != "cast":
+            continue
+        source = g.values[inner.inputs[0]]
+        middle = g.values[inner.outputs[0]]
+        if g.values[node.outputs[0]].dtype is source.dtype and _widens(source.dtype, middle.dtype):
+            rename[node.outputs[0]] = source.name
+    return dead_code(g)
+
+
+def _widens(narrow: dt.DType, wide: dt.DType) -> bool:
+    """Whether every value of `narrow` is exactly a value of `wide`: true of the floating
+    formats here whenever the wider one has more bits (even the 1-6-9 half's range and
+    precision fit in float32)."""
+    return narrow in _FLOATS and wide in _FLOATS and wide.itemsize > narrow.itemsize
+
+
 def assign_layouts(graph: Graph, planner: str) -> Graph:
     """Record each value's memory layout. The emulated kernels read and write dense
     row-major arrays, the one layout the row_major planner assigns; l3ir.txt shows it."""
@@ -276,6 +304,13 @@ _FULL = (
     fuse_epilogues,
     dead_code,
 )
+
+# Passes each preset runs after float_dtype, on the casts it inserted.
+AFTER_FLOAT_DTYPE = {
+    "O2": (common_subexpressions, cancel_round_trip_casts),
+    "O3": (common_subexpressions, cancel_round_trip_casts),
+    "O4": (common_subexpressions, cancel_round_trip_casts),
+}
 
 # Passes each preset runs, in order (after float_dtype is applied at the end).
 PIPELINES = {

@@ -154,6 +154,8 @@ def test_codegen_dir_holds_everything_and_loads_without_compiling(ctx, tmp_path)
         "fold_scale_shift",
         "fuse_epilogues",
         "float_dtype",
+        "common_subexpressions",
+        "cancel_round_trip_casts",
         "schedule",
         "layout",
         "lower",

@@ -7,6 +7,8 @@ import numpy as np
 import mnrt
 from mnrt.compiler import GraphBuilder, lower
 from mnrt.compiler.passes import (
+    apply_float_dtype,
+    cancel_round_trip_casts,
     common_subexpressions,
     dead_code,
     fold_constants,
@@ -131,3 +133,29 @@ def test_a_scale_after_a_fused_activation_does_not_fold_into_the_weights():
     y = b.gemm(x, b.param("w", np.ones((3, 4), np.float32)), epilogue="relu")
     b.output(b.mul(y, b.param("s", np.full(4, -1.0, np.float32))), "y")
     assert ops(fold_scale_shift(b.build())) == ["gemm", "mul"]
+
+
+def test_mixed_precision_round_trips_between_gemms_are_dropped_exactly(dev):
+    rng = np.random.default_rng(4)
+    b = GraphBuilder("chain")
+    x = b.input("x", (4, 8), "float")
+    h = b.gemm(x, b.param("w1", rng.standard_normal((8, 8)).astype(np.float32)))
+    h = b.gemm(h, b.param("w2", rng.standard_normal((8, 8)).astype(np.float32)))
+    b.output(b.tanh(h), "y")
+    mixed = apply_float_dtype(b.build(), "mixed")
+    # gemm half -> cast float -> cast half -> gemm: the middle pair goes.
+    assert ops(mixed) == ["cast", "gemm", "cast", "cast", "gemm", "cast", "tanh"]
+    lean = cancel_round_trip_casts(mixed)
+    assert ops(lean) == ["cast", "gemm", "gemm", "cast", "tanh"]
+    x_val = rng.standard_normal((4, 8)).astype(np.float32)
+    np.testing.assert_array_equal(
+        run(lean, dev, {"x": x_val})["y"], run(mixed, dev, {"x": x_val})["y"]
+    )
+
+
+def test_a_narrowing_then_widening_pair_is_kept():
+    """float -> half -> float loses precision: it is a rounding, not a round trip."""
+    b = GraphBuilder("g")
+    x = b.input("x", (4,), "float")
+    b.output(b.cast(b.cast(x, to="half"), to="float"), "y")
+    assert ops(cancel_round_trip_casts(b.build())) == ["cast", "cast"]
