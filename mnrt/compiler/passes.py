@@ -221,7 +221,10 @@ def _absorb_into_matrix_kernels(graph: Graph, absorb: Callable[[Graph, Node, Nod
         if src is None or src in removed or uses.get(node.inputs[0]) != 1:
             continue
         base = g.nodes[src]
-        if base.op not in _MATRIX or not absorb(g, node, base):
+        # Once its result is activated in the epilogue, nothing more folds into a kernel.
+        if base.op not in _MATRIX or base.attrs.get("epilogue", "none") != "none":
+            continue
+        if not absorb(g, node, base):
             continue
         base.outputs = [node.outputs[0]]
         producer[node.outputs[0]] = src
@@ -238,8 +241,6 @@ def _absorb_scale_shift(g: Graph, node: Node, base: Node) -> bool:
     if base.op == "gemm" and (
         base.attrs["trans_b"] or base.attrs["alpha"] != 1.0 or base.attrs["beta"] != 1.0
     ):
-        return False
-    if base.attrs.get("epilogue", "none") != "none":
         return False
     out = g.values[base.outputs[0]]
     axis = 1 if base.op == "conv2d" else len(out.shape) - 1
@@ -280,8 +281,6 @@ def _absorb_activation(g: Graph, node: Node, base: Node) -> bool:
     from ..device.kernels.unary import EPILOGUES
 
     if node.op not in EPILOGUES or node.attrs.get("approximate", "none") != "none":
-        return False
-    if base.attrs.get("epilogue", "none") != "none":
         return False
     if g.values[node.outputs[0]].dtype is not g.values[base.outputs[0]].dtype:
         return False

@@ -12,10 +12,18 @@ import numpy as np
 from .. import errors
 
 
-def _presets() -> list[str]:
-    from ..compiler.options import PRESETS
+def _preset_options(command):
+    """-O and --float-dtype, which demo and compile share."""
+    command = click.option(
+        "--float-dtype", type=click.Choice(["mixed", "half", "float", "double"]), default=None
+    )(command)
+    return click.option(
+        "-O", "preset", default="O1", show_default=True, help="Option preset (O0..O4, debug)."
+    )(command)
 
-    return sorted(p.stem for p in PRESETS.glob("*.json"))
+
+def _options(preset: str, float_dtype: str | None) -> dict[str, str]:
+    return {"option_json": preset, **({"float_dtype": float_dtype} if float_dtype else {})}
 
 
 @click.command()
@@ -26,12 +34,7 @@ def _presets() -> list[str]:
     show_default=True,
     help="Bundled model, written with the Python graph builder.",
 )
-@click.option(
-    "-O", "preset", default="O1", show_default=True, help="Option preset (O0..O4, debug)."
-)
-@click.option(
-    "--float-dtype", type=click.Choice(["mixed", "half", "float", "double"]), default=None
-)
+@_preset_options
 @click.option(
     "-o",
     "--output",
@@ -46,7 +49,7 @@ def demo(model, preset, float_dtype, output) -> None:
     from ..replay import replay
 
     builder, inputs = MODELS[model]()
-    options = {"option_json": preset, **({"float_dtype": float_dtype} if float_dtype else {})}
+    options = _options(preset, float_dtype)
     with tempfile.TemporaryDirectory() as tmp, Context() as ctx:
         compiled = ctx.compile(builder, inputs, options=options)
         outputs = {k: v.cpu() for k, v in compiled(inputs).items()}
@@ -80,12 +83,7 @@ def _pair(spec: str, form: str) -> tuple[str, str]:
     required=True,
     help="Light binary to write.",
 )
-@click.option(
-    "-O", "preset", default="O1", show_default=True, help="Option preset (O0..O4, debug)."
-)
-@click.option(
-    "--float-dtype", type=click.Choice(["mixed", "half", "float", "double"]), default=None
-)
+@_preset_options
 @click.option("--codegen-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option(
     "--input",
@@ -128,7 +126,7 @@ def compile_cmd(model, output, preset, float_dtype, codegen_dir, input_specs, op
                 raise errors.InvalidArgumentError(
                     f"input {name}: cannot load {source}: {e}"
                 ) from None
-    options = {"option_json": preset, **({"float_dtype": float_dtype} if float_dtype else {})}
+    options = _options(preset, float_dtype)
     options.update(_pair(s, "name=value, e.g. scheduler=min_memory") for s in option_specs)
     with Context() as ctx:
         compiled = ctx.compile(model, inputs, codegen_dir=codegen_dir, options=options)
