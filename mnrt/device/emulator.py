@@ -18,6 +18,7 @@ import xxhash
 from ..errors import DeviceExecutionError
 from . import cost as cost_model
 from .dtypes import DType
+from .host_pages import keep_freed_pages
 from .kernels import KernelDef, Out, TensorSpec
 from .memory import DeviceMemory
 from .spec import MNCORE2, DeviceSpec
@@ -31,6 +32,7 @@ class EmulatedDevice:
         self.name = name
         self.spec = spec
         self.memory = DeviceMemory(spec.dram_bytes, spec.dram_alignment)
+        keep_freed_pages()
 
     # --- memory -------------------------------------------------------------------
     def allocate(self, shape: tuple[int, ...], dtype: DType, what: str) -> tuple[int, np.ndarray]:

@@ -106,6 +106,26 @@ def test_unary_property_float32(name, x):
     close(y, elementwise(UNARY_REF[name], x), dt.FLOAT)
 
 
+def test_float32_erf_is_within_two_ulp_of_exact():
+    # Both sides of the fits' seam at |z| = 1, their far end, the tails and the specials.
+    rng = np.random.default_rng(7)
+    x = np.concatenate(
+        [
+            np.linspace(-6, 6, 200_001, dtype=np.float32),
+            np.nextafter(np.float32(1), [np.float32(0), np.float32(2)]),
+            rng.standard_normal(50_000).astype(np.float32) * np.float32(2),
+        ]
+    )
+    y = run("erf", operand(x)).astype(np.float64)
+    exact = elementwise(math.erf, x)
+    ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+    assert np.max(np.abs(y - exact) / ulp) <= 2.0
+    specials = np.array([np.inf, -np.inf, np.nan, 1e30, -1e30, 0.0, -0.0, 1e-45], np.float32)
+    y = run("erf", operand(specials))
+    assert y[:2].tolist() == [1.0, -1.0] and np.isnan(y[2]) and y[3:5].tolist() == [1.0, -1.0]
+    assert y[5] == 0 and np.signbit(y[6]) and y[7] > 0  # erf(z) ~ 1.13 z near 0
+
+
 def test_unary_int32_is_exact_and_wraps():
     x = np.array([INT32_MIN, -7, 0, 5, INT32_MAX], np.int32)
     assert run("relu", operand(x)).tolist() == [0, 0, 0, 5, INT32_MAX]

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 from click.testing import CliRunner
@@ -13,7 +17,7 @@ import mnrt
 from mnrt.format import jsonio
 from mnrt.runner.cli import cli
 
-SAMPLE = "samples/mlp.mnlb"
+SAMPLE = "samples/mlp.mnlb"  # captured by an earlier mnrt: the compatibility corpus
 
 
 def invoke(*args):
@@ -29,11 +33,18 @@ def test_run_prints_verdict_checks_and_device_time():
 
 
 def test_run_report_outputs_loops_and_tolerances(tmp_path):
+    # Zero tolerances: a replay reproduces a capture made by this mnrt bit for bit. (The
+    # corpus binary holds within its recorded tolerances instead: kernels may move by an ulp
+    # between versions.)
+    fresh = tmp_path / "mlp.mnlb"
+    sample = Path(__file__).resolve().parents[2] / "samples" / "mlp.py"
+    env = {**os.environ, "MNRT_HOME": str(tmp_path / "home")}
+    subprocess.run([sys.executable, sample, "--capture", fresh], check=True, env=env)
     report = tmp_path / "r.json"
     outputs = tmp_path / "out"
     r = invoke(
         "run",
-        SAMPLE,
+        fresh,
         "--loops",
         3,
         "--report",

@@ -11,55 +11,72 @@ from .. import dtypes as dt
 from .common import streaming_cost
 from .registry import Attr, KernelDef, OutSpec, register
 
-_INV_SQRT_PI_2 = 2.0 / math.sqrt(math.pi)
-_ERF_SERIES_TERMS = 14
-_math_erf = np.frompyfunc(math.erf, 1, 1)
-# Numerical Recipes' erfc fit: erfc(z) ~ t * exp(-z^2 + sum_i c_i t^i), t = 1/(1 + z/2).
-_ERFC_FIT = (
-    -1.26551223,
-    1.00002368,
-    0.37409196,
-    0.09678418,
-    -0.18628806,
-    0.27886807,
-    -1.13520398,
-    1.48851587,
-    -0.82215223,
-    0.17087277,
+# Float32 erf from two polynomial fits (tools/fit_erf.py makes and checks them: within 3 ulp
+# of the exact erf, about 13x faster than evaluating a float64 formula and rounding):
+#   |z| < 1:  erf(z) = z + z * P(z^2)                 P: _ERF_NEAR, lowest power first
+#   |z| >= 1: erf(|z|) = 1 - exp(-z^2) * Q(1 / (1 + |z|/2))    Q: _ERFC_FAR
+_ERF_NEAR = tuple(
+    np.float32(c)
+    for c in (
+        0.12837916612625122,
+        -0.3761262595653534,
+        0.11283581703901291,
+        -0.026853691786527634,
+        0.005188118200749159,
+        -0.0008008472505025566,
+        7.848467794246972e-05,
+    )
 )
+_ERFC_FAR = tuple(
+    np.float32(c)
+    for c in (
+        -0.00015636521857231855,
+        0.28494274616241455,
+        0.2595127522945404,
+        0.34834960103034973,
+        -0.10460395365953445,
+        0.5643070936203003,
+        -0.4717738926410675,
+        0.11947548389434814,
+    )
+)
+_math_erf = np.frompyfunc(math.erf, 1, 1)
+_SIGN = np.uint32(0x8000_0000)
+
+
+def _horner(t: np.ndarray, coefs: tuple) -> np.ndarray:
+    acc = t * coefs[-1]
+    for c in coefs[-2:0:-1]:
+        acc += c
+        acc *= t
+    acc += coefs[0]
+    return acc
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
-    """erf without scipy: libm's erf for float64; for float32 a Maclaurin series below 0.5
-    and Press et al.'s Chebyshev fit of erfc (relative error < 1.2e-7) above, both
-    evaluated in float64 so the float32 result is within an ulp or two."""
+    """erf without scipy: libm's for float64; for float32 (which half and float16 compute
+    in) both fits over every element, then the right one picked bitwise, because numpy's
+    masked selection costs some twenty arithmetic passes on an unpredictable mask."""
     if x.dtype == np.float64:
         return _math_erf(x).astype(np.float64)
-    shape, x = x.shape, x.reshape(-1)  # ufuncs give scalars, not arrays, for 0-d input
-    z = np.abs(x.astype(np.float64))
-    # In place on a few buffers: the same IEEE operations as t * exp(-z*z + fit(t)) with a
-    # fresh array per step, so the same bits (a NaN's sign aside, which numpy's loops do not
-    # keep consistently anyway), in about a quarter less time.
-    t = 1.0 / (1.0 + 0.5 * z)
-    acc = np.full_like(z, _ERFC_FIT[-1])
-    for coef in reversed(_ERFC_FIT[:-1]):
-        np.multiply(t, acc, out=acc)
-        acc += coef
-    z2 = z * z
-    step = np.negative(z2)
-    large = np.exp(np.add(step, acc, out=acc), out=acc)
-    np.multiply(t, large, out=large)
-    np.subtract(1.0, large, out=large)
-    # Series: erf(z) = 2/sqrt(pi) * sum (-1)^n z^(2n+1) / (n! (2n+1))
-    term = z.copy()
-    small = z.copy()
-    for n in range(1, _ERF_SERIES_TERMS):
-        np.divide(z2, -n, out=step)
-        term *= step
-        np.divide(term, 2 * n + 1, out=step)
-        small += step
-    small *= _INV_SQRT_PI_2
-    return (np.sign(x) * np.where(z < 0.5, small, large)).astype(x.dtype).reshape(shape)
+    shape, z = x.shape, x.reshape(-1)  # ufuncs give scalars, not arrays, for 0-d input
+    u = z * z
+    near = _horner(u, _ERF_NEAR)
+    near *= z
+    near += z
+    a = np.abs(z)
+    take_near = np.negative((a < 1).astype(np.uint32))  # all ones or all zeros
+    t = np.multiply(a, np.float32(0.5), out=a)
+    t += np.float32(1)
+    far = _horner(np.reciprocal(t, out=t), _ERFC_FAR)
+    far *= np.exp(np.negative(u, out=u), out=u)  # erfc(|z|)
+    np.subtract(np.float32(1), far, out=far)
+    far_bits, near_bits = far.view(np.uint32), near.view(np.uint32)
+    far_bits |= z.view(np.uint32) & _SIGN  # erf is odd
+    np.bitwise_xor(near_bits, far_bits, out=near_bits)
+    near_bits &= take_near
+    far_bits ^= near_bits
+    return far.reshape(shape)
 
 
 def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
