@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from kernel_harness import infer, operand, run, spec
 
 from mnrt.device import dtypes as dt
+from mnrt.device.emulator import EmulatedDevice
 from mnrt.device.kernels import lookup
 from mnrt.device.numerics import round_to_half
 from mnrt.errors import DTypeError, KernelAttributeError, ShapeError
@@ -128,6 +129,17 @@ def test_gemm_half_accumulates_in_float32(dtype):
     a = operand(_sum_test_row(1025)[None, :], dtype)
     b = operand(np.ones((1025, 1)), dtype)
     assert run("gemm", a, b).tolist() == [[2.0]]
+
+
+def test_gemm_accumulating_into_its_own_c():
+    # y = a @ b + y: a program binds c and y to one buffer; c must be read before y is written.
+    a = np.array([[2.0, 0.0], [0.0, 3.0]], np.float32)
+    b = np.ones((2, 2), np.float32)
+    y = np.full((2, 2), 10.0, np.float32)
+    kdef = lookup("gemm")
+    ins = [(a, dt.FLOAT), (b, dt.FLOAT), (y, dt.FLOAT)]
+    EmulatedDevice.execute(kdef, kdef.check_attrs({}), ins, [(y, dt.FLOAT)])
+    assert y.tolist() == [[12.0, 12.0], [13.0, 13.0]]
 
 
 def test_gemm_infer_errors():

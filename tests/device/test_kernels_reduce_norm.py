@@ -19,6 +19,8 @@ from hypothesis.extra import numpy as hnp
 from kernel_harness import infer, operand, run, spec
 
 from mnrt.device import dtypes as dt
+from mnrt.device.emulator import EmulatedDevice
+from mnrt.device.kernels import lookup
 from mnrt.device.numerics import round_to_half
 from mnrt.errors import DTypeError, KernelAttributeError, ShapeError
 
@@ -239,6 +241,23 @@ def test_layernorm_bias_without_scale_and_default_epsilon():
     np.testing.assert_allclose(y, norm_rows(x, 1, 1e-5, None, bias, False), rtol=1e-5, atol=1e-6)
     r = run("rmsnorm", operand(x))
     np.testing.assert_allclose(r, norm_rows(x, 1, 1e-6, None, None, True), rtol=1e-5, atol=1e-6)
+
+
+def test_layernorm_writing_over_its_own_scale_and_bias():
+    # Normalising 1-D x, scale and bias have x's shape, so a program may bind either to the
+    # output: the kernel must read them before it writes the result.
+    x = np.array([1.0, 2.0, 4.0, 8.0], np.float32)
+    scale = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+    bias = np.array([0.5, 0.0, -1.0, 2.0], np.float32)
+    want = norm_rows(x[None], 1, 1e-5, scale, bias, False)[0]
+    kdef = lookup("layernorm")
+    attrs = kdef.check_attrs({})
+    for alias in ("scale", "bias"):
+        s, b = scale.copy(), bias.copy()
+        out = s if alias == "scale" else b
+        ins = [(x, dt.FLOAT), (s, dt.FLOAT), (b, dt.FLOAT)]
+        EmulatedDevice.execute(kdef, attrs, ins, [(out, dt.FLOAT)])
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["layernorm", "rmsnorm"])

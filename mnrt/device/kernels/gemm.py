@@ -76,6 +76,8 @@ def _compute(ins, attrs, outs):
     acc = np.result_type(a.dtype, b.dtype)
     if dest is not None and dest.dtype != acc:
         dest = None  # e.g. half inputs with a float output: float32 matmul, then store
+    elif dest is not None and c is not None and np.may_share_memory(dest, c):
+        dest = None  # y = a @ b + y: c is read after the product, so it must not be y
     y = np.matmul(a, b, out=dest)
     if attrs["alpha"] != 1.0:
         y *= y.dtype.type(attrs["alpha"])

@@ -14,16 +14,17 @@ from .common import normalize_axis, require_float, same_dtype, streaming_cost
 from .registry import Attr, KernelDef, OutSpec, register
 
 
-def _softmax(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
-    """Shifted by the maximum so exp never overflows; a slice that is all -inf gives nan."""
+def _softmax(x: np.ndarray, axis: int, log: bool, out: np.ndarray | None) -> np.ndarray:
+    """Shifted by the maximum so exp never overflows; a slice that is all -inf gives nan.
+    Works in `out` (the destination, when it can take the result) instead of temporaries."""
     if x.size == 0:
         return np.empty_like(x)
-    shifted = x - np.max(x, axis=axis, keepdims=True)
-    e = np.exp(shifted)
-    total = np.sum(e, axis=axis, keepdims=True)
+    shifted = np.subtract(x, np.max(x, axis=axis, keepdims=True), out=out)
     if log:
-        return shifted - np.log(total)
-    e /= total
+        shifted -= np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+        return shifted
+    e = np.exp(shifted, out=shifted)
+    e /= np.sum(e, axis=axis, keepdims=True)
     return e
 
 
@@ -41,7 +42,7 @@ def _softmax_kernel(name: str, log: bool, doc: str) -> KernelDef:
     def compute(ins, attrs, outs):
         x = ins[0]
         with np.errstate(invalid="ignore", divide="ignore"):
-            return [_softmax(x, normalize_axis(name, attrs["axis"], x.ndim), log)]
+            return [_softmax(x, normalize_axis(name, attrs["axis"], x.ndim), log, outs[0].buf)]
 
     return KernelDef(
         name=name,
@@ -84,9 +85,12 @@ def _layernorm(ins, attrs, outs):
     if x.size == 0:
         return [np.empty_like(x)]
     axes = tuple(range(normalize_axis("layernorm", attrs["axis"], x.ndim), x.ndim))
-    centred = x - np.mean(x, axis=axes, keepdims=True)
+    dest = outs[0].buf
+    if dest is not None and any(p is not None and np.may_share_memory(dest, p) for p in ins[1:]):
+        dest = None  # scale or bias bound to the output: read them before it is written
+    centred = np.subtract(x, np.mean(x, axis=axes, keepdims=True), out=dest)
     var = np.mean(np.square(centred), axis=axes, keepdims=True)
-    y = centred / np.sqrt(var + x.dtype.type(attrs["epsilon"]))
+    y = np.divide(centred, np.sqrt(var + x.dtype.type(attrs["epsilon"])), out=centred)
     if scale is not None:
         y *= scale
     if bias is not None:

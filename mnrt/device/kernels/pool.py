@@ -7,6 +7,8 @@ output. Half and IEEE float16 arrive widened to float32 and accumulate in float3
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ...errors import DTypeError, KernelAttributeError, ShapeError
@@ -33,7 +35,8 @@ def _window_starts(size: int, before: int, after: int, k: int, s: int, d: int, c
 
 
 class _Geometry:
-    """Validated window layout of one pooling call, shared by infer and compute."""
+    """Validated window layout of one pooling call, shared by infer and compute. Made once
+    per kernel name, input shape and attributes (see `_geometry`), not on every run."""
 
     def __init__(self, name: str, shape: tuple[int, ...], attrs) -> None:
         check_ints(name, "kernel", attrs["kernel"], 2, 1)
@@ -65,6 +68,8 @@ class _Geometry:
                 )
             self.starts.append(starts)
         self.out = (len(self.starts[0]), len(self.starts[1]))
+        self.shape = shape
+        self._counts: dict[bool, np.ndarray] = {}
 
     def padded(self, x: np.ndarray, fill) -> np.ndarray:
         """x padded with `fill` far enough for every window, ceil-mode overhang included."""
@@ -86,17 +91,29 @@ class _Geometry:
             for j in range(self.kernel[1]):
                 yield xp[:, :, rows, j * dw : j * dw + (ow - 1) * sw + 1 : sw]
 
-    def counts(self, x_shape: tuple[int, ...], include_pad: bool) -> np.ndarray:
+    def counts(self, include_pad: bool) -> np.ndarray:
         """How many elements each window averages: real ones, or those of the padded input
         too (never the ceil-mode overhang past the trailing padding)."""
+        if include_pad in self._counts:
+            return self._counts[include_pad]
         per_axis = []
         for ax in range(2):
-            size = x_shape[2 + ax]
+            size = self.shape[2 + ax]
             lo, hi = (-self.before[ax], size + self.after[ax]) if include_pad else (0, size)
             starts = self.starts[ax]
             ends = starts + self.kernel[ax]
             per_axis.append(np.minimum(ends, hi) - np.maximum(starts, lo))
-        return np.multiply.outer(per_axis[0], per_axis[1])
+        counts = self._counts[include_pad] = np.multiply.outer(per_axis[0], per_axis[1])
+        return counts
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_geometry(name: str, shape: tuple[int, ...], attrs: tuple) -> _Geometry:
+    return _Geometry(name, shape, dict(attrs))
+
+
+def _geometry(name: str, shape: tuple[int, ...], attrs) -> _Geometry:
+    return _cached_geometry(name, tuple(shape), tuple(sorted(attrs.items())))
 
 
 def _check_input(name: str, x, allowed: tuple) -> None:
@@ -110,7 +127,7 @@ def _check_input(name: str, x, allowed: tuple) -> None:
 def _max_infer(ins, attrs):
     x = ins[0]
     _check_input("max_pool2d", x, _NUMERIC)
-    g = _Geometry("max_pool2d", x.shape, attrs)
+    g = _geometry("max_pool2d", x.shape, attrs)
     return [OutSpec((*x.shape[:2], *g.out), (x.dtype,))]
 
 
@@ -120,7 +137,7 @@ def _lowest(dtype: np.dtype):
 
 def _max_compute(ins, attrs, outs):
     x = ins[0]
-    g = _Geometry("max_pool2d", x.shape, attrs)
+    g = _geometry("max_pool2d", x.shape, attrs)
     taps = g.taps(g.padded(x, _lowest(x.dtype)))
     y = next(taps).copy()
     for tap in taps:
@@ -131,18 +148,18 @@ def _max_compute(ins, attrs, outs):
 def _avg_infer(ins, attrs):
     x = ins[0]
     _check_input("avg_pool2d", x, (dt.DOUBLE, dt.FLOAT, dt.HALF, dt.FLOAT16))
-    g = _Geometry("avg_pool2d", x.shape, attrs)
+    g = _geometry("avg_pool2d", x.shape, attrs)
     return [OutSpec((*x.shape[:2], *g.out), (x.dtype,))]
 
 
 def _avg_compute(ins, attrs, outs):
     x = ins[0]
-    g = _Geometry("avg_pool2d", x.shape, attrs)
+    g = _geometry("avg_pool2d", x.shape, attrs)
     taps = g.taps(g.padded(x, 0))
     y = next(taps).copy()
     for tap in taps:
         y += tap
-    y /= g.counts(x.shape, attrs["count_include_pad"]).astype(y.dtype)
+    y /= g.counts(attrs["count_include_pad"]).astype(y.dtype)
     return [y]
 
 
