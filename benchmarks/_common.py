@@ -22,19 +22,26 @@ def best_time(fn: Callable[[], object], repeat: int = 5, warmup: int = 1) -> flo
 
 
 def best_times(
-    baseline: Callable[[], object], candidate: Callable[[], object], repeat: int = 5
+    baseline: Callable[[], object],
+    candidate: Callable[[], object],
+    repeat: int = 5,
+    rounds: int = 3,
+    settle_s: float = 0.05,
 ) -> tuple[float, float]:
-    """Fastest times of two functions timed alternately, so that a slow spell on a shared
-    machine hits both sides of the ratio alike."""
-    baseline()
-    candidate()
-    t_base, t_cand = [], []
-    for _ in range(repeat):
-        for fn, samples in ((baseline, t_base), (candidate, t_cand)):
-            start = time.perf_counter()
+    """Fastest times of two functions over `rounds` alternating blocks of `repeat` runs each,
+    so that a slow spell on a shared machine hits both sides alike. Between blocks both wait
+    `settle_s`: a side's background threads (onnxruntime's pool spins for a while after
+    each run) would otherwise take cores from the other side's first runs."""
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(rounds):
+        for fn, times in zip((baseline, candidate), samples):
             fn()
-            samples.append(time.perf_counter() - start)
-    return min(t_base), min(t_cand)
+            for _ in range(repeat):
+                start = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - start)
+            time.sleep(settle_s)
+    return min(samples[0]), min(samples[1])
 
 
 def verdict(value: float, target: float, higher_is_better: bool = True) -> str:

@@ -51,8 +51,8 @@ def main() -> None:
         ) from None
 
     print(
-        f"compiled model ({OPTIONS}) vs onnxruntime {ort.__version__} (CPU), "
-        f"fastest of {args.repeat}"
+        f"compiled model ({OPTIONS}) vs onnxruntime {ort.__version__} (CPU), fastest of "
+        f"3 alternating blocks of {args.repeat} (replay: of {args.repeat} loops)"
     )
     print(f"{'model':<15} {'ort ms':>8} {'call ms':>8} {'call/ort':>9} {'replay ms':>10} "
           f"{'replay/ort':>11}  target")  # fmt: skip

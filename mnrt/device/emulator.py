@@ -19,7 +19,7 @@ from ..errors import DeviceExecutionError
 from . import cost as cost_model
 from .dtypes import DType
 from .host_pages import keep_freed_pages
-from .kernels import KernelDef, Out, TensorSpec
+from .kernels import KernelDef, Out, TensorSpec, parallel
 from .memory import DeviceMemory
 from .spec import MNCORE2, DeviceSpec
 
@@ -33,6 +33,7 @@ class EmulatedDevice:
         self.spec = spec
         self.memory = DeviceMemory(spec.dram_bytes, spec.dram_alignment)
         keep_freed_pages()
+        parallel.threads()  # a bad MNRT_THREADS is reported here, not by the first kernel
 
     # --- memory -------------------------------------------------------------------
     def allocate(self, shape: tuple[int, ...], dtype: DType, what: str) -> tuple[int, np.ndarray]:

@@ -85,13 +85,18 @@ class DeviceSpec:
 
     def __hash__(self) -> int:
         # Hashable like any frozen dataclass, its read-only mappings as item tuples: the
-        # host keys kernel prices by the spec they were computed for.
-        return hash(
-            tuple(
-                tuple(sorted(v.items())) if isinstance(v, Mapping) else v
-                for v in (getattr(self, f.name) for f in fields(self))
+        # host keys kernel prices by the spec they were computed for, once per kernel run,
+        # so the hash is worked out once.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(
+                tuple(
+                    tuple(sorted(v.items())) if isinstance(v, Mapping) else v
+                    for v in (getattr(self, f.name) for f in fields(self))
+                )
             )
-        )
+            object.__setattr__(self, "_hash", cached)
+        return cached
 
     # ---- derived facts: computed, never stored twice --------------------------------
     @property

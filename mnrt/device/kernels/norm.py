@@ -10,26 +10,27 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import KernelAttributeError, ShapeError
+from . import parallel
 from .common import normalize_axis, require_float, same_dtype, streaming_cost
 from .registry import Attr, KernelDef, OutSpec, register
 
 
-def _softmax(x: np.ndarray, axis: int, log: bool, out: np.ndarray | None) -> np.ndarray:
-    """Shifted by the maximum so exp never overflows; a slice that is all -inf gives nan.
-    Works in `out` (the destination, when it can take the result) instead of temporaries."""
-    if x.size == 0:
-        return np.empty_like(x)
+def _softmax(x: np.ndarray, axis: int, log: bool, out: np.ndarray) -> None:
+    """Into out, shifted by the maximum so exp never overflows; a slice that is all -inf
+    gives nan."""
     shifted = np.subtract(x, np.max(x, axis=axis, keepdims=True), out=out)
     if log:
         shifted -= np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
-        return shifted
-    e = np.exp(shifted, out=shifted)
-    e /= np.sum(e, axis=axis, keepdims=True)
-    return e
+    else:
+        np.exp(shifted, out=shifted)
+        shifted /= np.sum(shifted, axis=axis, keepdims=True)
 
 
-def _cost(flops: int):
-    return lambda ins, outs, attrs: streaming_cost(ins, outs, flops)
+_FLOPS = {"softmax": 5, "log_softmax": 5, "layernorm": 8, "rmsnorm": 5}  # per element
+
+
+def _cost(name: str):
+    return lambda ins, outs, attrs: streaming_cost(ins, outs, _FLOPS[name])
 
 
 def _softmax_kernel(name: str, log: bool, doc: str) -> KernelDef:
@@ -41,8 +42,12 @@ def _softmax_kernel(name: str, log: bool, doc: str) -> KernelDef:
 
     def compute(ins, attrs, outs):
         x = ins[0]
+        if x.size == 0:
+            return [np.empty_like(x)]
         with np.errstate(invalid="ignore", divide="ignore"):
-            return [_softmax(x, normalize_axis(name, attrs["axis"], x.ndim), log, outs[0].buf)]
+            axis = normalize_axis(name, attrs["axis"], x.ndim)
+            rows = lambda xr, outr: _softmax(xr, 1, log, outr)  # noqa: E731
+            return [parallel.by_rows(rows, x, outs[0].buf, axis, _FLOPS[name])]
 
     return KernelDef(
         name=name,
@@ -52,7 +57,7 @@ def _softmax_kernel(name: str, log: bool, doc: str) -> KernelDef:
         attrs={"axis": Attr("int", -1, "axis the probabilities sum to one over")},
         infer=infer,
         compute=compute,
-        cost=_cost(5),
+        cost=_cost(name),
     )
 
 
@@ -80,34 +85,43 @@ def _norm_infer(name: str, params: tuple[str, ...]):
     return infer
 
 
-def _layernorm(ins, attrs, outs):
-    x, scale, bias = (*ins, None, None)[:3]
-    if x.size == 0:
-        return [np.empty_like(x)]
-    axes = tuple(range(normalize_axis("layernorm", attrs["axis"], x.ndim), x.ndim))
-    dest = outs[0].buf
-    if dest is not None and any(p is not None and np.may_share_memory(dest, p) for p in ins[1:]):
-        dest = None  # scale or bias bound to the output: read them before it is written
-    centred = np.subtract(x, np.mean(x, axis=axes, keepdims=True), out=dest)
+def _layernorm_rows(x, scale, bias, epsilon: float, out: np.ndarray) -> None:
+    """Into out: each row of x (axis 0) normalised over all its other axes."""
+    axes = tuple(range(1, x.ndim))
+    centred = np.subtract(x, np.mean(x, axis=axes, keepdims=True), out=out)
     var = np.mean(np.square(centred), axis=axes, keepdims=True)
-    y = np.divide(centred, np.sqrt(var + x.dtype.type(attrs["epsilon"])), out=centred)
+    np.divide(centred, np.sqrt(var + x.dtype.type(epsilon)), out=centred)
     if scale is not None:
-        y *= scale
+        centred *= scale
     if bias is not None:
-        y += bias
-    return [y]
+        centred += bias
 
 
-def _rmsnorm(ins, attrs, outs):
-    x, scale = (*ins, None)[:2]
-    if x.size == 0:
-        return [np.empty_like(x)]
-    axes = tuple(range(normalize_axis("rmsnorm", attrs["axis"], x.ndim), x.ndim))
+def _rmsnorm_rows(x, scale, epsilon: float, out: np.ndarray) -> None:
+    axes = tuple(range(1, x.ndim))
     ms = np.mean(np.square(x), axis=axes, keepdims=True)
-    y = x / np.sqrt(ms + x.dtype.type(attrs["epsilon"]))
+    np.divide(x, np.sqrt(ms + x.dtype.type(epsilon)), out=out)
     if scale is not None:
-        y *= scale
-    return [y]
+        out *= scale
+
+
+def _norm_compute(name: str, rows, n_params: int):
+    """compute for layernorm/rmsnorm: `rows(x rows, *params, epsilon, out rows)`, params
+    being the optional per-feature inputs (None when absent)."""
+
+    def compute(ins, attrs, outs):
+        x, params = ins[0], (*ins[1:], None, None)[:n_params]
+        if x.size == 0:
+            return [np.empty_like(x)]
+        dest = outs[0].buf
+        if dest is not None and any(p is not None and np.may_share_memory(dest, p) for p in params):
+            dest = None  # scale or bias bound to the output: read them before it is written
+        axis = normalize_axis(name, attrs["axis"], x.ndim)
+        eps = attrs["epsilon"]
+        fn = lambda xr, outr: rows(xr, *params, eps, outr)  # noqa: E731
+        return [parallel.by_rows(fn, x, dest, axis, _FLOPS[name])]
+
+    return compute
 
 
 _AXIS_DOC = "first normalised axis; the statistics run over it and every later axis"
@@ -135,8 +149,8 @@ register(
             "epsilon": Attr("float", 1e-5, "added to the variance before the square root"),
         },
         infer=_norm_infer("layernorm", ("scale", "bias")),
-        compute=_layernorm,
-        cost=_cost(8),
+        compute=_norm_compute("layernorm", _layernorm_rows, 2),
+        cost=_cost("layernorm"),
     )
 )
 
@@ -151,7 +165,7 @@ register(
             "epsilon": Attr("float", 1e-6, "added to the mean square before the square root"),
         },
         infer=_norm_infer("rmsnorm", ("scale",)),
-        compute=_rmsnorm,
-        cost=_cost(5),
+        compute=_norm_compute("rmsnorm", _rmsnorm_rows, 1),
+        cost=_cost("rmsnorm"),
     )
 )

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from ...errors import DTypeError
 from .. import dtypes as dt
+from . import parallel
 from .common import streaming_cost
 from .registry import Attr, KernelDef, OutSpec, register
 
@@ -128,11 +131,23 @@ _OPS = {
 EPILOGUES = ("none", "relu", "gelu", "sigmoid", "tanh", "silu")
 
 
+def _elementwise(name: str, x: np.ndarray, attrs: Mapping[str, Any], out: np.ndarray | None):
+    """Unary op `name` of x into out (when it can take it), on several threads when large."""
+    fn, flops = _OPS[name][:2]
+
+    def rows(xr: np.ndarray, outr: np.ndarray) -> None:
+        result = fn(xr, attrs, outr)
+        if result is not outr:
+            outr[...] = result
+
+    return parallel.by_rows(rows, x, out, x.ndim, flops)
+
+
 def epilogue(name: str, y: np.ndarray) -> np.ndarray:
     """The result of a matrix kernel after its fused activation (in place when it can be)."""
     if name == "none":
         return y
-    return _OPS[name][0](y, {"approximate": "none"}, y)
+    return _elementwise(name, y, {"approximate": "none"}, y)
 
 
 def epilogue_flops(name: str) -> int:
@@ -146,7 +161,7 @@ _ATTRS = {
 }
 
 
-def _make(name: str, fn, flops: int, allowed: tuple, doc: str) -> KernelDef:
+def _make(name: str, flops: int, allowed: tuple, doc: str) -> KernelDef:
     def infer(ins, attrs):
         x = ins[0]
         if x.dtype not in allowed:
@@ -156,7 +171,7 @@ def _make(name: str, fn, flops: int, allowed: tuple, doc: str) -> KernelDef:
         return [OutSpec(x.shape, (x.dtype,))]
 
     def compute(ins, attrs, outs):
-        return [fn(ins[0], attrs, outs[0].buf)]
+        return [_elementwise(name, ins[0], attrs, outs[0].buf)]
 
     return KernelDef(
         name=name,
@@ -170,5 +185,5 @@ def _make(name: str, fn, flops: int, allowed: tuple, doc: str) -> KernelDef:
     )
 
 
-for _name, (_fn, _flops, _allowed, _doc) in _OPS.items():
-    register(_make(_name, _fn, _flops, _allowed, _doc))
+for _name, (_, _flops, _allowed, _doc) in _OPS.items():
+    register(_make(_name, _flops, _allowed, _doc))

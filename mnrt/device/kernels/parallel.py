@@ -1,0 +1,113 @@
+"""Spreading one kernel's work over the host's cores, as onnxruntime's intra-op pool does.
+
+A kernel whose work falls into independent rows (elementwise ones; normalisations over
+trailing axes) hands `for_rows` a function of a row slice. Above the size where a thread
+handoff pays for itself, slices run on a shared pool while the calling thread takes the
+first. Every row is computed exactly as it would be alone, so results never depend on the
+thread count. numpy releases the GIL inside its loops, which is what makes this pay.
+
+MNRT_THREADS sets the thread count (default: the cores this process may use; 1: no pool).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ...errors import InvalidArgumentError
+
+ENV_THREADS = "MNRT_THREADS"
+MAX_THREADS = 256
+# Elements x flops per element below which one thread wins: a handoff costs ~10-20 us.
+MIN_WORK_PER_THREAD = 1 << 17
+
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_threads: int | None = None
+
+
+def threads() -> int:
+    """How many threads a kernel may use: MNRT_THREADS, else the cores this process may use.
+    Read once; devices read it when they open, so a bad value is reported there."""
+    global _threads
+    if _threads is None:
+        raw = os.environ.get(ENV_THREADS)
+        if raw is None:
+            usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ()
+            _threads = len(usable) or os.cpu_count() or 1
+        else:
+            try:
+                _threads = int(raw)
+            except ValueError:
+                _threads = 0
+            if not 1 <= _threads <= MAX_THREADS:
+                _threads = None
+                raise InvalidArgumentError(
+                    f"{ENV_THREADS}={raw!r}: set it to a whole number of threads from 1 to "
+                    f"{MAX_THREADS} (1 runs every kernel on one thread)"
+                )
+    return _threads
+
+
+def _get_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(threads() - 1, thread_name_prefix="mnrt-kernel")
+        return _pool
+
+
+def worth(work: float) -> bool:
+    """Whether `work` (elements times flops per element) is enough to split at all."""
+    return work >= 2 * MIN_WORK_PER_THREAD and threads() > 1
+
+
+def for_rows(fn: Callable[[slice], object], rows: int, work_per_row: float) -> None:
+    """Call fn(slice) over slices covering range(rows), in parallel when the work (elements
+    times flops per element, summed over rows) is large enough."""
+    n = min(threads(), rows, int(rows * work_per_row // MIN_WORK_PER_THREAD))
+    if n <= 1:
+        fn(slice(0, rows))
+        return
+    bounds = [rows * i // n for i in range(n + 1)]
+    errstate = np.geterr()  # the caller's floating-point policy holds in pool threads too
+
+    def task(part: slice) -> None:
+        with np.errstate(**errstate):
+            fn(part)
+
+    pool = _get_pool()
+    futures = [pool.submit(task, slice(a, b)) for a, b in itertools.pairwise(bounds[1:])]
+    try:
+        fn(slice(bounds[0], bounds[1]))
+    finally:
+        for f in futures:
+            f.result()
+
+
+def by_rows(
+    fn: Callable[[np.ndarray, np.ndarray], object],
+    x: np.ndarray,
+    out: np.ndarray | None,
+    axis: int,
+    flops: float,
+) -> np.ndarray:
+    """Apply fn(x rows, out rows), which writes its result into its second argument, over x
+    seen as [rows, *x.shape[axis:]]: the axes before `axis` joined into independent rows
+    (all of them for an elementwise kernel). Returns the array written: `out`, or a new one
+    when out is missing or not contiguous (the store then copies it where it belongs)."""
+    if out is None or not out.flags.c_contiguous:
+        out = np.empty(x.shape, x.dtype)
+    rows = math.prod(x.shape[:axis])
+    xr, outr = x.reshape(rows, *x.shape[axis:]), out.reshape(rows, *x.shape[axis:])
+    if worth(x.size * flops):
+        for_rows(lambda part: fn(xr[part], outr[part]), rows, x.size / max(rows, 1) * flops)
+    else:
+        fn(xr, outr)
+    return out

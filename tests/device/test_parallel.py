@@ -1,0 +1,102 @@
+"""Kernels split over host threads: every row exactly once, results that do not depend on
+the thread count, errors and floating-point policy carried across, bad MNRT_THREADS."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kernel_harness import operand, run
+
+import mnrt
+from mnrt.device.kernels import parallel
+
+
+@pytest.fixture
+def threads(monkeypatch):
+    """Set the thread count, and make every call large enough to split."""
+
+    def use(n: int) -> None:
+        monkeypatch.setattr(parallel, "_threads", n)
+        monkeypatch.setattr(parallel, "MIN_WORK_PER_THREAD", 1)
+
+    return use
+
+
+@settings(max_examples=50, deadline=None)
+@given(rows=st.integers(0, 40), n=st.integers(1, 6))
+def test_for_rows_covers_every_row_once(rows, n):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(parallel, "_threads", n)
+        mp.setattr(parallel, "MIN_WORK_PER_THREAD", 1)
+        seen = np.zeros(rows, np.int64)
+        lock = threading.Lock()
+
+        def mark(part: slice) -> None:
+            with lock:
+                seen[part] += 1
+
+        parallel.for_rows(mark, rows, 1.0)
+        assert (seen == 1).all()
+
+
+@pytest.mark.parametrize(
+    ("name", "attrs", "shape"),
+    [
+        ("gelu", {}, (37, 129)),
+        ("erf", {}, (5, 3, 64)),
+        ("exp", {}, (1001,)),
+        ("softmax", {"axis": -1}, (6, 7, 50)),
+        ("softmax", {"axis": 1}, (6, 7, 50)),
+        ("log_softmax", {"axis": 0}, (9, 40)),
+        ("layernorm", {"axis": 1}, (11, 4, 30)),
+        ("rmsnorm", {"axis": -1}, (13, 64)),
+    ],
+)
+@pytest.mark.parametrize("dtype", ["float", "half"])
+def test_results_do_not_depend_on_the_thread_count(threads, name, attrs, shape, dtype):
+    x = operand(np.random.default_rng(3).standard_normal(shape) * 3, dtype)
+    threads(1)
+    one = run(name, x, **attrs)
+    for n in (2, 3, 8):
+        threads(n)
+        np.testing.assert_array_equal(run(name, x, **attrs), one)
+
+
+def test_a_failing_row_raises_in_the_caller(threads):
+    threads(4)
+
+    def fail_late(part: slice) -> None:
+        if part.start > 0:
+            raise ValueError(f"row {part.start}")
+
+    with pytest.raises(ValueError, match="row"):
+        parallel.for_rows(fail_late, 8, 1.0)
+
+
+def test_pool_threads_follow_the_callers_floating_point_policy(threads):
+    threads(4)
+    x = np.full(4096, 1000.0, np.float32)
+    out = np.empty_like(x)
+    split = lambda xr, outr: np.exp(xr, out=outr)  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(over="ignore"):
+            parallel.by_rows(split, x, out, 1, 1.0)
+    assert np.isinf(out).all()
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError):
+        parallel.by_rows(split, x, out, 1, 1.0)
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "lots", "100000"])
+def test_a_bad_thread_count_is_reported_when_a_device_opens(monkeypatch, value):
+    monkeypatch.setenv(parallel.ENV_THREADS, value)
+    monkeypatch.setattr(parallel, "_threads", None)
+    with pytest.raises(mnrt.InvalidArgumentError, match="MNRT_THREADS"):
+        mnrt.open_device(0)
+    monkeypatch.setenv(parallel.ENV_THREADS, "3")
+    assert parallel.threads() == 3
