@@ -22,12 +22,12 @@ import xxhash
 from ..capture import capture, compare_to_golden
 from ..errors import InvalidArgumentError
 from ..host import Buffer, CommandQueue, Device, open_device
-from . import serialize
+from . import layout, placement, serialize
 from .builder import GraphBuilder
 from .ir import Graph
 from .lower import Lowered, lower
 from .options import CompileOptions, resolve
-from .passes import AFTER_FLOAT_DTYPE, PIPELINES, apply_float_dtype, assign_layouts
+from .passes import AFTER_FLOAT_DTYPE, PIPELINES, apply_float_dtype
 from .schedule import peak_live_bytes, schedule
 
 
@@ -233,6 +233,13 @@ class CompiledFunction:
             "memory": {
                 "peak_live_bytes": peak_live_bytes(self.graph),
                 "buffers": self.lowered.distinct_buffers,
+                "on_chip": placement.summary(self.graph, self.options["sram_budget"]),
+            },
+            "layout": {
+                "planner": self.options["layout_planner"],
+                **layout.summary(
+                    self.graph, self.options["layout_spec"], self.options["gemm_layout_spec"]
+                ),
             },
             "total": {
                 "flops": totals.flops,
@@ -378,7 +385,15 @@ class Context:
         steps.append(
             ("schedule", lambda g: schedule(g, opts["scheduler"], opts["sa_expected_run_iters"]))
         )
-        steps.append(("layout", lambda g: assign_layouts(g, opts["layout_planner"])))
+        steps.append(("placement", lambda g: placement.place(g, opts["sram_budget"])))
+        steps.append(
+            (
+                "layout",
+                lambda g: layout.assign_layouts(
+                    g, opts["layout_planner"], opts["layout_spec"], opts["gemm_layout_spec"]
+                ),
+            )
+        )
         for name, step in steps:
             t0 = time.perf_counter()
             optimised = step(optimised)

@@ -19,6 +19,7 @@ from ..device.kernels import TensorSpec, lookup
 from ..errors import DTypeError, InvalidArgumentError, MnrtError, ShapeError
 
 INPUT, PARAM, TEMP = "input", "param", "temp"
+MATRIX_OPS = frozenset({"gemm", "conv2d"})  # kernels on the matrix unit (MAU)
 
 
 class GraphError(InvalidArgumentError):

@@ -8,11 +8,13 @@ explicitly override the file's. Unknown options are errors that list the valid o
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidArgumentError
+from .layout import parse as parse_layout
 from .schedule import SCHEDULERS
 
 PRESETS = Path(__file__).with_name("presets")
@@ -28,6 +30,7 @@ class Option:
     doc: str
     choices: tuple | None = None
     kind: type = str
+    parse: Callable[..., Any] | None = None  # checks a non-empty value (raises if bad)
 
 
 OPTIONS: dict[str, Option] = {
@@ -43,13 +46,22 @@ OPTIONS: dict[str, Option] = {
         SCHEDULERS,
     ),
     "layout_planner": Option("row_major", "tensor layouts: row_major", ("row_major",)),
-    "sram_budget": Option(0, "bytes of on-chip memory the planner may use (0: all)", kind=int),
+    "sram_budget": Option(
+        0, "bytes of PE local memory temporaries may stay in (0: all of it)", kind=int
+    ),
     "sa_expected_run_iters": Option(
         1000, "simulated-annealing steps of scheduler=anneal", kind=int
     ),
     "out_onnx": Option("", "also write the optimised graph here as ONNX"),
-    "layout_spec": Option("", "MN-Core layout notation for activations, e.g. ((8_L2B:1),)"),
-    "gemm_layout_spec": Option("", "MN-Core layout notation for GEMM operands"),
+    "layout_spec": Option(
+        "",
+        "MN-Core layout of activations of its shape, e.g. ((8_L2B:1, 4:2, 8_L1B:1), (2:1, "
+        "4_PE:1, 2_W:1))",
+        parse=parse_layout,
+    ),
+    "gemm_layout_spec": Option(
+        "", "MN-Core layout of GEMM/conv operands of its shape", parse=parse_layout
+    ),
 }
 
 
@@ -72,6 +84,11 @@ def _check(name: str, value: Any) -> Any:
         raise OptionError(f"option {name}={value!r}: expected a string")
     if spec.choices is not None and value not in spec.choices:
         raise OptionError(f"option {name}={value!r}: valid values are {', '.join(spec.choices)}")
+    if spec.parse is not None and value:
+        try:
+            spec.parse(value, what=f"option {name}")
+        except InvalidArgumentError as e:
+            raise OptionError(str(e)) from None
     return value
 
 

@@ -8,10 +8,9 @@ from collections.abc import Callable
 import numpy as np
 
 from ..device import dtypes as dt
-from .ir import PARAM, TEMP, Graph, Node, Value
+from .ir import MATRIX_OPS, PARAM, TEMP, Graph, Node, Value
 
 _FLOATS = {dt.FLOAT, dt.DOUBLE, dt.HALF, dt.FLOAT16}
-_MATRIX = {"gemm", "conv2d"}
 _PRECISION = {"float": dt.FLOAT, "double": dt.DOUBLE, "half": dt.HALF}
 
 
@@ -36,7 +35,7 @@ def apply_float_dtype(graph: Graph, mode: str) -> Graph:
 def _mixed(g: Graph) -> Graph:
     nodes: list[Node] = []
     for node in g.nodes:
-        if node.op not in _MATRIX or g.values[node.inputs[0]].dtype is not dt.FLOAT:
+        if node.op not in MATRIX_OPS or g.values[node.inputs[0]].dtype is not dt.FLOAT:
             nodes.append(node)
             continue
         inputs = []
@@ -84,15 +83,6 @@ def _widens(narrow: dt.DType, wide: dt.DType) -> bool:
     formats here whenever the wider one has more bits (even the 1-6-9 half's range and
     precision fit in float32)."""
     return narrow in _FLOATS and wide in _FLOATS and wide.itemsize > narrow.itemsize
-
-
-def assign_layouts(graph: Graph, planner: str) -> Graph:
-    """Record each value's memory layout. The emulated kernels read and write dense
-    row-major arrays, the one layout the row_major planner assigns; l3ir.txt shows it."""
-    g = copy.deepcopy(graph)
-    for v in g.values.values():
-        v.layout = planner
-    return g
 
 
 def _fresh(g: Graph, stem: str, dtype: dt.DType) -> str:
@@ -222,7 +212,7 @@ def _absorb_into_matrix_kernels(graph: Graph, absorb: Callable[[Graph, Node, Nod
             continue
         base = g.nodes[src]
         # Once its result is activated in the epilogue, nothing more folds into a kernel.
-        if base.op not in _MATRIX or base.attrs.get("epilogue", "none") != "none":
+        if base.op not in MATRIX_OPS or base.attrs.get("epilogue", "none") != "none":
             continue
         if not absorb(g, node, base):
             continue

@@ -40,6 +40,9 @@ class DeviceSpec:
     l1b_per_l2b: int = 8
     mab_per_l1b: int = 16
     pe_per_mab: int = 4
+    # A PE's local memory is addressed in 64-bit long words of two 32-bit words (the `W`
+    # unit of the MN-Core layout notation).
+    words_per_long_word: int = 2
 
     # Memories [MLSDK 7.1.2]. LM and GRF come in two banks per PE.
     lm_bytes_per_pe: int = 2 * 16 * KiB

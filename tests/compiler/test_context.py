@@ -157,6 +157,7 @@ def test_codegen_dir_holds_everything_and_loads_without_compiling(ctx, tmp_path)
         "common_subexpressions",
         "cancel_round_trip_casts",
         "schedule",
+        "placement",
         "layout",
         "lower",
         "light binary",
@@ -195,7 +196,8 @@ def test_codegen_debug_env_dumps_the_graph_after_every_phase(ctx, tmp_path):
         "debug_00_import.txt",
         "debug_01_float_dtype.txt",
         "debug_02_schedule.txt",
-        "debug_03_layout.txt",
+        "debug_03_placement.txt",
+        "debug_04_layout.txt",
     ]
     ctx.compile(b, {"x": x}, codegen_dir=tmp_path / "cg2", options={"option_json": "O2"})
     assert not list((tmp_path / "cg2").glob("debug_*.txt"))

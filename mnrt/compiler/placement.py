@@ -1,0 +1,81 @@
+"""Where each value lives: on-chip local memory within `sram_budget`, else DRAM.
+
+Walking the scheduled nodes in order, each temporary a node writes goes to the PEs' local
+memory ("lm") while the temporaries already there plus it fit the budget, and leaves it
+after its last reader; the rest spill to DRAM. Graph inputs, outputs and parameters are in
+DRAM: the host writes and reads them there. A budget of 0 is the whole chip's local memory.
+The emulated device keeps every buffer in its DRAM whatever is recorded; l3ir.txt and
+report.json show the placement.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+
+from ..device.spec import MNCORE2, DeviceSpec
+from .ir import TEMP, Graph
+
+ON_CHIP, DRAM = "lm", "dram"
+
+
+def on_chip_bytes(spec: DeviceSpec = MNCORE2) -> int:
+    """Local memory of every PE on the chip: what a budget of 0 means."""
+    pes = spec.groups * spec.l2b_per_group * spec.l1b_per_l2b * spec.mab_per_l1b
+    return pes * spec.pe_per_mab * spec.lm_bytes_per_pe
+
+
+def _nbytes(graph: Graph, name: str) -> int:
+    v = graph.values[name]
+    return math.prod(v.shape) * v.dtype.itemsize
+
+
+def _walk(graph: Graph, on_chip: Callable[[str, int], bool]) -> int:
+    """Go through the nodes in order, asking `on_chip(value, live bytes)` of each value a
+    node writes; a value on chip is freed after its last reader. Returns the peak."""
+    last = graph.last_uses()
+    live = peak = 0
+    for i, node in enumerate(graph.nodes):
+        for name in node.outputs:
+            if on_chip(name, live):
+                live += _nbytes(graph, name)
+        peak = max(peak, live)
+        for name in {*node.inputs, *node.outputs}:
+            if graph.values[name].location == ON_CHIP and last.get(name, i) == i:
+                live -= _nbytes(graph, name)
+    return peak
+
+
+def _temporaries(graph: Graph) -> list[str]:
+    outputs = set(graph.outputs)
+    return [n for n, v in graph.values.items() if v.role == TEMP and n not in outputs]
+
+
+def place(graph: Graph, budget: int, spec: DeviceSpec = MNCORE2) -> Graph:
+    g = copy.deepcopy(graph)
+    budget = budget or on_chip_bytes(spec)
+    temps = set(_temporaries(g))
+    for v in g.values.values():
+        v.location = DRAM
+
+    def on_chip(name: str, live: int) -> bool:
+        if name in temps and live + _nbytes(g, name) <= budget:
+            g.values[name].location = ON_CHIP
+        return g.values[name].location == ON_CHIP
+
+    _walk(g, on_chip)
+    return g
+
+
+def summary(graph: Graph, budget: int, spec: DeviceSpec = MNCORE2) -> dict:
+    """report.json's account: the budget, the most bytes on chip at once, and how many
+    temporaries stayed on chip or spilled."""
+    peak = _walk(graph, lambda name, live: graph.values[name].location == ON_CHIP)
+    on_chip = sum(graph.values[n].location == ON_CHIP for n in _temporaries(graph))
+    return {
+        "budget_bytes": budget or on_chip_bytes(spec),
+        "peak_on_chip_bytes": peak,
+        "on_chip_values": on_chip,
+        "spilled_values": len(_temporaries(graph)) - on_chip,
+    }
