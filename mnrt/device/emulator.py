@@ -17,9 +17,10 @@ import xxhash
 
 from ..errors import DeviceExecutionError
 from . import cost as cost_model
+from . import parallel
 from .dtypes import DType
 from .host_pages import keep_freed_pages
-from .kernels import KernelDef, Out, TensorSpec, parallel
+from .kernels import KernelDef, Out, TensorSpec
 from .memory import DeviceMemory
 from .spec import MNCORE2, DeviceSpec
 

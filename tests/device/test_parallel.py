@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from kernel_harness import operand, run
 
 import mnrt
-from mnrt.device.kernels import parallel
+from mnrt.device import parallel
 
 
 @pytest.fixture

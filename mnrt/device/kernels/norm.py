@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import KernelAttributeError, ShapeError
-from . import parallel
+from .. import parallel
 from .common import normalize_axis, require_float, same_dtype, streaming_cost
 from .registry import Attr, KernelDef, OutSpec, register
 

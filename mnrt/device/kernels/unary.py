@@ -10,7 +10,7 @@ import numpy as np
 
 from ...errors import DTypeError
 from .. import dtypes as dt
-from . import parallel
+from .. import parallel
 from .common import streaming_cost
 from .registry import Attr, KernelDef, OutSpec, register
 

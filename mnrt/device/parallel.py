@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ...errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 ENV_THREADS = "MNRT_THREADS"
 MAX_THREADS = 256
