@@ -39,7 +39,7 @@ class EmulatedDevice:
     # --- memory -------------------------------------------------------------------
     def allocate(self, shape: tuple[int, ...], dtype: DType, what: str) -> tuple[int, np.ndarray]:
         """Reserve DRAM for an array; return (address, a storage-dtype view of it)."""
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         address, raw = self.memory.allocate(nbytes, what)
         return address, raw.view(dtype.storage).reshape(shape)
 

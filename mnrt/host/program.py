@@ -7,8 +7,9 @@ same program on the same buffers again costs a dict lookup. Plans are dropped wh
 they use is freed.
 
 Shape inference and pricing depend only on a kernel's operand shapes, dtypes and
-attributes, so their results are also kept across programs and devices (`_SIGNATURES`): a
-replay that opens a fresh device every loop validates its programs at the cost of binding.
+attributes, so their results are also kept across programs and devices (`_SIGNATURES`), per
+kernel and per whole program: a replay that opens a fresh device every loop validates its
+programs at the cost of binding.
 """
 
 from __future__ import annotations
@@ -135,6 +136,10 @@ class Program:
             seen.update(dict.fromkeys(k.inputs + k.outputs))
         self.slots = tuple(seen)
         self._plans: dict[tuple[int, ...], Plan] = {}
+        # What the checks and prices depend on besides the bound buffers' specs.
+        self._signature = tuple(
+            (k.op, k.inputs, k.outputs, tuple(k.attrs.items())) for k in self.kernels
+        )
 
     def _plan(self, bindings: Mapping[str, Buffer]) -> Plan:
         if not isinstance(bindings, Mapping):
@@ -184,7 +189,27 @@ class Program:
                 )
             buf._check_device(self.device, f"slot '{slot}':")
         backend = self.device._backend
+        key = (self._signature, tuple(bindings[s].spec for s in self.slots), backend.spec)
+        prices = _memo(key, self._check_kernels, bindings, backend)
         steps = []
+        for k, modelled in zip(self.kernels, prices):
+            ins = tuple(bindings[s] for s in k.inputs)
+            outs = tuple(bindings[s] for s in k.outputs)
+            bound = backend.bind(
+                k.kdef,
+                k.attrs,
+                [(b._bits, b.dtype) for b in ins],
+                [(b._bits, b.dtype) for b in outs],
+            )
+            steps.append(Step(k.kdef, ins, outs, bound, modelled))
+        return Plan.of(steps, tuple(bindings[s] for s in self.slots))
+
+    def _check_kernels(self, bindings: Mapping[str, Buffer], backend: Any) -> tuple:
+        """Each kernel's inferred outputs checked against its bound buffers, and its price.
+        Depends only on the kernels and the buffers' specs, so a program validated on
+        buffers of the same shapes and dtypes (a fresh device every replay loop) is not
+        checked again."""
+        prices = []
         for i, k in enumerate(self.kernels):
             where = f"program '{self.name}' kernel {i} '{k.op}'"
             ins = tuple(bindings[s] for s in k.inputs)
@@ -216,14 +241,8 @@ class Program:
                 list(out_specs),
                 k.attrs,
             )
-            bound = backend.bind(
-                k.kdef,
-                k.attrs,
-                [(b._bits, b.dtype) for b in ins],
-                [(b._bits, b.dtype) for b in outs],
-            )
-            steps.append(Step(k.kdef, ins, outs, bound, modelled))
-        return Plan.of(steps, tuple(bindings[s] for s in self.slots))
+            prices.append(modelled)
+        return tuple(prices)
 
     def __repr__(self) -> str:
         return f"Program('{self.name}', {len(self.kernels)} kernels, slots={list(self.slots)})"
