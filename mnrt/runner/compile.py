@@ -13,7 +13,14 @@ from .. import errors
 
 
 def _preset_options(command):
-    """-O and --float-dtype, which demo and compile share."""
+    """-O, --float-dtype and --option, which demo and compile share."""
+    command = click.option(
+        "--option",
+        "option_specs",
+        multiple=True,
+        metavar="NAME=VALUE",
+        help="Any compile option, e.g. scheduler=min_memory (wins over -O's preset).",
+    )(command)
     command = click.option(
         "--float-dtype", type=click.Choice(["mixed", "half", "float", "double"]), default=None
     )(command)
@@ -22,8 +29,10 @@ def _preset_options(command):
     )(command)
 
 
-def _options(preset: str, float_dtype: str | None) -> dict[str, str]:
-    return {"option_json": preset, **({"float_dtype": float_dtype} if float_dtype else {})}
+def _options(preset: str, float_dtype: str | None, option_specs: tuple[str, ...]) -> dict:
+    options = {"option_json": preset, **({"float_dtype": float_dtype} if float_dtype else {})}
+    options.update(_pair(s, "name=value, e.g. scheduler=min_memory") for s in option_specs)
+    return options
 
 
 @click.command()
@@ -42,14 +51,14 @@ def _options(preset: str, float_dtype: str | None) -> dict[str, str]:
     default=None,
     help="Keep the light binary here (default: a temporary file).",
 )
-def demo(model, preset, float_dtype, output) -> None:
+def demo(model, preset, float_dtype, option_specs, output) -> None:
     """Compile a bundled model, run it, capture it into a light binary and replay that."""
     from ..compiler import Context
     from ..compiler.models import MODELS
     from ..replay import replay
 
     builder, inputs = MODELS[model]()
-    options = _options(preset, float_dtype)
+    options = _options(preset, float_dtype, option_specs)
     with tempfile.TemporaryDirectory() as tmp, Context() as ctx:
         compiled = ctx.compile(builder, inputs, options=options)
         outputs = {k: v.cpu() for k, v in compiled(inputs).items()}
@@ -92,14 +101,7 @@ def _pair(spec: str, form: str) -> tuple[str, str]:
     metavar="NAME=FILE.npy|random",
     help="An input's data; inputs not given are random.",
 )
-@click.option(
-    "--option",
-    "option_specs",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="Any compile option, e.g. scheduler=min_memory (wins over -O's preset).",
-)
-def compile_cmd(model, output, preset, float_dtype, codegen_dir, input_specs, option_specs):
+def compile_cmd(model, output, preset, float_dtype, option_specs, codegen_dir, input_specs):
     """Compile an ONNX model to a light binary (goldens from ONNX's reference evaluator)."""
     from ..compiler import Context
     from ..compiler.onnx_frontend import from_onnx
@@ -126,8 +128,7 @@ def compile_cmd(model, output, preset, float_dtype, codegen_dir, input_specs, op
                 raise errors.InvalidArgumentError(
                     f"input {name}: cannot load {source}: {e}"
                 ) from None
-    options = _options(preset, float_dtype)
-    options.update(_pair(s, "name=value, e.g. scheduler=min_memory") for s in option_specs)
+    options = _options(preset, float_dtype, option_specs)
     with Context() as ctx:
         compiled = ctx.compile(model, inputs, codegen_dir=codegen_dir, options=options)
         compiled.save_binary(output)

@@ -37,3 +37,12 @@ def test_demo_command(tmp_path):
     assert r.exit_code == 0, r.output
     assert "float_dtype=mixed" in r.output and "PASS" in r.output
     assert mnrt.replay(out).passed
+
+
+def test_demo_takes_any_compile_option():
+    r = CliRunner().invoke(cli, ["demo", "--model", "mlp", "--option", "scheduler=min_memory"])
+    assert r.exit_code == 0 and "PASS" in r.output, r.output
+    r = CliRunner().invoke(cli, ["demo", "--model", "mlp", "--option", "layout_spec=((8_Q),)"])
+    assert r.exit_code == 2 and "unknown unit 'Q'" in r.output
+    r = CliRunner().invoke(cli, ["demo", "--option", "scheduler"])
+    assert r.exit_code == 2 and "name=value" in r.output
