@@ -44,7 +44,7 @@ _NAN = float("nan")
 def _program_desc(prog: Program) -> ProgramDescT:
     kernels = []
     for k in prog.kernels:
-        schema = k.kdef.attrs
+        schema = k.kdef.accepted_attrs
         kernels.append(
             KernelDescT(
                 op=k.op,

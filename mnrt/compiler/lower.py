@@ -4,7 +4,8 @@ Every graph value becomes a program slot of the same name. Inputs, parameters an
 get buffers of their own; a temporary takes a buffer that an earlier temporary of the same
 shape and dtype no longer needs (its last reader has run), else a new one. A buffer freed
 by node i is reused from node i+1 on, so no kernel reads and writes one buffer unless the
-graph says so.
+graph says so. Kernels whose operands placement kept in PE local memory say so in their
+`onchip` attribute.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 
 from ..device.dtypes import DType
 from ..host import Buffer, Device, Kernel, Program
-from .ir import INPUT, PARAM, Graph
+from .ir import INPUT, PARAM, Graph, Node
+from .placement import ON_CHIP
 
 
 @dataclass
@@ -61,6 +63,14 @@ def plan_buffers(graph: Graph, dev: Device) -> dict[str, Buffer]:
 
 def lower(graph: Graph, dev: Device) -> Lowered:
     bindings = plan_buffers(graph, dev)
-    kernels = [Kernel(n.op, n.inputs, n.outputs, n.attrs) for n in graph.nodes]
+    kernels = [Kernel(n.op, n.inputs, n.outputs, _with_placement(graph, n)) for n in graph.nodes]
     program = dev.create_program(kernels, name=graph.name)
     return Lowered(graph, program, {slot: bindings[slot] for slot in program.slots})
+
+
+def _with_placement(graph: Graph, node: Node) -> dict:
+    """The node's attributes, plus `onchip`: the operands placement kept in local memory
+    (so the timing model prices them as on-chip traffic)."""
+    operands = [*node.inputs, *node.outputs]
+    onchip = tuple(i for i, name in enumerate(operands) if graph.values[name].location == ON_CHIP)
+    return {**node.attrs, "onchip": onchip} if onchip else dict(node.attrs)

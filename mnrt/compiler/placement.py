@@ -4,8 +4,9 @@ Walking the scheduled nodes in order, each temporary a node writes goes to the P
 memory ("lm") while the temporaries already there plus it fit the budget, and leaves it
 after its last reader; the rest spill to DRAM. Graph inputs, outputs and parameters are in
 DRAM: the host writes and reads them there. A budget of 0 is the whole chip's local memory.
-The emulated device keeps every buffer in its DRAM whatever is recorded; l3ir.txt and
-report.json show the placement.
+Lowering tells each kernel which of its operands stay on chip (its `onchip` attribute), which
+the timing model prices as on-chip rather than DRAM traffic; l3ir.txt and report.json show
+the placement. The emulated device computes on its buffers wherever they are placed.
 """
 
 from __future__ import annotations

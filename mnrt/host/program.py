@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any
 from ..device.cost import Modelled
 from ..device.emulator import BoundKernel
 from ..device.kernels import KernelDef, lookup
-from ..errors import BindingError, DTypeError, InvalidArgumentError, ShapeError
+from ..errors import (
+    BindingError,
+    DTypeError,
+    InvalidArgumentError,
+    KernelAttributeError,
+    ShapeError,
+)
 from .buffer import Buffer
 
 if TYPE_CHECKING:
@@ -71,6 +77,13 @@ class Kernel:
         if len(set(self.outputs)) != len(self.outputs):
             raise BindingError(f"kernel '{self.op}' writes slot twice: {self.outputs}")
         object.__setattr__(self, "attrs", kdef.check_attrs(self.attrs))
+        onchip = self.attrs.get("onchip", ())
+        operands = len(self.inputs) + len(self.outputs)
+        if len(set(onchip)) != len(onchip) or not all(0 <= p < operands for p in onchip):
+            raise KernelAttributeError(
+                f"kernel '{self.op}': attribute 'onchip' lists operand positions 0..."
+                f"{operands - 1} (inputs, then outputs), each once; got {onchip}"
+            )
 
     @property
     def kdef(self) -> KernelDef:

@@ -17,6 +17,8 @@ from mnrt.compiler import layout as L
 from mnrt.compiler.models import MODELS
 from mnrt.compiler.options import OptionError, resolve
 from mnrt.compiler.placement import ON_CHIP, on_chip_bytes
+from mnrt.device import dtypes as dt
+from mnrt.device.kernels import TensorSpec, lookup
 
 # Layouts from PFN's public MN-Core material, with the shapes they describe.
 PUBLISHED = [
@@ -172,3 +174,40 @@ def test_sram_budget_places_temporaries_on_chip_within_it(ctx, tmp_path):
     assert report["memory"]["on_chip"]["on_chip_values"] == 0 and "@lm" not in l3ir
     assert all(v.location == "dram" for v in compiled.graph.values.values())
     assert report["memory"]["on_chip"]["peak_on_chip_bytes"] == 0
+
+
+def test_on_chip_operands_are_priced_as_on_chip_traffic():
+    dev = mnrt.open_device(0)
+    try:
+        relu = lookup("relu")
+        spec = TensorSpec((1024,), dt.FLOAT)
+        costs = [
+            dev._backend.kernel_cost(relu, [spec], [spec], relu.check_attrs(attrs))
+            for attrs in ({}, {"onchip": (0,)}, {"onchip": (0, 1)})
+        ]
+    finally:
+        dev.close()
+    assert [c.dram_bytes for c in costs] == [8192.0, 4096.0, 0.0]
+    assert costs[0].time_s > costs[2].time_s and costs[0].energy_j > costs[1].energy_j
+    for bad in ((2,), (0, 0), (-1,)):
+        with pytest.raises(mnrt.KernelAttributeError, match="'onchip' lists operand positions"):
+            mnrt.Kernel("relu", ["x"], ["y"], {"onchip": bad})
+
+
+def test_sram_budget_changes_modelled_time_and_energy_consistently(ctx, tmp_path):
+    builder, inputs = MODELS["transformer"]()
+    runs = {}
+    for budget in (1, 0):  # nothing on chip; every temporary on chip
+        compiled = ctx.compile(builder, inputs, options={"sram_budget": budget})
+        onchip = [k.attrs.get("onchip", ()) for k in compiled.lowered.program.kernels]
+        assert any(onchip) == (budget == 0)
+        path = tmp_path / f"b{budget}.mnlb"
+        compiled.save_binary(path)
+        replayed = mnrt.replay(path)
+        assert replayed.passed
+        runs[budget] = (compiled.report([])["total"], replayed.timings)
+    (dram, dram_replay), (chip, chip_replay) = runs[1], runs[0]
+    assert chip["device_time_s"] < dram["device_time_s"] and chip["energy_j"] < dram["energy_j"]
+    # The binary carries the placement: its replay is priced the same way.
+    saved = dram["device_time_s"] - chip["device_time_s"]
+    assert dram_replay["device_time_s"] - chip_replay["device_time_s"] == pytest.approx(saved)

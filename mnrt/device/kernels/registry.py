@@ -123,6 +123,17 @@ class Attr:
         return canon
 
 
+# Attributes every kernel takes besides its own; unlike those they have no default filled in.
+COMMON_ATTRS: dict[str, Attr] = {
+    "onchip": Attr(
+        "ints",
+        (),
+        "operands (inputs, then outputs, by position) the program keeps in PE local memory "
+        "around this kernel: the timing model prices their bytes as on-chip traffic, not DRAM",
+    ),
+}
+
+
 InferFn = Callable[[Sequence[TensorSpec | None], Mapping[str, Any]], list[OutSpec]]
 ComputeFn = Callable[[Sequence[np.ndarray | None], Mapping[str, Any], Sequence[Out]], list]
 CostFn = Callable[[Sequence[TensorSpec | None], Sequence[TensorSpec], Mapping[str, Any]], Cost]
@@ -153,12 +164,17 @@ class KernelDef:
         object.__setattr__(self, "_min_inputs", required)
         object.__setattr__(self, "_max_inputs", float("inf") if variadic else len(self.inputs))
 
+    @property
+    def accepted_attrs(self) -> dict[str, Attr]:
+        """Its own attributes, then the ones every kernel takes."""
+        return {**self.attrs, **COMMON_ATTRS}
+
     def check_attrs(self, attrs: Mapping[str, Any] | None) -> dict[str, Any]:
         """Validated attributes with defaults filled in."""
         attrs = dict(attrs or {})
-        unknown = sorted(set(attrs) - set(self.attrs))
+        unknown = sorted(set(attrs) - set(self.accepted_attrs))
         if unknown:
-            valid = ", ".join(self.attrs) or "none"
+            valid = ", ".join(self.accepted_attrs)
             raise KernelAttributeError(
                 f"kernel '{self.name}' has no attribute {', '.join(map(repr, unknown))}; "
                 f"its attributes are: {valid}"
@@ -173,6 +189,9 @@ class KernelDef:
                 )
             else:
                 out[name] = schema.default
+        for name, schema in COMMON_ATTRS.items():
+            if name in attrs and name not in self.attrs:
+                out[name] = schema.check(self.name, name, attrs[name])
         return out
 
     def check_arity(self, n_inputs: int, n_outputs: int) -> None:
@@ -202,7 +221,7 @@ class KernelDef:
                     "doc": a.doc,
                     **({"choices": list(a.choices)} if a.choices else {}),
                 }
-                for n, a in self.attrs.items()
+                for n, a in self.accepted_attrs.items()
             },
         }
 
