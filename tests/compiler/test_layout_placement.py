@@ -72,7 +72,7 @@ def test_a_hostile_layout_is_refused_without_enumerating_it():
     start = time.perf_counter()
     with pytest.raises(L.LayoutError, match="share a local-memory address"):
         L.parse("((" + ", ".join(["2:1"] * 60) + "),)")
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 10  # a hang guard: enumerating would never end
 
 
 _UNITS = ["L2B", "L1B", "MAB", "PE", "W", None]
