@@ -63,6 +63,16 @@ def _get_pool() -> ThreadPoolExecutor:
         return _pool
 
 
+def _forget_pool_in_child() -> None:
+    """A forked child has none of the pool's threads: work sent to it would wait forever."""
+    global _pool, _lock
+    _pool, _lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
 def worth(work: float) -> bool:
     """Whether `work` (elements times flops per element) is enough to split at all."""
     return work >= 2 * MIN_WORK_PER_THREAD and threads() > 1

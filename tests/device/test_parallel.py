@@ -3,7 +3,9 @@ the thread count, errors and floating-point policy carried across, bad MNRT_THRE
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -100,3 +102,23 @@ def test_a_bad_thread_count_is_reported_when_a_device_opens(monkeypatch, value):
         mnrt.open_device(0)
     monkeypatch.setenv(parallel.ENV_THREADS, "3")
     assert parallel.threads() == 3
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_gets_a_pool_of_its_own(threads):
+    threads(4)
+    x = np.arange(4096, dtype=np.float32)
+    parallel.for_rows(lambda part: time.sleep(0.05), 4, 1.0)  # busy tasks: every thread starts
+    pid = os.fork()
+    if pid == 0:  # the child: splitting must not wait on the parent's threads
+        y = parallel.by_rows(lambda xr, outr: np.negative(xr, out=outr), x, None, 1, 1.0)
+        os._exit(0 if (y == -x).all() else 1)
+    deadline = time.monotonic() + 10  # a hang guard: a child left waiting never exits
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.01)
+    os.kill(pid, 9)
+    pytest.fail("the forked child hung splitting work over the parent's pool")
