@@ -24,7 +24,7 @@ def threads(monkeypatch):
 
     def use(n: int) -> None:
         monkeypatch.setattr(parallel, "_threads", n)
-        monkeypatch.setattr(parallel, "MIN_WORK_PER_THREAD", 1)
+        monkeypatch.setattr(parallel, "MIN_ELEMENTS_PER_THREAD", 1)
 
     return use
 
@@ -34,7 +34,7 @@ def threads(monkeypatch):
 def test_for_rows_covers_every_row_once(rows, n):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(parallel, "_threads", n)
-        mp.setattr(parallel, "MIN_WORK_PER_THREAD", 1)
+        mp.setattr(parallel, "MIN_ELEMENTS_PER_THREAD", 1)
         seen = np.zeros(rows, np.int64)
         lock = threading.Lock()
 
@@ -42,7 +42,7 @@ def test_for_rows_covers_every_row_once(rows, n):
             with lock:
                 seen[part] += 1
 
-        parallel.for_rows(mark, rows, 1.0)
+        parallel.for_rows(mark, rows, 1)
         assert (seen == 1).all()
 
 
@@ -77,7 +77,7 @@ def test_a_failing_row_raises_in_the_caller(threads):
             raise ValueError(f"row {part.start}")
 
     with pytest.raises(ValueError, match="row"):
-        parallel.for_rows(fail_late, 8, 1.0)
+        parallel.for_rows(fail_late, 8, 1)
 
 
 def test_pool_threads_follow_the_callers_floating_point_policy(threads):
@@ -88,10 +88,10 @@ def test_pool_threads_follow_the_callers_floating_point_policy(threads):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with np.errstate(over="ignore"):
-            parallel.by_rows(split, x, out, 1, 1.0)
+            parallel.by_rows(split, x, out, 1)
     assert np.isinf(out).all()
     with np.errstate(over="raise"), pytest.raises(FloatingPointError):
-        parallel.by_rows(split, x, out, 1, 1.0)
+        parallel.by_rows(split, x, out, 1)
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "lots", "100000"])
@@ -108,10 +108,10 @@ def test_a_bad_thread_count_is_reported_when_a_device_opens(monkeypatch, value):
 def test_a_forked_child_gets_a_pool_of_its_own(threads):
     threads(4)
     x = np.arange(4096, dtype=np.float32)
-    parallel.for_rows(lambda part: time.sleep(0.05), 4, 1.0)  # busy tasks: every thread starts
+    parallel.for_rows(lambda part: time.sleep(0.05), 4, 1)  # busy tasks: every thread starts
     pid = os.fork()
     if pid == 0:  # the child: splitting must not wait on the parent's threads
-        y = parallel.by_rows(lambda xr, outr: np.negative(xr, out=outr), x, None, 1, 1.0)
+        y = parallel.by_rows(lambda xr, outr: np.negative(xr, out=outr), x, None, 1)
         os._exit(0 if (y == -x).all() else 1)
     deadline = time.monotonic() + 10  # a hang guard: a child left waiting never exits
     while time.monotonic() < deadline:

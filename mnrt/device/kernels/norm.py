@@ -47,7 +47,7 @@ def _softmax_kernel(name: str, log: bool, doc: str) -> KernelDef:
         with np.errstate(invalid="ignore", divide="ignore"):
             axis = normalize_axis(name, attrs["axis"], x.ndim)
             rows = lambda xr, outr: _softmax(xr, 1, log, outr)  # noqa: E731
-            return [parallel.by_rows(rows, x, outs[0].buf, axis, _FLOPS[name])]
+            return [parallel.by_rows(rows, x, outs[0].buf, axis)]
 
     return KernelDef(
         name=name,
@@ -119,7 +119,7 @@ def _norm_compute(name: str, rows, n_params: int):
         axis = normalize_axis(name, attrs["axis"], x.ndim)
         eps = attrs["epsilon"]
         fn = lambda xr, outr: rows(xr, *params, eps, outr)  # noqa: E731
-        return [parallel.by_rows(fn, x, dest, axis, _FLOPS[name])]
+        return [parallel.by_rows(fn, x, dest, axis)]
 
     return compute
 

@@ -133,14 +133,14 @@ EPILOGUES = ("none", "relu", "gelu", "sigmoid", "tanh", "silu")
 
 def _elementwise(name: str, x: np.ndarray, attrs: Mapping[str, Any], out: np.ndarray | None):
     """Unary op `name` of x into out (when it can take it), on several threads when large."""
-    fn, flops = _OPS[name][:2]
+    fn = _OPS[name][0]
 
     def rows(xr: np.ndarray, outr: np.ndarray) -> None:
         result = fn(xr, attrs, outr)
         if result is not outr:
             outr[...] = result
 
-    return parallel.by_rows(rows, x, out, x.ndim, flops)
+    return parallel.by_rows(rows, x, out, x.ndim)
 
 
 def epilogue(name: str, y: np.ndarray) -> np.ndarray:
