@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import threading
 import weakref
 from collections.abc import Sequence
@@ -70,6 +71,7 @@ class Device:
         self._trace_ids = itertools.count(1)
         self._names = itertools.count()
         self._closed = False
+        self._forked_from: int | None = None  # the parent's pid, in a forked child
 
     # --- lifetime -----------------------------------------------------------------
     def __enter__(self) -> Device:
@@ -207,6 +209,12 @@ class Device:
 
     # --- internals ----------------------------------------------------------------
     def _check_open(self) -> None:
+        if self._forked_from is not None:
+            raise DeviceClosedError(
+                f"device {self.index} ({self.name}) was opened by process {self._forked_from} "
+                "before it forked this one, whose copy has no queue workers; open devices in "
+                f"this process instead (mnrt.open_device({self.index}))"
+            )
         if self._closed:
             raise DeviceClosedError(
                 f"device {self.index} ({self.name}) is closed; open it again with "
@@ -260,6 +268,23 @@ def list_devices() -> list[boards.DeviceInfo]:
 
 
 @api("open_device")
+def _forget_parent_devices() -> None:
+    """In a forked child: the parent's open devices are copies whose queue workers do not
+    exist here, so commands sent to them would wait forever. They are closed, with an error
+    that says why, and their indices may be opened again."""
+    global _open_lock
+    _open_lock = threading.Lock()
+    parent = os.getppid()
+    for dev in _open.values():
+        dev._closed = True
+        dev._forked_from = parent
+    _open.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_parent_devices)
+
+
 def open_device(which: int | str = "auto") -> Device:
     """Open device `which` (an index), or with "auto" the lowest-numbered one not open."""
     with _open_lock:
