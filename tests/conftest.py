@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 import mnrt
@@ -26,3 +29,31 @@ def dev():
 @pytest.fixture
 def q(dev):
     return dev.command_queue(0)
+
+
+@pytest.fixture
+def in_forked_child():
+    """Run fn() in a forked child and return the int it returns (a raise gives 99). A child
+    still running after 10 s is killed and fails the test: a hang guard, not a timing."""
+    if not hasattr(os, "fork"):
+        pytest.skip("needs fork")
+
+    def run(fn) -> int:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                code = fn()
+            except BaseException:
+                code = 99
+            os._exit(code)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.01)
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung")
+
+    return run
