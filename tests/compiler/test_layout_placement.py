@@ -16,7 +16,8 @@ import mnrt
 from mnrt.compiler import layout as L
 from mnrt.compiler.models import MODELS
 from mnrt.compiler.options import OptionError, resolve
-from mnrt.compiler.placement import ON_CHIP, on_chip_bytes
+from mnrt.compiler.placement import ON_CHIP, on_chip_bytes, place
+from mnrt.compiler.placement import summary as placement_summary
 from mnrt.device import dtypes as dt
 from mnrt.device.kernels import TensorSpec, lookup
 
@@ -211,3 +212,26 @@ def test_sram_budget_changes_modelled_time_and_energy_consistently(ctx, tmp_path
     # The binary carries the placement: its replay is priced the same way.
     saved = dram["device_time_s"] - chip["device_time_s"]
     assert dram_replay["device_time_s"] - chip_replay["device_time_s"] == pytest.approx(saved)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    model=st.sampled_from(sorted(MODELS)),
+    seed=st.integers(0, 3),
+    fraction=st.floats(0.0, 1.2),
+)
+def test_placement_never_holds_more_than_the_budget_on_chip(model, seed, fraction):
+    graph = MODELS[model](seed=seed)[0].build()
+    everything = place(graph, 0)
+    full = placement_summary(everything, 0)["peak_on_chip_bytes"]
+    budget = max(1, int(full * fraction))
+    placed = place(graph, budget)
+    report = placement_summary(placed, budget)
+    assert report["peak_on_chip_bytes"] <= budget
+    temps = [n for n, v in placed.values.items() if v.role == "temp" and n not in placed.outputs]
+    assert report["on_chip_values"] + report["spilled_values"] == len(temps)
+    for name, v in placed.values.items():
+        if v.location == ON_CHIP:
+            assert name in temps
+    if budget >= full:
+        assert report["spilled_values"] == 0
