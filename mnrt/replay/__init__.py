@@ -70,7 +70,7 @@ def replay(
             checks = executor.checks()
         finally:
             executor.close()
-        report.add_loop(wall, device_time, energy, checks, executor.outputs)
+        report.add_loop(wall, device_time, energy, checks, executor.outputs, executor.host_s)
         if progress is not None:
             progress(loop + 1, loops)
     return report

@@ -7,6 +7,8 @@ compared once every queue has finished.
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +19,13 @@ from ..format.fb.CommandUnion import CommandUnion as U
 from ..host import Device, open_device
 from ..host.golden import Check, compare
 from .plan import BUFFER, DEVICE, PROGRAM, QUEUE, TRACE, Plan
+
+# Command type -> the host API name it replays, for timings.
+_COMMAND_NAMES = {
+    getattr(U, name): "_".join(re.findall("[A-Z][a-z]*", name)).lower()
+    for name in vars(U)
+    if not name.startswith("_") and name != "NONE" and isinstance(getattr(U, name), int)
+}
 
 
 class Executor:
@@ -41,6 +50,7 @@ class Executor:
         self.pending: list[tuple[str, int, np.ndarray, int, float, float]] = []
         self.outputs: dict[str, np.ndarray] = {}
         self.index = 0
+        self.host_s: dict[str, tuple[float, int]] = {}  # by command type: (seconds, count)
         self.handlers: dict[int, Callable[[Any], None]] = {
             U.OpenDevice: self.open_device,
             U.OpenQueue: self.open_queue,
@@ -65,11 +75,25 @@ class Executor:
             raise InvalidBinaryError(f"no {kind} with id {gid}", command=self.index) from None
 
     def run(self) -> None:
+        """Every command in order, then wait for every queue. `host_s` adds up the host's
+        time per command type (a blocking call's includes its wait for the device), and the
+        wait after the last command as `final_finish`."""
+        spent = dict.fromkeys(self.handlers, 0.0)
+        counts = dict.fromkeys(self.handlers, 0)
+        handlers, clock = self.handlers, time.perf_counter
+        before = clock()
         for index, command in enumerate(self.plan.binary.commands):
             self.index = index
-            self.handlers[command.cmdType](command.cmd)
+            kind = command.cmdType
+            handlers[kind](command.cmd)
+            now = clock()
+            spent[kind] += now - before
+            counts[kind] += 1
+            before = now
         for q in self.tables[QUEUE].values():
             q.finish()
+        self.host_s = {_COMMAND_NAMES[k]: (spent[k], counts[k]) for k in self.handlers if counts[k]}
+        self.host_s["final_finish"] = (clock() - before, 1)
 
     def close(self) -> None:
         for dev in self.tables[DEVICE].values():

@@ -25,6 +25,8 @@ class ReplayReport:
     device_time_s: float = 0.0
     energy_j: float = 0.0
     failed_loops: int = 0
+    # Host seconds and count per command type, of the fastest loop.
+    host_s: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     def add_loop(
         self,
@@ -33,7 +35,10 @@ class ReplayReport:
         energy_j: float,
         checks: list[Check],
         outputs: dict[str, np.ndarray],
+        host_s: dict[str, tuple[float, int]] | None = None,
     ) -> None:
+        if host_s is not None and wall_s <= min(self.loop_wall_s, default=math.inf):
+            self.host_s = host_s
         self.loop_wall_s.append(wall_s)
         self.device_time_s, self.energy_j = device_time_s, energy_j
         self.checks, self.outputs = checks, outputs
@@ -56,7 +61,15 @@ class ReplayReport:
             "wall_max_s": max(walls, default=0.0),
             "device_time_s": self.device_time_s,
             "energy_j": self.energy_j,
+            "host_s_by_command": {k: {"s": t, "count": n} for k, (t, n) in self.host_s.items()},
         }
+
+    def host_breakdown(self) -> str:
+        """Where the fastest loop's host time went, largest first, on one line."""
+        parts = sorted(self.host_s.items(), key=lambda kv: -kv[1][0])
+        return ", ".join(
+            f"{name} {t * 1e3:.3f} ms" + (f" x{n}" if n > 1 else "") for name, (t, n) in parts
+        )
 
     def to_dict(self) -> dict:
         return {

@@ -99,3 +99,4 @@ def bench(file, loops, device, as_json) -> None:
         f"median {t['wall_median_s'] * 1e3:.3f} ms, max {t['wall_max_s'] * 1e3:.3f} ms per loop; "
         f"load {t['load_s'] * 1e3:.2f} ms; modelled device time {t['device_time_s'] * 1e6:.2f} us"
     )
+    click.echo(f"fastest loop, host time by command: {report.host_breakdown()}")

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from click.testing import CliRunner
 
 import mnrt
 from mnrt.format import jsonio
+from mnrt.replay.executor import _COMMAND_NAMES
 from mnrt.runner.cli import cli
 
 SAMPLE = "samples/mlp.mnlb"  # captured by an earlier mnrt: the compatibility corpus
@@ -94,6 +96,19 @@ def test_verify_and_bench():
     assert r.exit_code == 0 and r.output.startswith("OK:")
     r = invoke("bench", SAMPLE, "--loops", 3)
     assert r.exit_code == 0 and "3 loops" in r.output and "median" in r.output
+    assert "host time by command: " in r.output and "create_buffer" in r.output
+
+
+def test_replay_times_the_host_per_command_type():
+    binary = mnrt.LightBinary.load("samples/traced_loop.mnlb")
+    report = mnrt.replay(binary, loops=2)
+    by_command = report.timings["host_s_by_command"]
+    kinds = Counter(_COMMAND_NAMES[c.cmdType] for c in binary.commands)
+    assert {k: v["count"] for k, v in by_command.items() if k != "final_finish"} == kinds
+    assert by_command["replay_trace"]["count"] == 100 and by_command["final_finish"]["count"] == 1
+    assert all(v["s"] >= 0 for v in by_command.values())
+    # The loop's wall time is the sum of its parts, give or take the clock reads between them.
+    assert sum(v["s"] for v in by_command.values()) <= report.timings["wall_min_s"] * 1.01
 
 
 def test_convert_round_trip_inline_and_side_files(tmp_path):
