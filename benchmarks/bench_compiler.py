@@ -33,6 +33,7 @@ CASES = [
     ("transformer", "transformer", {}),
     ("cnn b32", "cnn", {"batch": 32}),
     ("transf 256x256", "transformer", {"seq": 256, "dim": 256}),
+    ("transf 512x512", "transformer", {"seq": 512, "dim": 512}),
 ]
 
 # Both sides optimise the graph (onnxruntime's default level fuses too) and compute in float32.
