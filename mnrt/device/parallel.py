@@ -28,6 +28,7 @@ MAX_THREADS = 256
 # pool thread costs 50-300 us: gelu and softmax gained on 2 threads from 256K elements on,
 # not at 128K.
 MIN_ELEMENTS_PER_THREAD = 1 << 17
+PARTS_PER_THREAD = 4  # work is handed out in this many pieces per thread
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -82,25 +83,36 @@ def worth(elements: int) -> bool:
 
 def for_rows(fn: Callable[[slice], object], rows: int, row_elements: int) -> None:
     """Call fn(slice) over slices covering range(rows), in parallel when the rows hold
-    enough elements."""
+    enough elements.
+
+    The rows are cut into several parts per thread, which the calling thread and the pool
+    threads take one at a time until none are left. A pool thread that gets no core (numpy's
+    BLAS threads spin on idle cores for a while after each product) then costs nothing: the
+    caller does its parts, and a pool task that has not started by then is cancelled."""
     n = min(threads(), rows, rows * row_elements // MIN_ELEMENTS_PER_THREAD)
     if n <= 1:
         fn(slice(0, rows))
         return
-    bounds = [rows * i // n for i in range(n + 1)]
+    parts = min(rows, n * PARTS_PER_THREAD)
+    bounds = [rows * i // parts for i in range(parts + 1)]
+    taken = itertools.count()  # next() on it is atomic under the GIL
     errstate = np.geterr()  # the caller's floating-point policy holds in pool threads too
 
-    def task(part: slice) -> None:
+    def drain() -> None:
         with np.errstate(**errstate):
-            fn(part)
+            for i in taken:
+                if i >= parts:
+                    return
+                fn(slice(bounds[i], bounds[i + 1]))
 
     pool = _get_pool()
-    futures = [pool.submit(task, slice(a, b)) for a, b in itertools.pairwise(bounds[1:])]
+    futures = [pool.submit(drain) for _ in range(n - 1)]
     try:
-        fn(slice(bounds[0], bounds[1]))
+        drain()
     finally:
         for f in futures:
-            f.result()
+            if not f.cancel():
+                f.result()
 
 
 def by_rows(
