@@ -36,7 +36,7 @@ class LayoutError(InvalidArgumentError):
 def unit_counts(spec: DeviceSpec) -> dict[str, tuple[int, str]]:
     """Instances of each unit a layout may spread over, and of what they are counted in."""
     return {
-        "L2B": (spec.groups * spec.l2b_per_group, "on the chip"),
+        "L2B": (spec.l2b_count, "on the chip"),
         "L1B": (spec.l1b_per_l2b, "per L2B"),
         "MAB": (spec.mab_per_l1b, "per L1B"),
         "PE": (spec.pe_per_mab, "per MAB"),

@@ -12,24 +12,18 @@ the placement. The emulated device computes on its buffers wherever they are pla
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable
 
 from ..device.spec import MNCORE2, DeviceSpec
 from .ir import TEMP, Graph
+from .schedule import value_nbytes
 
 ON_CHIP, DRAM = "lm", "dram"
 
 
 def on_chip_bytes(spec: DeviceSpec = MNCORE2) -> int:
     """Local memory of every PE on the chip: what a budget of 0 means."""
-    pes = spec.groups * spec.l2b_per_group * spec.l1b_per_l2b * spec.mab_per_l1b
-    return pes * spec.pe_per_mab * spec.lm_bytes_per_pe
-
-
-def _nbytes(graph: Graph, name: str) -> int:
-    v = graph.values[name]
-    return math.prod(v.shape) * v.dtype.itemsize
+    return spec.pe_count * spec.lm_bytes_per_pe
 
 
 def _walk(graph: Graph, on_chip: Callable[[str, int], bool]) -> int:
@@ -40,11 +34,11 @@ def _walk(graph: Graph, on_chip: Callable[[str, int], bool]) -> int:
     for i, node in enumerate(graph.nodes):
         for name in node.outputs:
             if on_chip(name, live):
-                live += _nbytes(graph, name)
+                live += value_nbytes(graph, name)
         peak = max(peak, live)
         for name in {*node.inputs, *node.outputs}:
             if graph.values[name].location == ON_CHIP and last.get(name, i) == i:
-                live -= _nbytes(graph, name)
+                live -= value_nbytes(graph, name)
     return peak
 
 
@@ -61,7 +55,7 @@ def place(graph: Graph, budget: int, spec: DeviceSpec = MNCORE2) -> Graph:
         v.location = DRAM
 
     def on_chip(name: str, live: int) -> bool:
-        if name in temps and live + _nbytes(g, name) <= budget:
+        if name in temps and live + value_nbytes(g, name) <= budget:
             g.values[name].location = ON_CHIP
         return g.values[name].location == ON_CHIP
 
@@ -73,10 +67,11 @@ def summary(graph: Graph, budget: int, spec: DeviceSpec = MNCORE2) -> dict:
     """report.json's account: the budget, the most bytes on chip at once, and how many
     temporaries stayed on chip or spilled."""
     peak = _walk(graph, lambda name, live: graph.values[name].location == ON_CHIP)
-    on_chip = sum(graph.values[n].location == ON_CHIP for n in _temporaries(graph))
+    temps = _temporaries(graph)
+    on_chip = sum(graph.values[n].location == ON_CHIP for n in temps)
     return {
         "budget_bytes": budget or on_chip_bytes(spec),
         "peak_on_chip_bytes": peak,
         "on_chip_values": on_chip,
-        "spilled_values": len(_temporaries(graph)) - on_chip,
+        "spilled_values": len(temps) - on_chip,
     }

@@ -20,7 +20,7 @@ import numpy as np
 from .ir import TEMP, Graph
 
 
-def _nbytes(graph: Graph, name: str) -> int:
+def value_nbytes(graph: Graph, name: str) -> int:
     v = graph.values[name]
     return math.prod(v.shape) * v.dtype.itemsize
 
@@ -32,11 +32,11 @@ def peak_live_bytes(graph: Graph) -> int:
     last = graph.last_uses()
     live = peak = 0
     for i, node in enumerate(graph.nodes):
-        live += sum(_nbytes(graph, o) for o in node.outputs)
+        live += sum(value_nbytes(graph, o) for o in node.outputs)
         peak = max(peak, live)
-        live -= sum(_nbytes(graph, o) for o in node.outputs if o not in last)
+        live -= sum(value_nbytes(graph, o) for o in node.outputs if o not in last)
         live -= sum(
-            _nbytes(graph, name)
+            value_nbytes(graph, name)
             for name in set(node.inputs)
             if graph.values[name].role == TEMP and last.get(name) == i
         )
@@ -59,9 +59,9 @@ def min_memory(graph: Graph) -> Graph:
     kept = set(g.outputs)
 
     def growth(i: int) -> int:
-        added = sum(_nbytes(g, o) for o in nodes[i].outputs)
+        added = sum(value_nbytes(g, o) for o in nodes[i].outputs)
         freed = sum(
-            _nbytes(g, name)
+            value_nbytes(g, name)
             for name in set(nodes[i].inputs)
             if g.values[name].role == TEMP and name not in kept and readers[name] == {i}
         )
