@@ -36,6 +36,10 @@ class CacheOptions:
     input shapes again loads the cached codegen_dir instead of compiling."""
 
     def __init__(self, cache_dir: str | os.PathLike) -> None:
+        if not isinstance(cache_dir, (str, os.PathLike)):
+            raise InvalidArgumentError(
+                f"CacheOptions takes a directory path, not {type(cache_dir).__name__}"
+            )
         self.cache_dir = Path(cache_dir)
 
     def __repr__(self) -> str:
@@ -103,8 +107,75 @@ def _as_host(data: np.ndarray, buf: Buffer) -> np.ndarray:
     if data.dtype != host and data.dtype.kind == host.kind == "f":
         return data.astype(host)
     if data.dtype != host and data.dtype.kind in "iu" and host.kind in "iu":
+        _check_int_range(data, host, buf.name)
         return data.astype(host)  # ONNX int64 indices run as the device's int32
     return data
+
+
+def _check_int_range(data: np.ndarray, host: np.dtype, name: str) -> None:
+    """Narrowing integers (int64 to the device's int32) must not wrap around: an index of
+    2**32 + 1 would silently become 1."""
+    info = np.iinfo(host)
+    if data.size and (data.min() < info.min or data.max() > info.max):
+        raise InvalidArgumentError(
+            f"{name}: integer data from {data.min()} to {data.max()} does not fit the device's "
+            f"{host} [{info.min}, {info.max}] (the device has no int64); pass values in range"
+        )
+
+
+def _as_array(name: str, data: Any) -> np.ndarray:
+    """An input's data as a numeric numpy array, or an error naming the input."""
+    try:
+        array = np.asarray(data)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgumentError(f"input {name!r} is not an array: {e}") from None
+    if array.dtype.kind not in "biuf":
+        raise InvalidArgumentError(
+            f"input {name!r} is {type(data).__name__} of dtype {array.dtype}; "
+            "pass a numeric numpy array"
+        )
+    return array
+
+
+def _input_arrays(graph: Graph, inputs: Any) -> dict[str, np.ndarray]:
+    """The compile inputs checked against the graph: exactly its input names, each a numeric
+    array of the input's shape."""
+    if inputs is None:
+        inputs = {}
+    if not isinstance(inputs, Mapping):
+        raise InvalidArgumentError(
+            f"compile inputs must be a dict of input name -> array, not {type(inputs).__name__}"
+        )
+    missing = [n for n in graph.inputs if n not in inputs]
+    unknown = [repr(n) for n in inputs if n not in graph.inputs]
+    if missing or unknown:
+        raise InvalidArgumentError(
+            f"compile inputs must be exactly {', '.join(graph.inputs) or 'none'}"
+            + (f"; missing {', '.join(missing)}" if missing else "")
+            + (f"; unknown {', '.join(unknown)}" if unknown else "")
+        )
+    arrays = {name: _as_array(name, inputs[name]) for name in graph.inputs}
+    for name, array in arrays.items():
+        want = graph.values[name].shape
+        if array.shape != want:
+            raise InvalidArgumentError(
+                f"input {name!r} has shape {array.shape}, the model takes {want}"
+            )
+    return arrays
+
+
+def _make_dir(folder: Path, what: str) -> Path:
+    """Create a directory the compiler writes into, or say why it cannot be."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InvalidArgumentError(
+            f"{what} {folder}: cannot create it as a directory ({e.strerror or e}); "
+            "give a writable directory path"
+        ) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InvalidArgumentError(f"{what} {folder}: the directory is not writable")
+    return folder
 
 
 class CompiledFunction:
@@ -124,8 +195,8 @@ class CompiledFunction:
         self.source = source  # the graph as given, before any pass: the reference
         self.onnx_model: Any = None  # the ONNX model it came from, if it did
         self.stages: list[tuple[str, str]] = []  # (phase, graph dump) of the compile
+        self.lowered: Lowered = lower(graph, ctx.device)  # first: a model too big fails here
         self.example_inputs = {k: np.array(v) for k, v in inputs.items()}
-        self.lowered: Lowered = lower(graph, ctx.device)
         q = ctx.queue
         for name in graph.params:
             shared = ctx._registered.get(name)
@@ -160,7 +231,7 @@ class CompiledFunction:
     def __call__(self, inputs: Mapping[str, Any] | None = None) -> dict[str, TensorProxy]:
         """Run once. Inputs not given keep what their proxies hold."""
         inputs = dict(inputs or {})
-        unknown = sorted(set(inputs) - set(self.graph.inputs))
+        unknown = sorted(repr(n) for n in set(inputs) - set(self.graph.inputs))
         if unknown:
             raise InvalidArgumentError(
                 f"unknown input(s) {', '.join(unknown)}; "
@@ -174,9 +245,8 @@ class CompiledFunction:
                         f"input {name!r}: pass arrays, or the proxy from allocate_input_proxy"
                     )
                 continue
-            q.enqueue_write_buffer(
-                self.lowered.bindings[name], _as_host(np.asarray(data), self.lowered.bindings[name])
-            )
+            buf = self.lowered.bindings[name]
+            q.enqueue_write_buffer(buf, _as_host(_as_array(name, data), buf))
         q.enqueue_program(self.lowered.program, self.lowered.bindings)
         return {name: TensorProxy(q, self.lowered.bindings[name]) for name in self.graph.outputs}
 
@@ -248,11 +318,12 @@ class CompiledFunction:
             },
         }
 
-    def write_codegen_dir(self, folder: str | os.PathLike, phases: list[dict]) -> None:
+    def write_codegen_dir(
+        self, folder: str | os.PathLike, phases: list[dict], what: str = "codegen_dir"
+    ) -> None:
         """option.json (usable as option_json), l3ir.txt (the graph as scheduled, one node a
         line), report.json, model.mnlb, and the graph and inputs for load_codegen_dir."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = _make_dir(Path(folder), what)
         if self.options.envs.get("CODEGEN_DEBUG", "0") not in ("", "0"):
             # CODEGEN_DEBUG (an option_json env): the graph after every compile phase.
             for i, (phase, dump) in enumerate(self.stages):
@@ -280,6 +351,13 @@ class CompiledFunction:
         except InvalidArgumentError as e:
             if required:
                 raise
+            status = f"skipped: {e}"
+        except OSError as e:
+            if required:
+                raise InvalidArgumentError(
+                    f"out_onnx {path}: cannot write it ({e.strerror or e}); give a writable "
+                    "file path"
+                ) from None
             status = f"skipped: {e}"
         phases.append({"name": "onnx export", "status": status,
                        "seconds": time.perf_counter() - start})  # fmt: skip
@@ -348,23 +426,11 @@ class Context:
         cache_options: CacheOptions | None = None,
     ) -> CompiledFunction:
         start = time.perf_counter()
+        _check_paths(codegen_dir, cache_options)
         graph, onnx_model = _graph_of(model)
         phases = [{"name": "import", "status": "ok", "seconds": time.perf_counter() - start}]
-        missing = [n for n in graph.inputs if n not in inputs]
-        unknown = [n for n in inputs if n not in graph.inputs]
-        if missing or unknown:
-            raise InvalidArgumentError(
-                f"compile inputs must be exactly {', '.join(graph.inputs)}"
-                + (f"; missing {', '.join(missing)}" if missing else "")
-                + (f"; unknown {', '.join(unknown)}" if unknown else "")
-            )
-        for name in graph.inputs:
-            want, got = graph.values[name].shape, np.shape(inputs[name])
-            if tuple(got) != want:
-                raise InvalidArgumentError(
-                    f"input {name!r} has shape {tuple(got)}, the model takes {want}"
-                )
-        opts = resolve(dict(options or {}))
+        inputs = _input_arrays(graph, inputs)
+        opts = resolve(options)
         cached = None
         if cache_options is not None:
             key = xxhash.xxh3_64(serialize.fingerprint(graph).encode())
@@ -404,9 +470,9 @@ class Context:
         compiled.onnx_model = onnx_model
         compiled.stages = stages
         phases.append({"name": "lower", "status": "ok", "seconds": time.perf_counter() - t0})
-        for folder in (codegen_dir, cached):
+        for folder, what in ((codegen_dir, "codegen_dir"), (cached, "cache directory")):
             if folder is not None:
-                compiled.write_codegen_dir(folder, list(phases))
+                compiled.write_codegen_dir(folder, list(phases), what)
         if opts["out_onnx"]:
             compiled._export_onnx(Path(opts["out_onnx"]), phases, required=True)
         self.last_compile_s = time.perf_counter() - start
@@ -441,6 +507,18 @@ def _onnx_feed(data: np.ndarray, info: Any) -> np.ndarray:
     return np.asarray(data).astype(helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type))
 
 
+def _check_paths(codegen_dir: Any, cache_options: Any) -> None:
+    """The argument types, before any work: a wrong one would only fail after compiling."""
+    if codegen_dir is not None and not isinstance(codegen_dir, (str, os.PathLike)):
+        raise InvalidArgumentError(
+            f"codegen_dir takes a directory path, not {type(codegen_dir).__name__}"
+        )
+    if cache_options is not None and not isinstance(cache_options, CacheOptions):
+        raise InvalidArgumentError(
+            f"cache_options takes mnrt.CacheOptions(directory), not {type(cache_options).__name__}"
+        )
+
+
 def _graph_of(model: Any) -> tuple[Graph, Any]:
     """The graph to compile, and the ONNX model it came from (None for Python graphs)."""
     if isinstance(model, GraphBuilder):
@@ -449,12 +527,10 @@ def _graph_of(model: Any) -> tuple[Graph, Any]:
         model.verify()
         return model, None
     if isinstance(model, (str, os.PathLike)) or type(model).__name__ == "ModelProto":
-        from .onnx_frontend import from_onnx
+        from .onnx_frontend import from_onnx, load_model
 
         if isinstance(model, (str, os.PathLike)):
-            import onnx
-
-            model = onnx.load(os.fspath(model))
+            model = load_model(model)
         return from_onnx(model), model
     raise InvalidArgumentError(
         "compile takes a Graph, a GraphBuilder, or an ONNX model or path, "

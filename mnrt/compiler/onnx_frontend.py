@@ -12,6 +12,9 @@ constant becomes a parameter only when a device kernel reads it.
 
 ONNX int64 becomes int32 on the device (MN-Core has no int64). An op, attribute or mode the
 device cannot run is an `UnsupportedModelError` listing every such node of the model at once.
+A model that breaks the ONNX spec (a value read before it is defined or defined twice, a
+missing or mistyped attribute, sizes that do not add up, an axis out of range) is an
+`InvalidModelError` listing every such problem, and the unsupported nodes with them.
 """
 
 from __future__ import annotations
@@ -25,19 +28,35 @@ import numpy as np
 
 from ..device.dtypes import DType
 from ..device.dtypes import dtype as resolve_dtype
-from ..errors import InvalidArgumentError
+from ..device.spec import MNCORE2
+from ..errors import InvalidArgumentError, MnrtError
 from .builder import GraphBuilder, Symbol
 from .ir import Graph
 
-__all__ = ["IMPORTERS", "UnsupportedModelError", "from_onnx", "supported_ops"]
+__all__ = [
+    "IMPORTERS",
+    "InvalidModelError",
+    "UnsupportedModelError",
+    "from_onnx",
+    "load_model",
+    "supported_ops",
+]
 
 
 class UnsupportedModelError(InvalidArgumentError):
     """The model uses ops or attributes the device cannot run; the message lists them all."""
 
 
+class InvalidModelError(InvalidArgumentError):
+    """The model is not valid ONNX (or not ONNX at all); the message lists every problem."""
+
+
 class _Unsupported(Exception):
     """One node cannot be imported: the reason (an attribute, a mode, a rank...)."""
+
+
+class _Invalid(Exception):
+    """One node breaks the ONNX spec: what is wrong with it (an axis, a size, a length...)."""
 
 
 # ONNX TensorProto element type -> device dtype name (int64 is int32 on the device).
@@ -90,6 +109,8 @@ class _Ctx:
         self.syms: dict[str, Symbol] = {}
         self.consts: dict[str, np.ndarray] = {}
         self.opsets: list[Any] = []
+        self.inferred: dict[str, tuple[tuple[int, ...], int]] = {}  # ONNX shape inference
+        self.checker: Any = None  # onnx's CheckerContext for this model's opsets
         self._count = 0
 
     # --- values ---------------------------------------------------------------------------
@@ -151,8 +172,37 @@ class _Ctx:
 def _device_array(data: np.ndarray) -> np.ndarray:
     data = np.asarray(data)
     if data.dtype in (np.int64, np.uint64, np.int16, np.int8, np.uint16, np.uint32):
+        i32 = np.iinfo(np.int32)
+        if data.size and (data.min() < i32.min or data.max() > i32.max):
+            # Wrapping would silently change the values (an index, a fill value...).
+            raise _Unsupported(
+                f"a constant of {data.dtype} holds values outside int32 "
+                f"[{i32.min}, {i32.max}], and the device has no int64"
+            )
         return data.astype(np.int32)
     return data
+
+
+def _axis(axis: int, rank: int, what: str = "axis") -> int:
+    """A possibly negative axis as 0..rank-1. Out of range is an error, not wrapped around:
+    axis 5 of a rank-3 tensor is a mistake in the model, not axis 2."""
+    if not -rank <= axis < rank:
+        raise _Invalid(f"{what} {axis} is out of range for rank {rank} ({-rank}..{rank - 1})")
+    return axis % rank
+
+
+def _check_const_size(shape: tuple[int, ...], itemsize: int, what: str) -> None:
+    """Refuse a constant the device could not hold before numpy tries to allocate it: a
+    small shape input (ConstantOfShape([2**20, 2**20])) must not cost terabytes of host RAM."""
+    dims = [int(d) for d in shape]
+    if any(d < 0 for d in dims):
+        raise _Invalid(f"{what} has a negative size in its shape {tuple(dims)}")
+    nbytes = int(np.prod(dims, dtype=object)) * itemsize
+    if nbytes > MNCORE2.dram_bytes:
+        raise _Invalid(
+            f"{what} of shape {tuple(dims)} would take {nbytes} bytes, more than the "
+            f"device's {MNCORE2.dram_bytes} bytes of DRAM; check the shape it is made from"
+        )
 
 
 def _device_dtype(elem_type: int, what: str) -> str:
@@ -183,7 +233,7 @@ def _legacy_broadcast(cx: _Ctx, at: _Attrs, a: Symbol, b: Symbol) -> Symbol:
     """Opset < 7 binary ops: `broadcast=1, axis=k` aligns b with a's axis k."""
     if at.get("broadcast", 0) and at.has("axis"):
         ra, sb = len(cx.shape(a)), cx.shape(b)
-        axis = at.get("axis") % ra
+        axis = _axis(at.get("axis"), ra)
         b = cx.reshape(b, (*sb, *([1] * (ra - axis - len(sb)))))
     return b
 
@@ -248,13 +298,14 @@ class _Window:
     """Per-spatial-axis kernel, stride, dilation and begin/end padding of a Conv or pool."""
 
     def __init__(self, at: _Attrs, size: tuple[int, ...], kernel: list[int]) -> None:
-        r = len(kernel)
+        r = len(size) - 2
         self.kernel = list(kernel)
         self.stride = list(at.get("strides") or [1] * r)
         self.dilation = list(at.get("dilations") or [1] * r)
         auto = at.get("auto_pad", "NOTSET")
+        pads = (at.get("pads") if auto == "NOTSET" else None) or [0] * (2 * r)
+        _check_window(r, self.kernel, self.stride, self.dilation, list(pads))
         if auto in ("NOTSET", "VALID"):
-            pads = (at.get("pads") if auto == "NOTSET" else None) or [0] * (2 * r)
             self.begin, self.end = list(pads[:r]), list(pads[r:])
         elif auto in ("SAME_UPPER", "SAME_LOWER"):
             self.begin, self.end = [], []
@@ -275,6 +326,21 @@ class _Window:
         elif len(k) == 1:
             k, s, d, b, e = [1, *k], [1, *s], [1, *d], [0, *b], [0, *e]
         return {"kernel": k, "stride": s, "dilation": d, "padding": [b[0], b[1], e[0], e[1]]}
+
+
+def _check_window(r: int, kernel: list, stride: list, dilation: list, pads: list) -> None:
+    """One kernel size, stride and dilation per spatial axis, two pads: a wrong length would
+    otherwise pool or convolve over other axes than the model says, or fail as an IndexError."""
+    for what, v, n in (("kernel_shape", kernel, r), ("strides", stride, r),
+                       ("dilations", dilation, r), ("pads", pads, 2 * r)):  # fmt: skip
+        if len(v) != n:
+            raise _Invalid(f"{what} {list(v)} has {len(v)} values; the input has {r} spatial "
+                           f"dimensions, so it needs {n}")  # fmt: skip
+    for what, v in (("kernel_shape", kernel), ("strides", stride), ("dilations", dilation)):
+        if any(int(d) < 1 for d in v):
+            raise _Invalid(f"{what} {list(v)} must hold sizes >= 1")
+    if any(int(p) < 0 for p in pads):
+        raise _Invalid(f"pads {list(pads)} must not be negative")
 
 
 def _as4d(cx: _Ctx, x: Symbol) -> Symbol:
@@ -308,7 +374,7 @@ def _softmax(kernel: str) -> Importer:
         shape = cx.shape(x)
         if cx.opset >= 13:
             return [cx.op(kernel, x, axis=int(at.get("axis", -1)))]
-        axis = int(at.get("axis", 1)) % max(len(shape), 1)
+        axis = _axis(int(at.get("axis", 1)), max(len(shape), 1))
         flat = (int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))
         return [cx.reshape(cx.op(kernel, cx.reshape(x, flat), axis=-1), shape)]
 
@@ -501,7 +567,12 @@ def _conv(cx: _Ctx, node: Any, at: _Attrs) -> list:
     x = cx.sym(node.input[0])
     rank = _spatial_rank(cx, x, "Conv", (1, 2, 3))
     ws = cx.shape(node.input[1])
-    at.get("kernel_shape")
+    if len(ws) != rank + 2:
+        raise _Invalid(f"weights '{node.input[1]}' of shape {ws} must have rank {rank + 2} "
+                       f"(M, C/group, kernel...) for an input of rank {rank + 2}")  # fmt: skip
+    if at.get("kernel_shape") and list(at.get("kernel_shape")) != list(ws[2:]):
+        raise _Invalid(f"kernel_shape {at.get('kernel_shape')} differs from the weights' "
+                       f"kernel {list(ws[2:])}")  # fmt: skip
     win = _Window(at, cx.shape(x), list(ws[2:]))
     groups = int(at.get("group", 1))
     bias = [cx.sym(node.input[2])] if len(node.input) > 2 and node.input[2] else []
@@ -520,6 +591,9 @@ def _conv3d(cx: _Ctx, x: Symbol, w: np.ndarray, bias: list[Symbol], win: _Window
     n, c, depth, h, wd = cx.shape(x)
     kd, s, d = win.kernel[0], win.stride[0], win.dilation[0]
     out_d = (depth - (kd - 1) * d - 1) // s + 1
+    if out_d < 1:
+        raise _Invalid(f"the dilated kernel depth {(kd - 1) * d + 1} does not fit the padded "
+                       f"input depth {depth}; pad the input or use a smaller kernel")  # fmt: skip
     y = None
     for tap in range(kd):
         start = tap * d
@@ -545,6 +619,9 @@ def _conv_transpose(cx: _Ctx, node: Any, at: _Attrs) -> list:
     w = cx.const(node.input[1], "ConvTranspose weights")
     at.get("kernel_shape")
     g = int(at.get("group", 1))
+    if w.ndim != rank + 2 or g < 1 or w.shape[0] % g:
+        raise _Invalid(f"weights of shape {w.shape} must be (C, M/group, kernel...) of rank "
+                       f"{rank + 2}, with group={g} dividing C")  # fmt: skip
     cin, cog, *k = w.shape
     win = _Window(at, cx.shape(x0), k)
     extra = list(at.get("output_padding") or [0] * rank)
@@ -642,6 +719,11 @@ def _batch_norm(cx: _Ctx, node: Any, at: _Attrs) -> list:
     x = cx.sym(node.input[0])
     scale, bias, mean, var = (cx.const(n, "BatchNormalization statistics").astype(np.float64)
                               for n in node.input[1:5])  # fmt: skip
+    channels = cx.shape(x)[1] if len(cx.shape(x)) > 1 else 1
+    stats = [v.shape for v in (scale, bias, mean, var)]
+    if any(shape != (channels,) for shape in stats):
+        raise _Invalid(f"scale, B, mean and var must each hold one value per channel "
+                       f"({channels}); got shapes {stats}")  # fmt: skip
     s = scale / np.sqrt(var + float(at.get("epsilon", 1e-5)))
     t = bias - mean * s
     rank = len(cx.shape(x))
@@ -687,6 +769,11 @@ def _lrn(cx: _Ctx, node: Any, at: _Attrs) -> list:
 
 
 def _resolve_shape(in_shape: tuple[int, ...], shape: list[int], allowzero: bool) -> list[int]:
+    if shape.count(-1) > 1:
+        raise _Invalid(f"shape {shape} has more than one -1; only one size can be inferred")
+    if not allowzero and any(d == 0 for d in shape[len(in_shape) :]):
+        raise _Invalid(f"shape {shape}: a 0 copies the input's size at its position, but the "
+                       f"input {in_shape} has only {len(in_shape)} dimensions")  # fmt: skip
     out = [in_shape[i] if d == 0 and not allowzero else d for i, d in enumerate(shape)]
     if -1 in out:
         known = int(np.prod([d for d in out if d != -1]))
@@ -705,7 +792,7 @@ def _reshape(cx: _Ctx, node: Any, at: _Attrs) -> list:
 def _flatten(cx: _Ctx, node: Any, at: _Attrs) -> list:
     x = cx.sym(node.input[0])
     s = cx.shape(x)
-    axis = int(at.get("axis", 1)) % (len(s) + 1) if s else 0
+    axis = _axis(int(at.get("axis", 1)), len(s) + 1) if s else 0
     return [cx.reshape(x, (int(np.prod(s[:axis])), int(np.prod(s[axis:]))))]
 
 
@@ -714,7 +801,11 @@ def _squeeze(cx: _Ctx, node: Any, at: _Attrs) -> list:
     x = cx.sym(node.input[0])
     s = cx.shape(x)
     axes = _axes(cx, node, at)
-    axes = {a % len(s) for a in axes} if axes else {i for i, d in enumerate(s) if d == 1}
+    axes = {_axis(a, len(s)) for a in axes} if axes else {i for i, d in enumerate(s) if d == 1}
+    wide = sorted(a for a in axes if s[a] != 1)
+    if wide:
+        raise _Invalid(f"axes {wide} of the input {s} are not of size 1; Squeeze removes "
+                       "only axes of size 1")  # fmt: skip
     return [cx.reshape(x, tuple(d for i, d in enumerate(s) if i not in axes))]
 
 
@@ -724,7 +815,10 @@ def _unsqueeze(cx: _Ctx, node: Any, at: _Attrs) -> list:
     out = list(cx.shape(x))
     axes = _axes(cx, node, at) or []
     rank = len(out) + len(axes)
-    for a in sorted(a % rank for a in axes):
+    where = sorted(_axis(a, rank) for a in axes)
+    if len(set(where)) != len(where):
+        raise _Invalid(f"axes {axes} name an axis twice")
+    for a in where:
         out.insert(a, 1)
     return [cx.reshape(x, tuple(out))]
 
@@ -758,13 +852,27 @@ def _slice(cx: _Ctx, node: Any, at: _Attrs) -> list:
 @_register("Gather")
 def _gather(cx: _Ctx, node: Any, at: _Attrs) -> list:
     data, idx = cx.sym(node.input[0]), cx.sym(node.input[1])
-    return [cx.op("gather", data, idx, axis=int(at.get("axis", 0)))]
+    axis = int(at.get("axis", 0))
+    if cx.is_const(node.input[1]):
+        # Known indices are checked now: the device would only fail when the model runs.
+        size = cx.shape(data)[_axis(axis, len(cx.shape(data)))]
+        bad = sorted({int(i) for i in np.asarray(cx.consts[node.input[1]]).reshape(-1)
+                      if not -size <= i < size})  # fmt: skip
+        if bad:
+            raise _Invalid(f"indices {bad[:8]} are out of range for axis {axis} of size "
+                           f"{size} (valid: {-size}..{size - 1})")  # fmt: skip
+    return [cx.op("gather", data, idx, axis=axis)]
 
 
 @_register("Expand")
 def _expand(cx: _Ctx, node: Any, at: _Attrs) -> list:
     x = cx.sym(node.input[0])
-    shape = np.broadcast_shapes(cx.shape(x), tuple(cx.ints(node.input[1], "shape")))
+    target = tuple(cx.ints(node.input[1], "shape"))
+    try:
+        shape = np.broadcast_shapes(cx.shape(x), target)
+    except ValueError:
+        raise _Invalid(f"the input's shape {cx.shape(x)} does not broadcast to {target}; "
+                       "each size must be 1 or equal to the other") from None  # fmt: skip
     return [cx.op("expand", x, shape=list(shape))]
 
 
@@ -772,6 +880,8 @@ def _expand(cx: _Ctx, node: Any, at: _Attrs) -> list:
 def _tile(cx: _Ctx, node: Any, at: _Attrs) -> list:
     x = cx.sym(node.input[0])
     s, reps = cx.shape(x), cx.ints(node.input[1], "repeats")
+    if len(reps) != len(s) or any(r < 0 for r in reps):
+        raise _Invalid(f"repeats {reps} must hold one count >= 0 per axis of the input {s}")
     inter = [v for d in s for v in (1, d)]
     big = [v for r, d in zip(reps, s) for v in (r, d)]
     y = cx.op("expand", cx.reshape(x, tuple(inter)), shape=big)
@@ -781,7 +891,7 @@ def _tile(cx: _Ctx, node: Any, at: _Attrs) -> list:
 @_register("Split")
 def _split(cx: _Ctx, node: Any, at: _Attrs) -> list:
     x = cx.sym(node.input[0])
-    axis = int(at.get("axis", 0))
+    axis = _axis(int(at.get("axis", 0)), len(cx.shape(x)))
     dim = cx.shape(x)[axis]
     if at.has("split"):
         sizes = list(at.get("split"))
@@ -789,9 +899,14 @@ def _split(cx: _Ctx, node: Any, at: _Attrs) -> list:
         sizes = cx.ints(node.input[1], "split")
     else:
         n = int(at.get("num_outputs", len(node.output)))
+        if n < 1:
+            raise _Invalid(f"num_outputs={n} must be at least 1")
         each = -(-dim // n)
-        sizes = [min(each, dim - i * each) for i in range(n)]
+        sizes = [max(min(each, dim - i * each), 0) for i in range(n)]
     at.get("split"), at.get("num_outputs")
+    if len(sizes) != len(node.output) or any(v < 0 for v in sizes) or sum(sizes) != dim:
+        raise _Invalid(f"split sizes {sizes} must be {len(node.output)} sizes >= 0 (one per "
+                       f"output) that add up to {dim}, the size of axis {axis}")  # fmt: skip
     starts = np.cumsum([0, *sizes])
     return [cx.op("slice", x, starts=[int(a)], ends=[int(b)], axes=[axis])
             for a, b in itertools.pairwise(starts)]  # fmt: skip
@@ -815,6 +930,9 @@ def _pad(cx: _Ctx, node: Any, at: _Attrs) -> list:
     if mode not in ("constant", "reflect", "edge"):
         raise _Unsupported(f"mode={mode}")
     n = len(axes)
+    if len(pads) != 2 * n:
+        raise _Invalid(f"pads {pads} has {len(pads)} values; padding {n} axes needs {2 * n} "
+                       "(all the begins, then all the ends)")  # fmt: skip
     for i, ax in enumerate(axes):
         x = _pad_axis(cx, x, ax, pads[i], pads[i + n], mode, value)
     return [x if any(pads) else cx.op("copy", x)]
@@ -824,6 +942,9 @@ def _pad_axis(cx: _Ctx, x: Symbol, ax: int, before: int, after: int, mode: str,
               value: float) -> Symbol:  # fmt: skip
     if before < 0 or after < 0:
         dim = cx.shape(x)[ax]
+        if dim + min(before, 0) + min(after, 0) < 0:
+            raise _Invalid(f"negative pads {before}, {after} remove more than the {dim} "
+                           f"elements of axis {ax}")  # fmt: skip
         x = cx.op("slice", x, starts=[max(-before, 0)], ends=[dim - max(-after, 0)], axes=[ax])
         before, after = max(before, 0), max(after, 0)
     if not before and not after:
@@ -888,6 +1009,7 @@ def _constant_of_shape(cx: _Ctx, node: Any, at: _Attrs) -> list:
     shape = cx.ints(node.input[0], "shape")
     v = at.get("value")
     fill = numpy_helper.to_array(v).reshape(-1) if v is not None else np.zeros(1, np.float32)
+    _check_const_size(tuple(shape), fill.dtype.itemsize, "ConstantOfShape's output")
     return [np.full(shape, fill[0], dtype=fill.dtype)]
 
 
@@ -914,34 +1036,83 @@ def _fold(node: Any, inputs: list[np.ndarray], opsets: list[Any]) -> list[np.nda
     return [np.asarray(r) for r in results]
 
 
-def _check_node(cx: _Ctx, node: Any, problems: list[str], poisoned: set[str]) -> None:
-    label = f"{node.name or '(unnamed)'} ({node.op_type})"
+class _Problems:
+    """What is wrong with a model, collected over all its nodes so one error lists it all."""
+
+    def __init__(self) -> None:
+        self.invalid: list[str] = []
+        self.unsupported: list[str] = []
+
+    def raise_any(self, name: str) -> None:
+        if self.invalid:
+            extra = f" and {len(self.unsupported)} unsupported" if self.unsupported else ""
+            raise InvalidModelError(
+                f"ONNX model '{name}' has {len(self.invalid)} invalid{extra} node(s) (fix the "
+                "model; onnx.checker.check_model explains ONNX's rules):\n  "
+                + "\n  ".join(self.invalid + self.unsupported)
+            )
+        if self.unsupported:
+            raise UnsupportedModelError(
+                f"ONNX model '{name}' has {len(self.unsupported)} unsupported node(s):\n  "
+                + "\n  ".join(self.unsupported)
+            )
+
+
+def _label(node: Any) -> str:
+    return f"{node.name or '(unnamed)'} ({node.op_type})"
+
+
+def _spec_problem(node: Any, checker_ctx: Any) -> str | None:
+    """What ONNX's own node checker finds wrong with a node of a known op (the number of
+    inputs, a missing or mistyped attribute), or None. Ops ONNX does not know at this opset
+    are left to the importers, which list them as unsupported unless they can import them."""
+    from onnx import AttributeProto, checker, defs
+
+    if not defs.has(node.op_type, node.domain):
+        return None
+    if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
+        return None  # the checker would not see the outer values its subgraphs may read
+    try:
+        checker.check_node(node, checker_ctx)
+    except checker.ValidationError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return None if first.startswith("No Op registered") else first
+    return None
+
+
+def _check_node(cx: _Ctx, node: Any, problems: _Problems, poisoned: set[str]) -> None:
+    label = _label(node)
     importer = IMPORTERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
     ins = [n for n in node.input if n]
+    spec = _spec_problem(node, cx.checker)
+    if spec is not None:
+        problems.invalid.append(f"{label}: {spec}")
+        poisoned.update(node.output)
+        return
     if any(n in poisoned for n in ins):
         if importer is None:
-            problems.append(f"{label}: op {node.op_type} is not supported")
+            problems.unsupported.append(f"{label}: op {node.op_type} is not supported")
         poisoned.update(node.output)
         return
     if ins and all(cx.is_const(n) for n in ins) and node.op_type not in _NO_FOLD \
             and not node.op_type.startswith(_RANDOM_OPS):  # fmt: skip
+        try:
+            _check_folded_size(cx, node)
+        except _Invalid as e:
+            problems.invalid.append(f"{label}: {e}")
+            poisoned.update(node.output)
+            return
         folded = _fold(node, [cx.consts[n] for n in ins], cx.opsets)
         if folded is not None:
             for name, v in zip([n for n in node.output if n], folded):
                 cx.consts[name] = v
             return
     if importer is None:
-        problems.append(f"{label}: op {node.op_type} is not supported")
+        problems.unsupported.append(f"{label}: op {node.op_type} is not supported")
         poisoned.update(node.output)
         return
-    at = _Attrs(node)
-    try:
-        results = importer(cx, node, at)
-        extra = at.unread()
-        if extra:
-            raise _Unsupported("attribute " + ", ".join(extra) + " is not supported")
-    except _Unsupported as e:
-        problems.append(f"{label}: {e}")
+    results = _run_importer(cx, node, importer, label, problems)
+    if results is None:
         poisoned.update(node.output)
         return
     for name, r in zip(node.output, results):
@@ -953,34 +1124,187 @@ def _check_node(cx: _Ctx, node: Any, problems: list[str], poisoned: set[str]) ->
             cx.syms[name] = r
 
 
-def from_onnx(model: Any) -> Graph:
-    """Import an ONNX model (a ModelProto or a path) as a compiler Graph."""
+def _run_importer(cx: _Ctx, node: Any, importer: Importer, label: str,
+                  problems: _Problems) -> list | None:  # fmt: skip
+    """The importer's results, or None with the reason recorded in `problems`. A Python
+    error of an importer (an index past a list, a bad reshape) means the node is not what
+    the ONNX spec allows in some way no check caught: it is reported as such, with the node,
+    never as a traceback. Kernel shape and dtype errors (MnrtError) propagate as they are."""
+    at = _Attrs(node)
+    try:
+        results = importer(cx, node, at)
+        extra = at.unread()
+        if extra:
+            raise _Unsupported("attribute " + ", ".join(extra) + " is not supported")
+        return results
+    except _Unsupported as e:
+        problems.unsupported.append(f"{label}: {e}")
+    except _Invalid as e:
+        problems.invalid.append(f"{label}: {e}")
+    except MnrtError:
+        raise
+    except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as e:
+        problems.invalid.append(
+            f"{label}: cannot import it ({type(e).__name__}: {e}); check its attributes "
+            "and input shapes against the ONNX spec"
+        )
+    return None
+
+
+def _check_folded_size(cx: _Ctx, node: Any) -> None:
+    """Before a node of constants is evaluated on the host, refuse outputs that ONNX shape
+    inference says the device could not hold (Range to 2**40, Expand to a huge shape)."""
+    from onnx import helper
+
+    for name in node.output:
+        if name in cx.inferred:
+            shape, elem_type = cx.inferred[name]
+            itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).itemsize
+            _check_const_size(shape, itemsize, f"'{name}'")
+
+
+def _import_onnx() -> Any:
     try:
         import onnx
     except ImportError:
         raise InvalidArgumentError(
             "the ONNX frontend needs the onnx package: pip install mnrt[onnx]"
         ) from None
+    return onnx
+
+
+def load_model(path: str | os.PathLike) -> Any:
+    """Read an ONNX file and its external data. A file that is missing, empty, truncated or
+    not ONNX, or whose external data is missing, is an InvalidModelError naming the file."""
+    onnx = _import_onnx()
+    path = os.fspath(path)
+    try:
+        empty = os.path.getsize(path) == 0
+        model = None if empty else onnx.load(path)
+    except OSError as e:
+        raise InvalidModelError(f"cannot read ONNX model {path}: {e.strerror or e}") from None
+    except Exception as e:  # protobuf's DecodeError, onnx's ValidationError of external data
+        raise InvalidModelError(
+            f"{path} is not a readable ONNX model ({type(e).__name__}: {e}); give a complete "
+            ".onnx file, with its external data files where the model says they are"
+        ) from None
+    if model is None:
+        raise InvalidModelError(f"{path} is empty, not an ONNX model")
+    return model
+
+
+def _check_opset(model: Any) -> int:
+    """The default domain's opset; one newer than the installed onnx knows is refused (its
+    ops' meaning is unknown here), as is a version below 1."""
+    from onnx import defs
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    newest = defs.onnx_opset_version()
+    if not 1 <= opset <= newest:
+        raise InvalidModelError(
+            f"ONNX model imports opset {opset} of the default domain; the installed onnx "
+            f"knows opsets 1..{newest}: export the model with an opset in that range"
+        )
+    return opset
+
+
+def _check_structure(g: Any) -> None:
+    """Every value defined once, before any node reads it; every graph output defined and
+    listed once. Checked up front: the importers assume it."""
+    problems = []
+    defined = {i.name for i in g.initializer} | {i.name for i in g.input}
+    for node in g.node:
+        for name in node.input:
+            if name and name not in defined:
+                problems.append(
+                    f"{_label(node)} reads '{name}', which no graph input, initializer or "
+                    "earlier node defines (nodes must be in topological order, without cycles)"
+                )
+        for name in node.output:
+            if name and name in defined:
+                problems.append(f"{_label(node)} defines '{name}' again; a value has one producer")
+            defined.add(name)
+    listed: set[str] = set()
+    for out in g.output:
+        if out.name in listed:
+            problems.append(f"graph output '{out.name}' is listed twice")
+        elif out.name not in defined:
+            problems.append(f"graph output '{out.name}' is not defined by any node or input")
+        listed.add(out.name)
+    if not g.output:
+        problems.append("it declares no graph outputs, so there is nothing to compute")
+    if problems:
+        raise InvalidModelError(
+            f"ONNX model '{g.name or 'onnx'}' is invalid:\n  " + "\n  ".join(problems)
+        )
+
+
+def _initializer(init: Any) -> np.ndarray:
     from onnx import numpy_helper
 
+    if any(d < 0 for d in init.dims):
+        raise InvalidModelError(f"initializer '{init.name}' has negative dims {list(init.dims)}")
+    try:
+        return numpy_helper.to_array(init)
+    except Exception as e:  # data shorter than its dims, external data not found...
+        raise InvalidModelError(
+            f"initializer '{init.name}' (dims {list(init.dims)}) cannot be read: {e}"
+        ) from None
+
+
+def _inferred_shapes(g: Any) -> dict[str, tuple[tuple[int, ...], int]]:
+    """Static shapes and element types ONNX shape inference found for the graph's values."""
+    shapes = {}
+    for v in [*g.value_info, *g.output]:
+        tt = v.type.tensor_type
+        dims = tt.shape.dim
+        if v.type.HasField("tensor_type") and tt.HasField("shape") and tt.elem_type \
+                and all(d.HasField("dim_value") for d in dims):  # fmt: skip
+            shapes[v.name] = (tuple(d.dim_value for d in dims), tt.elem_type)
+    return shapes
+
+
+def _input_dtype(inp: Any) -> str:
+    """The device dtype of a graph input, which must be a tensor of concrete shape."""
+    if not inp.type.HasField("tensor_type"):
+        kind = inp.type.WhichOneof("value") or "untyped value"
+        raise _Unsupported(f"input '{inp.name}' is a {kind}, not a tensor")
+    return _device_dtype(inp.type.tensor_type.elem_type, f"input '{inp.name}'")
+
+
+def from_onnx(model: Any) -> Graph:
+    """Import an ONNX model (a ModelProto or a path) as a compiler Graph."""
+    onnx = _import_onnx()
     if isinstance(model, (str, os.PathLike)):
-        model = onnx.load(os.fspath(model))
+        model = load_model(model)
     if not isinstance(model, onnx.ModelProto):
         raise InvalidArgumentError(f"from_onnx takes an onnx.ModelProto or a path, not {model!r}")
+    opset = _check_opset(model)
     try:
         model = onnx.shape_inference.infer_shapes(model)
     except Exception as e:
         raise InvalidArgumentError(f"ONNX shape inference failed: {e}") from None
     g = model.graph
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    _check_structure(g)
     cx = _Ctx(g.name or "onnx", opset)
     cx.opsets = list(model.opset_import)
+    cx.inferred = _inferred_shapes(g)
+    cx.checker = onnx.checker.C.CheckerContext()
+    cx.checker.ir_version = model.ir_version
+    cx.checker.opset_imports = {o.domain: o.version for o in model.opset_import}
 
     for init in g.initializer:
-        cx.consts[init.name] = numpy_helper.to_array(init)
-    problems: list[str] = []
+        cx.consts[init.name] = _initializer(init)
+    problems = _Problems()
+    poisoned: set[str] = set()  # values of unsupported inputs and nodes: not listed again
     for inp in g.input:
         if inp.name in cx.consts:
+            continue
+        try:
+            dt = _input_dtype(inp)
+        except _Unsupported as e:
+            problems.unsupported.append(str(e))
+            poisoned.add(inp.name)
             continue
         tt = inp.type.tensor_type
         dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
@@ -989,34 +1313,34 @@ def from_onnx(model: Any) -> Graph:
                 f"ONNX input '{inp.name}' has a symbolic or missing dimension; "
                 "give a concrete shape (e.g. with onnx.tools.update_model_dims)"
             )
-        try:
-            dt = _device_dtype(tt.elem_type, f"input '{inp.name}'")
-        except _Unsupported as e:
-            problems.append(str(e))
-            continue
         cx.syms[inp.name] = cx.b.input(inp.name, tuple(dims), dt)
 
     cx.b.reserve(out.name for out in g.output)
-    poisoned: set[str] = set()
     for node in g.node:
         _check_node(cx, node, problems, poisoned)
-    if problems:
-        raise UnsupportedModelError(
-            f"ONNX model '{g.name}' has {len(problems)} unsupported node(s):\n  "
-            + "\n  ".join(problems)
-        )
-
-    used: set[str] = set()
+    problems.raise_any(g.name)
     for out in g.output:
-        s = cx.sym(out.name)
-        v = cx.b.graph.values[s]
-        if v.role != "temp" or s in used:
-            s = cx.op("copy", s)
-        used.add(s)
-        if out.name in cx.b.graph.values and out.name != s:
-            raise InvalidArgumentError(
-                f"ONNX output '{out.name}' is also the name of a graph input or initializer; "
-                "rename the output (e.g. add an Identity node) so every value has one name"
-            )
-        cx.b.output(s, out.name)
+        try:
+            _add_output(cx, out.name)
+        except _Unsupported as e:
+            problems.unsupported.append(f"output '{out.name}': {e}")
+    problems.raise_any(g.name)
     return cx.b.build()
+
+
+def _add_output(cx: _Ctx, name: str) -> None:
+    """Make the value of ONNX name `name` a graph output of that name. A value that is an
+    input, a parameter or already another output (Identity aliases two names) is copied."""
+    s = cx.sym(name)
+    v = cx.b.graph.values[s]
+    if v.role != "temp" or s in cx.b.graph.outputs:
+        s = cx.op("copy", s)
+    if name in cx.b.graph.values and name != s:
+        raise InvalidArgumentError(
+            f"ONNX output '{name}' is also the name of a graph input or initializer; "
+            "rename the output (e.g. add an Identity node) so every value has one name"
+        )
+    cx.b.output(s, name)
+    for k, sym in cx.syms.items():  # the builder renamed s: other ONNX names follow it
+        if sym == s:
+            cx.syms[k] = Symbol(name)

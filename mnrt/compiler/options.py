@@ -8,13 +8,14 @@ explicitly override the file's. Unknown options are errors that list the valid o
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidArgumentError
 from .layout import parse as parse_layout
+from .placement import on_chip_bytes
 from .schedule import SCHEDULERS
 
 PRESETS = Path(__file__).with_name("presets")
@@ -22,6 +23,17 @@ PRESETS = Path(__file__).with_name("presets")
 
 class OptionError(InvalidArgumentError):
     """An unknown compile option or an invalid value for one."""
+
+
+def _check_sram_budget(value: int, what: str) -> None:
+    """A budget beyond the chip's local memory would model on-chip storage that does not
+    exist (and price its traffic as on-chip): refuse it instead of pretending."""
+    limit = on_chip_bytes()
+    if value > limit:
+        raise InvalidArgumentError(
+            f"{what}={value} is more than the chip's {limit} bytes of PE local memory; "
+            "give at most that, or 0 for all of it"
+        )
 
 
 @dataclass(frozen=True)
@@ -47,7 +59,10 @@ OPTIONS: dict[str, Option] = {
     ),
     "layout_planner": Option("row_major", "tensor layouts: row_major", ("row_major",)),
     "sram_budget": Option(
-        0, "bytes of PE local memory temporaries may stay in (0: all of it)", kind=int
+        0,
+        "bytes of PE local memory temporaries may stay in (0: all of it)",
+        kind=int,
+        parse=_check_sram_budget,
     ),
     "sa_expected_run_iters": Option(
         1000, "simulated-annealing steps of scheduler=anneal", kind=int
@@ -74,6 +89,8 @@ def _check(name: str, value: Any) -> Any:
     if spec is None:
         raise _bad(name)
     if spec.kind is int:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise OptionError(f"option {name}={value!r}: expected an integer")
         try:
             value = int(value)
         except (TypeError, ValueError):
@@ -107,7 +124,10 @@ def _load_option_json(ref: str) -> tuple[dict[str, Any], dict[str, str], str]:
     if not isinstance(doc, dict):
         raise OptionError(f"option_json {ref!r} must hold a JSON object")
     options: dict[str, Any] = {}
-    for arg in doc.get("args", []):
+    args = doc.get("args", [])
+    if not isinstance(args, list):
+        raise OptionError(f'option_json {ref!r}: args must be a list of "--name=value" strings')
+    for arg in args:
         if not isinstance(arg, str) or not arg.startswith("--") or "=" not in arg:
             raise OptionError(f"option_json {ref!r}: argument {arg!r} is not --name=value")
         name, value = arg[2:].split("=", 1)
@@ -137,7 +157,11 @@ class CompileOptions:
         return {"name": self.name, "envs": self.envs, "args": args}
 
 
-def resolve(options: dict[str, Any] | None) -> CompileOptions:
+def resolve(options: Mapping[str, Any] | None) -> CompileOptions:
+    if options is not None and not isinstance(options, Mapping):
+        raise OptionError(
+            f"options must be a dict of option name -> value, not {type(options).__name__}"
+        )
     explicit = dict(options or {})
     for name in explicit:
         if name not in OPTIONS:

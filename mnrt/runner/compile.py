@@ -83,6 +83,46 @@ def _pair(spec: str, form: str) -> tuple[str, str]:
     return name, value
 
 
+def _input_sources(specs: tuple[str, ...]) -> dict[str, str]:
+    """--input NAME=SOURCE options as a dict; naming an input twice is an error, not a
+    silent choice of the last one."""
+    given: dict[str, str] = {}
+    for spec in specs:
+        name, source = _pair(spec, "name=file.npy or name=random")
+        if name in given:
+            raise click.BadParameter(f"input {name} is given twice", param_hint="--input")
+        given[name] = source
+    return given
+
+
+def _load_npy(name: str, source: str) -> np.ndarray:
+    """One array from a .npy file, never unpickled (allow_pickle=False: a .npy can carry
+    code), and not an .npz archive (np.load would give a dict-like of arrays)."""
+    try:
+        data = np.load(source, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise errors.InvalidArgumentError(f"input {name}: cannot load {source}: {e}") from None
+    if not isinstance(data, np.ndarray):
+        data.close()
+        raise errors.InvalidArgumentError(
+            f"input {name}: {source} is an .npz archive; save the one array with np.save"
+        )
+    return data
+
+
+def _check_fits(name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """Random data for an input the device could not hold would only exhaust host memory
+    before the compiler said so: refuse it first."""
+    from ..device.spec import MNCORE2
+
+    nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+    if nbytes > MNCORE2.dram_bytes:
+        raise errors.OutOfMemoryError(
+            f"input {name} of shape {tuple(shape)} needs {nbytes} bytes, more than the "
+            f"device's {MNCORE2.dram_bytes} bytes of DRAM; give the model a smaller shape"
+        )
+
+
 @click.command(name="compile")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
@@ -107,7 +147,7 @@ def compile_cmd(model, output, preset, float_dtype, option_specs, codegen_dir, i
     from ..compiler.onnx_frontend import from_onnx
 
     graph = from_onnx(model)
-    given = dict(_pair(s, "name=file.npy or name=random") for s in input_specs)
+    given = _input_sources(input_specs)
     unknown = sorted(set(given) - set(graph.inputs))
     if unknown:
         raise errors.InvalidArgumentError(
@@ -120,14 +160,10 @@ def compile_cmd(model, output, preset, float_dtype, option_specs, codegen_dir, i
         v = graph.values[name]
         source = given.get(name, "random")
         if source == "random":
+            _check_fits(name, v.shape, v.dtype.read_dtype)
             inputs[name] = rng.standard_normal(v.shape).astype(v.dtype.read_dtype)
         else:
-            try:
-                inputs[name] = np.load(source)
-            except (OSError, ValueError) as e:
-                raise errors.InvalidArgumentError(
-                    f"input {name}: cannot load {source}: {e}"
-                ) from None
+            inputs[name] = _load_npy(name, source)
     options = _options(preset, float_dtype, option_specs)
     with Context() as ctx:
         compiled = ctx.compile(model, inputs, codegen_dir=codegen_dir, options=options)
