@@ -12,9 +12,11 @@ from __future__ import annotations
 import mmap
 import os
 import secrets
+import stat
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import flatbuffers
 import numpy as np
@@ -71,18 +73,10 @@ class LightBinary:
     def load(cls, path: str | os.PathLike) -> LightBinary:
         """Map a file read-only; cost is independent of how much payload it holds."""
         path = Path(path)
-        try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size == 0:
-                    raise InvalidBinaryError(f"{path} is empty, not a light binary", offset=0)
-                content = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        except FileNotFoundError:
-            raise MnrtError(f"no such file: {path}") from None
-        except IsADirectoryError:
-            raise MnrtError(f"{path} is a directory, not a light binary") from None
-        except PermissionError:
-            raise MnrtError(f"cannot read {path}: permission denied") from None
+        with open_regular(path, "a light binary") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                raise InvalidBinaryError(f"{path} is empty, not a light binary", offset=0)
+            content = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         return cls(content, path)
 
     @classmethod
@@ -175,12 +169,19 @@ class LightBinary:
     # --- content --------------------------------------------------------------------
     @property
     def commands(self) -> list[CommandT]:
-        """Every command, decoded once (the one command list all consumers share)."""
+        """Every command, decoded once (the one command list all consumers share). A table
+        listed many times (the writer shares identical commands) is decoded once and its
+        object listed each time: the verifier bounds what decoding costs on that basis."""
         if self._commands is None:
-            self._commands = [
-                CommandT.InitFromObj(self._root.Commands(i))
-                for i in range(self._root.CommandsLength())
-            ]
+            decoded: dict[int, CommandT] = {}
+            commands = []
+            for i in range(self._root.CommandsLength()):
+                table = self._root.Commands(i)
+                obj = decoded.get(table._tab.Pos)
+                if obj is None:
+                    obj = decoded[table._tab.Pos] = CommandT.InitFromObj(table)
+                commands.append(obj)
+            self._commands = commands
         return self._commands
 
     def __len__(self) -> int:
@@ -203,24 +204,7 @@ class LightBinary:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the binary atomically: a temporary file in the same folder, then rename."""
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        try:
-            # O_EXCL: never follow or reuse what is there; 0o666 leaves permissions to umask.
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except OSError as e:
-            raise MnrtError(f"cannot write {path}: {e.strerror}") from None
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(memoryview(self._content))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException as e:
-            tmp.unlink(missing_ok=True)
-            if isinstance(e, OSError):
-                raise MnrtError(f"cannot write {path}: {e.strerror}") from None
-            raise
+        write_atomically(Path(path), memoryview(self._content))
 
     def __repr__(self) -> str:
         where = f" from {self.path}" if self.path else ""
@@ -228,6 +212,48 @@ class LightBinary:
             f"<LightBinary v{self.version[0]}.{self.version[1]}{where}: {len(self)} commands, "
             f"{len(self.blobs)} blobs, {self.file_size} bytes>"
         )
+
+
+def write_atomically(path: Path, data: bytes | memoryview) -> None:
+    """Replace `path` with `data` or leave it as it was: a temporary file in the same folder,
+    then rename. Raises MnrtError (and removes the temporary file) when writing fails."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        # O_EXCL: never follow or reuse what is there; 0o666 leaves permissions to umask.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as e:
+        raise MnrtError(f"cannot write {path}: {e.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise MnrtError(f"cannot write {path}: {e.strerror}") from None
+        raise
+
+
+def open_regular(path: Path, what: str) -> BinaryIO:
+    """Open a regular file for reading, or raise MnrtError saying why not. Opening does not
+    block (a FIFO would wait for a writer) and anything but a regular file is refused: a
+    device such as /dev/zero would never end."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise MnrtError(f"no such file: {path}") from None
+    except PermissionError:
+        raise MnrtError(f"cannot read {path}: permission denied") from None
+    except OSError as e:
+        raise MnrtError(f"cannot read {path}: {e.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise MnrtError(f"{path} is {kind}, not {what}")
+    return os.fdopen(fd, "rb")
 
 
 _BLOBS_SLOT = next(

@@ -169,9 +169,18 @@ class BlobTable:
 
 
 def _decompress(stored: memoryview, size: int, blob_id: int, command: int | None) -> bytes:
-    # max_output_size bounds what a hostile frame can make us allocate: the size the blob
-    # claims, which the caller has already checked against the buffer it will fill.
+    # What a hostile frame can make us allocate is bounded by the size the blob claims, which
+    # the caller has checked against the buffer it will fill: max_output_size bounds frames
+    # without a content size, but zstandard allocates a frame's declared content size up
+    # front whatever max_output_size says, so that is checked first.
     try:
+        declared = zstandard.get_frame_parameters(stored).content_size
+        if declared not in (size, zstandard.CONTENTSIZE_UNKNOWN):
+            raise InvalidBinaryError(
+                f"blob {blob_id}'s zstd frame declares {declared} bytes, not the {size} the "
+                "blob claims (corrupt or hostile)",
+                command=command,
+            )
         out = zstandard.ZstdDecompressor().decompress(stored, max_output_size=size)
     except zstandard.ZstdError as e:
         raise InvalidBinaryError(

@@ -17,8 +17,8 @@ from typing import Any
 
 import xxhash
 
-from ..errors import InvalidBinaryError
-from .binary import LightBinary
+from ..errors import InvalidBinaryError, MnrtError
+from .binary import LightBinary, open_regular
 from .blobs import BlobStore
 from .fb.DeviceDescription import DeviceDescriptionT
 from .fb.LightBinary import LightBinaryT
@@ -135,20 +135,24 @@ def _scalar_in(value: Any, field: dict, path: str) -> Any:
         values = _ENUMS[field["type"]]["values"]
         if isinstance(value, str) and value in values:
             return values[value]
-        if isinstance(value, int) and value in values.values():
+        if isinstance(value, int) and not isinstance(value, bool) and value in values.values():
             return value
-        raise _bad(path, f"{value!r} is not a {field['type']} ({', '.join(values)})")
+        raise _bad(path, f"{_show(value)} is not a {field['type']} ({', '.join(values)})")
     kind = "string" if field["kind"] == "string" else field.get("type", "")
     if kind in ("float", "double"):
         if isinstance(value, str) and value in ("nan", "inf", "-inf"):
             return float(value)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+        if isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)):
+            try:
+                return float(value)
+            except OverflowError:  # an integer beyond any double
+                pass
     elif kind == "bool":
         if isinstance(value, bool):
             return value
     elif kind == "string":
-        if isinstance(value, str):
+        # JSON escapes can spell lone surrogates, which UTF-8 (and so the binary) cannot hold.
+        if _utf8(value):
             return value
     elif isinstance(value, int) and not isinstance(value, bool):
         bits = 8 * field.get("size", 8)
@@ -159,7 +163,23 @@ def _scalar_in(value: Any, field: dict, path: str) -> Any:
         )
         if lo <= value <= hi:
             return value
-    raise _bad(path, f"{value!r} is not a valid {kind or field['kind']}")
+    raise _bad(path, f"{_show(value)} is not a valid {kind or field['kind']}")
+
+
+def _show(value: Any) -> str:
+    """A value for a message, cut short: a hostile document's values can be megabytes long."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
+def _utf8(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def table_from_json(table: str, doc: Any, path: str) -> Any:
@@ -188,6 +208,8 @@ def table_from_json(table: str, doc: Any, path: str) -> Any:
         elif kind == "table":
             setattr(obj, _attr(name), table_from_json(f["type"], value, where))
         elif kind == "struct":
+            if not isinstance(value, dict):
+                raise _bad(where, f"expected an object for {f['type']}")
             struct = _t_class(f["type"])()
             for s in _STRUCTS[f["type"]]["fields"]:
                 setattr(struct, _attr(s["name"]), _scalar_in(value.get(s["name"], 0), s, where))
@@ -222,8 +244,11 @@ def from_json(doc: Any, base_dir: Path | None = None) -> LightBinary:
         {k: v for k, v in doc.items() if k not in ("format", "blobs", "schema_hash")},
         "$",
     )
+    entries = doc.get("blobs", [])
+    if not isinstance(entries, list):
+        raise _bad("$.blobs", "expected a list")
     blobs = BlobStore()
-    for i, entry in enumerate(doc.get("blobs", []), start=1):
+    for i, entry in enumerate(entries, start=1):
         data = _blob_data(entry, i, base_dir)
         if blobs.add(data) != i:
             raise _bad(f"$.blobs[{i - 1}]", "duplicates an earlier blob; blob ids must stay unique")
@@ -237,6 +262,47 @@ def from_json(doc: Any, base_dir: Path | None = None) -> LightBinary:
     )
 
 
+def _plain_name(name: Any) -> bool:
+    """A file name in the JSON file's folder: no path separators, not '.' or '..'."""
+    return (
+        isinstance(name, str) and bool(re.fullmatch(r"[\w.-]+", name)) and name not in (".", "..")
+    )
+
+
+def blob_base(doc: Any, json_dir: Path) -> Path:
+    """Where a document's blob files are: its 'blob_dir' (removed from `doc`), a folder
+    next to the JSON file, or that file's own folder."""
+    if not isinstance(doc, dict) or "blob_dir" not in doc:
+        return json_dir
+    name = doc.pop("blob_dir")
+    if not _plain_name(name):
+        raise _bad(
+            "$.blob_dir", f"{name!r} must be the plain name of a folder next to the JSON file"
+        )
+    return json_dir / name
+
+
+def loads(text: bytes, source: Path) -> Any:
+    """Parse a JSON document, refusing what Python's json would take silently or fail on
+    with something other than an MnrtError: duplicate keys (which one counts?), integers too
+    long to convert, nesting too deep to parse."""
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict:
+        doc: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in doc:
+                raise InvalidBinaryError(f"{source}: a JSON object has key {key!r} twice")
+            doc[key] = value
+        return doc
+
+    try:
+        return json.loads(text.decode("utf-8"), object_pairs_hook=unique)
+    except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
+        raise InvalidBinaryError(f"{source} is neither a light binary nor JSON: {e}") from None
+    except RecursionError:
+        raise InvalidBinaryError(f"{source}: JSON is nested too deeply") from None
+
+
 def _blob_data(entry: Any, i: int, base_dir: Path | None) -> bytes:
     where = f"$.blobs[{i - 1}]"
     if not isinstance(entry, dict) or entry.get("id") != i:
@@ -247,13 +313,14 @@ def _blob_data(entry: Any, i: int, base_dir: Path | None) -> bytes:
         except (ValueError, TypeError):
             raise _bad(where, "base64 is not valid") from None
     elif "file" in entry:
-        name = str(entry["file"])
-        if base_dir is None or not re.fullmatch(r"[\w.-]+", name):
+        name = entry["file"]
+        if base_dir is None or not _plain_name(name):
             raise _bad(where, f"blob file {name!r} must be a plain name next to the JSON file")
         try:
-            data = (base_dir / name).read_bytes()
-        except OSError as e:
-            raise _bad(where, f"cannot read blob file {name}: {e.strerror}") from None
+            with open_regular(base_dir / name, "a blob file") as f:
+                data = f.read()
+        except MnrtError as e:
+            raise _bad(where, str(e)) from None
     else:
         raise _bad(where, "needs 'base64' or 'file'")
     expected = entry.get("hash")

@@ -9,6 +9,12 @@ change here. Once it accepts a buffer, the generated object API reads it without
 Cost is linear in the buffer: each table position is visited once, each vtable is checked
 once per table type, and a work budget the size of the buffer bounds the elements and string
 bytes read, so overlapping vectors or shared tables cannot make verification quadratic.
+
+Reading is another matter: the object API decodes a table, string or vector once per
+reference, so a few kilobytes of shared ones (a vector of 2000 references to one kernel whose
+inputs are 2000 references to one long string) would decode to gigabytes. The verifier adds
+up what every reference decodes to (memoised per position, so this stays linear) and refuses
+a buffer that would decode to more than `MAX_EXPANSION` times its size.
 """
 
 from __future__ import annotations
@@ -22,6 +28,13 @@ from mnrt.errors import InvalidBinaryError
 from mnrt.format.schema_info import LAYOUT
 
 MAX_DEPTH = 64
+# Unshared, a buffer decodes to about its size; sharing strings or tables (which mnrt's
+# writer does only for whole commands, see DECODED_ONCE) is allowed to multiply that by this.
+MAX_EXPANSION = 64
+_MIN_EXPANSION_BUDGET = 1 << 16  # bytes: tiny buffers may still share a little
+# Vectors of tables whose readers decode each distinct table once (LightBinary.commands), so
+# that sharing identical commands, as the writer does, costs nothing when read.
+DECODED_ONCE = {("LightBinary", "commands")}
 
 _u8 = struct.Struct("<B").unpack_from
 _u16x2 = struct.Struct("<HH").unpack_from
@@ -99,9 +112,10 @@ class _Union:
 
 
 class _Vector:
-    """Element kind, size and alignment of a vector field; `ident` keys its memo entries."""
+    """Element kind, size and alignment of a vector field; `ident` keys its memo entries.
+    `once`: its readers decode each distinct element table once (see DECODED_ONCE)."""
 
-    __slots__ = ("align", "code", "element", "ident", "size")
+    __slots__ = ("align", "code", "element", "ident", "once", "size")
 
     def __init__(self, ident: int, code: int, element: Any, size: int, align: int):
         self.ident = ident
@@ -109,6 +123,7 @@ class _Vector:
         self.element = element
         self.size = size
         self.align = align
+        self.once = False
 
 
 def _compile(layout: dict[str, Any]) -> dict[str, _Table]:
@@ -160,6 +175,7 @@ def _compile(layout: dict[str, Any]) -> dict[str, _Table]:
             elif kind == "vector":
                 field.code = _VECTOR
                 field.target = _vector(vectors, f, enums, struct_info, tables)
+                field.target.once = (name, f["name"]) in DECODED_ONCE
                 vectors += 1
             fields.append(field)
         tables[name].fields = tuple(fields)
@@ -248,16 +264,28 @@ class _Verifier:
             found = bytes(mv[start + 4 : start + 8])
             if found != _IDENTIFIER:
                 self.fail(f"file identifier is {found!r}, expected {_IDENTIFIER!r}", start + 4)
-        self._walk(root)
+        decoded = self._walk(root)
+        limit = MAX_EXPANSION * max(len(mv), _MIN_EXPANSION_BUDGET)
+        if decoded > limit:
+            self.fail(
+                f"shared tables, strings or vectors would decode to {decoded} bytes, more than "
+                f"{MAX_EXPANSION} times the {len(mv)}-byte buffer (corrupt or hostile); "
+                "capture the binary again",
+                start,
+            )
         return end
 
-    def _walk(self, root: _Table) -> None:
-        """Verify the tree of tables under the root; closures keep the hot path local."""
+    def _walk(self, root: _Table) -> int:
+        """Verify the tree of tables under the root; closures keep the hot path local.
+        Returns how many bytes reading it decodes (inline tables, strings and vector
+        elements, counted once per reference)."""
         mv, start, end = self.mv, self.start, self.end
         fail = self.fail
-        visited: dict[int, _Table] = {}
-        strings: set[int] = set()
-        vectors: set[tuple[int, int]] = set()
+        # Position -> (type, decoded bytes) of each table; decoded bytes of each string and
+        # vector, so that a second reference costs nothing to verify but still counts.
+        visited: dict[int, tuple[_Table, int]] = {}
+        strings: dict[int, int] = {}
+        vectors: dict[tuple[int, int], int] = {}
         vtables: list[dict[int, tuple[int, int, tuple[tuple[int, int, Any, _Field], ...]]]] = [
             {} for _ in _TABLES
         ]
@@ -314,18 +342,20 @@ class _Verifier:
             vtables[table.index][vt] = plan
             return plan
 
-        def table(pos: int, t: _Table, path: Any, depth: int, ref: int) -> None:
-            """Verify the table at pos, referred to by the offset at ref."""
+        def table(pos: int, t: _Table, path: Any, depth: int, ref: int) -> int:
+            """Verify the table at pos, referred to by the offset at ref; return the bytes
+            reading it decodes. Offsets only point forward, so a table is never reached
+            again from inside itself."""
             seen = visited.get(pos)
             if seen is not None:
-                if seen is not t:
-                    fail(f"{_render_path(path)}: table is also used as {seen.name}", pos)
-                return
+                if seen[0] is not t:
+                    fail(f"{_render_path(path)}: table is also used as {seen[0].name}", pos)
+                return seen[1]
             if depth > MAX_DEPTH:
                 fail(f"{_render_path(path)}: tables nested deeper than {MAX_DEPTH}", pos)
             if pos & 3 or pos + 4 > end:
                 fail(f"{_render_path(path)}: table at {pos} is misaligned or out of bounds", ref)
-            visited[pos] = t
+            visited[pos] = (t, 0)
             vt = pos - _i32(mv, pos)[0]
             plan = vtables[t.index].get(vt)
             tsize, mod8, checks = plan if plan is not None else vtable(pos, vt, t, path)
@@ -333,16 +363,19 @@ class _Verifier:
                 fail(f"{_render_path(path)}: table of {tsize} bytes runs past the end", pos)
             if mod8 >= 0 and pos & 7 != mod8:
                 fail(f"{_render_path(path)}: 8-byte fields of the table are misaligned", pos)
+            decoded = tsize
             for code, off, target, field in checks:
                 at = pos + off
                 if code == _UNION:
-                    union(pos, at, target, field, path, depth)
+                    decoded += union(pos, at, target, field, path, depth)
                 elif code == _TABLE:
-                    table(at + _u32(mv, at)[0], target, (path, field.label), depth + 1, at)
+                    decoded += table(
+                        at + _u32(mv, at)[0], target, (path, field.label), depth + 1, at
+                    )
                 elif code == _VECTOR:
-                    vector(at, target, (path, field.label), depth)
+                    decoded += vector(at, target, (path, field.label), depth)
                 elif code == _STRING:
-                    string(at, (path, field.label))
+                    decoded += string(at, (path, field.label))
                 elif code == _ENUM:
                     value = target.read(mv, at)[0]
                     if value not in target.values:
@@ -350,14 +383,18 @@ class _Verifier:
                         fail(f"{where}: {value} is not a value of enum {target.name}", at)
                 else:
                     struct_enums(at, target, (path, field.label))
+            visited[pos] = (t, decoded)
+            return decoded
 
-        def union(pos: int, tag_at: int, target: tuple, field: _Field, path: Any, depth: int):
+        def union(
+            pos: int, tag_at: int, target: tuple, field: _Field, path: Any, depth: int
+        ) -> int:
             u, off = target
             tag = mv[tag_at]
             if tag == 0:
                 if off:
                     fail(f"{_render_path(path)}{field.label}: NONE type tag with a value", tag_at)
-                return
+                return 0
             if tag > len(u.members):
                 where = f"{_render_path(path)}{field.label}"
                 fail(f"{where}: type tag {tag} is not a member of union {u.name}", tag_at)
@@ -365,12 +402,13 @@ class _Verifier:
                 fail(f"{_render_path(path)}{field.label}: type tag {tag} without a value", tag_at)
             at = pos + off
             member, label = u.members[tag - 1], u.labels[tag - 1]
-            table(at + _u32(mv, at)[0], member, (path, label), depth + 1, at)
+            return table(at + _u32(mv, at)[0], member, (path, label), depth + 1, at)
 
-        def string(at: int, path: Any) -> None:
+        def string(at: int, path: Any) -> int:
             pos = at + _u32(mv, at)[0]
-            if pos in strings:
-                return
+            seen = strings.get(pos)
+            if seen is not None:
+                return seen
             if pos & 3 or pos + 4 > end:
                 fail(f"{_render_path(path)}: string at {pos} is misaligned or out of bounds", at)
             length = _u32(mv, pos)[0]
@@ -384,9 +422,10 @@ class _Verifier:
                 str(mv[pos + 4 : stop], "utf-8")
             except UnicodeDecodeError as exc:
                 fail(f"{_render_path(path)}: string is not UTF-8", pos + 4 + exc.start)
-            strings.add(pos)
+            strings[pos] = length + 4
+            return length + 4
 
-        def vector(at: int, v: _Vector, path: Any, depth: int) -> None:
+        def vector(at: int, v: _Vector, path: Any, depth: int) -> int:
             pos = at + _u32(mv, at)[0]
             if pos & 3 or pos + 4 > end:
                 fail(f"{_render_path(path)}: vector at {pos} is misaligned or out of bounds", at)
@@ -397,19 +436,27 @@ class _Verifier:
             if body % v.align:
                 fail(f"{_render_path(path)}: vector elements are misaligned", body)
             code = v.code
-            if code == _NONE or count == 0 or (pos, v.ident) in vectors:
-                return
-            vectors.add((pos, v.ident))
+            decoded = 4 + count * v.size
+            if code == _NONE or count == 0:
+                return decoded
+            seen = vectors.get((pos, v.ident))
+            if seen is not None:
+                return seen
             spend(count * v.size, path, pos)
             if code == _TABLE:
                 element = v.element
                 offsets = struct.unpack_from(f"<{count}I", mv, body)
+                once: set[int] = set()
                 for i, rel in enumerate(offsets):
                     at = body + 4 * i
-                    table(at + rel, element, (path, i), depth + 1, at)
+                    size = table(at + rel, element, (path, i), depth + 1, at)
+                    if v.once:
+                        size = 0 if at + rel in once else size
+                        once.add(at + rel)
+                    decoded += size
             elif code == _STRING:
                 for i in range(count):
-                    string(body + 4 * i, (path, i))
+                    decoded += string(body + 4 * i, (path, i))
             elif code == _ENUM:
                 e = v.element
                 for i in range(count):
@@ -419,6 +466,8 @@ class _Verifier:
             else:
                 for i in range(count):
                     struct_enums(body + i * v.size, v.element, (path, i))
+            vectors[pos, v.ident] = decoded
+            return decoded
 
         def struct_enums(at: int, s: _Struct, path: Any) -> None:
             for off, e in s.enums:
@@ -426,4 +475,4 @@ class _Verifier:
                     where = _render_path(path)
                     fail(f"{where}: not a value of enum {e.name} in struct {s.name}", at + off)
 
-        table(start + _u32(mv, start)[0], root, root.name, 0, start)
+        return table(start + _u32(mv, start)[0], root, root.name, 0, start)

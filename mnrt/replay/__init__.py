@@ -10,6 +10,8 @@ golden mismatch does not raise: it makes `passed` False.
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -52,6 +54,13 @@ def replay(
     `rtol`/`atol` override every check's tolerances for this run."""
     if isinstance(loops, bool) or not isinstance(loops, int) or loops < 1:
         raise InvalidArgumentError(f"loops must be a positive integer, got {loops!r}")
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if value is not None and not (
+            isinstance(value, numbers.Real)
+            and not isinstance(value, bool)
+            and 0 <= value < math.inf
+        ):
+            raise InvalidArgumentError(f"{name} must be a finite number >= 0, got {value!r}")
     start = time.perf_counter()
     if not isinstance(binary, LightBinary):
         binary = LightBinary.load(binary)

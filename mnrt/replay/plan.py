@@ -3,9 +3,13 @@
 One pass over the command list checks what the structural verifier cannot: every id is
 defined before use, never reused, and of the right kind; blobs exist and have exactly the
 size of the buffer they fill; dtypes and shapes are sane; kernels and attributes exist;
-bindings fit their program; and the device memory the binary holds at any point fits the
-device. Each problem is an InvalidBinaryError naming the command index. The plan keeps
-what replay needs (decoded programs, slot orders), so execution repeats none of it.
+bindings fit their program (every kernel's shape rules hold for the bound buffers); objects
+of one device are used on that device only; device traces follow the host API's rules
+(begin, end, replay, release, nothing but programs inside one); tolerances are sane; and the
+device memory the binary holds at any point fits the device. Each problem is an
+InvalidBinaryError naming the command index, so a binary that verifies does not fail half
+way through a replay for any of these. The plan keeps what replay needs (decoded programs,
+slot orders), so execution repeats none of it.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..device.dtypes import BY_CODE, DType
+from ..device.kernels.registry import TensorSpec
 from ..device.spec import MNCORE2, DeviceSpec
 from ..errors import InvalidBinaryError, MnrtError
 from ..format import LightBinary
 from ..format.fb.CommandUnion import CommandUnion as U
 from ..format.values import attribute_value
 from ..host import Kernel
+from ..host.device import MAX_QUEUES
 
 MAX_RANK = 16
 DEVICE, QUEUE, BUFFER, PROGRAM, TRACE = "device", "queue", "buffer", "program", "trace"
@@ -42,6 +48,16 @@ class ProgramInfo:
     kernels: list[Kernel]
     slots: tuple[str, ...]
     device: int
+
+
+@dataclass
+class TraceInfo:
+    """A device trace as validation follows it: where it was captured, what it binds."""
+
+    device: int
+    queue: tuple[int, int]  # (device gid, queue index)
+    state: str = "capturing"  # then "ready", then "released"
+    buffers: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -70,6 +86,10 @@ class _Validator:
         self.kinds: dict[int, str] = {}
         self.live: set[int] = set()  # live buffer gids
         self.used: dict[int, int] = {}  # device gid -> bytes allocated now
+        self.queues: dict[int, tuple[int, int]] = {}  # queue gid -> (device gid, index)
+        self.capturing: dict[tuple[int, int], int] = {}  # queue -> trace gid it captures
+        self.traces: dict[int, TraceInfo] = {}
+        self.shapes_checked: set[tuple] = set()  # (program gid, bound specs) found valid
         self.index = 0
         self.checks: dict[int, Callable[[Any], None]] = {
             U.OpenDevice: self.open_device,
@@ -80,10 +100,10 @@ class _Validator:
             U.ReadBuffer: self.read,
             U.CreateProgram: self.create_program,
             U.EnqueueProgram: self.enqueue_program,
-            U.Finish: lambda c: self.ref(c.queueId, QUEUE),
+            U.Finish: lambda c: self.host_queue(c.queueId, "finish"),
             U.BeginTraceCapture: self.begin_trace,
-            U.EndTraceCapture: self.trace_ref,
-            U.ReplayTrace: self.trace_ref,
+            U.EndTraceCapture: self.end_trace,
+            U.ReplayTrace: self.replay_trace,
             U.ReleaseTrace: self.release_trace,
             U.GoldenCheck: self.golden,
         }
@@ -111,6 +131,40 @@ class _Validator:
             raise self.fail(f"buffer id {gid} is used after it was deallocated")
         return self.plan.buffers[gid]
 
+    def on_device(self, info: BufferInfo, gid: int, device: int) -> None:
+        if info.device != device:
+            raise self.fail(
+                f"buffer id {gid} belongs to device id {info.device}, not device id {device}"
+            )
+
+    def host_queue(self, gid: int, what: str) -> int:
+        """A queue that `what` (a host transfer or wait) may use now: none inside a trace.
+        Returns its device's gid."""
+        self.ref(gid, QUEUE)
+        trace = self.capturing.get(self.queues[gid])
+        if trace is not None:
+            raise self.fail(
+                f"{what} on queue id {gid} while it captures trace id {trace}; only programs "
+                "may be enqueued inside a device trace"
+            )
+        return self.queues[gid][0]
+
+    def memory_change(self, device: int, what: str) -> None:
+        """Allocation and program creation are not allowed while a queue of the device
+        captures a trace."""
+        for (dev, _), trace in self.capturing.items():
+            if dev == device:
+                raise self.fail(f"{what} on device id {device} while trace id {trace} is captured")
+
+    def tolerances(self, c) -> None:
+        for name in ("rtol", "atol"):
+            value = getattr(c, name)
+            if not math.isnan(value) and not 0 <= value < math.inf:
+                raise self.fail(
+                    f"{name} {value} is not a tolerance (a finite number >= 0, or NaN for the "
+                    "dtype's default)"
+                )
+
     def blob_of_size(self, blob: int, nbytes: int, what: str) -> None:
         info = self.binary.blobs.info(blob, self.index)
         if info.size != nbytes:
@@ -126,10 +180,14 @@ class _Validator:
     def open_queue(self, c) -> None:
         self.ref(c.deviceId, DEVICE)
         self.define(c.queueId, QUEUE)
+        if c.index >= MAX_QUEUES:
+            raise self.fail(f"queue id {c.queueId} has index {c.index}; a device has 0..7")
         self.plan.queue_device[c.queueId] = c.deviceId
+        self.queues[c.queueId] = (c.deviceId, c.index)
 
     def create_buffer(self, c) -> None:
         self.ref(c.deviceId, DEVICE)
+        self.memory_change(c.deviceId, "create_buffer")
         self.define(c.bufferId, BUFFER)
         desc = c.desc
         dtype = BY_CODE.get(desc.dtype)
@@ -153,27 +211,34 @@ class _Validator:
 
     def deallocate(self, c) -> None:
         info = self.live_buffer(c.bufferId)
+        self.memory_change(info.device, "deallocate")
         self.live.discard(c.bufferId)
         self.used[info.device] -= info.nbytes
 
     def write(self, c) -> None:
-        self.ref(c.queueId, QUEUE)
+        device = self.host_queue(c.queueId, "write")
         info = self.live_buffer(c.bufferId)
+        self.on_device(info, c.bufferId, device)
         self.blob_of_size(c.data, info.nbytes, "data")
 
     def read(self, c) -> None:
-        self.ref(c.queueId, QUEUE)
+        device = self.host_queue(c.queueId, "read")
         info = self.live_buffer(c.bufferId)
+        self.on_device(info, c.bufferId, device)
         if c.golden:
             self.blob_of_size(c.golden, info.nbytes, "golden")
+            self.tolerances(c)
 
     def golden(self, c) -> None:
-        self.ref(c.queueId, QUEUE)
+        device = self.host_queue(c.queueId, "golden check")
         info = self.live_buffer(c.bufferId)
+        self.on_device(info, c.bufferId, device)
         self.blob_of_size(c.golden, info.nbytes, "golden")
+        self.tolerances(c)
 
     def create_program(self, c) -> None:
         self.ref(c.deviceId, DEVICE)
+        self.memory_change(c.deviceId, "create_program")
         self.define(c.programId, PROGRAM)
         desc = c.program
         kernels = []
@@ -207,20 +272,92 @@ class _Validator:
                 f"program id {c.programId} has {len(prog.slots)} slots but {len(ids)} buffers "
                 "are bound"
             )
-        for gid in ids:
-            self.live_buffer(gid)
+        device = self.queues[c.queueId][0]
+        if prog.device != device:
+            raise self.fail(
+                f"program id {c.programId} belongs to device id {prog.device}, not the "
+                f"queue's device id {device}"
+            )
+        infos = [self.live_buffer(gid) for gid in ids]
+        for gid, info in zip(ids, infos):
+            self.on_device(info, gid, device)
+        self.check_shapes(c.programId, prog, infos)
+        trace = self.capturing.get(self.queues[c.queueId])
+        if trace is not None:
+            if c.blocking:
+                raise self.fail("a blocking enqueue_program inside a device trace")
+            self.traces[trace].buffers.update(ids)
+
+    def check_shapes(self, gid: int, prog: ProgramInfo, infos: list[BufferInfo]) -> None:
+        """Every kernel's shape rules hold for the bound buffers, as enqueue will check."""
+        bound = {s: TensorSpec(i.shape, i.dtype) for s, i in zip(prog.slots, infos)}
+        key = (gid, tuple(bound.values()))
+        if key in self.shapes_checked:
+            return
+        for i, k in enumerate(prog.kernels):
+            where = f"program id {gid} kernel {i} '{k.op}'"
+            try:
+                expected = k.kdef.infer([bound[s] for s in k.inputs], k.attrs)
+            except MnrtError as e:
+                raise self.fail(f"{where}: {e}") from None
+            for slot, want in zip(k.outputs, expected):
+                have = bound[slot]
+                if have.shape != want.shape or have.dtype not in want.dtypes:
+                    produced = " or ".join(str(TensorSpec(want.shape, d)) for d in want.dtypes)
+                    raise self.fail(
+                        f"{where}: output slot '{slot}' is bound to a {have}; the kernel "
+                        f"produces {produced}"
+                    )
+        self.shapes_checked.add(key)
+
+    def trace(self, gid: int, queue: int) -> TraceInfo:
+        """A trace that `queue` may replay now."""
+        self.ref(gid, TRACE)
+        info = self.traces[gid]
+        if info.state != "ready":
+            raise self.fail(f"trace id {gid} is {info.state}, it cannot be replayed")
+        if info.queue != self.queues[queue]:
+            raise self.fail(f"trace id {gid} was captured on another queue than queue id {queue}")
+        return info
 
     def begin_trace(self, c) -> None:
         self.ref(c.queueId, QUEUE)
+        queue = self.queues[c.queueId]
+        if queue in self.capturing:
+            raise self.fail(
+                f"queue id {c.queueId} already captures trace id {self.capturing[queue]}"
+            )
         self.define(c.traceId, TRACE)
+        self.traces[c.traceId] = TraceInfo(queue[0], queue)
+        self.capturing[queue] = c.traceId
 
-    def trace_ref(self, c) -> None:
+    def end_trace(self, c) -> None:
         self.ref(c.queueId, QUEUE)
         self.ref(c.traceId, TRACE)
+        queue = self.queues[c.queueId]
+        if self.capturing.get(queue) != c.traceId:
+            raise self.fail(f"queue id {c.queueId} is not capturing trace id {c.traceId}")
+        del self.capturing[queue]
+        self.traces[c.traceId].state = "ready"
+
+    def replay_trace(self, c) -> None:
+        self.host_queue(c.queueId, "replay_trace")
+        info = self.trace(c.traceId, c.queueId)
+        for gid in info.buffers:
+            if gid not in self.live:
+                raise self.fail(f"trace id {c.traceId} uses buffer id {gid}, deallocated since")
 
     def release_trace(self, c) -> None:
         self.ref(c.deviceId, DEVICE)
         self.ref(c.traceId, TRACE)
+        info = self.traces[c.traceId]
+        if info.device != c.deviceId:
+            raise self.fail(f"trace id {c.traceId} belongs to device id {info.device}")
+        if info.state == "released":
+            raise self.fail(f"trace id {c.traceId} is released twice")
+        if info.state == "capturing":
+            del self.capturing[info.queue]
+        info.state = "released"
 
     def run(self) -> Plan:
         for index, command in enumerate(self.binary.commands):
@@ -229,6 +366,9 @@ class _Validator:
             if check is None or command.cmd is None:
                 raise self.fail(f"command has no valid body (type {command.cmdType})")
             check(command.cmd)
+        if self.capturing:
+            trace = next(iter(self.capturing.values()))
+            raise self.fail(f"trace id {trace} is still being captured after the last command")
         return self.plan
 
 

@@ -24,6 +24,8 @@ _SUBCOMMANDS = {
     "verify": "inspect:verify",
 }
 
+_MAX_MESSAGE = 2000  # characters of an error message the CLI prints
+
 
 class _LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -41,6 +43,8 @@ class _LazyGroup(click.Group):
             return super().invoke(ctx)
         except MnrtError as e:
             message = " ".join(str(e).split())
+            if len(message) > _MAX_MESSAGE:  # it quotes a hostile binary's megabyte-long name
+                message = f"{message[: _MAX_MESSAGE - 40]}... ({len(message)} characters)"
             click.echo(f"mnrt: error: {message}", err=True)
             ctx.exit(e.exit_code)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from ..errors import InvalidBinaryError, MnrtError
 from ..format import IDENTIFIER, LightBinary, jsonio
+from ..format.binary import open_regular, write_atomically
 from ..replay.info import info as binary_info
 from ..replay.plan import validate
 
@@ -80,37 +80,21 @@ def verify(file) -> None:
 )
 def convert(source, dest, blob_files) -> None:
     """Convert a binary to JSON or JSON to a binary (chosen by SOURCE's contents)."""
-    try:
-        with open(source, "rb") as f:
-            head = f.read(12)
-    except OSError as e:
-        raise MnrtError(f"cannot read {source}: {e.strerror}") from None
-    # A size-prefixed FlatBuffer: size, root offset, then the file identifier.
-    if head[8:12] == IDENTIFIER:
+    with open_regular(source, "a light binary or its JSON form") as f:
+        # A size-prefixed FlatBuffer: size, root offset, then the file identifier.
+        head = f.read(12)
+        text = None if head[8:12] == IDENTIFIER else head + f.read()
+    if text is None:
         binary = LightBinary.load(source)
         blob_dir = dest.parent / f"{dest.stem}.blobs" if blob_files else None
         doc = jsonio.to_json(binary, blob_dir)
         if blob_dir is not None:
             doc["blob_dir"] = blob_dir.name
-        _atomic_text(dest, json.dumps(doc, indent=1))
+        write_atomically(dest, json.dumps(doc, indent=1).encode())
         click.echo(f"{source} -> {dest} (JSON, {len(binary)} commands)")
         return
-    try:
-        doc = json.loads(Path(source).read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InvalidBinaryError(f"{source} is neither a light binary nor JSON: {e}") from None
-    base = Path(source).parent
-    if isinstance(doc, dict) and "blob_dir" in doc:
-        base = base / str(doc.pop("blob_dir"))
+    doc = jsonio.loads(text, source)
+    base = jsonio.blob_base(doc, Path(source).parent)
     binary = jsonio.from_json(doc, base)
     binary.save(dest)
     click.echo(f"{source} -> {dest} (binary, {len(binary)} commands, {binary.file_size} bytes)")
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text)
-        tmp.replace(path)
-    except OSError as e:
-        raise MnrtError(f"cannot write {path}: {e.strerror}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import click
 import numpy as np
 
 from .. import errors
+from ..format.binary import write_atomically
 from ..replay import replay
 
 
@@ -35,6 +37,22 @@ def _progress(total_loops: int):
             bar.__exit__(None, None, None)
 
     return step
+
+
+def _file_name(name: str) -> str:
+    """A buffer name (which the binary chose) as a file name: no separators, NULs or
+    dot-only names, and short enough for any file system."""
+    safe = re.sub(r"[^\w.#+=-]", "_", name)[:200]
+    return safe if safe.strip(".") else f"_{safe}"
+
+
+def _save_outputs(folder: Path, outputs: dict[str, np.ndarray]) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, array in outputs.items():
+            np.save(folder / f"{_file_name(name)}.npy", array)
+    except OSError as e:
+        raise errors.MnrtError(f"cannot save outputs in {folder}: {e.strerror}") from None
 
 
 @click.command()
@@ -70,11 +88,9 @@ def run(file, device, loops, rtol, atol, no_verify, report_path, save_outputs, a
         progress=_progress(loops),
     )
     if report_path is not None:
-        report_path.write_text(report.to_json())
+        write_atomically(report_path, report.to_json().encode())
     if save_outputs is not None:
-        save_outputs.mkdir(parents=True, exist_ok=True)
-        for name, array in report.outputs.items():
-            np.save(save_outputs / f"{name.replace('/', '_')}.npy", array)
+        _save_outputs(save_outputs, report.outputs)
     click.echo(report.to_json() if as_json else report.summary())
     if not report.passed:
         sys.exit(errors.EXIT_GOLDEN_MISMATCH)
