@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 
+import numpy as np
 import pytest
 
 import mnrt
@@ -57,3 +58,15 @@ def in_forked_child():
         pytest.fail("the forked child hung")
 
     return run
+
+
+def enqueue_failing_gather(dev, q):
+    """Enqueue a gather whose index (9) is out of range for its 4-element data: a device
+    error that the next finish() raises. Returns the data buffer."""
+    data = dev.create_buffer((4,), "float", name="data")
+    idx = dev.create_buffer((1,), "int32", name="idx")
+    out = dev.create_buffer((1,), "float", name="out")
+    prog = dev.create_program([mnrt.Kernel("gather", ["data", "idx"], ["out"])])
+    q.enqueue_write_buffer(idx, np.array([9], np.int32))
+    q.enqueue_program(prog, {"data": data, "idx": idx, "out": out})
+    return data

@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
+import math
 import os
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..format import LightBinary
 from ..host import Buffer, CommandQueue, observe
+from ..host.commands import ReadBuffer
 from ..host.golden import Check, compare
 from .build import build
 from .recorder import READ, CaptureError, Recorder
@@ -32,6 +36,8 @@ __all__ = ["CaptureError", "begin_capture", "capture", "compare_to_golden", "end
 
 def begin_capture(goldens: bool = True) -> None:
     """Start recording host API calls (from every thread) into a new light binary."""
+    if not isinstance(goldens, bool):
+        raise InvalidArgumentError(f"goldens must be True or False, got {goldens!r}")
     with _lock:
         if isinstance(observe.current(), Recorder):
             raise CaptureError("a capture is already running; end_capture() it first")
@@ -40,46 +46,89 @@ def begin_capture(goldens: bool = True) -> None:
 
 def end_capture(description: str = "") -> LightBinary:
     """Stop recording; wait for the captured queues, then build the binary."""
+    if not isinstance(description, str):
+        raise InvalidArgumentError(f"description must be a string, got {description!r}")
     with _lock:
         rec = observe.current()
         if not isinstance(rec, Recorder):
             raise CaptureError("end_capture() without begin_capture()")
         observe.install(None)
-    rec.close()
+    rows, devices = rec.close()
     queues = {id(q): q for q in rec._keep if isinstance(q, CommandQueue)}
     for q in queues.values():
         q._drain()
-    # Non-blocking reads were filled by the queues just now: their data is final.
+    _check_nothing_skipped(rec)
+    # Non-blocking reads have run by now: each kept a copy of its data as it ran.
     log = [
-        (*e[:4], e[4].copy()) if e[0] == READ and not e[3] and e[4] is not None else e
-        for e in rec.log
+        (*e[:4], e[4].kept) if e[0] == READ and isinstance(e[4], ReadBuffer) else e
+        for e in itertools.islice(rec.log, rows)
     ]
     # Building allocates a few objects per command and frees none: a collection cycle
     # would only walk the whole log again (as bulk loaders like pickle avoid too).
     paused = gc.isenabled()
     gc.disable()
     try:
-        return build(log, rec.devices, description)
+        return build(log, devices, description)
     finally:
         if paused:
             gc.enable()
 
 
+def _check_nothing_skipped(rec: Recorder) -> None:
+    """Refuse a capture whose queues skipped commands behind a failed one: replay would
+    run them, so the binary would not reproduce this run."""
+    skipped = rec.skipped_commands()
+    if skipped:
+        where = ", ".join(
+            f"{n} on device {q.device.index} queue {q.index}" for q, n in skipped.items()
+        )
+        raise CaptureError(
+            f"commands were skipped during the capture ({where}) because an earlier command "
+            "failed on the device; a light binary would run them on replay and not reproduce "
+            "this run. Fix the failing command (see the DeviceExecutionError that finish() "
+            "raised) and capture again"
+        )
+
+
+def _check_path(path: Any) -> str:
+    """Where a capture will be saved, checked before the block runs rather than after."""
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"capture path must be a str or os.PathLike, got {type(path).__name__}"
+        ) from None
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path) or not os.path.isdir(parent):
+        raise InvalidArgumentError(
+            f"cannot save a capture to {path}: "
+            + ("it is a directory" if os.path.isdir(path) else f"no directory {parent}")
+            + "; give a file path in an existing directory"
+        )
+    return path
+
+
 @contextlib.contextmanager
 def capture(path: str | os.PathLike, goldens: bool = True, description: str = "") -> Iterator[None]:
     """Capture the block into `path`, written atomically when the block succeeds; nothing
-    is written if it raises."""
+    is written if it raises (or the capture cannot be built), and the capture ends either way."""
+    path = _check_path(path)
+    if not isinstance(description, str):
+        raise InvalidArgumentError(f"description must be a string, got {description!r}")
     begin_capture(goldens=goldens)
+    rec = observe.current()
     try:
         yield
+        binary = end_capture(description)
     except BaseException:
         with _lock:
-            rec = observe.current()
-            if isinstance(rec, Recorder):
+            if observe.current() is rec:
                 observe.install(None)
                 rec.close()
         raise
-    end_capture(description).save(path)
+    binary.save(path)
 
 
 def compare_to_golden(
@@ -91,19 +140,65 @@ def compare_to_golden(
     name: str | None = None,
 ) -> Check:
     """Check a buffer against a user-supplied golden now, and record the check when a
-    capture is running, so replay checks it too. Tolerances default to the dtype's."""
+    capture is running, so replay checks it too. Tolerances default to the dtype's.
+
+    The golden is compared as it is recorded: in the buffer's dtype (rounded to half for
+    a half buffer), so that the live verdict and the replayed one agree."""
+    if not isinstance(q, CommandQueue):
+        raise InvalidArgumentError(
+            f"compare_to_golden takes a CommandQueue first, got {type(q).__name__}"
+        )
     if not isinstance(buffer, Buffer):
         raise InvalidArgumentError(f"compare_to_golden takes a Buffer, got {type(buffer).__name__}")
-    expected = np.asarray(expected)
-    if expected.shape != buffer.shape:
-        raise InvalidArgumentError(
-            f"golden of shape {expected.shape} does not match buffer '{buffer.name}' of shape "
-            f"{buffer.shape}"
-        )
+    golden = _golden_array(buffer, expected)
+    rtol, atol = _tolerance("rtol", rtol), _tolerance("atol", atol)
+    if name is not None and not isinstance(name, str):
+        raise InvalidArgumentError(f"compare_to_golden: name must be a string, got {name!r}")
     name = name or buffer.name
+    with observe.unobserved():
+        # First: the read rejects a freed buffer, another device's queue, a closed device.
+        actual = q.enqueue_read_buffer(buffer, blocking=True)
     rec = observe.current()
     if isinstance(rec, Recorder):
-        rec.golden(q, buffer, expected, rtol, atol, name)
-    with observe.unobserved():
-        actual = q.enqueue_read_buffer(buffer, blocking=True)
-    return compare(name, actual, expected, buffer.dtype, rtol, atol)
+        rec.golden(q, buffer, golden, rtol, atol, name)
+    return compare(name, actual, golden, buffer.dtype, rtol, atol)
+
+
+def _golden_array(buffer: Buffer, expected: Any) -> np.ndarray:
+    """`expected` as the binary stores it: an array of the buffer's shape in its read
+    dtype, rounded as its dtype rounds. Values the dtype cannot hold are refused rather than
+    silently changed (2.5 for an int32 buffer would become 2)."""
+    dt = buffer.dtype
+    array = np.asarray(expected)
+    if array.shape != buffer.shape:
+        raise InvalidArgumentError(
+            f"golden of shape {array.shape} does not match buffer '{buffer.name}' of shape "
+            f"{buffer.shape}"
+        )
+    if array.dtype.kind not in "biuf":
+        raise InvalidArgumentError(
+            f"golden for buffer '{buffer.name}' must be numbers, got an array of {array.dtype}"
+        )
+    golden = array.astype(dt.read_dtype)
+    if not dt.is_float and not np.array_equal(golden, array):
+        raise InvalidArgumentError(
+            f"golden for {dt.name} buffer '{buffer.name}' holds values a {dt.name} cannot "
+            "(fractions or out of range); give the exact values the buffer should hold"
+        )
+    return dt.from_storage(dt.to_storage(golden)) if dt.is_half else golden
+
+
+def _tolerance(what: str, value: Any) -> float | None:
+    """A tolerance as recorded: None (or NaN, as binaries spell it) for the dtype's default."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InvalidArgumentError(f"compare_to_golden: {what} must be a number, got {value!r}")
+    if math.isnan(value):
+        return None
+    if value < 0 or math.isinf(value):
+        raise InvalidArgumentError(
+            f"compare_to_golden: {what} must be a finite number >= 0, got {value!r} "
+            "(None for the dtype's default)"
+        )
+    return float(value)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..host import Buffer, CommandQueue, Device, Program, observe
-from ..host.commands import RunProgram
+from ..host.commands import ReadBuffer, RunProgram
 
 # Log entry kinds; build.py turns each into one command table.
 OPEN_DEVICE = "open_device"
@@ -93,6 +93,9 @@ class Recorder:
         # Log index of each device trace being captured now: snapshots taken meanwhile are
         # placed before it, since replay may not allocate or write inside a trace.
         self._open_traces: dict[int, int] = {}
+        self._trace_queue: dict[int, int] = {}  # trace gid -> gid of the queue capturing it
+        self._skipped: dict[int, int] = {}  # id(queue) -> its skipped count when first seen
+        self._closed = False
         self._lock = threading.Lock()
         self._before: dict[str, Callable[[str, tuple, dict], None]] = {
             "deallocate": self._known_buffer_no_data,
@@ -156,6 +159,10 @@ class Recorder:
 
     # --- ids and snapshots --------------------------------------------------------
     def _new_id(self, obj: Any) -> int:
+        if self._closed:
+            # A call another thread began before the capture ended: it is not recorded, and
+            # its objects must not carry an id of this capture into the next one.
+            return 0
         gid = self._next
         self._next += 1
         obj.tag = gid
@@ -164,6 +171,8 @@ class Recorder:
 
     def _emit(self, entry: tuple) -> None:
         """Log a snapshot entry, ahead of any device trace that is being captured."""
+        if self._closed:
+            return
         if not self._open_traces:
             self.log.append(entry)
             return
@@ -171,19 +180,41 @@ class Recorder:
         self.log.insert(at, entry)
         self._open_traces = {t: i + 1 if i >= at else i for t, i in self._open_traces.items()}
 
-    def close(self) -> None:
-        """Clear the tags given out, so no id or action of this capture outlives it."""
+    def close(self) -> tuple[int, dict[int, int]]:
+        """Stop recording: end the device traces still being captured (the binary must
+        not leave one open; the live queue still records into it), clear the tags given
+        out, so no id or action of this capture outlives it, and return the number of log
+        rows and the devices that make up the capture. A host call another thread is still
+        in may append rows after this; they are not part of it."""
+        with self._lock:
+            for gid in list(self._open_traces):
+                self.log.append((END_TRACE, self._trace_queue[gid], gid))
+            self._open_traces.clear()
+            self._closed = True
+            for obj in self._keep:
+                obj.tag = 0
+            for plan in self._noted:
+                plan.tag = None
+            return len(self.log), dict(self.devices)
+
+    def skipped_commands(self) -> dict[CommandQueue, int]:
+        """Captured queues that skipped commands (behind a failed one) since first seen,
+        with how many: replay would run those commands, so the capture is not faithful."""
+        skipped = {}
         for obj in self._keep:
-            obj.tag = 0
-        for plan in self._noted:
-            plan.tag = None
+            if isinstance(obj, CommandQueue):
+                n = obj.skipped - self._skipped.get(id(obj), obj.skipped)
+                if n:
+                    skipped[obj] = n
+        return skipped
 
     def _device(self, dev: Device) -> int:
         gid = dev.tag
         if not gid:
             gid = self._new_id(dev)
-            self.devices[gid] = dev.index
-            self._emit((OPEN_DEVICE, gid, dev.index))
+            if gid:
+                self.devices[gid] = dev.index
+                self._emit((OPEN_DEVICE, gid, dev.index))
         return gid
 
     def _queue(self, q: CommandQueue) -> int:
@@ -191,8 +222,30 @@ class Recorder:
         if not gid:
             dev = self._device(q.device)
             gid = self._new_id(q)
-            self._emit((OPEN_QUEUE, gid, dev, q.index))
+            if gid:
+                self._skipped[id(q)] = q.skipped
+                self._emit((OPEN_QUEUE, gid, dev, q.index))
+                if q._capture is not None:
+                    self._adopt_trace(q, gid, dev)
         return gid
+
+    def _adopt_trace(self, q: CommandQueue, qid: int, dev: int) -> None:
+        """A queue first seen while it captures a device trace begun before this capture:
+        record the trace's beginning and the programs it holds so far, so that what the
+        queue records from now on lands in the trace on replay too."""
+        trace = q._capture
+        steps = [
+            (self._program(cmd.program), tuple(self._buffer(b, q) for b in cmd.plan.buffers))
+            for cmd in trace.commands
+        ]
+        gid = self._next
+        self._next += 1
+        self._traces[(dev, trace.id)] = gid
+        self._open_traces[gid] = len(self.log)
+        self._trace_queue[gid] = qid
+        self.log.append((BEGIN_TRACE, qid, gid))
+        for pid, bids in steps:
+            self.log.append((PROGRAM, qid, pid, bids, False))
 
     def _buffer(self, buf: Buffer, q: CommandQueue | None, with_data: bool = True) -> int:
         """The buffer's id; a buffer first seen now is snapshotted (created, then filled
@@ -238,8 +291,8 @@ class Recorder:
         qid = self._queue(q)
         tid = _arg(args, kwargs, 1, "trace_id")
         dev = self._device(q.device)
-        if (dev, tid) in self._traces:
-            return
+        if not isinstance(tid, (int, np.integer)) or (dev, tid) in self._traces:
+            return  # known, or the call itself will reject the id
         trace = q.device._traces.get(tid)
         if trace is None or not trace.complete:
             return  # the call itself will raise
@@ -267,7 +320,10 @@ class Recorder:
         self._queue(q)
 
     def _after_create_buffer(self, args: tuple, kwargs: dict, buf: Buffer) -> None:
-        self._buffer(buf, None, with_data=False)
+        # A new buffer holds the device's fill. Zeros are what replay's fresh buffers hold;
+        # any other fill (Device.clear) is recorded, or reading the buffer before writing
+        # it would give other data on replay.
+        self._buffer(buf, None, with_data=buf.device._backend.memory.fill.kind != "zero")
 
     def _after_deallocate(self, args: tuple, kwargs: dict, result: None) -> None:
         self.log.append((DEALLOCATE, args[0].tag))
@@ -284,12 +340,12 @@ class Recorder:
             pid = self._program(cmd.program)
             fresh = _written_before_read(cmd.program, cmd.plan.buffers)
             bids = tuple(self._buffer(b, q, with_data=id(b) not in fresh) for b in cmd.plan.buffers)
-        row = (5, PROGRAM, qid, pid, bids, blocking, None, None)
+            row = (5, PROGRAM, qid, pid, bids, blocking, None, None)
+            if not blocking and not self._closed:
+                # The queue calls this directly for the next enqueues of this binding here.
+                cmd.plan.tag = (self, q, functools.partial(self._cells_extend, row))
+                self._noted.append(cmd.plan)
         self._cells_extend(row)
-        if not blocking:
-            # The queue calls this directly for the next enqueues of this binding here.
-            cmd.plan.tag = (self, q, functools.partial(self._cells_extend, row))
-            self._noted.append(cmd.plan)
 
     def write(self, q: CommandQueue, buf: Buffer, data: np.ndarray, blocking: bool) -> None:
         """enqueue_write_buffer's hook, after the write was submitted."""
@@ -301,15 +357,16 @@ class Recorder:
         # The data is copied now: the caller may change its array once the write has run.
         self._cells_extend((6, WRITE, qid, bid, data.copy(), blocking, False, None))
 
-    def read(self, q: CommandQueue, buf: Buffer, out: np.ndarray, blocking: bool) -> None:
+    def read(self, q: CommandQueue, buf: Buffer, cmd: ReadBuffer, blocking: bool) -> None:
         """enqueue_read_buffer's hook, after the read was submitted. A blocking read's data
-        is final now; a non-blocking one's is copied at end_capture, once queues finish."""
+        is final now; a non-blocking one keeps a copy as it runs (`cmd.keep`), taken from
+        the command at end_capture, once queues finish."""
         qid, bid = q.tag, buf.tag
         if not (qid and bid):
             with observe.unobserved(), self._lock:
                 qid = self._queue(q)
                 bid = self._buffer(buf, q)
-        golden = (out.copy() if blocking else out) if self.goldens else None
+        golden = (cmd.out.copy() if blocking else cmd) if self.goldens else None
         self._cells_extend((5, READ, qid, bid, blocking, golden, None, None))
 
     def _after_finish(self, args: tuple, kwargs: dict, result: None) -> None:
@@ -321,12 +378,15 @@ class Recorder:
         self._next += 1
         self._traces[(q.device.tag, tid)] = gid
         self._open_traces[gid] = len(self.log)
+        self._trace_queue[gid] = q.tag
         self.log.append((BEGIN_TRACE, q.tag, gid))
 
     def _after_end_trace(self, args: tuple, kwargs: dict, result: None) -> None:
         q = args[0]
         tid = _arg(args, kwargs, 1, "trace_id")
-        gid = self._traces[(q.device.tag, tid)]
+        gid = self._traces.get((q.device.tag, tid))
+        if gid is None:
+            return  # the capture ended while this call ran
         self._open_traces.pop(gid, None)
         self.log.append((END_TRACE, q.tag, gid))
 
@@ -334,8 +394,9 @@ class Recorder:
         q = args[0]
         tid = _arg(args, kwargs, 1, "trace_id")
         blocking = bool(_arg(args, kwargs, 2, "blocking", False))
-        gid = self._traces[(q.device.tag, tid)]
-        self.log.append((REPLAY_TRACE, q.tag, gid, blocking))
+        gid = self._traces.get((q.device.tag, tid))
+        if gid is not None:  # None: the capture ended while this call ran
+            self.log.append((REPLAY_TRACE, q.tag, gid, blocking))
 
     def _after_release_trace(self, args: tuple, kwargs: dict, result: None) -> None:
         dev = args[0]
@@ -343,23 +404,23 @@ class Recorder:
         dev_gid = dev.tag
         gid = self._traces.get((dev_gid, tid))
         if gid is not None:
+            self._open_traces.pop(gid, None)  # releasing a trace being captured ends it
             self.log.append((RELEASE_TRACE, dev_gid, gid))
 
     def golden(
         self,
         q: CommandQueue,
         buf: Buffer,
-        expected: np.ndarray,
-        rtol: float,
-        atol: float,
+        golden: np.ndarray,
+        rtol: float | None,
+        atol: float | None,
         name: str,
     ) -> None:
-        """Record a user-supplied golden (mnrt.compare_to_golden)."""
-        with self._lock:
+        """Record a user-supplied golden (mnrt.compare_to_golden), already checked and in
+        the buffer's read dtype (stored, like the buffer's own data, in its dtype)."""
+        with observe.unobserved(), self._lock:
             qid = self._queue(q)
             bid = self._buffer(buf, q)
-            # Stored like the buffer's own data: in its dtype (half as its 1-6-9 bits later).
-            golden = np.array(expected, dtype=buf.dtype.read_dtype)
             self.log.append((GOLDEN, qid, bid, golden, rtol, atol, name))
 
 

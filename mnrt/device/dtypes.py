@@ -147,10 +147,12 @@ def dtype(spec: DType | str | np.dtype | type) -> DType:
     else:
         try:
             np_dt = np.dtype(spec)
-        except TypeError:
+        except (TypeError, ValueError):
             np_dt = None
+        # Not `d.host == np_dt` for a spec numpy rejects: numpy compares a dtype equal to
+        # None (float64's spelling), which made any unknown non-string spec 'double'.
         for d in DTYPES.values():
-            if d.host is not None and d.host == np_dt:
+            if np_dt is not None and spec is not None and d.host == np_dt:
                 return d
     raise DTypeError(
         f"unknown dtype {spec!r}: device dtypes are {', '.join(DTYPES)} "

@@ -60,8 +60,14 @@ class Buffer:
 
     def _check_device(self, device: Device, role: str) -> None:
         if self.device is not device:
+            if not self.device.is_open:
+                # Its device was closed (perhaps reopened since, as a new Device object).
+                raise UseAfterFreeError(
+                    f"{role}buffer '{self.name}' was freed when device {self.device.index} "
+                    "was closed; create it again on the open device"
+                )
             raise DeviceMismatchError(
-                f"{role} buffer '{self.name}' belongs to device {self.device.index}, "
+                f"{role}buffer '{self.name}' belongs to device {self.device.index}, "
                 f"not device {device.index}; create it on the device that uses it"
             )
         self._storage()

@@ -86,13 +86,17 @@ class WriteBuffer(Command):
 
 
 class ReadBuffer(Command):
-    __slots__ = ("buffer", "out")
+    __slots__ = ("buffer", "keep", "kept", "out")
     kind = "read_buffer"
 
-    def __init__(self, buffer: Buffer, out: np.ndarray) -> None:
+    def __init__(self, buffer: Buffer, out: np.ndarray, keep: bool = False) -> None:
         super().__init__()
         self.buffer = buffer
         self.out = out
+        # With `keep`, `kept` is a copy of what was read, made as it ran (a capture's golden:
+        # the caller owns `out` and may change it as soon as the read has run).
+        self.keep = keep
+        self.kept: np.ndarray | None = None
 
     @property
     def label(self) -> str:
@@ -100,6 +104,8 @@ class ReadBuffer(Command):
 
     def run(self, backend: EmulatedDevice) -> Modelled:
         self.buffer.dtype.from_storage(self.buffer._storage(), out=self.out)
+        if self.keep:
+            self.kept = self.out.copy()
         return backend.transfer_cost(self.buffer.nbytes)
 
 

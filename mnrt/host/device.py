@@ -52,6 +52,26 @@ def _check_shape(shape: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in dims)
 
 
+def _as_index(value: Any) -> Any:
+    """A numpy integer (an index taken from an array, say) as the int it is; anything else
+    as given, for the caller's own check to reject by name."""
+    return int(value) if isinstance(value, np.integer) else value
+
+
+def _check_name(what: str, name: Any) -> None:
+    """Names end up in light binaries as strings: anything else would only fail when a
+    capture is saved, long after the call that passed it."""
+    if name is not None and not isinstance(name, str):
+        raise InvalidArgumentError(f"{what} name must be a string, got {name!r}")
+
+
+def _check_trace_id(call: str, trace_id: Any) -> None:
+    if isinstance(trace_id, bool) or not isinstance(trace_id, (int, np.integer)):
+        raise TraceError(
+            f"{call}({trace_id!r}): a trace id is the int begin_trace_capture() returned"
+        )
+
+
 class Device:
     """An open emulated MN-Core 2. Use as a context manager, or call close()."""
 
@@ -137,6 +157,13 @@ class Device:
         """Fill device DRAM: live buffers now hold the fill, and so will new ones, in this
         process and later ones (see `mnrt smi clear`)."""
         self._check_open()
+        if not isinstance(zero, bool):
+            raise InvalidArgumentError(f"clear: zero must be True or False, got {zero!r}")
+        for what, value in (("pattern", pattern), ("seed", seed)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, np.integer))
+            ):
+                raise InvalidArgumentError(f"clear: {what} must be an int, got {value!r}")
         fill = Fill.of(zero=zero, pattern=pattern, seed=seed)
         self._sync()
         self._backend.memory.clear(fill)
@@ -151,8 +178,7 @@ class Device:
         self._before_memory_change("create_buffer")
         dims = _check_shape(shape)
         dt = resolve_dtype(dtype)
-        if name is not None and not isinstance(name, str):
-            raise InvalidArgumentError(f"buffer name must be a string, got {name!r}")
+        _check_name("buffer", name)
         name = name or f"buffer{next(self._names)}"
         nbytes = math.prod(dims) * dt.itemsize
         if nbytes > self.spec.dram_bytes:
@@ -170,6 +196,7 @@ class Device:
     def create_program(self, kernels: Sequence[Kernel], name: str | None = None) -> Program:
         """Validate a list of kernels into a program; operand slots are bound at enqueue."""
         self._before_memory_change("create_program")
+        _check_name("program", name)
         prog = Program(self, kernels, name or f"program{next(self._names)}")
         self._programs.add(prog)
         return prog
@@ -178,9 +205,15 @@ class Device:
     def command_queue(self, index: int = 0, history: int = DEFAULT_HISTORY) -> CommandQueue:
         """The device's queue `index` (0..7), created on first use."""
         self._check_open()
+        index = _as_index(index)
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < MAX_QUEUES:
             raise InvalidArgumentError(
                 f"command queue index must be 0..{MAX_QUEUES - 1}, got {index!r}"
+            )
+        history = _as_index(history)
+        if isinstance(history, bool) or not isinstance(history, int) or history < 0:
+            raise InvalidArgumentError(
+                f"command queue history must be a non-negative int (commands kept), got {history!r}"
             )
         q = self._queues.get(index)
         if q is None:
@@ -190,6 +223,7 @@ class Device:
     @api("release_trace")
     def release_trace(self, trace_id: int) -> None:
         self._check_open()
+        _check_trace_id("release_trace", trace_id)
         trace = self._traces.pop(trace_id, None)
         if trace is None:
             raise TraceError(f"release_trace({trace_id!r}): no such trace on device {self.index}")
@@ -209,17 +243,20 @@ class Device:
 
     # --- internals ----------------------------------------------------------------
     def _check_open(self) -> None:
+        if self._closed:
+            raise self._closed_error()
+
+    def _closed_error(self) -> DeviceClosedError:
         if self._forked_from is not None:
-            raise DeviceClosedError(
+            return DeviceClosedError(
                 f"device {self.index} ({self.name}) was opened by process {self._forked_from} "
                 "before it forked this one, whose copy has no queue workers; open devices in "
                 f"this process instead (mnrt.open_device({self.index}))"
             )
-        if self._closed:
-            raise DeviceClosedError(
-                f"device {self.index} ({self.name}) is closed; open it again with "
-                f"mnrt.open_device({self.index})"
-            )
+        return DeviceClosedError(
+            f"device {self.index} ({self.name}) is closed; open it again with "
+            f"mnrt.open_device({self.index}) and create its buffers and programs anew"
+        )
 
     def _before_memory_change(self, what: str) -> None:
         """Allocation and program creation are not allowed while any queue records a trace."""
@@ -248,6 +285,7 @@ class Device:
         return trace
 
     def _get_trace(self, trace_id: int) -> Trace:
+        _check_trace_id("replay_trace", trace_id)
         trace = self._traces.get(trace_id)
         if trace is None:
             raise TraceError(
@@ -267,7 +305,6 @@ def list_devices() -> list[boards.DeviceInfo]:
     return boards.list_devices()
 
 
-@api("open_device")
 def _forget_parent_devices() -> None:
     """In a forked child: the parent's open devices are copies whose queue workers do not
     exist here, so commands sent to them would wait forever. They are closed, with an error
@@ -278,6 +315,8 @@ def _forget_parent_devices() -> None:
     for dev in _open.values():
         dev._closed = True
         dev._forked_from = parent
+        for q in dev._queues.values():
+            q._forget_worker()
     _open.clear()
 
 
@@ -285,8 +324,10 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_parent_devices)
 
 
+@api("open_device")
 def open_device(which: int | str = "auto") -> Device:
     """Open device `which` (an index), or with "auto" the lowest-numbered one not open."""
+    which = _as_index(which)
     with _open_lock:
         if which == "auto":
             free = [i for i in range(boards.device_count()) if i not in _open]

@@ -42,15 +42,18 @@ _depth = nested_depth = _Depth()  # nested_depth: the same guard, read by the ho
 # append each. `hot` is the observer when it has those methods, else None. For a program
 # binding it has seen, the observer may leave `(observer, queue, action)` in the bound
 # plan's `tag`: a later non-blocking enqueue of that plan on that queue then just calls
-# `action()`. The observer clears what it left when it is removed.
+# `action()`. The observer clears what it left when it is removed. `read` gets the read
+# command; when the observer's `goldens` is true, a non-blocking read keeps a copy of its
+# data as it runs (`cmd.kept`), since the caller may change the array it got at once.
 hot: Any = None
+HOT_PROTOCOL = ("program", "write", "read", "goldens")  # what makes an observer `hot`
 
 
 def install(observer: Observer | None) -> Observer | None:
     """Set the observer (None removes it); return the one it replaces."""
     global _observer, hot
     previous, _observer = _observer, observer
-    hot = observer if all(hasattr(observer, m) for m in ("program", "write", "read")) else None
+    hot = observer if all(hasattr(observer, m) for m in HOT_PROTOCOL) else None
     return previous
 
 

@@ -14,7 +14,7 @@ programs at the cost of binding.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -67,12 +67,19 @@ class Kernel:
     def __post_init__(self) -> None:
         kdef = lookup(self.op)
         for role in ("inputs", "outputs"):
-            slots = getattr(self, role)
-            if isinstance(slots, str) or not all(isinstance(s, str) and s for s in slots):
+            given = getattr(self, role)
+            listed = isinstance(given, Iterable) and not isinstance(given, (str, bytes, Mapping))
+            slots = tuple(given) if listed else ()
+            if not (listed or given is None) or not all(isinstance(s, str) and s for s in slots):
                 raise InvalidArgumentError(
-                    f"kernel '{self.op}': {role} must be a list of slot names, got {slots!r}"
+                    f"kernel '{self.op}': {role} must be a list of slot names, got {given!r}"
                 )
-            object.__setattr__(self, role, tuple(slots))
+            object.__setattr__(self, role, slots)
+        if self.attrs is not None and not isinstance(self.attrs, Mapping):
+            raise KernelAttributeError(
+                f"kernel '{self.op}': attrs must be a dict of attribute name -> value, "
+                f"got {self.attrs!r}"
+            )
         kdef.check_arity(len(self.inputs), len(self.outputs))
         if len(set(self.outputs)) != len(self.outputs):
             raise BindingError(f"kernel '{self.op}' writes slot twice: {self.outputs}")
@@ -134,8 +141,13 @@ class Program:
     tag = 0  # an observer's id for this object (see host/observe.py); 0: none
 
     def __init__(self, device: Device, kernels: Sequence[Kernel], name: str) -> None:
-        if isinstance(kernels, Kernel) or not kernels:
-            raise InvalidArgumentError("create_program takes a non-empty list of mnrt.Kernel")
+        # Any iterable, taken once: a generator would be empty by the time it is stored.
+        if isinstance(kernels, Iterable) and not isinstance(kernels, (Kernel, str, Mapping)):
+            kernels = tuple(kernels)
+        if not isinstance(kernels, tuple) or not kernels:
+            raise InvalidArgumentError(
+                f"create_program takes a non-empty list of mnrt.Kernel, got {kernels!r}"
+            )
         for i, k in enumerate(kernels):
             if not isinstance(k, Kernel):
                 raise InvalidArgumentError(
@@ -200,7 +212,7 @@ class Program:
                     f"program '{self.name}': slot '{slot}' is bound to "
                     f"{type(buf).__name__}, expected a Buffer"
                 )
-            buf._check_device(self.device, f"slot '{slot}':")
+            buf._check_device(self.device, f"slot '{slot}': ")
         backend = self.device._backend
         key = (self._signature, tuple(bindings[s].spec for s in self.slots), backend.spec)
         prices = _memo(key, self._check_kernels, bindings, backend)

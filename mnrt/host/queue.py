@@ -18,11 +18,13 @@ import numpy as np
 
 from ..errors import (
     DeviceExecutionError,
+    DeviceMismatchError,
     DTypeError,
     InvalidArgumentError,
     MnrtError,
     ShapeError,
     TraceError,
+    UseAfterFreeError,
 )
 from . import observe
 from .buffer import Buffer
@@ -69,7 +71,9 @@ class CommandQueue:
         self._error: DeviceExecutionError | None = None
         self._capture: Trace | None = None
         self._seq = itertools.count()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # orders puts against _stop (see _put)
+        self._stopped = False
+        self.skipped = 0  # commands skipped behind a failed one (capture checks it)
 
     # --- public API ---------------------------------------------------------------
     def enqueue_write_buffer(
@@ -119,12 +123,17 @@ class CommandQueue:
         self._check_host_transfer("enqueue_read_buffer")
         self._check_buffer(buffer)
         out = np.empty(buffer.shape, buffer.dtype.read_dtype)
-        self._submit(ReadBuffer(buffer, out), blocking)
         hot = observe.hot
-        if hot is not None and not observe.nested_depth.n:
+        if hot is not None and observe.nested_depth.n:
+            hot = None
+        # An observer that records goldens gets a copy made when a non-blocking read
+        # runs: the caller may change the returned array as soon as finish() returns.
+        cmd = ReadBuffer(buffer, out, keep=hot is not None and hot.goldens and blocking is False)
+        self._submit(cmd, blocking)
+        if hot is not None:
             # After submitting: a read changes nothing, so a snapshot taken now is the
             # contents it read (see host/observe.py: not an `api` wrapper).
-            hot.read(self, buffer, out, blocking)
+            hot.read(self, buffer, cmd, blocking)
         return out
 
     def enqueue_program(
@@ -137,9 +146,14 @@ class CommandQueue:
                 f"enqueue_program takes a Program, got {type(program).__name__}"
             )
         if program.device is not self.device:
-            raise InvalidArgumentError(
+            if not program.device.is_open:
+                raise UseAfterFreeError(
+                    f"program '{program.name}' was freed when device {program.device.index} "
+                    "was closed; create it again on the open device"
+                )
+            raise DeviceMismatchError(
                 f"program '{program.name}' was created on device {program.device.index}, "
-                f"not device {self.device.index}"
+                f"not device {self.device.index}; create it on the device that runs it"
             )
         cmd = RunProgram(program, program._plan(bindings), bindings)
         _check_blocking(blocking)
@@ -239,15 +253,20 @@ class CommandQueue:
         if blocking:
             cmd.event = threading.Event()
         cmd.index = next(self._seq)
-        if self._worker is None:
-            self._start_worker()
-        self._pending.put(cmd)
+        if not self._put(cmd):
+            # The device was closed (by another thread) after this call checked it.
+            raise self.device._closed_error()
         if blocking:
             cmd.event.wait()
             self._raise_pending_error()
 
-    def _start_worker(self) -> None:
+    def _put(self, cmd: Command) -> bool:
+        """Hand a command to the worker (started on first use); False once the queue is
+        stopped. Under the lock, so that no command lands behind the stop sentinel, where
+        no worker would run it and a blocking call would wait for it forever."""
         with self._lock:
+            if self._stopped:
+                return False
             if self._worker is None:
                 self._worker = threading.Thread(
                     target=self._work,
@@ -255,6 +274,8 @@ class CommandQueue:
                     daemon=True,
                 )
                 self._worker.start()
+            self._pending.put(cmd)
+            return True
 
     def _work(self) -> None:
         np.seterr(all="ignore")  # the device has no traps: inf and nan propagate
@@ -277,6 +298,7 @@ class CommandQueue:
                 history(cmd)
             else:
                 cmd.status = SKIPPED
+                self.skipped += 1
                 history(cmd)
             if cmd.event is not None:
                 cmd.event.set()
@@ -293,12 +315,15 @@ class CommandQueue:
 
     def _drain(self) -> None:
         """Wait for the worker to run everything enqueued so far; raises nothing."""
-        if self._worker is None:
+        worker = self._worker
+        if worker is None:
             return
         marker = Marker()
         marker.event = threading.Event()
-        self._pending.put(marker)
-        marker.event.wait()
+        if self._put(marker):
+            marker.event.wait()
+        else:
+            worker.join()  # stopping: it runs everything put before the sentinel
 
     def _raise_pending_error(self) -> None:
         err, self._error = self._error, None
@@ -314,7 +339,18 @@ class CommandQueue:
         self.commands_done = 0
 
     def _stop(self) -> None:
-        if self._worker is not None:
-            self._pending.put(None)
-            self._worker.join()
+        """Run what was enqueued, then end the worker; later commands are refused."""
+        with self._lock:
+            self._stopped = True
+            worker = self._worker
+            if worker is not None:
+                self._pending.put(None)
+        if worker is not None:
+            worker.join()
             self._worker = None
+
+    def _forget_worker(self) -> None:
+        """In a forked child: the worker (and whoever held the lock) stayed in the parent."""
+        self._lock = threading.Lock()
+        self._stopped = True
+        self._worker = None

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from click.testing import CliRunner
+from conftest import enqueue_failing_gather
 
 import mnrt
 from mnrt.format import jsonio
@@ -138,12 +139,7 @@ def test_device_error_exits_3(tmp_path):
     with mnrt.open_device(0) as dev:
         q = dev.command_queue()
         with mnrt.capture(tmp_path / "g.mnlb"):
-            data = dev.create_buffer((4,), "float", name="data")
-            idx = dev.create_buffer((1,), "int32", name="idx")
-            out = dev.create_buffer((1,), "float", name="out")
-            prog = dev.create_program([mnrt.Kernel("gather", ["data", "idx"], ["out"])])
-            q.enqueue_write_buffer(idx, np.array([9], np.int32))
-            q.enqueue_program(prog, {"data": data, "idx": idx, "out": out})
+            enqueue_failing_gather(dev, q)
         with contextlib.suppress(mnrt.DeviceExecutionError):
             q.finish()
     r = invoke("run", tmp_path / "g.mnlb")
