@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import secrets
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ from .fb.DeviceDescription import DeviceDescriptionT
 from .fb.LightBinary import LightBinary as FbLightBinary
 from .fb.Metadata import MetadataT
 from .fb.Version import CreateVersion
+from .files import write_atomic
 from .pack import pack_commands, pack_tables
 from .schema_info import FORMAT_VERSION, KNOWN_SCHEMAS, LAYOUT, SCHEMA_HASH
 from .verify import verify_flatbuffer
@@ -203,24 +203,7 @@ class LightBinary:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the binary atomically: a temporary file in the same folder, then rename."""
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        try:
-            # O_EXCL: never follow or reuse what is there; 0o666 leaves permissions to umask.
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except OSError as e:
-            raise MnrtError(f"cannot write {path}: {e.strerror}") from None
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(memoryview(self._content))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException as e:
-            tmp.unlink(missing_ok=True)
-            if isinstance(e, OSError):
-                raise MnrtError(f"cannot write {path}: {e.strerror}") from None
-            raise
+        write_atomic(path, memoryview(self._content))
 
     def __repr__(self) -> str:
         where = f" from {self.path}" if self.path else ""

@@ -9,6 +9,7 @@ import click
 
 from ..errors import InvalidBinaryError, MnrtError
 from ..format import IDENTIFIER, LightBinary, jsonio
+from ..format.files import write_atomic
 from ..replay.info import info as binary_info
 from ..replay.plan import validate
 
@@ -92,7 +93,7 @@ def convert(source, dest, blob_files) -> None:
         doc = jsonio.to_json(binary, blob_dir)
         if blob_dir is not None:
             doc["blob_dir"] = blob_dir.name
-        _atomic_text(dest, json.dumps(doc, indent=1))
+        write_atomic(dest, json.dumps(doc, indent=1).encode())
         click.echo(f"{source} -> {dest} (JSON, {len(binary)} commands)")
         return
     try:
@@ -105,12 +106,3 @@ def convert(source, dest, blob_files) -> None:
     binary = jsonio.from_json(doc, base)
     binary.save(dest)
     click.echo(f"{source} -> {dest} (binary, {len(binary)} commands, {binary.file_size} bytes)")
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text)
-        tmp.replace(path)
-    except OSError as e:
-        raise MnrtError(f"cannot write {path}: {e.strerror}") from None

@@ -10,6 +10,7 @@ import click
 import numpy as np
 
 from .. import errors
+from ..format.files import write_atomic
 from ..replay import replay
 
 
@@ -55,8 +56,16 @@ def _progress(total_loops: int):
     type=click.Path(file_okay=False, path_type=Path),
     help="Save every read buffer as DIR/<name>.npy.",
 )
+@click.option(
+    "--profile",
+    "profile_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a Perfetto trace of every loop here (open it at ui.perfetto.dev).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def run(file, device, loops, rtol, atol, no_verify, report_path, save_outputs, as_json) -> None:
+def run(
+    file, device, loops, rtol, atol, no_verify, report_path, save_outputs, profile_path, as_json
+) -> None:
     """Replay FILE and verify it against its goldens.
 
     Exit codes: 0 pass, 1 golden mismatch, 2 invalid binary or usage, 3 device error."""
@@ -68,9 +77,12 @@ def run(file, device, loops, rtol, atol, no_verify, report_path, save_outputs, a
         rtol=rtol,
         atol=atol,
         progress=_progress(loops),
+        profile=profile_path is not None,
     )
     if report_path is not None:
-        report_path.write_text(report.to_json())
+        write_atomic(report_path, report.to_json().encode())
+    if profile_path is not None:
+        report.profile.save(profile_path)
     if save_outputs is not None:
         save_outputs.mkdir(parents=True, exist_ok=True)
         for name, array in report.outputs.items():

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 import mnrt
 from mnrt.format import jsonio
-from mnrt.replay.executor import _COMMAND_NAMES
+from mnrt.replay.executor import COMMAND_NAMES
 from mnrt.runner.cli import cli
 
 SAMPLE = "samples/mlp.mnlb"  # captured by an earlier mnrt: the compatibility corpus
@@ -103,7 +103,7 @@ def test_replay_times_the_host_per_command_type():
     binary = mnrt.LightBinary.load("samples/traced_loop.mnlb")
     report = mnrt.replay(binary, loops=2)
     by_command = report.timings["host_s_by_command"]
-    kinds = Counter(_COMMAND_NAMES[c.cmdType] for c in binary.commands)
+    kinds = Counter(COMMAND_NAMES[c.cmdType] for c in binary.commands)
     assert {k: v["count"] for k, v in by_command.items() if k != "final_finish"} == kinds
     assert by_command["replay_trace"]["count"] == 100 and by_command["final_finish"]["count"] == 1
     assert all(v["s"] >= 0 for v in by_command.values())
