@@ -60,9 +60,14 @@ def in_forked_child():
     return run
 
 
-def enqueue_failing_gather(dev, q):
-    """Enqueue a gather whose index (9) is out of range for its 4-element data: a device
-    error that the next finish() raises. Returns the data buffer."""
+@pytest.fixture
+def failing_gather():
+    """A function (dev, q) that enqueues a gather whose index (9) is out of range for its
+    4-element data: a device error the next finish() raises. It returns the data buffer."""
+    return _enqueue_failing_gather
+
+
+def _enqueue_failing_gather(dev, q):
     data = dev.create_buffer((4,), "float", name="data")
     idx = dev.create_buffer((1,), "int32", name="idx")
     out = dev.create_buffer((1,), "float", name="out")

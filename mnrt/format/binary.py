@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import mmap
 import os
-import secrets
-import stat
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO
 
 import flatbuffers
 import numpy as np
 
-from ..errors import InvalidBinaryError, MnrtError, UnsupportedVersionError
+from ..errors import InvalidBinaryError, UnsupportedVersionError
 from .blobs import BlobInfo, BlobStore, BlobTable, align
 from .fb import LightBinary as fb_root
 from .fb.Command import CommandT
@@ -29,6 +26,7 @@ from .fb.DeviceDescription import DeviceDescriptionT
 from .fb.LightBinary import LightBinary as FbLightBinary
 from .fb.Metadata import MetadataT
 from .fb.Version import CreateVersion
+from .files import open_regular, write_atomically
 from .pack import pack_commands, pack_tables
 from .schema_info import FORMAT_VERSION, KNOWN_SCHEMAS, LAYOUT, SCHEMA_HASH
 from .verify import verify_flatbuffer
@@ -204,7 +202,7 @@ class LightBinary:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the binary atomically: a temporary file in the same folder, then rename."""
-        write_atomically(Path(path), memoryview(self._content))
+        write_atomically(path, memoryview(self._content))
 
     def __repr__(self) -> str:
         where = f" from {self.path}" if self.path else ""
@@ -212,48 +210,6 @@ class LightBinary:
             f"<LightBinary v{self.version[0]}.{self.version[1]}{where}: {len(self)} commands, "
             f"{len(self.blobs)} blobs, {self.file_size} bytes>"
         )
-
-
-def write_atomically(path: Path, data: bytes | memoryview) -> None:
-    """Replace `path` with `data` or leave it as it was: a temporary file in the same folder,
-    then rename. Raises MnrtError (and removes the temporary file) when writing fails."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        # O_EXCL: never follow or reuse what is there; 0o666 leaves permissions to umask.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except OSError as e:
-        raise MnrtError(f"cannot write {path}: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise MnrtError(f"cannot write {path}: {e.strerror}") from None
-        raise
-
-
-def open_regular(path: Path, what: str) -> BinaryIO:
-    """Open a regular file for reading, or raise MnrtError saying why not. Opening does not
-    block (a FIFO would wait for a writer) and anything but a regular file is refused: a
-    device such as /dev/zero would never end."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise MnrtError(f"no such file: {path}") from None
-    except PermissionError:
-        raise MnrtError(f"cannot read {path}: permission denied") from None
-    except OSError as e:
-        raise MnrtError(f"cannot read {path}: {e.strerror}") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-        raise MnrtError(f"{path} is {kind}, not {what}")
-    return os.fdopen(fd, "rb")
 
 
 _BLOBS_SLOT = next(

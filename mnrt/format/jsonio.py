@@ -18,11 +18,12 @@ from typing import Any
 import xxhash
 
 from ..errors import InvalidBinaryError, MnrtError
-from .binary import LightBinary, open_regular
+from .binary import LightBinary
 from .blobs import BlobStore
 from .fb.DeviceDescription import DeviceDescriptionT
 from .fb.LightBinary import LightBinaryT
 from .fb.Metadata import MetadataT
+from .files import open_regular
 from .schema_info import LAYOUT
 
 JSON_FORMAT = "mnrt-light-binary-json"

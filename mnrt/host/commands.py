@@ -1,6 +1,7 @@
 """Queue commands. Each is validated on the host thread when enqueued and run on the queue's
 worker; afterwards it is the record of what ran (kind, modelled device time and energy,
-host wall time), which the queue keeps as its per-command history."""
+host wall time), which the queue keeps as its per-command history. A profiling queue also
+stamps when each command was enqueued and when its kernels ran (replay's `--profile`)."""
 
 from __future__ import annotations
 
@@ -24,15 +25,20 @@ PENDING, DONE, FAILED, SKIPPED = "pending", "done", "failed", "skipped"
 class Command:
     """Base of queue commands; `run` does the device work and returns its modelled cost."""
 
-    __slots__ = ("event", "index", "modelled", "status", "wall_s")
+    __slots__ = ("enqueued_s", "event", "index", "modelled", "start_s", "status", "wall_s")
     kind = "command"
 
     def __init__(self) -> None:
         self.index = -1
         self.modelled: Modelled | None = None
-        self.wall_s = 0.0
+        self.start_s = self.wall_s = 0.0  # perf_counter() when it began; seconds it took
+        self.enqueued_s: float | None = None  # perf_counter() at enqueue, when profiling
         self.status = PENDING
         self.event: threading.Event | None = None
+
+    def profile(self) -> None:
+        """Keep the timestamps a profile needs (set by a profiling queue at enqueue)."""
+        self.enqueued_s = time.perf_counter()
 
     @property
     def label(self) -> str:
@@ -42,7 +48,7 @@ class Command:
         raise NotImplementedError
 
     def execute(self, backend: EmulatedDevice) -> None:
-        start = time.perf_counter()
+        self.start_s = start = time.perf_counter()
         try:
             self.modelled = self.run(backend)
             self.status = DONE
@@ -110,7 +116,7 @@ class ReadBuffer(Command):
 
 
 class RunProgram(Command):
-    __slots__ = ("bindings", "plan", "program")
+    __slots__ = ("bindings", "kernel_spans", "plan", "program")
     kind = "program"
 
     def __init__(self, program: Program, plan: Plan, bindings: Mapping[str, Buffer]) -> None:
@@ -118,15 +124,27 @@ class RunProgram(Command):
         self.program = program
         self.plan = plan
         self.bindings = bindings
+        # (start, end) perf_counter() of each kernel that ran, when profiling.
+        self.kernel_spans: list[tuple[float, float]] | None = None
+
+    def profile(self) -> None:
+        super().profile()
+        self.kernel_spans = []
 
     @property
     def label(self) -> str:
         return f"program '{self.program.name}'"
 
     def run(self, backend: EmulatedDevice) -> Modelled:
+        spans, clock = self.kernel_spans, time.perf_counter
         for i, step in enumerate(self.plan.steps):
             try:
-                step.bound.run()
+                if spans is None:
+                    step.bound.run()
+                else:
+                    start = clock()
+                    step.bound.run()
+                    spans.append((start, clock()))
             except Exception as e:
                 e.add_note(f"in kernel {i} '{step.kdef.name}'")
                 raise

@@ -58,6 +58,7 @@ class CommandQueue:
     """One in-order command queue of a device. Get it with `Device.command_queue(i)`."""
 
     tag = 0  # an observer's id for this object (see host/observe.py); 0: none
+    _profiling = False
 
     def __init__(self, device: Device, index: int, history: int = DEFAULT_HISTORY) -> None:
         self.device = device
@@ -235,6 +236,13 @@ class CommandQueue:
         }
 
     # --- internals ----------------------------------------------------------------
+    def _start_profiling(self) -> None:
+        """Keep every command from now on (not just the last `history`), with when it was
+        enqueued and when each of a program's kernels ran: what a profile is drawn from."""
+        self._drain()
+        self._profiling = True
+        self.history = deque(self.history)
+
     def _check_host_transfer(self, what: str) -> None:
         self.device._check_open()
         if self._capture is not None:
@@ -252,6 +260,8 @@ class CommandQueue:
         _check_blocking(blocking)
         if blocking:
             cmd.event = threading.Event()
+        if self._profiling:
+            cmd.profile()
         cmd.index = next(self._seq)
         if not self._put(cmd):
             # The device was closed (by another thread) after this call checked it.
@@ -281,7 +291,6 @@ class CommandQueue:
         np.seterr(all="ignore")  # the device has no traps: inf and nan propagate
         backend = self.device._backend
         get = self._pending.get
-        history = self.history.append
         while (cmd := get()) is not None:
             if isinstance(cmd, Marker):
                 cmd.status = DONE
@@ -295,11 +304,11 @@ class CommandQueue:
                     self.device_time_s += cmd.modelled.time_s
                     self.energy_j += cmd.modelled.energy_j
                     self.commands_done += 1
-                history(cmd)
+                self.history.append(cmd)
             else:
                 cmd.status = SKIPPED
                 self.skipped += 1
-                history(cmd)
+                self.history.append(cmd)
             if cmd.event is not None:
                 cmd.event.set()
 

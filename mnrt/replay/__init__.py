@@ -2,6 +2,7 @@
 
     report = mnrt.replay("model.mnlb", device="auto", verify=True, loops=1)
     report.passed, report.checks, report.outputs, report.timings, report.to_json()
+    mnrt.replay("model.mnlb", profile=True).profile.save("trace.json")   # ui.perfetto.dev
 
 The binary is verified before anything runs (structure, version and schema at load; ids,
 sizes, memory and blob checksums here). A malformed binary raises InvalidBinaryError; a
@@ -21,9 +22,10 @@ from ..errors import InvalidArgumentError
 from ..format import LightBinary
 from .executor import Executor
 from .plan import Plan, validate
+from .profile import Profile
 from .report import ReplayReport
 
-__all__ = ["ReplayReport", "replay"]
+__all__ = ["Profile", "ReplayReport", "replay"]
 
 
 def _device_map(
@@ -49,9 +51,11 @@ def replay(
     rtol: float | None = None,
     atol: float | None = None,
     progress: Callable[[int, int], None] | None = None,
+    profile: bool = False,
 ) -> ReplayReport:
     """Replay a binary `loops` times; goldens are checked on every loop with `verify`.
-    `rtol`/`atol` override every check's tolerances for this run."""
+    `rtol`/`atol` override every check's tolerances for this run. With `profile`, the
+    report's `profile` holds a Perfetto trace of every loop (timestamps cost a little)."""
     if isinstance(loops, bool) or not isinstance(loops, int) or loops < 1:
         raise InvalidArgumentError(f"loops must be a positive integer, got {loops!r}")
     for name, value in (("rtol", rtol), ("atol", atol)):
@@ -68,15 +72,20 @@ def replay(
     load_s = time.perf_counter() - start
     device_map = _device_map(plan, device)
     report = ReplayReport(binary=binary, load_s=load_s)
+    if profile:
+        report.profile = Profile(plan)
     for loop in range(loops):
-        executor = Executor(plan, device_map, verify, rtol, atol)
+        executor = Executor(plan, device_map, verify, rtol, atol, profiling=profile)
         t0 = time.perf_counter()
         try:
             executor.run()
-            wall = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            wall = t1 - t0
             device_time = sum(q.device_time_s for q in executor.tables["queue"].values())
             energy = sum(q.energy_j for q in executor.tables["queue"].values())
             checks = executor.checks()
+            if report.profile is not None:
+                report.profile.add_loop(executor, t0, t1, checks, time.perf_counter())
         finally:
             executor.close()
         report.add_loop(wall, device_time, energy, checks, executor.outputs, executor.host_s)

@@ -2,7 +2,8 @@
 
 Objects live in one table per kind, keyed by the binary's global ids; `lookup` is the only
 way in, so a missing object is always reported the same way. Reads and golden checks are
-compared once every queue has finished.
+compared once every queue has finished. A profiling executor also keeps when each command
+ran and how much device memory was in use after each allocation (see profile.py).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from ..host import Device, open_device
 from ..host.golden import Check, compare
 from .plan import BUFFER, DEVICE, PROGRAM, QUEUE, TRACE, Plan
 
-# Command type -> the host API name it replays, for timings.
-_COMMAND_NAMES = {
+# Command type -> the host API name it replays, for timings and profiles.
+COMMAND_NAMES = {
     getattr(U, name): "_".join(re.findall("[A-Z][a-z]*", name)).lower()
     for name in vars(U)
     if not name.startswith("_") and name != "NONE" and isinstance(getattr(U, name), int)
@@ -38,6 +39,7 @@ class Executor:
         verify: bool = True,
         rtol: float | None = None,
         atol: float | None = None,
+        profiling: bool = False,
     ) -> None:
         self.plan = plan
         self.blobs = plan.binary.blobs
@@ -51,11 +53,16 @@ class Executor:
         self.outputs: dict[str, np.ndarray] = {}
         self.index = 0
         self.host_s: dict[str, tuple[float, int]] = {}  # by command type: (seconds, count)
+        # When profiling: (command index, type, start, end) per command, and
+        # (time, device id, bytes in use) after each allocation or free.
+        self.profiling = profiling
+        self.spans: list[tuple[int, int, float, float]] = []
+        self.memory: list[tuple[float, int, int]] = []
         self.handlers: dict[int, Callable[[Any], None]] = {
             U.OpenDevice: self.open_device,
             U.OpenQueue: self.open_queue,
             U.CreateBuffer: self.create_buffer,
-            U.DeallocateBuffer: lambda c: self.lookup(BUFFER, c.bufferId).deallocate(),
+            U.DeallocateBuffer: self.deallocate,
             U.WriteBuffer: self.write,
             U.ReadBuffer: self.read,
             U.CreateProgram: self.create_program,
@@ -81,6 +88,7 @@ class Executor:
         spent = dict.fromkeys(self.handlers, 0.0)
         counts = dict.fromkeys(self.handlers, 0)
         handlers, clock = self.handlers, time.perf_counter
+        spans = self.spans.append if self.profiling else None
         before = clock()
         for index, command in enumerate(self.plan.binary.commands):
             self.index = index
@@ -89,10 +97,12 @@ class Executor:
             now = clock()
             spent[kind] += now - before
             counts[kind] += 1
+            if spans is not None:
+                spans((index, kind, before, now))
             before = now
         for q in self.tables[QUEUE].values():
             q.finish()
-        self.host_s = {_COMMAND_NAMES[k]: (spent[k], counts[k]) for k in self.handlers if counts[k]}
+        self.host_s = {COMMAND_NAMES[k]: (spent[k], counts[k]) for k in self.handlers if counts[k]}
         self.host_s["final_finish"] = (clock() - before, 1)
 
     def close(self) -> None:
@@ -105,12 +115,25 @@ class Executor:
 
     def open_queue(self, c) -> None:
         dev: Device = self.lookup(DEVICE, c.deviceId)
-        self.tables[QUEUE][c.queueId] = dev.command_queue(c.index)
+        q = self.tables[QUEUE][c.queueId] = dev.command_queue(c.index)
+        if self.profiling:
+            q._start_profiling()
 
     def create_buffer(self, c) -> None:
         info = self.plan.buffers[c.bufferId]
         dev: Device = self.lookup(DEVICE, c.deviceId)
         self.tables[BUFFER][c.bufferId] = dev.create_buffer(info.shape, info.dtype, info.name)
+        if self.profiling:
+            self._note_memory(c.deviceId)
+
+    def deallocate(self, c) -> None:
+        self.lookup(BUFFER, c.bufferId).deallocate()
+        if self.profiling:
+            self._note_memory(self.plan.buffers[c.bufferId].device)
+
+    def _note_memory(self, device_id: int) -> None:
+        used = self.tables[DEVICE][device_id].memory_info()["used_bytes"]
+        self.memory.append((time.perf_counter(), device_id, used))
 
     def _stored(self, blob: int, gid: int) -> np.ndarray:
         """A blob as an array of the buffer's stored dtype: zero-copy when uncompressed."""

@@ -6,11 +6,15 @@ import json
 import math
 import statistics
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..format import LightBinary
 from ..host.golden import Check
+
+if TYPE_CHECKING:
+    from .profile import Profile
 
 
 @dataclass
@@ -27,6 +31,7 @@ class ReplayReport:
     failed_loops: int = 0
     # Host seconds and count per command type, of the fastest loop.
     host_s: dict[str, tuple[float, int]] = field(default_factory=dict)
+    profile: Profile | None = None  # with replay(..., profile=True)
 
     def add_loop(
         self,
@@ -79,7 +84,7 @@ class ReplayReport:
             "version": list(self.binary.version),
             "commands": len(self.binary),
             "failed_loops": self.failed_loops,
-            "checks": [_finite(c.to_dict()) for c in self.checks],
+            "checks": [json_safe(c.to_dict()) for c in self.checks],
             "outputs": {
                 k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in self.outputs.items()
             },
@@ -119,7 +124,7 @@ class ReplayReport:
         return "\n".join(lines)
 
 
-def _finite(d: dict) -> dict:
+def json_safe(d: dict) -> dict:
     """JSON has no inf or nan: write them as strings."""
     return {
         k: (str(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()

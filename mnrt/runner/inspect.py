@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..format import IDENTIFIER, LightBinary, jsonio
-from ..format.binary import open_regular, write_atomically
+from ..format.files import open_regular, write_atomically
 from ..replay.info import info as binary_info
 from ..replay.plan import validate
 

@@ -11,7 +11,7 @@ import click
 import numpy as np
 
 from .. import errors
-from ..format.binary import write_atomically
+from ..format.files import write_atomically
 from ..replay import replay
 
 
@@ -73,8 +73,16 @@ def _save_outputs(folder: Path, outputs: dict[str, np.ndarray]) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Save every read buffer as DIR/<name>.npy.",
 )
+@click.option(
+    "--profile",
+    "profile_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a Perfetto trace of every loop here (open it at ui.perfetto.dev).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def run(file, device, loops, rtol, atol, no_verify, report_path, save_outputs, as_json) -> None:
+def run(
+    file, device, loops, rtol, atol, no_verify, report_path, save_outputs, profile_path, as_json
+) -> None:
     """Replay FILE and verify it against its goldens.
 
     Exit codes: 0 pass, 1 golden mismatch, 2 invalid binary or usage, 3 device error."""
@@ -86,9 +94,12 @@ def run(file, device, loops, rtol, atol, no_verify, report_path, save_outputs, a
         rtol=rtol,
         atol=atol,
         progress=_progress(loops),
+        profile=profile_path is not None,
     )
     if report_path is not None:
         write_atomically(report_path, report.to_json().encode())
+    if profile_path is not None:
+        report.profile.save(profile_path)
     if save_outputs is not None:
         _save_outputs(save_outputs, report.outputs)
     click.echo(report.to_json() if as_json else report.summary())

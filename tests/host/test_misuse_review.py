@@ -8,7 +8,6 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import enqueue_failing_gather
 
 import mnrt
 from mnrt.format.fb.CommandUnion import CommandUnion as U
@@ -335,10 +334,10 @@ def test_non_blocking_read_golden_is_what_the_read_returned(dev, q):
     assert _replay_strict(binary).passed
 
 
-def test_capture_whose_commands_were_skipped_is_refused(dev, q, tmp_path):
+def test_capture_whose_commands_were_skipped_is_refused(dev, q, tmp_path, failing_gather):
     path = tmp_path / "skipped.mnlb"
     with pytest.raises(mnrt.CaptureError, match="skipped"), mnrt.capture(path):
-        data = enqueue_failing_gather(dev, q)
+        data = failing_gather(dev, q)
         q.enqueue_write_buffer(data, np.ones(4, np.float32))  # skipped live
         with pytest.raises(mnrt.DeviceExecutionError):
             q.finish()

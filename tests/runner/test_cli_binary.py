@@ -13,11 +13,10 @@ from pathlib import Path
 
 import numpy as np
 from click.testing import CliRunner
-from conftest import enqueue_failing_gather
 
 import mnrt
 from mnrt.format import jsonio
-from mnrt.replay.executor import _COMMAND_NAMES
+from mnrt.replay.executor import COMMAND_NAMES
 from mnrt.runner.cli import cli
 
 SAMPLE = "samples/mlp.mnlb"  # captured by an earlier mnrt: the compatibility corpus
@@ -104,7 +103,7 @@ def test_replay_times_the_host_per_command_type():
     binary = mnrt.LightBinary.load("samples/traced_loop.mnlb")
     report = mnrt.replay(binary, loops=2)
     by_command = report.timings["host_s_by_command"]
-    kinds = Counter(_COMMAND_NAMES[c.cmdType] for c in binary.commands)
+    kinds = Counter(COMMAND_NAMES[c.cmdType] for c in binary.commands)
     assert {k: v["count"] for k, v in by_command.items() if k != "final_finish"} == kinds
     assert by_command["replay_trace"]["count"] == 100 and by_command["final_finish"]["count"] == 1
     assert all(v["s"] >= 0 for v in by_command.values())
@@ -135,11 +134,11 @@ def test_convert_rejects_garbage(tmp_path):
     assert invoke("convert", junk, tmp_path / "x.mnlb").exit_code == 2
 
 
-def test_device_error_exits_3(tmp_path):
+def test_device_error_exits_3(tmp_path, failing_gather):
     with mnrt.open_device(0) as dev:
         q = dev.command_queue()
         with mnrt.capture(tmp_path / "g.mnlb"):
-            enqueue_failing_gather(dev, q)
+            failing_gather(dev, q)
         with contextlib.suppress(mnrt.DeviceExecutionError):
             q.finish()
     r = invoke("run", tmp_path / "g.mnlb")

@@ -1,0 +1,232 @@
+"""Replay profiles as Perfetto traces: Chrome trace-event JSON, which ui.perfetto.dev and
+chrome://tracing open as they are.
+
+Two clocks meet in one trace, so each gets its own tracks:
+
+- the host: one slice per loop, the replayed commands inside it, and the golden checks;
+- each device, per queue: what the emulator did, on host wall time (each queue command as
+  its worker ran it, a program's kernels nested inside, an arrow from the command that
+  enqueued it); and what the modelled MN-Core 2 would take, the same commands and kernels
+  laid end to end from the loop's start at their modelled device time;
+- a counter per device: DRAM in use after each allocation and free.
+
+Events are built as each loop ends, so a profile keeps no buffers or arrays alive.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..format.files import write_atomically
+from ..host.commands import RunProgram
+from .executor import COMMAND_NAMES
+from .plan import BUFFER, DEVICE, PROGRAM, QUEUE, Plan
+from .report import json_safe
+
+if TYPE_CHECKING:
+    from ..host import Buffer, CommandQueue
+    from ..host.commands import Command
+    from ..host.golden import Check
+    from .executor import Executor
+
+HOST_PID, HOST_TID = 0, 0
+
+
+def _describe(buf: Buffer) -> str:
+    return f"{buf.name} {buf.dtype.name}{list(buf.shape)}"
+
+
+def _modelled_args(m: Any) -> dict[str, Any]:
+    if m is None:
+        return {}
+    return {
+        "modelled_us": m.time_s * 1e6,
+        "energy_uj": m.energy_j * 1e6,
+        "flops": m.flops,
+        "dram_bytes": m.dram_bytes,
+        "bound": m.bound,
+    }
+
+
+class Profile:
+    """Trace events of every loop of one replay; `to_trace()` for the JSON, `save()` to write
+    it. Times are microseconds from when the profile began."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.origin = time.perf_counter()
+        self.loops = 0
+        self.meta: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+        self._pids: dict[int, int] = {}  # device id -> trace process id
+        # queue id -> (process, wall-time thread, modelled-time thread)
+        self._tids: dict[int, tuple[int, int, int]] = {}
+        self._flows = itertools.count(1)
+        self._name(HOST_PID, None, "mnrt replay (host)")
+        self._name(HOST_PID, HOST_TID, "replayed commands")
+
+    def _us(self, t: float) -> float:
+        return round((t - self.origin) * 1e6, 3)
+
+    def _name(self, pid: int, tid: int | None, name: str) -> None:
+        kind = "process_name" if tid is None else "thread_name"
+        event = {"ph": "M", "name": kind, "pid": pid, "args": {"name": name}}
+        sort = {"ph": "M", "name": kind.replace("name", "sort_index"), "pid": pid}
+        if tid is not None:
+            event["tid"] = sort["tid"] = tid
+        sort["args"] = {"sort_index": pid if tid is None else tid}
+        self.meta += [event, sort]
+
+    def _slice(
+        self, name: str, pid: int, tid: int, start: float, end: float, args: dict[str, Any]
+    ) -> None:
+        """A complete event from `start` to `end` (microseconds). Both ends are rounded to
+        the nanosecond, so a slice inside another still ends inside it once rounded, as
+        the trace viewers' nesting of slices on one thread needs."""
+        ts = round(start, 3)
+        dur = round(round(end, 3) - ts, 3)
+        self.events.append(
+            {"ph": "X", "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+        )
+
+    def _span(self, name: str, pid: int, tid: int, t0: float, t1: float, args: dict) -> None:
+        """A slice between two perf_counter() readings."""
+        self._slice(name, pid, tid, (t0 - self.origin) * 1e6, (t1 - self.origin) * 1e6, args)
+
+    # --- one loop -----------------------------------------------------------------------
+    def add_loop(
+        self, executor: Executor, start: float, end: float, checks: list[Check], checked: float
+    ) -> None:
+        """Record one finished loop: `start`/`end` bound its commands, the golden checks
+        ran from `end` to `checked`. Call before the executor's devices are closed."""
+        self.loops += 1
+        verdict = all(c.passed for c in checks)
+        self._span(
+            f"loop {self.loops}",
+            HOST_PID,
+            HOST_TID,
+            start,
+            checked,
+            {"wall_ms": (end - start) * 1e3, "passed": verdict},
+        )
+        self._host_commands(executor)
+        checks_args = {c.name: json_safe(c.to_dict()) for c in checks}
+        self._span("verify goldens", HOST_PID, HOST_TID, end, checked, checks_args)
+        for device_id, dev in executor.tables[DEVICE].items():
+            pid = self._device_pid(device_id, f"device {dev.index} ({dev.name})")
+            for t, dev_id, used in executor.memory:
+                if dev_id == device_id:
+                    self._counter(pid, t, used)
+            self._counter(pid, checked, 0)  # every device closes when its loop ends
+        for queue_id, q in executor.tables[QUEUE].items():
+            self._queue(queue_id, q, start)
+
+    def _host_commands(self, executor: Executor) -> None:
+        commands = self.plan.binary.commands
+        for index, kind, t0, t1 in executor.spans:
+            args: dict[str, Any] = {"command": index}
+            cmd = commands[index].cmd
+            for field, table, key in (
+                ("bufferId", self.plan.buffers, BUFFER),
+                ("programId", self.plan.programs, PROGRAM),
+            ):
+                info = table.get(getattr(cmd, field, None))
+                if info is not None:
+                    args[key] = info.name
+            self._span(COMMAND_NAMES[kind], HOST_PID, HOST_TID, t0, t1, args)
+
+    def _device_pid(self, device_id: int, name: str) -> int:
+        pid = self._pids.get(device_id)
+        if pid is None:
+            pid = self._pids[device_id] = len(self._pids) + 1
+            self._name(pid, None, name)
+        return pid
+
+    def _counter(self, pid: int, t: float, used: int) -> None:
+        args = {"bytes": used}
+        self.events.append(
+            {"ph": "C", "name": "DRAM in use", "pid": pid, "ts": self._us(t), "args": args}
+        )
+
+    def _queue(self, queue_id: int, q: CommandQueue, start: float) -> None:
+        pid = self._pids[self.plan.queue_device[queue_id]]
+        tids = self._tids.get(queue_id)
+        if tids is None:
+            base = 2 * sum(1 for other_pid, _ in self._tids.values() if other_pid == pid)
+            tids = self._tids[queue_id] = (pid, base + 1, base + 2)
+            self._name(pid, tids[0], f"queue {q.index}: emulator (host wall time)")
+            self._name(pid, tids[1], f"queue {q.index}: modelled MN-Core time")
+        _, wall_tid, modelled_tid = tids
+        cursor = self._us(start)  # the modelled device starts with the loop, never idles
+        for cmd in q.history:
+            if cmd.modelled is None:  # failed or skipped: it has no time of its own
+                continue
+            self._wall(cmd, pid, wall_tid)
+            cursor = self._modelled(cmd, pid, modelled_tid, cursor)
+
+    def _wall(self, cmd: Command, pid: int, tid: int) -> None:
+        args = {"queue_command": cmd.index, "status": cmd.status, **_modelled_args(cmd.modelled)}
+        self._span(cmd.label, pid, tid, cmd.start_s, cmd.start_s + cmd.wall_s, args)
+        if cmd.enqueued_s is not None:  # an arrow from the host command that enqueued it
+            common = {"name": "enqueue", "cat": "queue", "id": next(self._flows)}
+            enqueued = self._us(cmd.enqueued_s)
+            self.events += [
+                {"ph": "s", "pid": HOST_PID, "tid": HOST_TID, "ts": enqueued, **common},
+                {
+                    "ph": "f",
+                    "bp": "e",
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": self._us(cmd.start_s),
+                    **common,
+                },
+            ]
+        if isinstance(cmd, RunProgram) and cmd.kernel_spans:
+            for i, (step, (t0, t1)) in enumerate(zip(cmd.plan.steps, cmd.kernel_spans)):
+                self._span(step.kdef.name, pid, tid, t0, t1, self._kernel_args(i, step))
+
+    def _modelled(self, cmd: Command, pid: int, tid: int, cursor: float) -> float:
+        end = cursor + cmd.modelled.time_s * 1e6
+        args = {"queue_command": cmd.index, **_modelled_args(cmd.modelled)}
+        self._slice(cmd.label, pid, tid, cursor, end, args)
+        if isinstance(cmd, RunProgram):
+            at = cursor
+            for i, step in enumerate(cmd.plan.steps):
+                # Clamped: the kernels' sum may pass the program's total by a rounding error.
+                step_end = min(at + step.modelled.time_s * 1e6, end)
+                self._slice(step.kdef.name, pid, tid, at, step_end, self._kernel_args(i, step))
+                at = step_end
+        return end
+
+    @staticmethod
+    def _kernel_args(i: int, step: Any) -> dict[str, Any]:
+        return {
+            "kernel": i,
+            "inputs": [_describe(b) for b in step.ins],
+            "outputs": [_describe(b) for b in step.outs],
+            "attrs": dict(step.bound.attrs),
+            **_modelled_args(step.modelled),
+        }
+
+    # --- output -------------------------------------------------------------------------
+    def to_trace(self) -> dict[str, Any]:
+        """The trace as a JSON-ready dict in Chrome's trace-event format."""
+        binary = self.plan.binary
+        return {
+            "traceEvents": self.meta + self.events,
+            "displayTimeUnit": "ns",
+            "otherData": {
+                "binary": str(binary.path) if binary.path else None,
+                "producer": binary.producer,
+                "version": ".".join(map(str, binary.version)),
+                "loops": self.loops,
+            },
+        }
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the trace atomically; open it at https://ui.perfetto.dev."""
+        write_atomically(path, json.dumps(self.to_trace(), default=str).encode())

@@ -1,0 +1,213 @@
+"""Replay profiles (`replay(..., profile=True)`, `mnrt run --profile`): Chrome trace-event JSON
+that Perfetto opens. The checks are the rules a trace viewer relies on (slices on one thread
+nest, flows join two slices) and that the trace tells the truth about the replay (one slice
+per command, per kernel, modelled times that add up to the report's)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter, defaultdict
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import mnrt
+from mnrt.errors import EXIT_GOLDEN_MISMATCH, EXIT_USAGE, MnrtError
+from mnrt.format.files import write_atomically
+from mnrt.replay.executor import COMMAND_NAMES
+from mnrt.runner.cli import cli
+
+KERNELS = ("exp", "relu")
+
+
+@pytest.fixture
+def traced_binary():
+    """Every kind of queue command: writes, a two-kernel program run directly and through a
+    device trace, reads with goldens, and a buffer freed midway."""
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        a = dev.create_buffer((4, 8), "float", name="a")
+        t = dev.create_buffer((4, 8), "float", name="t")
+        y = dev.create_buffer((4, 8), "float", name="y")
+        scratch = dev.create_buffer((1024,), "float", name="scratch")
+        prog = dev.create_program(
+            [mnrt.Kernel("exp", ["a"], ["t"]), mnrt.Kernel("relu", ["t"], ["y"])], name="p"
+        )
+        q.enqueue_write_buffer(a, np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8))
+        q.enqueue_program(prog, {"a": a, "t": t, "y": y})
+        q.enqueue_read_buffer(y)
+        scratch.deallocate()
+        tid = q.begin_trace_capture()
+        q.enqueue_program(prog, {"a": y, "t": t, "y": a})
+        q.end_trace_capture(tid)
+        q.replay_trace(tid)
+        q.enqueue_read_buffer(a)
+        return mnrt.end_capture()
+
+
+def _slices(trace: dict) -> list[dict]:
+    return [e for e in trace["traceEvents"] if e["ph"] == "X"]
+
+
+def _assert_nested(slices: list[dict]) -> None:
+    """On each thread, two slices are either disjoint or one holds the other (to the
+    nanosecond, the trace's resolution: ts + dur carries float error)."""
+    by_thread = defaultdict(list)
+    for s in slices:
+        by_thread[s["pid"], s["tid"]].append(s)
+    for thread, items in by_thread.items():
+        stack: list[float] = []  # ends of the open slices
+        for s in sorted(items, key=lambda s: (s["ts"], -s["dur"])):
+            end = s["ts"] + s["dur"]
+            while stack and s["ts"] >= stack[-1] - 1e-6:
+                stack.pop()
+            assert not stack or end <= stack[-1] + 1e-6, (thread, s)
+            stack.append(end)
+
+
+def test_profile_is_strict_json_with_one_slice_per_command_and_kernel(traced_binary):
+    loops = 2
+    report = mnrt.replay(traced_binary, loops=loops, profile=True)
+    assert report.passed
+    trace = json.loads(json.dumps(report.profile.to_trace(), allow_nan=False))
+    slices = _slices(trace)
+    assert all(s["ts"] >= 0 and s["dur"] >= 0 for s in slices)
+    _assert_nested(slices)
+
+    host = [s for s in slices if s["pid"] == 0]
+    assert [s["name"] for s in host if s["name"].startswith("loop")] == ["loop 1", "loop 2"]
+    replayed = Counter(s["name"] for s in host if s["name"] in COMMAND_NAMES.values())
+    expected = Counter(COMMAND_NAMES[c.cmdType] for c in traced_binary.commands)
+    assert replayed == Counter({k: loops * n for k, n in expected.items()})
+    assert {s["args"]["buffer"] for s in host if s["name"] == "create_buffer"} == {
+        "a", "t", "y", "scratch"
+    }  # fmt: skip
+
+    devices = [s for s in slices if s["pid"] != 0]
+    wall = [s for s in devices if s["tid"] % 2 == 1]
+    modelled = [s for s in devices if s["tid"] % 2 == 0]
+    # The program ran directly (its kernels timed one by one) and inside the device trace.
+    assert Counter(s["name"] for s in wall if s["name"] in KERNELS) == {"exp": loops, "relu": loops}
+    assert Counter(s["name"] for s in modelled if s["name"] in KERNELS) == {
+        "exp": loops, "relu": loops
+    }  # fmt: skip
+    assert sum(s["name"].startswith("replay_trace") for s in wall) == loops
+    kernel = next(s for s in wall if s["name"] == "exp")
+    assert kernel["args"]["inputs"] == ["a float[4, 8]"]
+    assert kernel["args"]["modelled_us"] > 0
+
+
+def test_modelled_track_adds_up_to_the_reported_device_time(traced_binary):
+    report = mnrt.replay(traced_binary, profile=True)
+    trace = report.profile.to_trace()
+    kernels = set(KERNELS)
+    top = [s for s in _slices(trace) if s["pid"] != 0 and s["tid"] % 2 == 0]
+    commands = [s for s in top if s["name"] not in kernels]
+    total_us = sum(s["dur"] for s in commands)
+    assert total_us == pytest.approx(report.timings["device_time_s"] * 1e6, abs=1e-3 * len(top))
+    # Back to back: each command starts where the one before it ended.
+    commands.sort(key=lambda s: s["ts"])
+    for before, after in itertools.pairwise(commands):
+        assert after["ts"] == pytest.approx(before["ts"] + before["dur"], abs=2e-3)
+
+
+def test_flows_join_the_enqueueing_command_to_the_queue_command_it_made(traced_binary):
+    trace = mnrt.replay(traced_binary, profile=True).profile.to_trace()
+    events = trace["traceEvents"]
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    finishes = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert starts and starts.keys() == finishes.keys()
+    slices = _slices(trace)
+
+    def holder(e):
+        return [
+            s
+            for s in slices
+            if (s["pid"], s["tid"]) == (e["pid"], e["tid"])
+            and s["ts"] <= e["ts"] <= s["ts"] + s["dur"]
+        ]
+
+    for flow_id, s in starts.items():
+        names = {h["name"] for h in holder(s)}
+        assert names & {"write_buffer", "read_buffer", "enqueue_program", "replay_trace"}, names
+        f = finishes[flow_id]
+        assert f["bp"] == "e" and any(h["ts"] == f["ts"] for h in holder(f))
+
+
+def test_memory_counter_follows_allocations_and_ends_at_zero(traced_binary):
+    trace = mnrt.replay(traced_binary, profile=True).profile.to_trace()
+    samples = [e for e in trace["traceEvents"] if e["ph"] == "C"]
+    used = [e["args"]["bytes"] for e in sorted(samples, key=lambda e: e["ts"])]
+    assert used[-1] == 0
+    assert max(used) >= 3 * 4 * 8 * 4 + 1024 * 4  # all four buffers at once
+    assert used[used.index(max(used)) + 1] < max(used)  # the scratch buffer was freed
+    names = {e["args"].get("name") for e in trace["traceEvents"] if e["ph"] == "M"}
+    assert "queue 0: modelled MN-Core time" in names and "mnrt replay (host)" in names
+
+
+@pytest.fixture
+def wrong_golden_binary():
+    """A capture whose user-supplied golden is wrong, so every replay of it fails."""
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        y = dev.create_buffer((3,), "float", name="y")
+        q.enqueue_write_buffer(y, np.ones(3, np.float32))
+        mnrt.compare_to_golden(q, y, np.zeros(3, np.float32), name="wrong")
+        return mnrt.end_capture()
+
+
+def test_a_failed_golden_shows_in_the_trace(wrong_golden_binary):
+    report = mnrt.replay(wrong_golden_binary, profile=True)
+    assert not report.passed
+    slices = _slices(report.profile.to_trace())
+    verify = next(s for s in slices if s["name"] == "verify goldens")
+    assert verify["args"]["wrong"]["passed"] is False
+    assert verify["args"]["wrong"]["mismatches"] == 3
+    assert next(s for s in slices if s["name"] == "loop 1")["args"]["passed"] is False
+
+
+def test_no_profile_unless_asked(small_binary):
+    assert mnrt.replay(small_binary).profile is None
+
+
+def test_cli_writes_the_profile_even_when_goldens_mismatch(
+    tmp_path, small_binary, wrong_golden_binary
+):
+    out = tmp_path / "trace.json"
+    for binary, code in ((small_binary, 0), (wrong_golden_binary, EXIT_GOLDEN_MISMATCH)):
+        path = tmp_path / "m.mnlb"
+        binary.save(path)
+        out.unlink(missing_ok=True)
+        result = CliRunner().invoke(cli, ["run", str(path), "--loops", "2", "--profile", str(out)])
+        assert result.exit_code == code, result.output
+        trace = json.loads(out.read_text())
+        assert trace["otherData"]["loops"] == 2
+        assert sum(s["name"] == "verify goldens" for s in _slices(trace)) == 2
+
+
+def test_cli_profile_to_an_unwritable_place_is_one_line(tmp_path, small_binary):
+    path = tmp_path / "m.mnlb"
+    small_binary.save(path)
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    result = CliRunner().invoke(cli, ["run", str(path), "--profile", str(blocker / "t.json")])
+    assert result.exit_code == EXIT_USAGE
+    assert result.output.count("\n") == 1 and "cannot write" in result.output
+
+
+def test_write_atomic_leaves_the_old_file_when_the_write_fails(tmp_path, monkeypatch):
+    target = tmp_path / "out.json"
+    target.write_text("old")
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("mnrt.format.files.os.replace", broken_replace)
+    with pytest.raises(MnrtError, match="No space left"):
+        write_atomically(target, b"new")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]  # no temporary left behind
