@@ -52,6 +52,13 @@ def _check_shape(shape: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in dims)
 
 
+def extent_bytes(dims: Sequence[int], itemsize: int) -> int:
+    """Bytes a buffer of this shape would span with its zero dimensions taken as 1. An empty
+    buffer still needs its other dimensions to be addressable (numpy cannot even describe
+    (0, 2**31, 2**31) as float64), so this, not its size, is held to the device's DRAM."""
+    return math.prod(max(d, 1) for d in dims) * itemsize
+
+
 def _as_index(value: Any) -> Any:
     """A numpy integer (an index taken from an array, say) as the int it is; anything else
     as given, for the caller's own check to reject by name."""
@@ -187,6 +194,12 @@ class Device:
                 f"buffer '{name}' of shape {dims} ({dt.name}) needs {nbytes} bytes, more than "
                 f"the device's {self.spec.dram_bytes} bytes of DRAM "
                 f"({free.free_bytes} free); split it into smaller buffers"
+            )
+        if extent_bytes(dims, dt.itemsize) > self.spec.dram_bytes:
+            raise ShapeError(
+                f"buffer '{name}' of shape {dims} ({dt.name}) is empty, but its other "
+                f"dimensions span more than the device's {self.spec.dram_bytes} bytes of DRAM; "
+                "give an empty buffer small dimensions"
             )
         buf = Buffer(self, dims, dt, name)
         self._buffers[buf.uid] = buf

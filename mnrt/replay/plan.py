@@ -27,7 +27,7 @@ from ..format import LightBinary
 from ..format.fb.CommandUnion import CommandUnion as U
 from ..format.values import attribute_value
 from ..host import Kernel
-from ..host.device import MAX_QUEUES
+from ..host.device import MAX_QUEUES, extent_bytes
 
 MAX_RANK = 16
 DEVICE, QUEUE, BUFFER, PROGRAM, TRACE = "device", "queue", "buffer", "program", "trace"
@@ -197,6 +197,11 @@ class _Validator:
         if len(shape) > MAX_RANK:
             raise self.fail(f"buffer id {c.bufferId} has rank {len(shape)} (at most {MAX_RANK})")
         nbytes = math.prod(shape) * dtype.itemsize
+        if extent_bytes(shape, dtype.itemsize) > self.spec.dram_bytes:
+            raise self.fail(
+                f"buffer id {c.bufferId} of shape {shape} ({dtype.name}) spans more than the "
+                f"device's {self.spec.dram_bytes} bytes of DRAM"
+            )
         dev = c.deviceId
         self.used[dev] += nbytes
         if self.used[dev] > self.spec.dram_bytes:

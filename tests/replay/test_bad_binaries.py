@@ -85,6 +85,16 @@ def test_buffer_claiming_a_tebibyte(small_binary):
     assert e.value.command == 1
 
 
+def test_empty_buffer_with_unaddressable_dimensions(small_binary):
+    # Zero bytes, but numpy cannot even describe the array: refused before anything runs.
+    def empty_but_huge(doc):
+        doc["commands"][1]["cmd"]["desc"]["shape"] = [0, 1 << 31, 1 << 31]
+
+    with pytest.raises(mnrt.InvalidBinaryError, match="spans more than the device's") as e:
+        mnrt.replay(edited(small_binary, empty_but_huge))
+    assert e.value.command == 1
+
+
 def test_id_used_before_creation(small_binary):
     def swap(doc):
         cmds = doc["commands"]

@@ -42,9 +42,11 @@ def require_rank(kernel: str, operand: str, t: TensorSpec, ranks: Sequence[int])
 
 
 def normalize_axis(kernel: str, axis: int, rank: int) -> int:
-    if not -rank <= axis < max(rank, 1):
-        raise ShapeError(f"kernel '{kernel}': axis {axis} is out of range for rank {rank}")
-    return axis % rank if rank else 0
+    """`axis` as 0..rank-1. A scalar has no axis to name, so rank 0 is always refused."""
+    if not -rank <= axis < rank:
+        reason = "a scalar has no axes" if rank == 0 else f"out of range for rank {rank}"
+        raise ShapeError(f"kernel '{kernel}': axis {axis} is {reason}")
+    return axis % rank
 
 
 def streaming_cost(
