@@ -36,6 +36,19 @@ def _check_sram_budget(value: int, what: str) -> None:
         )
 
 
+MAX_ANNEAL_STEPS = 1_000_000  # each step re-measures the whole schedule's peak
+
+
+def _check_anneal_steps(value: int, what: str) -> None:
+    """Every annealing step walks the whole schedule, so an unbounded count is a compile that
+    never ends: refuse it up front."""
+    if value > MAX_ANNEAL_STEPS:
+        raise InvalidArgumentError(
+            f"{what}={value}: give at most {MAX_ANNEAL_STEPS} annealing steps (the default, "
+            "1000, already finds most of what annealing can)"
+        )
+
+
 @dataclass(frozen=True)
 class Option:
     default: Any
@@ -65,7 +78,10 @@ OPTIONS: dict[str, Option] = {
         parse=_check_sram_budget,
     ),
     "sa_expected_run_iters": Option(
-        1000, "simulated-annealing steps of scheduler=anneal", kind=int
+        1000,
+        "simulated-annealing steps of scheduler=anneal",
+        kind=int,
+        parse=_check_anneal_steps,
     ),
     "out_onnx": Option("", "also write the optimised graph here as ONNX"),
     "layout_spec": Option(

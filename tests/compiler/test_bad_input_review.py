@@ -375,6 +375,10 @@ BAD_OPTIONS = {
     "fractional integer": ({"sram_budget": 1.7}, "sram_budget=1.7: expected an integer"),
     "bool for an integer": ({"sram_budget": True}, "sram_budget=True: expected an integer"),
     "budget beyond the chip": ({"sram_budget": 2**40}, "more than the chip's"),
+    "annealing that never ends": (
+        {"scheduler": "anneal", "sa_expected_run_iters": 10**12},
+        "at most 1000000 annealing steps",
+    ),
 }
 
 
