@@ -49,12 +49,6 @@ def ints(*values):
     return np.array(values, np.int64)
 
 
-@pytest.fixture
-def ctx():
-    with mnrt.Context() as c:
-        yield c
-
-
 # --- graph structure ---------------------------------------------------------------------------
 
 STRUCTURE = {

@@ -35,12 +35,6 @@ def numpy_mlp(b, x):
     return e / e.sum(axis=1, keepdims=True)
 
 
-@pytest.fixture
-def ctx():
-    with mnrt.Context(mnrt.MNDevice("mncore2:auto")) as c:
-        yield c
-
-
 @pytest.mark.parametrize(
     ("float_dtype", "tol"), [("float", 1e-5), ("double", 1e-12), ("mixed", 2e-2), ("half", 3e-2)]
 )

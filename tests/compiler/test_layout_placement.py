@@ -124,12 +124,6 @@ ACTIVATION = "((8_L2B:1, 8_L1B:1), (16_MAB:1, 4_PE:1, 2_W:1))"  # [64, 128]
 WEIGHT = "((8_L2B:1, 16:1), (16_MAB:1, 4_PE:1, 2_W:1))"  # [128, 128]
 
 
-@pytest.fixture
-def ctx():
-    with mnrt.Context() as c:
-        yield c
-
-
 def _compile(ctx, tmp_path, **options):
     builder, inputs = MODELS["transformer"]()  # seq 64, dim 128
     cg = tmp_path / "cg"
