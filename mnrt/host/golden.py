@@ -79,13 +79,20 @@ def compare(
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         diff = np.abs(a - b)
         alike = (np.isnan(a) & np.isnan(b)) | (np.isinf(a) & (a == b))
-        ok = (diff <= atol + rtol * np.abs(b)) | alike
+        # An infinite golden is matched only by the same infinity (`alike`), not by the
+        # infinite tolerance rtol * |b| would give it.
+        ok = ((diff <= atol + rtol * np.abs(b)) & np.isfinite(b)) | alike
         err = np.where(alike, 0.0, np.where(np.isnan(diff), np.inf, diff))
         rel = err / np.maximum(np.abs(b), np.finfo(np.float64).tiny)
         max_abs = float(err.max()) if err.size else 0.0
-        max_rel = float(np.nan_to_num(rel, nan=np.inf).max()) if rel.size else 0.0
+        max_rel = float(rel.max()) if rel.size else 0.0
+    if math.isnan(max_rel):  # an infinite error relative to an infinite golden
+        max_rel = math.inf
     bad = np.flatnonzero(~ok)
-    listed = [tuple(int(i) for i in np.unravel_index(k, shape)) for k in bad[:MAX_LISTED]]
+    if shape:
+        listed = list(zip(*(c.tolist() for c in np.unravel_index(bad[:MAX_LISTED], shape))))
+    else:  # a scalar's one mismatch is at index ()
+        listed = [()] * bad.size
     return Check(
         name=name,
         passed=bad.size == 0,
@@ -105,7 +112,7 @@ def compare(
 def _pcc(a: np.ndarray, b: np.ndarray) -> float:
     """Pearson correlation of the finite values; 1.0 for identical constant arrays."""
     keep = np.isfinite(a) & np.isfinite(b)
-    x, y = a[keep].ravel(), b[keep].ravel()
+    x, y = (a.ravel(), b.ravel()) if keep.all() else (a[keep], b[keep])
     if x.size == 0:
         return 1.0
     xs, ys = x - x.mean(), y - y.mean()

@@ -1,0 +1,76 @@
+"""The golden verdict, |a - b| <= atol + rtol * |b| elementwise, against an element-by-element
+oracle written from its definition: NaN matches NaN, an infinity only the same infinity,
+every mismatch counted and the first MAX_LISTED listed in order."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import mnrt
+from mnrt.host.golden import MAX_LISTED, compare
+
+values = st.one_of(
+    st.floats(-4, 4, width=32),
+    st.sampled_from([0.0, -0.0, math.inf, -math.inf, math.nan, 1e-30, 3e38]),
+)
+shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5)
+
+
+def _oracle_ok(a: float, b: float, rtol: float, atol: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(b) or math.isinf(a):
+        return a == b
+    return abs(a - b) <= atol + rtol * abs(b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.data(),
+    shapes,
+    st.sampled_from([0.0, 1e-5, 0.1]),
+    st.sampled_from([0.0, 1e-6, 0.5]),
+)
+def test_verdict_matches_the_definition(data, shape, rtol, atol):
+    expected = data.draw(hnp.arrays(np.float32, shape, elements=values))
+    noise = data.draw(hnp.arrays(np.float32, shape, elements=values))
+    pick = data.draw(hnp.arrays(np.bool_, shape))
+    actual = np.where(pick, noise, expected).astype(np.float32)
+
+    check = compare("y", actual, expected, mnrt.float32, rtol, atol)
+    a64, b64 = actual.astype(np.float64).ravel(), expected.astype(np.float64).ravel()
+    bad = [i for i in range(a64.size) if not _oracle_ok(a64[i], b64[i], rtol, atol)]
+    assert check.mismatches == len(bad)
+    assert check.passed == (not bad)
+    want = [tuple(int(k) for k in np.unravel_index(i, shape)) for i in bad[:MAX_LISTED]]
+    assert check.mismatch_indices == want
+    assert check.first_mismatch == (want[0] if want else None)
+    assert check.max_abs_err >= 0 and check.max_rel_err >= 0
+    finite = np.isfinite(a64) & np.isfinite(b64)
+    if finite.any():
+        assert check.max_abs_err >= np.abs(a64[finite] - b64[finite]).max()
+
+
+@given(hnp.arrays(np.float32, shapes, elements=values))
+def test_identical_results_pass_with_no_error(x):
+    check = compare("y", x.copy(), x, mnrt.float32, 0.0, 0.0)
+    assert check.passed and check.mismatches == 0
+    assert check.max_abs_err == 0.0 and check.pcc == 1.0
+
+
+def test_a_finite_value_does_not_match_an_infinite_golden():
+    # rtol * |inf| is an infinite tolerance; the definition wants the same infinity instead.
+    b = np.array([np.inf, -np.inf, np.inf], np.float32)
+    a = np.array([1.0, -np.inf, -np.inf], np.float32)
+    check = compare("y", a, b, mnrt.float32, 1e-5, 1e-6)
+    assert check.mismatch_indices == [(0,), (2,)]
+
+
+def test_a_scalar_mismatch_is_at_index_empty():
+    check = compare("y", np.float32(2.0), np.float32(1.0), mnrt.float32)
+    assert check.first_mismatch == () and check.mismatches == 1
