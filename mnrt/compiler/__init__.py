@@ -2,15 +2,14 @@
 the MLSDK-style Context API.
 
 Imported only by what needs it (`mnrt run` never does; `import mnrt` loads it on first use
-of mnrt.Context). Optimisation passes beyond float_dtype, codegen_dir, compile caching and
-the CLI are still to come.
+of mnrt.Context); the ONNX frontend imports `onnx` only when given a model.
 """
 
 from .builder import GraphBuilder, Symbol
 from .context import CacheOptions, CompiledFunction, Context, MNDevice, TensorProxy
 from .ir import Graph, GraphError, Node, Value
 from .lower import Lowered, lower, plan_buffers
-from .onnx_frontend import UnsupportedModelError, from_onnx
+from .onnx_frontend import InvalidModelError, UnsupportedModelError, from_onnx, load_model
 
 __all__ = [
     "CacheOptions",
@@ -19,6 +18,7 @@ __all__ = [
     "Graph",
     "GraphBuilder",
     "GraphError",
+    "InvalidModelError",
     "Lowered",
     "MNDevice",
     "Node",
@@ -27,6 +27,7 @@ __all__ = [
     "UnsupportedModelError",
     "Value",
     "from_onnx",
+    "load_model",
     "lower",
     "plan_buffers",
 ]
