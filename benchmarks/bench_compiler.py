@@ -7,7 +7,10 @@ Figures (issue: compiler):
 
 Two mnrt times are shown per model: a call of the compiled function (weights already on the
 device: what a deployed model pays per inference), and a full replay of its light binary
-(opening the device, uploading weights, running, reading, verifying goldens).
+(opening the device, uploading weights, running, reading, verifying goldens). A second table
+compares cold starts, the whole cost of running a model file once: `mnrt.replay(path)`
+(reading, validating and replaying the binary) against creating an onnxruntime session
+from the ONNX file and running it once (reported, no target).
 
     pip install onnxruntime   # for this benchmark only
     python benchmarks/bench_compiler.py
@@ -57,13 +60,13 @@ def main() -> None:
     )
     print(f"{'model':<15} {'ort ms':>8} {'call ms':>8} {'call/ort':>9} {'replay ms':>10} "
           f"{'replay/ort':>11}  target")  # fmt: skip
+    cold = []
     with mnrt.Context() as ctx, tempfile.TemporaryDirectory() as tmp:
         for name, model, sizes in CASES:
             builder, inputs = MODELS[model](**sizes)
             graph = builder.build()
-            session = ort.InferenceSession(
-                to_onnx(graph).SerializeToString(), providers=["CPUExecutionProvider"]
-            )
+            onnx_bytes = to_onnx(graph).SerializeToString()
+            session = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
             compiled = ctx.compile(builder, inputs, options=OPTIONS)
             out = graph.outputs[0]
 
@@ -82,6 +85,20 @@ def main() -> None:
             print(
                 f"{name:<15} {t_ort * 1e3:>8.2f} {t_call * 1e3:>8.2f} {t_call / t_ort:>9.2f} "
                 f"{t_replay * 1e3:>10.2f} {t_replay / t_ort:>11.2f}  replay <= 1.5x {ok}"
+            )
+
+            def ort_cold(onnx_bytes=onnx_bytes, inputs=inputs):
+                s = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
+                s.run(None, inputs)
+
+            cold.append((name, *best_times(ort_cold, lambda p=path: mnrt.replay(p), 3)))
+
+        print("\ncold start: run a model file once (fastest of 3 alternating blocks of 3)")
+        print(f"{'model':<15} {'ort session+run ms':>19} {'mnrt.replay(path) ms':>21} {'ratio':>6}")
+        for name, t_ort_cold, t_mnrt_cold in cold:
+            print(
+                f"{name:<15} {t_ort_cold * 1e3:>19.2f} {t_mnrt_cold * 1e3:>21.2f} "
+                f"{t_mnrt_cold / t_ort_cold:>6.2f}"
             )
 
         print("\ncompile time per preset, transformer block (fastest of 3)")
