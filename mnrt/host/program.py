@@ -96,6 +96,11 @@ class Kernel:
     def kdef(self) -> KernelDef:
         return lookup(self.op)
 
+    def __hash__(self) -> int:
+        # Checked attributes are ints, floats, strs and tuples of them: hashable, unlike the
+        # dict that holds them, so equal kernels hash alike and can go in sets and dict keys.
+        return hash((self.op, self.inputs, self.outputs, tuple(sorted(self.attrs.items()))))
+
 
 @dataclass(frozen=True)
 class Step:

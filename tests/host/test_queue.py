@@ -146,6 +146,15 @@ def test_kernel_construction_errors():
         mnrt.Kernel("relu", "a", ["y"])
 
 
+def test_equal_kernels_hash_alike():
+    # Defaults are filled in, so spelling one out makes the same kernel.
+    a = mnrt.Kernel("gemm", ["a", "b"], ["y"], {"alpha": 1.0, "trans_b": False})
+    b = mnrt.Kernel("gemm", ["a", "b"], ["y"])
+    c = mnrt.Kernel("gemm", ["a", "b"], ["y"], {"alpha": 2.0})
+    assert a == b and hash(a) == hash(b)
+    assert len({a, b, c}) == 2
+
+
 def test_create_program_rejects_non_kernels(dev):
     with pytest.raises(mnrt.InvalidArgumentError, match="non-empty list"):
         dev.create_program([])
