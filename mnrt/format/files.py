@@ -36,17 +36,23 @@ def write_atomically(path: str | os.PathLike, data: bytes | memoryview) -> None:
         raise
 
 
-def open_regular(path: Path, what: str) -> BinaryIO:
+def open_regular(path: Path, what: str, follow_links: bool = True) -> BinaryIO:
     """Open a regular file for reading, or raise MnrtError saying why not. Opening does not
     block (a FIFO would wait for a writer) and anything but a regular file is refused: a
-    device such as /dev/zero would never end."""
+    device such as /dev/zero would never end. Without `follow_links` a symbolic link is
+    refused too (a file named by a document must not lead out of its folder)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        if not follow_links and Path(path).is_symlink():
+            raise MnrtError(f"{path} is a symbolic link, not {what}")
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise MnrtError(f"no such file: {path}") from None
     except PermissionError:
         raise MnrtError(f"cannot read {path}: permission denied") from None
-    except OSError as e:
+    except OSError as e:  # ELOOP: a link that appeared after the check above
         raise MnrtError(f"cannot read {path}: {e.strerror}") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):

@@ -23,7 +23,7 @@ from .blobs import BlobStore
 from .fb.DeviceDescription import DeviceDescriptionT
 from .fb.LightBinary import LightBinaryT
 from .fb.Metadata import MetadataT
-from .files import open_regular
+from .files import open_regular, write_atomically
 from .schema_info import LAYOUT
 
 JSON_FORMAT = "mnrt-light-binary-json"
@@ -100,7 +100,7 @@ def to_json(binary: LightBinary, blob_dir: Path | None = None) -> dict:
         else:
             blob_dir.mkdir(parents=True, exist_ok=True)
             name = f"blob{i:06d}.bin"
-            (blob_dir / name).write_bytes(data)
+            write_atomically(blob_dir / name, data)
             entry["file"] = name
         blobs.append(entry)
     doc["blobs"] = blobs
@@ -276,7 +276,7 @@ def blob_base(doc: Any, json_dir: Path) -> Path:
     if not isinstance(doc, dict) or "blob_dir" not in doc:
         return json_dir
     name = doc.pop("blob_dir")
-    if not _plain_name(name):
+    if not _plain_name(name) or (json_dir / name).is_symlink():
         raise _bad(
             "$.blob_dir", f"{name!r} must be the plain name of a folder next to the JSON file"
         )
@@ -318,7 +318,7 @@ def _blob_data(entry: Any, i: int, base_dir: Path | None) -> bytes:
         if base_dir is None or not _plain_name(name):
             raise _bad(where, f"blob file {name!r} must be a plain name next to the JSON file")
         try:
-            with open_regular(base_dir / name, "a blob file") as f:
+            with open_regular(base_dir / name, "a blob file", follow_links=False) as f:
                 data = f.read()
         except MnrtError as e:
             raise _bad(where, str(e)) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import sys
@@ -49,10 +50,12 @@ def _file_name(name: str) -> str:
 def _save_outputs(folder: Path, outputs: dict[str, np.ndarray]) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        for name, array in outputs.items():
-            np.save(folder / f"{_file_name(name)}.npy", array)
     except OSError as e:
         raise errors.MnrtError(f"cannot save outputs in {folder}: {e.strerror}") from None
+    for name, array in outputs.items():
+        data = io.BytesIO()
+        np.save(data, array, allow_pickle=False)
+        write_atomically(folder / f"{_file_name(name)}.npy", data.getbuffer())
 
 
 @click.command()

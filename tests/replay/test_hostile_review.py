@@ -407,3 +407,26 @@ def test_blob_files_must_be_regular_files_next_to_the_json(small_binary, fifo, t
     source = Path(fifo).with_name("doc.json")
     source.write_text(json.dumps(doc))
     assert_one_line_error(*invoke("convert", source, tmp_path / "o.mnlb"), "not a regular file")
+
+
+def test_blob_files_and_folders_must_not_be_links_out_of_the_folder(small_binary, tmp_path):
+    secret = tmp_path / "outside" / "secret.bin"
+    secret.parent.mkdir()
+    secret.write_bytes(b"not for the binary")
+    work = tmp_path / "work"
+    work.mkdir()
+    doc = _doc(small_binary)
+    del doc["blobs"][0]["base64"]
+    doc["blobs"][0]["file"] = "blob.bin"
+    (work / "blob.bin").symlink_to(secret)
+    (work / "doc.json").write_text(json.dumps(doc))
+    assert_one_line_error(
+        *invoke("convert", work / "doc.json", tmp_path / "o.mnlb"), "symbolic link"
+    )
+
+    (work / "blobs").symlink_to(secret.parent, target_is_directory=True)
+    (work / "doc.json").write_text(json.dumps({**doc, "blob_dir": "blobs"}))
+    assert_one_line_error(
+        *invoke("convert", work / "doc.json", tmp_path / "o.mnlb"), "must be the plain name"
+    )
+    assert not (tmp_path / "o.mnlb").exists()
