@@ -138,16 +138,15 @@ class RunProgram(Command):
     def run(self, backend: EmulatedDevice) -> Modelled:
         spans, clock = self.kernel_spans, time.perf_counter
         for i, step in enumerate(self.plan.steps):
+            start = clock() if spans is not None else 0.0
             try:
-                if spans is None:
-                    step.bound.run()
-                else:
-                    start = clock()
-                    step.bound.run()
-                    spans.append((start, clock()))
+                step.bound.run()
             except Exception as e:
                 e.add_note(f"in kernel {i} '{step.kdef.name}'")
                 raise
+            finally:
+                if spans is not None:  # the kernel that failed gets its span too
+                    spans.append((start, clock()))
         return self.plan.modelled
 
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from ..device.boards import check_index
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, MnrtError
 from ..format import LightBinary
 from .executor import Executor
 from .plan import Plan, validate
@@ -86,6 +86,13 @@ def replay(
             checks = executor.checks()
             if report.profile is not None:
                 report.profile.add_loop(executor, t0, t1, checks, time.perf_counter())
+        except MnrtError as e:
+            if report.profile is not None:
+                # What ran up to the failure, for `mnrt run --profile` to save anyway.
+                end = time.perf_counter()
+                report.profile.add_loop(executor, t0, end, [], end, error=str(e))
+                e.profile = report.profile
+            raise
         finally:
             executor.close()
         report.add_loop(wall, device_time, energy, checks, executor.outputs, executor.host_s)

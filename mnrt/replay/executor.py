@@ -90,18 +90,25 @@ class Executor:
         handlers, clock = self.handlers, time.perf_counter
         spans = self.spans.append if self.profiling else None
         before = clock()
-        for index, command in enumerate(self.plan.binary.commands):
-            self.index = index
-            kind = command.cmdType
-            handlers[kind](command.cmd)
-            now = clock()
-            spent[kind] += now - before
-            counts[kind] += 1
-            if spans is not None:
-                spans((index, kind, before, now))
-            before = now
-        for q in self.tables[QUEUE].values():
-            q.finish()
+        kind = None
+        try:
+            for index, command in enumerate(self.plan.binary.commands):
+                self.index = index
+                kind = command.cmdType
+                handlers[kind](command.cmd)
+                now = clock()
+                spent[kind] += now - before
+                counts[kind] += 1
+                if spans is not None:
+                    spans((index, kind, before, now))
+                before = now
+            kind = None
+            for q in self.tables[QUEUE].values():
+                q.finish()
+        except BaseException:
+            if spans is not None and kind is not None:  # the command that failed, too
+                spans((self.index, kind, before, clock()))
+            raise
         self.host_s = {COMMAND_NAMES[k]: (spent[k], counts[k]) for k in self.handlers if counts[k]}
         self.host_s["final_finish"] = (clock() - before, 1)
 

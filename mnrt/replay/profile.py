@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..format.files import write_atomically
-from ..host.commands import RunProgram
+from ..host.commands import FAILED, RunProgram
 from .executor import COMMAND_NAMES
 from .plan import BUFFER, DEVICE, PROGRAM, QUEUE, Plan
 from .report import json_safe
@@ -99,23 +99,29 @@ class Profile:
 
     # --- one loop -----------------------------------------------------------------------
     def add_loop(
-        self, executor: Executor, start: float, end: float, checks: list[Check], checked: float
+        self,
+        executor: Executor,
+        start: float,
+        end: float,
+        checks: list[Check],
+        checked: float,
+        error: str | None = None,
     ) -> None:
-        """Record one finished loop: `start`/`end` bound its commands, the golden checks
-        ran from `end` to `checked`. Call before the executor's devices are closed."""
+        """Record one loop: `start`/`end` bound its commands, the golden checks ran from
+        `end` to `checked`. A loop stopped by `error` is recorded up to the failure. Call
+        before the executor's devices are closed."""
         self.loops += 1
-        verdict = all(c.passed for c in checks)
-        self._span(
-            f"loop {self.loops}",
-            HOST_PID,
-            HOST_TID,
-            start,
-            checked,
-            {"wall_ms": (end - start) * 1e3, "passed": verdict},
-        )
+        args: dict[str, Any] = {
+            "wall_ms": (end - start) * 1e3,
+            "passed": error is None and all(c.passed for c in checks),
+        }
+        if error is not None:
+            args["error"] = error
+        self._span(f"loop {self.loops}", HOST_PID, HOST_TID, start, checked, args)
         self._host_commands(executor)
-        checks_args = {c.name: json_safe(c.to_dict()) for c in checks}
-        self._span("verify goldens", HOST_PID, HOST_TID, end, checked, checks_args)
+        if error is None:
+            checks_args = {c.name: json_safe(c.to_dict()) for c in checks}
+            self._span("verify goldens", HOST_PID, HOST_TID, end, checked, checks_args)
         for device_id, dev in executor.tables[DEVICE].items():
             pid = self._device_pid(device_id, f"device {dev.index} ({dev.name})")
             for t, dev_id, used in executor.memory:
@@ -163,10 +169,10 @@ class Profile:
         _, wall_tid, modelled_tid = tids
         cursor = self._us(start)  # the modelled device starts with the loop, never idles
         for cmd in q.history:
-            if cmd.modelled is None:  # failed or skipped: it has no time of its own
-                continue
-            self._wall(cmd, pid, wall_tid)
-            cursor = self._modelled(cmd, pid, modelled_tid, cursor)
+            if cmd.start_s:  # it ran (skipped commands did not)
+                self._wall(cmd, pid, wall_tid)
+            if cmd.modelled is not None:  # it finished, so it has a modelled time
+                cursor = self._modelled(cmd, pid, modelled_tid, cursor)
 
     def _wall(self, cmd: Command, pid: int, tid: int) -> None:
         args = {"queue_command": cmd.index, "status": cmd.status, **_modelled_args(cmd.modelled)}
@@ -186,8 +192,12 @@ class Profile:
                 },
             ]
         if isinstance(cmd, RunProgram) and cmd.kernel_spans:
-            for i, (step, (t0, t1)) in enumerate(zip(cmd.plan.steps, cmd.kernel_spans)):
-                self._span(step.kdef.name, pid, tid, t0, t1, self._kernel_args(i, step))
+            spans = cmd.kernel_spans
+            for i, (step, (t0, t1)) in enumerate(zip(cmd.plan.steps, spans)):
+                args = self._kernel_args(i, step)
+                if cmd.status == FAILED and i == len(spans) - 1:
+                    args["status"] = FAILED  # the kernel the program stopped at
+                self._span(step.kdef.name, pid, tid, t0, t1, args)
 
     def _modelled(self, cmd: Command, pid: int, tid: int, cursor: float) -> float:
         end = cursor + cmd.modelled.time_s * 1e6

@@ -89,16 +89,22 @@ def run(
     """Replay FILE and verify it against its goldens.
 
     Exit codes: 0 pass, 1 golden mismatch, 2 invalid binary or usage, 3 device error."""
-    report = replay(
-        file,
-        device=_device(device),
-        verify=not no_verify,
-        loops=loops,
-        rtol=rtol,
-        atol=atol,
-        progress=_progress(loops),
-        profile=profile_path is not None,
-    )
+    try:
+        report = replay(
+            file,
+            device=_device(device),
+            verify=not no_verify,
+            loops=loops,
+            rtol=rtol,
+            atol=atol,
+            progress=_progress(loops),
+            profile=profile_path is not None,
+        )
+    except errors.MnrtError as e:
+        partial = getattr(e, "profile", None)
+        if profile_path is not None and partial is not None:
+            partial.save(profile_path)  # up to the failure: where and after what it stopped
+        raise
     if report_path is not None:
         write_atomically(report_path, report.to_json().encode())
     if profile_path is not None:

@@ -5,6 +5,7 @@ per command, per kernel, modelled times that add up to the report's)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 from collections import Counter, defaultdict
@@ -211,3 +212,36 @@ def test_write_atomic_leaves_the_old_file_when_the_write_fails(tmp_path, monkeyp
         write_atomically(target, b"new")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]  # no temporary left behind
+
+
+@pytest.fixture
+def failing_binary(tmp_path, failing_gather):
+    """A capture whose program fails on the device (a gather index out of range)."""
+    path = tmp_path / "fails.mnlb"
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue()
+        with mnrt.capture(path):
+            failing_gather(dev, q)
+        with contextlib.suppress(mnrt.DeviceExecutionError):
+            q.finish()
+    return path
+
+
+def test_a_device_error_keeps_the_profile_up_to_the_failure(failing_binary):
+    with pytest.raises(mnrt.DeviceExecutionError) as caught:
+        mnrt.replay(failing_binary, profile=True)
+    trace = caught.value.profile.to_trace()
+    _assert_nested(_slices(trace))
+    loop = next(s for s in _slices(trace) if s["name"] == "loop 1")
+    assert loop["args"]["passed"] is False and "out of range" in loop["args"]["error"]
+    failed = sorted(s["name"] for s in _slices(trace) if s["args"].get("status") == "failed")
+    assert len(failed) == 2 and failed[0] == "gather" and failed[1].startswith("program '")
+    assert not any(s["name"] == "verify goldens" for s in _slices(trace))  # nothing checked
+
+
+def test_cli_saves_the_partial_profile_and_exits_3(tmp_path, failing_binary):
+    out = tmp_path / "trace.json"
+    result = CliRunner().invoke(cli, ["run", str(failing_binary), "--profile", str(out)])
+    assert result.exit_code == 3, result.output
+    kernels = [s for s in _slices(json.loads(out.read_text())) if s["name"] == "gather"]
+    assert [s["args"].get("status") for s in kernels] == ["failed"]
