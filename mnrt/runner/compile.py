@@ -95,6 +95,15 @@ def _input_sources(specs: tuple[str, ...]) -> dict[str, str]:
     return given
 
 
+def _random_input(rng: np.random.Generator, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """Example data for an input the user gave none for. Integer inputs are most often
+    indices (Gather, embeddings), where only zero is sure to be in range, so they get zeros;
+    float inputs get standard normal values."""
+    if dtype.kind in "biu":
+        return np.zeros(shape, dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
 def _load_npy(name: str, source: str) -> np.ndarray:
     """One array from a .npy file, never unpickled (allow_pickle=False: a .npy can carry
     code), and not an .npz archive (np.load would give a dict-like of arrays)."""
@@ -139,7 +148,7 @@ def _check_fits(name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
     "input_specs",
     multiple=True,
     metavar="NAME=FILE.npy|random",
-    help="An input's data; inputs not given are random.",
+    help="An input's data; inputs not given are random (integer ones zeros: valid indices).",
 )
 def compile_cmd(model, output, preset, float_dtype, option_specs, codegen_dir, input_specs):
     """Compile an ONNX model to a light binary (goldens from ONNX's reference evaluator)."""
@@ -161,7 +170,7 @@ def compile_cmd(model, output, preset, float_dtype, option_specs, codegen_dir, i
         source = given.get(name, "random")
         if source == "random":
             _check_fits(name, v.shape, v.dtype.read_dtype)
-            inputs[name] = rng.standard_normal(v.shape).astype(v.dtype.read_dtype)
+            inputs[name] = _random_input(rng, v.shape, np.dtype(v.dtype.read_dtype))
         else:
             inputs[name] = _load_npy(name, source)
     options = _options(preset, float_dtype, option_specs)

@@ -76,3 +76,20 @@ def test_reference_goldens_come_from_onnx(tmp_path):
 
         want = ReferenceEvaluator(onnx.load(str(model))).run(None, {"x": x})[0]
         np.testing.assert_array_equal(compiled.reference({"x": x})["y"], want)
+
+
+def test_integer_inputs_given_no_data_are_valid_indices(tmp_path):
+    # An embedding lookup: random indices (standard normal, cast) would be negative or past
+    # the table and fail on the device; zeros always fit.
+    table = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4), "table")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["y"], axis=0)], "embed",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 4])], [table],
+    )  # fmt: skip
+    model = tmp_path / "embed.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    out = tmp_path / "embed.mnlb"
+    r = CliRunner().invoke(cli, ["compile", str(model), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert CliRunner().invoke(cli, ["run", str(out)]).exit_code == 0
