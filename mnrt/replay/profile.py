@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import time
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,16 @@ HOST_PID, HOST_TID = 0, 0
 
 def _describe(buf: Buffer) -> str:
     return f"{buf.name} {buf.dtype.name}{list(buf.shape)}"
+
+
+def _json_value(v: Any) -> Any:
+    """An attribute value as strict JSON has it: no NaN or infinity literals (a fill value
+    may be NaN), which trace viewers' parsers refuse."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, (tuple, list)):
+        return [_json_value(x) for x in v]
+    return v
 
 
 def _modelled_args(m: Any) -> dict[str, Any]:
@@ -218,7 +229,7 @@ class Profile:
             "kernel": i,
             "inputs": [_describe(b) for b in step.ins],
             "outputs": [_describe(b) for b in step.outs],
-            "attrs": dict(step.bound.attrs),
+            "attrs": {k: _json_value(v) for k, v in step.bound.attrs.items()},
             **_modelled_args(step.modelled),
         }
 
@@ -239,4 +250,5 @@ class Profile:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the trace atomically; open it at https://ui.perfetto.dev."""
-        write_atomically(path, json.dumps(self.to_trace(), default=str).encode())
+        text = json.dumps(self.to_trace(), default=str, allow_nan=False)
+        write_atomically(path, text.encode())

@@ -245,3 +245,20 @@ def test_cli_saves_the_partial_profile_and_exits_3(tmp_path, failing_binary):
     assert result.exit_code == 3, result.output
     kernels = [s for s in _slices(json.loads(out.read_text())) if s["name"] == "gather"]
     assert [s["args"].get("status") for s in kernels] == ["failed"]
+
+
+def test_a_nan_attribute_stays_strict_json(tmp_path):
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture(goldens=False)
+        y = dev.create_buffer((2,), "float", name="y")
+        nan = mnrt.Kernel("fill", [], ["y"], {"value": float("nan"), "shape": [2]})
+        fill = dev.create_program([nan])
+        q.enqueue_program(fill, {"y": y})
+        q.finish()
+        binary = mnrt.end_capture()
+    out = tmp_path / "t.json"
+    mnrt.replay(binary, profile=True).profile.save(out)
+    trace = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    fills = [s for s in _slices(trace) if s["name"] == "fill"]
+    assert fills and all(s["args"]["attrs"]["value"] == "nan" for s in fills)
