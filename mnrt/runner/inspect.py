@@ -64,10 +64,13 @@ def verify(file) -> None:
     """Check FILE without running it: structure, version, ids, sizes, blob checksums."""
     binary = LightBinary.load(file)
     plan = validate(binary)
-    click.echo(
-        f"OK: {file}: {len(binary)} commands, {len(binary.blobs)} blobs, "
-        f"{len(plan.buffers)} buffers, {len(plan.programs)} programs"
+    counts = (
+        (len(binary), "command"),
+        (len(binary.blobs), "blob"),
+        (len(plan.buffers), "buffer"),
+        (len(plan.programs), "program"),
     )
+    click.echo(f"OK: {file}: " + ", ".join(f"{n} {w}{'' if n == 1 else 's'}" for n, w in counts))
 
 
 @click.command()
