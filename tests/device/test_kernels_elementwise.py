@@ -126,6 +126,22 @@ def test_float32_erf_is_within_two_ulp_of_exact():
     assert y[5] == 0 and np.signbit(y[6]) and y[7] > 0  # erf(z) ~ 1.13 z near 0
 
 
+@settings(max_examples=60, deadline=None)
+@given(hnp.arrays(np.float32, st.integers(1, 40), elements=st.floats(width=32)))
+def test_float32_erf_of_an_element_does_not_depend_on_its_neighbours(x):
+    # erf picks its evaluation by how many elements are near zero (one fit everywhere and
+    # the other gathered, or both everywhere): mostly near, mostly far and mixed company
+    # must give every element the same bits.
+    def erf_bits(values):
+        return run("erf", operand(values)).view(np.uint32)[: x.size]
+
+    near, far = np.full(400, 0.25, np.float32), np.full(400, 3.0, np.float32)
+    mixed = np.resize(np.array([0.25, 3.0], np.float32), 400)
+    alone = erf_bits(x)
+    for company in (near, far, mixed):
+        np.testing.assert_array_equal(erf_bits(np.concatenate([x, company])), alone)
+
+
 def test_unary_int32_is_exact_and_wraps():
     x = np.array([INT32_MIN, -7, 0, 5, INT32_MAX], np.int32)
     assert run("relu", operand(x)).tolist() == [0, 0, 0, 5, INT32_MAX]

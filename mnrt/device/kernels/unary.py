@@ -44,7 +44,6 @@ _ERFC_FAR = tuple(
     )
 )
 _math_erf = np.frompyfunc(math.erf, 1, 1)
-_SIGN = np.uint32(0x8000_0000)
 
 
 def _horner(t: np.ndarray, coefs: tuple) -> np.ndarray:
@@ -56,30 +55,62 @@ def _horner(t: np.ndarray, coefs: tuple) -> np.ndarray:
     return acc
 
 
+def _erf_near(z: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """erf(z) = z + z * P(z^2) for |z| < 1 (u is z * z)."""
+    acc = _horner(u, _ERF_NEAR)
+    acc *= z
+    acc += z
+    return acc
+
+
+def _erf_far(z: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """erf(z) = sign(z) * (1 - exp(-z^2) * Q(1 / (1 + |z|/2))) for |z| >= 1. Overwrites u."""
+    t = np.abs(z)
+    t *= np.float32(0.5)
+    t += np.float32(1)
+    acc = _horner(np.reciprocal(t, out=t), _ERFC_FAR)
+    acc *= np.exp(np.negative(u, out=u), out=u)  # erfc(|z|)
+    np.subtract(np.float32(1), acc, out=acc)
+    return np.copysign(acc, z, out=acc)  # erf is odd
+
+
+def _pick(mask: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a where mask, else b, into b. Bitwise, because numpy's masked selection (where,
+    copyto) costs some twenty arithmetic passes on an unpredictable mask."""
+    take_a = np.negative(mask.astype(np.uint32))  # all ones or all zeros
+    a_bits, b_bits = a.view(np.uint32), b.view(np.uint32)
+    np.bitwise_xor(a_bits, b_bits, out=a_bits)
+    a_bits &= take_a
+    b_bits ^= a_bits
+    return b
+
+
 def _erf(x: np.ndarray) -> np.ndarray:
     """erf without scipy: libm's for float64; for float32 (which half and float16 compute
-    in) both fits over every element, then the right one picked bitwise, because numpy's
-    masked selection costs some twenty arithmetic passes on an unpredictable mask."""
+    in) the fit of each element's range. When few elements need the other fit (activations
+    are mostly |z| < 1), the common fit runs over the whole array and the other only over
+    those elements, gathered and scattered back; otherwise both run everywhere and each
+    element picks its own. An element's result is the same either way: the choice is one
+    of speed, never of results."""
     if x.dtype == np.float64:
         return _math_erf(x).astype(np.float64)
     shape, z = x.shape, x.reshape(-1)  # ufuncs give scalars, not arrays, for 0-d input
     u = z * z
-    near = _horner(u, _ERF_NEAR)
-    near *= z
-    near += z
-    a = np.abs(z)
-    take_near = np.negative((a < 1).astype(np.uint32))  # all ones or all zeros
-    t = np.multiply(a, np.float32(0.5), out=a)
-    t += np.float32(1)
-    far = _horner(np.reciprocal(t, out=t), _ERFC_FAR)
-    far *= np.exp(np.negative(u, out=u), out=u)  # erfc(|z|)
-    np.subtract(np.float32(1), far, out=far)
-    far_bits, near_bits = far.view(np.uint32), near.view(np.uint32)
-    far_bits |= z.view(np.uint32) & _SIGN  # erf is odd
-    np.bitwise_xor(near_bits, far_bits, out=near_bits)
-    near_bits &= take_near
-    far_bits ^= near_bits
-    return far.reshape(shape)
+    near = u < 1  # |z| < 1 exactly (z * z rounds below 1 for every float32 below 1); NaN: far
+    n_near = np.count_nonzero(near)
+    if 4 * min(n_near, z.size - n_near) > z.size:  # gathering a quarter costs a whole fit
+        near_fit = _erf_near(z, u)
+        return _pick(near, near_fit, _erf_far(z, u)).reshape(shape)
+    mostly_near = 2 * n_near >= z.size
+    other = np.flatnonzero(~near if mostly_near else near)
+    z_other, u_other = z[other], u[other]  # gathered before the full fit overwrites u
+    if mostly_near:
+        out = _erf_near(z, u)
+        out[other] = _erf_far(z_other, u_other)
+    else:
+        out = _erf_far(z, u)
+        out[other] = _erf_near(z_other, u_other)
+    return out.reshape(shape)
 
 
 def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
