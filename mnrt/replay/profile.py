@@ -173,7 +173,7 @@ class Profile:
         pid = self._pids[self.plan.queue_device[queue_id]]
         tids = self._tids.get(queue_id)
         if tids is None:
-            base = 2 * sum(1 for other_pid, _ in self._tids.values() if other_pid == pid)
+            base = 2 * sum(1 for other_pid, _, _ in self._tids.values() if other_pid == pid)
             tids = self._tids[queue_id] = (pid, base + 1, base + 2)
             self._name(pid, tids[0], f"queue {q.index}: emulator (host wall time)")
             self._name(pid, tids[1], f"queue {q.index}: modelled MN-Core time")

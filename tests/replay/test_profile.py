@@ -262,3 +262,26 @@ def test_a_nan_attribute_stays_strict_json(tmp_path):
     trace = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
     fills = [s for s in _slices(trace) if s["name"] == "fill"]
     assert fills and all(s["args"]["attrs"]["value"] == "nan" for s in fills)
+
+
+def test_two_devices_with_two_queues_each_get_their_own_tracks():
+    devices = [mnrt.open_device(0), mnrt.open_device(1)]
+    mnrt.begin_capture()
+    for d in devices:
+        a = d.create_buffer((4,), "float", name=f"a{d.index}")
+        y = d.create_buffer((4,), "float", name=f"y{d.index}")
+        prog = d.create_program([mnrt.Kernel("exp", ["a"], ["y"])])
+        d.command_queue(0).enqueue_write_buffer(a, np.ones(4, np.float32))
+        d.command_queue(0).finish()
+        d.command_queue(1).enqueue_program(prog, {"a": a, "y": y})
+        d.command_queue(1).enqueue_read_buffer(y)
+    binary = mnrt.end_capture()
+    for d in devices:
+        d.close()
+    trace = mnrt.replay(binary, loops=2, profile=True).profile.to_trace()
+    _assert_nested(_slices(trace))
+    threads = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert {f"queue {i}: {what}" for i in (0, 1) for what in (
+        "emulator (host wall time)", "modelled MN-Core time")} <= threads  # fmt: skip
+    tracks = {(s["pid"], s["tid"]) for s in _slices(trace) if s["pid"]}
+    assert tracks == {(pid, tid) for pid in (1, 2) for tid in (1, 2, 3, 4)}
