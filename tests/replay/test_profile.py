@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import json
 from collections import Counter, defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -285,3 +286,13 @@ def test_two_devices_with_two_queues_each_get_their_own_tracks():
         "emulator (host wall time)", "modelled MN-Core time")} <= threads  # fmt: skip
     tracks = {(s["pid"], s["tid"]) for s in _slices(trace) if s["pid"]}
     assert tracks == {(pid, tid) for pid in (1, 2) for tid in (1, 2, 3, 4)}
+
+
+@pytest.mark.parametrize("sample", ["mlp.mnlb", "traced_loop.mnlb"])
+def test_profiles_of_the_committed_samples_are_well_formed(sample):
+    path = Path(__file__).resolve().parents[2] / "samples" / sample
+    report = mnrt.replay(path, profile=True)
+    trace = json.loads(json.dumps(report.profile.to_trace(), allow_nan=False))
+    _assert_nested(_slices(trace))
+    host = [s for s in _slices(trace) if s["pid"] == 0 and s["name"] in COMMAND_NAMES.values()]
+    assert len(host) == len(report.binary)
