@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import defaultdict
 
 import numpy as np
 import pytest
@@ -75,3 +76,25 @@ def _enqueue_failing_gather(dev, q):
     q.enqueue_write_buffer(idx, np.array([9], np.int32))
     q.enqueue_program(prog, {"data": data, "idx": idx, "out": out})
     return data
+
+
+@pytest.fixture
+def assert_nested():
+    """A check of a profile's slices (trace events of phase X): on each thread, two slices
+    are either disjoint or one holds the other, as trace viewers need (to the nanosecond,
+    the trace's resolution: ts + dur carries float error)."""
+    return _assert_nested
+
+
+def _assert_nested(slices: list[dict]) -> None:
+    by_thread = defaultdict(list)
+    for s in slices:
+        by_thread[s["pid"], s["tid"]].append(s)
+    for thread, items in by_thread.items():
+        stack: list[float] = []  # ends of the open slices
+        for s in sorted(items, key=lambda s: (s["ts"], -s["dur"])):
+            end = s["ts"] + s["dur"]
+            while stack and s["ts"] >= stack[-1] - 1e-6:
+                stack.pop()
+            assert not stack or end <= stack[-1] + 1e-6, (thread, s)
+            stack.append(end)

@@ -40,7 +40,7 @@ step = st.one_of(
     steps=st.lists(step, min_size=1, max_size=12),
     before=st.integers(0, 2),
 )
-def test_random_sessions_round_trip(dtype, steps, before):
+def test_random_sessions_round_trip(dtype, steps, before, assert_nested):
     try:
         binary, live = _session(dtype, steps, before)
     finally:
@@ -54,6 +54,15 @@ def test_random_sessions_round_trip(dtype, steps, before):
     assert len(reads) == (len(live) if before != 2 else 1)
     for got, want in zip(reads[::-1], live[::-1]):
         np.testing.assert_array_equal(got, want)
+    # Profiled, the replay computes the same, and its trace is well formed.
+    profiled = mnrt.replay(loaded, profile=True)
+    for got, want in zip(profiled.outputs.values(), report.outputs.values()):
+        np.testing.assert_array_equal(got, want)
+    slices = [e for e in profiled.profile.to_trace()["traceEvents"] if e["ph"] == "X"]
+    assert_nested(slices)
+    assert sum(
+        s["pid"] == 0 and s["name"] not in ("loop 1", "verify goldens") for s in slices
+    ) == len(loaded)
 
 
 def _session(dtype, steps, before):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -54,30 +54,14 @@ def _slices(trace: dict) -> list[dict]:
     return [e for e in trace["traceEvents"] if e["ph"] == "X"]
 
 
-def _assert_nested(slices: list[dict]) -> None:
-    """On each thread, two slices are either disjoint or one holds the other (to the
-    nanosecond, the trace's resolution: ts + dur carries float error)."""
-    by_thread = defaultdict(list)
-    for s in slices:
-        by_thread[s["pid"], s["tid"]].append(s)
-    for thread, items in by_thread.items():
-        stack: list[float] = []  # ends of the open slices
-        for s in sorted(items, key=lambda s: (s["ts"], -s["dur"])):
-            end = s["ts"] + s["dur"]
-            while stack and s["ts"] >= stack[-1] - 1e-6:
-                stack.pop()
-            assert not stack or end <= stack[-1] + 1e-6, (thread, s)
-            stack.append(end)
-
-
-def test_profile_is_strict_json_with_one_slice_per_command_and_kernel(traced_binary):
+def test_profile_is_strict_json_with_one_slice_per_command_and_kernel(traced_binary, assert_nested):
     loops = 2
     report = mnrt.replay(traced_binary, loops=loops, profile=True)
     assert report.passed
     trace = json.loads(json.dumps(report.profile.to_trace(), allow_nan=False))
     slices = _slices(trace)
     assert all(s["ts"] >= 0 and s["dur"] >= 0 for s in slices)
-    _assert_nested(slices)
+    assert_nested(slices)
 
     host = [s for s in slices if s["pid"] == 0]
     assert [s["name"] for s in host if s["name"].startswith("loop")] == ["loop 1", "loop 2"]
@@ -228,11 +212,11 @@ def failing_binary(tmp_path, failing_gather):
     return path
 
 
-def test_a_device_error_keeps_the_profile_up_to_the_failure(failing_binary):
+def test_a_device_error_keeps_the_profile_up_to_the_failure(failing_binary, assert_nested):
     with pytest.raises(mnrt.DeviceExecutionError) as caught:
         mnrt.replay(failing_binary, profile=True)
     trace = caught.value.profile.to_trace()
-    _assert_nested(_slices(trace))
+    assert_nested(_slices(trace))
     loop = next(s for s in _slices(trace) if s["name"] == "loop 1")
     assert loop["args"]["passed"] is False and "out of range" in loop["args"]["error"]
     failed = sorted(s["name"] for s in _slices(trace) if s["args"].get("status") == "failed")
@@ -265,7 +249,7 @@ def test_a_nan_attribute_stays_strict_json(tmp_path):
     assert fills and all(s["args"]["attrs"]["value"] == "nan" for s in fills)
 
 
-def test_two_devices_with_two_queues_each_get_their_own_tracks():
+def test_two_devices_with_two_queues_each_get_their_own_tracks(assert_nested):
     devices = [mnrt.open_device(0), mnrt.open_device(1)]
     mnrt.begin_capture()
     for d in devices:
@@ -280,7 +264,7 @@ def test_two_devices_with_two_queues_each_get_their_own_tracks():
     for d in devices:
         d.close()
     trace = mnrt.replay(binary, loops=2, profile=True).profile.to_trace()
-    _assert_nested(_slices(trace))
+    assert_nested(_slices(trace))
     threads = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
     assert {f"queue {i}: {what}" for i in (0, 1) for what in (
         "emulator (host wall time)", "modelled MN-Core time")} <= threads  # fmt: skip
@@ -289,10 +273,10 @@ def test_two_devices_with_two_queues_each_get_their_own_tracks():
 
 
 @pytest.mark.parametrize("sample", ["mlp.mnlb", "traced_loop.mnlb"])
-def test_profiles_of_the_committed_samples_are_well_formed(sample):
+def test_profiles_of_the_committed_samples_are_well_formed(sample, assert_nested):
     path = Path(__file__).resolve().parents[2] / "samples" / sample
     report = mnrt.replay(path, profile=True)
     trace = json.loads(json.dumps(report.profile.to_trace(), allow_nan=False))
-    _assert_nested(_slices(trace))
+    assert_nested(_slices(trace))
     host = [s for s in _slices(trace) if s["pid"] == 0 and s["name"] in COMMAND_NAMES.values()]
     assert len(host) == len(report.binary)
