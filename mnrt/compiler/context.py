@@ -9,9 +9,13 @@ Weights are uploaded once, at compile, and stay on the device across calls.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import time
+import uuid
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,12 +23,13 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from .._version import __version__
 from ..capture import capture, compare_to_golden
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, MnrtError
 from ..host import Buffer, CommandQueue, Device, open_device
 from . import layout, placement, serialize
 from .builder import GraphBuilder
-from .ir import Graph
+from .ir import PARAM, Graph
 from .lower import Lowered, lower
 from .options import CompileOptions, resolve
 from .passes import AFTER_FLOAT_DTYPE, PIPELINES, apply_float_dtype
@@ -33,7 +38,8 @@ from .schedule import peak_live_bytes, schedule
 
 class CacheOptions:
     """Where compiled graphs are kept: compiling the same model with the same options and
-    input shapes again loads the cached codegen_dir instead of compiling."""
+    input shapes (with the same mnrt version) again loads the cached codegen_dir instead of
+    compiling. An entry that cannot be loaded (truncated, say) is compiled again."""
 
     def __init__(self, cache_dir: str | os.PathLike) -> None:
         if not isinstance(cache_dir, (str, os.PathLike)):
@@ -71,7 +77,10 @@ class MNDevice:
 
 
 class TensorProxy:
-    """A tensor that lives on the device; `cpu()` copies it to the host."""
+    """A tensor that lives on the device; `cpu()` copies it to the host.
+
+    A compiled function's outputs are proxies of its output buffers, which its next call
+    overwrites: copy a result with `cpu()` before calling again to keep it."""
 
     def __init__(self, queue: CommandQueue, buffer: Buffer) -> None:
         self.queue = queue
@@ -110,6 +119,14 @@ def _as_host(data: np.ndarray, buf: Buffer) -> np.ndarray:
         _check_int_range(data, host, buf.name)
         return data.astype(host)  # ONNX int64 indices run as the device's int32
     return data
+
+
+def _call_input(name: str, data: Any, buf: Buffer) -> np.ndarray:
+    """An input of a call, as the buffer takes it and owned by the call: the queue writes it
+    after the call has returned, when the caller may already be refilling its array."""
+    array = _as_array(name, data)
+    host = _as_host(array, buf)
+    return host.copy() if host is array else host
 
 
 def _check_int_range(data: np.ndarray, host: np.dtype, name: str) -> None:
@@ -188,6 +205,7 @@ class CompiledFunction:
         options: CompileOptions,
         source: Graph,
         inputs: Mapping[str, np.ndarray],
+        share: bool = True,
     ) -> None:
         self.ctx = ctx
         self.graph = graph
@@ -197,9 +215,11 @@ class CompiledFunction:
         self.stages: list[tuple[str, str]] = []  # (phase, graph dump) of the compile
         self.lowered: Lowered = lower(graph, ctx.device)  # first: a model too big fails here
         self.example_inputs = {k: np.array(v) for k, v in inputs.items()}
+        # Registered values this function is bound to (share=False: it owns every buffer).
+        self.shared: dict[str, TensorProxy] = {}
         q = ctx.queue
         for name in graph.params:
-            shared = ctx._registered.get(name)
+            shared = ctx._registered.get(name) if share else None
             buf = self.lowered.bindings[name]
             if (
                 shared is not None
@@ -207,6 +227,7 @@ class CompiledFunction:
                 and shared.buffer.dtype is buf.dtype
             ):
                 self.lowered.bindings[name] = shared.buffer
+                self.shared[name] = shared
                 buf.deallocate()
             else:
                 q.enqueue_write_buffer(buf, _as_host(graph.values[name].data, buf))
@@ -229,7 +250,8 @@ class CompiledFunction:
         return TensorProxy(self.ctx.queue, self.lowered.bindings[name])
 
     def __call__(self, inputs: Mapping[str, Any] | None = None) -> dict[str, TensorProxy]:
-        """Run once. Inputs not given keep what their proxies hold."""
+        """Run once. Inputs not given keep what their proxies hold. The outputs are proxies
+        of this function's output buffers: the next call (or save_binary) overwrites them."""
         inputs = dict(inputs or {})
         unknown = sorted(repr(n) for n in set(inputs) - set(self.graph.inputs))
         if unknown:
@@ -246,30 +268,49 @@ class CompiledFunction:
                     )
                 continue
             buf = self.lowered.bindings[name]
-            q.enqueue_write_buffer(buf, _as_host(_as_array(name, data), buf))
+            q.enqueue_write_buffer(buf, _call_input(name, data, buf))
         q.enqueue_program(self.lowered.program, self.lowered.bindings)
         return {name: TensorProxy(q, self.lowered.bindings[name]) for name in self.graph.outputs}
 
     def reference(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """What goldens are: for an ONNX model, ONNX's own reference evaluator on it; for
-        a graph built in Python, the graph as given run in double precision."""
+        a graph built in Python, the graph as given run in double precision. Parameters bound
+        to registered values take those values, as the function computes with them."""
         if self.onnx_model is not None:
             from onnx.reference import ReferenceEvaluator
 
             session = ReferenceEvaluator(self.onnx_model)
             feeds = {i.name: _onnx_feed(inputs[i.name], i) for i in self.onnx_model.graph.input
                      if i.name in inputs}  # fmt: skip
+            feeds.update(self._registered_initializers())
             results = session.run(None, feeds)
             names = [o.name for o in self.onnx_model.graph.output]
             return {n: np.asarray(r) for n, r in zip(names, results) if n in self.graph.outputs}
-        ref = CompiledFunction(
-            self.ctx, apply_float_dtype(self.source, "double"), self.options, self.source, inputs
-        )
+        graph = apply_float_dtype(self.source, "double")
+        for name, proxy in self.shared.items():
+            value = graph.values.get(name)
+            if value is not None and value.role == PARAM and value.shape == proxy.shape:
+                value.data = proxy.cpu()
+        # share=False: the reference frees its buffers, which must not be registered ones.
+        ref = CompiledFunction(self.ctx, graph, self.options, self.source, inputs, share=False)
         try:
             return {k: v.cpu() for k, v in ref(inputs).items()}
         finally:
             for buf in {id(b): b for b in ref.lowered.bindings.values()}.values():
                 buf.deallocate()
+
+    def _registered_initializers(self) -> dict[str, np.ndarray]:
+        """Feeds that override the ONNX initializers this function reads from registered
+        values instead (ONNX's evaluator takes feeds over initializers of the same name)."""
+        from onnx import helper
+
+        inits = {i.name: i for i in self.onnx_model.graph.initializer}
+        feeds = {}
+        for name, proxy in self.shared.items():
+            init = inits.get(name)
+            if init is not None and tuple(init.dims) == proxy.shape:
+                feeds[name] = proxy.cpu().astype(helper.tensor_dtype_to_np_dtype(init.data_type))
+        return feeds
 
     def report(self, phases: list[dict]) -> dict:
         """Compile phases, one entry per layer (node) with its modelled device cost, and
@@ -433,20 +474,28 @@ class Context:
         opts = resolve(options)
         cached = None
         if cache_options is not None:
-            key = xxhash.xxh3_64(serialize.fingerprint(graph).encode())
-            key.update(json.dumps(opts.to_json(), sort_keys=True).encode())
-            key.update(repr(sorted((n, np.shape(a)) for n, a in inputs.items())).encode())
-            cached = cache_options.cache_dir / key.hexdigest()
-            if (cached / "graph.json").is_file():
-                compiled = self.load_codegen_dir(cached)
+            cached = cache_options.cache_dir / _cache_key(graph, opts, inputs)
+            compiled = self._load_cached(cached)
+            if compiled is not None:
+                # What the entry cannot know: this compile's model, options and inputs
+                # (the goldens of save_binary come from them).
+                compiled.source, compiled.onnx_model, compiled.options = graph, onnx_model, opts
+                compiled.example_inputs = {k: np.array(v) for k, v in inputs.items()}
                 if codegen_dir is not None:
                     compiled.write_codegen_dir(codegen_dir, phases)
+                if opts["out_onnx"]:
+                    compiled._export_onnx(Path(opts["out_onnx"]), phases, required=True)
                 self.last_compile_s = time.perf_counter() - start
                 return compiled
         optimised = graph
         stages = [("import", graph.dump())]  # the graph after each phase, for CODEGEN_DEBUG
-        steps = [(step.__name__, step) for step in PIPELINES.get(opts.name, PIPELINES["O1"])]
-        steps.append(("float_dtype", lambda g: apply_float_dtype(g, opts["float_dtype"])))
+        # Widening to double is exact, so it goes first: what the passes fold (weights
+        # transformed at compile time) is then computed in double too, not in float.
+        widen_first = opts["float_dtype"] == "double"
+        float_dtype = ("float_dtype", lambda g: apply_float_dtype(g, opts["float_dtype"]))
+        steps = [float_dtype] if widen_first else []
+        steps += [(step.__name__, step) for step in PIPELINES.get(opts.name, PIPELINES["O1"])]
+        steps += [] if widen_first else [float_dtype]
         steps += [(step.__name__, step) for step in AFTER_FLOAT_DTYPE.get(opts.name, ())]
         steps.append(
             ("schedule", lambda g: schedule(g, opts["scheduler"], opts["sa_expected_run_iters"]))
@@ -470,9 +519,10 @@ class Context:
         compiled.onnx_model = onnx_model
         compiled.stages = stages
         phases.append({"name": "lower", "status": "ok", "seconds": time.perf_counter() - t0})
-        for folder, what in ((codegen_dir, "codegen_dir"), (cached, "cache directory")):
-            if folder is not None:
-                compiled.write_codegen_dir(folder, list(phases), what)
+        if codegen_dir is not None:
+            compiled.write_codegen_dir(codegen_dir, list(phases))
+        if cached is not None:
+            _store_cached(compiled, cached, phases)
         if opts["out_onnx"]:
             compiled._export_onnx(Path(opts["out_onnx"]), phases, required=True)
         self.last_compile_s = time.perf_counter() - start
@@ -486,9 +536,19 @@ class Context:
         try:
             with np.load(folder / "inputs.npz") as npz:
                 inputs = {name: npz[name] for name in npz.files}
-        except OSError as e:
-            raise InvalidArgumentError(f"{folder} has no inputs.npz: {e}") from None
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            raise InvalidArgumentError(f"{folder} has no readable inputs.npz: {e}") from None
         return CompiledFunction(self, graph, opts, graph, inputs)
+
+    def _load_cached(self, entry: Path) -> CompiledFunction | None:
+        """The compiled graph a cache entry holds; None when there is none, or when it cannot
+        be loaded (damaged on disk, say): that entry is compiled again rather than trusted."""
+        if not entry.is_dir():
+            return None
+        try:
+            return self.load_codegen_dir(entry)
+        except MnrtError:
+            return None
 
     def close(self) -> None:
         self.device.close()
@@ -498,6 +558,33 @@ class Context:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _cache_key(graph: Graph, opts: CompileOptions, inputs: Mapping[str, np.ndarray]) -> str:
+    """The cache entry of a compile: the model (structure and weights), every resolved option
+    (an option_json file's contents included), the input shapes, and the mnrt version, whose
+    passes and formats made the entry."""
+    key = xxhash.xxh3_64(serialize.fingerprint(graph).encode())
+    key.update(json.dumps(opts.to_json(), sort_keys=True).encode())
+    key.update(repr(sorted((n, np.shape(a)) for n, a in inputs.items())).encode())
+    key.update(f"mnrt {__version__}".encode())
+    return key.hexdigest()
+
+
+def _store_cached(compiled: CompiledFunction, entry: Path, phases: list[dict]) -> None:
+    """Write a cache entry whole or not at all: into a private folder renamed into place, so
+    that a compile killed midway, or another compiling the same key at the same time, never
+    leaves a partial entry for a later compile to load."""
+    _make_dir(entry.parent, "cache directory")
+    staging = entry.parent / f".{entry.name}.{uuid.uuid4().hex}.tmp"
+    try:
+        compiled.write_codegen_dir(staging, list(phases), "cache directory")
+        shutil.rmtree(entry, ignore_errors=True)  # one that could not be loaded
+        # A concurrent compile of the same key may have stored it first: keep that one.
+        with contextlib.suppress(OSError):
+            os.rename(staging, entry)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _onnx_feed(data: np.ndarray, info: Any) -> np.ndarray:

@@ -253,7 +253,7 @@ def _absorb_scale_shift(g: Graph, node: Node, base: Node) -> bool:
         bias = bias + vec
     w_new = _fresh(g, f"{base.inputs[1]}_folded", w.dtype)
     g.values[w_new].role, g.values[w_new].shape = PARAM, w.shape
-    g.values[w_new].data = weight.astype(w.data.dtype)
+    g.values[w_new].data = weight.astype(np.float32 if w.dtype.is_half else w.dtype.read_dtype)
     b_new = _fresh(g, f"{base.outputs[0]}_bias", out.dtype)
     g.values[b_new].role, g.values[b_new].shape = PARAM, (channels,)
     g.values[b_new].data = bias.astype(np.float32 if out.dtype.is_half else out.dtype.read_dtype)

@@ -5,6 +5,7 @@ hashes."""
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,7 @@ def load(folder: Path, stem: str) -> Graph:
         doc = json.loads((folder / f"{stem}.json").read_text())
         with np.load(folder / f"{stem}.params.npz") as npz:
             arrays = [npz[f"p{i}"] for i in range(len(npz.files))]
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
         raise InvalidArgumentError(
             f"{folder} does not hold a compiled graph '{stem}': {e}"
         ) from None
