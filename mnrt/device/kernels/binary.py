@@ -15,11 +15,14 @@ from .registry import KernelDef, OutSpec, register
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """C-style integer division: truncates toward zero; division by zero gives 0."""
-    safe = np.where(b == 0, 1, b)
-    q = np.abs(a) // np.abs(safe)
-    q = np.where((a < 0) != (safe < 0), -q, q)
-    return np.where(b == 0, 0, q).astype(a.dtype)
+    """C-style integer division: truncates toward zero; division by zero gives 0. Worked in
+    int64, where |int32 minimum| exists (in int32 it wraps to itself and the quotient with
+    it); only the minimum / -1 overflows, and wraps like every int32 result."""
+    wa, wb = a.astype(np.int64), b.astype(np.int64)
+    safe = np.where(wb == 0, 1, wb)
+    q = np.abs(wa) // np.abs(safe)
+    q = np.where((wa < 0) != (safe < 0), -q, q)
+    return np.where(wb == 0, 0, q).astype(a.dtype)
 
 
 def _div(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:

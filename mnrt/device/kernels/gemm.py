@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ...errors import DTypeError, ShapeError
+from ...errors import DTypeError, KernelAttributeError, ShapeError
 from .. import dtypes as dt
 from .common import require_rank, same_dtype
 from .registry import Attr, Cost, KernelDef, OutSpec, register
@@ -25,6 +25,7 @@ _OUT_DTYPES = {
     dt.FLOAT16: (dt.FLOAT16, dt.FLOAT),
     dt.INT32: (dt.INT32,),
 }
+_INT_EPILOGUES = ("none", "relu")  # the activations defined on int32
 
 
 def _op_shape(shape: tuple[int, ...], trans: bool) -> tuple[int, ...]:
@@ -63,7 +64,28 @@ def _infer(ins, attrs):
             raise ShapeError(
                 f"kernel 'gemm': c of shape {c.shape} does not broadcast to the output {out}"
             ) from None
+    if in_dt is dt.INT32:
+        _check_int_attrs(attrs, c is not None)
     return [OutSpec(out, _OUT_DTYPES[in_dt])]
+
+
+def _check_int_attrs(attrs, has_c: bool) -> None:
+    """An int32 gemm computes in int32: its scales must be int32 values (a fraction would be
+    truncated before it scaled anything) and its epilogue one defined on int32, as the
+    unary kernels refuse the other activations for int32."""
+    scales = ("alpha", "beta") if has_c else ("alpha",)
+    for name in scales:
+        v = attrs[name]
+        if not (v.is_integer() and -(2**31) <= v < 2**31):
+            raise KernelAttributeError(
+                f"kernel 'gemm': attribute '{name}' is {v!r}, but int32 operands need a whole "
+                "number in the int32 range; cast a and b to a float dtype for other scales"
+            )
+    if attrs["epilogue"] not in _INT_EPILOGUES:
+        raise KernelAttributeError(
+            f"kernel 'gemm': epilogue '{attrs['epilogue']}' needs floating-point operands; "
+            f"int32 takes {' or '.join(map(repr, _INT_EPILOGUES))}"
+        )
 
 
 def _compute(ins, attrs, outs):
@@ -117,8 +139,8 @@ register(
         attrs={
             "trans_a": Attr("bool", False, "use a's last two dims transposed"),
             "trans_b": Attr("bool", False, "use b's last two dims transposed"),
-            "alpha": Attr("float", 1.0, "scale of the product"),
-            "beta": Attr("float", 1.0, "scale of c"),
+            "alpha": Attr("float", 1.0, "scale of the product (a whole number for int32)"),
+            "beta": Attr("float", 1.0, "scale of c (a whole number for int32)"),
             "epilogue": Attr("str", "none", "activation of the result", choices=EPILOGUES),
         },
         infer=_infer,
