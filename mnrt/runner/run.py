@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import re
 import sys
@@ -52,10 +53,19 @@ def _save_outputs(folder: Path, outputs: dict[str, np.ndarray]) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise errors.MnrtError(f"cannot save outputs in {folder}: {e.strerror}") from None
+    used: set[str] = set()
     for name, array in outputs.items():
+        # Names that differ only in what _file_name replaces ("a/b", "a_b") get a suffix
+        # rather than overwriting each other.
+        stem = base = _file_name(name)
+        for n in itertools.count(2):
+            if stem.lower() not in used:  # lower: case-insensitive file systems too
+                break
+            stem = f"{base}~{n}"
+        used.add(stem.lower())
         data = io.BytesIO()
         np.save(data, array, allow_pickle=False)
-        write_atomically(folder / f"{_file_name(name)}.npy", data.getbuffer())
+        write_atomically(folder / f"{stem}.npy", data.getbuffer())
 
 
 @click.command()

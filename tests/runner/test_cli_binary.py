@@ -144,3 +144,21 @@ def test_device_error_exits_3(tmp_path, failing_gather):
     r = invoke("run", tmp_path / "g.mnlb")
     assert r.exit_code == 3 and "index 9 is out of range" in r.output
     shutil.rmtree(tmp_path)
+
+
+def test_save_outputs_keeps_reads_whose_names_make_the_same_file_name(tmp_path):
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        for i, name in enumerate(["a/b", "a_b", "A_B"]):
+            buf = dev.create_buffer((2,), "float", name=name)
+            q.enqueue_write_buffer(buf, np.full(2, i, np.float32))
+            q.enqueue_read_buffer(buf)
+        binary = mnrt.end_capture()
+    path = tmp_path / "names.mnlb"
+    binary.save(path)
+    r = invoke("run", path, "--save-outputs", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    saved = sorted((tmp_path / "out").iterdir())
+    assert {p.name for p in saved} == {"a_b.npy", "a_b~2.npy", "A_B~3.npy"}
+    assert sorted(float(np.load(p)[0]) for p in saved) == [0.0, 1.0, 2.0]
