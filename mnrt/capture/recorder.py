@@ -261,7 +261,9 @@ class Recorder:
             q = q if q is not None else buf.device.command_queue(0)
             qid = self._queue(q)
             buf.device._sync()  # contents as of now, after everything enqueued before
-            self._emit((WRITE, qid, gid, np.array(buf._storage()), False, True))
+            # Blocking: on replay the contents are in place before the next command is
+            # issued, as they were live, whichever queue uses the buffer next.
+            self._emit((WRITE, qid, gid, np.array(buf._storage()), True, True))
         return gid
 
     def _program(self, prog: Program) -> int:
@@ -331,43 +333,56 @@ class Recorder:
     def _after_create_program(self, args: tuple, kwargs: dict, prog: Program) -> None:
         self._program(prog)
 
-    def program(self, q: CommandQueue, cmd: RunProgram, blocking: bool) -> None:
+    def program(self, q: CommandQueue, cmd: RunProgram, blocking: bool) -> Callable[[], None]:
         """enqueue_program's hook (see host/observe.py): learn (and snapshot, if need be)
-        the queue, program and buffers, log the call, and leave on the plan the action that
-        logs the same call again, for the queue to call on later enqueues."""
+        the queue, program and buffers, and return the action that logs the call, which the
+        queue calls as it puts the command on; leave it on the plan too, for the queue to
+        use on later enqueues."""
         with observe.unobserved(), self._lock:
             qid = self._queue(q)
             pid = self._program(cmd.program)
             fresh = _written_before_read(cmd.program, cmd.plan.buffers)
             bids = tuple(self._buffer(b, q, with_data=id(b) not in fresh) for b in cmd.plan.buffers)
-            row = (5, PROGRAM, qid, pid, bids, blocking, None, None)
+            action = functools.partial(
+                self._cells_extend, (5, PROGRAM, qid, pid, bids, blocking, None, None)
+            )
             if not blocking and not self._closed:
-                # The queue calls this directly for the next enqueues of this binding here.
-                cmd.plan.tag = (self, q, functools.partial(self._cells_extend, row))
+                # The queue uses this directly for the next enqueues of this binding here.
+                cmd.plan.tag = (self, q, action)
                 self._noted.append(cmd.plan)
-        self._cells_extend(row)
+        return action
 
-    def write(self, q: CommandQueue, buf: Buffer, data: np.ndarray, blocking: bool) -> None:
-        """enqueue_write_buffer's hook, after the write was submitted."""
+    def write(
+        self, q: CommandQueue, buf: Buffer, data: np.ndarray, blocking: bool
+    ) -> Callable[[], None]:
+        """enqueue_write_buffer's hook, before the write is submitted; returns the action
+        that logs it. A write replaces all of the buffer: no snapshot of its contents."""
         qid, bid = q.tag, buf.tag
         if not (qid and bid):
             with observe.unobserved(), self._lock:
                 qid = self._queue(q)
                 bid = self._buffer(buf, q, with_data=False)  # the write replaces it all
         # The data is copied now: the caller may change its array once the write has run.
-        self._cells_extend((6, WRITE, qid, bid, data.copy(), blocking, False, None))
+        return functools.partial(
+            self._cells_extend, (6, WRITE, qid, bid, data.copy(), blocking, False, None)
+        )
 
-    def read(self, q: CommandQueue, buf: Buffer, cmd: ReadBuffer, blocking: bool) -> None:
-        """enqueue_read_buffer's hook, after the read was submitted. A blocking read's data
-        is final now; a non-blocking one keeps a copy as it runs (`cmd.keep`), taken from
-        the command at end_capture, once queues finish."""
+    def read(
+        self, q: CommandQueue, buf: Buffer, cmd: ReadBuffer, blocking: bool
+    ) -> Callable[[], None]:
+        """enqueue_read_buffer's hook, before the read is submitted; returns the action that
+        logs it. A first-seen buffer's snapshot is the contents the read will read (every
+        queue of its device drained). The read keeps a copy of its data as it runs
+        (`cmd.keep`), taken from the command at end_capture, once queues finish."""
         qid, bid = q.tag, buf.tag
         if not (qid and bid):
             with observe.unobserved(), self._lock:
                 qid = self._queue(q)
                 bid = self._buffer(buf, q)
-        golden = (cmd.out.copy() if blocking else cmd) if self.goldens else None
-        self._cells_extend((5, READ, qid, bid, blocking, golden, None, None))
+        golden = cmd if self.goldens else None
+        return functools.partial(
+            self._cells_extend, (5, READ, qid, bid, blocking, golden, None, None)
+        )
 
     def _after_finish(self, args: tuple, kwargs: dict, result: None) -> None:
         self.log.append((FINISH, args[0].tag))

@@ -313,6 +313,12 @@ class Device:
         return f"<mnrt.Device {self.index}: {self.name} ({state})>"
 
 
+def open_indices() -> set[int]:
+    """Indices of the devices open in this process now."""
+    with _open_lock:
+        return set(_open)
+
+
 def list_devices() -> list[boards.DeviceInfo]:
     """The emulated boards, like `gpfn3-smi list`."""
     return boards.list_devices()

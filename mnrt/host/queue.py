@@ -11,7 +11,7 @@ import itertools
 import queue as _queue
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -104,12 +104,13 @@ class CommandQueue:
                 f"enqueue_write_buffer: array of dtype {data.dtype} does not match buffer "
                 f"'{buffer.name}' ({buffer.dtype.name}, takes {want}); cast it with .astype()"
             )
-        self._submit(WriteBuffer(buffer, data), blocking)
         hot = observe.hot
+        record = None
         if hot is not None and not observe.nested_depth.n:
-            # After submitting: a write replaces all of the buffer, so no snapshot of its
-            # old contents is needed (see host/observe.py: not an `api` wrapper).
-            hot.write(self, buffer, data, blocking)
+            # See host/observe.py: not an `api` wrapper. The observer's action is logged as
+            # the command is put on the queue (see _put).
+            record = hot.write(self, buffer, data, blocking)
+        self._submit(WriteBuffer(buffer, data), blocking, record)
 
     def _write_stored(self, buffer: Buffer, bits: np.ndarray, blocking: bool = False) -> None:
         """Write bits already in the buffer's stored form (as replay has them): no rounding.
@@ -127,14 +128,13 @@ class CommandQueue:
         hot = observe.hot
         if hot is not None and observe.nested_depth.n:
             hot = None
-        # An observer that records goldens gets a copy made when a non-blocking read
-        # runs: the caller may change the returned array as soon as finish() returns.
-        cmd = ReadBuffer(buffer, out, keep=hot is not None and hot.goldens and blocking is False)
-        self._submit(cmd, blocking)
-        if hot is not None:
-            # After submitting: a read changes nothing, so a snapshot taken now is the
-            # contents it read (see host/observe.py: not an `api` wrapper).
-            hot.read(self, buffer, cmd, blocking)
+        # An observer that records goldens gets a copy made when the read runs: the
+        # caller may change the returned array as soon as the read has run.
+        cmd = ReadBuffer(buffer, out, keep=hot is not None and hot.goldens)
+        # See host/observe.py: not an `api` wrapper. The observer's action is logged as the
+        # command is put on the queue (see _put).
+        record = hot.read(self, buffer, cmd, blocking) if hot is not None else None
+        self._submit(cmd, blocking, record)
         return out
 
     def enqueue_program(
@@ -163,18 +163,23 @@ class CommandQueue:
                 "enqueue_program(blocking=True) is not allowed while capturing a trace"
             )
         hot = observe.hot
+        record = None
         if hot is not None and not observe.nested_depth.n:
             # See host/observe.py: not an `api` wrapper. A binding the observer has seen on
-            # this queue carries its recorded action, called here without a Python frame.
+            # this queue carries its recorded action; it is logged as the command is put on
+            # the queue (see _put).
             noted = cmd.plan.tag
             if noted is not None and noted[0] is hot and noted[1] is self and not blocking:
-                noted[2]()
+                record = noted[2]
             else:
-                hot.program(self, cmd, blocking)
+                record = hot.program(self, cmd, blocking)
         if self._capture is not None:
-            self._capture.commands.append(cmd)
+            with self._lock:
+                if record is not None:
+                    record()
+                self._capture.commands.append(cmd)
             return
-        self._submit(cmd, blocking)
+        self._submit(cmd, blocking, record)
 
     @api("finish", leaf=True)
     def finish(self) -> None:
@@ -256,27 +261,33 @@ class CommandQueue:
             raise InvalidArgumentError(f"expected a Buffer, got {type(buffer).__name__}")
         buffer._check_device(self.device, "")
 
-    def _submit(self, cmd: Command, blocking: bool) -> None:
+    def _submit(
+        self, cmd: Command, blocking: bool, record: Callable[[], object] | None = None
+    ) -> None:
         _check_blocking(blocking)
         if blocking:
             cmd.event = threading.Event()
         if self._profiling:
             cmd.profile()
         cmd.index = next(self._seq)
-        if not self._put(cmd):
+        if not self._put(cmd, record):
             # The device was closed (by another thread) after this call checked it.
             raise self.device._closed_error()
         if blocking:
             cmd.event.wait()
             self._raise_pending_error()
 
-    def _put(self, cmd: Command) -> bool:
+    def _put(self, cmd: Command, record: Callable[[], object] | None = None) -> bool:
         """Hand a command to the worker (started on first use); False once the queue is
         stopped. Under the lock, so that no command lands behind the stop sentinel, where
-        no worker would run it and a blocking call would wait for it forever."""
+        no worker would run it and a blocking call would wait for it forever; and so that
+        an observer's `record` (which only logs the call) runs in the same order as the
+        commands of every thread are put, which is the order they run in."""
         with self._lock:
             if self._stopped:
                 return False
+            if record is not None:
+                record()
             if self._worker is None:
                 self._worker = threading.Thread(
                     target=self._work,

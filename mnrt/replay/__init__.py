@@ -7,6 +7,11 @@
 The binary is verified before anything runs (structure, version and schema at load; ids,
 sizes, memory and blob checksums here). A malformed binary raises InvalidBinaryError; a
 golden mismatch does not raise: it makes `passed` False.
+
+Commands are issued in the order they were captured, each to its queue; queues run
+independently, as they did live. So replay keeps each queue's order and every wait the
+program made (finish, blocking calls), not the timing between queues: a program that used
+data of another queue without waiting for it raced live and races again on replay.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ import os
 import time
 from collections.abc import Callable, Mapping
 
-from ..device.boards import check_index
-from ..errors import InvalidArgumentError, MnrtError
+from ..device.boards import ENV_DEVICE_COUNT, check_index, device_count
+from ..errors import DeviceBusyError, InvalidArgumentError, MnrtError
 from ..format import LightBinary
+from ..host.device import open_indices
 from .executor import Executor
 from .plan import Plan, validate
 from .profile import Profile
@@ -28,19 +34,44 @@ from .report import ReplayReport
 __all__ = ["Profile", "ReplayReport", "replay"]
 
 
-def _device_map(
-    plan: Plan, device: int | str | Mapping[int, int | str]
-) -> Callable[[int], int | str]:
-    """Which runner device each captured device index replays on."""
+def _device_map(plan: Plan, device: int | str | Mapping[int, int | str]) -> Callable[[int], int]:
+    """Which runner device each captured device index replays on: the chosen ones (`device`
+    for the binary's first device, or a mapping by captured index), and every other one,
+    in the order the binary opens them, the lowest-numbered device neither chosen nor open
+    in this process. So no two captured devices land on one runner device, and a runner
+    with too few devices is refused before anything runs."""
+    captured = list(dict.fromkeys(plan.device_index.values()))
     if isinstance(device, Mapping):
-        return lambda index: device.get(index, "auto")
-    if device == "auto":
-        return lambda index: "auto"
-    if isinstance(device, bool) or not isinstance(device, int):
+        chosen = {i: device[i] for i in captured if i in device and device[i] != "auto"}
+    elif device == "auto":
+        chosen = {}
+    elif isinstance(device, bool) or not isinstance(device, int):
         raise InvalidArgumentError(f"device must be 'auto', an index or a mapping, got {device!r}")
-    check_index(device)
-    first = next(iter(plan.device_index.values()), None)
-    return lambda index: device if index == first else "auto"
+    else:
+        check_index(device)
+        chosen = {captured[0]: device} if captured else {}
+    for index in chosen.values():
+        check_index(index)
+    if len(set(chosen.values())) < len(chosen):
+        raise InvalidArgumentError(
+            f"device mapping {dict(device)} puts two captured devices on one device; "
+            "give each its own"
+        )
+    taken = set(chosen.values()) | open_indices()
+    free = iter([i for i in range(device_count()) if i not in taken])
+    assignment = dict(chosen)
+    for index in captured:
+        if index not in assignment:
+            runner = next(free, None)
+            if runner is None:
+                raise DeviceBusyError(
+                    f"the binary uses {len(captured)} devices (captured as {captured}); no "
+                    f"device of this runner's {device_count()} is left for its device {index} "
+                    "(each is open in this process or given to another captured device); "
+                    f"close devices or set {ENV_DEVICE_COUNT}"
+                )
+            assignment[index] = runner
+    return assignment.__getitem__
 
 
 def replay(
@@ -54,6 +85,9 @@ def replay(
     profile: bool = False,
 ) -> ReplayReport:
     """Replay a binary `loops` times; goldens are checked on every loop with `verify`.
+    `device` places the binary's devices: "auto", an index for its first device, or a
+    mapping from captured index to index or "auto"; the others go to the lowest-numbered
+    devices neither chosen nor open in this process, one each.
     `rtol`/`atol` override every check's tolerances for this run. With `profile`, the
     report's `profile` holds a Perfetto trace of every loop (timestamps cost a little)."""
     if isinstance(loops, bool) or not isinstance(loops, int) or loops < 1:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..device.memory import Fill
 from ..errors import InvalidBinaryError
 from ..format.fb.CommandUnion import CommandUnion as U
 from ..host import Device, open_device
@@ -104,7 +105,8 @@ class Executor:
                 before = now
             kind = None
             for q in self.tables[QUEUE].values():
-                q.finish()
+                if q.device.is_open:
+                    q.finish()
         except BaseException:
             if spans is not None and kind is not None:  # the command that failed, too
                 spans((self.index, kind, before, clock()))
@@ -118,7 +120,16 @@ class Executor:
 
     # --- handlers -------------------------------------------------------------------
     def open_device(self, c) -> None:
-        self.tables[DEVICE][c.deviceId] = open_device(self.device_map(c.index))
+        index = self.device_map(c.index)
+        for dev in self.tables[DEVICE].values():
+            if dev.index == index:
+                # The capture closed this device and opened it again (a device is open once
+                # in a process): so does replay, raising a device error still unseen.
+                dev.close()
+        dev = self.tables[DEVICE][c.deviceId] = open_device(index)
+        # Fresh buffers hold zeros, as the capture took them to (it records any other fill
+        # as data), whatever `mnrt smi clear` left this runner's device holding.
+        dev._backend.memory.fill = Fill()
 
     def open_queue(self, c) -> None:
         dev: Device = self.lookup(DEVICE, c.deviceId)
@@ -157,7 +168,11 @@ class Executor:
         q = self.lookup(QUEUE, c.queueId)
         buf = self.lookup(BUFFER, c.bufferId)
         out = q.enqueue_read_buffer(buf, blocking=c.blocking)
-        name = buf.name if buf.name not in self.outputs else f"{buf.name}#{self.index}"
+        name = buf.name
+        if name in self.outputs:  # read before: this read is named for its command too
+            name = f"{name}#{self.index}"
+            while name in self.outputs:  # a buffer that has such a name was read before
+                name += f"#{self.index}"
         self.outputs[name] = out
         if c.golden and self.verify:
             self.pending.append((name, c.bufferId, out, c.golden, c.rtol, c.atol))
