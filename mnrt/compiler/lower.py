@@ -69,8 +69,10 @@ def lower(graph: Graph, dev: Device) -> Lowered:
 
 
 def _with_placement(graph: Graph, node: Node) -> dict:
-    """The node's attributes, plus `onchip`: the operands placement kept in local memory
-    (so the timing model prices them as on-chip traffic)."""
+    """The node's attributes, with `onchip` the operands placement kept in local memory
+    (so the timing model prices them as on-chip traffic): placement alone decides it, so
+    an `onchip` the node was built with is replaced, or dropped when nothing is on chip."""
     operands = [*node.inputs, *node.outputs]
     onchip = tuple(i for i, name in enumerate(operands) if graph.values[name].location == ON_CHIP)
-    return {**node.attrs, "onchip": onchip} if onchip else dict(node.attrs)
+    attrs = {k: v for k, v in node.attrs.items() if k != "onchip"}
+    return {**attrs, "onchip": onchip} if onchip else attrs

@@ -53,6 +53,8 @@ def place(graph: Graph, budget: int, spec: DeviceSpec = MNCORE2) -> Graph:
     temps = set(_temporaries(g))
     for v in g.values.values():
         v.location = DRAM
+    for node in g.nodes:  # where operands live is this pass's to say, not the model's
+        node.attrs.pop("onchip", None)
 
     def on_chip(name: str, live: int) -> bool:
         if name in temps and live + value_nbytes(g, name) <= budget:

@@ -3,15 +3,25 @@
 For one kernel execution with work `Cost` (FLOPs, DRAM bytes, SRAM bytes, parallelism):
 
     compute_s = flops / (peak(precision) * unit_share * utilisation)
-        peak from DeviceSpec.peak_tflops; unit_share is 1 on the matrix unit (GEMM, conv)
-        and DeviceSpec.vector_peak_fraction on the vector ALUs (everything else);
-        utilisation = units / (ceil(units / pe_count) * pe_count): the last wave of work
-        leaves PEs idle when `parallel` units do not divide the array.
+        peak from DeviceSpec.peak_tflops, precision that of the kernel's first operand that
+        is not bool (a `where` computes in its data's precision, not its condition's; half
+        in, float out is priced at the half peak); unit_share is 1 on the matrix unit (GEMM,
+        conv) and DeviceSpec.vector_peak_fraction on the vector ALUs (everything else);
+        utilisation = fill * units / (ceil(units / pe_count) * pe_count): the last wave of
+        work leaves PEs idle when `parallel` units do not divide the array, and a unit the
+        work fills only partly (`fill` < 1: a ragged 4x4 GEMM block) idles the rest of its
+        PE, so a bigger problem never computes faster.
     dram_s    = dram_bytes / dram_bandwidth           (all groups' DRAM together)
     sram_s    = sram_bytes / l1bm_bandwidth           (on-chip reuse traffic)
-    time_s    = kernel_launch_s + max(compute_s, dram_s, sram_s)   (perfect overlap)
+    lm_s      = lm_bytes / lm_bandwidth               (operands kept in PE local memory)
+    time_s    = kernel_launch_s + max(compute_s, dram_s, sram_s, lm_s)   (perfect overlap)
     energy_j  = 1e-12 * (flops * pJ/flop(precision) + dram_bytes * pJ/B(DRAM)
-                         + sram_bytes * pJ/B(SRAM)) + static_power_w * time_s
+                         + (sram_bytes + lm_bytes) * pJ/B(SRAM)) + static_power_w * time_s
+
+Operands a program keeps in PE local memory (a kernel's `onchip` attribute, by position:
+inputs, then outputs) take their own traffic (`Cost.traffic`, else their size) off
+dram_bytes and move it as lm_bytes instead. Local memory is faster than DRAM and cheaper per
+byte, so keeping an operand on chip never costs more time or energy than leaving it in DRAM.
 
 Host transfers (write/read buffer) move bytes over the host link and through DRAM:
     time_s = nbytes / host_link_bandwidth, energy from the DRAM bytes and static power.
@@ -19,10 +29,13 @@ Host transfers (write/read buffer) move bytes over the host link and through DRA
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from .kernels.registry import Cost
+from .dtypes import BOOL
+from .kernels.registry import Cost, TensorSpec
 from .spec import DeviceSpec
 
 
@@ -34,26 +47,51 @@ class Modelled:
     energy_j: float
     flops: float = 0.0
     dram_bytes: float = 0.0
-    bound: str = "launch"  # which term dominated: compute | dram | sram | link | launch
+    bound: str = "launch"  # which term dominated: compute | dram | sram | lm | link | launch
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def utilisation(spec: DeviceSpec, parallel: int) -> float:
+def utilisation(spec: DeviceSpec, parallel: int, fill: float = 1.0) -> float:
     if parallel <= 0:
         return 1.0
     pes = spec.pe_count
-    return parallel / (math.ceil(parallel / pes) * pes)
+    return fill * parallel / (math.ceil(parallel / pes) * pes)
 
 
-def model_kernel(spec: DeviceSpec, cost: Cost, precision: str) -> Modelled:
+def precision_of(operands: Sequence[TensorSpec]) -> str:
+    """The precision a kernel computes in: that of its first operand (inputs, then outputs)
+    that is not bool, else of its first."""
+    return next((t for t in operands if t.dtype is not BOOL), operands[0]).dtype.precision
+
+
+def model_call(
+    spec: DeviceSpec,
+    cost: Cost,
+    ins: Sequence[TensorSpec | None],
+    outs: Sequence[TensorSpec],
+    onchip: Sequence[int] = (),
+) -> Modelled:
+    """One kernel call: its `cost` at its operands' precision, the operands at positions
+    `onchip` (inputs, then outputs) kept in PE local memory rather than DRAM."""
+    operands = [t for t in ins if t is not None] + list(outs)
+    lm_bytes = 0.0
+    if onchip:
+        traffic = cost.traffic
+        lm_bytes = float(sum(operands[p].nbytes if traffic is None else traffic[p] for p in onchip))
+        cost = dataclasses.replace(cost, dram_bytes=max(0.0, cost.dram_bytes - lm_bytes))
+    return model_kernel(spec, cost, precision_of(operands), lm_bytes)
+
+
+def model_kernel(spec: DeviceSpec, cost: Cost, precision: str, lm_bytes: float = 0.0) -> Modelled:
     share = 1.0 if cost.matrix else spec.vector_peak_fraction
-    peak = spec.peak_flops(precision) * share * utilisation(spec, cost.parallel)
+    peak = spec.peak_flops(precision) * share * utilisation(spec, cost.parallel, cost.fill)
     terms = {
         "compute": cost.flops / peak,
         "dram": cost.dram_bytes / spec.dram_bandwidth,
         "sram": cost.sram_bytes / spec.l1bm_bandwidth,
+        "lm": lm_bytes / spec.lm_bandwidth,
     }
     bound = max(terms, key=terms.__getitem__)
     if terms[bound] == 0.0:
@@ -62,7 +100,7 @@ def model_kernel(spec: DeviceSpec, cost: Cost, precision: str) -> Modelled:
     energy_pj = (
         cost.flops * spec.energy_pj_per_flop(precision)
         + cost.dram_bytes * spec.energy_pj_per_byte_dram
-        + cost.sram_bytes * spec.energy_pj_per_byte_sram
+        + (cost.sram_bytes + lm_bytes) * spec.energy_pj_per_byte_sram
     )
     return Modelled(
         time_s=time_s,

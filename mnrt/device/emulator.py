@@ -7,7 +7,6 @@ what a kernel or a transfer costs on the modelled device.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 from collections.abc import Mapping, Sequence
@@ -55,20 +54,10 @@ class EmulatedDevice:
         outs: Sequence[TensorSpec],
         attrs: Mapping[str, Any],
     ) -> cost_model.Modelled:
-        first = next((t for t in ins if t is not None), None) or outs[0]
+        # Operands the program keeps in local memory (`onchip`) cross no DRAM; they still
+        # move between local memory and the PEs' registers.
         cost = kdef.cost(ins, outs, attrs)
-        onchip = attrs.get("onchip", ())
-        if onchip:
-            # Operands the program keeps in local memory cross no DRAM; they still move
-            # between local memory and the PEs' registers.
-            operands = [t for t in ins if t is not None] + list(outs)
-            moved = float(sum(operands[p].nbytes for p in onchip))
-            cost = dataclasses.replace(
-                cost,
-                dram_bytes=max(0.0, cost.dram_bytes - moved),
-                sram_bytes=cost.sram_bytes + moved,
-            )
-        return cost_model.model_kernel(self.spec, cost, first.dtype.precision)
+        return cost_model.model_call(self.spec, cost, ins, outs, attrs.get("onchip", ()))
 
     def transfer_cost(self, nbytes: int) -> cost_model.Modelled:
         return cost_model.model_transfer(self.spec, nbytes)

@@ -58,6 +58,8 @@ class DeviceSpec:
     # per L2B at the core clock.
     l1bm_bytes_per_cycle_per_l1b: int = 64
     l2bm_bytes_per_cycle_per_l2b: int = 128
+    # A PE reads or writes one long word (8 bytes) of its local memory per cycle [MODEL].
+    lm_bytes_per_cycle_per_pe: int = 8
 
     clock_hz: float = 750e6  # [PFN]
 
@@ -133,6 +135,10 @@ class DeviceSpec:
     @property
     def l2bm_bandwidth(self) -> float:
         return self.l2b_count * self.l2bm_bytes_per_cycle_per_l2b * self.clock_hz
+
+    @property
+    def lm_bandwidth(self) -> float:
+        return self.pe_count * self.lm_bytes_per_cycle_per_pe * self.clock_hz
 
     def peak_flops(self, precision: str) -> float:
         """Matrix-unit peak in flop/s for a precision name of `peak_tflops`."""

@@ -124,22 +124,26 @@ def _compute(ins, attrs, outs):
 
 
 def _cost(ins, outs, attrs):
-    x, w = ins[0], ins[1]
+    x, w, bias = (*ins, None)[:3]
     out = outs[0]
     n, o, oh, ow = out.shape
     groups = attrs["groups"]
     k = w.shape[1] * w.shape[2] * w.shape[3]
-    flops = (2.0 * k + epilogue_flops(attrs["epilogue"])) * n * o * oh * ow
+    products = 2.0 * k * n * o * oh * ow
+    per_out = (bias is not None) + epilogue_flops(attrs["epilogue"])
     # Mapping as gemm: per group an [O/g, K] x [K, OH*OW] product in 256x256 output blocks,
-    # whose weight and column panels stream from L1BM once per k-step.
+    # whose weight and column panels stream from L1BM once per k-step, computed in 4x4
+    # output blocks (partly empty at a ragged edge).
     tile = 256
     moved = sum(t.nbytes for t in ins if t is not None) + out.nbytes
+    blocks = math.ceil(o // groups / 4) * math.ceil(oh * ow / 4)
     return Cost(
-        flops=flops,
+        flops=products + per_out * n * o * oh * ow,
         dram_bytes=float(moved),
-        sram_bytes=flops / tile * x.dtype.itemsize,
-        parallel=n * groups * math.ceil(o // groups / 4) * math.ceil(oh * ow / 4),
+        sram_bytes=products / tile * x.dtype.itemsize,
+        parallel=n * groups * blocks,
         matrix=True,
+        fill=(o // groups) * oh * ow / (16 * blocks) if blocks else 1.0,
     )
 
 

@@ -110,23 +110,34 @@ def _compute(ins, attrs, outs):
 
 
 def _cost(ins, outs, attrs):
-    a = ins[0]
+    a, c = ins[0], (*ins, None)[2]
     sa = _op_shape(a.shape, attrs["trans_a"])
     k = sa[-1]
     out = outs[0]
     m, n = out.shape[-2], out.shape[-1]
     batch = math.prod(out.shape[:-2])
+    # Per output element: k multiply-adds, then what _compute applies after the product.
+    add_c = c is not None and attrs["beta"] != 0.0
+    per_out = (
+        2.0 * k
+        + (attrs["alpha"] != 1.0)
+        + add_c * (1 + (attrs["beta"] != 1.0))
+        + epilogue_flops(attrs["epilogue"])
+    )
     # Mapping: each L1B computes 256x256 output blocks, its PEs' local memories holding the
     # a and b panels; every k-step streams those panels once from L1BM.
     tile = 256
     moved = sum(t.nbytes for t in ins if t is not None) + out.nbytes
+    # The MAU works on 4x4 output blocks, one block per PE per wave; blocks at a ragged
+    # edge are partly empty but take their PE for the whole wave.
+    blocks = math.ceil(m / 4) * math.ceil(n / 4)
     return Cost(
-        flops=(2.0 * k + epilogue_flops(attrs["epilogue"])) * batch * m * n,
+        flops=per_out * batch * m * n,
         dram_bytes=float(moved),
         sram_bytes=2.0 * batch * m * n * k / tile * a.dtype.itemsize,
-        # The MAU works on 4x4 output blocks, one block per PE per wave.
-        parallel=batch * math.ceil(m / 4) * math.ceil(n / 4),
+        parallel=batch * blocks,
         matrix=True,
+        fill=m * n / (16 * blocks) if blocks else 1.0,
     )
 
 

@@ -63,10 +63,14 @@ class Cost:
     """Work of one kernel execution, for the timing model in device/cost.py.
 
     `dram_bytes` is the traffic a well-tiled kernel makes to DRAM (each operand once unless
-    it does not fit on chip); `sram_bytes` is on-chip traffic between L1BM/L2BM and the PEs;
-    `parallel` is how many independent work units the mapping spreads over the PE array
-    (0 means the work divides evenly); `matrix` says the flops run on the MAU (matrix
-    unit) rather than the vector ALUs.
+    it does not fit on chip); `traffic` splits it by operand (inputs, then outputs) when an
+    operand moves other than its whole size once (a slice reads only what it selects), so
+    an operand kept on chip takes exactly its own bytes off DRAM; `sram_bytes` is on-chip
+    traffic between L1BM/L2BM and the PEs; `parallel` is how many independent work units
+    the mapping spreads over the PE array (0 means the work divides evenly) and `fill` the
+    share of a unit's capacity the work fills (a GEMM's 4x4 output blocks at a ragged edge
+    are partly empty, yet take a PE for a whole wave); `matrix` says the flops run on the
+    MAU (matrix unit) rather than the vector ALUs.
     """
 
     flops: float
@@ -74,6 +78,8 @@ class Cost:
     sram_bytes: float = 0.0
     parallel: int = 0
     matrix: bool = False
+    fill: float = 1.0
+    traffic: tuple[float, ...] | None = None
 
 
 _KINDS: dict[str, tuple[type, ...]] = {

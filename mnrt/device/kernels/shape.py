@@ -117,7 +117,8 @@ def _slice_infer(ins, attrs):
 
 def _slice_cost(ins, outs, attrs):
     # Only the selected elements are read, once each.
-    return Cost(flops=0.0, dram_bytes=2.0 * outs[0].nbytes)
+    moved = float(outs[0].nbytes)
+    return Cost(flops=0.0, dram_bytes=2.0 * moved, traffic=(moved, moved))
 
 
 # --- concat ----------------------------------------------------------------------------
@@ -168,7 +169,8 @@ def _gather_compute(ins, attrs, outs):
 
 def _gather_cost(ins, outs, attrs):
     # Only the gathered rows of data are read, not the whole table.
-    return Cost(flops=0.0, dram_bytes=float(ins[1].nbytes + 2 * outs[0].nbytes))
+    rows, idx = float(outs[0].nbytes), float(ins[1].nbytes)
+    return Cost(flops=0.0, dram_bytes=idx + 2.0 * rows, traffic=(rows, idx, rows))
 
 
 # --- expand ----------------------------------------------------------------------------
