@@ -275,6 +275,9 @@ class CommandQueue:
             raise self.device._closed_error()
         if blocking:
             cmd.event.wait()
+            # Done with: a command a capture keeps (a read's golden) must not keep its
+            # Event's lock and condition alive for the garbage collector to walk.
+            cmd.event = None
             self._raise_pending_error()
 
     def _put(self, cmd: Command, record: Callable[[], object] | None = None) -> bool:
