@@ -31,6 +31,7 @@ from . import layout, placement, serialize
 from .builder import GraphBuilder
 from .ir import PARAM, Graph
 from .lower import Lowered, lower
+from .onnx_frontend import evaluator_unreliable_ops
 from .options import CompileOptions, resolve
 from .passes import AFTER_FLOAT_DTYPE, PIPELINES, apply_float_dtype
 from .schedule import peak_live_bytes, schedule
@@ -262,21 +263,26 @@ class CompiledFunction:
         q = self.ctx.queue
         for name, data in inputs.items():
             if isinstance(data, TensorProxy):
-                if data.buffer is not self.lowered.bindings[name]:
+                if data.buffer is not self.lowered.bindings.get(name):
                     raise InvalidArgumentError(
                         f"input {name!r}: pass arrays, or the proxy from allocate_input_proxy"
                     )
                 continue
-            buf = self.lowered.bindings[name]
+            buf = self.lowered.bindings.get(name)
+            if buf is None:  # no kernel reads it (an ONNX input only Shape reads): no buffer
+                _as_array(name, data)
+                continue
             q.enqueue_write_buffer(buf, _call_input(name, data, buf))
         q.enqueue_program(self.lowered.program, self.lowered.bindings)
         return {name: TensorProxy(q, self.lowered.bindings[name]) for name in self.graph.outputs}
 
     def reference(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """What goldens are: for an ONNX model, ONNX's own reference evaluator on it; for
-        a graph built in Python, the graph as given run in double precision. Parameters bound
-        to registered values take those values, as the function computes with them."""
-        if self.onnx_model is not None:
+        a graph built in Python, or an ONNX model with ops that evaluator may compute wrongly
+        (evaluator_unreliable_ops), the graph as imported run in double precision.
+        Parameters bound to registered values take those values, as the function computes
+        with them."""
+        if self.onnx_model is not None and not evaluator_unreliable_ops(self.onnx_model):
             from onnx.reference import ReferenceEvaluator
 
             session = ReferenceEvaluator(self.onnx_model)

@@ -37,6 +37,7 @@ __all__ = [
     "IMPORTERS",
     "InvalidModelError",
     "UnsupportedModelError",
+    "evaluator_unreliable_ops",
     "from_onnx",
     "load_model",
     "supported_ops",
@@ -72,7 +73,51 @@ _ONNX_DTYPES = {
 # Attributes that old opsets carry and that change nothing at inference.
 _IGNORED_ATTRS = {"consumed_inputs", "is_test", "momentum", "stash_type", "training_mode"}
 _RANDOM_OPS = ("Random", "Bernoulli", "Multinomial")
-_NO_FOLD = {"Dropout"}
+# Ops where ONNX's reference evaluator (onnx 1.23) departs from the spec in some cases:
+# Softmax/LogSoftmax below opset 13 (it ignores the 2-D coercion), BatchNormalization 9..13
+# (training statistics), LRN (sums over the batch), GlobalMaxPool (wrong axes unless 2-D),
+# SAME_LOWER pools (wrong shape), grouped ConvTranspose (raises).
+_EVALUATOR_UNRELIABLE = ("Softmax", "LogSoftmax", "BatchNormalization", "LRN", "GlobalMaxPool",
+                         "MaxPool", "AveragePool", "ConvTranspose")  # fmt: skip
+# Never evaluated on the host, even on constants: Dropout, and those.
+_NO_FOLD = {"Dropout", *_EVALUATOR_UNRELIABLE}
+
+
+def evaluator_unreliable_ops(model: Any) -> list[str]:
+    """The op types of `model`'s nodes (subgraphs included) that ONNX's reference evaluator
+    computes wrongly in the way they are used here: goldens then come from mnrt's own
+    float64 run of the imported graph instead."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    found: set[str] = set()
+
+    def attr(node: Any, name: str, default: Any) -> Any:
+        from onnx import helper
+
+        a = next((a for a in node.attribute if a.name == name), None)
+        return default if a is None else helper.get_attribute_value(a)
+
+    def wrong(node: Any) -> bool:
+        op = node.op_type
+        if op in ("Softmax", "LogSoftmax"):
+            return opset < 13
+        if op == "BatchNormalization":
+            return opset < 14
+        if op in ("MaxPool", "AveragePool"):
+            return attr(node, "auto_pad", b"NOTSET") in (b"SAME_LOWER", "SAME_LOWER")
+        if op == "ConvTranspose":
+            return attr(node, "group", 1) != 1
+        return op in ("LRN", "GlobalMaxPool")
+
+    def walk(graph: Any) -> None:
+        for node in graph.node:
+            if node.domain in ("", "ai.onnx") and wrong(node):
+                found.add(node.op_type)
+            for a in node.attribute:
+                for sub in (*([a.g] if a.HasField("g") else []), *a.graphs):
+                    walk(sub)
+
+    walk(model.graph)
+    return sorted(found)
 
 
 class _Attrs:
@@ -792,7 +837,10 @@ def _reshape(cx: _Ctx, node: Any, at: _Attrs) -> list:
 def _flatten(cx: _Ctx, node: Any, at: _Attrs) -> list:
     x = cx.sym(node.input[0])
     s = cx.shape(x)
-    axis = _axis(int(at.get("axis", 1)), len(s) + 1) if s else 0
+    axis = int(at.get("axis", 1))
+    if not -len(s) <= axis <= len(s):  # axis may be the rank; a negative one counts from it
+        raise _Invalid(f"axis {axis} is out of range for rank {len(s)} ({-len(s)}..{len(s)})")
+    axis = axis + len(s) if axis < 0 else axis
     return [cx.reshape(x, (int(np.prod(s[:axis])), int(np.prod(s[axis:]))))]
 
 
@@ -1331,6 +1379,8 @@ def from_onnx(model: Any) -> Graph:
 def _add_output(cx: _Ctx, name: str) -> None:
     """Make the value of ONNX name `name` a graph output of that name. A value that is an
     input, a parameter or already another output (Identity aliases two names) is copied."""
+    if name not in cx.syms and name in cx.consts:  # a constant output (of Shape, say)
+        cx.syms[name] = cx.param(cx.consts[name], stem=name)
     s = cx.sym(name)
     v = cx.b.graph.values[s]
     if v.role != "temp" or s in cx.b.graph.outputs:
