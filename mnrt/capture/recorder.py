@@ -116,8 +116,12 @@ class Recorder:
             "finish": self._after_finish,
             "begin_trace_capture": self._after_begin_trace,
             "end_trace_capture": self._after_end_trace,
-            "replay_trace": self._after_replay_trace,
             "release_trace": self._after_release_trace,
+        }
+        # Calls that put a command on a queue: the action logging them, which the queue runs
+        # as it puts the command on (see host/observe.py: pending).
+        self._at_put: dict[str, Callable[[tuple, dict], Callable[[], None] | None]] = {
+            "replay_trace": self._replay_record,
         }
         # The calls a hot loop makes, recorded without the lock while every object they
         # touch is already known; anything else takes the general path.
@@ -140,7 +144,14 @@ class Recorder:
             if before is not None:
                 with self._lock:
                     before(name, args, kwargs)
-            result = fn(*args, **kwargs)
+            at_put = self._at_put.get(name)
+            if at_put is not None:
+                with self._lock:
+                    observe.pending.record = at_put(args, kwargs)
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                observe.pending.record = None  # taken by the queue, or the call failed
             after = self._after.get(name)
             if after is not None:
                 with self._lock:
@@ -405,13 +416,16 @@ class Recorder:
         self._open_traces.pop(gid, None)
         self.log.append((END_TRACE, q.tag, gid))
 
-    def _after_replay_trace(self, args: tuple, kwargs: dict, result: None) -> None:
+    def _replay_record(self, args: tuple, kwargs: dict) -> Callable[[], None] | None:
+        """The action logging a replay_trace, run as the queue puts it on: so a program
+        another thread enqueues on the same queue is logged on the side of it that it ran."""
         q = args[0]
         tid = _arg(args, kwargs, 1, "trace_id")
         blocking = bool(_arg(args, kwargs, 2, "blocking", False))
-        gid = self._traces.get((q.device.tag, tid))
-        if gid is not None:  # None: the capture ended while this call ran
-            self.log.append((REPLAY_TRACE, q.tag, gid, blocking))
+        gid = self._traces.get((q.device.tag, tid)) if isinstance(tid, (int, np.integer)) else None
+        if gid is None:  # the call itself will reject the id
+            return None
+        return functools.partial(self.log.append, (REPLAY_TRACE, q.tag, gid, blocking))
 
     def _after_release_trace(self, args: tuple, kwargs: dict, result: None) -> None:
         dev = args[0]

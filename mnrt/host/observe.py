@@ -52,6 +52,16 @@ hot: Any = None
 HOT_PROTOCOL = ("program", "write", "read", "goldens")  # what makes an observer `hot`
 
 
+class _Pending(threading.local):
+    record: Callable[[], object] | None = None
+
+
+# For an `api` call that puts a command on a queue (replay_trace), the observer may leave
+# the action that logs it here before running the call; the queue takes it and calls it
+# under its lock as it puts the command on, like the hot calls' actions.
+pending = _Pending()
+
+
 def install(observer: Observer | None) -> Observer | None:
     """Set the observer (None removes it); return the one it replaces."""
     global _observer, hot

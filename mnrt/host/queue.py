@@ -229,7 +229,8 @@ class CommandQueue:
             for step in cmd.plan.steps:
                 for buf in step.ins + step.outs:
                     buf._storage()
-        self._submit(ReplayTrace(trace), blocking)
+        record, observe.pending.record = observe.pending.record, None
+        self._submit(ReplayTrace(trace), blocking, record)
 
     def stats(self) -> dict:
         """Totals for this queue: commands run, modelled device time and energy."""

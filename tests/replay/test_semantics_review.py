@@ -12,6 +12,8 @@ import pytest
 import mnrt
 from mnrt.capture.recorder import Recorder
 from mnrt.format import jsonio
+from mnrt.host import CommandQueue
+from mnrt.host.commands import ReplayTrace
 
 
 def commands(binary: mnrt.LightBinary) -> list[dict]:
@@ -151,3 +153,42 @@ def test_output_names_stay_unique_when_a_buffer_is_named_like_a_repeat(dev, q):
     assert reads[2] == 8
     report = mnrt.replay(binary)
     assert len(report.outputs) == 3 and report.outputs["b#8"].tolist() == [7, 7]
+
+
+def test_a_replayed_trace_is_logged_where_it_ran_among_other_threads_commands(dev, q, monkeypatch):
+    # Thread A's replay_trace is put on the queue, then held before it returns; meanwhile
+    # thread B enqueues a program reading what the trace changes. The log must hold A's
+    # replay first, as it ran, not after B's program.
+    x = dev.create_buffer((4,), "float", name="x")
+    y = dev.create_buffer((4,), "float", name="y")
+    double_x = dev.create_program([mnrt.Kernel("add", ["x", "x"], ["x"])], name="double_x")
+    y_of_x = dev.create_program([mnrt.Kernel("add", ["x", "x"], ["y"])], name="y_of_x")
+    tid = q.begin_trace_capture()
+    q.enqueue_program(double_x, {"x": x})
+    q.end_trace_capture(tid)
+    a_put, b_done = threading.Event(), threading.Event()
+    submit = CommandQueue._submit
+
+    def held_submit(self, cmd, *args):
+        submit(self, cmd, *args)
+        if threading.current_thread().name == "A" and isinstance(cmd, ReplayTrace):
+            a_put.set()
+            assert b_done.wait(10)
+
+    mnrt.begin_capture()
+    q.enqueue_write_buffer(x, np.ones(4, np.float32))
+    q.finish()
+    monkeypatch.setattr(CommandQueue, "_submit", held_submit)
+    a = threading.Thread(target=q.replay_trace, args=(tid,), name="A")
+    a.start()
+    assert a_put.wait(10)
+    q.enqueue_program(y_of_x, {"x": x, "y": y})
+    b_done.set()
+    a.join()
+    live = q.enqueue_read_buffer(y)
+    binary = mnrt.end_capture()
+    monkeypatch.undo()
+    dev.close()
+    np.testing.assert_array_equal(live, np.full(4, 4, np.float32))
+    report = mnrt.replay(binary)
+    assert report.passed, report.summary()
