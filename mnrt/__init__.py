@@ -56,7 +56,8 @@ def __getattr__(name: str):
 
 
 def kernels() -> list[dict]:
-    """Every device kernel: name, operands, attributes (kind, default, doc) and a one-line doc."""
+    """Every device kernel: name, operands, attributes (kind, default, required, doc) and a
+    one-line doc."""
     return [k.describe() for k in _all_kernels()]
 
 

@@ -108,4 +108,5 @@ class OutOfMemoryError(DeviceError, MemoryError):
 
 
 class DeviceExecutionError(DeviceError):
-    """A command failed while the device executed it; raised by the next finish()."""
+    """A command failed while the device executed it; raised by the next finish() or
+    blocking call."""

@@ -148,7 +148,7 @@ class DeviceSpec:
         return self.energy_pj_per_flop_half * self.peak_tflops["half"] / self.peak_tflops[precision]
 
     def describe(self) -> dict:
-        """A flat JSON-ready summary, for `mnrt smi` and profiles."""
+        """A flat JSON-ready summary of the main figures (arch, PEs, clock, DRAM, peaks, power)."""
         return {
             "arch": self.arch,
             "codename": self.codename,

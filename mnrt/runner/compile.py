@@ -22,10 +22,17 @@ def _preset_options(command):
         help="Any compile option, e.g. scheduler=min_memory (wins over -O's preset).",
     )(command)
     command = click.option(
-        "--float-dtype", type=click.Choice(["mixed", "half", "float", "double"]), default=None
+        "--float-dtype",
+        type=click.Choice(["mixed", "half", "float", "double"]),
+        default=None,
+        help="Float precision (default: the preset's).",
     )(command)
     return click.option(
-        "-O", "preset", default="O1", show_default=True, help="Option preset (O0..O4, debug)."
+        "-O",
+        "preset",
+        default="O1",
+        show_default=True,
+        help="Option preset (O0..O4, debug) or an option JSON file.",
     )(command)
 
 
@@ -151,7 +158,9 @@ def _check_fits(name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
     help="An input's data; inputs not given are random (integer ones zeros: valid indices).",
 )
 def compile_cmd(model, output, preset, float_dtype, option_specs, codegen_dir, input_specs):
-    """Compile an ONNX model to a light binary (goldens from ONNX's reference evaluator)."""
+    """Compile an ONNX model to a light binary (goldens from ONNX's reference evaluator).
+
+    Models with ops that evaluator computes wrongly get goldens from a float64 run instead."""
     from ..compiler import Context
     from ..compiler.onnx_frontend import from_onnx
 

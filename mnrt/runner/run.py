@@ -129,8 +129,8 @@ def run(
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--loops", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--device", default="auto", show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--device", default="auto", show_default=True, help="Device index or 'auto'.")
+@click.option("--json", "as_json", is_flag=True, help="Print the timings as JSON.")
 def bench(file, loops, device, as_json) -> None:
     """Steady-state replay time of FILE over N loops (load excluded)."""
     report = replay(
