@@ -281,9 +281,10 @@ def to_onnx(graph: Graph) -> Any:
 
 
 def save(graph: Graph, path: str | os.PathLike) -> None:
+    model = to_onnx(graph)  # first: without onnx installed it raises the error that says so
     import onnx
 
-    onnx.save(to_onnx(graph), os.fspath(path))
+    onnx.save(model, os.fspath(path))
 
 
 __all__ = ["ExportError", "save", "to_onnx"]

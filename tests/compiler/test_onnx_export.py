@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -60,3 +61,20 @@ def test_unexportable_kernels_are_named():
     b.output(b.rmsnorm(x), "y")
     with pytest.raises(ExportError, match="no ONNX export for kernel\\(s\\) rmsnorm"):
         to_onnx(b.build())
+
+
+def test_without_onnx_codegen_dir_skips_model_onnx_and_out_onnx_says_what_is_missing(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx now raises ImportError
+    b = GraphBuilder("g")
+    b.output(b.relu(b.input("x", (4, 8), "float")), "y")
+    x = {"x": np.ones((4, 8), np.float32)}
+    with mnrt.Context() as ctx:
+        ctx.compile(b, x, codegen_dir=tmp_path / "cg")
+        report = json.loads((tmp_path / "cg" / "report.json").read_text())
+        export = next(p for p in report["phases"] if p["name"] == "onnx export")
+        assert "pip install mnrt[onnx]" in export["status"]
+        assert not (tmp_path / "cg" / "model.onnx").exists()
+        with pytest.raises(mnrt.InvalidArgumentError, match=r"pip install mnrt\[onnx\]"):
+            ctx.compile(b, x, options={"out_onnx": str(tmp_path / "m.onnx")})
