@@ -86,6 +86,7 @@ class Allocator:
         self._free_addrs: list[int] = [self.base]  # sorted start addresses of free blocks
         self._free_sizes: dict[int, int] = {self.base: size - self.base}
         self._used: dict[int, int] = {}  # address -> size of live blocks
+        self._used_total = 0  # their sum, kept as they change (profiles read it per call)
 
     def _round(self, nbytes: int) -> int:
         a = self.alignment
@@ -93,7 +94,7 @@ class Allocator:
 
     @property
     def free_bytes(self) -> int:
-        return sum(self._free_sizes.values())
+        return self.size - self.base - self._used_total
 
     @property
     def largest_free(self) -> int:
@@ -101,7 +102,7 @@ class Allocator:
 
     @property
     def used_bytes(self) -> int:
-        return sum(self._used.values())
+        return self._used_total
 
     @property
     def live_blocks(self) -> int:
@@ -131,12 +132,14 @@ class Allocator:
         else:
             del self._free_addrs[i]
         self._used[best] = need
+        self._used_total += need
         return best
 
     def free(self, address: int) -> None:
         size = self._used.pop(address, None)
         if size is None:
             raise UseAfterFreeError(f"address {address:#x} is not a live allocation")
+        self._used_total -= size
         i = bisect.bisect_left(self._free_addrs, address)
         # Coalesce with the following block, then with the preceding one.
         if i < len(self._free_addrs) and self._free_addrs[i] == address + size:
