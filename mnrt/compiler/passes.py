@@ -25,25 +25,39 @@ def apply_float_dtype(graph: Graph, mode: str) -> Graph:
             if v.dtype in _FLOATS:
                 v.dtype = target
         for node in g.nodes:
-            if node.op == "cast" and dt.dtype(node.attrs["to"]) in _FLOATS:
-                node.attrs["to"] = target.name
+            # The kernels that make a value of the dtype an attribute names (cast, fill).
+            key = {"cast": "to", "fill": "dtype"}.get(node.op)
+            if key is not None and dt.dtype(node.attrs[key]) in _FLOATS:
+                node.attrs[key] = target.name
         g.verify()
         return g
     return _mixed(g)
 
 
 def _mixed(g: Graph) -> Graph:
+    in_half = {
+        id(n) for n in g.nodes if n.op in MATRIX_OPS and g.values[n.inputs[0]].dtype is dt.FLOAT
+    }
+    # A parameter that anything else reads too (a float kernel, the graph's outputs) keeps
+    # its float value for those; the matrix kernels read a half copy of it.
+    elsewhere = {name for n in g.nodes if id(n) not in in_half for name in n.inputs}
+    elsewhere.update(g.outputs)
+    half_params: dict[str, str] = {}
     nodes: list[Node] = []
     for node in g.nodes:
-        if node.op not in MATRIX_OPS or g.values[node.inputs[0]].dtype is not dt.FLOAT:
+        if id(node) not in in_half:
             nodes.append(node)
             continue
         inputs = []
         for name in node.inputs:
             v = g.values[name]
             if v.role == PARAM:
-                v.dtype = dt.HALF  # written once, rounded to half on upload
-                inputs.append(name)
+                if name not in half_params:  # written once, rounded to half on upload
+                    half = _fresh(g, f"{name}_half", dt.HALF) if name in elsewhere else name
+                    g.values[half].role, g.values[half].shape = PARAM, v.shape
+                    g.values[half].dtype, g.values[half].data = dt.HALF, v.data
+                    half_params[name] = half
+                inputs.append(half_params[name])
             else:
                 half = _fresh(g, f"{name}_half", dt.HALF)
                 nodes.append(Node("cast", [name], [half], {"to": "half"}, f"{node.name}_in"))
