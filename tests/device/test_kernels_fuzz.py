@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import mnrt
 from mnrt.device.dtypes import DTYPES
-from mnrt.device.kernels import TensorSpec
+from mnrt.device.kernels import TensorSpec, lookup
 from mnrt.device.kernels.registry import REQUIRED, all_kernels
 from mnrt.errors import DeviceExecutionError, MnrtError
 
@@ -124,3 +124,49 @@ def test_found_by_fuzzing_empty_buffer_with_huge_dimensions(dev):
     with pytest.raises(mnrt.ShapeError, match="is empty, but its other dimensions"):
         dev.create_buffer((0, 2**31, 2**31), "double")
     assert dev.create_buffer((0, 1024), "double").nbytes == 0
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs", "w_shape", "message"),
+    [
+        # A 2**31-tap window: its taps used to be listed in one 16 GiB array.
+        (
+            "max_pool2d",
+            {"kernel": [2**31, 1], "stride": [2**31, 1], "padding": [2**31 - 2, 0, 2**31, 0]},
+            None,
+            "padded input",
+        ),
+        # A tiny output from a 16-billion-row padded input the kernel would materialise.
+        (
+            "conv2d",
+            {"padding": [2**33, 0, 2**33, 0], "stride": [2**40, 1]},
+            (1, 1, 1, 1),
+            "padded input",
+        ),
+        (
+            "avg_pool2d",
+            {"kernel": [3, 3], "padding": [2**20, 0, 2**20, 0], "stride": [2**20, 1]},
+            None,
+            "padded input",
+        ),
+        # Columns of 2**34 elements from small buffers.
+        ("conv2d", {"padding": [64, 64, 64, 64]}, (1, 1, 128, 128), "im2col"),
+    ],
+    ids=["pool-huge-window", "conv-huge-padding", "avgpool-huge-padding", "conv-huge-im2col"],
+)
+def test_found_by_fuzzing_temporaries_are_bounded_before_anything_is_allocated(
+    op, attrs, w_shape, message
+):
+    x = TensorSpec((1, 1, 4096, 4096) if message == "im2col" else (1, 1, 4, 4), DTYPES["float"])
+    specs = [x] + ([TensorSpec(w_shape, DTYPES["float"])] if w_shape else [])
+    kernel = mnrt.Kernel(op, ["x", "w"][: len(specs)], ["y"], attrs)
+    with pytest.raises(mnrt.KernelAttributeError, match=message):
+        kernel.kdef.infer(specs, kernel.attrs)
+
+
+def test_padding_that_windows_need_is_still_accepted():
+    x = TensorSpec((1, 1, 1, 1), DTYPES["float"])  # same padding of a 7x7 kernel on 1x1
+    w = TensorSpec((1, 1, 7, 7), DTYPES["float"])
+    out = lookup("conv2d").infer([x, w], mnrt.Kernel("conv2d", ["x", "w"], ["y"],
+                                                    {"padding": [3, 3, 3, 3]}).attrs)  # fmt: skip
+    assert out[0].shape == (1, 1, 1, 1)

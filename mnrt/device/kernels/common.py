@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ...errors import DTypeError, ShapeError
+from ...errors import DTypeError, KernelAttributeError, ShapeError
 from ..dtypes import DType
 from .registry import Cost, TensorSpec
 
@@ -56,6 +56,39 @@ def streaming_cost(
     moved = sum(t.nbytes for t in present(ins)) + sum(t.nbytes for t in outs)
     elems = max((t.size for t in outs), default=0)
     return Cost(flops=flops_per_elem * elems, dram_bytes=float(moved))
+
+
+# The most elements a kernel may materialise as a temporary (a padded input, im2col columns):
+# 4 GiB of float32. A binary cannot make the emulator touch more host memory than this for
+# one kernel, whatever its attributes say (its buffers are bounded by the device's DRAM).
+MAX_TEMPORARY_ELEMENTS = 1 << 30
+# Padding may make the padded input at most this many times the input (or 4M elements): more
+# is windows over nothing but padding, which no model needs.
+MAX_PADDING_GROWTH = 16
+
+
+def check_temporary(kernel: str, what: str, elements: int) -> None:
+    if elements > MAX_TEMPORARY_ELEMENTS:
+        raise KernelAttributeError(
+            f"kernel '{kernel}': {what} would take {elements} elements, more than the "
+            f"emulator's limit of {MAX_TEMPORARY_ELEMENTS} for one kernel's temporaries; "
+            "split the work (a smaller batch or kernel)"
+        )
+
+
+def check_padding(kernel: str, shape: tuple[int, ...], padding: tuple[int, ...]) -> None:
+    """The padded input an NCHW kernel materialises, held to a sane size before anything is
+    allocated: padding (top, left, bottom, right) far beyond the input is refused."""
+    n, c, h, w = shape
+    pt, pl, pb, pr = padding
+    padded = n * c * (h + pt + pb) * (w + pl + pr)
+    if padded > max(MAX_PADDING_GROWTH * n * c * h * w, 1 << 22):
+        raise KernelAttributeError(
+            f"kernel '{kernel}': padding {tuple(padding)} makes the padded input "
+            f"{h + pt + pb}x{w + pl + pr} from {h}x{w}; pad at most as much as the windows "
+            "need (a window of nothing but padding is never useful)"
+        )
+    check_temporary(kernel, "the padded input", padded)
 
 
 def pad_hw(x: np.ndarray, top: int, left: int, bottom: int, right: int, fill=0) -> np.ndarray:

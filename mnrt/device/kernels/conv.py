@@ -14,7 +14,7 @@ import numpy as np
 
 from ...errors import DTypeError, KernelAttributeError, ShapeError
 from .. import dtypes as dt
-from .common import pad_hw, require_rank, same_dtype
+from .common import check_padding, check_temporary, pad_hw, require_rank, same_dtype
 from .registry import Attr, Cost, KernelDef, OutSpec, register
 from .unary import EPILOGUES, epilogue, epilogue_flops
 
@@ -72,6 +72,7 @@ def _infer(ins, attrs):
         raise ShapeError(f"kernel 'conv2d': bias must have shape ({o},), got {bias.shape}")
     (sh, sw), (dh, dw) = attrs["stride"], attrs["dilation"]
     pt, pl, pb, pr = attrs["padding"]
+    check_padding("conv2d", x.shape, attrs["padding"])
     oh = _out_extent(h, pt + pb, kh, sh, dh)
     ow = _out_extent(wd, pl + pr, kw, sw, dw)
     if oh < 1 or ow < 1:
@@ -79,6 +80,8 @@ def _infer(ins, attrs):
             f"kernel 'conv2d': the dilated kernel {kh}x{kw} (dilation {dh},{dw}) does not fit "
             f"the padded input {h + pt + pb}x{wd + pl + pr}; pad x or use a smaller kernel"
         )
+    if kh * kw > 1:  # a 1x1 convolution reads the input in place, with no columns
+        check_temporary("conv2d", "the im2col columns", n * c * kh * kw * oh * ow)
     return [OutSpec((n, o, oh, ow), _OUT_DTYPES[in_dt])]
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...errors import DTypeError, KernelAttributeError, ShapeError
 from .. import dtypes as dt
-from .common import pad_hw, require_float, require_rank, streaming_cost
+from .common import check_padding, pad_hw, require_float, require_rank, streaming_cost
 from .conv import check_ints
 from .registry import Attr, KernelDef, OutSpec, register
 
@@ -48,20 +48,24 @@ class _Geometry:
         self.kernel, self.stride, self.dilation = attrs["kernel"], stride, dilation
         pt, pl, pb, pr = attrs["padding"]
         self.before, self.after = (pt, pl), (pb, pr)
+        check_padding(name, shape, attrs["padding"])
         self.starts = []
         for ax in range(2):
             size, k, s, d = shape[2 + ax], self.kernel[ax], stride[ax], dilation[ax]
+            padded = size + self.before[ax] + self.after[ax]
             starts = _window_starts(
                 size, self.before[ax], self.after[ax], k, s, d, attrs["ceil_mode"]
             )
-            if starts.size == 0:
+            if d * (k - 1) + 1 > padded or starts.size == 0:
                 raise ShapeError(
                     f"kernel '{name}': the {'row' if ax == 0 else 'column'} window "
                     f"({k} taps, dilation {d}) does not fit the padded input of length "
-                    f"{size + self.before[ax] + self.after[ax]}; pad more or shrink the kernel"
+                    f"{padded}; pad more or shrink the kernel"
                 )
-            taps = starts[:, None] + np.arange(k) * d
-            if not ((taps >= 0) & (taps < size)).any(axis=1).all():
+            # The first tap of each window at or after index 0; the window holds an input
+            # element when that tap exists and lands before the input's end.
+            first = np.maximum(0, -(starts // d))
+            if not ((first < k) & (starts + first * d < size)).all():
                 raise KernelAttributeError(
                     f"kernel '{name}': padding {attrs['padding']} leaves a window with no "
                     "input element in it; reduce the padding"
