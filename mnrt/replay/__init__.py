@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from ..device.boards import ENV_DEVICE_COUNT, check_index, device_count
-from ..errors import DeviceBusyError, InvalidArgumentError, MnrtError
+from ..errors import DeviceBusyError, InvalidArgumentError, MnrtError, OutOfMemoryError
 from ..format import LightBinary
 from ..host.device import open_indices
 from .executor import Executor
@@ -74,6 +74,27 @@ def _device_map(plan: Plan, device: int | str | Mapping[int, int | str]) -> Call
     return assignment.__getitem__
 
 
+def host_memory_bytes() -> int | None:
+    """This machine's physical memory, which backs every emulated device's DRAM (None where
+    the platform does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _check_host_memory(plan: Plan) -> None:
+    """A binary whose buffers at their peak need more memory than this machine has is
+    refused before it runs, rather than left to the kernel's out-of-memory killer."""
+    needed, ram = sum(plan.peak_bytes.values()), host_memory_bytes()
+    if ram is not None and needed > ram:
+        raise OutOfMemoryError(
+            f"the binary's buffers need {needed} bytes of device memory at their peak, more "
+            f"than this machine's {ram} bytes of RAM, which the emulated devices live in; "
+            "replay it on a machine with more memory"
+        )
+
+
 def replay(
     binary: LightBinary | str | os.PathLike,
     device: int | str | Mapping[int, int | str] = "auto",
@@ -103,6 +124,7 @@ def replay(
     if not isinstance(binary, LightBinary):
         binary = LightBinary.load(binary)
     plan = validate(binary)
+    _check_host_memory(plan)
     load_s = time.perf_counter() - start
     device_map = _device_map(plan, device)
     report = ReplayReport(binary=binary, load_s=load_s)

@@ -4,6 +4,7 @@ a hang, or an allocation larger than the file justifies; `mnrt run` exits 2."""
 from __future__ import annotations
 
 import base64
+import importlib
 import time
 from pathlib import Path
 
@@ -204,3 +205,16 @@ def test_golden_mismatch_is_not_an_error(small_binary, tmp_path):
     assert check.first_mismatch == (1, 1) and check.mismatches == 1
     code, out = run_cli(path)
     assert code == 1 and "FAIL" in out and "(1, 1)" in out
+
+
+def test_buffers_larger_than_the_host_memory_are_refused_before_running(
+    small_binary, monkeypatch, tmp_path
+):
+    replay_module = importlib.import_module("mnrt.replay")  # mnrt.replay is the function
+    monkeypatch.setattr(replay_module, "host_memory_bytes", lambda: 32)  # a 32-byte machine
+    with pytest.raises(mnrt.OutOfMemoryError, match="more than this machine's 32 bytes"):
+        mnrt.replay(small_binary)
+    path = tmp_path / "m.mnlb"
+    small_binary.save(path)
+    r = CliRunner().invoke(cli, ["run", str(path)])
+    assert r.exit_code == 3 and r.output.count("\n") == 1
