@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 import socket
 import time
+from collections import Counter
 
 import numpy as np
 
@@ -63,7 +64,12 @@ def _tolerance(value: float | None) -> float:
 class _Context:
     """What converting one log needs besides the entry itself."""
 
-    def __init__(self) -> None:
+    def __init__(self, log: list[tuple]) -> None:
+        # Queues that are their device's only queue in the capture: nothing can overtake a
+        # command there, so a snapshot write on one need not block (see _write).
+        devices = {e[1]: e[2] for e in log if e[0] == r.OPEN_QUEUE}
+        per_device = Counter(devices.values())
+        self.sole_queues = {q for q, dev in devices.items() if per_device[dev] == 1}
         self.blobs = BlobStore()
         self.dtype_of: dict[int, int] = {}  # buffer gid -> dtype code
         # One command object per distinct enqueue (a loop enqueues the same one again and
@@ -84,6 +90,11 @@ def _create_buffer(e: tuple, ctx: _Context) -> CommandT:
 
 def _write(e: tuple, ctx: _Context) -> CommandT:
     _, qid, bid, data, blocking, stored = e
+    if stored and qid in ctx.sole_queues:
+        # A snapshot (stored bits) is recorded blocking so that another queue of the device
+        # cannot read the buffer before it lands on replay; with no other queue, in-order
+        # execution already guarantees that, and not blocking spares a handoff per write.
+        blocking = False
     blob = ctx.blobs.add(data) if stored else ctx.stored_blob(data, bid)
     return CommandT(U.WriteBuffer, WriteBufferT(qid, bid, blob, blocking))
 
@@ -129,7 +140,7 @@ _CONVERTERS = {
 
 def build(log: list[tuple], devices: dict[int, int], description: str = "") -> LightBinary:
     """Serialise a capture log. Called after every queue has finished."""
-    ctx = _Context()
+    ctx = _Context(log)
     commands = [_CONVERTERS[entry[0]](entry, ctx) for entry in log]
     metadata = MetadataT(
         createdUnixS=time.time(),

@@ -12,6 +12,7 @@ import pytest
 import mnrt
 from mnrt.capture.recorder import Recorder
 from mnrt.format import jsonio
+from mnrt.format.fb.CommandUnion import CommandUnion as U
 from mnrt.host import CommandQueue
 from mnrt.host.commands import ReplayTrace
 
@@ -192,3 +193,25 @@ def test_a_replayed_trace_is_logged_where_it_ran_among_other_threads_commands(de
     np.testing.assert_array_equal(live, np.full(4, 4, np.float32))
     report = mnrt.replay(binary)
     assert report.passed, report.summary()
+
+
+def test_snapshot_writes_block_only_where_another_queue_could_overtake_them(dev, q):
+    w = dev.create_buffer((4,), "float", name="w")
+    q.enqueue_write_buffer(w, np.ones(4, np.float32))  # before capture: snapshotted
+    y = dev.create_buffer((4,), "float", name="y")
+    relu = dev.create_program([mnrt.Kernel("relu", ["x"], ["y"])])
+
+    def snapshot_blocking(binary):  # the capture writes nothing but snapshots
+        return [bool(c.cmd.blocking) for c in binary.commands if c.cmdType == U.WriteBuffer]
+
+    mnrt.begin_capture()
+    q.enqueue_program(relu, {"x": w, "y": y})
+    q.enqueue_read_buffer(y)
+    one_queue = mnrt.end_capture()
+    mnrt.begin_capture()
+    dev.command_queue(1).enqueue_program(relu, {"x": w, "y": y})
+    q.enqueue_read_buffer(y)
+    two_queues = mnrt.end_capture()
+    assert snapshot_blocking(one_queue) == [False]  # in order on the only queue
+    assert True in snapshot_blocking(two_queues)
+    assert mnrt.replay(one_queue).passed and mnrt.replay(two_queues).passed
