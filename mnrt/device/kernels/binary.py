@@ -43,7 +43,7 @@ _OPS = {
     "sub": (np.subtract, "a - b, broadcasting"),
     "mul": (np.multiply, "a * b, broadcasting"),
     "div": (_div, "a / b, broadcasting; integers truncate toward zero, x/0 = 0"),
-    "pow": (_pow, "a ** b, broadcasting"),
+    "pow": (_pow, "a ** b, broadcasting; integer exponents below 0 count as 0"),
     "maximum": (np.maximum, "elementwise max(a, b), broadcasting; nan wins"),
     "minimum": (np.minimum, "elementwise min(a, b), broadcasting; nan wins"),
 }
