@@ -15,6 +15,7 @@ import os
 import shutil
 import time
 import uuid
+import warnings
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -233,6 +234,24 @@ class CompiledFunction:
             else:
                 q.enqueue_write_buffer(buf, _as_host(graph.values[name].data, buf))
         q.finish()
+        if share:
+            self._warn_unbound(ctx, source)
+
+    def _warn_unbound(self, ctx: Context, source: Graph) -> None:
+        """Registered values that a parameter of the model was meant to use but the compiled
+        graph cannot: converted to another precision (float_dtype) or folded into other
+        weights. The function computes with its own copy, so say that updates to the
+        registered value will not reach it."""
+        missed = sorted(n for n in ctx._registered if n in source.params and n not in self.shared)
+        if missed:
+            warnings.warn(
+                f"compiled graph '{self.graph.name}' does not bind registered value(s) "
+                f"{', '.join(map(repr, missed))}: the compile changed the parameter's dtype "
+                f"(float_dtype={self.options['float_dtype']}) or folded it into other weights, "
+                "so this function uses its own copy and later updates to the registered "
+                "value do not reach it",
+                stacklevel=4,
+            )
 
     @property
     def input_names(self) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -195,3 +196,18 @@ def test_codegen_debug_env_dumps_the_graph_after_every_phase(ctx, tmp_path):
     ]
     ctx.compile(b, {"x": x}, codegen_dir=tmp_path / "cg2", options={"option_json": "O2"})
     assert not list((tmp_path / "cg2").glob("debug_*.txt"))
+
+
+def test_a_registered_value_the_compile_cannot_bind_is_warned_about(ctx):
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((8, 4)).astype(np.float32)
+    b = GraphBuilder("fc")
+    b.output(b.gemm(b.input("x", (2, 8)), b.param("w", w)), "y")
+    x = {"x": rng.standard_normal((2, 8)).astype(np.float32)}
+    ctx.register_param("w", w)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bound = ctx.compile(b, x, options={"float_dtype": "float"})  # shares it: no warning
+    assert "w" in bound.shared
+    with pytest.warns(UserWarning, match=r"does not bind registered value\(s\) 'w'.*mixed"):
+        ctx.compile(b, x, options={"float_dtype": "mixed"})  # w becomes half: its own copy
