@@ -4,16 +4,24 @@ How many boards there are comes from MNRT_DEVICE_COUNT (default 8); each is name
 `mnc2emu<index>`. What a board's DRAM holds before anything writes it (zeros, a pattern,
 seeded noise) outlives a process, as real DRAM contents outlive the program that wrote
 them: it is kept in a small JSON file under MNRT_HOME (default ~/.cache/mnrt), which
-`mnrt smi clear` and `smi reset` change and `open_device` reads.
+`mnrt smi clear` and `smi reset` change and `open_device` reads. Writers take a lock, so
+concurrent processes lose no change; a device already open keeps what it read at open.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: writers are not serialised
+    fcntl = None
 
 from ..errors import DeviceError, DeviceNotFoundError, InvalidArgumentError
 from .memory import Fill
@@ -73,45 +81,83 @@ def _state_path() -> Path:
     return Path(home) / "devices.json"
 
 
+def _corrupt(path: Path, why: object) -> DeviceError:
+    return DeviceError(
+        f"device state file {path} is corrupt ({why}); delete it or run 'mnrt smi reset --all'"
+    )
+
+
 def _load_state() -> dict[str, dict]:
     path = _state_path()
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except FileNotFoundError:
         return {}
     except OSError as e:
-        raise DeviceError(f"cannot read device state {path}: {e.strerror}") from None
-    try:
-        state = json.loads(text)
-        if not isinstance(state, dict):
-            raise ValueError("not an object")
-        return state
-    except ValueError as e:
         raise DeviceError(
-            f"device state file {path} is corrupt ({e}); delete it or run 'mnrt smi reset --all'"
+            f"cannot read device state {path}: {e.strerror}; set {ENV_HOME} to a readable folder"
         ) from None
+    try:
+        state = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise _corrupt(path, e) from None
+    if not isinstance(state, dict):
+        raise _corrupt(path, "not an object")
+    return state
+
+
+@contextlib.contextmanager
+def _locked_state(replace: bool = False) -> Iterator[dict[str, dict]]:
+    """The state to change in place (empty with `replace`), saved on exit. Writers hold an
+    advisory lock on a file beside it for the whole read-modify-write, so two processes that
+    change devices at once both keep their change; readers need no lock (the file is
+    replaced atomically)."""
+    path = _state_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path.with_name(".devices.lock"), "a")  # noqa: SIM115 (closed below)
+    except OSError as e:
+        raise _cannot_write(path, e) from None
+    with lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        state = {} if replace else _load_state()
+        yield state
+        _save_state(state)
+
+
+def _cannot_write(path: Path, e: OSError) -> DeviceError:
+    return DeviceError(
+        f"cannot write device state {path}: {e.strerror}; set {ENV_HOME} to a writable folder"
+    )
 
 
 def _save_state(state: dict[str, dict]) -> None:
     path = _state_path()
+    tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".devices.", suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             json.dump(state, f, indent=1, sort_keys=True)
         os.replace(tmp, path)
     except OSError as e:
-        raise DeviceError(
-            f"cannot write device state {path}: {e.strerror}; set {ENV_HOME} to a writable folder"
-        ) from None
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise _cannot_write(path, e) from None
 
 
-def load_fill(index: int) -> Fill:
-    entry = _load_state().get(str(index))
+def _fill_in(state: dict[str, dict], index: int) -> Fill:
+    entry = state.get(str(index))
     if not entry:
         return Fill()
     try:
-        return Fill(str(entry["kind"]), int(entry["value"]))
+        kind, value = entry["kind"], entry["value"]
+        if kind == "zero":
+            return Fill()
+        if kind not in ("pattern", "seed") or type(value) is not int:
+            raise ValueError(kind)
+        return Fill.of(**{kind: value})  # its range checks too
     except (KeyError, TypeError, ValueError):
         raise DeviceError(
             f"device state for device {index} in {_state_path()} is corrupt; "
@@ -119,18 +165,30 @@ def load_fill(index: int) -> Fill:
         ) from None
 
 
+def load_fill(index: int) -> Fill:
+    return _fill_in(_load_state(), index)
+
+
 def save_fill(index: int, fill: Fill) -> None:
-    state = _load_state()
-    if fill == Fill():
-        state.pop(str(index), None)
-    else:
-        state[str(index)] = {"kind": fill.kind, "value": fill.value}
-    _save_state(state)
+    with _locked_state() as state:
+        if fill == Fill():
+            state.pop(str(index), None)
+        else:
+            state[str(index)] = {"kind": fill.kind, "value": fill.value}
+
+
+def reset_all() -> None:
+    """Every board back to power-on, those beyond MNRT_DEVICE_COUNT and a corrupt file too."""
+    with _locked_state(replace=True):
+        pass
 
 
 def list_devices() -> list[DeviceInfo]:
     """Every emulated board with its index, name and what its unwritten DRAM holds."""
+    state = _load_state()  # once: a list is one snapshot, even while another process writes
     return [
-        DeviceInfo(i, device_name(i), MNCORE2.arch, MNCORE2.dram_bytes, load_fill(i).describe())
+        DeviceInfo(
+            i, device_name(i), MNCORE2.arch, MNCORE2.dram_bytes, _fill_in(state, i).describe()
+        )
         for i in range(device_count())
     ]

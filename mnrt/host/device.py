@@ -173,8 +173,8 @@ class Device:
                 raise InvalidArgumentError(f"clear: {what} must be an int, got {value!r}")
         fill = Fill.of(zero=zero, pattern=pattern, seed=seed)
         self._sync()
+        boards.save_fill(self.index, fill)  # first: if it cannot be kept, nothing changes
         self._backend.memory.clear(fill)
-        boards.save_fill(self.index, fill)
 
     # --- objects ------------------------------------------------------------------
     @api("create_buffer")

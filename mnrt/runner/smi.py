@@ -11,11 +11,13 @@ from ..device import boards
 from ..device.memory import Fill
 
 
-def _int_auto_base(value: str) -> int:
+def _int_auto_base(value: str, option: str) -> int:
     try:
         return int(value, 0)
     except ValueError:
-        raise click.BadParameter(f"{value!r} is not an integer (use 0x... for hex)") from None
+        raise click.BadParameter(
+            f"{value!r} is not an integer (use 0x... for hex)", param_hint=option
+        ) from None
 
 
 @click.group()
@@ -39,12 +41,20 @@ def list_cmd(as_json: bool) -> None:
 @click.argument("indices", nargs=-1, type=int)
 @click.option("--all", "all_", is_flag=True, help="Reset every device.")
 def reset(indices: tuple[int, ...], all_: bool) -> None:
-    """Reset devices to power-on state (unwritten DRAM reads as zero)."""
+    """Reset devices to power-on state (unwritten DRAM reads as zero).
+
+    --all also forgets the state of devices beyond MNRT_DEVICE_COUNT, and a corrupt state
+    file. A device open in a running process keeps its contents until it is opened again."""
     if all_ == bool(indices):
         raise click.UsageError("give device indices or --all (not both)")
-    targets = range(boards.device_count()) if all_ else [boards.check_index(i) for i in indices]
+    if all_:
+        targets = range(boards.device_count())
+        boards.reset_all()
+    else:
+        targets = [boards.check_index(i) for i in indices]
+        for i in targets:
+            boards.save_fill(i, Fill())
     for i in targets:
-        boards.save_fill(i, Fill())
         click.echo(f"{i}: {boards.device_name(i)} reset")
 
 
@@ -56,13 +66,16 @@ def reset(indices: tuple[int, ...], all_: bool) -> None:
 )
 @click.option("--seed", type=str, default=None, help="Fill with noise from this seed.")
 def clear(index: int, zero: bool, pattern: str | None, seed: str | None) -> None:
-    """Fill a device's DRAM with zeros, a pattern or seeded noise."""
+    """Fill a device's DRAM with zeros, a pattern or seeded noise.
+
+    The fill lasts until the next clear or reset and applies whenever the device is opened;
+    a device open in a running process keeps its contents until it is opened again."""
     if sum((zero, pattern is not None, seed is not None)) != 1:
         raise click.UsageError("give exactly one of --zero, --pattern, --seed")
     fill = Fill.of(
         zero=zero,
-        pattern=None if pattern is None else _int_auto_base(pattern),
-        seed=None if seed is None else _int_auto_base(seed),
+        pattern=None if pattern is None else _int_auto_base(pattern, "--pattern"),
+        seed=None if seed is None else _int_auto_base(seed, "--seed"),
     )
     boards.save_fill(boards.check_index(index), fill)
     click.echo(f"{index}: {boards.device_name(index)} cleared ({fill.describe()})")
