@@ -84,13 +84,14 @@ class Device:
 
     tag = 0  # an observer's id for this object (see host/observe.py); 0: none
 
-    def __init__(self, index: int, spec: DeviceSpec = MNCORE2) -> None:
+    def __init__(self, index: int, spec: DeviceSpec = MNCORE2, fill: Fill | None = None) -> None:
         self.index = index
         self.name = boards.device_name(index)
         self.spec = spec
         self.arch = spec.arch
         self._backend = EmulatedDevice(index, self.name, spec)
-        self._backend.memory.fill = boards.load_fill(index)
+        # What unwritten memory reads as: the saved device state's, unless given.
+        self._backend.memory.fill = boards.load_fill(index) if fill is None else fill
         self._buffers: dict[int, Buffer] = {}
         self._programs: weakref.WeakSet[Program] = weakref.WeakSet()
         self._queues: dict[int, CommandQueue] = {}
@@ -346,6 +347,12 @@ if hasattr(os, "register_at_fork"):
 @api("open_device")
 def open_device(which: int | str = "auto") -> Device:
     """Open device `which` (an index), or with "auto" the lowest-numbered one not open."""
+    return open_device_with_fill(which, None)
+
+
+def open_device_with_fill(which: int | str, fill: Fill | None) -> Device:
+    """open_device, with unwritten memory reading as `fill` instead of the saved state's
+    (replay's zeros: it then never reads the device state, which may be damaged)."""
     which = _as_index(which)
     with _open_lock:
         if which == "auto":
@@ -363,6 +370,6 @@ def open_device(which: int | str = "auto") -> Device:
                     f"device {index} ({boards.device_name(index)}) is already open in this "
                     "process; close it first or open 'auto'"
                 )
-        dev = Device(index)
+        dev = Device(index, fill=fill)
         _open[index] = dev
         return dev

@@ -18,7 +18,8 @@ import numpy as np
 from ..device.memory import Fill
 from ..errors import InvalidBinaryError
 from ..format.fb.CommandUnion import CommandUnion as U
-from ..host import Device, open_device
+from ..host import Device
+from ..host.device import open_device_with_fill
 from ..host.golden import Check, compare
 from .plan import BUFFER, DEVICE, PROGRAM, QUEUE, TRACE, Plan
 
@@ -126,10 +127,9 @@ class Executor:
                 # The capture closed this device and opened it again (a device is open once
                 # in a process): so does replay, raising a device error still unseen.
                 dev.close()
-        dev = self.tables[DEVICE][c.deviceId] = open_device(index)
         # Fresh buffers hold zeros, as the capture took them to (it records any other fill
         # as data), whatever `mnrt smi clear` left this runner's device holding.
-        dev._backend.memory.fill = Fill()
+        self.tables[DEVICE][c.deviceId] = open_device_with_fill(index, Fill())
 
     def open_queue(self, c) -> None:
         dev: Device = self.lookup(DEVICE, c.deviceId)

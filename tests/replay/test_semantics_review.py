@@ -215,3 +215,13 @@ def test_snapshot_writes_block_only_where_another_queue_could_overtake_them(dev,
     assert snapshot_blocking(one_queue) == [False]  # in order on the only queue
     assert True in snapshot_blocking(two_queues)
     assert mnrt.replay(one_queue).passed and mnrt.replay(two_queues).passed
+
+
+def test_replay_never_reads_the_device_state(small_binary, tmp_path, monkeypatch):
+    # Replay fills fresh buffers with zeros whatever the state says, so a damaged state
+    # file (which smi reports) must not stop a replay.
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "devices.json").write_bytes(b"\xff not json")
+    monkeypatch.setenv("MNRT_HOME", str(home))
+    assert mnrt.replay(small_binary).passed
