@@ -25,6 +25,8 @@ _SUBCOMMANDS = {
 }
 
 _MAX_MESSAGE = 2000  # characters of an error message the CLI prints
+# A group called with no command shows its help (click >= 8.2 raises this for it).
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 class _LazyGroup(click.Group):
@@ -42,11 +44,32 @@ class _LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except MnrtError as e:
-            message = " ".join(str(e).split())
-            if len(message) > _MAX_MESSAGE:  # it quotes a hostile binary's megabyte-long name
-                message = f"{message[: _MAX_MESSAGE - 40]}... ({len(message)} characters)"
-            click.echo(f"mnrt: error: {message}", err=True)
-            ctx.exit(e.exit_code)
+            _fail(str(e), e.exit_code)
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        """As click's, but a usage error (an unknown flag, a bad value) is one line too,
+        like mnrt's own errors, with click's exit code (2)."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except _NO_ARGS_IS_HELP as e:  # bare `mnrt` or `mnrt smi`: the help itself
+            e.show()
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            hint = f" (see {e.ctx.command_path} --help)" if getattr(e, "ctx", None) else ""
+            _fail(e.format_message() + hint, e.exit_code)
+        except click.Abort:
+            _fail("aborted", 1)
+        sys.exit(code if isinstance(code, int) else 0)  # an Exit's code (--help: 0)
+
+
+def _fail(message: str, code: int) -> None:
+    message = " ".join(message.split())
+    if len(message) > _MAX_MESSAGE:  # it quotes a hostile binary's megabyte-long name
+        message = f"{message[: _MAX_MESSAGE - 40]}... ({len(message)} characters)"
+    click.echo(f"mnrt: error: {message}", err=True)
+    sys.exit(code)
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

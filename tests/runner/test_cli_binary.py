@@ -162,3 +162,12 @@ def test_save_outputs_keeps_reads_whose_names_make_the_same_file_name(tmp_path):
     saved = sorted((tmp_path / "out").iterdir())
     assert {p.name for p in saved} == {"a_b.npy", "a_b~2.npy", "A_B~3.npy"}
     assert sorted(float(np.load(p)[0]) for p in saved) == [0.0, 1.0, 2.0]
+
+
+def test_usage_errors_are_one_line_too():
+    for args in (["run", "--bogus"], ["run"], ["nosuch"], ["run", SAMPLE, "--loops", "0"]):
+        r = CliRunner().invoke(cli, args)
+        assert r.exit_code == 2 and r.output.count("\n") == 1, (args, r.output)
+        assert r.output.startswith("mnrt: error: ") and "--help" in r.output
+    bare = CliRunner().invoke(cli, [])
+    assert "Commands:" in bare.output  # no command at all: the help itself
