@@ -432,15 +432,30 @@ class CompiledFunction:
         self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None
     ) -> None:
         """Record one run (weights, program, inputs) into a light binary whose goldens come
-        from `reference`, with tolerances for the compiled precision."""
+        from `reference`, with tolerances for the compiled precision. The function's inputs
+        hold afterwards what they held before: a later call that gives none still uses them
+        (its outputs, like any call's, are overwritten)."""
         inputs = dict(inputs) if inputs is not None else self.example_inputs
         expected = self.reference(inputs)
         q = self.ctx.queue
-        with capture(path, goldens=False, description=f"compiled graph {self.graph.name}"):
-            outputs = self(inputs)
-            for name, proxy in outputs.items():
-                rtol, atol = _tolerance(self.options["float_dtype"], expected[name], proxy.buffer)
-                compare_to_golden(q, proxy.buffer, expected[name], rtol=rtol, atol=atol, name=name)
+        held = {
+            name: (buf, TensorProxy(q, buf).cpu())
+            for name in self.graph.inputs
+            if (buf := self.lowered.bindings.get(name)) is not None
+        }
+        try:
+            with capture(path, goldens=False, description=f"compiled graph {self.graph.name}"):
+                outputs = self(inputs)
+                for name, proxy in outputs.items():
+                    dtype = self.options["float_dtype"]
+                    rtol, atol = _tolerance(dtype, expected[name], proxy.buffer)
+                    compare_to_golden(
+                        q, proxy.buffer, expected[name], rtol=rtol, atol=atol, name=name
+                    )
+        finally:
+            for buf, data in held.values():
+                q.enqueue_write_buffer(buf, _as_host(data, buf))
+            q.finish()
 
 
 def _tolerance(float_dtype: str, expected: np.ndarray, buf: Buffer) -> tuple[float, float]:

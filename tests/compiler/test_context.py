@@ -211,3 +211,15 @@ def test_a_registered_value_the_compile_cannot_bind_is_warned_about(ctx):
     assert "w" in bound.shared
     with pytest.warns(UserWarning, match=r"does not bind registered value\(s\) 'w'.*mixed"):
         ctx.compile(b, x, options={"float_dtype": "mixed"})  # w becomes half: its own copy
+
+
+def test_save_binary_leaves_the_inputs_a_call_would_use(ctx, tmp_path):
+    rng = np.random.default_rng(6)
+    b = mlp(rng)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    compiled = ctx.compile(b, {"x": x})
+    mine = rng.standard_normal((4, 8)).astype(np.float32)
+    compiled.allocate_input_proxy("x").load_from(mine)
+    compiled.save_binary(tmp_path / "m.mnlb")  # runs on the example inputs
+    np.testing.assert_allclose(compiled()["y"].cpu(), numpy_mlp(b, mine), rtol=1e-5, atol=1e-6)
+    assert mnrt.replay(tmp_path / "m.mnlb").passed
