@@ -46,8 +46,7 @@ def begin_capture(goldens: bool = True) -> None:
 
 def end_capture(description: str = "") -> LightBinary:
     """Stop recording; wait for the captured queues, then build the binary."""
-    if not isinstance(description, str):
-        raise InvalidArgumentError(f"description must be a string, got {description!r}")
+    _check_description(description)
     with _lock:
         rec = observe.current()
         if not isinstance(rec, Recorder):
@@ -72,6 +71,11 @@ def end_capture(description: str = "") -> LightBinary:
     finally:
         if paused:
             gc.enable()
+
+
+def _check_description(description: Any) -> None:
+    if not isinstance(description, str):
+        raise InvalidArgumentError(f"description must be a string, got {description!r}")
 
 
 def _check_nothing_skipped(rec: Recorder) -> None:
@@ -115,8 +119,7 @@ def capture(path: str | os.PathLike, goldens: bool = True, description: str = ""
     """Capture the block into `path`, written atomically when the block succeeds; nothing
     is written if it raises (or the capture cannot be built), and the capture ends either way."""
     path = _check_path(path)
-    if not isinstance(description, str):
-        raise InvalidArgumentError(f"description must be a string, got {description!r}")
+    _check_description(description)
     begin_capture(goldens=goldens)
     rec = observe.current()
     try:
@@ -173,7 +176,7 @@ def _golden_array(buffer: Buffer, expected: Any) -> np.ndarray:
     if array.shape != buffer.shape:
         raise InvalidArgumentError(
             f"golden of shape {array.shape} does not match buffer '{buffer.name}' of shape "
-            f"{buffer.shape}"
+            f"{buffer.shape}; give a golden of the buffer's shape"
         )
     if array.dtype.kind not in "biuf":
         raise InvalidArgumentError(

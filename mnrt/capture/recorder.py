@@ -1,9 +1,12 @@
 """The recorder: an observer of host API calls that keeps an in-memory log of them.
 
-Recording a call only assigns global ids and appends a tuple (plus a copy of written data);
-the FlatBuffer is built once, at end_capture (see `build.py`). Objects that existed before
-capture began are recorded at their first use as a state snapshot: their creation, and for
-buffers their contents at that moment, so a capture can start in the middle of a program.
+Recording a call only assigns global ids and logs one row (plus a copy of written data);
+the FlatBuffer is built once, at end_capture (see `build.py`). Calls that put a command on a
+queue (enqueues, replay_trace) hand the queue the action that logs them, which it runs as it
+puts the command on, so the log keeps each queue's commands in the order they run even when
+threads share a queue. Objects that existed before capture began are recorded at their first
+use as a state snapshot: their creation, and for buffers their contents at that moment, so a
+capture can start in the middle of a program.
 """
 
 from __future__ import annotations
@@ -249,12 +252,7 @@ class Recorder:
             (self._program(cmd.program), tuple(self._buffer(b, q) for b in cmd.plan.buffers))
             for cmd in trace.commands
         ]
-        gid = self._next
-        self._next += 1
-        self._traces[(dev, trace.id)] = gid
-        self._open_traces[gid] = len(self.log)
-        self._trace_queue[gid] = qid
-        self.log.append((BEGIN_TRACE, qid, gid))
+        self._begin_trace(dev, trace.id, qid)
         for pid, bids in steps:
             self.log.append((PROGRAM, qid, pid, bids, False))
 
@@ -400,12 +398,17 @@ class Recorder:
 
     def _after_begin_trace(self, args: tuple, kwargs: dict, tid: int) -> None:
         q = args[0]
+        self._begin_trace(q.device.tag, tid, q.tag)
+
+    def _begin_trace(self, dev: int, tid: int, qid: int) -> None:
+        """Log the start of device trace `tid` of device `dev` on queue `qid`, under a new id:
+        until it ends, snapshots go before it (see _emit) and close() ends it."""
         gid = self._next
         self._next += 1
-        self._traces[(q.device.tag, tid)] = gid
+        self._traces[(dev, tid)] = gid
         self._open_traces[gid] = len(self.log)
-        self._trace_queue[gid] = q.tag
-        self.log.append((BEGIN_TRACE, q.tag, gid))
+        self._trace_queue[gid] = qid
+        self.log.append((BEGIN_TRACE, qid, gid))
 
     def _after_end_trace(self, args: tuple, kwargs: dict, result: None) -> None:
         q = args[0]

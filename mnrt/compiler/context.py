@@ -17,7 +17,7 @@ import time
 import uuid
 import warnings
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +193,9 @@ def _make_dir(folder: Path, what: str) -> Path:
             "give a writable directory path"
         ) from None
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise InvalidArgumentError(f"{what} {folder}: the directory is not writable")
+        raise InvalidArgumentError(
+            f"{what} {folder}: the directory is not writable; give a writable directory path"
+        )
     return folder
 
 
@@ -545,27 +547,7 @@ class Context:
                 return compiled
         optimised = graph
         stages = [("import", graph.dump())]  # the graph after each phase, for CODEGEN_DEBUG
-        # Widening to double is exact, so it goes first: what the passes fold (weights
-        # transformed at compile time) is then computed in double too, not in float.
-        widen_first = opts["float_dtype"] == "double"
-        float_dtype = ("float_dtype", lambda g: apply_float_dtype(g, opts["float_dtype"]))
-        steps = [float_dtype] if widen_first else []
-        steps += [(step.__name__, step) for step in PIPELINES.get(opts.name, PIPELINES["O1"])]
-        steps += [] if widen_first else [float_dtype]
-        steps += [(step.__name__, step) for step in AFTER_FLOAT_DTYPE.get(opts.name, ())]
-        steps.append(
-            ("schedule", lambda g: schedule(g, opts["scheduler"], opts["sa_expected_run_iters"]))
-        )
-        steps.append(("placement", lambda g: placement.place(g, opts["sram_budget"])))
-        steps.append(
-            (
-                "layout",
-                lambda g: layout.assign_layouts(
-                    g, opts["layout_planner"], opts["layout_spec"], opts["gemm_layout_spec"]
-                ),
-            )
-        )
-        for name, step in steps:
+        for name, step in _steps(opts):
             t0 = time.perf_counter()
             optimised = step(optimised)
             phases.append({"name": name, "status": "ok", "seconds": time.perf_counter() - t0})
@@ -614,6 +596,31 @@ class Context:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _steps(opts: CompileOptions) -> list[tuple[str, Callable[[Graph], Graph]]]:
+    """The compile phases the options ask for, in order, each with its name for the report."""
+    # Widening to double is exact, so it goes first: what the passes fold (weights
+    # transformed at compile time) is then computed in double too, not in float.
+    widen_first = opts["float_dtype"] == "double"
+    float_dtype = ("float_dtype", lambda g: apply_float_dtype(g, opts["float_dtype"]))
+    steps = [float_dtype] if widen_first else []
+    steps += [(step.__name__, step) for step in PIPELINES.get(opts.name, PIPELINES["O1"])]
+    steps += [] if widen_first else [float_dtype]
+    steps += [(step.__name__, step) for step in AFTER_FLOAT_DTYPE.get(opts.name, ())]
+    steps.append(
+        ("schedule", lambda g: schedule(g, opts["scheduler"], opts["sa_expected_run_iters"]))
+    )
+    steps.append(("placement", lambda g: placement.place(g, opts["sram_budget"])))
+    steps.append(
+        (
+            "layout",
+            lambda g: layout.assign_layouts(
+                g, opts["layout_planner"], opts["layout_spec"], opts["gemm_layout_spec"]
+            ),
+        )
+    )
+    return steps
 
 
 def _cache_key(graph: Graph, opts: CompileOptions, inputs: Mapping[str, np.ndarray]) -> str:

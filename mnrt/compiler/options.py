@@ -36,6 +36,7 @@ def _check_sram_budget(value: int, what: str) -> None:
         )
 
 
+DEFAULT_ANNEAL_STEPS = 1000
 MAX_ANNEAL_STEPS = 1_000_000  # each step re-measures the whole schedule's peak
 
 
@@ -45,7 +46,7 @@ def _check_anneal_steps(value: int, what: str) -> None:
     if value > MAX_ANNEAL_STEPS:
         raise InvalidArgumentError(
             f"{what}={value}: give at most {MAX_ANNEAL_STEPS} annealing steps (the default, "
-            "1000, already finds most of what annealing can)"
+            f"{DEFAULT_ANNEAL_STEPS}, already finds most of what annealing can)"
         )
 
 
@@ -78,7 +79,7 @@ OPTIONS: dict[str, Option] = {
         parse=_check_sram_budget,
     ),
     "sa_expected_run_iters": Option(
-        1000,
+        DEFAULT_ANNEAL_STEPS,
         "simulated-annealing steps of scheduler=anneal",
         kind=int,
         parse=_check_anneal_steps,

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..device.dtypes import DType
 from ..device.kernels import TensorSpec
-from ..errors import DeviceMismatchError, UseAfterFreeError
+from ..errors import DeviceMismatchError, MnrtError, UseAfterFreeError
 from .observe import api
 
 if TYPE_CHECKING:
@@ -60,18 +60,31 @@ class Buffer:
 
     def _check_device(self, device: Device, role: str) -> None:
         if self.device is not device:
-            if not self.device.is_open:
-                # Its device was closed (perhaps reopened since, as a new Device object).
-                raise UseAfterFreeError(
-                    f"{role}buffer '{self.name}' was freed when device {self.device.index} "
-                    "was closed; create it again on the open device"
-                )
-            raise DeviceMismatchError(
-                f"{role}buffer '{self.name}' belongs to device {self.device.index}, "
-                f"not device {device.index}; create it on the device that uses it"
+            raise foreign_object_error(
+                f"{role}buffer '{self.name}'",
+                self.device,
+                device,
+                "belongs to",
+                "create it on the device that uses it",
             )
         self._storage()
 
     def __repr__(self) -> str:
         state = f"@{self.address:#x}" if self._bits is not None else "freed"
         return f"Buffer('{self.name}', {self.dtype.name}{list(self.shape)}, {state})"
+
+
+def foreign_object_error(
+    what: str, owner: Device, device: Device, relation: str, fix: str
+) -> MnrtError:
+    """The error for `what` (a buffer or program of device `owner`) used on `device`. An
+    object of a closed device was freed with it, even when that device has been opened again
+    since (as a new Device object): using it is a use after free, not a device mismatch."""
+    if not owner.is_open:
+        return UseAfterFreeError(
+            f"{what} was freed when device {owner.index} was closed; "
+            "create it again on the open device"
+        )
+    return DeviceMismatchError(
+        f"{what} {relation} device {owner.index}, not device {device.index}; {fix}"
+    )

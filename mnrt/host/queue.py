@@ -18,16 +18,14 @@ import numpy as np
 
 from ..errors import (
     DeviceExecutionError,
-    DeviceMismatchError,
     DTypeError,
     InvalidArgumentError,
     MnrtError,
     ShapeError,
     TraceError,
-    UseAfterFreeError,
 )
 from . import observe
-from .buffer import Buffer
+from .buffer import Buffer, foreign_object_error
 from .commands import (
     DONE,
     FAILED,
@@ -147,14 +145,12 @@ class CommandQueue:
                 f"enqueue_program takes a Program, got {type(program).__name__}"
             )
         if program.device is not self.device:
-            if not program.device.is_open:
-                raise UseAfterFreeError(
-                    f"program '{program.name}' was freed when device {program.device.index} "
-                    "was closed; create it again on the open device"
-                )
-            raise DeviceMismatchError(
-                f"program '{program.name}' was created on device {program.device.index}, "
-                f"not device {self.device.index}; create it on the device that runs it"
+            raise foreign_object_error(
+                f"program '{program.name}'",
+                program.device,
+                self.device,
+                "was created on",
+                "create it on the device that runs it",
             )
         cmd = RunProgram(program, program._plan(bindings), bindings)
         _check_blocking(blocking)

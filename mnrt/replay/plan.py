@@ -181,7 +181,9 @@ class _Validator:
         self.ref(c.deviceId, DEVICE)
         self.define(c.queueId, QUEUE)
         if c.index >= MAX_QUEUES:
-            raise self.fail(f"queue id {c.queueId} has index {c.index}; a device has 0..7")
+            raise self.fail(
+                f"queue id {c.queueId} has index {c.index}; a device has 0..{MAX_QUEUES - 1}"
+            )
         self.plan.queue_device[c.queueId] = c.deviceId
         self.queues[c.queueId] = (c.deviceId, c.index)
 

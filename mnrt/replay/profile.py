@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import os
 import time
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,7 @@ from ..format.files import write_atomically
 from ..host.commands import FAILED, RunProgram
 from .executor import COMMAND_NAMES
 from .plan import BUFFER, DEVICE, PROGRAM, QUEUE, Plan
-from .report import json_safe
+from .report import json_safe, json_value
 
 if TYPE_CHECKING:
     from ..host import Buffer, CommandQueue
@@ -42,13 +41,11 @@ def _describe(buf: Buffer) -> str:
 
 
 def _json_value(v: Any) -> Any:
-    """An attribute value as strict JSON has it: no NaN or infinity literals (a fill value
-    may be NaN), which trace viewers' parsers refuse."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
+    """An attribute value as strict JSON has it, element by element for a tuple (a fill
+    value may be NaN)."""
     if isinstance(v, (tuple, list)):
         return [_json_value(x) for x in v]
-    return v
+    return json_value(v)
 
 
 def _modelled_args(m: Any) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import json
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -124,8 +124,12 @@ class ReplayReport:
         return "\n".join(lines)
 
 
+def json_value(v: Any) -> Any:
+    """JSON has no inf or nan (strict parsers, trace viewers' among them, refuse the
+    literals): a non-finite float is written as a string."""
+    return str(v) if isinstance(v, float) and not math.isfinite(v) else v
+
+
 def json_safe(d: dict) -> dict:
-    """JSON has no inf or nan: write them as strings."""
-    return {
-        k: (str(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()
-    }
+    """`d` with each of its values made strict JSON by `json_value`."""
+    return {k: json_value(v) for k, v in d.items()}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -56,6 +57,15 @@ def streaming_cost(
     moved = sum(t.nbytes for t in present(ins)) + sum(t.nbytes for t in outs)
     elems = max((t.size for t in outs), default=0)
     return Cost(flops=flops_per_elem * elems, dram_bytes=float(moved))
+
+
+def mau_blocks(rows: int, cols: int) -> tuple[int, float]:
+    """How a rows x cols matrix product maps onto the MAU, which works on 4x4 output
+    blocks, one block per PE per wave: the blocks (Cost.parallel, per product) and the
+    share of them the product fills (Cost.fill), since blocks at a ragged edge are partly
+    empty but take their PE for the whole wave."""
+    blocks = math.ceil(rows / 4) * math.ceil(cols / 4)
+    return blocks, rows * cols / (16 * blocks) if blocks else 1.0
 
 
 # The most elements a kernel may materialise as a temporary (a padded input, im2col columns):

@@ -8,13 +8,11 @@ matrix product over channels and skips the im2col copy.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ...errors import DTypeError, KernelAttributeError, ShapeError
 from .. import dtypes as dt
-from .common import check_padding, check_temporary, pad_hw, require_rank, same_dtype
+from .common import check_padding, check_temporary, mau_blocks, pad_hw, require_rank, same_dtype
 from .registry import Attr, Cost, KernelDef, OutSpec, register
 from .unary import EPILOGUES, epilogue, epilogue_flops
 
@@ -139,14 +137,14 @@ def _cost(ins, outs, attrs):
     # output blocks (partly empty at a ragged edge).
     tile = 256
     moved = sum(t.nbytes for t in ins if t is not None) + out.nbytes
-    blocks = math.ceil(o // groups / 4) * math.ceil(oh * ow / 4)
+    blocks, fill = mau_blocks(o // groups, oh * ow)
     return Cost(
         flops=products + per_out * n * o * oh * ow,
         dram_bytes=float(moved),
         sram_bytes=products / tile * x.dtype.itemsize,
         parallel=n * groups * blocks,
         matrix=True,
-        fill=(o // groups) * oh * ow / (16 * blocks) if blocks else 1.0,
+        fill=fill,
     )
 
 

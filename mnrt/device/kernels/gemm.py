@@ -13,7 +13,7 @@ import numpy as np
 
 from ...errors import DTypeError, KernelAttributeError, ShapeError
 from .. import dtypes as dt
-from .common import require_rank, same_dtype
+from .common import mau_blocks, require_rank, same_dtype
 from .registry import Attr, Cost, KernelDef, OutSpec, register
 from .unary import EPILOGUES, epilogue, epilogue_flops
 
@@ -128,16 +128,14 @@ def _cost(ins, outs, attrs):
     # a and b panels; every k-step streams those panels once from L1BM.
     tile = 256
     moved = sum(t.nbytes for t in ins if t is not None) + out.nbytes
-    # The MAU works on 4x4 output blocks, one block per PE per wave; blocks at a ragged
-    # edge are partly empty but take their PE for the whole wave.
-    blocks = math.ceil(m / 4) * math.ceil(n / 4)
+    blocks, fill = mau_blocks(m, n)
     return Cost(
         flops=per_out * batch * m * n,
         dram_bytes=float(moved),
         sram_bytes=2.0 * batch * m * n * k / tile * a.dtype.itemsize,
         parallel=batch * blocks,
         matrix=True,
-        fill=m * n / (16 * blocks) if blocks else 1.0,
+        fill=fill,
     )
 
 
