@@ -76,6 +76,9 @@ def compare(
         return Check(name, True, dtype.name, shape, rtol, atol, 0.0, 0.0, 1.0, 0, None)
     a = np.asarray(actual, np.float64)
     b = np.asarray(expected, np.float64)
+    finite = _compare_finite(name, a.reshape(-1), b.reshape(-1), shape, dtype, rtol, atol)
+    if finite is not None:
+        return finite
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         diff = np.abs(a - b)
         alike = (np.isnan(a) & np.isnan(b)) | (np.isinf(a) & (a == b))
@@ -89,10 +92,7 @@ def compare(
     if math.isnan(max_rel):  # an infinite error relative to an infinite golden
         max_rel = math.inf
     bad = np.flatnonzero(~ok)
-    if shape:
-        listed = list(zip(*(c.tolist() for c in np.unravel_index(bad[:MAX_LISTED], shape))))
-    else:  # a scalar's one mismatch is at index ()
-        listed = [()] * bad.size
+    listed = _indices(bad, shape)
     return Check(
         name=name,
         passed=bad.size == 0,
@@ -109,10 +109,58 @@ def compare(
     )
 
 
-def _pcc(a: np.ndarray, b: np.ndarray) -> float:
+def _compare_finite(
+    name: str,
+    a: np.ndarray,
+    b: np.ndarray,
+    shape: tuple[int, ...],
+    dtype: DType,
+    rtol: float,
+    atol: float,
+) -> Check | None:
+    """The same verdict in fewer passes over the data, for the usual case where every
+    value is finite (None otherwise): a NaN or infinity anywhere in either array makes the
+    largest difference NaN or infinite, which is how that case is told apart. a and b are
+    flat float64 arrays."""
+    diff = np.abs(a - b)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    if not math.isfinite(max_abs):
+        return None
+    scale = np.abs(b)
+    bad = np.flatnonzero(diff > atol + rtol * scale)
+    np.maximum(scale, np.finfo(np.float64).tiny, out=scale)
+    max_rel = float(np.divide(diff, scale, out=diff).max()) if diff.size else 0.0
+    listed = _indices(bad, shape)
+    return Check(
+        name=name,
+        passed=bad.size == 0,
+        dtype=dtype.name,
+        shape=shape,
+        rtol=rtol,
+        atol=atol,
+        max_abs_err=max_abs,
+        max_rel_err=max_rel,
+        pcc=_pcc(a, b, finite=True),
+        mismatches=int(bad.size),
+        first_mismatch=listed[0] if listed else None,
+        mismatch_indices=listed,
+    )
+
+
+def _indices(bad: np.ndarray, shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The first MAX_LISTED flat mismatch positions as indices (a scalar's is ())."""
+    if not shape:
+        return [()] * bad.size
+    return list(zip(*(c.tolist() for c in np.unravel_index(bad[:MAX_LISTED], shape))))
+
+
+def _pcc(a: np.ndarray, b: np.ndarray, finite: bool = False) -> float:
     """Pearson correlation of the finite values; 1.0 for identical constant arrays."""
-    keep = np.isfinite(a) & np.isfinite(b)
-    x, y = (a.ravel(), b.ravel()) if keep.all() else (a[keep], b[keep])
+    if finite:
+        x, y = a.ravel(), b.ravel()
+    else:
+        keep = np.isfinite(a) & np.isfinite(b)
+        x, y = (a.ravel(), b.ravel()) if keep.all() else (a[keep], b[keep])
     if x.size == 0:
         return 1.0
     xs, ys = x - x.mean(), y - y.mean()
