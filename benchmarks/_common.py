@@ -21,27 +21,37 @@ def best_time(fn: Callable[[], object], repeat: int = 5, warmup: int = 1) -> flo
     return min(samples)
 
 
+class Batch:
+    """A side that times itself: `run(repeat)` runs a block of `repeat` runs and returns
+    their times (mnrt.replay's loops, each timed inside one call)."""
+
+    def __init__(self, run: Callable[[int], list[float]]) -> None:
+        self.run = run
+
+
 def best_times(
-    baseline: Callable[[], object],
-    candidate: Callable[[], object],
+    *sides: Callable[[], object] | Batch,
     repeat: int = 5,
     rounds: int = 3,
     settle_s: float = 0.05,
-) -> tuple[float, float]:
-    """Fastest times of two functions over `rounds` alternating blocks of `repeat` runs each,
-    so that a slow spell on a shared machine hits both sides alike. Between blocks both wait
+) -> tuple[float, ...]:
+    """Fastest times of each side over `rounds` alternating blocks of `repeat` runs each,
+    so that a slow spell on a shared machine hits every side alike. Between blocks all wait
     `settle_s`: a side's background threads (onnxruntime's pool spins for a while after
-    each run) would otherwise take cores from the other side's first runs."""
-    samples: tuple[list[float], list[float]] = ([], [])
+    each run) would otherwise take cores from the next side's first runs."""
+    samples: list[list[float]] = [[] for _ in sides]
     for _ in range(rounds):
-        for fn, times in zip((baseline, candidate), samples):
-            fn()
-            for _ in range(repeat):
-                start = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - start)
+        for side, times in zip(sides, samples):
+            if isinstance(side, Batch):
+                times.extend(side.run(repeat))
+            else:
+                side()
+                for _ in range(repeat):
+                    start = time.perf_counter()
+                    side()
+                    times.append(time.perf_counter() - start)
             time.sleep(settle_s)
-    return min(samples[0]), min(samples[1])
+    return tuple(min(t) for t in samples)
 
 
 def verdict(value: float, target: float, higher_is_better: bool = True) -> str:

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import best_time, best_times
+from _common import Batch, best_time, best_times
 
 import mnrt
 from mnrt.compiler.models import MODELS
@@ -73,14 +73,17 @@ def main() -> None:
             def call(compiled=compiled, inputs=inputs, out=out):
                 compiled(inputs)[out].cpu()
 
-            t_ort, t_call = best_times(
-                lambda s=session, i=inputs: s.run(None, i), call, args.repeat
-            )
             path = Path(tmp) / f"{model}.mnlb"
             compiled.save_binary(path)
             binary = mnrt.LightBinary.load(path)
-            report = mnrt.replay(binary, loops=args.repeat)
-            t_replay = report.timings["wall_min_s"]
+
+            def replay(repeat, binary=binary):
+                return [mnrt.replay(binary, loops=repeat).timings["wall_min_s"]]
+
+            t_ort, t_call, t_replay = best_times(
+                lambda s=session, i=inputs: s.run(None, i), call, Batch(replay),
+                repeat=args.repeat,
+            )  # fmt: skip
             ok = "ok" if t_replay / t_ort <= 1.5 else "MISSED"
             print(
                 f"{name:<15} {t_ort * 1e3:>8.2f} {t_call * 1e3:>8.2f} {t_call / t_ort:>9.2f} "
@@ -91,7 +94,7 @@ def main() -> None:
                 s = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
                 s.run(None, inputs)
 
-            cold.append((name, *best_times(ort_cold, lambda p=path: mnrt.replay(p), 3)))
+            cold.append((name, *best_times(ort_cold, lambda p=path: mnrt.replay(p), repeat=3)))
 
         print("\ncold start: run a model file once (fastest of 3 alternating blocks of 3)")
         print(f"{'model':<15} {'ort session+run ms':>19} {'mnrt.replay(path) ms':>21} {'ratio':>6}")

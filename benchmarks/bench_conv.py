@@ -80,7 +80,7 @@ def main() -> None:
                 q.finish()
 
             t_ref, t_dev = best_times(
-                lambda x=x, w=w, s=s, p=p: direct_conv(x, w, s, p), run, args.repeat
+                lambda x=x, w=w, s=s, p=p: direct_conv(x, w, s, p), run, repeat=args.repeat
             )
             ref = direct_conv(x, w, s, p)
             got = q.enqueue_read_buffer(yb)

@@ -59,7 +59,7 @@ def main() -> None:
                 (mnrt.half, "half GEMM device/numpy f32 (numpy/device)", 0.60),
             ):
                 run, bufs = device_gemm(dev, q, n, dtype, a, b)
-                t_np, t_dev = best_times(lambda a=a, b=b: a @ b, run, reps)
+                t_np, t_dev = best_times(lambda a=a, b=b: a @ b, run, repeat=reps)
                 ratio = t_np / t_dev
                 print(
                     f"{name:<44} {n:>5} {t_np * 1e3:>12.2f} {t_dev * 1e3:>10.2f} "
@@ -79,7 +79,7 @@ def main() -> None:
                         q.enqueue_program(prog, flip[0])
                         q.finish()
 
-                    t_np, t_cold = best_times(lambda a=a, b=b: a @ b, cold, reps)
+                    t_np, t_cold = best_times(lambda a=a, b=b: a @ b, cold, repeat=reps)
                     name = "  half GEMM, cold (inputs change every run)"
                     print(
                         f"{name:<44} {n:>5} {t_np * 1e3:>12.2f} {t_cold * 1e3:>10.2f} "

@@ -85,9 +85,9 @@ class EmulatedDevice:
         cls.bind(kdef, attrs, ins, outs).run()
 
 
-class _Scratch(threading.local):
-    """Per-thread arrays for widened operands (half and float16 compute in float32), keyed
-    by role, position, shape and dtype, so a large half kernel writes into memory that is
+class Scratch:
+    """Arrays for widened operands (half and float16 compute in float32), keyed by role,
+    position, shape and dtype, so a large half kernel writes into memory that is
     already mapped instead of faulting in fresh pages on every run.
 
     Widened inputs are also reused while the stored bits are unchanged: each is keyed by an
@@ -95,7 +95,7 @@ class _Scratch(threading.local):
     to decode), so weights that are read again and again are decoded once, and the cache
     can never return values for bits that differ from the ones it decoded."""
 
-    limit = 1 << 30  # bytes kept per thread before the arena starts over
+    limit = 1 << 30  # bytes kept before the arena starts over
 
     def __init__(self) -> None:
         self.arrays: dict[tuple, np.ndarray] = {}
@@ -125,7 +125,24 @@ class _Scratch(threading.local):
         return arr
 
 
-_scratch = _Scratch()
+_current = threading.local()
+
+
+def use_scratch(scratch: Scratch | None) -> Scratch | None:
+    """Make the kernels this thread runs widen into `scratch` (None: a scratch of the
+    thread's own); returns the one in use before. A command queue has one scratch, used by
+    whichever thread runs its commands, so a weight is decoded once per queue, not once per
+    thread that happens to run it."""
+    before = getattr(_current, "scratch", None)
+    _current.scratch = scratch
+    return before
+
+
+def _scratch() -> Scratch:
+    scratch = getattr(_current, "scratch", None)
+    if scratch is None:
+        scratch = _current.scratch = Scratch()
+    return scratch
 
 
 class BoundKernel:
@@ -161,14 +178,16 @@ class BoundKernel:
         caller's to silence (queue workers ignore them: the device has no traps)."""
         values, targets = self.values, self.targets
         if self.loads:
+            scratch = _scratch()
             values = list(values)
             for i, bits, d in self.loads:
-                values[i] = _scratch.widen(("in", i, bits.shape, d), bits, d)
+                values[i] = scratch.widen(("in", i, bits.shape, d), bits, d)
         if self.widened:
+            scratch = _scratch()
             targets = list(targets)
             for j in self.widened:
                 shape, d, _ = targets[j]
-                targets[j] = Out(shape, d, _scratch.get(("out", j, shape, d), shape, d.compute))
+                targets[j] = Out(shape, d, scratch.get(("out", j, shape, d), shape, d.compute))
         results = self.compute(values, self.attrs, targets)
         for (bits, d), result in zip(self.outs, results):
             if result is bits:

@@ -67,6 +67,8 @@ class Buffer:
                 "belongs to",
                 "create it on the device that uses it",
             )
+        if self._bits is None and not device.is_open:
+            raise device._closed_error()  # freed by a close racing this call
         self._storage()
 
     def __repr__(self) -> str:

@@ -1,11 +1,11 @@
-"""Queue commands. Each is validated on the host thread when enqueued and run on the queue's
-worker; afterwards it is the record of what ran (kind, modelled device time and energy,
-host wall time), which the queue keeps as its per-command history. A profiling queue also
+"""Queue commands. Each is validated on the host thread when enqueued and run by the queue (its
+worker, or a host thread waiting for it); afterwards it is the record of what ran (kind,
+modelled device time and energy, host wall time), which the queue keeps as its per-command
+history. A profiling queue also
 stamps when each command was enqueued and when its kernels ran (replay's `--profile`)."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -25,7 +25,7 @@ PENDING, DONE, FAILED, SKIPPED = "pending", "done", "failed", "skipped"
 class Command:
     """Base of queue commands; `run` does the device work and returns its modelled cost."""
 
-    __slots__ = ("enqueued_s", "event", "index", "modelled", "start_s", "status", "wall_s")
+    __slots__ = ("enqueued_s", "index", "modelled", "start_s", "status", "wall_s")
     kind = "command"
 
     def __init__(self) -> None:
@@ -34,7 +34,6 @@ class Command:
         self.start_s = self.wall_s = 0.0  # perf_counter() when it began; seconds it took
         self.enqueued_s: float | None = None  # perf_counter() at enqueue, when profiling
         self.status = PENDING
-        self.event: threading.Event | None = None
 
     def profile(self) -> None:
         """Keep the timestamps a profile needs (set by a profiling queue at enqueue)."""
@@ -171,10 +170,3 @@ class ReplayTrace(Command):
             flops += m.flops
             moved += m.dram_bytes
         return Modelled(total_t, total_e, flops, moved, "trace")
-
-
-class Marker(Command):
-    """A point in the queue: the worker sets its event once everything before it ran."""
-
-    __slots__ = ()
-    kind = "finish"

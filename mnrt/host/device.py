@@ -130,8 +130,10 @@ class Device:
             return
         for q in self._queues.values():
             q._stop()
-        self._free_all()
+        # Closed before freed: a call racing this one from another thread finds the device
+        # closed, rather than its buffers freed and the device still open.
         self._closed = True
+        self._free_all()
         with _open_lock:
             if _open.get(self.index) is self:
                 del _open[self.index]

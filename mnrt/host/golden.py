@@ -122,14 +122,16 @@ def _compare_finite(
     value is finite (None otherwise): a NaN or infinity anywhere in either array makes the
     largest difference NaN or infinite, which is how that case is told apart. a and b are
     flat float64 arrays."""
-    diff = np.abs(a - b)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf; a difference overflowing
+        diff = np.abs(a - b)
     max_abs = float(diff.max()) if diff.size else 0.0
     if not math.isfinite(max_abs):
         return None
     scale = np.abs(b)
     bad = np.flatnonzero(diff > atol + rtol * scale)
     np.maximum(scale, np.finfo(np.float64).tiny, out=scale)
-    max_rel = float(np.divide(diff, scale, out=diff).max()) if diff.size else 0.0
+    with np.errstate(over="ignore"):  # a difference far above a tiny golden is inf
+        max_rel = float(np.divide(diff, scale, out=diff).max()) if diff.size else 0.0
     listed = _indices(bad, shape)
     return Check(
         name=name,

@@ -3,6 +3,12 @@
 Argument errors raise at the enqueue call. An error while the device runs a command is kept
 and raised by the next `finish()` or blocking call, naming the command; commands queued
 behind a failed one are skipped until that error has been reported.
+
+A host thread that has to wait (finish, a blocking call) runs the commands still queued
+itself instead of sleeping until the worker has: waking a thread on another core costs
+50-300 us on a virtual machine, more than a small program takes to run. Commands are taken
+and run under one lock per queue, so they still run one at a time, in order, whichever
+thread runs them.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..device.emulator import Scratch, use_scratch
 from ..errors import (
     DeviceExecutionError,
     DTypeError,
@@ -31,7 +38,6 @@ from .commands import (
     FAILED,
     SKIPPED,
     Command,
-    Marker,
     ReadBuffer,
     ReplayTrace,
     RunProgram,
@@ -65,7 +71,12 @@ class CommandQueue:
         self.device_time_s = 0.0
         self.energy_j = 0.0
         self.commands_done = 0
-        self._pending: _queue.SimpleQueue[Command | None] = _queue.SimpleQueue()
+        # Commands not yet taken, and one wake-up for the worker per command put (False:
+        # stop). A thread takes and runs commands only while holding _run_lock.
+        self._pending: deque[Command] = deque()
+        self._wakeups: _queue.SimpleQueue[bool] = _queue.SimpleQueue()
+        self._run_lock = threading.Lock()
+        self._scratch = Scratch()
         self._worker: threading.Thread | None = None
         self._error: DeviceExecutionError | None = None
         self._capture: Trace | None = None
@@ -262,8 +273,6 @@ class CommandQueue:
         self, cmd: Command, blocking: bool, record: Callable[[], object] | None = None
     ) -> None:
         _check_blocking(blocking)
-        if blocking:
-            cmd.event = threading.Event()
         if self._profiling:
             cmd.profile()
         cmd.index = next(self._seq)
@@ -271,10 +280,7 @@ class CommandQueue:
             # The device was closed (by another thread) after this call checked it.
             raise self.device._closed_error()
         if blocking:
-            cmd.event.wait()
-            # Done with: a command a capture keeps (a read's golden) must not keep its
-            # Event's lock and condition alive for the garbage collector to walk.
-            cmd.event = None
+            self._run_pending()
             self._raise_pending_error()
 
     def _put(self, cmd: Command, record: Callable[[], object] | None = None) -> bool:
@@ -295,33 +301,52 @@ class CommandQueue:
                     daemon=True,
                 )
                 self._worker.start()
-            self._pending.put(cmd)
+            self._pending.append(cmd)
+            self._wakeups.put(True)
             return True
 
     def _work(self) -> None:
         np.seterr(all="ignore")  # the device has no traps: inf and nan propagate
-        backend = self.device._backend
-        get = self._pending.get
-        while (cmd := get()) is not None:
-            if isinstance(cmd, Marker):
-                cmd.status = DONE
-            elif self._error is None:
-                try:
-                    cmd.execute(backend)
-                except Exception as e:
-                    cmd.status = FAILED
-                    self._error = self._wrap_error(cmd, e)
-                if cmd.status == DONE:
-                    self.device_time_s += cmd.modelled.time_s
-                    self.energy_j += cmd.modelled.energy_j
-                    self.commands_done += 1
+        use_scratch(self._scratch)
+        wake, pending = self._wakeups.get, self._pending
+        while wake():
+            with self._run_lock:
+                if pending:  # else a waiting host thread ran it already
+                    self._run(pending.popleft())
+
+    def _run_pending(self) -> None:
+        """Run every command queued so far on this thread (after the one the worker may be
+        running): what a thread that must wait for them does instead of sleeping."""
+        with self._run_lock, np.errstate(all="ignore"):
+            before = use_scratch(self._scratch)
+            try:
+                pending = self._pending
+                while pending:
+                    self._run(pending.popleft())
+            finally:
+                use_scratch(before)
+
+    def _run(self, cmd: Command) -> None:
+        """Run one command, or skip it behind an error not yet reported (under _run_lock)."""
+        if self._error is None:
+            try:
+                cmd.execute(self.device._backend)
+            except Exception as e:
+                cmd.status = FAILED
+                self._error = self._wrap_error(cmd, e)
+            except BaseException as e:  # Ctrl-C while the host thread ran it
+                cmd.status = FAILED
+                self._error = self._wrap_error(cmd, e)
                 self.history.append(cmd)
-            else:
-                cmd.status = SKIPPED
-                self.skipped += 1
-                self.history.append(cmd)
-            if cmd.event is not None:
-                cmd.event.set()
+                raise
+            if cmd.status == DONE:
+                self.device_time_s += cmd.modelled.time_s
+                self.energy_j += cmd.modelled.energy_j
+                self.commands_done += 1
+        else:
+            cmd.status = SKIPPED
+            self.skipped += 1
+        self.history.append(cmd)
 
     def _wrap_error(self, cmd: Command, e: Exception) -> DeviceExecutionError:
         notes = "".join(f" ({n})" for n in getattr(e, "__notes__", ()))
@@ -334,16 +359,9 @@ class CommandQueue:
         return err
 
     def _drain(self) -> None:
-        """Wait for the worker to run everything enqueued so far; raises nothing."""
-        worker = self._worker
-        if worker is None:
-            return
-        marker = Marker()
-        marker.event = threading.Event()
-        if self._put(marker):
-            marker.event.wait()
-        else:
-            worker.join()  # stopping: it runs everything put before the sentinel
+        """Wait until everything enqueued so far has run; raises nothing."""
+        if self._worker is not None:
+            self._run_pending()
 
     def _raise_pending_error(self) -> None:
         err, self._error = self._error, None
@@ -364,7 +382,7 @@ class CommandQueue:
             self._stopped = True
             worker = self._worker
             if worker is not None:
-                self._pending.put(None)
+                self._wakeups.put(False)  # behind every command's wake-up
         if worker is not None:
             worker.join()
             self._worker = None
@@ -372,5 +390,7 @@ class CommandQueue:
     def _forget_worker(self) -> None:
         """In a forked child: the worker (and whoever held the lock) stayed in the parent."""
         self._lock = threading.Lock()
+        self._run_lock = threading.Lock()
+        self._pending.clear()
         self._stopped = True
         self._worker = None

@@ -236,6 +236,80 @@ def test_enqueue_returns_before_the_device_runs(dev, q):
     assert q.stats()["commands"] == 2
 
 
+def _idle_worker(q, monkeypatch):
+    """Start q's worker as a thread that never runs a command: what is run, a waiting
+    host thread runs."""
+    monkeypatch.setattr(q, "_work", lambda: None)
+
+
+def test_a_waiting_thread_runs_the_queued_commands_itself(dev, q, monkeypatch):
+    _idle_worker(q, monkeypatch)
+    x = dev.create_buffer((3,), "float")
+    y = dev.create_buffer((3,), "float")
+    prog = dev.create_program([mnrt.Kernel("relu", ["x"], ["y"])])
+    q.enqueue_write_buffer(x, np.array([-1, 0, 2], np.float32))
+    q.enqueue_program(prog, {"x": x, "y": y})
+    assert q.stats()["commands"] == 0  # nothing ran: the worker is idle
+    np.testing.assert_array_equal(q.enqueue_read_buffer(y), [0, 0, 2])
+    late = q.enqueue_read_buffer(x, blocking=False)
+    q.finish()
+    np.testing.assert_array_equal(late, [-1, 0, 2])
+    assert [c.status for c in q.history] == ["done"] * 4
+
+
+def test_commands_run_once_and_in_order_whichever_thread_runs_them(dev, q):
+    ran: list[int] = []
+
+    class Note(Command):
+        def __init__(self, i):
+            super().__init__()
+            self.i = i
+
+        def run(self, backend):
+            ran.append(self.i)
+            return Modelled(0.0, 0.0)
+
+    for i in range(2000):
+        q._submit(Note(i), blocking=i % 97 == 0)  # the host joins in now and then
+    q.finish()
+    assert ran == list(range(2000))
+
+
+def test_an_interrupt_while_the_host_runs_a_command_fails_that_command(dev, q, monkeypatch):
+    _idle_worker(q, monkeypatch)
+
+    class Interrupted(Command):
+        def run(self, backend):
+            raise KeyboardInterrupt
+
+    q._submit(Interrupted(), blocking=False)
+    with pytest.raises(KeyboardInterrupt):
+        q.finish()
+    with pytest.raises(mnrt.DeviceExecutionError, match="KeyboardInterrupt"):
+        q.finish()  # reported like any device error, once
+    q.finish()
+    assert [c.status for c in q.history] == ["failed"]
+
+
+def test_waiting_leaves_the_threads_own_scratch_in_place(dev, q, monkeypatch):
+    from mnrt.device import emulator
+
+    _idle_worker(q, monkeypatch)
+    mine = emulator.Scratch()
+    before = emulator.use_scratch(mine)
+    try:
+        b = dev.create_buffer((4,), mnrt.half)
+        y = dev.create_buffer((4,), mnrt.half)
+        q.enqueue_write_buffer(b, np.ones(4, np.float32))
+        relu = dev.create_program([mnrt.Kernel("relu", ["x"], ["y"])])
+        q.enqueue_program(relu, {"x": b, "y": y}, blocking=True)
+        q.finish()
+        assert emulator.use_scratch(mine) is mine  # the queue's was used, then put back
+        assert not mine.arrays
+    finally:
+        emulator.use_scratch(before)
+
+
 def test_threads_enqueue_on_their_own_queues(dev):
     n_threads, iters = 4, 200
     bufs = [dev.create_buffer((16,), "int32", name=f"c{i}") for i in range(n_threads)]

@@ -210,6 +210,7 @@ def test_snapshot_writes_block_only_where_another_queue_could_overtake_them(dev,
     one_queue = mnrt.end_capture()
     mnrt.begin_capture()
     dev.command_queue(1).enqueue_program(relu, {"x": w, "y": y})
+    dev.command_queue(1).finish()  # else the read races the program on the other queue
     q.enqueue_read_buffer(y)
     two_queues = mnrt.end_capture()
     assert snapshot_blocking(one_queue) == [False]  # in order on the only queue
