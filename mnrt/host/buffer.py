@@ -67,9 +67,11 @@ class Buffer:
                 "belongs to",
                 "create it on the device that uses it",
             )
-        if self._bits is None and not device.is_open:
-            raise device._closed_error()  # freed by a close racing this call
-        self._storage()
+        if self._bits is None:
+            # A close racing this call marks the device closed before freeing its buffers.
+            if not device.is_open:
+                raise device._closed_error()
+            self._storage()
 
     def __repr__(self) -> str:
         state = f"@{self.address:#x}" if self._bits is not None else "freed"

@@ -31,7 +31,7 @@ from ..errors import (
     ShapeError,
     TraceError,
 )
-from . import observe
+from . import observe, workers
 from .buffer import Buffer, foreign_object_error
 from .commands import (
     DONE,
@@ -77,7 +77,7 @@ class CommandQueue:
         self._wakeups: _queue.SimpleQueue[bool] = _queue.SimpleQueue()
         self._run_lock = threading.Lock()
         self._scratch = Scratch()
-        self._worker: threading.Thread | None = None
+        self._started = False  # whether a worker thread serves this queue (see workers.py)
         self._error: DeviceExecutionError | None = None
         self._capture: Trace | None = None
         self._seq = itertools.count()
@@ -294,18 +294,15 @@ class CommandQueue:
                 return False
             if record is not None:
                 record()
-            if self._worker is None:
-                self._worker = threading.Thread(
-                    target=self._work,
-                    name=f"mnrt-{self.device.name}-q{self.index}",
-                    daemon=True,
-                )
-                self._worker.start()
+            if not self._started:
+                self._started = True
+                workers.run(self._work)
             self._pending.append(cmd)
             self._wakeups.put(True)
             return True
 
     def _work(self) -> None:
+        """The worker's loop: one command per wake-up, until the stop."""
         np.seterr(all="ignore")  # the device has no traps: inf and nan propagate
         use_scratch(self._scratch)
         wake, pending = self._wakeups.get, self._pending
@@ -313,6 +310,7 @@ class CommandQueue:
             with self._run_lock:
                 if pending:  # else a waiting host thread ran it already
                     self._run(pending.popleft())
+        use_scratch(None)
 
     def _run_pending(self) -> None:
         """Run every command queued so far on this thread (after the one the worker may be
@@ -360,7 +358,7 @@ class CommandQueue:
 
     def _drain(self) -> None:
         """Wait until everything enqueued so far has run; raises nothing."""
-        if self._worker is not None:
+        if self._started:
             self._run_pending()
 
     def _raise_pending_error(self) -> None:
@@ -377,15 +375,12 @@ class CommandQueue:
         self.commands_done = 0
 
     def _stop(self) -> None:
-        """Run what was enqueued, then end the worker; later commands are refused."""
+        """Run what was enqueued, then let the worker go; later commands are refused."""
         with self._lock:
             self._stopped = True
-            worker = self._worker
-            if worker is not None:
-                self._wakeups.put(False)  # behind every command's wake-up
-        if worker is not None:
-            worker.join()
-            self._worker = None
+        if self._started:
+            self._run_pending()
+            self._wakeups.put(False)  # behind every command's wake-up
 
     def _forget_worker(self) -> None:
         """In a forked child: the worker (and whoever held the lock) stayed in the parent."""
@@ -393,4 +388,3 @@ class CommandQueue:
         self._run_lock = threading.Lock()
         self._pending.clear()
         self._stopped = True
-        self._worker = None

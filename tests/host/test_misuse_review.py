@@ -127,7 +127,7 @@ def test_a_call_racing_close_is_refused_not_left_waiting(dev, q):
     assert isinstance(err, mnrt.DeviceClosedError)
     (err,) = _in_thread(lambda: q.enqueue_write_buffer(buf, np.ones(4, np.float32)))
     assert isinstance(err, mnrt.DeviceClosedError)
-    assert q._worker is None  # no worker was started again for the closed device
+    assert not q._pending  # nothing was queued on the stopped queue
     assert _in_thread(dev.close) == [None]
 
 
