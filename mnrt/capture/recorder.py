@@ -270,6 +270,7 @@ class Recorder:
             q = q if q is not None else buf.device.command_queue(0)
             qid = self._queue(q)
             buf.device._sync()  # contents as of now, after everything enqueued before
+            buf._fill_in()
             # Blocking: on replay the contents are in place before the next command is
             # issued, as they were live, whichever queue uses the buffer next.
             self._emit((WRITE, qid, gid, np.array(buf._storage()), True, True))

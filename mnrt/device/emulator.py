@@ -37,11 +37,17 @@ class EmulatedDevice:
         parallel.threads()  # a bad MNRT_THREADS is reported here, not by the first kernel
 
     # --- memory -------------------------------------------------------------------
-    def allocate(self, shape: tuple[int, ...], dtype: DType, what: str) -> tuple[int, np.ndarray]:
-        """Reserve DRAM for an array; return (address, a storage-dtype view of it)."""
+    def allocate(
+        self, shape: tuple[int, ...], dtype: DType, what: str, filled: bool = True
+    ) -> tuple[int, np.ndarray]:
+        """Reserve DRAM for an array; return (address, a storage-dtype view of it). See
+        DeviceMemory.allocate for `filled`."""
         nbytes = math.prod(shape) * dtype.itemsize
-        address, raw = self.memory.allocate(nbytes, what)
+        address, raw = self.memory.allocate(nbytes, what, filled)
         return address, raw.view(dtype.storage).reshape(shape)
+
+    def fill_in(self, address: int) -> None:
+        self.memory.fill_in(address)
 
     def free(self, address: int) -> None:
         self.memory.free(address)

@@ -23,7 +23,8 @@ class Buffer:
     """A DRAM allocation. Create with `Device.create_buffer`; free with `deallocate()`."""
 
     __slots__ = (
-        "_bits", "address", "device", "dtype", "name", "nbytes", "shape", "spec", "tag", "uid"
+        "_bits", "_unfilled", "address", "device", "dtype", "name", "nbytes", "shape", "spec",
+        "tag", "uid",
     )  # fmt: skip
 
     def __init__(self, device: Device, shape: tuple[int, ...], dtype: DType, name: str) -> None:
@@ -35,7 +36,12 @@ class Buffer:
         self.spec = TensorSpec(shape, dtype)
         self.uid = next(_uids)  # process-unique; never reused, unlike addresses
         self.tag = 0  # an observer's id for this buffer (see host/observe.py); 0: none
-        self.address, self._bits = device._backend.allocate(shape, dtype, f"buffer '{name}'")
+        self.address, self._bits = device._backend.allocate(
+            shape, dtype, f"buffer '{name}'", filled=False
+        )
+        # The device's fill is put in by the first command that reads the memory or writes
+        # part of it (`_fill_in`); one that writes it whole makes the fill moot.
+        self._unfilled = True
 
     @property
     def is_allocated(self) -> bool:
@@ -49,6 +55,13 @@ class Buffer:
             raise UseAfterFreeError(f"buffer '{self.name}' was already deallocated")
         self.device._release_buffer(self)
         self._bits = None
+
+    def _fill_in(self) -> None:
+        """Before a command reads this buffer, or writes only part of it."""
+        if self._unfilled:
+            self._unfilled = False
+            if self._bits is not None:
+                self.device._backend.fill_in(self.address)
 
     def _storage(self) -> np.ndarray:
         """The live storage view; raises if the buffer was freed."""

@@ -87,6 +87,7 @@ class WriteBuffer(Command):
     def run(self, backend: EmulatedDevice) -> Modelled:
         data = self.data if self.stored else self.buffer.dtype.to_storage(self.data)
         np.copyto(self.buffer._storage(), data)
+        self.buffer._unfilled = False  # written whole
         return backend.transfer_cost(self.buffer.nbytes)
 
 
@@ -108,6 +109,7 @@ class ReadBuffer(Command):
         return f"read_buffer '{self.buffer.name}'"
 
     def run(self, backend: EmulatedDevice) -> Modelled:
+        self.buffer._fill_in()
         self.buffer.dtype.from_storage(self.buffer._storage(), out=self.out)
         if self.keep:
             self.kept = self.out.copy()
@@ -135,6 +137,11 @@ class RunProgram(Command):
         return f"program '{self.program.name}'"
 
     def run(self, backend: EmulatedDevice) -> Modelled:
+        for buf in self.plan.read_first:
+            if buf._unfilled:
+                buf._fill_in()
+        for buf in self.plan.buffers:  # the rest are written whole before they are read
+            buf._unfilled = False
         spans, clock = self.kernel_spans, time.perf_counter
         for i, step in enumerate(self.plan.steps):
             start = clock() if spans is not None else 0.0

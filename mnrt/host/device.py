@@ -178,6 +178,8 @@ class Device:
         self._sync()
         boards.save_fill(self.index, fill)  # first: if it cannot be kept, nothing changes
         self._backend.memory.clear(fill)
+        for buf in self._buffers.values():
+            buf._unfilled = False  # the clear filled them
 
     # --- objects ------------------------------------------------------------------
     @api("create_buffer")

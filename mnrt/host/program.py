@@ -116,17 +116,27 @@ class Step:
 @dataclass
 class Plan:
     """A program bound to buffers: its steps, their summed modelled cost, and the bound
-    buffers in slot order. `tag` is for an observer (what it noted of this binding)."""
+    buffers in slot order. `read_first` are the buffers some kernel reads before any kernel
+    writes them: the only ones whose fresh memory must hold the device's fill when the
+    program runs, since a kernel writes every element of its outputs. `tag` is for an
+    observer (what it noted of this binding)."""
 
     steps: tuple[Step, ...]
     modelled: Modelled
     buffers: tuple[Buffer, ...]
+    read_first: tuple[Buffer, ...] = ()
     tag: Any = None
 
     @classmethod
     def of(cls, steps: Sequence[Step], buffers: tuple[Buffer, ...]) -> Plan:
         costs = [s.modelled for s in steps]
         slowest = max(costs, key=lambda m: m.time_s)
+        seen: dict[int, bool] = {}  # buffer uid -> read before written
+        for s in steps:
+            for b in s.ins:
+                seen.setdefault(b.uid, True)
+            for b in s.outs:
+                seen.setdefault(b.uid, False)
         return cls(
             tuple(steps),
             Modelled(
@@ -137,6 +147,7 @@ class Plan:
                 bound=slowest.bound,
             ),
             buffers,
+            tuple(b for b in buffers if seen[b.uid]),
         )
 
 

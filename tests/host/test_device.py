@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import mnrt
+from mnrt.device.memory import Fill
 
 
 def test_list_devices_default_eight_names():
@@ -127,6 +128,52 @@ def test_clear_fills_live_and_new_buffers_and_persists(dev, q):
         np.testing.assert_array_equal(again.command_queue().enqueue_read_buffer(d), first)
         again.clear(zero=True)
     assert mnrt.list_devices()[index].fill == "zero"
+
+
+def test_fresh_memory_holds_the_fill_for_every_kind_of_use(dev, q):
+    # A fresh buffer gets the fill only when a command first reads it: a program's input, a
+    # read and a capture's snapshot all see it.
+    dev.clear(pattern=0x3F80)  # the bits of float32 1.0039 in each 32-bit word
+    fill = np.uint32(0x3F803F80).view(np.float32)
+    try:
+        x = dev.create_buffer((2, 3), "float")
+        y = dev.create_buffer((2, 3), "float")
+        neg = dev.create_program([mnrt.Kernel("neg", ["x"], ["y"])])
+        q.enqueue_program(neg, {"x": x, "y": y})
+        np.testing.assert_array_equal(q.enqueue_read_buffer(y), np.full((2, 3), -fill))
+        np.testing.assert_array_equal(q.enqueue_read_buffer(x), np.full((2, 3), fill))
+        z = dev.create_buffer((3,), "float")
+        mnrt.begin_capture()
+        q.enqueue_read_buffer(z)
+        binary = mnrt.end_capture()
+        report = mnrt.replay(binary)
+        assert report.passed
+        np.testing.assert_array_equal(next(iter(report.outputs.values())), np.full(3, fill))
+    finally:
+        dev.clear(zero=True)
+
+
+def test_a_buffer_written_whole_is_never_filled(dev, q, monkeypatch):
+    applied = []
+    monkeypatch.setattr(Fill, "apply", lambda self, dest, address: applied.append(address))
+    b = dev.create_buffer((1024, 1024), "float")
+    q.enqueue_write_buffer(b, np.ones((1024, 1024), np.float32))
+    assert q.enqueue_read_buffer(b).min() == 1.0
+    c = dev.create_buffer((4,), "float")
+    q.enqueue_read_buffer(c)
+    assert applied == [c.address]
+    # A program fills what it reads first (x), not what a kernel writes whole first (h, y),
+    # even when a later kernel reads it (h) or writes it in place (y).
+    x, h, y = (dev.create_buffer((4,), "float") for _ in range(3))
+    prog = dev.create_program(
+        [
+            mnrt.Kernel("neg", ["x"], ["h"]),
+            mnrt.Kernel("relu", ["h"], ["y"]),
+            mnrt.Kernel("add", ["y", "h"], ["y"]),
+        ]
+    )
+    q.enqueue_program(prog, {"x": x, "h": h, "y": y}, blocking=True)
+    assert applied == [c.address, x.address]
 
 
 def test_clear_needs_exactly_one_fill(dev):

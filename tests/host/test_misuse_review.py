@@ -259,10 +259,10 @@ def test_a_call_still_running_when_capture_ends_leaves_no_ids_behind(dev, q):
     inside, release = threading.Event(), threading.Event()
     allocate = dev._backend.allocate
 
-    def slow_allocate(*args):
+    def slow_allocate(*args, **kwargs):
         inside.set()
         release.wait(HANG_S)
-        return allocate(*args)
+        return allocate(*args, **kwargs)
 
     dev._backend.allocate = slow_allocate
     mnrt.begin_capture()
