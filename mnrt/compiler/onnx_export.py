@@ -211,6 +211,8 @@ _SAME = {
     "equal": "Equal",
     "less": "Less",
     "greater": "Greater",
+    "less_equal": "LessOrEqual",
+    "greater_equal": "GreaterOrEqual",
     "copy": "Identity",
     "global_avg_pool2d": "GlobalAveragePool",
 }

@@ -457,6 +457,8 @@ IMPORTERS.update(
         "Equal": _binary("equal"),
         "Less": _binary("less"),
         "Greater": _binary("greater"),
+        "LessOrEqual": _binary("less_equal"),
+        "GreaterOrEqual": _binary("greater_equal"),
         "Max": _variadic("maximum"),
         "Min": _variadic("minimum"),
         "Sum": _variadic("add"),

@@ -843,7 +843,7 @@ add(
         "b": ints(0, 2, 4).astype(bool),
     },
 )
-for op in ("Equal", "Less", "Greater"):
+for op in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"):
     add(f"{op}_float_broadcast", op, {"a": np.round(randn(3, 4)), "b": np.round(randn(4))})
     add(f"{op}_int", op, {"a": ints(-2, 3, 2, 3, 4), "b": ints(-2, 3, 3, 1)})
 add("Less_opset7", "Less", {"a": randn(3, 4), "b": randn(4)}, opset=7)

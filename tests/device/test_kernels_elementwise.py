@@ -275,6 +275,8 @@ COMPARE_REF = {
     "equal": lambda a, b: a == b,
     "less": lambda a, b: a < b,
     "greater": lambda a, b: a > b,
+    "less_equal": lambda a, b: a <= b,
+    "greater_equal": lambda a, b: a >= b,
 }
 
 
@@ -299,6 +301,8 @@ def test_comparisons_with_nan_and_bool():
     a = operand(np.array([np.nan, 1.0], np.float32))
     assert run("equal", a, a).tolist() == [False, True]
     assert run("less", a, a).tolist() == [False, False]
+    assert run("less_equal", a, a).tolist() == [False, True]  # nan is not <= itself
+    assert run("greater_equal", a, a).tolist() == [False, True]
     t = operand(np.array([True, False]))
     assert run("equal", t, operand(np.array(True))).tolist() == [True, False]
     with pytest.raises(DTypeError, match="kernel 'less'"):

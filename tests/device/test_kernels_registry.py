@@ -24,7 +24,7 @@ def _samples() -> dict[str, tuple[list, dict]]:
         out[name] = ([operand(v)], {})
     for name in ("add", "sub", "mul", "div", "maximum", "minimum", "pow"):
         out[name] = ([operand(pos), operand(pos[0])], {})
-    for name in ("equal", "less", "greater"):
+    for name in ("equal", "less", "greater", "less_equal", "greater_equal"):
         out[name] = ([operand(x), operand(x[:, :1])], {})
     for name in ("sum", "mean", "max", "min"):
         out[name] = ([operand(x)], {"axes": (1,)})

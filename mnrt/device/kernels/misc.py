@@ -59,6 +59,8 @@ _COMPARISONS = {
     "equal": (np.equal, _ALL, "a == b, broadcasting, giving bool (nan equals nothing)"),
     "less": (np.less, _ORDERED, "a < b, broadcasting, giving bool"),
     "greater": (np.greater, _ORDERED, "a > b, broadcasting, giving bool"),
+    "less_equal": (np.less_equal, _ORDERED, "a <= b, broadcasting, giving bool"),
+    "greater_equal": (np.greater_equal, _ORDERED, "a >= b, broadcasting, giving bool"),
 }
 
 
