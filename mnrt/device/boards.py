@@ -157,8 +157,13 @@ def _fill_in(state: dict[str, dict], index: int) -> Fill:
             return Fill()
         if kind not in ("pattern", "seed") or type(value) is not int:
             raise ValueError(kind)
-        return Fill.of(**{kind: value})  # its range checks too
-    except (KeyError, TypeError, ValueError):
+        if kind == "seed":
+            return Fill.of(seed=value)  # its range checks too
+        width = entry.get("width")  # absent in files from before patterns had one
+        if width is not None and type(width) is not int:
+            raise ValueError(width)
+        return Fill.of(pattern=value, width=width)
+    except (KeyError, TypeError, ValueError, InvalidArgumentError):
         raise DeviceError(
             f"device state for device {index} in {_state_path()} is corrupt; "
             f"run 'mnrt smi reset {index}'"
@@ -175,6 +180,8 @@ def save_fill(index: int, fill: Fill) -> None:
             state.pop(str(index), None)
         else:
             state[str(index)] = {"kind": fill.kind, "value": fill.value}
+            if fill.kind == "pattern":
+                state[str(index)]["width"] = fill.width
 
 
 def reset_all() -> None:

@@ -28,15 +28,33 @@ def _fmt_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+PATTERN_WIDTHS = (1, 2, 4, 8)  # bytes a pattern repeats every
+
+
+def pattern_width(value: int) -> int:
+    """The fewest bytes of PATTERN_WIDTHS that hold `value` (below 2**64)."""
+    need = max(1, (value.bit_length() + 7) // 8)
+    return next(w for w in PATTERN_WIDTHS if w >= need)
+
+
 @dataclass(frozen=True)
 class Fill:
-    """What unwritten DRAM holds: zeros, a repeated little-endian pattern, or seeded noise."""
+    """What unwritten DRAM holds: zeros, a repeated little-endian pattern `width` bytes
+    long, or seeded noise."""
 
     kind: str = "zero"  # zero | pattern | seed
     value: int = 0
+    width: int = 0  # a pattern's length in bytes; 0 for the others
 
     @staticmethod
-    def of(zero: bool = False, pattern: int | None = None, seed: int | None = None) -> Fill:
+    def of(
+        zero: bool = False,
+        pattern: int | None = None,
+        seed: int | None = None,
+        width: int | None = None,
+    ) -> Fill:
+        """`width` (a pattern's only) defaults to the fewest bytes that hold the pattern, so
+        0xff repeats every byte; width=4 makes it the 32-bit word 0x000000ff."""
         given = {"zero": 0 if zero else None, "pattern": pattern, "seed": seed}
         chosen = [k for k, v in given.items() if v is not None]
         if len(chosen) != 1:
@@ -49,12 +67,24 @@ class Fill:
             raise InvalidArgumentError(f"pattern {value:#x} does not fit in 64 bits")
         if kind == "seed" and value < 0:
             raise InvalidArgumentError(f"seed must be non-negative, got {value}")
-        return Fill(kind, int(value))
+        if width is not None and kind != "pattern":
+            raise InvalidArgumentError("clear: width applies to a pattern only")
+        if kind != "pattern":
+            return Fill(kind, int(value))
+        least = pattern_width(int(value))
+        if width is None:
+            width = least
+        if width not in PATTERN_WIDTHS or width < least:
+            raise InvalidArgumentError(
+                f"clear: pattern {value:#x} needs a width of {least} bytes or more, one of "
+                f"{', '.join(map(str, PATTERN_WIDTHS))}; got {width!r}"
+            )
+        return Fill(kind, int(value), int(width))
 
     def describe(self) -> str:
         return {
             "zero": "zero",
-            "pattern": f"pattern {self.value:#x}",
+            "pattern": f"pattern {self.value:#0{2 + 2 * self.width}x}",
             "seed": f"seed {self.value}",
         }[self.kind]
 
@@ -63,8 +93,7 @@ class Fill:
         if self.kind == "zero":
             dest.fill(0)
         elif self.kind == "pattern":
-            width = max(1, (self.value.bit_length() + 7) // 8)
-            width = next(w for w in (1, 2, 4, 8) if w >= width)
+            width = self.width
             unit = np.frombuffer(self.value.to_bytes(width, "little"), np.uint8)
             # Patterns are aligned to the DRAM address, not to the buffer start.
             phase = address % width

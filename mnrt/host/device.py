@@ -162,19 +162,24 @@ class Device:
 
     @api("clear")
     def clear(
-        self, zero: bool = False, pattern: int | None = None, seed: int | None = None
+        self,
+        zero: bool = False,
+        pattern: int | None = None,
+        seed: int | None = None,
+        width: int | None = None,
     ) -> None:
         """Fill device DRAM: live buffers now hold the fill, and so will new ones, in this
-        process and later ones (see `mnrt smi clear`)."""
+        process and later ones (see `mnrt smi clear`). A pattern repeats every `width`
+        bytes (1, 2, 4 or 8; by default the fewest that hold it), little-endian."""
         self._check_open()
         if not isinstance(zero, bool):
             raise InvalidArgumentError(f"clear: zero must be True or False, got {zero!r}")
-        for what, value in (("pattern", pattern), ("seed", seed)):
+        for what, value in (("pattern", pattern), ("seed", seed), ("width", width)):
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, (int, np.integer))
             ):
                 raise InvalidArgumentError(f"clear: {what} must be an int, got {value!r}")
-        fill = Fill.of(zero=zero, pattern=pattern, seed=seed)
+        fill = Fill.of(zero=zero, pattern=pattern, seed=seed, width=width)
         self._sync()
         boards.save_fill(self.index, fill)  # first: if it cannot be kept, nothing changes
         self._backend.memory.clear(fill)

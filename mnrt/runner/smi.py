@@ -8,7 +8,7 @@ from dataclasses import asdict
 import click
 
 from ..device import boards
-from ..device.memory import Fill
+from ..device.memory import Fill, pattern_width
 
 
 def _int_auto_base(value: str, option: str) -> int:
@@ -18,6 +18,15 @@ def _int_auto_base(value: str, option: str) -> int:
         raise click.BadParameter(
             f"{value!r} is not an integer (use 0x... for hex)", param_hint=option
         ) from None
+
+
+def _typed_width(pattern: str) -> int | None:
+    """The width a hex pattern's digits ask for, leading zeros included: the fewest bytes
+    of a pattern width that hold them all (None for a pattern not in hex)."""
+    text = pattern.strip().lower().replace("_", "")
+    if not text.startswith("0x") or len(text) > 18:
+        return None  # not hex, or too long for any width: Fill.of reports the value
+    return pattern_width((1 << (4 * (len(text) - 2))) - 1)
 
 
 @click.group()
@@ -62,7 +71,11 @@ def reset(indices: tuple[int, ...], all_: bool) -> None:
 @click.argument("index", type=int)
 @click.option("--zero", is_flag=True, help="Fill DRAM with zeros.")
 @click.option(
-    "--pattern", type=str, default=None, help="Fill with a repeated pattern, e.g. 0xdeadbeef."
+    "--pattern",
+    type=str,
+    default=None,
+    help="Fill with a repeated little-endian pattern, e.g. 0xdeadbeef; in hex, the digits "
+    "typed set its width (0x000000ff repeats every 4 bytes, 0xff every byte).",
 )
 @click.option("--seed", type=str, default=None, help="Fill with noise from this seed.")
 def clear(index: int, zero: bool, pattern: str | None, seed: str | None) -> None:
@@ -76,6 +89,7 @@ def clear(index: int, zero: bool, pattern: str | None, seed: str | None) -> None
         zero=zero,
         pattern=None if pattern is None else _int_auto_base(pattern, "--pattern"),
         seed=None if seed is None else _int_auto_base(seed, "--seed"),
+        width=None if pattern is None else _typed_width(pattern),
     )
     boards.save_fill(boards.check_index(index), fill)
     click.echo(f"{index}: {boards.device_name(index)} cleared ({fill.describe()})")

@@ -176,6 +176,21 @@ def test_a_buffer_written_whole_is_never_filled(dev, q, monkeypatch):
     assert applied == [c.address, x.address]
 
 
+def test_clear_pattern_width(dev, q):
+    b = dev.create_buffer((8,), "uint8")
+    try:
+        dev.clear(pattern=0xFF, width=4)
+        assert q.enqueue_read_buffer(b).tolist() == [255, 0, 0, 0] * 2
+        assert mnrt.list_devices()[dev.index].fill == "pattern 0x000000ff"
+        for bad in (3, 16, 1):  # not a width, too wide, too narrow for 0x1ff
+            with pytest.raises(mnrt.InvalidArgumentError, match="width"):
+                dev.clear(pattern=0x1FF, width=bad)
+        with pytest.raises(mnrt.InvalidArgumentError, match="pattern only"):
+            dev.clear(seed=1, width=4)
+    finally:
+        dev.clear(zero=True)
+
+
 def test_clear_needs_exactly_one_fill(dev):
     with pytest.raises(mnrt.InvalidArgumentError, match="exactly one"):
         dev.clear()

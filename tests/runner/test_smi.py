@@ -43,12 +43,33 @@ def test_clear_then_open_sees_the_pattern_and_reset_restores():
     assert json.loads(run("smi", "list", "--json").output)[2]["fill"] == "zero"
 
 
+def test_a_hex_pattern_repeats_every_as_many_bytes_as_its_digits_say():
+    for typed, width in (("0x000000ff", 4), ("0x00ff", 2), ("0xff", 1), ("0xabc", 2)):
+        assert run("smi", "clear", "3", "--pattern", typed).exit_code == 0
+        fill = json.loads(run("smi", "list", "--json").output)[3]["fill"]
+        assert fill == f"pattern {int(typed, 16):#0{2 + 2 * width}x}"
+        with mnrt.open_device(3) as dev:
+            b = dev.create_buffer((8,), "uint8")
+            got = dev.command_queue().enqueue_read_buffer(b).tobytes()
+        assert got == int(typed, 16).to_bytes(width, "little") * (8 // width)
+    assert run("smi", "clear", "3", "--pattern", "255").exit_code == 0  # decimal: fewest bytes
+    assert json.loads(run("smi", "list", "--json").output)[3]["fill"] == "pattern 0xff"
+    assert run("smi", "reset", "3").exit_code == 0
+
+
+def test_a_state_file_from_before_pattern_widths_still_loads(tmp_path, monkeypatch):
+    monkeypatch.setenv("MNRT_HOME", str(tmp_path))
+    (tmp_path / "devices.json").write_text(json.dumps({"1": {"kind": "pattern", "value": 171}}))
+    assert json.loads(run("smi", "list", "--json").output)[1]["fill"] == "pattern 0xab"
+
+
 def test_usage_errors_exit_2_with_one_line():
     for args in (
         ["smi", "clear", "0"],
         ["smi", "clear", "0", "--zero", "--seed", "1"],
         ["smi", "reset"],
         ["smi", "clear", "0", "--pattern", "xyz"],
+        ["smi", "clear", "0", "--pattern", "0x" + "f" * 17],
     ):
         r = run(*args)
         assert r.exit_code == 2, args
