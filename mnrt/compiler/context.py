@@ -580,8 +580,9 @@ class Context:
 
     def _load_cached(self, entry: Path) -> CompiledFunction | None:
         """The compiled graph a cache entry holds; None when there is none, or when it cannot
-        be loaded (damaged on disk, say): that entry is compiled again rather than trusted."""
-        if not entry.is_dir():
+        be trusted (a file changed since it was stored, or unreadable): that entry is
+        compiled again."""
+        if not entry.is_dir() or not _checksums_hold(entry):
             return None
         try:
             return self.load_codegen_dir(entry)
@@ -634,6 +635,28 @@ def _cache_key(graph: Graph, opts: CompileOptions, inputs: Mapping[str, np.ndarr
     return key.hexdigest()
 
 
+CHECKSUMS = "checksums.json"  # in a cache entry: file name -> xxh3-128 of its bytes
+
+
+def _digest(path: Path) -> str:
+    return xxhash.xxh3_128_hexdigest(path.read_bytes())
+
+
+def _checksums_hold(entry: Path) -> bool:
+    """Whether every file of a cache entry is as it was stored. A file that still parses
+    but changed (a flipped digit in graph.json, an edited option.json) would otherwise load
+    as a different program, silently."""
+    try:
+        listed = json.loads((entry / CHECKSUMS).read_text())
+        return (
+            isinstance(listed, dict)
+            and {"graph.json", "graph.params.npz", "option.json", "inputs.npz"} <= set(listed)
+            and all(_digest(entry / name) == want for name, want in listed.items())
+        )
+    except (OSError, ValueError, TypeError):
+        return False
+
+
 def _store_cached(compiled: CompiledFunction, entry: Path, phases: list[dict]) -> None:
     """Write a cache entry whole or not at all: into a private folder renamed into place, so
     that a compile killed midway, or another compiling the same key at the same time, never
@@ -642,6 +665,8 @@ def _store_cached(compiled: CompiledFunction, entry: Path, phases: list[dict]) -
     staging = entry.parent / f".{entry.name}.{uuid.uuid4().hex}.tmp"
     try:
         compiled.write_codegen_dir(staging, list(phases), "cache directory")
+        checksums = {p.name: _digest(p) for p in sorted(staging.iterdir()) if p.is_file()}
+        (staging / CHECKSUMS).write_text(json.dumps(checksums, indent=1))
         shutil.rmtree(entry, ignore_errors=True)  # one that could not be loaded
         # A concurrent compile of the same key may have stored it first: keep that one.
         with contextlib.suppress(OSError):

@@ -123,6 +123,30 @@ def test_the_cache_key_holds_the_mnrt_version(ctx, tmp_path, monkeypatch):
     assert len(list((tmp_path / "cache").iterdir())) == 2
 
 
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ("graph.json", '"alpha": 1.0', '"alpha": 2.0'),  # still parses: a different program
+        ("option.json", '"O', '"O'),  # unchanged: the entry is used
+        ("checksums.json", "{", "["),
+    ],
+)
+def test_a_cache_entry_that_changed_on_disk_is_compiled_again(ctx, tmp_path, edit):
+    b = mlp(np.random.default_rng(7))
+    cache = mnrt.CacheOptions(tmp_path / "cache")
+    want = ctx.compile(b, {"x": x_data()}, cache_options=cache)({"x": x_data()})["y"].cpu()
+    (entry,) = (tmp_path / "cache").iterdir()
+    name, old, new = edit
+    text = (entry / name).read_text()
+    assert old in text
+    (entry / name).write_text(text.replace(old, new, 1))
+    stamp = (entry / "graph.json").stat().st_mtime_ns
+    again = ctx.compile(b, {"x": x_data()}, cache_options=cache)
+    np.testing.assert_array_equal(again({"x": x_data()})["y"].cpu(), want)
+    rewritten = (entry / "graph.json").stat().st_mtime_ns != stamp
+    assert rewritten == (old != new)  # compiled again (and stored) only when it changed
+
+
 @pytest.mark.parametrize("damaged", ["graph.params.npz", "inputs.npz", "graph.json"])
 def test_a_damaged_cache_entry_is_compiled_again(ctx, tmp_path, damaged):
     b = mlp(np.random.default_rng(7))
