@@ -74,6 +74,7 @@ class CommandQueue:
         # Commands not yet taken, and one wake-up for the worker per command put (False:
         # stop). A thread takes and runs commands only while holding _run_lock.
         self._pending: deque[Command] = deque()
+        self._puts = self._taken = 0  # commands put on _pending, and taken off it, so far
         self._wakeups: _queue.SimpleQueue[bool] = _queue.SimpleQueue()
         self._run_lock = threading.Lock()
         self._scratch = Scratch()
@@ -298,6 +299,7 @@ class CommandQueue:
                 self._started = True
                 workers.run(self._work)
             self._pending.append(cmd)
+            self._puts += 1
             self._wakeups.put(True)
             return True
 
@@ -309,17 +311,21 @@ class CommandQueue:
         while wake():
             with self._run_lock:
                 if pending:  # else a waiting host thread ran it already
+                    self._taken += 1
                     self._run(pending.popleft())
         use_scratch(None)
 
     def _run_pending(self) -> None:
         """Run every command queued so far on this thread (after the one the worker may be
-        running): what a thread that must wait for them does instead of sleeping."""
+        running): what a thread that must wait for them does instead of sleeping. Not those
+        other threads queue meanwhile: a thread that kept enqueueing would keep it here."""
+        upto = self._puts
         with self._run_lock, np.errstate(all="ignore"):
             before = use_scratch(self._scratch)
             try:
                 pending = self._pending
-                while pending:
+                while self._taken < upto and pending:
+                    self._taken += 1
                     self._run(pending.popleft())
             finally:
                 use_scratch(before)

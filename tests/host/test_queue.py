@@ -275,6 +275,28 @@ def test_commands_run_once_and_in_order_whichever_thread_runs_them(dev, q):
     assert ran == list(range(2000))
 
 
+def test_a_waiting_thread_runs_only_what_was_queued_before_it_waited(dev, q, monkeypatch):
+    _idle_worker(q, monkeypatch)
+    ran: list[str] = []
+
+    class Note(Command):
+        def __init__(self, name, then=None):
+            super().__init__()
+            self.name, self.then = name, then
+
+        def run(self, backend):
+            ran.append(self.name)
+            if self.then is not None:  # another thread's enqueue, while this one waits
+                q._submit(Note(self.then), blocking=False)
+            return Modelled(0.0, 0.0)
+
+    q._submit(Note("first", then="later"), blocking=False)
+    q.finish()
+    assert ran == ["first"]  # "later" was queued after finish() began: not its to run
+    q.finish()
+    assert ran == ["first", "later"]
+
+
 def test_an_interrupt_while_the_host_runs_a_command_fails_that_command(dev, q, monkeypatch):
     _idle_worker(q, monkeypatch)
 
