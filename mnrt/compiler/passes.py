@@ -17,7 +17,10 @@ _PRECISION = {"float": dt.FLOAT, "double": dt.DOUBLE, "half": dt.HALF}
 def apply_float_dtype(graph: Graph, mode: str) -> Graph:
     """MLSDK's float_dtype. float|double|half: every floating value in that precision.
     mixed: GEMM and conv operands and results in half (casts inserted around them), the
-    rest in float, as the MAU works best in half and accumulates in float."""
+    rest in float, as the MAU works best in half and accumulates in float: a double or
+    float16 model is made float first, so its GEMMs are half too."""
+    if mode == "mixed":
+        return _mixed(apply_float_dtype(graph, "float"))
     g = copy.deepcopy(graph)
     if mode in _PRECISION:
         target = _PRECISION[mode]
@@ -31,7 +34,7 @@ def apply_float_dtype(graph: Graph, mode: str) -> Graph:
                 node.attrs[key] = target.name
         g.verify()
         return g
-    return _mixed(g)
+    raise ValueError(f"float_dtype {mode!r}")  # options.py admits only the modes above
 
 
 def _mixed(g: Graph) -> Graph:

@@ -43,6 +43,22 @@ def test_mixed_gives_gemm_a_half_copy_of_a_parameter_float_kernels_read_too(ctx)
         np.testing.assert_allclose(got["y"], want["y"], rtol=1e-2, atol=1e-2)
 
 
+def test_mixed_makes_a_double_model_float_with_half_gemms(ctx):
+    b = GraphBuilder("double_mlp")
+    x = b.input("x", (2, 4), dtype="double")
+    w = b.param("w", np.arange(12.0).reshape(4, 3) / 10)  # float64 weights
+    b.output(b.relu(b.gemm(x, w)), "y")
+    g = apply_float_dtype(b.build(), "mixed")
+    gemm = next(n for n in g.nodes if n.op == "gemm")
+    assert all(g.values[n].dtype is mnrt.half for n in gemm.inputs)
+    assert {v.dtype for v in g.values.values()} == {mnrt.half, mnrt.float32}
+    x_val = np.linspace(-1, 1, 8).reshape(2, 4)
+    compiled = ctx.compile(b, {"x": x_val}, options={"float_dtype": "mixed"})
+    got = compiled({"x": x_val})["y"].cpu()
+    np.testing.assert_allclose(got, np.maximum(x_val @ (np.arange(12.0).reshape(4, 3) / 10), 0),
+                               rtol=1e-2, atol=1e-2)  # fmt: skip
+
+
 @pytest.mark.parametrize("float_dtype", ["half", "double"])
 def test_fill_makes_values_of_the_compiled_precision(ctx, float_dtype):
     b = GraphBuilder("fill")
