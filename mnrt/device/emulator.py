@@ -46,8 +46,10 @@ class EmulatedDevice:
         address, raw = self.memory.allocate(nbytes, what, filled)
         return address, raw.view(dtype.storage).reshape(shape)
 
-    def fill_in(self, address: int) -> None:
-        self.memory.fill_in(address)
+    def fill_in(self, bits: np.ndarray, address: int) -> None:
+        """Put the fill into an allocation's storage view: its own array, so the fill
+        cannot land in another allocation made at the same address meanwhile."""
+        self.memory.fill.apply(bits.reshape(-1).view(np.uint8), address)
 
     def free(self, address: int) -> None:
         self.memory.free(address)

@@ -198,9 +198,9 @@ class DeviceMemory:
         self, nbytes: int, what: str = "buffer", filled: bool = True
     ) -> tuple[int, np.ndarray]:
         """Reserve `nbytes` and return (address, backing bytes holding the fill). With
-        `filled=False` the bytes are left as they come until `fill_in(address)`: memory
-        written whole before anything reads it never pays for the fill (zeroing a model's
-        32 MiB took as long as a tenth of its replay)."""
+        `filled=False` the bytes are left as they come until the owner puts the fill in:
+        memory written whole before anything reads it never pays for the fill (zeroing a
+        model's 32 MiB took as long as a tenth of its replay)."""
         with self._lock:
             address = self.allocator.allocate(nbytes, what)
         if not filled:
@@ -212,10 +212,6 @@ class DeviceMemory:
             self.fill.apply(data, address)
         self._backing[address] = data
         return address, data
-
-    def fill_in(self, address: int) -> None:
-        """Make a live allocation hold the fill, as a fresh one would."""
-        self.fill.apply(self._backing[address], address)
 
     def free(self, address: int) -> None:
         with self._lock:

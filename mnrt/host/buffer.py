@@ -57,11 +57,15 @@ class Buffer:
         self._bits = None
 
     def _fill_in(self) -> None:
-        """Before a command reads this buffer, or writes only part of it."""
+        """Before a command reads this buffer, or writes only part of it. The flag drops
+        once the fill is in, not before: a command of another queue reading the buffer
+        meanwhile puts the fill in too (the same bytes) instead of reading it half-filled,
+        and a fill cut short by Ctrl-C is put in again."""
         if self._unfilled:
+            bits = self._bits
+            if bits is not None:
+                self.device._backend.fill_in(bits, self.address)
             self._unfilled = False
-            if self._bits is not None:
-                self.device._backend.fill_in(self.address)
 
     def _storage(self) -> np.ndarray:
         """The live storage view; raises if the buffer was freed."""

@@ -7,7 +7,7 @@ stamps when each command was enqueued and when its kernels ran (replay's `--prof
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,7 +17,7 @@ from ..device.cost import Modelled
 if TYPE_CHECKING:
     from ..device.emulator import EmulatedDevice
     from .buffer import Buffer
-    from .program import Plan, Program
+    from .program import Plan, Program, Step
 
 PENDING, DONE, FAILED, SKIPPED = "pending", "done", "failed", "skipped"
 
@@ -140,15 +140,20 @@ class RunProgram(Command):
         for buf in self.plan.read_first:
             if buf._unfilled:
                 buf._fill_in()
-        for buf in self.plan.buffers:  # the rest are written whole before they are read
+        # The rest are written whole by a kernel before any kernel reads them.
+        fresh = [buf for buf in self.plan.buffers if buf._unfilled]
+        for buf in fresh:
             buf._unfilled = False
         spans, clock = self.kernel_spans, time.perf_counter
         for i, step in enumerate(self.plan.steps):
             start = clock() if spans is not None else 0.0
             try:
                 step.bound.run()
-            except Exception as e:
-                e.add_note(f"in kernel {i} '{step.kdef.name}'")
+            except BaseException as e:
+                if fresh:
+                    _unwritten(fresh, self.plan.steps[:i])
+                if isinstance(e, Exception):
+                    e.add_note(f"in kernel {i} '{step.kdef.name}'")
                 raise
             finally:
                 if spans is not None:  # the kernel that failed gets its span too
@@ -177,3 +182,13 @@ class ReplayTrace(Command):
             flops += m.flops
             moved += m.dram_bytes
         return Modelled(total_t, total_e, flops, moved, "trace")
+
+
+def _unwritten(fresh: list[Buffer], ran: Sequence[Step]) -> None:
+    """After a kernel failed: the fresh buffers that none of the kernels which ran wrote
+    hold what np.empty gave them, so they wait for the fill again (a read after the error
+    reads the fill, as it would have without the program)."""
+    written = {buf.uid for step in ran for buf in step.outs}
+    for buf in fresh:
+        if buf.uid not in written:
+            buf._unfilled = True

@@ -182,9 +182,11 @@ class Device:
         fill = Fill.of(zero=zero, pattern=pattern, seed=seed, width=width)
         self._sync()
         boards.save_fill(self.index, fill)  # first: if it cannot be kept, nothing changes
+        # The buffers the clear fills, taken before it: one another thread creates
+        # meanwhile may miss the clear, so it keeps waiting for the fill.
+        for buf in list(self._buffers.values()):
+            buf._unfilled = False
         self._backend.memory.clear(fill)
-        for buf in self._buffers.values():
-            buf._unfilled = False  # the clear filled them
 
     # --- objects ------------------------------------------------------------------
     @api("create_buffer")

@@ -36,6 +36,7 @@ from .buffer import Buffer, foreign_object_error
 from .commands import (
     DONE,
     FAILED,
+    PENDING,
     SKIPPED,
     Command,
     ReadBuffer,
@@ -298,8 +299,10 @@ class CommandQueue:
             if not self._started:
                 self._started = True
                 workers.run(self._work)
-            self._pending.append(cmd)
+            # Counted before the append: a Ctrl-C raised as it returns must not leave a
+            # command queued uncounted, which a waiting thread would return before running.
             self._puts += 1
+            self._pending.append(cmd)
             self._wakeups.put(True)
             return True
 
@@ -311,8 +314,7 @@ class CommandQueue:
         while wake():
             with self._run_lock:
                 if pending:  # else a waiting host thread ran it already
-                    self._taken += 1
-                    self._run(pending.popleft())
+                    self._run_next()
         use_scratch(None)
 
     def _run_pending(self) -> None:
@@ -325,10 +327,23 @@ class CommandQueue:
             try:
                 pending = self._pending
                 while self._taken < upto and pending:
-                    self._taken += 1
-                    self._run(pending.popleft())
+                    self._run_next()
             finally:
                 use_scratch(before)
+
+    def _run_next(self) -> None:
+        """Run the first pending command, then take it off (under _run_lock). Python raises
+        a Ctrl-C on a host thread between any two steps: one raised after the run leaves
+        the command first, run or failed, for the next thread to take off without running
+        it again, so that none is lost or run twice."""
+        pending = self._pending
+        cmd = pending[0]
+        if cmd.status == PENDING:
+            self._run(cmd)
+        pending.popleft()
+        # Counted after: a Ctrl-C in between lets a later wait run one command more than
+        # it must, never one fewer.
+        self._taken += 1
 
     def _run(self, cmd: Command) -> None:
         """Run one command, or skip it behind an error not yet reported (under _run_lock)."""
