@@ -24,7 +24,6 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..format import LightBinary
 from ..host import Buffer, CommandQueue, observe
-from ..host.commands import ReadBuffer
 from ..host.golden import Check, compare
 from .build import build
 from .recorder import READ, CaptureError, Recorder
@@ -57,11 +56,8 @@ def end_capture(description: str = "") -> LightBinary:
     for q in queues.values():
         q._drain()
     _check_nothing_skipped(rec)
-    # Non-blocking reads have run by now: each kept a copy of its data as it ran.
-    log = [
-        (*e[:4], e[4].kept) if e[0] == READ and isinstance(e[4], ReadBuffer) else e
-        for e in itertools.islice(rec.log, rows)
-    ]
+    # Non-blocking reads have run by now: each copied its data as it ran.
+    log = [(*e[:4], _kept(e[4])) if e[0] == READ else e for e in itertools.islice(rec.log, rows)]
     # Building allocates a few objects per command and frees none: a collection cycle
     # would only walk the whole log again (as bulk loaders like pickle avoid too).
     paused = gc.isenabled()
@@ -71,6 +67,11 @@ def end_capture(description: str = "") -> LightBinary:
     finally:
         if paused:
             gc.enable()
+
+
+def _kept(golden: np.ndarray | None) -> np.ndarray | None:
+    """A read's golden, unless the read failed (ReadBuffer then makes it read-only)."""
+    return golden if golden is not None and golden.flags.writeable else None
 
 
 def _check_description(description: Any) -> None:

@@ -11,7 +11,6 @@ capture can start in the middle of a program.
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -50,6 +49,11 @@ _WIDTH = 8  # cells per log row: its length and up to seven fields
 _PADS = tuple((None,) * (_WIDTH - 1 - n) for n in range(_WIDTH))
 
 
+def _cells(row: tuple) -> tuple:
+    """A row as the log's cells: its length, its fields, padding to _WIDTH."""
+    return (len(row), *row, *_PADS[len(row)])
+
+
 class _Log:
     """The recorded calls, kept as one flat list of fixed-width rows (the row's length,
     then its fields). Recording a call then allocates nothing the cyclic garbage collector
@@ -60,7 +64,7 @@ class _Log:
         self.cells: list[Any] = []
 
     def append(self, row: tuple) -> None:
-        self.cells.extend((len(row), *row, *_PADS[len(row)]))
+        self.cells.extend(_cells(row))
 
     def insert(self, index: int, row: tuple) -> None:
         at = index * _WIDTH
@@ -87,7 +91,9 @@ class Recorder:
     def __init__(self, goldens: bool = True) -> None:
         self.goldens = goldens
         self.log = _Log()
-        self._cells_extend = self.log.cells.extend  # the program hook's one call per enqueue
+        # What the queue calls with the cells a hook returned, as it puts the command on
+        # (see host/observe.py): one call, allocating nothing, per enqueue.
+        self.log_cells = self.log.cells.extend
         self.devices: dict[int, int] = {}  # gid -> device index, in the order of first use
         self._noted: list[Any] = []  # plans given an action by `program`
         self._keep: list[Any] = []  # every object given an id (in its tag) while we record
@@ -121,9 +127,9 @@ class Recorder:
             "end_trace_capture": self._after_end_trace,
             "release_trace": self._after_release_trace,
         }
-        # Calls that put a command on a queue: the action logging them, which the queue runs
-        # as it puts the command on (see host/observe.py: pending).
-        self._at_put: dict[str, Callable[[tuple, dict], Callable[[], None] | None]] = {
+        # Calls that put a command on a queue: their log cells, which the queue logs as it
+        # puts the command on (see host/observe.py: pending).
+        self._at_put: dict[str, Callable[[tuple, dict], tuple | None]] = {
             "replay_trace": self._replay_record,
         }
         # The calls a hot loop makes, recorded without the lock while every object they
@@ -150,7 +156,8 @@ class Recorder:
             at_put = self._at_put.get(name)
             if at_put is not None:
                 with self._lock:
-                    observe.pending.record = at_put(args, kwargs)
+                    cells = at_put(args, kwargs)
+                    observe.pending.record = None if cells is None else (self.log_cells, cells)
             try:
                 result = fn(*args, **kwargs)
             finally:
@@ -343,56 +350,46 @@ class Recorder:
     def _after_create_program(self, args: tuple, kwargs: dict, prog: Program) -> None:
         self._program(prog)
 
-    def program(self, q: CommandQueue, cmd: RunProgram, blocking: bool) -> Callable[[], None]:
+    def program(self, q: CommandQueue, cmd: RunProgram, blocking: bool) -> tuple:
         """enqueue_program's hook (see host/observe.py): learn (and snapshot, if need be)
-        the queue, program and buffers, and return the action that logs the call, which the
-        queue calls as it puts the command on; leave it on the plan too, for the queue to
+        the queue, program and buffers, and return the log cells of the call, which the
+        queue logs as it puts the command on; leave them on the plan too, for the queue to
         use on later enqueues."""
         with observe.unobserved(), self._lock:
             qid = self._queue(q)
             pid = self._program(cmd.program)
             fresh = _written_before_read(cmd.program, cmd.plan.buffers)
             bids = tuple(self._buffer(b, q, with_data=id(b) not in fresh) for b in cmd.plan.buffers)
-            action = functools.partial(
-                self._cells_extend, (5, PROGRAM, qid, pid, bids, blocking, None, None)
-            )
+            cells = (5, PROGRAM, qid, pid, bids, blocking, None, None)
             if not blocking and not self._closed:
-                # The queue uses this directly for the next enqueues of this binding here.
-                cmd.plan.tag = (self, q, action)
+                # The queue uses these directly for the next enqueues of this binding here.
+                cmd.plan.tag = (self, q, cells)
                 self._noted.append(cmd.plan)
-        return action
+        return cells
 
-    def write(
-        self, q: CommandQueue, buf: Buffer, data: np.ndarray, blocking: bool
-    ) -> Callable[[], None]:
-        """enqueue_write_buffer's hook, before the write is submitted; returns the action
-        that logs it. A write replaces all of the buffer: no snapshot of its contents."""
+    def write(self, q: CommandQueue, buf: Buffer, data: np.ndarray, blocking: bool) -> tuple:
+        """enqueue_write_buffer's hook, before the write is submitted; returns its log
+        cells. A write replaces all of the buffer: no snapshot of its contents."""
         qid, bid = q.tag, buf.tag
         if not (qid and bid):
             with observe.unobserved(), self._lock:
                 qid = self._queue(q)
                 bid = self._buffer(buf, q, with_data=False)  # the write replaces it all
         # The data is copied now: the caller may change its array once the write has run.
-        return functools.partial(
-            self._cells_extend, (6, WRITE, qid, bid, data.copy(), blocking, False, None)
-        )
+        return (6, WRITE, qid, bid, data.copy(), blocking, False, None)
 
-    def read(
-        self, q: CommandQueue, buf: Buffer, cmd: ReadBuffer, blocking: bool
-    ) -> Callable[[], None]:
-        """enqueue_read_buffer's hook, before the read is submitted; returns the action that
-        logs it. A first-seen buffer's snapshot is the contents the read will read (every
-        queue of its device drained). The read keeps a copy of its data as it runs
-        (`cmd.keep`), taken from the command at end_capture, once queues finish."""
+    def read(self, q: CommandQueue, buf: Buffer, cmd: ReadBuffer, blocking: bool) -> tuple:
+        """enqueue_read_buffer's hook, before the read is submitted; returns its log cells.
+        A first-seen buffer's snapshot is the contents the read will read (every queue of
+        its device drained). The read copies its data as it runs into `cmd.keep`, which the
+        log holds (not the command: thousands of reads kept alive would set off the garbage
+        collector again and again) and end_capture takes once queues finish."""
         qid, bid = q.tag, buf.tag
         if not (qid and bid):
             with observe.unobserved(), self._lock:
                 qid = self._queue(q)
                 bid = self._buffer(buf, q)
-        golden = cmd if self.goldens else None
-        return functools.partial(
-            self._cells_extend, (5, READ, qid, bid, blocking, golden, None, None)
-        )
+        return (5, READ, qid, bid, blocking, cmd.keep, None, None)
 
     def _after_finish(self, args: tuple, kwargs: dict, result: None) -> None:
         self.log.append((FINISH, args[0].tag))
@@ -420,8 +417,8 @@ class Recorder:
         self._open_traces.pop(gid, None)
         self.log.append((END_TRACE, q.tag, gid))
 
-    def _replay_record(self, args: tuple, kwargs: dict) -> Callable[[], None] | None:
-        """The action logging a replay_trace, run as the queue puts it on: so a program
+    def _replay_record(self, args: tuple, kwargs: dict) -> tuple | None:
+        """The log cells of a replay_trace, logged as the queue puts it on: so a program
         another thread enqueues on the same queue is logged on the side of it that it ran."""
         q = args[0]
         tid = _arg(args, kwargs, 1, "trace_id")
@@ -429,7 +426,7 @@ class Recorder:
         gid = self._traces.get((q.device.tag, tid)) if isinstance(tid, (int, np.integer)) else None
         if gid is None:  # the call itself will reject the id
             return None
-        return functools.partial(self.log.append, (REPLAY_TRACE, q.tag, gid, blocking))
+        return _cells((REPLAY_TRACE, q.tag, gid, blocking))
 
     def _after_release_trace(self, args: tuple, kwargs: dict, result: None) -> None:
         dev = args[0]

@@ -92,27 +92,34 @@ class WriteBuffer(Command):
 
 
 class ReadBuffer(Command):
-    __slots__ = ("buffer", "keep", "kept", "out")
+    __slots__ = ("buffer", "keep", "out")
     kind = "read_buffer"
 
-    def __init__(self, buffer: Buffer, out: np.ndarray, keep: bool = False) -> None:
+    def __init__(self, buffer: Buffer, out: np.ndarray, keep: np.ndarray | None = None) -> None:
         super().__init__()
         self.buffer = buffer
         self.out = out
-        # With `keep`, `kept` is a copy of what was read, made as it ran (a capture's golden:
-        # the caller owns `out` and may change it as soon as the read has run).
+        # `keep` (a capture's golden: the caller owns `out` and may change it as soon as the
+        # read has run) gets a copy of what was read as it runs. A read that fails makes it
+        # read-only: that is how its holder, which keeps the array and not this command,
+        # tells a read that ran from one that did not (see capture._kept).
         self.keep = keep
-        self.kept: np.ndarray | None = None
 
     @property
     def label(self) -> str:
         return f"read_buffer '{self.buffer.name}'"
 
     def run(self, backend: EmulatedDevice) -> Modelled:
-        self.buffer._fill_in()
-        self.buffer.dtype.from_storage(self.buffer._storage(), out=self.out)
-        if self.keep:
-            self.kept = self.out.copy()
+        keep = self.keep
+        try:
+            self.buffer._fill_in()
+            self.buffer.dtype.from_storage(self.buffer._storage(), out=self.out)
+            if keep is not None:
+                keep[...] = self.out
+        except BaseException:
+            if keep is not None:
+                keep.flags.writeable = False
+            raise
         return backend.transfer_cost(self.buffer.nbytes)
 
 

@@ -39,26 +39,27 @@ _depth = nested_depth = _Depth()  # nested_depth: the same guard, read by the ho
 # The hottest calls (enqueue_program, enqueue_write_buffer, enqueue_read_buffer) are not
 # wrapped by `api`: when they are outermost calls they report to the observer's `program`,
 # `write` and `read` methods directly, before the command is submitted, so capturing a loop
-# of them costs one call and one append each. Each returns an action (a callable that logs
-# the call), which the queue calls under its lock as it puts the command on, so that the
-# log holds each queue's commands in the order they run even when threads share a queue.
-# `hot` is the observer when it has those methods, else None. For a program binding it has
-# seen, the observer may leave `(observer, queue, action)` in the bound plan's `tag`: a
-# later non-blocking enqueue of that plan on that queue then just uses `action`. The
-# observer clears what it left when it is removed. `read` gets the read command; when the
-# observer's `goldens` is true, the read keeps a copy of its data as it runs (`cmd.kept`),
-# since the caller may change the array it got as soon as the read has run.
+# of them costs one call and one append each. Each returns the call's log cells (a tuple,
+# or None), which the queue passes to the observer's `log_cells` under its lock as it puts
+# the command on, so that the log holds each queue's commands in the order they run even
+# when threads share a queue (a tuple and a call, not a closure: nothing more to allocate
+# per call). `hot` is the observer when it has those methods, else None. For a program
+# binding it has seen, the observer may leave `(observer, queue, cells)` in the bound
+# plan's `tag`: a later non-blocking enqueue of that plan on that queue then just logs
+# `cells`. The observer clears what it left when it is removed. `read` gets the read
+# command; when the observer's `goldens` is true, the read copies its data as it runs into
+# `cmd.keep`, since the caller may change the array it got as soon as the read has run.
 hot: Any = None
-HOT_PROTOCOL = ("program", "write", "read", "goldens")  # what makes an observer `hot`
+HOT_PROTOCOL = ("program", "write", "read", "goldens", "log_cells")  # makes an observer hot
 
 
 class _Pending(threading.local):
-    record: Callable[[], object] | None = None
+    record: tuple[Callable[[tuple], object], tuple] | None = None
 
 
 # For an `api` call that puts a command on a queue (replay_trace), the observer may leave
-# the action that logs it here before running the call; the queue takes it and calls it
-# under its lock as it puts the command on, like the hot calls' actions.
+# (log, cells) here before running the call; the queue takes it and calls log(cells) under
+# its lock as it puts the command on, like the hot calls' cells.
 pending = _Pending()
 
 

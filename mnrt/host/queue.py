@@ -116,12 +116,12 @@ class CommandQueue:
                 f"'{buffer.name}' ({buffer.dtype.name}, takes {want}); cast it with .astype()"
             )
         hot = observe.hot
-        record = None
+        log = cells = None
         if hot is not None and not observe.nested_depth.n:
-            # See host/observe.py: not an `api` wrapper. The observer's action is logged as
+            # See host/observe.py: not an `api` wrapper. The observer's cells are logged as
             # the command is put on the queue (see _put).
-            record = hot.write(self, buffer, data, blocking)
-        self._submit(WriteBuffer(buffer, data), blocking, record)
+            log, cells = hot.log_cells, hot.write(self, buffer, data, blocking)
+        self._submit(WriteBuffer(buffer, data), blocking, log, cells)
 
     def _write_stored(self, buffer: Buffer, bits: np.ndarray, blocking: bool = False) -> None:
         """Write bits already in the buffer's stored form (as replay has them): no rounding.
@@ -141,11 +141,14 @@ class CommandQueue:
             hot = None
         # An observer that records goldens gets a copy made when the read runs: the
         # caller may change the returned array as soon as the read has run.
-        cmd = ReadBuffer(buffer, out, keep=hot is not None and hot.goldens)
-        # See host/observe.py: not an `api` wrapper. The observer's action is logged as the
-        # command is put on the queue (see _put).
-        record = hot.read(self, buffer, cmd, blocking) if hot is not None else None
-        self._submit(cmd, blocking, record)
+        keep = np.empty(out.shape, out.dtype) if hot is not None and hot.goldens else None
+        cmd = ReadBuffer(buffer, out, keep)
+        if hot is None:
+            self._submit(cmd, blocking)
+        else:
+            # See host/observe.py: not an `api` wrapper. The observer's cells are logged as
+            # the command is put on the queue (see _put).
+            self._submit(cmd, blocking, hot.log_cells, hot.read(self, buffer, cmd, blocking))
         return out
 
     def enqueue_program(
@@ -172,23 +175,23 @@ class CommandQueue:
                 "enqueue_program(blocking=True) is not allowed while capturing a trace"
             )
         hot = observe.hot
-        record = None
+        log = cells = None
         if hot is not None and not observe.nested_depth.n:
             # See host/observe.py: not an `api` wrapper. A binding the observer has seen on
-            # this queue carries its recorded action; it is logged as the command is put on
+            # this queue carries its log cells; they are logged as the command is put on
             # the queue (see _put).
-            noted = cmd.plan.tag
+            log, noted = hot.log_cells, cmd.plan.tag
             if noted is not None and noted[0] is hot and noted[1] is self and not blocking:
-                record = noted[2]
+                cells = noted[2]
             else:
-                record = hot.program(self, cmd, blocking)
+                cells = hot.program(self, cmd, blocking)
         if self._capture is not None:
             with self._lock:
-                if record is not None:
-                    record()
+                if cells is not None:
+                    log(cells)
                 self._capture.commands.append(cmd)
             return
-        self._submit(cmd, blocking, record)
+        self._submit(cmd, blocking, log, cells)
 
     @api("finish", leaf=True)
     def finish(self) -> None:
@@ -239,7 +242,7 @@ class CommandQueue:
                 for buf in step.ins + step.outs:
                     buf._storage()
         record, observe.pending.record = observe.pending.record, None
-        self._submit(ReplayTrace(trace), blocking, record)
+        self._submit(ReplayTrace(trace), blocking, *(record or ()))
 
     def stats(self) -> dict:
         """Totals for this queue: commands run, modelled device time and energy."""
@@ -272,30 +275,39 @@ class CommandQueue:
         buffer._check_device(self.device, "")
 
     def _submit(
-        self, cmd: Command, blocking: bool, record: Callable[[], object] | None = None
+        self,
+        cmd: Command,
+        blocking: bool,
+        log: Callable[[tuple], object] | None = None,
+        cells: tuple | None = None,
     ) -> None:
         _check_blocking(blocking)
         if self._profiling:
             cmd.profile()
         cmd.index = next(self._seq)
-        if not self._put(cmd, record):
+        if not self._put(cmd, log, cells):
             # The device was closed (by another thread) after this call checked it.
             raise self.device._closed_error()
         if blocking:
             self._run_pending()
             self._raise_pending_error()
 
-    def _put(self, cmd: Command, record: Callable[[], object] | None = None) -> bool:
+    def _put(
+        self,
+        cmd: Command,
+        log: Callable[[tuple], object] | None = None,
+        cells: tuple | None = None,
+    ) -> bool:
         """Hand a command to the worker (started on first use); False once the queue is
         stopped. Under the lock, so that no command lands behind the stop sentinel, where
         no worker would run it and a blocking call would wait for it forever; and so that
-        an observer's `record` (which only logs the call) runs in the same order as the
+        an observer's log of the call (`log(cells)`) is made in the same order as the
         commands of every thread are put, which is the order they run in."""
         with self._lock:
             if self._stopped:
                 return False
-            if record is not None:
-                record()
+            if cells is not None:
+                log(cells)
             if not self._started:
                 self._started = True
                 workers.run(self._work)

@@ -183,6 +183,35 @@ def test_non_blocking_read_golden_is_the_final_data(dev, q):
     assert report.passed and list(out) == [0, 1, 2]
 
 
+def test_a_read_that_failed_records_no_golden_and_a_read_out_after_it_its_own(dev, q):
+    b = dev.create_buffer((2,), "float", name="b")
+    fill_in = type(b)._fill_in
+    failing = [True]
+
+    def once_broken(buf):
+        if failing and buf is b:
+            failing.clear()
+            raise RuntimeError("read broke")
+        fill_in(buf)
+
+    type(b)._fill_in = once_broken
+    try:
+        mnrt.begin_capture()
+        q.enqueue_write_buffer(b, np.ones(2, np.float32))  # b is known: no snapshot
+        with pytest.raises(mnrt.DeviceExecutionError, match="read broke"):
+            q.enqueue_read_buffer(b)
+        mine = q.enqueue_read_buffer(b)
+        mine[:] = 7  # the caller's array: the golden is a copy made as the read ran
+        binary = mnrt.end_capture()
+    finally:
+        type(b)._fill_in = fill_in
+    reads = [c.cmd for c in binary.commands if c.cmdType == U.ReadBuffer]
+    assert [r.golden != 0 for r in reads] == [False, True]
+    dev.close()
+    report = mnrt.replay(binary)
+    assert report.passed and [c.mismatches for c in report.checks] == [0]
+
+
 def test_written_data_is_copied_at_the_call(dev, q):
     b = dev.create_buffer((2,), "float", name="b")
     data = np.array([1.0, 2.0], np.float32)
