@@ -4,6 +4,8 @@ Figures (issue: device, host API and skeleton):
   enqueue_program of a 1-element program, per call, median     target <= 20 us
   100k such commands: total time (enqueue + drain) vs the same commands run inline
   on one thread (the serial baseline), and the backlog left when enqueueing ends
+  round trips (reported): enqueue_program + finish, and a blocking read, median of 2000,
+  against running the program's kernel inline
 
     python benchmarks/bench_host_overhead.py [--commands 100000]
 """
@@ -60,6 +62,14 @@ def main() -> None:
         total = clock() - start
         executed = q.stats()["commands"] - 1
 
+        def round_trip() -> None:
+            enqueue(prog, binding)
+            q.finish()
+
+        trip = _median_us(round_trip)
+        read = _median_us(lambda: q.enqueue_read_buffer(b))
+        inline = _median_us(plan.steps[0].bound.run)
+
     median_us = statistics.median(per_call) * 1e6
     print(
         f"enqueue_program (1-element relu), median per call: {median_us:.2f} us"
@@ -82,6 +92,19 @@ def main() -> None:
         f"  worker throughput {executed / total / 1e3:.1f} k commands/s vs "
         f"host enqueue rate {n / enqueued / 1e3:.1f} k commands/s"
     )
+    print(
+        f"round trips, median of 2000: enqueue_program + finish {trip:.1f} us, blocking read "
+        f"{read:.1f} us (the kernel alone, inline: {inline:.1f} us)"
+    )
+
+
+def _median_us(fn, runs: int = 2000) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
 
 
 if __name__ == "__main__":
