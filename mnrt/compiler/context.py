@@ -643,17 +643,19 @@ def _digest(path: Path) -> str:
 
 
 def _checksums_hold(entry: Path) -> bool:
-    """Whether every file of a cache entry is as it was stored. A file that still parses
-    but changed (a flipped digit in graph.json, an edited option.json) would otherwise load
-    as a different program, silently."""
+    """Whether a cache entry holds exactly the files it was stored with, each as it was
+    stored. A file that still parses but changed (a flipped digit in graph.json, an edited
+    option.json) would otherwise load as a different program, silently; one added since is
+    not what was stored either, and a listed name outside the entry is never read."""
     try:
         listed = json.loads((entry / CHECKSUMS).read_text())
         return (
             isinstance(listed, dict)
+            and set(listed) == {p.name for p in entry.iterdir()} - {CHECKSUMS}
             and {"graph.json", "graph.params.npz", "option.json", "inputs.npz"} <= set(listed)
             and all(_digest(entry / name) == want for name, want in listed.items())
         )
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, RecursionError):  # RecursionError: deep JSON
         return False
 
 

@@ -88,7 +88,9 @@ def compare(
         # infinite tolerance rtol * |b| would give it.
         ok = ((diff <= atol + rtol * np.abs(b)) & np.isfinite(b)) | alike
         err = np.where(alike, 0.0, np.where(np.isnan(diff), np.inf, diff))
-        rel = err / np.maximum(np.abs(b), np.finfo(np.float64).tiny)
+        # fmax, not maximum: a NaN golden matched by NaN has no error (0 / NaN would be NaN,
+        # reported below as an infinite one).
+        rel = err / np.fmax(np.abs(b), np.finfo(np.float64).tiny)
         max_abs = float(err.max()) if err.size else 0.0
         max_rel = float(rel.max()) if rel.size else 0.0
     if math.isnan(max_rel):  # an infinite error relative to an infinite golden
@@ -130,7 +132,8 @@ def _compare_finite(
     if not math.isfinite(max_abs):
         return None
     scale = np.abs(b)
-    bad = np.flatnonzero(diff > atol + rtol * scale)
+    with np.errstate(over="ignore"):  # rtol * |b| overflowing is an infinite tolerance
+        bad = np.flatnonzero(diff > atol + rtol * scale)
     np.maximum(scale, np.finfo(np.float64).tiny, out=scale)
     with np.errstate(over="ignore"):  # a difference far above a tiny golden is inf
         max_rel = float(np.divide(diff, scale, out=diff).max()) if diff.size else 0.0
@@ -167,8 +170,29 @@ def _pcc(a: np.ndarray, b: np.ndarray, finite: bool = False) -> float:
         x, y = (a.ravel(), b.ravel()) if keep.all() else (a[keep], b[keep])
     if x.size == 0:
         return 1.0
-    xs, ys = x - x.mean(), y - y.mean()
-    denom = math.sqrt(float(xs @ xs) * float(ys @ ys))
-    if denom == 0.0:
+    with np.errstate(over="ignore", invalid="ignore"):
+        pcc = _correlation(x, y)
+        if pcc is None:  # values near 1e200 or 1e-200, whose squares float64 cannot hold:
+            pcc = _correlation(_unit(x), _unit(y))  # scaling does not change a correlation
+    if pcc is None:  # a constant array (no variance)
         return 1.0 if np.array_equal(x, y) else 0.0
-    return float(xs @ ys) / denom
+    return pcc
+
+
+_SUM_OF_SQUARES_FLOOR = 1e-150  # below it, squares lose precision and their product underflows
+
+
+def _correlation(x: np.ndarray, y: np.ndarray) -> float | None:
+    """Pearson correlation of two finite flat arrays; None when a sum of squares is not a
+    normal float64 well above underflow (0 for a constant array, inf or NaN on overflow)."""
+    xs, ys = x - x.mean(), y - y.mean()
+    sxx, syy = float(xs @ xs), float(ys @ ys)
+    if not (_SUM_OF_SQUARES_FLOOR < sxx < math.inf and _SUM_OF_SQUARES_FLOOR < syy < math.inf):
+        return None
+    return float(xs @ ys) / (math.sqrt(sxx) * math.sqrt(syy))
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    """x scaled to a largest magnitude of 1 (all zeros stay zeros)."""
+    peak = float(np.max(np.abs(x)))
+    return x / peak if peak > 0.0 else x

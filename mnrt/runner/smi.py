@@ -22,11 +22,19 @@ def _int_auto_base(value: str, option: str) -> int:
 
 def _typed_width(pattern: str) -> int | None:
     """The width a hex pattern's digits ask for, leading zeros included: the fewest bytes
-    of a pattern width that hold them all (None for a pattern not in hex)."""
-    text = pattern.strip().lower().replace("_", "")
-    if not text.startswith("0x") or len(text) > 18:
-        return None  # not hex, or too long for any width: Fill.of reports the value
-    return pattern_width((1 << (4 * (len(text) - 2))) - 1)
+    of a pattern width that hold them all (None for a pattern not in hex). `pattern` is one
+    int() took, so a sign may lead; more than 16 digits fit no width, even as leading zeros
+    (0x0000000000000000ff is not the 1-byte pattern 0xff)."""
+    text = pattern.strip().lstrip("+-").lower().replace("_", "")
+    if not text.startswith("0x"):
+        return None
+    digits = len(text) - 2
+    if digits > 16:
+        raise click.BadParameter(
+            f"{pattern!r} has {digits} hex digits; a pattern has at most 16 (64 bits)",
+            param_hint="--pattern",
+        )
+    return pattern_width((1 << (4 * digits)) - 1)
 
 
 @click.group()
