@@ -7,14 +7,9 @@ import os
 import subprocess
 import sys
 
-from click.testing import CliRunner
+from cli_harness import run
 
 import mnrt
-from mnrt.runner.cli import cli
-
-
-def run(*args: str):
-    return CliRunner().invoke(cli, list(args))
 
 
 def test_list_prints_index_and_name():

@@ -9,10 +9,9 @@ import sys
 import time
 
 import pytest
-from click.testing import CliRunner
+from cli_harness import one_line_error, run
 
 import mnrt
-from mnrt.runner.cli import cli
 
 # Each writer waits for the go file, then sets its own device's fill many times over, half
 # through Device.clear and half through `mnrt smi clear`.
@@ -33,16 +32,6 @@ for k in range(1, rounds + 1):
         with mnrt.open_device(index) as dev:
             dev.clear(seed=k)
 """
-
-
-def run(*args: str):
-    return CliRunner().invoke(cli, list(args))
-
-
-def one_line_error(r) -> str:
-    lines = r.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("mnrt: error: "), r.output
-    return lines[0]
 
 
 def test_concurrent_writers_keep_every_update_and_the_file_stays_valid(tmp_path):

@@ -6,20 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
+from cli_harness import one_line_error, run
 
 import mnrt
-from mnrt.runner.cli import cli
-
-
-def run(*args: str):
-    return CliRunner().invoke(cli, list(args))
-
-
-def one_line_error(r) -> str:
-    lines = r.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("mnrt: error: "), r.output
-    return lines[0]
 
 
 def fill_of(index: int) -> str:
