@@ -39,6 +39,8 @@ _open: dict[int, Device] = {}
 
 
 def _check_shape(shape: Any) -> tuple[int, ...]:
+    if type(shape) is tuple and set(map(type, shape)) <= {int} and min(shape, default=0) >= 0:
+        return shape  # the usual spelling, checked without a per-dimension Python loop
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (shape,)
     try:
@@ -207,7 +209,7 @@ class Device:
                 f"the device's {self.spec.dram_bytes} bytes of DRAM "
                 f"({free.free_bytes} free); split it into smaller buffers"
             )
-        if extent_bytes(dims, dt.itemsize) > self.spec.dram_bytes:
+        if nbytes == 0 and extent_bytes(dims, dt.itemsize) > self.spec.dram_bytes:
             raise ShapeError(
                 f"buffer '{name}' of shape {dims} ({dt.name}) is empty, but its other "
                 f"dimensions span more than the device's {self.spec.dram_bytes} bytes of DRAM; "

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..device.cost import Modelled
 from ..device.emulator import BoundKernel
@@ -102,8 +102,7 @@ class Kernel:
         return hash((self.op, self.inputs, self.outputs, tuple(sorted(self.attrs.items()))))
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
     """One kernel of a bound program, ready to execute."""
 
     kdef: KernelDef
@@ -151,6 +150,30 @@ class Plan:
         )
 
 
+class _Hashed:
+    """A value that hashes once. A program's kernel signature is part of the key of every
+    binding it validates, and hashing its nested tuples again each time cost more than the
+    rest of that lookup. A value that cannot be hashed raises TypeError when asked, as it
+    would have itself (_memo then computes without remembering)."""
+
+    __slots__ = ("_hash", "value")
+
+    def __init__(self, value: tuple) -> None:
+        self.value = value
+        try:
+            self._hash: int | None = hash(value)
+        except TypeError:
+            self._hash = None
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            raise TypeError(f"unhashable signature {self.value!r}")
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, _Hashed) and self.value == other.value)
+
+
 class Program:
     """A validated list of kernels for one device. Create with `Device.create_program`."""
 
@@ -176,10 +199,12 @@ class Program:
         for k in self.kernels:
             seen.update(dict.fromkeys(k.inputs + k.outputs))
         self.slots = tuple(seen)
+        self._slot_set = frozenset(self.slots)
+        self._kdefs = tuple(k.kdef for k in self.kernels)
         self._plans: dict[tuple[int, ...], Plan] = {}
         # What the checks and prices depend on besides the bound buffers' specs.
-        self._signature = tuple(
-            (k.op, k.inputs, k.outputs, tuple(k.attrs.items())) for k in self.kernels
+        self._signature = _Hashed(
+            tuple((k.op, k.inputs, k.outputs, tuple(k.attrs.items())) for k in self.kernels)
         )
 
     def _plan(self, bindings: Mapping[str, Buffer]) -> Plan:
@@ -211,39 +236,49 @@ class Program:
             self._plans = {k: v for k, v in self._plans.items() if buffer_uid not in k}
 
     def _validate(self, bindings: Mapping[str, Buffer]) -> Plan:
-        unknown = [s for s in bindings if s not in self.slots]
-        missing = [s for s in self.slots if s not in bindings]
-        if unknown or missing:
-            parts = []
-            if missing:
-                parts.append(f"unbound slot(s) {', '.join(map(repr, missing))}")
-            if unknown:
-                parts.append(f"unknown slot(s) {', '.join(map(repr, unknown))}")
-            raise BindingError(
-                f"program '{self.name}': {'; '.join(parts)}; its slots are {', '.join(self.slots)}"
-            )
+        """Check a new binding and bind every kernel to its buffers' memory. A replay loop
+        does this for every program on its fresh device, so the common case is kept to
+        a few passes over the slots."""
+        if bindings.keys() != self._slot_set:
+            raise self._refuse_slots(bindings)
+        device = self.device
         for slot, buf in bindings.items():
             if not isinstance(buf, Buffer):
                 raise BindingError(
                     f"program '{self.name}': slot '{slot}' is bound to "
                     f"{type(buf).__name__}, expected a Buffer"
                 )
-            buf._check_device(self.device, f"slot '{slot}': ")
-        backend = self.device._backend
-        key = (self._signature, tuple(bindings[s].spec for s in self.slots), backend.spec)
+            if buf.device is not device or buf._bits is None:
+                buf._check_device(device, f"slot '{slot}': ")
+        backend = device._backend
+        bufs = [bindings[s] for s in self.slots]
+        key = (self._signature, tuple([b.spec for b in bufs]), backend.spec)
         prices = _memo(key, self._check_kernels, bindings, backend)
         steps = []
-        for k, modelled in zip(self.kernels, prices):
-            ins = tuple(bindings[s] for s in k.inputs)
-            outs = tuple(bindings[s] for s in k.outputs)
+        for k, kdef, modelled in zip(self.kernels, self._kdefs, prices):
+            ins = tuple([bindings[s] for s in k.inputs])
+            outs = tuple([bindings[s] for s in k.outputs])
             bound = backend.bind(
-                k.kdef,
+                kdef,
                 k.attrs,
                 [(b._bits, b.dtype) for b in ins],
                 [(b._bits, b.dtype) for b in outs],
             )
-            steps.append(Step(k.kdef, ins, outs, bound, modelled))
-        return Plan.of(steps, tuple(bindings[s] for s in self.slots))
+            steps.append(Step(kdef, ins, outs, bound, modelled))
+        return Plan.of(steps, tuple(bufs))
+
+    def _refuse_slots(self, bindings: Mapping[str, Buffer]) -> BindingError:
+        """The error for a binding whose slots are not exactly the program's."""
+        unknown = [s for s in bindings if s not in self._slot_set]
+        missing = [s for s in self.slots if s not in bindings]
+        parts = []
+        if missing:
+            parts.append(f"unbound slot(s) {', '.join(map(repr, missing))}")
+        if unknown:
+            parts.append(f"unknown slot(s) {', '.join(map(repr, unknown))}")
+        return BindingError(
+            f"program '{self.name}': {'; '.join(parts)}; its slots are {', '.join(self.slots)}"
+        )
 
     def _check_kernels(self, bindings: Mapping[str, Buffer], backend: Any) -> tuple:
         """Each kernel's inferred outputs checked against its bound buffers, and its price.
