@@ -669,8 +669,11 @@ def _store_cached(compiled: CompiledFunction, entry: Path, phases: list[dict]) -
         compiled.write_codegen_dir(staging, list(phases), "cache directory")
         checksums = {p.name: _digest(p) for p in sorted(staging.iterdir()) if p.is_file()}
         (staging / CHECKSUMS).write_text(json.dumps(checksums, indent=1))
-        shutil.rmtree(entry, ignore_errors=True)  # one that could not be loaded
-        # A concurrent compile of the same key may have stored it first: keep that one.
+        # Replace what is there: one that could not be loaded, or a valid one a concurrent
+        # compile of the same key stored (the same program, so either will do). If such a
+        # compile stores its entry between the removal and the rename, the rename fails
+        # and that entry stays.
+        shutil.rmtree(entry, ignore_errors=True)
         with contextlib.suppress(OSError):
             os.rename(staging, entry)
     finally:

@@ -219,9 +219,10 @@ class DeviceMemory:
             del self._backing[address]
 
     def clear(self, fill: Fill) -> None:
-        """Set what DRAM holds: every live allocation now reads as `fill`, as do new ones."""
+        """Set what DRAM holds: every live allocation now reads as `fill`, as do new ones.
+        The live ones are listed first: another thread may allocate meanwhile."""
         self.fill = fill
-        for address, data in self._backing.items():
+        for address, data in list(self._backing.items()):
             fill.apply(data, address)
 
     def reset(self) -> None:

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..device.emulator import Scratch, use_scratch
 from ..errors import (
+    DeviceError,
     DeviceExecutionError,
     DTypeError,
     InvalidArgumentError,
@@ -306,11 +307,18 @@ class CommandQueue:
         with self._lock:
             if self._stopped:
                 return False
+            if not self._started:  # first, so that a failed start logs and queues nothing
+                try:
+                    workers.run(self._work)
+                except RuntimeError as e:  # threading's "can't start new thread"
+                    raise DeviceError(
+                        f"device {self.device.index} queue {self.index}: cannot start its "
+                        f"worker thread ({e}); the process is out of threads: close devices "
+                        "or queues it no longer uses"
+                    ) from None
+                self._started = True
             if cells is not None:
                 log(cells)
-            if not self._started:
-                self._started = True
-                workers.run(self._work)
             # Counted before the append: a Ctrl-C raised as it returns must not leave a
             # command queued uncounted, which a waiting thread would return before running.
             self._puts += 1

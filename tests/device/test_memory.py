@@ -96,3 +96,25 @@ def test_fills():
 def test_fill_arguments_are_checked(kwargs):
     with pytest.raises(InvalidArgumentError):
         Fill.of(**kwargs)
+
+
+def test_clear_while_another_thread_allocates():
+    mem = DeviceMemory(1 << 20, 256)
+    for _ in range(3):
+        mem.allocate(1024)
+    apply = Fill.apply
+    calls = []
+
+    def allocating_meanwhile(self, dest, address):  # as another thread would, mid-clear
+        calls.append(address)
+        if len(calls) == 1:
+            mem.allocate(1024)
+        apply(self, dest, address)
+
+    Fill.apply = allocating_meanwhile
+    try:
+        mem.clear(Fill.of(pattern=0xAB))
+    finally:
+        Fill.apply = apply
+    assert len(mem._backing) == 4  # no "dictionary changed size during iteration"
+    assert all((data == 0xAB).all() for data in mem._backing.values())

@@ -10,6 +10,7 @@ import pytest
 import mnrt
 from mnrt.device.cost import Modelled
 from mnrt.device.numerics import round_to_half
+from mnrt.format.fb.CommandUnion import CommandUnion as U
 from mnrt.host.commands import Command
 
 
@@ -330,6 +331,30 @@ def test_waiting_leaves_the_threads_own_scratch_in_place(dev, q, monkeypatch):
         assert not mine.arrays
     finally:
         emulator.use_scratch(before)
+
+
+def test_a_worker_that_cannot_start_is_a_device_error_and_queues_nothing(dev, monkeypatch):
+    from mnrt.host import workers
+
+    q = dev.command_queue(3)
+    b = dev.create_buffer((2,), "float")
+    start = workers.run
+
+    def out_of_threads(loop):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(workers, "run", out_of_threads)
+    mnrt.begin_capture()
+    try:
+        with pytest.raises(mnrt.DeviceError, match="cannot start its worker thread"):
+            q.enqueue_write_buffer(b, np.ones(2, np.float32))
+        monkeypatch.setattr(workers, "run", start)
+        q.enqueue_write_buffer(b, np.full(2, 2, np.float32))  # starts it this time
+        np.testing.assert_array_equal(q.enqueue_read_buffer(b), [2, 2])
+    finally:
+        binary = mnrt.end_capture()
+    writes = [c for c in binary.commands if c.cmdType == U.WriteBuffer]
+    assert len(writes) == 1  # the refused write was not logged
 
 
 def test_threads_enqueue_on_their_own_queues(dev):
