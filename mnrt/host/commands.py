@@ -1,8 +1,8 @@
 """Queue commands. Each is validated on the host thread when enqueued and run by the queue (its
 worker, or a host thread waiting for it); afterwards it is the record of what ran (kind,
 modelled device time and energy, host wall time), which the queue keeps as its per-command
-history. A profiling queue also
-stamps when each command was enqueued and when its kernels ran (replay's `--profile`)."""
+history. A profiling queue also stamps when each command was enqueued and when its kernels
+ran (replay's `--profile`)."""
 
 from __future__ import annotations
 

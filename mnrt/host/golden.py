@@ -96,21 +96,7 @@ def compare(
     if math.isnan(max_rel):  # an infinite error relative to an infinite golden
         max_rel = math.inf
     bad = np.flatnonzero(~ok)
-    listed = _indices(bad, shape)
-    return Check(
-        name=name,
-        passed=bad.size == 0,
-        dtype=dtype.name,
-        shape=shape,
-        rtol=rtol,
-        atol=atol,
-        max_abs_err=max_abs,
-        max_rel_err=max_rel,
-        pcc=_pcc(a, b),
-        mismatches=int(bad.size),
-        first_mismatch=listed[0] if listed else None,
-        mismatch_indices=listed,
-    )
+    return _check(name, dtype, shape, rtol, atol, bad, max_abs, max_rel, _pcc(a, b))
 
 
 def _compare_finite(
@@ -137,6 +123,21 @@ def _compare_finite(
     np.maximum(scale, np.finfo(np.float64).tiny, out=scale)
     with np.errstate(over="ignore"):  # a difference far above a tiny golden is inf
         max_rel = float(np.divide(diff, scale, out=diff).max()) if diff.size else 0.0
+    return _check(name, dtype, shape, rtol, atol, bad, max_abs, max_rel, _pcc(a, b, finite=True))
+
+
+def _check(
+    name: str,
+    dtype: DType,
+    shape: tuple[int, ...],
+    rtol: float,
+    atol: float,
+    bad: np.ndarray,
+    max_abs: float,
+    max_rel: float,
+    pcc: float,
+) -> Check:
+    """The verdict from the flat positions of the mismatches and the error statistics."""
     listed = _indices(bad, shape)
     return Check(
         name=name,
@@ -147,7 +148,7 @@ def _compare_finite(
         atol=atol,
         max_abs_err=max_abs,
         max_rel_err=max_rel,
-        pcc=_pcc(a, b, finite=True),
+        pcc=pcc,
         mismatches=int(bad.size),
         first_mismatch=listed[0] if listed else None,
         mismatch_indices=listed,
