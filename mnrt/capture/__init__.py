@@ -38,9 +38,14 @@ def begin_capture(goldens: bool = True) -> None:
     if not isinstance(goldens, bool):
         raise InvalidArgumentError(f"goldens must be True or False, got {goldens!r}")
     with _lock:
-        if isinstance(observe.current(), Recorder):
+        if capturing():
             raise CaptureError("a capture is already running; end_capture() it first")
         observe.install(Recorder(goldens=goldens))
+
+
+def capturing() -> bool:
+    """Whether a capture is running (in any thread: captures record the whole process)."""
+    return isinstance(observe.current(), Recorder)
 
 
 def end_capture(description: str = "") -> LightBinary:

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
 import warnings
@@ -25,7 +26,7 @@ import numpy as np
 import xxhash
 
 from .._version import __version__
-from ..capture import capture, compare_to_golden
+from ..capture import CaptureError, capture, capturing, compare_to_golden
 from ..errors import InvalidArgumentError, MnrtError
 from ..host import Buffer, CommandQueue, Device, open_device
 from . import layout, placement, serialize
@@ -397,9 +398,14 @@ class CompiledFunction:
             for i, (phase, dump) in enumerate(self.stages):
                 (folder / f"debug_{i:02d}_{phase}.txt").write_text(dump + "\n")
         start = time.perf_counter()
-        self.save_binary(folder / "model.mnlb")
+        with _recording:
+            if capturing():
+                status = f"skipped: {_CAPTURE_RUNNING}"
+            else:
+                self.save_binary(folder / "model.mnlb")
+                status = "ok"
         seconds = time.perf_counter() - start
-        phases = [*phases, {"name": "light binary", "status": "ok", "seconds": seconds}]
+        phases = [*phases, {"name": "light binary", "status": status, "seconds": seconds}]
         (folder / "option.json").write_text(json.dumps(self.options.to_json(), indent=1))
         (folder / "l3ir.txt").write_text(self.graph.dump() + "\n")
         serialize.save(self.graph, folder, "graph")
@@ -439,6 +445,16 @@ class CompiledFunction:
         (its outputs, like any call's, are overwritten)."""
         inputs = dict(inputs) if inputs is not None else self.example_inputs
         expected = self.reference(inputs)
+        with _recording:
+            if capturing():
+                raise CaptureError(
+                    f"cannot save_binary: {_CAPTURE_RUNNING}; call save_binary after end_capture()"
+                )
+            self._record(path, inputs, expected)
+
+    def _record(
+        self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray], expected: dict
+    ) -> None:
         q = self.ctx.queue
         held = {
             name: (buf, TensorProxy(q, buf).cpu())
@@ -458,6 +474,14 @@ class CompiledFunction:
             for buf, data in held.values():
                 q.enqueue_write_buffer(buf, _as_host(data, buf))
             q.finish()
+
+
+# A process runs one capture at a time (a capture records every thread), so compiles that
+# write light binaries on several threads take turns rather than fail. While a capture of
+# the user's runs, a binary cannot be recorded: it would need a second capture, and its
+# run of the compiled function would land in the user's.
+_recording = threading.RLock()
+_CAPTURE_RUNNING = "a capture is running, and recording the light binary takes a capture of its own"
 
 
 def _tolerance(float_dtype: str, expected: np.ndarray, buf: Buffer) -> tuple[float, float]:
@@ -662,7 +686,16 @@ def _checksums_hold(entry: Path) -> bool:
 def _store_cached(compiled: CompiledFunction, entry: Path, phases: list[dict]) -> None:
     """Write a cache entry whole or not at all: into a private folder renamed into place, so
     that a compile killed midway, or another compiling the same key at the same time, never
-    leaves a partial entry for a later compile to load."""
+    leaves a partial entry for a later compile to load. A read-only cache (one shared by a
+    team, filled by a build job) still serves what it holds: a miss compiles, warns and
+    stores nothing."""
+    if entry.parent.is_dir() and not os.access(entry.parent, os.W_OK | os.X_OK):
+        warnings.warn(
+            f"cache directory {entry.parent} is not writable, so this compile was not "
+            "stored; compiles of the same model and options will compile again",
+            stacklevel=3,
+        )
+        return
     _make_dir(entry.parent, "cache directory")
     staging = entry.parent / f".{entry.name}.{uuid.uuid4().hex}.tmp"
     try:

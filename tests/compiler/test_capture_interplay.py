@@ -1,0 +1,86 @@
+"""Compiling while a capture runs, and compiling on several threads at once: writing a
+codegen_dir or a cache entry records its own light binary, which must neither fail the
+compile nor slip the compiled function's extra run into the user's capture."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+from test_context_review import mlp, x_data
+
+import mnrt
+from mnrt.replay.executor import COMMAND_NAMES
+
+HANG_S = 60  # a hang guard, not a timing
+
+
+def calls(path) -> list[str]:
+    return [COMMAND_NAMES[c.cmdType] for c in mnrt.LightBinary.load(path).commands]
+
+
+def test_a_cache_miss_inside_a_capture_compiles_stores_and_captures_only_the_users_run(
+    ctx, tmp_path
+):
+    cache = mnrt.CacheOptions(tmp_path / "cache")
+    with mnrt.capture(tmp_path / "user.mnlb"):
+        compiled = ctx.compile(mlp(np.random.default_rng(7)), {"x": x_data()}, cache_options=cache)
+        want = compiled({"x": x_data()})["y"].cpu()
+    assert calls(tmp_path / "user.mnlb").count("enqueue_program") == 1  # the user's call only
+    assert mnrt.replay(tmp_path / "user.mnlb").passed
+    (entry,) = (tmp_path / "cache").iterdir()
+    assert not (entry / "model.mnlb").exists()
+    phases = json.loads((entry / "report.json").read_text())["phases"]
+    (binary,) = [p for p in phases if p["name"] == "light binary"]
+    assert binary["status"].startswith("skipped: a capture is running")
+    # The entry loads: a compile after the capture uses it.
+    stamp = (entry / "graph.json").stat().st_mtime_ns
+    again = ctx.compile(mlp(np.random.default_rng(7)), {"x": x_data()}, cache_options=cache)
+    np.testing.assert_array_equal(again({"x": x_data()})["y"].cpu(), want)
+    assert (entry / "graph.json").stat().st_mtime_ns == stamp
+
+
+def test_a_codegen_dir_written_inside_a_capture_says_why_it_has_no_binary(ctx, tmp_path):
+    with mnrt.capture(tmp_path / "user.mnlb"):
+        ctx.compile(mlp(np.random.default_rng(7)), {"x": x_data()}, codegen_dir=tmp_path / "cg")
+    assert "enqueue_program" not in calls(tmp_path / "user.mnlb")
+    assert not (tmp_path / "cg" / "model.mnlb").exists()
+    assert (tmp_path / "cg" / "option.json").is_file()
+    report = json.loads((tmp_path / "cg" / "report.json").read_text())
+    assert any(p["status"].startswith("skipped: a capture is running") for p in report["phases"])
+
+
+def test_save_binary_inside_a_capture_says_to_call_it_after_end_capture(ctx, tmp_path):
+    compiled = ctx.compile(mlp(np.random.default_rng(7)), {"x": x_data()})
+    with (
+        mnrt.capture(tmp_path / "user.mnlb"),
+        pytest.raises(mnrt.CaptureError, match="after end_capture"),
+    ):
+        compiled.save_binary(tmp_path / "model.mnlb")
+    assert not (tmp_path / "model.mnlb").exists()
+
+
+def test_threads_compiling_into_codegen_dirs_at_once_all_get_their_binaries(tmp_path):
+    failures: list[BaseException] = []
+    start = threading.Barrier(3)
+
+    def work(i: int) -> None:
+        try:
+            with mnrt.Context() as c:
+                start.wait(HANG_S)
+                for j in range(3):
+                    c.compile(mlp(np.random.default_rng(i)), {"x": x_data()},
+                              codegen_dir=tmp_path / f"cg{i}-{j}")  # fmt: skip
+        except BaseException as e:  # reported below
+            failures.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(HANG_S)
+    assert not failures, failures
+    for folder in tmp_path.iterdir():
+        assert mnrt.replay(folder / "model.mnlb").passed, folder
