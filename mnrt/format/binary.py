@@ -29,6 +29,7 @@ from .fb.Version import CreateVersion
 from .files import open_regular, write_atomically
 from .pack import pack_commands, pack_tables
 from .schema_info import FORMAT_VERSION, KNOWN_SCHEMAS, LAYOUT, SCHEMA_HASH
+from .unpack import read_commands
 from .verify import verify_flatbuffer
 
 IDENTIFIER = b"MNLB"
@@ -171,15 +172,7 @@ class LightBinary:
         listed many times (the writer shares identical commands) is decoded once and its
         object listed each time: the verifier bounds what decoding costs on that basis."""
         if self._commands is None:
-            decoded: dict[int, CommandT] = {}
-            commands = []
-            for i in range(self._root.CommandsLength()):
-                table = self._root.Commands(i)
-                obj = decoded.get(table._tab.Pos)
-                if obj is None:
-                    obj = decoded[table._tab.Pos] = CommandT.InitFromObj(table)
-                commands.append(obj)
-            self._commands = commands
+            self._commands = read_commands(self._fb, self._root._tab.Pos)
         return self._commands
 
     def __len__(self) -> int:

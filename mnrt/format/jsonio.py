@@ -8,7 +8,6 @@ Blobs are written decompressed, as base64 inside the JSON or as side files next 
 from __future__ import annotations
 
 import base64
-import importlib
 import json
 import math
 import re
@@ -23,23 +22,13 @@ from .blobs import BlobStore
 from .fb.DeviceDescription import DeviceDescriptionT
 from .fb.LightBinary import LightBinaryT
 from .fb.Metadata import MetadataT
+from .fields import attr_name, object_class
 from .files import open_regular, write_atomically
 from .schema_info import LAYOUT
 
 JSON_FORMAT = "mnrt-light-binary-json"
 _TABLES, _ENUMS, _UNIONS, _STRUCTS = (LAYOUT[k] for k in ("tables", "enums", "unions", "structs"))
 _ENUM_NAMES = {name: {v: k for k, v in e["values"].items()} for name, e in _ENUMS.items()}
-
-
-def _attr(field_name: str) -> str:
-    """The object API's attribute for a schema field: buffer_id -> bufferId."""
-    head, *rest = field_name.split("_")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
-
-
-def _t_class(table: str) -> type:
-    module = importlib.import_module(f"{LAYOUT['namespace']}.{table}")
-    return getattr(module, f"{table}T")
 
 
 # --- to JSON ----------------------------------------------------------------------------
@@ -61,19 +50,20 @@ def table_to_json(table: str, obj: Any) -> dict:
         kind = f["kind"]
         if kind == "union_type" or f.get("deprecated"):
             continue
-        value = getattr(obj, _attr(f["name"]), None)
+        value = getattr(obj, attr_name(f["name"]), None)
         if value is None:
             continue
         if kind == "union":
             member = LAYOUT["unions"][f["type"]]["members"][
-                getattr(obj, _attr(f["name"] + "_type")) - 1
+                getattr(obj, attr_name(f["name"] + "_type")) - 1
             ]
             out[f["name"]] = {"type": member, **table_to_json(member, value)}
         elif kind == "table":
             out[f["name"]] = table_to_json(f["type"], value)
         elif kind == "struct":
             out[f["name"]] = {
-                s["name"]: getattr(value, _attr(s["name"])) for s in _STRUCTS[f["type"]]["fields"]
+                s["name"]: getattr(value, attr_name(s["name"]))
+                for s in _STRUCTS[f["type"]]["fields"]
             }
         elif kind == "vector":
             if f["element"] == "table":
@@ -186,7 +176,7 @@ def _utf8(value: Any) -> bool:
 def table_from_json(table: str, doc: Any, path: str) -> Any:
     if not isinstance(doc, dict):
         raise _bad(path, f"expected an object for {table}")
-    obj = _t_class(table)()
+    obj = object_class(table)()
     known = {f["name"] for f in _TABLES[table]["fields"]} | {"type"}
     unknown = sorted(set(doc) - known)
     if unknown:
@@ -203,18 +193,18 @@ def table_from_json(table: str, doc: Any, path: str) -> Any:
             member = value.get("type") if isinstance(value, dict) else None
             if member not in members:
                 raise _bad(where, f"union type must be one of {', '.join(members)}")
-            setattr(obj, _attr(name + "_type"), members.index(member) + 1)
+            setattr(obj, attr_name(name + "_type"), members.index(member) + 1)
             body = {k: v for k, v in value.items() if k != "type"}
-            setattr(obj, _attr(name), table_from_json(member, body, where))
+            setattr(obj, attr_name(name), table_from_json(member, body, where))
         elif kind == "table":
-            setattr(obj, _attr(name), table_from_json(f["type"], value, where))
+            setattr(obj, attr_name(name), table_from_json(f["type"], value, where))
         elif kind == "struct":
             if not isinstance(value, dict):
                 raise _bad(where, f"expected an object for {f['type']}")
-            struct = _t_class(f["type"])()
+            struct = object_class(f["type"])()
             for s in _STRUCTS[f["type"]]["fields"]:
-                setattr(struct, _attr(s["name"]), _scalar_in(value.get(s["name"], 0), s, where))
-            setattr(obj, _attr(name), struct)
+                setattr(struct, attr_name(s["name"]), _scalar_in(value.get(s["name"], 0), s, where))
+            setattr(obj, attr_name(name), struct)
         elif kind == "vector":
             if not isinstance(value, list):
                 raise _bad(where, "expected a list")
@@ -230,9 +220,9 @@ def table_from_json(table: str, doc: Any, path: str) -> Any:
                     "signed": f.get("signed", False),
                 }
                 items = [_scalar_in(v, elem, f"{where}[{i}]") for i, v in enumerate(value)]
-            setattr(obj, _attr(name), items)
+            setattr(obj, attr_name(name), items)
         else:
-            setattr(obj, _attr(name), _scalar_in(value, f, where))
+            setattr(obj, attr_name(name), _scalar_in(value, f, where))
     return obj
 
 

@@ -21,35 +21,16 @@ import numpy as np
 from .fb import Command as fb_command
 from .fb.Blob import BlobT
 from .fb.Command import CommandT
+from .fields import NUMPY_TYPES, STRUCT_CODES, attr_name, scalar_type
 from .schema_info import LAYOUT
 
-_FORMATS = {
-    "bool": "?", "byte": "b", "ubyte": "B", "short": "h", "ushort": "H", "int": "i",
-    "uint": "I", "long": "q", "ulong": "Q", "float": "f", "double": "d",
-}  # fmt: skip
 _NUMPY_CODES = {"?": "?", "b": "i1", "B": "u1", "h": "<i2", "H": "<u2", "i": "<i4",
                 "I": "<u4", "q": "<i8", "Q": "<u8", "f": "<f4", "d": "<f8"}  # fmt: skip
-_NUMPY = {"ubyte": np.uint8, "ushort": np.uint16, "uint": np.uint32, "ulong": np.uint64,
-          "byte": np.int8, "short": np.int16, "int": np.int32, "long": np.int64,
-          "float": np.float32, "double": np.float64, "bool": np.bool_}  # fmt: skip
-
-
-def _attr(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
 def _items(vector: Any) -> Any:
     """A decoded vector (numpy array), a list, or () for an absent one."""
     return () if vector is None else vector
-
-
-def _scalar_type(field: dict) -> str | None:
-    if field["kind"] == "scalar":
-        return field["type"]
-    if field["kind"] in ("enum", "union_type"):
-        return LAYOUT["enums"][field["type"]]["type"] if field["kind"] == "enum" else "ubyte"
-    return None
 
 
 class _Template:
@@ -61,13 +42,13 @@ class _Template:
         self.vectors: list[tuple[str, int, type]] = []  # (attribute, slot, numpy dtype)
         self.unions: list[tuple[str, int]] = []  # (attribute, slot): the value's offset
         for f in fields:
-            scalar = _scalar_type(f)
+            scalar = scalar_type(f)
             if scalar is not None:
-                self.scalars.append((_attr(f["name"]), f["slot"], _FORMATS[scalar]))
+                self.scalars.append((attr_name(f["name"]), f["slot"], STRUCT_CODES[scalar]))
             elif f["kind"] == "vector" and f["element"] in ("scalar", "enum"):
-                self.vectors.append((_attr(f["name"]), f["slot"], _NUMPY[f["type"]]))
+                self.vectors.append((attr_name(f["name"]), f["slot"], NUMPY_TYPES[f["type"]]))
             elif f["kind"] == "union":
-                self.unions.append((_attr(f["name"]), f["slot"]))
+                self.unions.append((attr_name(f["name"]), f["slot"]))
             else:
                 raise TypeError(f"{table}.{f['name']} is not a scalar field")
         b.ForceDefaults(True)
@@ -200,7 +181,7 @@ LAYOUT_CLASSES = {"Blob": BlobT}  # object-API classes pack_tables builds its fi
 
 def _fast_table(table: str) -> bool:
     for f in LAYOUT["tables"][table]["fields"]:
-        if f.get("deprecated") or _scalar_type(f) is not None:
+        if f.get("deprecated") or scalar_type(f) is not None:
             continue
         if f["kind"] == "vector" and f["element"] in ("scalar", "enum"):
             continue
