@@ -35,12 +35,22 @@ __all__ = ["CaptureError", "begin_capture", "capture", "compare_to_golden", "end
 
 def begin_capture(goldens: bool = True) -> None:
     """Start recording host API calls (from every thread) into a new light binary."""
+    _begin(goldens, if_idle=False)
+
+
+def _begin(goldens: bool, if_idle: bool) -> Recorder | None:
+    """Install a new recorder and return it; with `if_idle`, None instead of an error when
+    a capture is already running (the check and the start are one step)."""
     if not isinstance(goldens, bool):
         raise InvalidArgumentError(f"goldens must be True or False, got {goldens!r}")
     with _lock:
         if capturing():
+            if if_idle:
+                return None
             raise CaptureError("a capture is already running; end_capture() it first")
-        observe.install(Recorder(goldens=goldens))
+        rec = Recorder(goldens=goldens)
+        observe.install(rec)
+        return rec
 
 
 def capturing() -> bool:
@@ -126,10 +136,32 @@ def capture(path: str | os.PathLike, goldens: bool = True, description: str = ""
     is written if it raises (or the capture cannot be built), and the capture ends either way."""
     path = _check_path(path)
     _check_description(description)
-    begin_capture(goldens=goldens)
-    rec = observe.current()
+    rec = _begin(goldens, if_idle=False)
+    yield from _saved_if_it_succeeds(rec, path, description, None)
+
+
+@contextlib.contextmanager
+def capture_if_idle(
+    path: str | os.PathLike, goldens: bool = True, description: str = ""
+) -> Iterator[bool]:
+    """`capture`, unless a capture is already running: then nothing is recorded and the
+    block is told so (it gets False) rather than failing. For code that records a binary
+    of its own (a compile's codegen_dir) and must neither fail nor run its work inside the
+    user's capture, whichever thread began it, and whenever."""
+    path = _check_path(path)
+    _check_description(description)
+    rec = _begin(goldens, if_idle=True)
+    if rec is None:
+        yield False
+        return
+    yield from _saved_if_it_succeeds(rec, path, description, True)
+
+
+def _saved_if_it_succeeds(
+    rec: Recorder, path: str, description: str, value: bool | None
+) -> Iterator[bool | None]:
     try:
-        yield
+        yield value
         binary = end_capture(description)
     except BaseException:
         with _lock:

@@ -26,9 +26,9 @@ import numpy as np
 import xxhash
 
 from .._version import __version__
-from ..capture import CaptureError, capture, capturing, compare_to_golden
+from ..capture import CaptureError, capture_if_idle, capturing, compare_to_golden
 from ..errors import InvalidArgumentError, MnrtError
-from ..host import Buffer, CommandQueue, Device, open_device
+from ..host import Buffer, CommandQueue, Device, observe, open_device
 from . import layout, placement, serialize
 from .builder import GraphBuilder
 from .ir import PARAM, Graph
@@ -398,12 +398,8 @@ class CompiledFunction:
             for i, (phase, dump) in enumerate(self.stages):
                 (folder / f"debug_{i:02d}_{phase}.txt").write_text(dump + "\n")
         start = time.perf_counter()
-        with _recording:
-            if capturing():
-                status = f"skipped: {_CAPTURE_RUNNING}"
-            else:
-                self.save_binary(folder / "model.mnlb")
-                status = "ok"
+        recorded = self._save(folder / "model.mnlb")
+        status = "ok" if recorded else f"skipped: {_CAPTURE_RUNNING}"
         seconds = time.perf_counter() - start
         phases = [*phases, {"name": "light binary", "status": status, "seconds": seconds}]
         (folder / "option.json").write_text(json.dumps(self.options.to_json(), indent=1))
@@ -443,26 +439,31 @@ class CompiledFunction:
         from `reference`, with tolerances for the compiled precision. The function's inputs
         hold afterwards what they held before: a later call that gives none still uses them
         (its outputs, like any call's, are overwritten)."""
-        inputs = dict(inputs) if inputs is not None else self.example_inputs
-        expected = self.reference(inputs)
-        with _recording:
-            if capturing():
-                raise CaptureError(
-                    f"cannot save_binary: {_CAPTURE_RUNNING}; call save_binary after end_capture()"
-                )
-            self._record(path, inputs, expected)
+        if not self._save(path, inputs):
+            raise CaptureError(
+                f"cannot save_binary: {_CAPTURE_RUNNING}; call save_binary after end_capture()"
+            )
 
-    def _record(
-        self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray], expected: dict
-    ) -> None:
+    def _save(
+        self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None
+    ) -> bool:
+        """save_binary, or False when a capture (of the user's) is running."""
+        inputs = dict(inputs) if inputs is not None else self.example_inputs
+        if capturing():  # saves the reference's work; _recording decides for certain
+            return False
+        expected = self.reference(inputs)
         q = self.ctx.queue
-        held = {
-            name: (buf, TensorProxy(q, buf).cpu())
-            for name in self.graph.inputs
-            if (buf := self.lowered.bindings.get(name)) is not None
-        }
-        try:
-            with capture(path, goldens=False, description=f"compiled graph {self.graph.name}"):
+        description = f"compiled graph {self.graph.name}"
+        with _recording, capture_if_idle(path, goldens=False, description=description) as ok:
+            if not ok:
+                return False
+            with observe.unobserved():  # what the inputs hold, put back after the capture
+                held = {
+                    name: (buf, TensorProxy(q, buf).cpu())
+                    for name in self.graph.inputs
+                    if (buf := self.lowered.bindings.get(name)) is not None
+                }
+            try:
                 outputs = self(inputs)
                 for name, proxy in outputs.items():
                     dtype = self.options["float_dtype"]
@@ -470,17 +471,34 @@ class CompiledFunction:
                     compare_to_golden(
                         q, proxy.buffer, expected[name], rtol=rtol, atol=atol, name=name
                     )
-        finally:
-            for buf, data in held.values():
-                q.enqueue_write_buffer(buf, _as_host(data, buf))
-            q.finish()
+            except BaseException:
+                _put_back(q, held)
+                raise
+        _put_back(q, held)
+        return True
+
+
+def _put_back(q: CommandQueue, held: dict[str, tuple[Buffer, np.ndarray]]) -> None:
+    for buf, data in held.values():
+        q.enqueue_write_buffer(buf, _as_host(data, buf))
+    q.finish()
 
 
 # A process runs one capture at a time (a capture records every thread), so compiles that
 # write light binaries on several threads take turns rather than fail. While a capture of
 # the user's runs, a binary cannot be recorded: it would need a second capture, and its
 # run of the compiled function would land in the user's.
-_recording = threading.RLock()
+_recording = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    """A child forked while another thread recorded has the lock held by no thread."""
+    global _recording
+    _recording = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
 _CAPTURE_RUNNING = "a capture is running, and recording the light binary takes a capture of its own"
 
 

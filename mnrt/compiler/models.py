@@ -28,10 +28,14 @@ def mlp(seed: int = 0, batch: int = 32) -> tuple[GraphBuilder, dict[str, np.ndar
     return b, {"x": rng.standard_normal((batch, 64)).astype(np.float32)}
 
 
-def cnn(seed: int = 0, batch: int = 2) -> tuple[GraphBuilder, dict[str, np.ndarray]]:
+def cnn(
+    seed: int = 0, batch: int = 2, size: int = 32
+) -> tuple[GraphBuilder, dict[str, np.ndarray]]:
+    """Two conv-relu-maxpool stages, global average pooling and a classifier, on
+    `size` x `size` RGB images."""
     rng = np.random.default_rng(seed)
     b = GraphBuilder("cnn")
-    h = b.input("image", (batch, 3, 32, 32))
+    h = b.input("image", (batch, 3, size, size))
     for i, (cin, cout) in enumerate([(3, 16), (16, 32)]):
         w = b.param(f"conv{i}.w", _weight(rng, cout, cin, 3, 3))
         bias = b.param(f"conv{i}.b", np.zeros(cout, np.float32))
@@ -42,7 +46,7 @@ def cnn(seed: int = 0, batch: int = 2) -> tuple[GraphBuilder, dict[str, np.ndarr
         h, b.param("head.w", _weight(rng, 32, 10)), b.param("head.b", np.zeros(10, np.float32))
     )
     b.output(b.softmax(h), "probs")
-    return b, {"image": rng.standard_normal((batch, 3, 32, 32)).astype(np.float32)}
+    return b, {"image": rng.standard_normal((batch, 3, size, size)).astype(np.float32)}
 
 
 def transformer_block(

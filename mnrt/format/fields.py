@@ -41,3 +41,10 @@ def scalar_type(field: dict) -> str | None:
     if field["kind"] == "union_type":
         return "ubyte"
     return None
+
+
+def element_type(field: dict) -> str:
+    """The scalar type of a vector of scalars or enums' elements."""
+    if field["element"] == "enum":
+        return LAYOUT["enums"][field["type"]]["type"]
+    return field["type"]

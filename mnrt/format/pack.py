@@ -21,7 +21,7 @@ import numpy as np
 from .fb import Command as fb_command
 from .fb.Blob import BlobT
 from .fb.Command import CommandT
-from .fields import NUMPY_TYPES, STRUCT_CODES, attr_name, scalar_type
+from .fields import NUMPY_TYPES, STRUCT_CODES, attr_name, element_type, scalar_type
 from .schema_info import LAYOUT
 
 _NUMPY_CODES = {"?": "?", "b": "i1", "B": "u1", "h": "<i2", "H": "<u2", "i": "<i4",
@@ -46,7 +46,7 @@ class _Template:
             if scalar is not None:
                 self.scalars.append((attr_name(f["name"]), f["slot"], STRUCT_CODES[scalar]))
             elif f["kind"] == "vector" and f["element"] in ("scalar", "enum"):
-                self.vectors.append((attr_name(f["name"]), f["slot"], NUMPY_TYPES[f["type"]]))
+                self.vectors.append((attr_name(f["name"]), f["slot"], NUMPY_TYPES[element_type(f)]))
             elif f["kind"] == "union":
                 self.unions.append((attr_name(f["name"]), f["slot"]))
             else:

@@ -20,13 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from .fields import NUMPY_TYPES, STRUCT_CODES, attr_name, object_class, scalar_type
+from .fields import NUMPY_TYPES, STRUCT_CODES, attr_name, element_type, object_class, scalar_type
 from .schema_info import LAYOUT
 
 _U32 = struct.Struct("<I").unpack_from
 _I32 = struct.Struct("<i").unpack_from
 _U16 = struct.Struct("<H").unpack_from
-_MEMBERS = LAYOUT["unions"]["CommandUnion"]["members"]
 _MAX_LAYOUTS = 1024  # vtables remembered per table type
 
 Buf = memoryview | bytes | bytearray
@@ -63,11 +62,10 @@ class _Layout:
 
     __slots__ = ("names", "refs", "scalar_names", "struct", "unions")
 
-    def __init__(self, table: _Table, buf: Buf, vt: int) -> None:
-        vsize = _U16(buf, vt)[0]
-        slots = (vsize - 4) // 2
-        at = {f: _U16(buf, vt + 4 + 2 * f)[0] for f in range(slots)}
-        present = [(at[slot], spec) for slot, spec in table.fields.items() if at.get(slot)]
+    def __init__(self, table: _Table, offsets: bytes) -> None:
+        at = struct.unpack(f"<{len(offsets) // 2}H", offsets)
+        present = [(at[slot], spec) for slot, spec in table.fields.items()
+                   if slot < len(at) and at[slot]]  # fmt: skip
         scalars = sorted(
             (off, name, code) for off, (name, code) in present if isinstance(code, str)
         )
@@ -82,22 +80,27 @@ class _Layout:
         self.names = [(name, off, struct.Struct("<" + code)) for off, name, code in scalars]
         self.scalar_names = [name for _, name, _ in scalars]
         self.refs = [(off, name, read) for off, (name, read) in present if callable(read)]
-        # (offset, attribute, the attribute of its type, which the scalars read first)
-        self.unions = [(off, name, table.union_types[name]) for off, (name, read) in present
+        # (offset, attribute, the attribute of its type tag, which the scalars read first,
+        # the member readers)
+        self.unions = [(off, name, *table.unions[name]) for off, (name, read) in present
                        if read is None]  # fmt: skip
 
 
 class _Table:
-    """Reads one table type into its generated object-API class."""
+    """Reads one table type into its generated object-API class. Built for every table
+    reachable from Command when this module is imported, so threads only ever read them."""
 
     def __init__(self, name: str, tables: dict[str, _Table]) -> None:
-        tables[name] = self
         self.cls = object_class(name)
+        fields = LAYOUT["tables"][name]["fields"]
+        self.slots = 1 + max((f["slot"] for f in fields), default=-1)
         # slot -> (attribute, struct code | reader | None for a union's value)
         self.fields: dict[int, tuple[str, str | Read | None]] = {}
-        self.union_types: dict[str, str] = {}  # a union value's attribute -> its type's
-        types = {}
-        for f in LAYOUT["tables"][name]["fields"]:
+        # a union value's attribute -> (its type tag's attribute, a reader per member)
+        self.unions: dict[str, tuple[str, list[Read]]] = {}
+        self.refers_to: list[str] = []  # the tables its fields hold
+        tags = {}
+        for f in fields:
             if f.get("deprecated"):
                 continue
             attr, kind = attr_name(f["name"]), f["kind"]
@@ -105,34 +108,40 @@ class _Table:
             if code is not None:
                 self.fields[f["slot"]] = (attr, STRUCT_CODES[code])
                 if kind == "union_type":
-                    types[f["type"]] = attr
+                    tags[f["type"]] = attr
             elif kind == "string":
                 self.fields[f["slot"]] = (attr, _string)
             elif kind == "table":
                 self.fields[f["slot"]] = (attr, _sub(f["type"], tables))
+                self.refers_to.append(f["type"])
             elif kind == "vector" and f["element"] in ("scalar", "enum"):
-                element = f["type"] if f["element"] == "scalar" else scalar_type(f)
-                self.fields[f["slot"]] = (attr, _numbers(NUMPY_TYPES[element]))
+                self.fields[f["slot"]] = (attr, _numbers(NUMPY_TYPES[element_type(f)]))
             elif kind == "vector" and f["element"] == "string":
                 self.fields[f["slot"]] = (attr, _strings)
             elif kind == "vector" and f["element"] == "table":
                 self.fields[f["slot"]] = (attr, _sub_list(f["type"], tables))
-            elif kind == "union" and f["type"] == "CommandUnion":
+                self.refers_to.append(f["type"])
+            elif kind == "union":
+                members = LAYOUT["unions"][f["type"]]["members"]
                 self.fields[f["slot"]] = (attr, None)
-                self.union_types[attr] = types[f["type"]]
+                self.unions[attr] = (tags[f["type"]], [_sub(m, tables) for m in members])
+                self.refers_to.extend(members)
             else:
                 raise TypeError(f"{name}.{f['name']}: a {kind} field the reader cannot read")
-        self.members = [_sub(m, tables) for m in _MEMBERS] if self.union_types else []
         self._layouts: dict[bytes, _Layout] = {}
 
     def read(self, buf: Buf, pos: int) -> Any:
         vt = pos - _I32(buf, pos)[0]
-        key = bytes(buf[vt : vt + _U16(buf, vt)[0]])  # by content: it holds for any file
+        # Keyed by the offsets of this schema's fields only, however long the vtable is (a
+        # newer writer's, or a hostile one): reading costs what the fields do, as it does
+        # for the object API, and the cache holds a few bytes a layout.
+        slots = min((_U16(buf, vt)[0] - 4) // 2, self.slots)
+        key = bytes(buf[vt + 4 : vt + 4 + 2 * slots]) if slots > 0 else b""
         layout = self._layouts.get(key)
         if layout is None:
             if len(self._layouts) >= _MAX_LAYOUTS:  # files with a vtable per table
                 self._layouts.clear()
-            layout = self._layouts[key] = _Layout(self, buf, vt)
+            layout = self._layouts[key] = _Layout(self, key)
         obj = self.cls()
         values = obj.__dict__
         if layout.struct is not None:
@@ -142,19 +151,19 @@ class _Table:
                 values[name] = one.unpack_from(buf, pos + off)[0]
         for off, name, read in layout.refs:
             values[name] = read(buf, pos + off)
-        for off, name, type_name in layout.unions:
-            kind = values[type_name]
-            if 1 <= kind <= len(self.members):
-                values[name] = self.members[kind - 1](buf, pos + off)
+        for off, name, tag, members in layout.unions:
+            kind = values[tag]
+            if 1 <= kind <= len(members):
+                values[name] = members[kind - 1](buf, pos + off)
         return obj
 
 
 def _sub(name: str, tables: dict[str, _Table]) -> Read:
-    """A reader for a field holding a table by offset (made lazily: tables nest)."""
+    """A reader for a field holding a table by offset (looked up when it reads: tables
+    nest, so not all of them exist while the others are built)."""
 
     def read(buf: Buf, at: int) -> Any:
-        table = tables.get(name) or _Table(name, tables)
-        return table.read(buf, at + _U32(buf, at)[0])
+        return tables[name].read(buf, at + _U32(buf, at)[0])
 
     return read
 
@@ -169,8 +178,20 @@ def _sub_list(name: str, tables: dict[str, _Table]) -> Read:
     return read
 
 
-_TABLES: dict[str, _Table] = {}
-_COMMAND = _Table("Command", _TABLES)
+def _build(root: str) -> dict[str, _Table]:
+    """A reader for `root` and every table it reaches."""
+    tables: dict[str, _Table] = {}
+    todo = [root]
+    while todo:
+        name = todo.pop()
+        if name not in tables:
+            tables[name] = _Table(name, tables)
+            todo.extend(tables[name].refers_to)
+    return tables
+
+
+_TABLES = _build("Command")
+_COMMAND = _TABLES["Command"]
 _COMMANDS_SLOT = next(
     f["slot"] for f in LAYOUT["tables"][LAYOUT["root_type"]]["fields"] if f["name"] == "commands"
 )

@@ -4,13 +4,14 @@ Python FlatBuffers has no verifier: its generated accessors trust every offset, 
 or hostile file can make them raise arbitrary exceptions, read the wrong bytes, or (through
 numpy views) expose memory past a vector's end. `verify_flatbuffer` checks everything those
 accessors will touch, driven only by `schema_info.LAYOUT`, so a schema change needs no code
-change here. Once it accepts a buffer, the generated object API reads it without errors.
+change here. Once it accepts a buffer, the generated object API reads it without errors,
+and so does the command reader (`unpack.py`), which reads the same fields.
 
 Cost is linear in the buffer: each table position is visited once, each vtable is checked
 once per table type, and a work budget the size of the buffer bounds the elements and string
 bytes read, so overlapping vectors or shared tables cannot make verification quadratic.
 
-Reading is another matter: the object API decodes a table, string or vector once per
+Reading is another matter: the readers decode a table, string or vector once per
 reference, so a few kilobytes of shared ones (a vector of 2000 references to one kernel whose
 inputs are 2000 references to one long string) would decode to gigabytes. The verifier adds
 up what every reference decodes to (memoised per position, so this stays linear) and refuses

@@ -5,6 +5,8 @@ compile nor slip the compiled function's extra run into the user's capture."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 from test_context_review import mlp, x_data
 
 import mnrt
+from mnrt.compiler import context
 from mnrt.replay.executor import COMMAND_NAMES
 
 HANG_S = 60  # a hang guard, not a timing
@@ -84,3 +87,75 @@ def test_threads_compiling_into_codegen_dirs_at_once_all_get_their_binaries(tmp_
     assert not failures, failures
     for folder in tmp_path.iterdir():
         assert mnrt.replay(folder / "model.mnlb").passed, folder
+
+
+def test_a_capture_begun_on_another_thread_while_a_compile_prepares_its_binary(
+    tmp_path, monkeypatch
+):
+    # The user's capture begins after the compile saw none and before its own begins (the
+    # reference computation, paused here, is the longest step between): the compile writes
+    # its codegen_dir without the binary, as it would have had it seen the capture at once.
+    in_reference, user_began = threading.Event(), threading.Event()
+    reference = context.CompiledFunction.reference
+
+    def slow_reference(self, inputs):
+        in_reference.set()
+        user_began.wait(HANG_S)
+        return reference(self, inputs)
+
+    monkeypatch.setattr(context.CompiledFunction, "reference", slow_reference)
+    failures: list[BaseException] = []
+
+    def compile_into_codegen_dir() -> None:
+        try:
+            with mnrt.Context() as c:
+                c.compile(mlp(np.random.default_rng(7)), {"x": x_data()},
+                          codegen_dir=tmp_path / "cg")  # fmt: skip
+        except BaseException as e:  # reported below
+            failures.append(e)
+
+    t = threading.Thread(target=compile_into_codegen_dir)
+    t.start()
+    assert in_reference.wait(HANG_S)
+    with mnrt.capture(tmp_path / "user.mnlb"):
+        user_began.set()
+        t.join(HANG_S)
+    assert not failures, failures
+    assert not (tmp_path / "cg" / "model.mnlb").exists()
+
+
+def test_a_child_forked_while_a_thread_records_a_binary_can_still_record_its_own(
+    tmp_path, monkeypatch
+):
+    inside, release = threading.Event(), threading.Event()
+    compare = context.compare_to_golden
+
+    def paused_compare(*args, **kwargs):  # inside the compile's own capture
+        inside.set()
+        release.wait(HANG_S)
+        return compare(*args, **kwargs)
+
+    monkeypatch.setattr(context, "compare_to_golden", paused_compare)
+
+    def compile_into_codegen_dir() -> None:
+        with mnrt.Context() as c:
+            c.compile(mlp(np.random.default_rng(7)), {"x": x_data()}, codegen_dir=tmp_path / "a")
+
+    t = threading.Thread(target=compile_into_codegen_dir)
+    t.start()
+    assert inside.wait(HANG_S)
+    pid = os.fork()
+    if pid == 0:  # exit 3: the child hung on the lock its parent's thread held
+        signal.signal(signal.SIGALRM, lambda *a: os._exit(3))
+        signal.alarm(HANG_S)
+        monkeypatch.setattr(context, "compare_to_golden", compare)
+        try:
+            with mnrt.Context() as c:
+                c.compile(mlp(np.random.default_rng(8)), {"x": x_data()},
+                          codegen_dir=tmp_path / "child")  # fmt: skip
+        finally:
+            os._exit(0 if (tmp_path / "child" / "report.json").is_file() else 4)
+    release.set()
+    t.join(HANG_S)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

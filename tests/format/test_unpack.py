@@ -4,7 +4,10 @@ fields present or absent, vtables shared or not."""
 
 from __future__ import annotations
 
+import copy
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import flatbuffers
@@ -13,8 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_verify import full_binary, pack
+from vtables import build, build_overlapping, empty_command_vtable
 
 import mnrt
+from mnrt.format import unpack
 from mnrt.format.fb.Attribute import AttributeT
 from mnrt.format.fb.BufferDesc import BufferDescT
 from mnrt.format.fb.Command import CommandT
@@ -162,3 +167,56 @@ def test_random_commands_read_as_the_object_api_reads_them(commands, force_defau
     builder.FinishSizePrefixed(root, file_identifier=b"MNLB")
     buf = bytes(builder.Output())
     assert_same(fast(buf), generated(buf))
+
+
+def test_wide_and_overlapping_vtables_read_the_same_and_leave_only_small_layouts():
+    # 4000 commands, each with its own wide vtable (64 KiB, overlapping: a newer writer's
+    # fields, or a hostile file), and 200 sharing one such vtable.
+    for buf in (build_overlapping(4000, list(range(4000))),
+                build([empty_command_vtable(65534)], [0] * 200)):  # fmt: skip
+        assert_same(mnrt.LightBinary(buf).commands, generated(buf))
+    # A layout is keyed by the schema's slots alone, so what decoding reads and keeps per
+    # table is bounded by the schema, not by the file's vtables.
+    for table in unpack._TABLES.values():
+        assert all(len(key) <= 2 * table.slots for key in table._layouts)
+
+
+def test_a_vector_of_enums_gets_a_reader(monkeypatch):
+    # No field of the current schema is one, but the verifier and the object API read them.
+    layout = copy.deepcopy(unpack.LAYOUT)
+    desc = layout["tables"]["BufferDesc"]
+    desc["fields"] = (*desc["fields"], {
+        "name": "dtypes", "slot": len(desc["fields"]), "kind": "vector", "element": "enum",
+        "type": "DType", "size": 1, "align": 1, "signed": False, "required": False,
+        "deprecated": False,
+    })  # fmt: skip
+    monkeypatch.setattr(unpack, "LAYOUT", layout)
+    table = unpack._Table("BufferDesc", {})
+    assert "dtypes" in {name for name, _ in table.fields.values()}
+
+
+THREADS = """
+import sys, threading
+sys.path.insert(0, sys.argv[1])
+from test_unpack import fast
+from test_verify import FULL
+failures, start = [], threading.Barrier(8)
+def work():
+    start.wait()
+    try:
+        fast(FULL)
+    except Exception as e:
+        failures.append(repr(e))
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+sys.exit(failures[0] if failures else 0)
+"""
+
+
+def test_the_first_decodes_of_a_process_on_several_threads_at_once_succeed():
+    # A fresh interpreter each time: in one, the readers once were built on first use.
+    for _ in range(3):
+        run = subprocess.run([sys.executable, "-c", THREADS, str(Path(__file__).parent)],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert run.returncode == 0, run.stdout + run.stderr
