@@ -26,7 +26,7 @@ import numpy as np
 import xxhash
 
 from .._version import __version__
-from ..capture import CaptureError, capture_if_idle, capturing, compare_to_golden
+from ..capture import CaptureError, capture_if_idle, compare_to_golden
 from ..errors import InvalidArgumentError, MnrtError
 from ..host import Buffer, CommandQueue, Device, observe, open_device
 from . import layout, placement, serialize
@@ -449,9 +449,10 @@ class CompiledFunction:
     ) -> bool:
         """save_binary, or False when a capture (of the user's) is running."""
         inputs = dict(inputs) if inputs is not None else self.example_inputs
-        if capturing():  # saves the reference's work; _recording decides for certain
-            return False
-        expected = self.reference(inputs)
+        # Outside the lock, so that other compiles need not wait for it, and unobserved: a
+        # capture of the user's may be running, and this is none of its business.
+        with observe.unobserved():
+            expected = self.reference(inputs)
         q = self.ctx.queue
         description = f"compiled graph {self.graph.name}"
         with _recording, capture_if_idle(path, goldens=False, description=description) as ok:
