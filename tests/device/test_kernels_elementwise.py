@@ -435,3 +435,32 @@ def test_copy_is_exact_for_every_dtype(dtype):
     x = operand(np.random.default_rng(3).uniform(0, 50, (3, 4)).astype(d.read_dtype), d)
     y = run("copy", x)
     np.testing.assert_array_equal(y, d.from_storage(x[0]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    hnp.arrays(
+        st.sampled_from([np.float32, np.float64, np.int32]),
+        hnp.array_shapes(min_dims=0, max_dims=3, max_side=70),
+    ),
+    st.sampled_from(["kernel", "epilogue"]),
+)
+def test_relu_has_the_bits_of_numpys_maximum_with_zero(x, how):
+    # Whatever the shape and size (the zeros it compares with grow), NaN kept, -0.0 kept.
+    want = np.maximum(x, 0)
+    got = run("relu", operand(x)) if how == "kernel" else _relu_epilogue(x)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got.reshape(-1).view(np.uint8), want.reshape(-1).view(np.uint8))
+
+
+def _relu_epilogue(x: np.ndarray) -> np.ndarray:
+    from mnrt.device.kernels.unary import epilogue
+
+    return epilogue("relu", x.copy())
+
+
+def test_relu_keeps_nan_and_the_sign_of_zero():
+    x = np.array([np.nan, -np.nan, -0.0, 0.0, -1.0, np.inf, -np.inf], np.float32)
+    np.testing.assert_array_equal(
+        run("relu", operand(x)).view(np.uint32), np.maximum(x, 0).view(np.uint32)
+    )
