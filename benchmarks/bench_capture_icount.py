@@ -1,11 +1,13 @@
-"""Capture overhead counted in instructions, which repeat from run to run.
+"""Capture overhead counted in instructions, which vary far less between runs than wall time.
 
 Wall time on a shared VM swings by 20-30% from one run to the next, more than the 10% the
 capture-overhead target allows, so this complements bench_capture.py section 1 with a
 measure that does not depend on what other tenants do: valgrind's callgrind counts the
 instructions the process executes (host and queue-worker threads together). Each
 configuration runs in a child process at N and 2N calls; the difference is the cost of N
-calls, free of interpreter start-up. Figure: capture on / off, target <= 1.10.
+calls, free of interpreter start-up. Figure: capture on / off, target <= 1.10. The counts
+are not exactly repeatable: which thread runs each queued command (the worker, or a host
+thread waiting for it) differs between runs, moving (a) by a few percent.
 
     python benchmarks/bench_capture_icount.py [--calls 3000]    (needs valgrind; ~2 min)
 """
