@@ -455,16 +455,17 @@ class CompiledFunction:
             expected = self.reference(inputs)
         q = self.ctx.queue
         description = f"compiled graph {self.graph.name}"
-        with _recording, capture_if_idle(path, goldens=False, description=description) as ok:
-            if not ok:
-                return False
-            with observe.unobserved():  # what the inputs hold, put back after the capture
-                held = {
-                    name: (buf, TensorProxy(q, buf).cpu())
-                    for name in self.graph.inputs
-                    if (buf := self.lowered.bindings.get(name)) is not None
-                }
-            try:
+        held = None  # what the inputs hold, put back once the capture has ended, however
+        try:
+            with _recording, capture_if_idle(path, goldens=False, description=description) as ok:
+                if not ok:
+                    return False
+                with observe.unobserved():
+                    held = {
+                        name: (buf, TensorProxy(q, buf).cpu())
+                        for name in self.graph.inputs
+                        if (buf := self.lowered.bindings.get(name)) is not None
+                    }
                 outputs = self(inputs)
                 for name, proxy in outputs.items():
                     dtype = self.options["float_dtype"]
@@ -472,10 +473,9 @@ class CompiledFunction:
                     compare_to_golden(
                         q, proxy.buffer, expected[name], rtol=rtol, atol=atol, name=name
                     )
-            except BaseException:
+        finally:
+            if held is not None:
                 _put_back(q, held)
-                raise
-        _put_back(q, held)
         return True
 
 

@@ -223,3 +223,19 @@ def test_save_binary_leaves_the_inputs_a_call_would_use(ctx, tmp_path):
     compiled.save_binary(tmp_path / "m.mnlb")  # runs on the example inputs
     np.testing.assert_allclose(compiled()["y"].cpu(), numpy_mlp(b, mine), rtol=1e-5, atol=1e-6)
     assert mnrt.replay(tmp_path / "m.mnlb").passed
+
+
+def test_a_save_binary_that_fails_to_write_still_leaves_the_inputs(ctx, tmp_path, monkeypatch):
+    rng = np.random.default_rng(6)
+    b = mlp(rng)
+    compiled = ctx.compile(b, {"x": rng.standard_normal((4, 8)).astype(np.float32)})
+    mine = rng.standard_normal((4, 8)).astype(np.float32)
+    compiled.allocate_input_proxy("x").load_from(mine)
+
+    def disk_full(self, path):
+        raise mnrt.MnrtError(f"cannot write {path}: no space left on device")
+
+    monkeypatch.setattr(mnrt.LightBinary, "save", disk_full)
+    with pytest.raises(mnrt.MnrtError, match="no space left"):
+        compiled.save_binary(tmp_path / "m.mnlb")
+    np.testing.assert_allclose(compiled()["y"].cpu(), numpy_mlp(b, mine), rtol=1e-5, atol=1e-6)
