@@ -38,19 +38,40 @@ def begin_capture(goldens: bool = True) -> None:
     _begin(goldens, if_idle=False)
 
 
-def _begin(goldens: bool, if_idle: bool) -> Recorder | None:
+def _begin(goldens: bool, if_idle: bool, owner: str = "") -> Recorder | None:
     """Install a new recorder and return it; with `if_idle`, None instead of an error when
     a capture is already running (the check and the start are one step)."""
     if not isinstance(goldens, bool):
         raise InvalidArgumentError(f"goldens must be True or False, got {goldens!r}")
     with _lock:
-        if capturing():
+        running = observe.current()
+        if isinstance(running, Recorder):
             if if_idle:
                 return None
+            if running.owner:
+                raise CaptureError(
+                    f"a capture is already running: {running.owner}; captures record the "
+                    "whole process, one at a time, so begin yours once it has finished"
+                )
             raise CaptureError("a capture is already running; end_capture() it first")
-        rec = Recorder(goldens=goldens)
+        rec = Recorder(goldens=goldens, owner=owner)
         observe.install(rec)
         return rec
+
+
+def _forget_in_child() -> None:
+    """In a forked child the lock may have been held by a thread the child does not have,
+    and a capture that a compile was recording on another thread has no one to end it
+    there. A capture of the user's goes on: the child may end it (and save its own)."""
+    global _lock
+    _lock = threading.Lock()
+    running = observe.current()
+    if isinstance(running, Recorder) and running.owner:
+        observe.install(None)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def capturing() -> bool:
@@ -136,40 +157,48 @@ def capture(path: str | os.PathLike, goldens: bool = True, description: str = ""
     is written if it raises (or the capture cannot be built), and the capture ends either way."""
     path = _check_path(path)
     _check_description(description)
-    rec = _begin(goldens, if_idle=False)
-    yield from _saved_if_it_succeeds(rec, path, description, None)
+    rec = None
+    try:
+        rec = _begin(goldens, if_idle=False)
+        yield
+        binary = end_capture(description)
+    except BaseException:
+        _abandon(rec)
+        raise
+    binary.save(path)
 
 
 @contextlib.contextmanager
 def capture_if_idle(
-    path: str | os.PathLike, goldens: bool = True, description: str = ""
+    path: str | os.PathLike, goldens: bool = True, description: str = "", owner: str = ""
 ) -> Iterator[bool]:
     """`capture`, unless a capture is already running: then nothing is recorded and the
     block is told so (it gets False) rather than failing. For code that records a binary
     of its own (a compile's codegen_dir) and must neither fail nor run its work inside the
-    user's capture, whichever thread began it, and whenever."""
+    user's capture, whichever thread began it, and whenever. `owner` names that code in
+    the error of a begin_capture made meanwhile."""
     path = _check_path(path)
     _check_description(description)
-    rec = _begin(goldens, if_idle=True)
-    if rec is None:
-        yield False
-        return
-    yield from _saved_if_it_succeeds(rec, path, description, True)
-
-
-def _saved_if_it_succeeds(
-    rec: Recorder, path: str, description: str, value: bool | None
-) -> Iterator[bool | None]:
+    rec = None
     try:
-        yield value
+        rec = _begin(goldens, if_idle=True, owner=owner)
+        if rec is None:
+            yield False
+            return
+        yield True
         binary = end_capture(description)
     except BaseException:
-        with _lock:
-            if observe.current() is rec:
-                observe.install(None)
-                rec.close()
+        _abandon(rec)
         raise
     binary.save(path)
+
+
+def _abandon(rec: Recorder | None) -> None:
+    """End a capture that will not be saved, if it is still the one running."""
+    with _lock:
+        if rec is not None and observe.current() is rec:
+            observe.install(None)
+            rec.close()
 
 
 def compare_to_golden(

@@ -88,8 +88,9 @@ def _arg(args: tuple, kwargs: dict, i: int, name: str, default: Any = None) -> A
 class Recorder:
     """Observer installed by begin_capture; see mnrt.host.observe."""
 
-    def __init__(self, goldens: bool = True) -> None:
+    def __init__(self, goldens: bool = True, owner: str = "") -> None:
         self.goldens = goldens
+        self.owner = owner  # who began it, when not the user (a compile recording a binary)
         self.log = _Log()
         # What the queue calls with the cells a hook returned, as it puts the command on
         # (see host/observe.py): one call, allocating nothing, per enqueue.

@@ -28,6 +28,7 @@ import xxhash
 from .._version import __version__
 from ..capture import CaptureError, capture_if_idle, compare_to_golden
 from ..errors import InvalidArgumentError, MnrtError
+from ..format.files import open_regular
 from ..host import Buffer, CommandQueue, Device, observe, open_device
 from . import layout, placement, serialize
 from .builder import GraphBuilder
@@ -157,20 +158,20 @@ def _as_array(name: str, data: Any) -> np.ndarray:
     return array
 
 
-def _input_arrays(graph: Graph, inputs: Any) -> dict[str, np.ndarray]:
-    """The compile inputs checked against the graph: exactly its input names, each a numeric
-    array of the input's shape."""
+def _input_arrays(graph: Graph, inputs: Any, what: str = "compile") -> dict[str, np.ndarray]:
+    """The inputs of a compile (or a save_binary) checked against the graph: exactly its
+    input names, each a numeric array of the input's shape."""
     if inputs is None:
         inputs = {}
     if not isinstance(inputs, Mapping):
         raise InvalidArgumentError(
-            f"compile inputs must be a dict of input name -> array, not {type(inputs).__name__}"
+            f"{what} inputs must be a dict of input name -> array, not {type(inputs).__name__}"
         )
     missing = [n for n in graph.inputs if n not in inputs]
     unknown = [repr(n) for n in inputs if n not in graph.inputs]
     if missing or unknown:
         raise InvalidArgumentError(
-            f"compile inputs must be exactly {', '.join(graph.inputs) or 'none'}"
+            f"{what} inputs must be exactly {', '.join(graph.inputs) or 'none'}"
             + (f"; missing {', '.join(missing)}" if missing else "")
             + (f"; unknown {', '.join(unknown)}" if unknown else "")
         )
@@ -399,15 +400,23 @@ class CompiledFunction:
                 (folder / f"debug_{i:02d}_{phase}.txt").write_text(dump + "\n")
         start = time.perf_counter()
         recorded = self._save(folder / "model.mnlb")
+        if not recorded:  # an earlier compile's binary must not pass for this one's
+            _remove_stale(folder / "model.mnlb", what)
         status = "ok" if recorded else f"skipped: {_CAPTURE_RUNNING}"
         seconds = time.perf_counter() - start
         phases = [*phases, {"name": "light binary", "status": status, "seconds": seconds}]
-        (folder / "option.json").write_text(json.dumps(self.options.to_json(), indent=1))
-        (folder / "l3ir.txt").write_text(self.graph.dump() + "\n")
-        serialize.save(self.graph, folder, "graph")
-        np.savez(folder / "inputs.npz", **self.example_inputs)
-        self._export_onnx(folder / "model.onnx", phases, required=False)
-        (folder / "report.json").write_text(json.dumps(self.report(phases), indent=1))
+        try:
+            (folder / "option.json").write_text(json.dumps(self.options.to_json(), indent=1))
+            (folder / "l3ir.txt").write_text(self.graph.dump() + "\n")
+            serialize.save(self.graph, folder, "graph")
+            np.savez(folder / "inputs.npz", **self.example_inputs)
+            self._export_onnx(folder / "model.onnx", phases, required=False)
+            (folder / "report.json").write_text(json.dumps(self.report(phases), indent=1))
+        except OSError as e:
+            raise InvalidArgumentError(
+                f"{what} {folder}: cannot write {Path(e.filename or '').name or 'a file'} "
+                f"({e.strerror or e}); give a writable directory with room to spare"
+            ) from None
 
     def _export_onnx(self, path: Path, phases: list[dict], required: bool) -> None:
         """The optimised graph as ONNX. In codegen_dir it is written when it can be (the
@@ -429,6 +438,8 @@ class CompiledFunction:
                     "file path"
                 ) from None
             status = f"skipped: {e}"
+        if status != "ok" and not required:  # an earlier compile's model.onnx is not this one
+            _remove_stale(path, "codegen_dir")
         phases.append({"name": "onnx export", "status": status,
                        "seconds": time.perf_counter() - start})  # fmt: skip
 
@@ -448,35 +459,53 @@ class CompiledFunction:
         self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None
     ) -> bool:
         """save_binary, or False when a capture (of the user's) is running."""
-        inputs = dict(inputs) if inputs is not None else self.example_inputs
+        if inputs is None:
+            inputs = self.example_inputs
+        else:  # the reference needs every input, as the replay will
+            inputs = _input_arrays(self.graph, inputs, "save_binary")
         # Outside the lock, so that other compiles need not wait for it, and unobserved: a
         # capture of the user's may be running, and this is none of its business.
         with observe.unobserved():
             expected = self.reference(inputs)
         q = self.ctx.queue
         description = f"compiled graph {self.graph.name}"
+        owner = f"compiled graph '{self.graph.name}' is recording its light binary"
         held = None  # what the inputs hold, put back once the capture has ended, however
-        try:
-            with _recording, capture_if_idle(path, goldens=False, description=description) as ok:
-                if not ok:
-                    return False
-                with observe.unobserved():
-                    held = {
-                        name: (buf, TensorProxy(q, buf).cpu())
-                        for name in self.graph.inputs
-                        if (buf := self.lowered.bindings.get(name)) is not None
-                    }
-                outputs = self(inputs)
-                for name, proxy in outputs.items():
-                    dtype = self.options["float_dtype"]
-                    rtol, atol = _tolerance(dtype, expected[name], proxy.buffer)
-                    compare_to_golden(
-                        q, proxy.buffer, expected[name], rtol=rtol, atol=atol, name=name
-                    )
-        finally:
-            if held is not None:
-                _put_back(q, held)
+        with _recording:
+            try:
+                with capture_if_idle(path, False, description, owner) as recording:
+                    if not recording:
+                        return False
+                    with observe.unobserved():
+                        held = {
+                            name: (buf, TensorProxy(q, buf).cpu())
+                            for name in self.graph.inputs
+                            if (buf := self.lowered.bindings.get(name)) is not None
+                        }
+                    outputs = self(inputs)
+                    for name, proxy in outputs.items():
+                        dtype = self.options["float_dtype"]
+                        rtol, atol = _tolerance(dtype, expected[name], proxy.buffer)
+                        compare_to_golden(
+                            q, proxy.buffer, expected[name], rtol=rtol, atol=atol, name=name
+                        )
+            finally:
+                if held is not None:  # before another thread records: none of its business
+                    with observe.unobserved():
+                        _put_back(q, held)
         return True
+
+
+def _remove_stale(path: Path, what: str) -> None:
+    """Remove a file an earlier compile left (never a directory: that is not one)."""
+    try:
+        if not path.is_dir():
+            path.unlink(missing_ok=True)
+    except OSError as e:
+        raise InvalidArgumentError(
+            f"{what} {path.parent}: cannot remove the stale {path.name} ({e.strerror or e}); "
+            "give a writable directory"
+        ) from None
 
 
 def _put_back(q: CommandQueue, held: dict[str, tuple[Buffer, np.ndarray]]) -> None:
@@ -682,7 +711,10 @@ CHECKSUMS = "checksums.json"  # in a cache entry: file name -> xxh3-128 of its b
 
 
 def _digest(path: Path) -> str:
-    return xxhash.xxh3_128_hexdigest(path.read_bytes())
+    """xxh3-128 of a regular file (a FIFO or device planted in an entry is refused, not
+    waited on or read forever)."""
+    with open_regular(path, "a cache file") as f:
+        return xxhash.xxh3_128_hexdigest(f.read())
 
 
 def _checksums_hold(entry: Path) -> bool:
@@ -691,14 +723,15 @@ def _checksums_hold(entry: Path) -> bool:
     option.json) would otherwise load as a different program, silently; one added since is
     not what was stored either, and a listed name outside the entry is never read."""
     try:
-        listed = json.loads((entry / CHECKSUMS).read_text())
+        with open_regular(entry / CHECKSUMS, "a cache file") as f:
+            listed = json.loads(f.read())
         return (
             isinstance(listed, dict)
             and set(listed) == {p.name for p in entry.iterdir()} - {CHECKSUMS}
             and {"graph.json", "graph.params.npz", "option.json", "inputs.npz"} <= set(listed)
             and all(_digest(entry / name) == want for name, want in listed.items())
         )
-    except (OSError, ValueError, TypeError, RecursionError):  # RecursionError: deep JSON
+    except (OSError, ValueError, TypeError, RecursionError, MnrtError):  # deep JSON: Recursion
         return False
 
 
@@ -725,7 +758,11 @@ def _store_cached(compiled: CompiledFunction, entry: Path, phases: list[dict]) -
         # compile of the same key stored (the same program, so either will do). If such a
         # compile stores its entry between the removal and the rename, the rename fails
         # and that entry stays.
-        shutil.rmtree(entry, ignore_errors=True)
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:  # a file or link where the entry goes would block it for good
+            with contextlib.suppress(OSError):
+                entry.unlink()
         with contextlib.suppress(OSError):
             os.rename(staging, entry)
     finally:

@@ -4,6 +4,9 @@ stored and read at the same time stay loadable."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import threading
 
 import numpy as np
@@ -122,3 +125,30 @@ def test_entries_stored_while_another_compile_loads_them_are_whole(ctx, tmp_path
     assert not failures, failures
     assert loaded and context._checksums_hold(entry)
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [entry.name]  # no staging left
+
+
+def test_a_fifo_planted_in_an_entry_is_not_waited_on(ctx, tmp_path):
+    cache, entry, _ = stored_entry(ctx, tmp_path)
+    (entry / "l3ir.txt").unlink()
+    os.mkfifo(entry / "l3ir.txt")  # reading it would wait for a writer forever
+    pid = os.fork()
+    if pid == 0:  # exit 3: the compile hung
+        signal.signal(signal.SIGALRM, lambda *a: os._exit(3))
+        signal.alarm(HANG_S)
+        try:
+            with mnrt.Context() as c:
+                c.compile(mlp(np.random.default_rng(7)), {"x": x_data()}, cache_options=cache)
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_file_where_an_entry_goes_is_replaced_by_the_entry(ctx, tmp_path):
+    cache, entry, want = stored_entry(ctx, tmp_path)
+    shutil.rmtree(entry)
+    entry.write_text("not an entry")
+    again = ctx.compile(mlp(np.random.default_rng(7)), {"x": x_data()}, cache_options=cache)
+    np.testing.assert_array_equal(again({"x": x_data()})["y"].cpu(), want)
+    assert entry.is_dir()
+    assert not compiled_again(ctx, cache, entry, want)  # and the next compile loads it

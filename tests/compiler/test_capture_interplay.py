@@ -4,10 +4,13 @@ compile nor slip the compiled function's extra run into the user's capture."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sys
 import threading
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -16,6 +19,8 @@ from test_context_review import mlp, x_data
 import mnrt
 from mnrt.compiler import context
 from mnrt.replay.executor import COMMAND_NAMES
+
+capture_module = sys.modules["mnrt.capture"]  # mnrt.capture is the context manager
 
 HANG_S = 60  # a hang guard, not a timing
 
@@ -124,13 +129,14 @@ def test_a_capture_begun_on_another_thread_while_a_compile_prepares_its_binary(
     assert not (tmp_path / "cg" / "model.mnlb").exists()
 
 
-def test_a_child_forked_while_a_thread_records_a_binary_can_still_record_its_own(
-    tmp_path, monkeypatch
-):
+@contextlib.contextmanager
+def a_compile_recording(tmp_path, monkeypatch) -> Iterator[Callable]:
+    """A compile on another thread, paused inside its codegen_dir binary's capture until
+    the block ends; the block gets the unpaused compare_to_golden."""
     inside, release = threading.Event(), threading.Event()
     compare = context.compare_to_golden
 
-    def paused_compare(*args, **kwargs):  # inside the compile's own capture
+    def paused_compare(*args, **kwargs):
         inside.set()
         release.wait(HANG_S)
         return compare(*args, **kwargs)
@@ -143,19 +149,121 @@ def test_a_child_forked_while_a_thread_records_a_binary_can_still_record_its_own
 
     t = threading.Thread(target=compile_into_codegen_dir)
     t.start()
-    assert inside.wait(HANG_S)
+    try:
+        assert inside.wait(HANG_S)
+        yield compare
+    finally:
+        release.set()
+        t.join(HANG_S)
+
+
+def test_a_child_forked_while_a_thread_records_a_binary_can_still_record_its_own(
+    tmp_path, monkeypatch
+):
+    with a_compile_recording(tmp_path, monkeypatch) as compare:
+        pid = os.fork()
+        if pid == 0:  # exit 3: the child hung on the lock its parent's thread held
+            signal.signal(signal.SIGALRM, lambda *a: os._exit(3))
+            signal.alarm(HANG_S)
+            monkeypatch.setattr(context, "compare_to_golden", compare)
+            code = 5
+            try:
+                inherited = capture_module.capturing()  # its parent thread's is not its own
+                with mnrt.Context() as c:
+                    c.compile(mlp(np.random.default_rng(8)), {"x": x_data()},
+                              codegen_dir=tmp_path / "child")  # fmt: skip
+                code = 2 * inherited + 4 * (not (tmp_path / "child" / "model.mnlb").is_file())
+            finally:
+                os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_codegen_dir_written_again_inside_a_capture_keeps_no_earlier_binary(ctx, tmp_path):
+    cg = tmp_path / "cg"
+    ctx.compile(mlp(np.random.default_rng(1)), {"x": x_data()}, codegen_dir=cg)
+    assert (cg / "model.mnlb").is_file()
+    with mnrt.capture(tmp_path / "user.mnlb"):
+        ctx.compile(mlp(np.random.default_rng(2)), {"x": x_data()}, codegen_dir=cg)
+    assert not (cg / "model.mnlb").exists()  # the first model's binary is not this one's
+
+
+def test_putting_the_inputs_back_is_never_recorded(ctx, tmp_path, monkeypatch):
+    # A capture another thread begins just as save_binary's own ends must not record the
+    # compiler putting the function's inputs back.
+    compiled = ctx.compile(mlp(np.random.default_rng(3)), {"x": x_data()})
+    put_back = context._put_back
+
+    def after_another_thread_began(q, held):
+        t = threading.Thread(target=mnrt.begin_capture)
+        t.start()
+        t.join(HANG_S)
+        put_back(q, held)
+
+    monkeypatch.setattr(context, "_put_back", after_another_thread_began)
+    try:
+        compiled.save_binary(tmp_path / "m.mnlb")
+    finally:
+        user = mnrt.end_capture()
+    assert [COMMAND_NAMES[c.cmdType] for c in user.commands] == []
+
+
+def test_a_capture_begun_while_a_compile_records_says_whose_capture_runs(tmp_path, monkeypatch):
+    with (
+        a_compile_recording(tmp_path, monkeypatch),
+        pytest.raises(mnrt.CaptureError, match="compiled graph 'mlp' is recording"),
+    ):
+        mnrt.begin_capture()
+
+
+def test_a_child_forked_while_another_thread_begins_a_capture_can_capture():
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:  # as a thread inside begin_capture or end_capture would
+        with capture_module._lock:
+            held.set()
+            release.wait(HANG_S)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(HANG_S)
     pid = os.fork()
     if pid == 0:  # exit 3: the child hung on the lock its parent's thread held
         signal.signal(signal.SIGALRM, lambda *a: os._exit(3))
         signal.alarm(HANG_S)
-        monkeypatch.setattr(context, "compare_to_golden", compare)
         try:
-            with mnrt.Context() as c:
-                c.compile(mlp(np.random.default_rng(8)), {"x": x_data()},
-                          codegen_dir=tmp_path / "child")  # fmt: skip
+            mnrt.begin_capture()
+            mnrt.end_capture()
         finally:
-            os._exit(0 if (tmp_path / "child" / "report.json").is_file() else 4)
+            os._exit(0)
     release.set()
     t.join(HANG_S)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_save_binary_takes_every_input_or_none(ctx, tmp_path):
+    compiled = ctx.compile(mlp(np.random.default_rng(3)), {"x": x_data()})
+    with pytest.raises(mnrt.InvalidArgumentError, match="save_binary inputs must be exactly x"):
+        compiled.save_binary(tmp_path / "m.mnlb", inputs={})
+    assert not (tmp_path / "m.mnlb").exists()
+
+
+def test_save_binary_of_an_onnx_model_takes_every_input(ctx, tmp_path):
+    helper = pytest.importorskip("onnx.helper")
+    from onnx import TensorProto
+
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in "xyz"]
+    graph = helper.make_graph([helper.make_node("Add", ["x", "y"], ["z"])], "g", info[:2],
+                              info[2:])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    a = np.ones((2, 3), np.float32)
+    compiled = ctx.compile(model, {"x": a, "y": a})
+    with pytest.raises(mnrt.InvalidArgumentError, match="missing y"):
+        compiled.save_binary(tmp_path / "m.mnlb", inputs={"x": a})
+
+
+def test_a_codegen_dir_that_cannot_be_written_is_a_clear_error(ctx, tmp_path):
+    (tmp_path / "cg" / "report.json").mkdir(parents=True)  # a directory where a file goes
+    with pytest.raises(mnrt.InvalidArgumentError, match="cannot write report.json"):
+        ctx.compile(mlp(np.random.default_rng(1)), {"x": x_data()}, codegen_dir=tmp_path / "cg")

@@ -130,7 +130,9 @@ def _relu(x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     pages stay the kernel's shared zero page."""
     zeros = _zeros.get(x.dtype)
     if zeros is None or zeros.size < x.size:
-        zeros = _zeros[x.dtype] = np.zeros(max(x.size, 1 << 16), x.dtype)
+        zeros = np.zeros(max(x.size, 1 << 16), x.dtype)
+        zeros.flags.writeable = False
+        _zeros[x.dtype] = zeros
     return np.maximum(x, zeros[: x.size].reshape(x.shape), out=out)
 
 
