@@ -308,11 +308,17 @@ class CompiledFunction:
         if self.onnx_model is not None and not evaluator_unreliable_ops(self.onnx_model):
             from onnx.reference import ReferenceEvaluator
 
-            session = ReferenceEvaluator(self.onnx_model)
             feeds = {i.name: _onnx_feed(inputs[i.name], i) for i in self.onnx_model.graph.input
                      if i.name in inputs}  # fmt: skip
             feeds.update(self._registered_initializers())
-            results = session.run(None, feeds)
+            try:
+                results = ReferenceEvaluator(self.onnx_model).run(None, feeds)
+            except Exception as e:  # whatever the evaluator raises on this model and input
+                raise InvalidArgumentError(
+                    f"ONNX's reference evaluator, which makes the goldens, failed on this "
+                    f"model and input ({type(e).__name__}: {e}); check the inputs (indices in "
+                    "range, for one) and that the model runs under onnx.reference"
+                ) from None
             names = [o.name for o in self.onnx_model.graph.output]
             return {n: np.asarray(r) for n, r in zip(names, results) if n in self.graph.outputs}
         graph = apply_float_dtype(self.source, "double")
@@ -409,7 +415,7 @@ class CompiledFunction:
             (folder / "option.json").write_text(json.dumps(self.options.to_json(), indent=1))
             (folder / "l3ir.txt").write_text(self.graph.dump() + "\n")
             serialize.save(self.graph, folder, "graph")
-            np.savez(folder / "inputs.npz", **self.example_inputs)
+            serialize.save_arrays(folder / "inputs.npz", self.example_inputs)
             self._export_onnx(folder / "model.onnx", phases, required=False)
             (folder / "report.json").write_text(json.dumps(self.report(phases), indent=1))
         except OSError as e:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import stat
 from collections.abc import Callable
 from typing import Any
 
@@ -880,7 +881,10 @@ def _transpose(cx: _Ctx, node: Any, at: _Attrs) -> list:
 
 @_register("Concat")
 def _concat(cx: _Ctx, node: Any, at: _Attrs) -> list:
-    return [cx.op("concat", *(cx.sym(n) for n in node.input if n), axis=int(at.get("axis")))]
+    axis = at.get("axis", 1 if cx.opset < 4 else None)  # Concat-1 defaulted it to 1
+    if axis is None:
+        raise _Invalid("Concat needs an axis attribute (from opset 4 on)")
+    return [cx.op("concat", *(cx.sym(n) for n in node.input if n), axis=int(axis))]
 
 
 def _clamp(v: int) -> int:
@@ -976,7 +980,7 @@ def _pad(cx: _Ctx, node: Any, at: _Attrs) -> list:
             value = float(np.asarray(cx.const(node.input[2], "constant_value")).reshape(-1)[0])
     axes = list(range(rank))
     if len(node.input) > 3 and node.input[3]:
-        axes = [a % rank for a in cx.ints(node.input[3], "axes")]
+        axes = [_axis(a, rank, "Pad axis") for a in cx.ints(node.input[3], "axes")]
     if mode not in ("constant", "reflect", "edge"):
         raise _Unsupported(f"mode={mode}")
     n = len(axes)
@@ -1229,6 +1233,10 @@ def load_model(path: str | os.PathLike) -> Any:
     onnx = _import_onnx()
     path = os.fspath(path)
     try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):  # a FIFO would wait for a writer, /dev/zero never end
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise InvalidModelError(f"{path} is {kind}, not an ONNX model")
         empty = os.path.getsize(path) == 0
         model = None if empty else onnx.load(path)
     except OSError as e:

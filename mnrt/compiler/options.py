@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, MnrtError
+from ..format.files import open_regular
 from .layout import parse as parse_layout
 from .placement import on_chip_bytes
 from .schedule import SCHEDULERS
 
 PRESETS = Path(__file__).with_name("presets")
+_MAX_OPTION_JSON = 1 << 20  # bytes; presets are a few hundred
 
 
 class OptionError(InvalidArgumentError):
@@ -129,14 +131,24 @@ def _check(name: str, value: Any) -> Any:
 def _load_option_json(ref: str) -> tuple[dict[str, Any], dict[str, str], str]:
     """(options from its args, its envs, its name) for a preset name or a JSON file path."""
     path = PRESETS / f"{ref}.json" if (PRESETS / f"{ref}.json").is_file() else Path(ref)
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not path.exists():
         presets = ", ".join(sorted(p.stem for p in PRESETS.glob("*.json")))
         raise OptionError(
             f"option_json {ref!r} is neither a preset ({presets}) nor a readable file"
-        ) from None
-    except (OSError, ValueError) as e:
+        )
+    try:
+        with open_regular(path, "an option_json file") as f:  # not a FIFO, not /dev/zero
+            text = f.read(_MAX_OPTION_JSON + 1)
+    except (MnrtError, OSError) as e:
+        raise OptionError(f"option_json {ref!r}: {e}") from None
+    if len(text) > _MAX_OPTION_JSON:
+        raise OptionError(
+            f"option_json {ref!r} is larger than {_MAX_OPTION_JSON} bytes; it should be a "
+            "small JSON object of envs, args and a name"
+        )
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as e:  # RecursionError: deeply nested
         raise OptionError(f"option_json {ref!r} is not valid JSON: {e}") from None
     if not isinstance(doc, dict):
         raise OptionError(f"option_json {ref!r} must hold a JSON object")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 
 import numpy as np
 
 from ..device import dtypes as dt
-from .ir import MATRIX_OPS, PARAM, TEMP, Graph, Node, Value
+from ..device.spec import MNCORE2
+from .ir import MATRIX_OPS, PARAM, TEMP, Graph, GraphError, Node, Value
 
 _FLOATS = {dt.FLOAT, dt.DOUBLE, dt.HALF, dt.FLOAT16}
 _PRECISION = {"float": dt.FLOAT, "double": dt.DOUBLE, "half": dt.HALF}
@@ -183,6 +185,14 @@ def fold_constants(graph: Graph) -> Graph:
             nodes.append(node)
             continue
         outs = [g.values[n] for n in node.outputs]
+        for v in outs:  # before numpy allocates it: shapes the importer could not infer
+            nbytes = math.prod(v.shape or ()) * v.dtype.itemsize
+            if nbytes > MNCORE2.dram_bytes:
+                raise GraphError(
+                    f"node '{node.name}' ({node.op}) of constants makes '{v.name}' of shape "
+                    f"{v.shape}, {nbytes} bytes, more than the device's {MNCORE2.dram_bytes} "
+                    "bytes of DRAM; check the shape it is made from"
+                )
         in_bits = [(v.dtype.to_storage(v.data.astype(v.dtype.read_dtype)), v.dtype) for v in ins]
         out_bits = [(np.empty(v.shape, v.dtype.storage), v.dtype) for v in outs]
         with np.errstate(all="ignore"):

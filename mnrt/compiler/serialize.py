@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,16 @@ def save(graph: Graph, folder: Path, stem: str) -> None:
     (folder / f"{stem}.json").write_text(json.dumps(to_json(graph), indent=1))
     params = {f"p{i}": graph.values[n].data for i, n in enumerate(graph.params)}
     np.savez(folder / f"{stem}.params.npz", **params)
+
+
+def save_arrays(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """Arrays in an .npz that np.load reads back by name, whatever the names: np.savez
+    takes them as keyword arguments, so an input named 'file' or 'allow_pickle' would clash
+    with its own parameters."""
+    with zipfile.ZipFile(path, "w") as z:
+        for name, array in arrays.items():
+            with z.open(f"{name}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(array), allow_pickle=False)
 
 
 def load(folder: Path, stem: str) -> Graph:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 import click
 import numpy as np
 
 from .. import errors
+from ..format.files import open_regular
 
 
 def _preset_options(command):
@@ -113,17 +117,41 @@ def _random_input(rng: np.random.Generator, shape: tuple, dtype: np.dtype) -> np
 
 def _load_npy(name: str, source: str) -> np.ndarray:
     """One array from a .npy file, never unpickled (allow_pickle=False: a .npy can carry
-    code), and not an .npz archive (np.load would give a dict-like of arrays)."""
+    code), and not an .npz archive (np.load would give a dict-like of arrays). Only a regular
+    file is opened (a FIFO would wait for a writer), and its header must not promise more
+    data than the file holds: numpy would allocate that much before finding out."""
     try:
-        data = np.load(source, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as e:
-        raise errors.InvalidArgumentError(f"input {name}: cannot load {source}: {e}") from None
-    if not isinstance(data, np.ndarray):
-        data.close()
-        raise errors.InvalidArgumentError(
-            f"input {name}: {source} is an .npz archive; save the one array with np.save"
+        f = open_regular(Path(source), "a .npy file")
+    except errors.MnrtError as e:
+        raise errors.InvalidArgumentError(f"input {name}: {e}") from None
+    with f:
+        if f.read(2) == b"PK":
+            raise errors.InvalidArgumentError(
+                f"input {name}: {source} is an .npz archive; save the one array with np.save"
+            )
+        try:
+            f.seek(0)
+            _check_npy_size(f, os.fstat(f.fileno()).st_size)
+            f.seek(0)
+            return np.load(f, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as e:
+            raise errors.InvalidArgumentError(f"input {name}: cannot load {source}: {e}") from None
+
+
+def _check_npy_size(f: BinaryIO, size: int) -> None:
+    version = np.lib.format.read_magic(f)
+    header = (
+        np.lib.format.read_array_header_1_0
+        if version == (1, 0)
+        else (np.lib.format.read_array_header_2_0)
+    )
+    shape, _, dtype = header(f)
+    need = math.prod(shape) * dtype.itemsize
+    if not dtype.hasobject and need > size - f.tell():
+        raise ValueError(
+            f"its header says shape {shape} of {dtype} ({need} bytes), but only "
+            f"{size - f.tell()} bytes follow (truncated, or not a .npy file)"
         )
-    return data
 
 
 def _check_fits(name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
