@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import stat
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -18,7 +21,17 @@ def write_atomically(path: str | os.PathLike, data: bytes | memoryview) -> None:
     (removing the temporary file). The temporary name is unique and opened with O_EXCL, so it
     never follows or reuses what is there; 0o666 leaves permissions to the umask."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None  # nothing there yet (or nothing we may look at: the write will say)
+    if mode is not None and not stat.S_ISREG(mode):
+        # Renaming over a FIFO or a device (/dev/null, /dev/stdout) would replace it with a
+        # file; a directory cannot take the data either.
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise MnrtError(f"cannot write {path}: it is {kind}; give a file path")
+    # Short and not made from the destination's name, which may be as long as a name can be.
+    tmp = path.with_name(f".mnrt-{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as e:
@@ -60,3 +73,36 @@ def open_regular(path: Path, what: str, follow_links: bool = True) -> BinaryIO:
         kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
         raise MnrtError(f"{path} is {kind}, not {what}")
     return os.fdopen(fd, "rb")
+
+
+def write_with_folder(path: Path, folder: Path, fill: Callable[[Path], bytes]) -> None:
+    """Write `path` and the folder of files it refers to as one step: `fill(staging)` writes
+    the files into a private folder and returns the data for `path`. Only then is the folder
+    put in place (a folder of that name from an earlier write is replaced), and `path`
+    written; if anything fails, both are as they were and the private folder is gone."""
+    if path.resolve() == folder.resolve():
+        raise MnrtError(f"cannot write {path}: its folder of files would have the same name")
+    if folder.exists() and not (folder.is_dir() and not folder.is_symlink()):
+        raise MnrtError(f"cannot write {folder}: it is not a folder; move it away")
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=".mnrt-", suffix=".tmp", dir=folder.parent))
+    except OSError as e:
+        raise MnrtError(f"cannot write {folder}: {e.strerror or e}") from None
+    old = staging.with_name(staging.name + ".old")
+    try:
+        data = fill(staging)
+        if folder.exists():
+            os.rename(folder, old)
+        os.rename(staging, folder)
+        try:
+            write_atomically(path, data)
+        except BaseException:
+            os.rename(folder, staging)
+            if old.exists():
+                os.rename(old, folder)
+            raise
+    except OSError as e:
+        raise MnrtError(f"cannot write {folder}: {e.strerror or e}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)

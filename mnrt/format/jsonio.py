@@ -88,13 +88,23 @@ def to_json(binary: LightBinary, blob_dir: Path | None = None) -> dict:
         if blob_dir is None:
             entry["base64"] = base64.b64encode(data).decode("ascii")
         else:
-            blob_dir.mkdir(parents=True, exist_ok=True)
+            _make_blob_dir(blob_dir)
             name = f"blob{i:06d}.bin"
             write_atomically(blob_dir / name, data)
             entry["file"] = name
         blobs.append(entry)
     doc["blobs"] = blobs
     return doc
+
+
+def _make_blob_dir(blob_dir: Path) -> None:
+    try:
+        blob_dir.mkdir(exist_ok=True)
+    except OSError as e:
+        raise MnrtError(
+            f"cannot write blob files into {blob_dir}: {e.strerror or e}; give a folder that "
+            "exists or can be made in one that does"
+        ) from None
 
 
 def dumps(binary: LightBinary, blob_dir: Path | None = None, with_data: bool = True) -> str:
@@ -176,8 +186,9 @@ def _utf8(value: Any) -> bool:
 def table_from_json(table: str, doc: Any, path: str) -> Any:
     if not isinstance(doc, dict):
         raise _bad(path, f"expected an object for {table}")
+    _check_keys(doc, path)
     obj = object_class(table)()
-    known = {f["name"] for f in _TABLES[table]["fields"]} | {"type"}
+    known = {f["name"] for f in _TABLES[table]["fields"]}
     unknown = sorted(set(doc) - known)
     if unknown:
         raise _bad(path, f"unknown field(s) {', '.join(unknown)} in {table}")
@@ -201,6 +212,10 @@ def table_from_json(table: str, doc: Any, path: str) -> Any:
         elif kind == "struct":
             if not isinstance(value, dict):
                 raise _bad(where, f"expected an object for {f['type']}")
+            _check_keys(value, where)
+            extra = sorted(set(value) - {s["name"] for s in _STRUCTS[f["type"]]["fields"]})
+            if extra:
+                raise _bad(where, f"unknown field(s) {', '.join(extra)} in {f['type']}")
             struct = object_class(f["type"])()
             for s in _STRUCTS[f["type"]]["fields"]:
                 setattr(struct, attr_name(s["name"]), _scalar_in(value.get(s["name"], 0), s, where))
@@ -289,15 +304,31 @@ def loads(text: bytes, source: Path) -> Any:
     try:
         return json.loads(text.decode("utf-8"), object_pairs_hook=unique)
     except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
-        raise InvalidBinaryError(f"{source} is neither a light binary nor JSON: {e}") from None
+        why = str(e)
+        if "int_max_str_digits" in why:  # Python's hint is for programmers, not for this
+            why = "it holds an integer of more than 4300 digits"
+        raise InvalidBinaryError(f"{source} is neither a light binary nor JSON: {why}") from None
     except RecursionError:
         raise InvalidBinaryError(f"{source}: JSON is nested too deeply") from None
 
 
+_BLOB_KEYS = {"id", "size", "hash", "base64", "file"}
+
+
+def _check_keys(doc: dict, path: str) -> None:
+    """A document's object keys are strings (a dict built in Python may hold others)."""
+    if not all(isinstance(k, str) for k in doc):
+        raise _bad(path, "object keys must be strings")
+
+
 def _blob_data(entry: Any, i: int, base_dir: Path | None) -> bytes:
     where = f"$.blobs[{i - 1}]"
-    if not isinstance(entry, dict) or entry.get("id") != i:
+    if not isinstance(entry, dict) or type(entry.get("id")) is not int or entry["id"] != i:
         raise _bad(where, f"expected an object with id {i}")
+    _check_keys(entry, where)
+    extra = sorted(set(entry) - _BLOB_KEYS)
+    if extra:
+        raise _bad(where, f"unknown field(s) {', '.join(extra)} in a blob")
     if "base64" in entry:
         try:
             data = base64.b64decode(entry["base64"], validate=True)
@@ -314,7 +345,12 @@ def _blob_data(entry: Any, i: int, base_dir: Path | None) -> bytes:
             raise _bad(where, str(e)) from None
     else:
         raise _bad(where, "needs 'base64' or 'file'")
+    size = entry.get("size", len(data))
+    if type(size) is not int or size != len(data):
+        raise _bad(where, f"size {_show(size)} is not the {len(data)} bytes of its data")
     expected = entry.get("hash")
+    if expected is not None and not isinstance(expected, str):
+        raise _bad(where, "hash must be a string such as '0x0123456789abcdef'")
     if expected is not None and f"{xxhash.xxh3_64_intdigest(data):#018x}" != expected:
         raise _bad(where, "data does not match its hash")
     return data

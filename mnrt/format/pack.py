@@ -199,6 +199,20 @@ _UNIQUE = {
 }
 
 
+# Per member: the attributes of its vector fields.
+_VECTORS = {
+    i + 1: [attr_name(f["name"]) for f in LAYOUT["tables"][m]["fields"] if f["kind"] == "vector"]
+    for i, m in enumerate(_MEMBERS)
+}
+
+
+def _whole(kind: int, body: Any) -> bool:
+    """Whether a command has every vector a template needs to learn its layout from: the
+    generated code leaves an absent one out of the vtable, even when forced to write
+    defaults. Such a command is packed generically, and the next one tried instead."""
+    return all(getattr(body, name) is not None for name in _VECTORS[kind])
+
+
 def pack_tables(b: flatbuffers.Builder, table: str, columns: dict[str, list]) -> int:
     """Pack a vector of one scalar-only table type from columns of values (object-API
     attribute names): the blob list, which can hold many thousands of entries."""
@@ -234,7 +248,7 @@ def pack_commands(b: flatbuffers.Builder, commands: Sequence[CommandT]) -> int:
             off = packed.get(key)
             if off is None:
                 off = packed[key] = wrapper.wrap(b, kind, template.pack(b, cmd.cmd, {}))
-        elif cmd.cmd is not None and _FAST_MEMBER.get(kind):
+        elif cmd.cmd is not None and _FAST_MEMBER.get(kind) and _whole(kind, cmd.cmd):
             template = bodies[kind] = _Template(b, _MEMBERS[kind - 1], cmd.cmd)
             if wrapper is None:
                 wrapper = _Template(b, "Command", _Wrapped(kind, template.first))

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..format import IDENTIFIER, LightBinary, jsonio
-from ..format.files import open_regular, write_atomically
+from ..format.files import open_regular, write_atomically, write_with_folder
 from ..replay.info import info as binary_info
 from ..replay.plan import validate
 
@@ -89,11 +89,17 @@ def convert(source, dest, blob_files) -> None:
         text = None if head[8:12] == IDENTIFIER else head + f.read()
     if text is None:
         binary = LightBinary.load(source)
-        blob_dir = dest.parent / f"{dest.stem}.blobs" if blob_files else None
-        doc = jsonio.to_json(binary, blob_dir)
-        if blob_dir is not None:
-            doc["blob_dir"] = blob_dir.name
-        write_atomically(dest, json.dumps(doc, indent=1).encode())
+        if blob_files:
+            blob_dir = dest.parent / f"{dest.stem}.blobs"
+
+            def fill(staging: Path) -> bytes:
+                doc = jsonio.to_json(binary, staging)
+                doc["blob_dir"] = blob_dir.name
+                return json.dumps(doc, indent=1).encode()
+
+            write_with_folder(dest, blob_dir, fill)
+        else:
+            write_atomically(dest, json.dumps(jsonio.to_json(binary), indent=1).encode())
         click.echo(f"{source} -> {dest} (JSON, {len(binary)} commands)")
         return
     doc = jsonio.loads(text, source)
