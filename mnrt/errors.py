@@ -11,6 +11,7 @@ EXIT_OK = 0
 EXIT_GOLDEN_MISMATCH = 1
 EXIT_USAGE = 2
 EXIT_DEVICE = 3
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report a process SIGINT ended
 
 
 class MnrtError(Exception):

@@ -67,6 +67,8 @@ def open_regular(path: Path, what: str, follow_links: bool = True) -> BinaryIO:
         raise MnrtError(f"cannot read {path}: permission denied") from None
     except OSError as e:  # ELOOP: a link that appeared after the check above
         raise MnrtError(f"cannot read {path}: {e.strerror}") from None
+    except ValueError:  # a NUL in the path
+        raise MnrtError(f"cannot read {path!r}: a path cannot hold a NUL character") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)

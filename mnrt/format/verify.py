@@ -233,7 +233,26 @@ def verify_flatbuffer(
     if root not in _TABLES:
         raise ValueError(f"{root!r} is not a table of the schema")
     with memoryview(buf) as base, base.cast("B") as mv:
+        if root == _ROOT_TYPE and size_prefixed and _IDENTIFIER is not None:
+            _check_identifier(mv)
         return _Verifier(mv, size_prefixed).run(_TABLES[root])
+
+
+def _check_identifier(mv: memoryview) -> None:
+    """Say first what a file is not: a size prefix read from a text file would otherwise be
+    the error, and a number that means nothing to whoever opened the wrong file."""
+    found = bytes(mv[8:12])
+    if len(mv) >= 12 and found == _IDENTIFIER:
+        return
+    hint = (
+        "; it looks like JSON: `mnrt convert` turns a light binary's JSON form back into one"
+        if bytes(mv[:64]).lstrip().startswith(b"{")
+        else ""
+    )
+    raise InvalidBinaryError(
+        f"not a light binary: no {_IDENTIFIER.decode()} identifier at byte 8{hint}",
+        offset=min(8, len(mv)),
+    )
 
 
 class _Verifier:

@@ -363,13 +363,16 @@ def open_device(which: int | str = "auto") -> Device:
     return open_device_with_fill(which, None)
 
 
-def open_device_with_fill(which: int | str, fill: Fill | None) -> Device:
+def open_device_with_fill(
+    which: int | str, fill: Fill | None, reserved: frozenset[int] = frozenset()
+) -> Device:
     """open_device, with unwritten memory reading as `fill` instead of the saved state's
-    (replay's zeros: it then never reads the device state, which may be damaged)."""
+    (replay's zeros: it then never reads the device state, which may be damaged). "auto"
+    passes over the `reserved` indices too (those a replay places other devices on)."""
     which = _as_index(which)
     with _open_lock:
         if which == "auto":
-            free = [i for i in range(boards.device_count()) if i not in _open]
+            free = [i for i in range(boards.device_count()) if i not in _open and i not in reserved]
             if not free:
                 raise DeviceBusyError(
                     f"all {boards.device_count()} emulated devices are open in this process; "

@@ -169,8 +169,8 @@ def _pcc(a: np.ndarray, b: np.ndarray, finite: bool = False) -> float:
     else:
         keep = np.isfinite(a) & np.isfinite(b)
         x, y = (a.ravel(), b.ravel()) if keep.all() else (a[keep], b[keep])
-    if x.size == 0:
-        return 1.0
+    if x.size == 0:  # nothing finite to correlate: perfect only if nothing differs
+        return 1.0 if np.array_equal(a, b, equal_nan=True) else 0.0
     with np.errstate(over="ignore", invalid="ignore"):
         pcc = _correlation(x, y)
         if pcc is None:  # values near 1e200 or 1e-200, whose squares float64 cannot hold:

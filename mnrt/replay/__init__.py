@@ -26,7 +26,7 @@ from ..device.boards import ENV_DEVICE_COUNT, check_index, device_count
 from ..errors import DeviceBusyError, InvalidArgumentError, MnrtError, OutOfMemoryError
 from ..format import LightBinary
 from ..host.device import open_indices
-from .executor import Executor
+from .executor import Executor, Placement
 from .plan import Plan, validate
 from .profile import Profile
 from .report import ReplayReport
@@ -34,14 +34,21 @@ from .report import ReplayReport
 __all__ = ["Profile", "ReplayReport", "replay"]
 
 
-def _device_map(plan: Plan, device: int | str | Mapping[int, int | str]) -> Callable[[int], int]:
+def _device_map(plan: Plan, device: int | str | Mapping[int, int | str]) -> Placement:
     """Which runner device each captured device index replays on: the chosen ones (`device`
     for the binary's first device, or a mapping by captured index), and every other one,
-    in the order the binary opens them, the lowest-numbered device neither chosen nor open
-    in this process. So no two captured devices land on one runner device, and a runner
-    with too few devices is refused before anything runs."""
+    as the binary opens it, the lowest-numbered device neither chosen nor open in this
+    process, picked as it is opened (so replays on several threads never pick the same
+    one). No two captured devices land on one runner device, and a runner with too few
+    devices is refused before anything runs."""
     captured = list(dict.fromkeys(plan.device_index.values()))
     if isinstance(device, Mapping):
+        stray = [k for k in device if k not in captured]
+        if stray:
+            raise InvalidArgumentError(
+                f"device mapping has {', '.join(map(repr, stray))}, which the binary did not "
+                f"capture; its devices were captured as {captured}"
+            )
         chosen = {i: device[i] for i in captured if i in device and device[i] != "auto"}
     elif device == "auto":
         chosen = {}
@@ -71,7 +78,7 @@ def _device_map(plan: Plan, device: int | str | Mapping[int, int | str]) -> Call
                     f"close devices or set {ENV_DEVICE_COUNT}"
                 )
             assignment[index] = runner
-    return assignment.__getitem__
+    return Placement(lambda index: chosen.get(index, "auto"), frozenset(chosen.values()))
 
 
 def host_memory_bytes() -> int | None:
@@ -120,9 +127,19 @@ def replay(
             and 0 <= value < math.inf
         ):
             raise InvalidArgumentError(f"{name} must be a finite number >= 0, got {value!r}")
+    if progress is not None and not callable(progress):
+        raise InvalidArgumentError(
+            f"progress must be a function of (loops done, loops) or None, got {progress!r}"
+        )
     start = time.perf_counter()
-    if not isinstance(binary, LightBinary):
+    if isinstance(binary, (bytes, bytearray, memoryview)):
+        binary = LightBinary(bytes(binary))
+    elif isinstance(binary, (str, os.PathLike)):
         binary = LightBinary.load(binary)
+    elif not isinstance(binary, LightBinary):
+        raise InvalidArgumentError(
+            f"replay takes a LightBinary, a path to one or its bytes, not {type(binary).__name__}"
+        )
     plan = validate(binary)
     _check_host_memory(plan)
     load_s = time.perf_counter() - start

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -31,13 +31,22 @@ COMMAND_NAMES = {
 }
 
 
+class Placement(NamedTuple):
+    """Where a replay puts each captured device: `which` gives a runner index, or "auto"
+    for the lowest-numbered one free as it is opened, which must not be `reserved` (the
+    indices chosen for the binary's other devices)."""
+
+    which: Callable[[int], int | str]
+    reserved: frozenset[int]
+
+
 class Executor:
     """Runs one pass of a plan on opened devices and collects reads for checking."""
 
     def __init__(
         self,
         plan: Plan,
-        device_map: Callable[[int], int | str],
+        device_map: Placement,
         verify: bool = True,
         rtol: float | None = None,
         atol: float | None = None,
@@ -46,6 +55,7 @@ class Executor:
         self.plan = plan
         self.blobs = plan.binary.blobs
         self.device_map = device_map
+        self.placed: dict[int, int] = {}  # captured device index -> runner index, once open
         self.verify = verify
         self.rtol, self.atol = rtol, atol
         self.tables: dict[str, dict[int, Any]] = {
@@ -121,7 +131,9 @@ class Executor:
 
     # --- handlers -------------------------------------------------------------------
     def open_device(self, c) -> None:
-        index = self.device_map(c.index)
+        index = self.placed.get(c.index)
+        if index is None:
+            index = self.device_map.which(c.index)
         for dev in self.tables[DEVICE].values():
             if dev.index == index:
                 # The capture closed this device and opened it again (a device is open once
@@ -129,7 +141,9 @@ class Executor:
                 dev.close()
         # Fresh buffers hold zeros, as the capture took them to (it records any other fill
         # as data), whatever `mnrt smi clear` left this runner's device holding.
-        self.tables[DEVICE][c.deviceId] = open_device_with_fill(index, Fill())
+        dev = open_device_with_fill(index, Fill(), self.device_map.reserved)
+        self.tables[DEVICE][c.deviceId] = dev
+        self.placed[c.index] = dev.index
 
     def open_queue(self, c) -> None:
         dev: Device = self.lookup(DEVICE, c.deviceId)

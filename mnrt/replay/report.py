@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class ReplayReport:
-    """Checks and outputs are those of the last loop; timings cover every loop."""
+    """Checks and outputs are those of the first loop that failed, or of the last loop when
+    none did (a racy binary may fail only now and then); timings cover every loop."""
 
     binary: LightBinary
     load_s: float
@@ -46,7 +47,8 @@ class ReplayReport:
             self.host_s = host_s
         self.loop_wall_s.append(wall_s)
         self.device_time_s, self.energy_j = device_time_s, energy_j
-        self.checks, self.outputs = checks, outputs
+        if not self.failed_loops:
+            self.checks, self.outputs = checks, outputs
         if not all(c.passed for c in checks):
             self.failed_loops += 1
 

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from ..errors import MnrtError
+from ..errors import EXIT_INTERRUPTED, MnrtError
 
 # name -> "module:attribute", relative to mnrt.runner
 _SUBCOMMANDS = {
@@ -45,6 +45,8 @@ class _LazyGroup(click.Group):
             return super().invoke(ctx)
         except MnrtError as e:
             _fail(str(e), e.exit_code)
+        except KeyboardInterrupt:  # before click's Abort, which prints a blank line first
+            _fail("interrupted", EXIT_INTERRUPTED)
 
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         """As click's, but a usage error (an unknown flag, a bad value) is one line too,
@@ -60,7 +62,7 @@ class _LazyGroup(click.Group):
             hint = f" (see {e.ctx.command_path} --help)" if getattr(e, "ctx", None) else ""
             _fail(e.format_message() + hint, e.exit_code)
         except click.Abort:
-            _fail("aborted", 1)
+            _fail("interrupted", EXIT_INTERRUPTED)
         sys.exit(code if isinstance(code, int) else 0)  # an Exit's code (--help: 0)
 
 

@@ -68,6 +68,41 @@ def _save_outputs(folder: Path, outputs: dict[str, np.ndarray]) -> None:
         write_atomically(folder / f"{stem}.npy", data.getbuffer())
 
 
+def _check_outputs(file: Path, paths: dict[str, Path | None], folder: Path | None) -> None:
+    """Every output place, before the replay: the binary itself, two outputs in one file, a
+    missing directory or one where a file must go would otherwise be found only after the
+    run, with some outputs written and the binary perhaps overwritten."""
+    given = {flag: path for flag, path in paths.items() if path is not None}
+    if folder is not None:
+        given["--save-outputs"] = folder
+    seen: dict[Path, str] = {file.resolve(): "the binary being replayed"}
+    for flag, path in given.items():
+        where = path.resolve()
+        if where in seen:
+            raise errors.InvalidArgumentError(
+                f"{flag} {path} is also {seen[where]}; give each output its own path"
+            )
+        seen[where] = flag
+        if flag == "--save-outputs":
+            if path.exists() and not path.is_dir():
+                raise errors.InvalidArgumentError(
+                    f"cannot save outputs in {path}: it is not a directory"
+                )
+            parent = next(p for p in where.parents if p.exists())  # mkdir makes the rest
+        else:
+            if path.is_dir():
+                raise errors.InvalidArgumentError(
+                    f"cannot write {path} ({flag}): it is a directory; give a file path"
+                )
+            parent = where.parent
+        if not parent.is_dir():
+            what = "save outputs in" if flag == "--save-outputs" else "write"
+            raise errors.InvalidArgumentError(
+                f"cannot {what} {path} ({flag}): {parent} is not a directory; give a path in "
+                "an existing one"
+            )
+
+
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--device", default="auto", show_default=True, help="Device index or 'auto'.")
@@ -98,7 +133,9 @@ def run(
 ) -> None:
     """Replay FILE and verify it against its goldens.
 
-    Exit codes: 0 pass, 1 golden mismatch, 2 invalid binary or usage, 3 device error."""
+    Exit codes: 0 pass, 1 golden mismatch, 2 invalid binary or usage, 3 device error,
+    130 interrupted."""
+    _check_outputs(file, {"--report": report_path, "--profile": profile_path}, save_outputs)
     try:
         report = replay(
             file,
