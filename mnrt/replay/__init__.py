@@ -127,6 +127,9 @@ def replay(
             and 0 <= value < math.inf
         ):
             raise InvalidArgumentError(f"{name} must be a finite number >= 0, got {value!r}")
+    for name, flag in (("verify", verify), ("profile", profile)):
+        if not isinstance(flag, bool):
+            raise InvalidArgumentError(f"{name} must be True or False, got {flag!r}")
     if progress is not None and not callable(progress):
         raise InvalidArgumentError(
             f"progress must be a function of (loops done, loops) or None, got {progress!r}"
@@ -144,7 +147,7 @@ def replay(
     _check_host_memory(plan)
     load_s = time.perf_counter() - start
     device_map = _device_map(plan, device)
-    report = ReplayReport(binary=binary, load_s=load_s)
+    report = ReplayReport(binary=binary, load_s=load_s, verified=verify)
     if profile:
         report.profile = Profile(plan)
     for loop in range(loops):

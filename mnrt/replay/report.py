@@ -33,6 +33,7 @@ class ReplayReport:
     # Host seconds and count per command type, of the fastest loop.
     host_s: dict[str, tuple[float, int]] = field(default_factory=dict)
     profile: Profile | None = None  # with replay(..., profile=True)
+    verified: bool = True  # False with replay(..., verify=False): no golden was compared
 
     def add_loop(
         self,
@@ -81,6 +82,7 @@ class ReplayReport:
     def to_dict(self) -> dict:
         return {
             "passed": self.passed,
+            "verified": self.verified,
             "binary": str(self.binary.path) if self.binary.path else None,
             "producer": self.binary.producer,
             "version": list(self.binary.version),
@@ -98,8 +100,11 @@ class ReplayReport:
 
     def summary(self) -> str:
         """A few lines for a terminal: verdict, each check, modelled device time."""
+        verdict = "PASS" if self.passed else "FAIL"
+        if not self.verified:
+            verdict = "RAN, NOT VERIFIED (goldens not compared)"
         lines = [
-            f"{'PASS' if self.passed else 'FAIL'}: {len(self.binary)} commands, "
+            f"{verdict}: {len(self.binary)} commands, "
             f"{sum(c.passed for c in self.checks)}/{len(self.checks)} goldens matched"
             + (
                 f", {self.failed_loops} of {len(self.loop_wall_s)} loops failed"

@@ -143,3 +143,16 @@ def test_auto_replays_on_several_threads_never_pick_the_same_device():
     for t in threads:
         t.join(HANG_S)
     assert results == {"passed": 48}
+
+
+def test_a_run_without_verification_does_not_say_pass(mlp):
+    code, out = invoke("run", mlp, "--no-verify")
+    assert code == 0 and out.startswith("RAN, NOT VERIFIED"), out
+    report = mnrt.replay(mlp, verify=False)
+    assert report.to_dict()["verified"] is False
+
+
+@pytest.mark.parametrize("flag", ["verify", "profile"])
+def test_replay_takes_its_switches_as_bools_only(flag):
+    with pytest.raises(mnrt.InvalidArgumentError, match=f"{flag} must be True or False"):
+        mnrt.replay(SAMPLES / "mlp.mnlb", **{flag: "no"})
