@@ -60,6 +60,12 @@ def _modelled_args(m: Any) -> dict[str, Any]:
     }
 
 
+# Loops traced in full: a trace holds tens of kilobytes a loop, and a thousand loops are
+# more than a trace viewer shows usefully. Later loops that pass are counted only; one that
+# fails is always traced.
+MAX_TRACED_LOOPS = 1000
+
+
 class Profile:
     """Trace events of every loop of one replay; `to_trace()` for the JSON, `save()` to write
     it. Times are microseconds from when the profile began."""
@@ -68,6 +74,7 @@ class Profile:
         self.plan = plan
         self.origin = time.perf_counter()
         self.loops = 0
+        self.untraced = 0  # passing loops past MAX_TRACED_LOOPS
         self.meta: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
         self._pids: dict[int, int] = {}  # device id -> trace process id
@@ -119,6 +126,9 @@ class Profile:
         `end` to `checked`. A loop stopped by `error` is recorded up to the failure. Call
         before the executor's devices are closed."""
         self.loops += 1
+        if self.loops > MAX_TRACED_LOOPS and error is None and all(c.passed for c in checks):
+            self.untraced += 1  # a loop like the ones traced: counted, not kept
+            return
         args: dict[str, Any] = {
             "wall_ms": (end - start) * 1e3,
             "passed": error is None and all(c.passed for c in checks),
@@ -242,6 +252,7 @@ class Profile:
                 "producer": binary.producer,
                 "version": ".".join(map(str, binary.version)),
                 "loops": self.loops,
+                "passing_loops_not_traced": self.untraced,
             },
         }
 

@@ -280,3 +280,14 @@ def test_profiles_of_the_committed_samples_are_well_formed(sample, assert_nested
     assert_nested(_slices(trace))
     host = [s for s in _slices(trace) if s["pid"] == 0 and s["name"] in COMMAND_NAMES.values()]
     assert len(host) == len(report.binary)
+
+
+def test_loops_past_the_traced_ones_are_counted_not_kept(traced_binary, monkeypatch):
+    from mnrt.replay import profile as profile_module
+
+    monkeypatch.setattr(profile_module, "MAX_TRACED_LOOPS", 2)
+    trace = mnrt.replay(traced_binary, loops=5, profile=True).profile.to_trace()
+    loops = [e["name"] for e in trace["traceEvents"] if e["name"].startswith("loop ")]
+    assert loops == ["loop 1", "loop 2"]
+    assert trace["otherData"]["loops"] == 5
+    assert trace["otherData"]["passing_loops_not_traced"] == 3
