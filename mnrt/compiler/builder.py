@@ -46,6 +46,9 @@ class GraphBuilder:
                 return name
 
     def _new(self, name: str) -> str:
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"graph '{self.graph.name}': a value name is a non-empty string, "
+                             f"got {name!r}")  # fmt: skip
         if name in self.graph.values:
             raise GraphError(f"graph '{self.graph.name}': value '{name}' already exists")
         return name
@@ -65,6 +68,11 @@ class GraphBuilder:
 
     def node(self, op: str, *inputs: str, outputs: int | None = None, **attrs: Any) -> Any:
         kdef = lookup(op)
+        if outputs is not None and (isinstance(outputs, bool) or not isinstance(outputs, int)):
+            raise GraphError(f"{op}: outputs is a count of outputs, got {outputs!r}")
+        bad = [n for n in inputs if not isinstance(n, str)]
+        if bad:
+            raise GraphError(f"{op}: operands are values of this builder, got {bad[0]!r}")
         count = outputs if outputs is not None else len(kdef.outputs)
         names = [self._fresh(f"{op}_") for _ in range(count)]
         node = Node(op, list(inputs), names, attrs, name=f"{op}{len(self.graph.nodes)}")
@@ -83,6 +91,17 @@ class GraphBuilder:
 
     def output(self, symbol: str, name: str | None = None) -> Symbol:
         """Mark a value as a graph output, renaming it to `name` when given."""
+        if not isinstance(symbol, str) or symbol not in self.graph.values:
+            raise GraphError(
+                f"output {symbol!r} is not a value of graph '{self.graph.name}' (a value of "
+                "another builder, or one an earlier output() renamed)"
+            )
+        if name is not None and not isinstance(name, str):
+            raise GraphError(f"output name must be a string, got {name!r}")
+        if name is not None and name != symbol and symbol in self.graph.outputs:
+            raise GraphError(
+                f"{symbol!r} is already output {symbol!r}; a value is one output, under one name"
+            )
         if name is not None and name != symbol:
             self._rename(symbol, self._new(name))
             symbol = name

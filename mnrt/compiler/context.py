@@ -28,11 +28,11 @@ import xxhash
 from .._version import __version__
 from ..capture import CaptureError, capture_if_idle, compare_to_golden
 from ..errors import InvalidArgumentError, MnrtError
-from ..format.files import open_regular
+from ..format.files import open_regular, write_atomically
 from ..host import Buffer, CommandQueue, Device, observe, open_device
 from . import layout, placement, serialize
 from .builder import GraphBuilder
-from .ir import PARAM, Graph
+from .ir import INPUT, PARAM, Graph
 from .lower import Lowered, lower
 from .onnx_frontend import evaluator_unreliable_ops
 from .options import CompileOptions, resolve
@@ -104,7 +104,9 @@ class TensorProxy:
     def load_from(self, array: np.ndarray, clone: bool = True) -> None:
         """Copy host data in. With clone=False the array is used as it is: do not change it
         until the device has read it (the next call or finish())."""
-        data = np.array(array, copy=True) if clone else np.asarray(array)
+        data = _as_array(self.buffer.name, array)
+        if clone and data is array:
+            data = data.copy()
         self.queue.enqueue_write_buffer(self.buffer, _as_host(data, self.buffer))
 
     def __repr__(self) -> str:
@@ -219,6 +221,13 @@ class CompiledFunction:
         self.source = source  # the graph as given, before any pass: the reference
         self.onnx_model: Any = None  # the ONNX model it came from, if it did
         self.stages: list[tuple[str, str]] = []  # (phase, graph dump) of the compile
+        unbound = [n for n in graph.outputs if graph.values[n].role in (INPUT, PARAM)]
+        if unbound:
+            raise InvalidArgumentError(
+                f"output(s) {', '.join(map(repr, unbound))} of graph '{graph.name}' are not "
+                "computed by any node (a parameter or an input given back as is); compute "
+                "them, or read the value where it comes from"
+            )
         self.lowered: Lowered = lower(graph, ctx.device)  # first: a model too big fails here
         self.example_inputs = {k: np.array(v) for k, v in inputs.items()}
         # Registered values this function is bound to (share=False: it owns every buffer).
@@ -226,7 +235,9 @@ class CompiledFunction:
         q = ctx.queue
         for name in graph.params:
             shared = ctx._registered.get(name) if share else None
-            buf = self.lowered.bindings[name]
+            buf = self.lowered.bindings.get(name)
+            if buf is None:  # a parameter no kernel reads: nothing to upload
+                continue
             if (
                 shared is not None
                 and shared.shape == buf.shape
@@ -276,6 +287,10 @@ class CompiledFunction:
     def __call__(self, inputs: Mapping[str, Any] | None = None) -> dict[str, TensorProxy]:
         """Run once. Inputs not given keep what their proxies hold. The outputs are proxies
         of this function's output buffers: the next call (or save_binary) overwrites them."""
+        if inputs is not None and not isinstance(inputs, Mapping):
+            raise InvalidArgumentError(
+                f"call inputs must be a dict of input name -> array, not {type(inputs).__name__}"
+            )
         inputs = dict(inputs or {})
         unknown = sorted(repr(n) for n in set(inputs) - set(self.graph.inputs))
         if unknown:
@@ -403,7 +418,7 @@ class CompiledFunction:
         if self.options.envs.get("CODEGEN_DEBUG", "0") not in ("", "0"):
             # CODEGEN_DEBUG (an option_json env): the graph after every compile phase.
             for i, (phase, dump) in enumerate(self.stages):
-                (folder / f"debug_{i:02d}_{phase}.txt").write_text(dump + "\n")
+                write_atomically(folder / f"debug_{i:02d}_{phase}.txt", (dump + "\n").encode())
         start = time.perf_counter()
         recorded = self._save(folder / "model.mnlb")
         if not recorded:  # an earlier compile's binary must not pass for this one's
@@ -412,12 +427,16 @@ class CompiledFunction:
         seconds = time.perf_counter() - start
         phases = [*phases, {"name": "light binary", "status": status, "seconds": seconds}]
         try:
-            (folder / "option.json").write_text(json.dumps(self.options.to_json(), indent=1))
-            (folder / "l3ir.txt").write_text(self.graph.dump() + "\n")
+            options = json.dumps(self.options.to_json(), indent=1)
+            write_atomically(folder / "option.json", options.encode())
+            write_atomically(folder / "l3ir.txt", (self.graph.dump() + "\n").encode())
             serialize.save(self.graph, folder, "graph")
             serialize.save_arrays(folder / "inputs.npz", self.example_inputs)
             self._export_onnx(folder / "model.onnx", phases, required=False)
-            (folder / "report.json").write_text(json.dumps(self.report(phases), indent=1))
+            report = json.dumps(self.report(phases), indent=1)
+            write_atomically(folder / "report.json", report.encode())
+        except MnrtError as e:
+            raise InvalidArgumentError(f"{what} {folder}: {e}") from None
         except OSError as e:
             raise InvalidArgumentError(
                 f"{what} {folder}: cannot write {Path(e.filename or '').name or 'a file'} "
@@ -567,6 +586,11 @@ class Context:
     """A compile-and-run session on one emulated device."""
 
     def __init__(self, device: MNDevice | None = None) -> None:
+        if device is not None and not isinstance(device, MNDevice):
+            raise InvalidArgumentError(
+                f"Context takes mnrt.MNDevice('mncore2:auto' or 'mncore2:<index>'), not "
+                f"{type(device).__name__} {device!r}"
+            )
         self.mn_device = device or MNDevice()
         self.device: Device = open_device(self.mn_device.index)
         self.queue = self.device.command_queue(0)
@@ -576,7 +600,9 @@ class Context:
     def register_param(self, name: str, array: np.ndarray, dtype: Any = None) -> TensorProxy:
         """Put a tensor on the device once; graphs compiled later bind their parameter of
         that name (and shape and dtype) to it instead of uploading their own copy."""
-        array = np.asarray(array)
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError(f"register_param: name must be a string, got {name!r}")
+        array = _as_array(name, array)
         buf = self.device.create_buffer(
             array.shape, dtype if dtype is not None else array.dtype, name=name
         )
@@ -586,6 +612,8 @@ class Context:
         return proxy
 
     def get_registered_value_proxy(self, name: str) -> TensorProxy:
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"registered value names are strings, got {name!r}")
         try:
             return self._registered[name]
         except KeyError:
@@ -649,10 +677,10 @@ class Context:
         folder = Path(path)
         opts = resolve({"option_json": str(folder / "option.json")})
         graph = serialize.load(folder, "graph")
+        shapes = {name: graph.values[name].shape for name in graph.inputs}
         try:
-            with np.load(folder / "inputs.npz") as npz:
-                inputs = {name: npz[name] for name in npz.files}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            inputs = serialize.read_arrays(folder / "inputs.npz", shapes)
+        except (MnrtError, OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
             raise InvalidArgumentError(f"{folder} has no readable inputs.npz: {e}") from None
         return CompiledFunction(self, graph, opts, graph, inputs)
 
@@ -788,6 +816,9 @@ def _check_paths(codegen_dir: Any, cache_options: Any) -> None:
         raise InvalidArgumentError(
             f"codegen_dir takes a directory path, not {type(codegen_dir).__name__}"
         )
+    for what, path in (("codegen_dir", codegen_dir), ("cache directory", cache_options)):
+        if path is not None and "\0" in str(getattr(path, "cache_dir", path)):
+            raise InvalidArgumentError(f"{what} {str(path)!r}: a path cannot hold a NUL")
     if cache_options is not None and not isinstance(cache_options, CacheOptions):
         raise InvalidArgumentError(
             f"cache_options takes mnrt.CacheOptions(directory), not {type(cache_options).__name__}"

@@ -4,7 +4,9 @@ hashes."""
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,7 +16,8 @@ import numpy as np
 import xxhash
 
 from ..device.dtypes import dtype as resolve_dtype
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, MnrtError
+from ..format.files import open_regular, write_atomically
 from .ir import PARAM, Graph, Node, Value
 
 
@@ -65,44 +68,123 @@ def fingerprint(graph: Graph) -> str:
 
 def save(graph: Graph, folder: Path, stem: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{stem}.json").write_text(json.dumps(to_json(graph), indent=1))
+    write_atomically(folder / f"{stem}.json", json.dumps(to_json(graph), indent=1).encode())
     params = {f"p{i}": graph.values[n].data for i, n in enumerate(graph.params)}
-    np.savez(folder / f"{stem}.params.npz", **params)
+    save_arrays(folder / f"{stem}.params.npz", params)
 
 
 def save_arrays(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     """Arrays in an .npz that np.load reads back by name, whatever the names: np.savez
     takes them as keyword arguments, so an input named 'file' or 'allow_pickle' would clash
     with its own parameters."""
-    with zipfile.ZipFile(path, "w") as z:
+    data = io.BytesIO()
+    with zipfile.ZipFile(data, "w") as z:
         for name, array in arrays.items():
             with z.open(f"{name}.npy", "w", force_zip64=True) as f:
                 np.lib.format.write_array(f, np.asanyarray(array), allow_pickle=False)
+    write_atomically(path, data.getbuffer())
+
+
+_MAX_GRAPH_JSON = 1 << 28  # bytes: a graph's structure; its weights are in the .npz
 
 
 def load(folder: Path, stem: str) -> Graph:
+    """The graph a folder holds (a codegen_dir or a cache entry), checked as untrusted: any
+    file or field that is not what `save` writes is an InvalidArgumentError naming the
+    folder, never another exception, a hang or an allocation the files do not justify."""
     try:
-        doc = json.loads((folder / f"{stem}.json").read_text())
-        with np.load(folder / f"{stem}.params.npz") as npz:
-            arrays = [npz[f"p{i}"] for i in range(len(npz.files))]
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        with open_regular(folder / f"{stem}.json", "a graph file") as f:
+            text = f.read(_MAX_GRAPH_JSON + 1)
+        if len(text) > _MAX_GRAPH_JSON:
+            raise ValueError(f"{stem}.json is larger than {_MAX_GRAPH_JSON} bytes")
+        graph = _graph_from_json(json.loads(text))
+        params = [n for n, v in graph.values.items() if v.role == PARAM]
+        arrays = read_arrays(
+            folder / f"{stem}.params.npz",
+            {f"p{i}": graph.values[n].shape for i, n in enumerate(params)},
+        )
+        for i, name in enumerate(params):
+            graph.values[name].data = arrays[f"p{i}"]
+        graph.verify()
+    except MnrtError as e:
         raise InvalidArgumentError(
             f"{folder} does not hold a compiled graph '{stem}': {e}"
         ) from None
-    graph = Graph(doc["name"], inputs=list(doc["inputs"]), outputs=list(doc["outputs"]))
+    except (
+        OSError, ValueError, TypeError, KeyError, AttributeError, OverflowError,
+        RecursionError, EOFError, zipfile.BadZipFile,
+    ) as e:  # fmt: skip
+        raise InvalidArgumentError(
+            f"{folder} does not hold a compiled graph '{stem}' "
+            f"({type(e).__name__}: {str(e)[:200]}); compile the model again"
+        ) from None
+    return graph
+
+
+def _graph_from_json(doc: Any) -> Graph:
+    def names(value: Any) -> list[str]:
+        if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+            raise TypeError(f"expected a list of names, got {str(value)[:80]}")
+        return value
+
+    if not isinstance(doc, dict) or not isinstance(doc.get("values"), dict):
+        raise TypeError("the graph is not an object with values")
+    graph = Graph(str(doc["name"]), inputs=names(doc["inputs"]), outputs=names(doc["outputs"]))
     for name, v in doc["values"].items():
+        shape = v["shape"]
+        if shape is not None and not (
+            isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)
+        ):
+            raise TypeError(f"value {name!r} has shape {str(shape)[:80]}")
+        for key in ("role", "location", "layout"):
+            if v[key] is not None and not isinstance(v[key], str):
+                raise TypeError(f"value {name!r} has {key} {str(v[key])[:80]}")
         graph.values[name] = Value(
             name,
-            None if v["shape"] is None else tuple(v["shape"]),
+            None if shape is None else tuple(shape),
             None if v["dtype"] is None else resolve_dtype(v["dtype"]),
             v["role"],
             v["location"],
             v["layout"],
         )
-    for name, array in zip([n for n, v in graph.values.items() if v.role == PARAM], arrays):
-        graph.values[name].data = array
-    graph.nodes = [
-        Node(n["op"], n["inputs"], n["outputs"], n["attrs"], n["name"]) for n in doc["nodes"]
-    ]
-    graph.verify()
+    nodes = doc["nodes"]
+    if not isinstance(nodes, list):
+        raise TypeError("nodes is not a list")
+    for n in nodes:
+        if not isinstance(n["op"], str) or not isinstance(n["attrs"], dict):
+            raise TypeError(f"node {str(n)[:80]} has a bad op or attrs")
+        graph.nodes.append(
+            Node(n["op"], names(n["inputs"]), names(n["outputs"]), n["attrs"], str(n["name"]))
+        )
     return graph
+
+
+def read_arrays(path: Path, shapes: Mapping[str, tuple[int, ...] | None]) -> dict[str, np.ndarray]:
+    """The arrays of an .npz, exactly the names of `shapes`, each checked against its shape
+    from its header, before its data is read: a hostile archive (a member that inflates to
+    gigabytes, or whose header claims more) costs no more than the graph says it should."""
+    with open_regular(path, "an .npz archive") as f, zipfile.ZipFile(f) as z:
+        members = {i.filename: i for i in z.infolist()}
+        if set(members) != {f"{k}.npy" for k in shapes}:
+            raise ValueError(
+                f"{path.name} holds {sorted(members)[:10]}, expected "
+                f"{sorted(f'{k}.npy' for k in shapes)[:10]}"
+            )
+        arrays = {}
+        for key, shape in shapes.items():
+            with z.open(members[f"{key}.npy"]) as member:
+                version = np.lib.format.read_magic(member)
+                read = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
+                got, fortran, dtype = read(member)
+                if dtype.hasobject or (shape is not None and tuple(got) != tuple(shape)):
+                    raise ValueError(
+                        f"{path.name}: {key} is {dtype}{list(got)}, the graph says {shape}"
+                    )
+                data = member.read(math.prod(got) * dtype.itemsize)
+            order = "F" if fortran else "C"
+            arrays[key] = np.frombuffer(data, dtype).reshape(got, order=order).copy()
+        return arrays

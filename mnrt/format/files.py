@@ -21,6 +21,8 @@ def write_atomically(path: str | os.PathLike, data: bytes | memoryview) -> None:
     (removing the temporary file). The temporary name is unique and opened with O_EXCL, so it
     never follows or reuses what is there; 0o666 leaves permissions to the umask."""
     path = Path(path)
+    if "\0" in str(path):
+        raise MnrtError(f"cannot write {str(path)!r}: a path cannot hold a NUL character")
     try:
         mode = os.stat(path).st_mode
     except OSError:

@@ -265,5 +265,7 @@ def test_save_binary_of_an_onnx_model_takes_every_input(ctx, tmp_path):
 
 def test_a_codegen_dir_that_cannot_be_written_is_a_clear_error(ctx, tmp_path):
     (tmp_path / "cg" / "report.json").mkdir(parents=True)  # a directory where a file goes
-    with pytest.raises(mnrt.InvalidArgumentError, match="cannot write report.json"):
+    with pytest.raises(
+        mnrt.InvalidArgumentError, match="cannot write .*report.json: it is a directory"
+    ):
         ctx.compile(mlp(np.random.default_rng(1)), {"x": x_data()}, codegen_dir=tmp_path / "cg")

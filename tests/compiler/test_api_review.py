@@ -1,0 +1,440 @@
+"""Review of the compiler's Python API (GraphBuilder, Context, CompiledFunction, TensorProxy)
+and of load_codegen_dir on hostile folders: every misuse and every malformed file is an
+MnrtError, never another exception, a hang or an allocation the files do not justify.
+(A helper wrote these; each failed before its fix.)"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+
+import numpy as np
+import pytest
+import xxhash
+
+import mnrt
+from mnrt.compiler import GraphBuilder
+from mnrt.compiler.models import MODELS
+
+X23 = np.ones((2, 3), np.float32)
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    c = mnrt.Context(mnrt.MNDevice("mncore2:auto"))
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def cg(ctx, tmp_path):
+    """A valid codegen_dir of the mlp model."""
+    b, inp = MODELS["mlp"]()
+    d = tmp_path / "cg"
+    ctx.compile(b, inp, codegen_dir=d)
+    return d
+
+
+def run_isolated(code: str, timeout: int = 30, vmem_kb: int | None = None):
+    """Run code in a fresh interpreter (with a timeout and optionally an address-space
+    limit); returns (rc, output). rc 124: it hung (killed at the timeout)."""
+    import resource
+
+    def limit():
+        if vmem_kb:
+            resource.setrlimit(resource.RLIMIT_AS, (vmem_kb * 1024, vmem_kb * 1024))
+
+    env = dict(os.environ)
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            preexec_fn=limit,
+        )
+    except subprocess.TimeoutExpired:
+        return 124, "(timed out)"
+    return r.returncode, r.stdout + r.stderr
+
+
+LOAD = textwrap.dedent(
+    """
+    import sys, mnrt
+    ctx = mnrt.Context(mnrt.MNDevice("mncore2:auto"))
+    try:
+        ctx.load_codegen_dir(sys.argv[1] if len(sys.argv) > 1 else {d!r})
+        print("RESULT ok")
+    except mnrt.MnrtError as e:
+        print("RESULT mnrt", type(e).__name__, e)
+    """
+)
+
+
+# --- GraphBuilder ----------------------------------------------------------------------
+
+
+def test_builder_output_rename_of_unknown_symbol():
+    b = GraphBuilder("g")
+    b.input("x", (2, 3))
+    with pytest.raises(mnrt.MnrtError):  # KeyError 'nope' (builder.py:94)
+        b.output("nope", "y")
+
+
+def test_builder_output_same_value_under_two_names():
+    b = GraphBuilder("g")
+    y = b.relu(b.input("x", (2, 3)))
+    b.output(y, "y")
+    with pytest.raises(mnrt.MnrtError):  # KeyError 'relu_0': y was renamed away
+        b.output(y, "z")
+
+
+def test_builder_output_of_another_builders_value():
+    b1 = GraphBuilder("a")
+    y1 = b1.relu(b1.input("x", (2, 3)))
+    b2 = GraphBuilder("b")
+    b2.input("x", (2, 3))
+    with pytest.raises(mnrt.MnrtError):  # KeyError
+        b2.output(y1, "y")
+
+
+def test_builder_unhashable_input_name():
+    with pytest.raises(mnrt.MnrtError):  # TypeError: unhashable type: 'list'
+        GraphBuilder("g").input(["x"], (2, 3))
+
+
+def test_builder_list_operand():
+    b = GraphBuilder("g")
+    x = b.input("x", (2, 3))
+    with pytest.raises(mnrt.MnrtError):  # TypeError: unhashable type: 'list'
+        b.relu([x])
+
+
+def test_builder_node_outputs_not_int():
+    b = GraphBuilder("g")
+    x = b.input("x", (2, 3))
+    with pytest.raises(mnrt.MnrtError):  # TypeError (builder.py:66 range over str)
+        b.node("relu", x, outputs="1")
+
+
+# --- compile ---------------------------------------------------------------------------
+
+
+def test_compile_unused_param_at_O0(ctx):
+    b = GraphBuilder("g")
+    x = b.input("x", (2, 3))
+    b.param("w", np.zeros(4, np.float32))  # no kernel reads it: no program slot
+    b.output(b.relu(x), "y")
+    # KeyError 'w' at context.py:229 (self.lowered.bindings[name])
+    f = ctx.compile(b, {"x": X23}, options={"option_json": "O0"})
+    assert f({"x": X23})["y"].cpu().shape == (2, 3)
+
+
+def test_compile_param_as_output(ctx):
+    b = GraphBuilder("g")
+    x = b.input("x", (2, 3))
+    b.output(b.param("w", np.zeros((2, 3), np.float32)), "w_out")
+    b.output(b.relu(x), "y")
+    with pytest.raises(mnrt.InvalidArgumentError, match="'w_out' .* not computed by any node"):
+        ctx.compile(b, {"x": X23})
+
+
+def test_compile_output_that_is_an_input_message(ctx):
+    b = GraphBuilder("g")
+    b.output(b.input("x", (2, 3)))
+    with pytest.raises(mnrt.MnrtError) as e:
+        ctx.compile(b, {"x": X23})
+    # says "create_program takes a non-empty list of mnrt.Kernel, got ()": an API the user
+    # never called
+    assert "create_program" not in str(e.value)
+
+
+def test_compile_codegen_dir_with_nul(ctx, tmp_path):
+    b, inp = MODELS["mlp"]()
+    with pytest.raises(mnrt.MnrtError):  # ValueError: embedded null byte
+        ctx.compile(b, inp, codegen_dir=str(tmp_path / "a\x00b"))
+
+
+def test_compile_cache_dir_with_nul(ctx, tmp_path):
+    b, inp = MODELS["mlp"]()
+    with pytest.raises(mnrt.MnrtError):  # ValueError: embedded null byte
+        ctx.compile(b, inp, cache_options=mnrt.CacheOptions(str(tmp_path / "c\x00")))
+
+
+@pytest.mark.parametrize("fifo", ["l3ir.txt", "graph.params.npz"])
+def test_compile_into_codegen_dir_holding_a_fifo(tmp_path, fifo):
+    d = tmp_path / "cg"
+    d.mkdir()
+    os.mkfifo(d / fifo)
+    code = textwrap.dedent(
+        f"""
+        import mnrt
+        from mnrt.compiler.models import MODELS
+        ctx = mnrt.Context(mnrt.MNDevice("mncore2:auto"))
+        b, inp = MODELS["mlp"]()
+        try:
+            ctx.compile(b, inp, codegen_dir={str(d)!r})
+        except mnrt.MnrtError as e:
+            print("RESULT mnrt", e)
+        """
+    )
+    rc, _out = run_isolated(code, timeout=30)
+    assert rc != 124, "compile hangs opening a FIFO in codegen_dir (model.mnlb one is refused)"
+
+
+def test_cache_entry_with_consistent_checksums_but_bad_graph(ctx, tmp_path):
+    b, inp = MODELS["mlp"]()
+    co = mnrt.CacheOptions(tmp_path / "cache")
+    ctx.compile(b, inp, cache_options=co)
+    [entry] = list((tmp_path / "cache").iterdir())
+    doc = json.loads((entry / "graph.json").read_text())
+    doc["values"] = []
+    (entry / "graph.json").write_text(json.dumps(doc))
+    sums = json.loads((entry / "checksums.json").read_text())
+    sums["graph.json"] = xxhash.xxh3_128_hexdigest((entry / "graph.json").read_bytes())
+    (entry / "checksums.json").write_text(json.dumps(sums))
+    # AttributeError escapes: _load_cached catches only MnrtError (context.py:683)
+    f = ctx.compile(b, inp, cache_options=co)
+    assert f(inp)["probs"].cpu().shape == (32, 10)
+
+
+# --- Context / registered values -------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", [1, 2.5, {"a": 1}])
+def test_context_with_non_mndevice(device):
+    with pytest.raises(mnrt.MnrtError):  # AttributeError: no attribute 'index' (context.py:571)
+        mnrt.Context(device)
+
+
+def test_context_with_device_string_message():
+    with pytest.raises(mnrt.MnrtError) as e:
+        mnrt.Context("mncore2:0")
+    # "no emulated device <built-in method index of str object at 0x...>"
+    assert "built-in method" not in str(e.value)
+
+
+def test_register_param_ragged(ctx):
+    with pytest.raises(mnrt.MnrtError):  # ValueError from np.asarray (context.py:579)
+        ctx.register_param("r", [[1.0], [1.0, 2.0]])
+
+
+def test_register_param_none_name_breaks_later_lookups():
+    with mnrt.Context(mnrt.MNDevice("mncore2:auto")) as c:
+        try:
+            c.register_param(None, np.ones(3, np.float32))  # accepted, buffer 'buffer0'
+        except mnrt.MnrtError:
+            return
+        with pytest.raises(mnrt.MnrtError):  # TypeError in ", ".join (context.py:592)
+            c.get_registered_value_proxy("other")
+
+
+def test_get_registered_value_proxy_unhashable(ctx):
+    with pytest.raises(mnrt.MnrtError):  # TypeError: unhashable type: 'list'
+        ctx.get_registered_value_proxy(["w"])
+
+
+# --- CompiledFunction / TensorProxy ----------------------------------------------------
+
+
+@pytest.mark.parametrize("inputs", [[1, 2], "x", 5])
+def test_call_with_non_mapping(ctx, inputs):
+    b, inp = MODELS["mlp"]()
+    f = ctx.compile(b, inp)
+    with pytest.raises(mnrt.MnrtError):  # TypeError/ValueError from dict(inputs) (context.py:279)
+        f(inputs)
+
+
+def test_load_from_ragged(ctx):
+    b, inp = MODELS["mlp"]()
+    p = ctx.compile(b, inp).allocate_input_proxy("x")
+    with pytest.raises(mnrt.MnrtError):  # ValueError (context.py:107)
+        p.load_from([[1.0], [1.0, 2.0]])
+
+
+def test_save_binary_path_with_nul(ctx, tmp_path):
+    b, inp = MODELS["mlp"]()
+    f = ctx.compile(b, inp)
+    with pytest.raises(mnrt.MnrtError):  # ValueError: embedded null byte (format/files.py:25)
+        f.save_binary(str(tmp_path / "x\x00.mnlb"))
+
+
+# --- load_codegen_dir on hostile dirs --------------------------------------------------
+
+
+def _edit_graph(d, edit):
+    doc = json.loads((d / "graph.json").read_text())
+    doc = edit(doc)
+    (d / "graph.json").write_text(doc if isinstance(doc, str) else json.dumps(doc))
+
+
+def _set(path, value):
+    def edit(doc):
+        node = doc
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value
+        return doc
+
+    return edit
+
+
+def _delete(path):
+    def edit(doc):
+        node = doc
+        for k in path[:-1]:
+            node = node[k]
+        del node[path[-1]]
+        return doc
+
+    return edit
+
+
+GRAPH_EDITS = {
+    "list": lambda doc: [],
+    "null": lambda doc: "null",
+    "int": lambda doc: "5",
+    "empty_object": lambda doc: {},
+    "deep": lambda doc: "[" * 100000 + "]" * 100000,
+    "no_name": _delete(["name"]),
+    "inputs_int": _set(["inputs"], 5),
+    "inputs_nested": _set(["inputs"], [["x"]]),
+    "values_list": _set(["values"], []),
+    "value_str": _set(["values", "x"], "s"),
+    "value_without_layout": _delete(["values", "x", "layout"]),
+    "shape_int": _set(["values", "x", "shape"], 5),
+    "shape_float": _set(["values", "x", "shape"], [32.5, 64]),
+    "shape_none": _set(["values", "x", "shape"], None),
+    "node_str": _set(["nodes", 0], "gemm"),
+    "node_without_attrs": _delete(["nodes", 0, "attrs"]),
+    "op_list": _set(["nodes", 0, "op"], ["gemm"]),
+    "attrs_list": _set(["nodes", 0, "attrs"], [1]),
+    "node_inputs_int": _set(["nodes", 0, "inputs"], 5),
+    "node_inputs_nested": _set(["nodes", 0, "inputs"], [["x"]]),
+    "node_outputs_nested": _set(["nodes", 0, "outputs"], [["gemm_0"]]),
+    "reshape_huge": lambda doc: {
+        **doc,
+        "nodes": [
+            {
+                "op": "reshape",
+                "name": "r",
+                "inputs": ["x"],
+                "outputs": ["rr"],
+                "attrs": {"shape": [10**20]},
+            },
+            *doc["nodes"],
+        ],
+    },
+}
+
+
+@pytest.mark.parametrize("edit", list(GRAPH_EDITS), ids=list(GRAPH_EDITS))
+def test_load_codegen_dir_hostile_graph_json(ctx, cg, edit):
+    _edit_graph(cg, GRAPH_EDITS[edit])
+    # TypeError / KeyError / AttributeError / RecursionError / OverflowError from
+    # serialize.load (serialize.py:85-107), which only guards the file reads
+    with pytest.raises(mnrt.MnrtError):
+        ctx.load_codegen_dir(cg)
+
+
+def _params(d):
+    with np.load(d / "graph.params.npz") as z:
+        return {k: z[k] for k in z.files}
+
+
+def test_load_codegen_dir_params_entry_missing(ctx, cg):
+    a = _params(cg)
+    del a["p5"]
+    np.savez(cg / "graph.params.npz", **a)
+    with pytest.raises(mnrt.MnrtError):  # AttributeError: 'NoneType' has no 'dtype'
+        ctx.load_codegen_dir(cg)
+
+
+def test_load_codegen_dir_params_empty(ctx, cg):
+    np.savez(cg / "graph.params.npz")
+    with pytest.raises(mnrt.MnrtError):  # AttributeError: 'NoneType' has no 'dtype'
+        ctx.load_codegen_dir(cg)
+
+
+def test_load_codegen_dir_params_member_not_npy(ctx, cg):
+    a = _params(cg)
+    with zipfile.ZipFile(cg / "graph.params.npz", "w") as z:
+        z.writestr("p0.npy", b"not npy")  # np.load gives bytes for a non-.npy member
+        for i in range(1, 6):
+            with z.open(f"p{i}.npy", "w") as f:
+                np.lib.format.write_array(f, a[f"p{i}"])
+    with pytest.raises(mnrt.MnrtError):  # AttributeError: 'bytes' object has no 'dtype'
+        ctx.load_codegen_dir(cg)
+
+
+def test_load_codegen_dir_params_header_claims_huge_shape(ctx, cg):
+    a = _params(cg)
+    with zipfile.ZipFile(cg / "graph.params.npz", "w") as z:
+        with z.open("p0.npy", "w") as f:
+            np.lib.format.write_array_header_1_0(
+                f, {"descr": "<f4", "fortran_order": False, "shape": (10**6, 10**6)}
+            )
+            f.write(b"\0" * 64)
+        for i in range(1, 6):
+            with z.open(f"p{i}.npy", "w") as f:
+                np.lib.format.write_array(f, a[f"p{i}"])
+    with pytest.raises(mnrt.MnrtError):  # MemoryError: 3.64 TiB (serialize.py:87)
+        ctx.load_codegen_dir(cg)
+
+
+def test_load_codegen_dir_garbage_params_message(ctx, cg):
+    (cg / "graph.params.npz").write_bytes(b"garbage")
+    with pytest.raises(mnrt.MnrtError) as e:
+        ctx.load_codegen_dir(cg)
+    # numpy's "contains pickled (object) data ... load it unsafely using allow_pickle="
+    # advice, which no mnrt API offers, for a file that is simply not an .npz
+    assert "allow_pickle" not in str(e.value)
+
+
+def _bomb(path, member, good=None):
+    """A zip whose `member` says 4 GiB and inflates to 256 MiB of zeros (about 256 KB on
+    disk): read before its header is checked, it would cost that much."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        with z.open(member, "w", force_zip64=True) as f:
+            np.lib.format.write_array_header_1_0(
+                f, {"descr": "<f4", "fortran_order": False, "shape": (1 << 20, 1 << 10)}
+            )
+            chunk = bytes(1 << 24)
+            for _ in range(16):
+                f.write(chunk)
+        for name, arr in (good or {}).items():
+            with z.open(f"{name}.npy", "w") as f:
+                np.lib.format.write_array(f, arr)
+
+
+@pytest.mark.parametrize("which", ["graph.params.npz", "inputs.npz"])
+def test_load_codegen_dir_zip_bomb(cg, which):
+    if which == "graph.params.npz":
+        good = {k: v for k, v in _params(cg).items() if k != "p0"}
+        _bomb(cg / which, "p0.npy", good)
+    else:
+        _bomb(cg / which, "x.npy")
+    # the graph says the array is 32 KiB (64x128 float) / 8 KiB (32x64), yet it is inflated
+    # to 4 GiB (inputs: twice, np.array copy at context.py:223) before any check
+    _rc, out = run_isolated(LOAD.format(d=str(cg)), timeout=120, vmem_kb=3_000_000)
+    assert "RESULT mnrt" in out, out[-600:]  # RESULT line printed only by the child
+
+
+@pytest.mark.parametrize("which", ["graph.json", "graph.params.npz", "inputs.npz"])
+def test_load_codegen_dir_fifo(cg, which):
+    (cg / which).unlink()
+    os.mkfifo(cg / which)
+    rc, out = run_isolated(LOAD.format(d=str(cg)), timeout=20)
+    assert rc != 124, "load_codegen_dir hangs on a FIFO (option.json's is refused)"
+    assert "RESULT mnrt" in out, out[-600:]  # RESULT line printed only by the child
+
+
+def test_load_codegen_dir_graph_json_is_dev_zero(cg):
+    (cg / "graph.json").unlink()
+    os.symlink("/dev/zero", cg / "graph.json")
+    # Path.read_text() reads /dev/zero until memory runs out (serialize.py:85)
+    _rc, out = run_isolated(LOAD.format(d=str(cg)), timeout=60, vmem_kb=3_000_000)
+    assert "RESULT mnrt" in out, out[-600:]  # RESULT line printed only by the child
