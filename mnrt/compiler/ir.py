@@ -8,6 +8,7 @@ inputs, parameters (weights, uploaded once) and constants are values with a role
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,7 +161,7 @@ class Graph:
 def value(name: str, shape: Any, dtype: Any, role: str, data: np.ndarray | None = None) -> Value:
     """A checked input or parameter value."""
     try:
-        dims = tuple(int(d) for d in shape)
+        dims = tuple(operator.index(d) for d in shape)  # 2.7 is refused, not made 2
     except (TypeError, ValueError):
         raise ShapeError(f"value '{name}': shape must be a tuple of ints, got {shape!r}") from None
     if any(d < 0 for d in dims):

@@ -438,3 +438,16 @@ def test_load_codegen_dir_graph_json_is_dev_zero(cg):
     # Path.read_text() reads /dev/zero until memory runs out (serialize.py:85)
     _rc, out = run_isolated(LOAD.format(d=str(cg)), timeout=60, vmem_kb=3_000_000)
     assert "RESULT mnrt" in out, out[-600:]  # RESULT line printed only by the child
+
+
+def test_builder_reshape_to_a_huge_shape_is_a_shape_error():
+    b = GraphBuilder("g")
+    x = b.input("x", (2, 3))
+    with pytest.raises(mnrt.ShapeError, match="element counts must match"):
+        b.reshape(x, shape=(10**20,))
+
+
+def test_builder_fractional_shapes_are_refused_not_truncated():
+    b = GraphBuilder("g")
+    with pytest.raises(mnrt.ShapeError, match="tuple of ints"):
+        b.input("x", (2.7, 3))

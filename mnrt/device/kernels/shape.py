@@ -6,6 +6,8 @@ numpy view where it can; the store makes the one copy into the output buffer.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...errors import DeviceExecutionError, DTypeError, KernelAttributeError, ShapeError
@@ -49,7 +51,7 @@ def _reshape_infer(ins, attrs):
             f"kernel 'reshape': attribute 'shape' {shape} may hold sizes >= 0 and at most "
             "one -1 (inferred)"
         )
-    known = int(np.prod([n for n in shape if n != -1], dtype=np.int64))
+    known = math.prod(n for n in shape if n != -1)  # exact: int64 would wrap (or raise)
     if -1 in shape:
         if known == 0:
             raise ShapeError(
