@@ -67,13 +67,10 @@ class MNDevice:
             )
         if which == "auto":
             self.index: int | str = "auto"
+        elif which.isascii() and which.isdigit():  # int() would take " 1" and other digits
+            self.index = int(which)
         else:
-            try:
-                self.index = int(which)
-            except ValueError:
-                raise InvalidArgumentError(
-                    f"device {spec!r}: index must be 'auto' or a number"
-                ) from None
+            raise InvalidArgumentError(f"device {spec!r}: index must be 'auto' or a number")
         self.spec = spec
 
     def __repr__(self) -> str:

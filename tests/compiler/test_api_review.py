@@ -451,3 +451,9 @@ def test_builder_fractional_shapes_are_refused_not_truncated():
     b = GraphBuilder("g")
     with pytest.raises(mnrt.ShapeError, match="tuple of ints"):
         b.input("x", (2.7, 3))
+
+
+@pytest.mark.parametrize("spec", ["mncore2: 1", "mncore2:\u0663", "mncore2:-1", "mncore2:1.0"])
+def test_a_device_index_is_plain_digits(spec):
+    with pytest.raises(mnrt.InvalidArgumentError, match="index must be 'auto' or a number"):
+        mnrt.MNDevice(spec)
