@@ -255,6 +255,19 @@ class CompiledFunction:
         weights. The function computes with its own copy, so say that updates to the
         registered value will not reach it."""
         missed = sorted(n for n in ctx._registered if n in source.params and n not in self.shared)
+        shaped = [n for n in missed if ctx._registered[n].shape != source.values[n].shape]
+        if shaped:
+            warnings.warn(
+                f"compiled graph '{self.graph.name}' does not bind registered value(s) "
+                + ", ".join(
+                    f"{n!r} (registered {list(ctx._registered[n].shape)}, the model's "
+                    f"parameter {list(source.values[n].shape)})"
+                    for n in shaped
+                )
+                + ": the shapes differ, so this function uses its own copy of the parameter",
+                stacklevel=4,
+            )
+            missed = [n for n in missed if n not in shaped]
         if missed:
             warnings.warn(
                 f"compiled graph '{self.graph.name}' does not bind registered value(s) "

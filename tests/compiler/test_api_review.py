@@ -457,3 +457,11 @@ def test_builder_fractional_shapes_are_refused_not_truncated():
 def test_a_device_index_is_plain_digits(spec):
     with pytest.raises(mnrt.InvalidArgumentError, match="index must be 'auto' or a number"):
         mnrt.MNDevice(spec)
+
+
+def test_a_registered_value_of_another_shape_is_said_to_differ_in_shape():
+    b, inputs = MODELS["mlp"]()
+    with mnrt.Context() as own:  # registered values stay with their context
+        own.register_param("fc0.w", np.zeros((3, 3), np.float32))
+        with pytest.warns(UserWarning, match=r"'fc0.w' \(registered \[3, 3\], the model's"):
+            own.compile(b, inputs)
