@@ -74,11 +74,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
 
 
-def capturing() -> bool:
-    """Whether a capture is running (in any thread: captures record the whole process)."""
-    return isinstance(observe.current(), Recorder)
-
-
 def end_capture(description: str = "") -> LightBinary:
     """Stop recording; wait for the captured queues, then build the binary."""
     _check_description(description)

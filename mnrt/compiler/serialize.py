@@ -10,7 +10,7 @@ import math
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import xxhash
@@ -159,6 +159,15 @@ def _graph_from_json(doc: Any) -> Graph:
     return graph
 
 
+def read_npy_header(f: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """An .npy stream's (shape, Fortran order, dtype), leaving it at the data: what the data
+    must be, known before any of it is read (or allocated)."""
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(f)
+    return np.lib.format.read_array_header_2_0(f)
+
+
 def read_arrays(path: Path, shapes: Mapping[str, tuple[int, ...] | None]) -> dict[str, np.ndarray]:
     """The arrays of an .npz, exactly the names of `shapes`, each checked against its shape
     from its header, before its data is read: a hostile archive (a member that inflates to
@@ -173,13 +182,7 @@ def read_arrays(path: Path, shapes: Mapping[str, tuple[int, ...] | None]) -> dic
         arrays = {}
         for key, shape in shapes.items():
             with z.open(members[f"{key}.npy"]) as member:
-                version = np.lib.format.read_magic(member)
-                read = (
-                    np.lib.format.read_array_header_1_0
-                    if version == (1, 0)
-                    else np.lib.format.read_array_header_2_0
-                )
-                got, fortran, dtype = read(member)
+                got, fortran, dtype = read_npy_header(member)
                 if dtype.hasobject or (shape is not None and tuple(got) != tuple(shape)):
                     raise ValueError(
                         f"{path.name}: {key} is {dtype}{list(got)}, the graph says {shape}"

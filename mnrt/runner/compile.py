@@ -139,13 +139,9 @@ def _load_npy(name: str, source: str) -> np.ndarray:
 
 
 def _check_npy_size(f: BinaryIO, size: int) -> None:
-    version = np.lib.format.read_magic(f)
-    header = (
-        np.lib.format.read_array_header_1_0
-        if version == (1, 0)
-        else (np.lib.format.read_array_header_2_0)
-    )
-    shape, _, dtype = header(f)
+    from ..compiler.serialize import read_npy_header
+
+    shape, _, dtype = read_npy_header(f)
     need = math.prod(shape) * dtype.itemsize
     if not dtype.hasobject and need > size - f.tell():
         raise ValueError(
