@@ -182,8 +182,8 @@ class Profile:
         if tids is None:
             base = 2 * sum(1 for other_pid, _, _ in self._tids.values() if other_pid == pid)
             tids = self._tids[queue_id] = (pid, base + 1, base + 2)
-            self._name(pid, tids[0], f"queue {q.index}: emulator (host wall time)")
-            self._name(pid, tids[1], f"queue {q.index}: modelled MN-Core time")
+            self._name(pid, base + 1, f"queue {q.index}: emulator (host wall time)")
+            self._name(pid, base + 2, f"queue {q.index}: modelled MN-Core time")
         _, wall_tid, modelled_tid = tids
         cursor = self._us(start)  # the modelled device starts with the loop, never idles
         for cmd in q.history:
