@@ -36,8 +36,20 @@ def _preset_options(command):
         "preset",
         default="O1",
         show_default=True,
-        help="Option preset (O0..O4, debug) or an option JSON file.",
+        callback=_preset_name,
+        help="Option preset (O0..O4, debug; -O2, -O O2 and -OO2 are the same) or an option "
+        "JSON file.",
     )(command)
+
+
+def _preset_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """`-O2` reaches click as -O with the value '2' (as `-O 2` does): the digit names the
+    preset O2, as a compiler's -O2 does. Other values (O2, debug, a file) pass unchanged."""
+    from ..compiler.options import PRESETS
+
+    if value.isdigit() and (PRESETS / f"O{value}.json").is_file():
+        return f"O{value}"
+    return value
 
 
 def _options(preset: str, float_dtype: str | None, option_specs: tuple[str, ...]) -> dict:

@@ -116,3 +116,17 @@ def test_goldens_avoid_the_reference_evaluators_known_mistakes(tmp_path, node, o
         compiled = ctx.compile(model, {"x": x})
         compiled.save_binary(tmp_path / "m.mnlb")
     assert mnrt.replay(tmp_path / "m.mnlb").passed
+
+
+@pytest.mark.parametrize("spelling", [["-O2"], ["-O", "O2"], ["-OO2"], ["-O", "2"]])
+@pytest.mark.parametrize("command", ["compile", "demo"])
+def test_every_spelling_of_a_preset_selects_it(tmp_path, command, spelling):
+    # -O2 reached the compiler as the preset '2' and was refused, where -O O2 worked.
+    if command == "compile":
+        small_model(tmp_path / "small.onnx")
+        args = ["compile", str(tmp_path / "small.onnx"), "-o", str(tmp_path / "o.mnlb")]
+    else:
+        args = ["demo", "--model", "mlp"]
+    r = CliRunner().invoke(cli, [*args, *spelling])
+    assert r.exit_code == 0, r.output
+    assert "float_dtype=mixed" in r.output  # O2's; O1, the default, is float
