@@ -198,7 +198,7 @@ def test_codegen_debug_env_dumps_the_graph_after_every_phase(ctx, tmp_path):
     assert not list((tmp_path / "cg2").glob("debug_*.txt"))
 
 
-def test_a_registered_value_the_compile_cannot_bind_is_warned_about(ctx):
+def test_a_registered_value_the_compile_cannot_bind_is_an_error(ctx):
     rng = np.random.default_rng(5)
     w = rng.standard_normal((8, 4)).astype(np.float32)
     b = GraphBuilder("fc")
@@ -209,8 +209,16 @@ def test_a_registered_value_the_compile_cannot_bind_is_warned_about(ctx):
         warnings.simplefilter("error")
         bound = ctx.compile(b, x, options={"float_dtype": "float"})  # shares it: no warning
     assert "w" in bound.shared
-    with pytest.warns(UserWarning, match=r"does not bind registered value\(s\) 'w'.*mixed"):
-        ctx.compile(b, x, options={"float_dtype": "mixed"})  # w becomes half: its own copy
+    # w becomes half under mixed: a copy of it would never see updates, so it is an error
+    # (it only warned), naming the value, both dtypes and how to register it.
+    with pytest.raises(
+        mnrt.DTypeError,
+        match=r"'fc' \(float_dtype=mixed\) cannot bind registered value 'w': it is float, "
+        r"the graph's parameter is half; .*dtype='half'",
+    ):
+        ctx.compile(b, x, options={"float_dtype": "mixed"})
+    ctx.register_param("w", w, dtype="half")
+    assert "w" in ctx.compile(b, x, options={"float_dtype": "mixed"}).shared
 
 
 def test_save_binary_leaves_the_inputs_a_call_would_use(ctx, tmp_path):
