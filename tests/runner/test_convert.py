@@ -1,4 +1,4 @@
-"""Review of `mnrt convert` and the JSON form of light binaries: hostile documents and
+"""`mnrt convert` and the JSON form of light binaries: hostile documents and
 awkward destinations give one line and leave nothing behind, and every key is checked."""
 
 from __future__ import annotations
