@@ -74,3 +74,12 @@ def test_a_finite_value_does_not_match_an_infinite_golden():
 def test_a_scalar_mismatch_is_at_index_empty():
     check = compare("y", np.float32(2.0), np.float32(1.0), mnrt.float32)
     assert check.first_mismatch == () and check.mismatches == 1
+
+
+def test_a_check_with_nothing_finite_to_correlate_is_not_a_perfect_correlation():
+    got = np.array([np.nan, np.inf, 1, 2], np.float32)
+    golden = np.array([1, 2, np.inf, np.nan], np.float32)
+    check = compare("x", got, golden, mnrt.float32)
+    assert not check.passed and check.mismatches == 4 and check.pcc == 0.0
+    same = compare("x", got, got.copy(), mnrt.float32)
+    assert same.passed and same.pcc == 1.0
