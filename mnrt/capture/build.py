@@ -34,6 +34,7 @@ from ..format.fb.ReadBuffer import ReadBufferT
 from ..format.fb.ReleaseTrace import ReleaseTraceT
 from ..format.fb.ReplayTrace import ReplayTraceT
 from ..format.fb.WriteBuffer import WriteBufferT
+from ..format.io import derive as io_buffers
 from ..format.values import attribute
 from ..host import Program
 from . import recorder as r
@@ -142,6 +143,9 @@ def build(log: list[tuple], devices: dict[int, int], description: str = "") -> L
     """Serialise a capture log. Called after every queue has finished."""
     ctx = _Context(log)
     commands = [_CONVERTERS[entry[0]](entry, ctx) for entry in log]
+    # State snapshots (stored data) fill buffers made before capture began: not inputs.
+    snapshots = {i for i, e in enumerate(log) if e[0] == r.WRITE and e[5]}
+    inputs, outputs = io_buffers(commands, skip_writes=snapshots)
     metadata = MetadataT(
         createdUnixS=time.time(),
         hostname=socket.gethostname(),
@@ -153,5 +157,11 @@ def build(log: list[tuple], devices: dict[int, int], description: str = "") -> L
         arch=MNCORE2.arch, deviceCount=len(devices), dramBytes=MNCORE2.dram_bytes
     )
     return LightBinary.build(
-        commands, ctx.blobs, producer=f"{PRODUCER} {__version__}", metadata=metadata, device=device
+        commands,
+        ctx.blobs,
+        producer=f"{PRODUCER} {__version__}",
+        metadata=metadata,
+        device=device,
+        inputs=inputs,
+        outputs=outputs,
     )
