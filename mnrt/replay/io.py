@@ -9,13 +9,14 @@ here run before anything executes, so a wrong name, shape or dtype costs no repl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..device.dtypes import BY_CODE, DType
 from ..errors import DTypeError, InvalidArgumentError, InvalidBinaryError, ShapeError
+from ..format import LightBinary
 from ..format.io import IoBuffer, derive
 
 if TYPE_CHECKING:
@@ -60,49 +61,74 @@ def _takes(dtype: DType) -> str:
     return str(dtype.host) if dtype.host is not None else "float16, float32 or float64"
 
 
-def _arrays(
-    what: str, kind: str, given: Any, entries: list[IoBuffer]
-) -> dict[int, tuple[IoBuffer, DType, np.ndarray]]:
-    """`given` checked against the binary's `entries` (its inputs or outputs: `kind`), by
-    buffer id; `what` names one given array in messages."""
+_WHAT = {"input": "input", "output": "expected output"}  # one given array, in messages
+
+
+def _entry(kind: str, name: str, entries: list[IoBuffer]) -> IoBuffer:
+    for e in entries:
+        if e.name == name:
+            return e
+    raise InvalidArgumentError(
+        f"{name!r} is not an {kind} of the binary; its {kind}s are {describe(entries)}"
+    )
+
+
+def _check_spec(kind: str, e: IoBuffer, shape: tuple[int, ...], dtype: np.dtype) -> DType:
+    """The buffer's dtype, once `shape` and `dtype` (of a given array) are found to fit it."""
+    buffer_dtype = BY_CODE[e.dtype]
+    if shape != e.shape:
+        raise ShapeError(
+            f"{_WHAT[kind]} '{e.name}' has shape {shape}; the binary's buffer has shape {e.shape}"
+        )
+    if not buffer_dtype.accepts(np.empty(0, dtype)):
+        raise DTypeError(
+            f"{_WHAT[kind]} '{e.name}' is an array of {dtype}; the binary's buffer is "
+            f"{buffer_dtype.name} and takes {_takes(buffer_dtype)}: cast it with .astype()"
+        )
+    return buffer_dtype
+
+
+def _entries(binary: LightBinary, kind: str) -> list[IoBuffer]:
+    return binary.inputs if kind == "input" else binary.outputs
+
+
+def header_check(
+    binary: LightBinary, kind: str, name: str
+) -> Callable[[tuple[int, ...], np.dtype], None]:
+    """For a file's header, before its data is read: the same checks `replay` makes of an
+    array given for input (kind "input") or expected output (kind "output") `name`."""
+    e = _entry(kind, name, _entries(binary, kind))
+
+    def check(shape: tuple[int, ...], dtype: np.dtype) -> None:
+        _check_spec(kind, e, shape, dtype)
+
+    return check
+
+
+def _arrays(kind: str, given: Any, binary: LightBinary) -> dict[int, tuple[DType, np.ndarray]]:
+    """`given` (arrays by name) checked against the binary's inputs or outputs (`kind`),
+    by buffer id."""
     if not isinstance(given, Mapping):
         raise InvalidArgumentError(
-            f"{what}s must map names to numpy arrays, got {type(given).__name__}"
+            f"{_WHAT[kind]}s must map names to numpy arrays, got {type(given).__name__}"
         )
-    by_name = {e.name: e for e in entries}
-    unknown = [n for n in given if n not in by_name]
-    if unknown:
-        raise InvalidArgumentError(
-            f"{', '.join(map(repr, unknown))} {'is not an' if len(unknown) == 1 else 'are not'} "
-            f"{kind}{'' if len(unknown) == 1 else 's'} of the binary; its {kind}s are "
-            f"{describe(entries)}"
-        )
+    entries = _entries(binary, kind)
     chosen = {}
     for name, array in given.items():
-        e = by_name[name]
-        dtype = BY_CODE[e.dtype]
+        e = _entry(kind, name, entries)
         if not isinstance(array, np.ndarray):
             raise InvalidArgumentError(
-                f"{what} '{name}' must be a numpy array, got {type(array).__name__}"
+                f"{_WHAT[kind]} '{name}' must be a numpy array, got {type(array).__name__}"
             )
-        if array.shape != e.shape:
-            raise ShapeError(
-                f"{what} '{name}' has shape {array.shape}; the binary's buffer has shape {e.shape}"
-            )
-        if not dtype.accepts(array):
-            raise DTypeError(
-                f"{what} '{name}' is an array of {array.dtype}; the binary's buffer is "
-                f"{dtype.name} and takes {_takes(dtype)}: cast it with .astype()"
-            )
-        chosen[e.buffer_id] = (e, dtype, np.ascontiguousarray(array))
+        dtype = _check_spec(kind, e, array.shape, array.dtype)
+        chosen[e.buffer_id] = (dtype, np.ascontiguousarray(array))
     return chosen
 
 
 def new_inputs(plan: Plan, given: Any) -> dict[int, np.ndarray]:
     """Replacement data by buffer id, as the device stores it."""
     return {
-        gid: dtype.to_storage(array)
-        for gid, (_, dtype, array) in _arrays("input", "input", given, plan.binary.inputs).items()
+        gid: dtype.to_storage(a) for gid, (dtype, a) in _arrays("input", given, plan.binary).items()
     }
 
 
@@ -110,8 +136,6 @@ def expected_outputs(plan: Plan, given: Any) -> dict[int, np.ndarray]:
     """Expected values by buffer id, as a read of the buffer returns them (rounded to the
     device's half for a half buffer, as a recorded golden is)."""
     return {
-        gid: dtype.from_storage(dtype.to_storage(array)) if dtype.is_half else array
-        for gid, (_, dtype, array) in _arrays(
-            "expected output", "output", given, plan.binary.outputs
-        ).items()
+        gid: dtype.from_storage(dtype.to_storage(a)) if dtype.is_half else a
+        for gid, (dtype, a) in _arrays("output", given, plan.binary).items()
     }

@@ -105,7 +105,7 @@ class ReplayReport:
             "passed": self.passed,
             "verified": self.verified,
             "verdict": self.verdict,
-            "error": None if self.error is None else error_dict(self.error),
+            "error": None if self.error is None else self.error.to_dict(),
             "binary": str(self.binary.path) if self.binary.path else None,
             "producer": self.binary.producer,
             "version": list(self.binary.version),
@@ -162,11 +162,6 @@ def check_dict(c: Check) -> dict:
     return d
 
 
-def error_dict(e: MnrtError) -> dict:
-    """What stopped a command, for machines: its type, message and the exit code."""
-    return {"type": type(e).__name__, "message": str(e), "exit_code": e.exit_code}
-
-
 def error_document(e: MnrtError, binary: str | None) -> dict:
     """The report of a run that stopped before a replay began (an invalid binary, a wrong
     input): the fields a full report has that can be known, with the error."""
@@ -174,7 +169,7 @@ def error_document(e: MnrtError, binary: str | None) -> dict:
         "passed": False,
         "verified": False,
         "verdict": f"ERROR ({type(e).__name__})",
-        "error": error_dict(e),
+        "error": e.to_dict(),
         "binary": binary,
         "checks": [],
         "outputs": {},
