@@ -25,6 +25,9 @@ _SUBCOMMANDS = {
     "verify": "inspect:verify",
 }
 
+# Subcommands whose --json makes every error a JSON document on stdout too (dump's output
+# is always JSON and smi's is short: their errors stay one line on stderr).
+_JSON_ERRORS = {"bench", "compile", "convert", "info", "run", "verify"}
 _MAX_MESSAGE = 2000  # characters of an error message the CLI prints
 # A group called with no command shows its help (click >= 8.2 raises this for it).
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
@@ -56,9 +59,8 @@ class _LazyGroup(click.Group):
         like mnrt's own errors, with click's exit code (2). With --json on the command line
         every error is a JSON document on stdout instead (see `_fail`)."""
         argv = list(sys.argv[1:] if args is None else args)
-        self.json_errors = (
-            "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
-        )
+        options = argv[: argv.index("--")] if "--" in argv else argv
+        self.json_errors = bool(argv) and argv[0] in _JSON_ERRORS and "--json" in options
         if not standalone_mode:
             return super().main(args, *rest, standalone_mode=False, **kwargs)
         try:
