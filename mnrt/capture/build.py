@@ -34,7 +34,6 @@ from ..format.fb.ReadBuffer import ReadBufferT
 from ..format.fb.ReleaseTrace import ReleaseTraceT
 from ..format.fb.ReplayTrace import ReplayTraceT
 from ..format.fb.WriteBuffer import WriteBufferT
-from ..format.io import derive as io_buffers
 from ..format.values import attribute
 from ..host import Program
 from . import recorder as r
@@ -76,6 +75,10 @@ class _Context:
         # One command object per distinct enqueue (a loop enqueues the same one again and
         # again): the packer then recognises repeats by identity and packs each once.
         self.programs: dict[tuple, CommandT] = {}
+        # The binary's inputs and outputs (see format/io.py), noted as their commands are
+        # converted: buffers a host call wrote (not a snapshot) and buffers read or checked.
+        self.inputs: dict[int, None] = {}
+        self.outputs: dict[int, None] = {}
 
     def stored_blob(self, data: np.ndarray, bid: int) -> int:
         """Host data as the device stores it (half as its 1-6-9 bits), as a blob id."""
@@ -96,19 +99,25 @@ def _write(e: tuple, ctx: _Context) -> CommandT:
         # cannot read the buffer before it lands on replay; with no other queue, in-order
         # execution already guarantees that, and not blocking spares a handoff per write.
         blocking = False
-    blob = ctx.blobs.add(data) if stored else ctx.stored_blob(data, bid)
+    if stored:
+        blob = ctx.blobs.add(data)
+    else:
+        blob = ctx.stored_blob(data, bid)
+        ctx.inputs[bid] = None
     return CommandT(U.WriteBuffer, WriteBufferT(qid, bid, blob, blocking))
 
 
 def _read(e: tuple, ctx: _Context) -> CommandT:
     _, qid, bid, blocking, golden = e
     blob = 0 if golden is None else ctx.stored_blob(golden, bid)
+    ctx.outputs[bid] = None
     return CommandT(U.ReadBuffer, ReadBufferT(qid, bid, blocking, blob, _NAN, _NAN))
 
 
 def _golden(e: tuple, ctx: _Context) -> CommandT:
     _, qid, bid, expected, rtol, atol, name = e
     blob = ctx.stored_blob(expected, bid)
+    ctx.outputs[bid] = None
     check = GoldenCheckT(qid, bid, blob, _tolerance(rtol), _tolerance(atol), name)
     return CommandT(U.GoldenCheck, check)
 
@@ -143,9 +152,6 @@ def build(log: list[tuple], devices: dict[int, int], description: str = "") -> L
     """Serialise a capture log. Called after every queue has finished."""
     ctx = _Context(log)
     commands = [_CONVERTERS[entry[0]](entry, ctx) for entry in log]
-    # State snapshots (stored data) fill buffers made before capture began: not inputs.
-    snapshots = {i for i, e in enumerate(log) if e[0] == r.WRITE and e[5]}
-    inputs, outputs = io_buffers(commands, skip_writes=snapshots)
     metadata = MetadataT(
         createdUnixS=time.time(),
         hostname=socket.gethostname(),
@@ -162,6 +168,6 @@ def build(log: list[tuple], devices: dict[int, int], description: str = "") -> L
         producer=f"{PRODUCER} {__version__}",
         metadata=metadata,
         device=device,
-        inputs=inputs,
-        outputs=outputs,
+        inputs=list(ctx.inputs),
+        outputs=list(ctx.outputs),
     )

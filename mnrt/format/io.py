@@ -45,18 +45,18 @@ def _text(value: bytes | str | None) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-def derive(commands: Sequence[Any], skip_writes: Collection[int] = ()) -> tuple[list, list]:
+def derive(commands: Sequence[Any]) -> tuple[list[int], list[int]]:
     """(input ids, output ids) of a command list (object-API `CommandT`s): buffers written by
-    a WriteBuffer whose command index is not in `skip_writes` (a capture's state snapshots),
-    and buffers read by a ReadBuffer or checked by a GoldenCheck, each once, in the order of
-    their first such command."""
+    a WriteBuffer, and buffers read by a ReadBuffer or checked by a GoldenCheck, each once,
+    in the order of their first such command. (A capture notes its own lists as it builds
+    the binary, where it knows which writes are snapshots: capture/build.py.)"""
     written: dict[int, None] = {}  # ordered sets
     read: dict[int, None] = {}
-    for index, command in enumerate(commands):
+    for command in commands:
         kind, cmd = command.cmdType, command.cmd
         if cmd is None:
             continue
-        if kind == U.WriteBuffer and index not in skip_writes:
+        if kind == U.WriteBuffer:
             written[int(cmd.bufferId)] = None
         elif kind in (U.ReadBuffer, U.GoldenCheck):
             read[int(cmd.bufferId)] = None
