@@ -8,14 +8,13 @@ told from a host write, so there every written buffer counts as an input.
 
 Name, shape and dtype are the buffer's own (its CreateBuffer), recorded once. The name a
 runner uses (`mnrt run --input NAME=x.npy`) is the buffer's name made unique among the
-binary's inputs and outputs by `unique_name`, taken in the order the buffers were created,
+binary's inputs and outputs by `Namer`, taken in the order the buffers were created,
 so one buffer has one name whether it is an input, an output or both.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,11 +31,24 @@ class IoBuffer:
     dtype: int
 
 
-def unique_name(base: str, taken: Collection[str]) -> str:
-    """`base`, or `base#2`, `base#3`, ... : the first that is not taken."""
-    if base not in taken:
-        return base
-    return next(n for i in itertools.count(2) if (n := f"{base}#{i}") not in taken)
+class Namer:
+    """Unique names: `name(base)` gives `base` the first time, then `base#2`, `base#3`, ...,
+    skipping any name given before. Each base remembers where it got to, so naming the
+    same base n times costs O(n), not O(n**2)."""
+
+    def __init__(self) -> None:
+        self.given: set[str] = set()
+        self._next: dict[str, int] = {}
+
+    def __call__(self, base: str) -> str:
+        n = self._next.get(base, 1)
+        name = base if n == 1 else f"{base}#{n}"
+        while name in self.given:
+            n += 1
+            name = f"{base}#{n}"
+        self._next[base] = n + 1
+        self.given.add(name)
+        return name
 
 
 def _text(value: bytes | str | None) -> str:
@@ -71,7 +83,7 @@ def describe(
     replay validator reports it)."""
     wanted = set(inputs) | set(outputs)
     entries: dict[int, IoBuffer] = {}
-    used: set[str] = set()
+    name = Namer()
     for command in commands:
         cmd = command.cmd
         if command.cmdType != U.CreateBuffer or cmd is None or cmd.desc is None:
@@ -80,10 +92,8 @@ def describe(
         if gid not in wanted or gid in entries:
             continue
         d = cmd.desc
-        name = unique_name(_text(d.name) or f"buffer{gid}", used)
-        used.add(name)
         shape = () if d.shape is None else tuple(int(s) for s in d.shape)
-        entries[gid] = IoBuffer(name, gid, shape, int(d.dtype))
+        entries[gid] = IoBuffer(name(_text(d.name) or f"buffer{gid}"), gid, shape, int(d.dtype))
     return (
         [entries[g] for g in inputs if g in entries],
         [entries[g] for g in outputs if g in entries],

@@ -18,7 +18,7 @@ import numpy as np
 from ..device.memory import Fill
 from ..errors import InvalidBinaryError
 from ..format.fb.CommandUnion import CommandUnion as U
-from ..format.io import unique_name
+from ..format.io import Namer
 from ..host import Device
 from ..host.device import open_device_with_fill
 from ..host.golden import Check, compare
@@ -75,7 +75,7 @@ class Executor:
         self.last_read: dict[int, np.ndarray] = {}  # buffer id -> its last read's array
         self.recorded_tol: dict[int, tuple[float, float]] = {}  # of its last golden
         self.names = {e.buffer_id: e.name for e in plan.binary.outputs}
-        self.check_names: set[str] = set()
+        self.check_name = Namer()  # check names, unique in the replay
         self.index = 0
         self.host_s: dict[str, tuple[float, int]] = {}  # by command type: (seconds, count)
         # When profiling: (command index, type, start, end) per command, and
@@ -213,12 +213,7 @@ class Executor:
         self.recorded_tol[gid] = (c.rtol, c.atol)
         if self.goldens:
             base = name or self.names.get(gid) or self.plan.buffers[gid].name
-            self.pending.append((self._check_name(base), gid, out, golden, c.rtol, c.atol))
-
-    def _check_name(self, base: str) -> str:
-        name = unique_name(base, self.check_names)
-        self.check_names.add(name)
-        return name
+            self.pending.append((self.check_name(base), gid, out, golden, c.rtol, c.atol))
 
     @property
     def outputs(self) -> dict[str, np.ndarray]:
@@ -269,7 +264,7 @@ class Executor:
         nan = float("nan")
         for gid, expected in self.expected.items():
             # Every listed output is read by some command (see io.check_lists).
-            actual, name = self.last_read[gid], self._check_name(self.names[gid])
+            actual, name = self.last_read[gid], self.check_name(self.names[gid])
             rtol, atol = self.recorded_tol.get(gid, (nan, nan))
             results.append(self._compare(name, gid, actual, expected, rtol, atol))
         return results

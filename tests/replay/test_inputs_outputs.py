@@ -13,7 +13,7 @@ import mnrt
 from mnrt.compiler import GraphBuilder
 from mnrt.format import jsonio
 from mnrt.format.fb.CommandUnion import CommandUnion as U
-from mnrt.format.io import derive, unique_name
+from mnrt.format.io import Namer, derive
 
 
 def _capture_affine():
@@ -71,7 +71,8 @@ def test_the_lists_survive_the_json_form():
 
 
 def test_buffers_that_share_a_name_get_unique_ones():
-    assert unique_name("a", {"a", "a#2"}) == "a#3" and unique_name("b", {"a"}) == "b"
+    name = Namer()
+    assert [name(b) for b in ("a", "a#2", "a", "a", "b")] == ["a", "a#2", "a#3", "a#4", "b"]
     with mnrt.open_device(0) as dev:
         q = dev.command_queue(0)
         mnrt.begin_capture()
