@@ -62,7 +62,6 @@ class Executor:
         self.blobs = plan.binary.blobs
         self.device_map = device_map
         self.placed: dict[int, int] = {}  # captured device index -> runner index, once open
-        self.verify = verify
         self.rtol, self.atol = rtol, atol
         self.tables: dict[str, dict[int, Any]] = {
             k: {} for k in (DEVICE, QUEUE, BUFFER, PROGRAM, TRACE)

@@ -125,17 +125,17 @@ def _arrays(binary: LightBinary, kind: str, specs: tuple[str, ...]) -> dict[str,
 
 def _failed(e: errors.MnrtError, file: Path, report_path: Path | None, as_json: bool) -> None:
     """A run stopped by an error still writes its --report (the report so far when the
-    replay had begun, else what is known) and, with --json, prints it as its one document;
-    otherwise the error goes to the CLI's one-line handler."""
+    replay had begun, else what is known) and, with --json, prints it as its one document
+    and exits with the error's code; otherwise the caller lets the error go on to the CLI's
+    one-line handler."""
     report = getattr(e, "report", None)
     doc = report.to_dict() if report is not None else error_document(e, str(file))
     text = json.dumps(doc, indent=1)
     if report_path is not None:
         write_atomically(report_path, text.encode())
-    if not as_json:
-        raise e
-    click.echo(text)
-    sys.exit(e.exit_code)
+    if as_json:
+        click.echo(text)
+        sys.exit(e.exit_code)
 
 
 @click.command()
