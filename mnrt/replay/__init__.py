@@ -164,7 +164,7 @@ def replay(
     load_s = time.perf_counter() - start
     device_map = _device_map(plan, device)
     report = ReplayReport(binary=binary, load_s=load_s, verified=verify)
-    if inputs is not None:
+    if new_inputs:  # the recorded goldens no longer apply (see Executor)
         report.new_inputs = list(inputs)
         report.verified = verify and bool(wanted)
     if profile:

@@ -116,6 +116,9 @@ def test_new_inputs_replace_the_recorded_writes_and_goldens_no_longer_apply():
     assert report.checks == [] and not report.verified
     assert report.verdict.startswith("RAN WITH NEW INPUTS, NOT VERIFIED")
     assert json.loads(report.to_json())["new_inputs"] == ["x"]
+    # No new inputs after all: the recorded goldens apply.
+    report = mnrt.replay(binary, inputs={})
+    assert report.verified and report.verdict == "PASS" and len(report.checks) == 1
 
 
 def test_expected_outputs_are_compared_at_the_recorded_tolerances():
