@@ -30,7 +30,7 @@ def check_lists(plan: Plan) -> None:
     binary = plan.binary
     if not binary.io_recorded:
         return  # derived from the commands: right by construction
-    used = derive(binary.commands)
+    used = [set(ids) for ids in derive(binary.commands)]
     for kind, ids, among in zip(("input", "output"), binary.io_ids, used):
         if len(set(ids)) < len(ids):
             twice = next(g for g in ids if ids.count(g) > 1)
