@@ -25,7 +25,7 @@ from ..format.files import write_atomically
 from ..host.commands import FAILED, RunProgram
 from .executor import COMMAND_NAMES
 from .plan import BUFFER, DEVICE, PROGRAM, QUEUE, Plan
-from .report import json_safe, json_value
+from .report import check_dict, json_value
 
 if TYPE_CHECKING:
     from ..host import Buffer, CommandQueue
@@ -138,7 +138,7 @@ class Profile:
         self._span(f"loop {self.loops}", HOST_PID, HOST_TID, start, checked, args)
         self._host_commands(executor)
         if error is None:
-            checks_args = {c.name: json_safe(c.to_dict()) for c in checks}
+            checks_args = {c.name: check_dict(c) for c in checks}
             self._span("verify goldens", HOST_PID, HOST_TID, end, checked, checks_args)
         for device_id, dev in executor.tables[DEVICE].items():
             pid = self._device_pid(device_id, f"device {dev.index} ({dev.name})")

@@ -15,7 +15,7 @@ from hypothesis.extra import numpy as hnp
 
 import mnrt
 from mnrt.host import golden
-from mnrt.host.golden import MAX_LISTED, compare
+from mnrt.host.golden import MAX_LISTED, MAX_WORST, compare
 
 values = st.one_of(
     st.floats(-4, 4, width=32),
@@ -30,6 +30,16 @@ def _oracle_ok(a: float, b: float, rtol: float, atol: float) -> bool:
     if math.isinf(b) or math.isinf(a):
         return a == b
     return abs(a - b) <= atol + rtol * abs(b)
+
+
+def _err(a: float, b: float) -> float:
+    """A mismatch's absolute error as a check reports it (NaN where a number was: inf)."""
+    e = abs(a - b)
+    return math.inf if math.isnan(e) else e
+
+
+def _same(x: float, y: float) -> bool:
+    return x == y or (math.isnan(x) and math.isnan(y))
 
 
 @settings(max_examples=300, deadline=None)
@@ -57,6 +67,15 @@ def test_verdict_matches_the_definition(data, shape, rtol, atol):
     finite = np.isfinite(a64) & np.isfinite(b64)
     if finite.any():
         assert check.max_abs_err >= np.abs(a64[finite] - b64[finite]).max()
+    # A failure says why, and shows the largest errors among the mismatches, largest first.
+    assert bool(check.message) == bool(bad)
+    assert len(check.worst) == min(MAX_WORST, len(bad))
+    with np.errstate(invalid="ignore"):
+        errors = sorted((_err(a64[i], b64[i]) for i in bad), reverse=True)[:MAX_WORST]
+    assert [w["abs_err"] for w in check.worst] == errors
+    for w in check.worst:
+        i = int(np.ravel_multi_index(w["index"], shape)) if shape else 0
+        assert i in bad and _same(w["expected"], b64[i]) and _same(w["actual"], a64[i])
 
 
 @given(hnp.arrays(np.float32, shapes, elements=values))
