@@ -15,14 +15,16 @@ from .registry import KernelDef, OutSpec, register
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """C-style integer division: truncates toward zero; division by zero gives 0. Worked in
-    int64, where |int32 minimum| exists (in int32 it wraps to itself and the quotient with
-    it); only the minimum / -1 overflows, and wraps like every int32 result."""
-    wa, wb = a.astype(np.int64), b.astype(np.int64)
-    safe = np.where(wb == 0, 1, wb)
-    q = np.abs(wa) // np.abs(safe)
-    q = np.where((wa < 0) != (safe < 0), -q, q)
-    return np.where(wb == 0, 0, q).astype(a.dtype)
+    """C-style integer division in the operands' own type: truncates toward zero; division
+    by zero gives 0. Floor division, corrected by one where the remainder is nonzero and
+    the signs differ; only the minimum / -1 overflows, and wraps like every result."""
+    zero = b == 0
+    safe = np.where(zero, b.dtype.type(1), b)
+    with np.errstate(over="ignore"):
+        q = np.floor_divide(a, safe)
+        if a.dtype.kind == "i":
+            q += ((a - q * safe) != 0) & ((a < 0) != (safe < 0))
+    return np.where(zero, a.dtype.type(0), q)
 
 
 def _div(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
@@ -35,7 +37,7 @@ def _pow(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     return np.power(a, b, out=out)
 
 
-_NUMERIC = (dt.DOUBLE, dt.FLOAT, dt.HALF, dt.FLOAT16, dt.INT32, dt.UINT8)
+_NUMERIC = dt.NUMERIC
 
 # name: (function of (a, b, out), one-line doc); `out` is the destination or None.
 _OPS = {

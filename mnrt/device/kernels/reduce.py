@@ -36,8 +36,8 @@ def _mean(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
         return total / x.dtype.type(count)
 
 
-_FLOAT = (dt.DOUBLE, dt.FLOAT, dt.HALF, dt.FLOAT16)
-_NUMERIC = (*_FLOAT, dt.INT32, dt.UINT8)
+_FLOAT = dt.FLOATS
+_NUMERIC = dt.NUMERIC
 
 # name: (function of (x, axes, keepdims), dtypes allowed, has an identity, one-line doc)
 _OPS = {

@@ -148,8 +148,8 @@ def _concat_infer(ins, attrs):
 
 def _gather_infer(ins, attrs):
     data, idx = ins
-    if idx.dtype is not dt.INT32:
-        raise DTypeError(f"kernel 'gather': indices must be int32, got {idx.dtype.name}")
+    if idx.dtype not in dt.INDEX:
+        raise DTypeError(f"kernel 'gather': indices must be int32 or int64, got {idx.dtype.name}")
     axis = normalize_axis("gather", attrs["axis"], len(data.shape))
     shape = (*data.shape[:axis], *idx.shape, *data.shape[axis + 1 :])
     return [OutSpec(shape, (data.dtype,))]
@@ -257,7 +257,7 @@ register(
 register(
     KernelDef(
         name="gather",
-        doc="take slices of data along axis at int32 indices; negative indices count from the end",
+        doc="take slices of data along axis at int32/int64 indices (negative: from the end)",
         inputs=("data", "indices"),
         outputs=("y",),
         attrs={"axis": Attr("int", 0, "axis of data the indices select along")},

@@ -142,8 +142,8 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
 
 
-_FLOAT = (dt.DOUBLE, dt.FLOAT, dt.HALF, dt.FLOAT16)
-_SIGNED = (*_FLOAT, dt.INT32)
+_FLOAT = dt.FLOATS
+_SIGNED = dt.SIGNED
 
 # name: (function of (x, attrs, out), flops per element, dtypes allowed, one-line doc).
 # `out` is the destination when it can take the result directly (else None): single-ufunc
@@ -168,8 +168,13 @@ _OPS = {
     ),
     "sqrt": (lambda x, a, out: np.sqrt(x, out=out), 2, _FLOAT, "square root (nan below 0)"),
     "rsqrt": (lambda x, a, out: np.reciprocal(np.sqrt(x), out=out), 3, _FLOAT, "1 / sqrt(x)"),
-    "neg": (lambda x, a, out: np.negative(x, out=out), 1, _SIGNED, "-x (int32 wraps)"),
-    "abs": (lambda x, a, out: np.abs(x, out=out), 1, _SIGNED, "|x| (int32 wraps at the minimum)"),
+    "neg": (lambda x, a, out: np.negative(x, out=out), 1, _SIGNED, "-x (integers wrap)"),
+    "abs": (
+        lambda x, a, out: np.abs(x, out=out),
+        1,
+        dt.NUMERIC,
+        "|x| (signed integers wrap at the minimum)",
+    ),
     "erf": (lambda x, a, out: _erf(x), 10, _FLOAT, "Gauss error function"),
     "reciprocal": (lambda x, a, out: np.reciprocal(x, out=out), 1, _FLOAT, "1 / x"),
 }
