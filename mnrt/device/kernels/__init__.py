@@ -13,6 +13,7 @@ from . import (  # noqa: F401  (imported for registration)
     pool,
     rearrange,
     reduce,
+    resize,
     scan,
     shape,
     unary,
