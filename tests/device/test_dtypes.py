@@ -4,6 +4,7 @@ reads, capture and replay of every dtype, and cast between every pair of dtypes.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import numpy as np
@@ -15,7 +16,10 @@ from kernel_harness import operand, run
 import mnrt
 from mnrt.device import bfloat16 as bf
 from mnrt.device import dtypes as dt
+from mnrt.format import jsonio
 from mnrt.format.schema_info import LAYOUT
+
+_SCHEMA_NAMES = {v: k for k, v in LAYOUT["enums"]["DType"]["values"].items()}
 
 ml_dtypes = pytest.importorskip("ml_dtypes")  # onnx's dependency: an independent bfloat16
 
@@ -99,6 +103,9 @@ def test_every_dtype_writes_reads_captures_and_replays_exactly(name, tmp_path):
     assert report.passed
     binary = mnrt.LightBinary.load(path)
     assert binary.version == (1, 1)
+    doc = jsonio.to_json(binary)  # the JSON form names the dtype from the schema's enum
+    assert json.dumps(doc).count(f'"{_SCHEMA_NAMES[d.code]}"') >= 1
+    assert mnrt.replay(jsonio.from_json(doc)).passed
 
 
 def test_int64_golden_mismatch_above_2_to_53_is_caught(tmp_path):

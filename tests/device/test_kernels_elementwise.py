@@ -313,7 +313,7 @@ COMPARE_REF = {
     name=st.sampled_from(sorted(COMPARE_REF)),
     shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=4),
     seed=st.integers(0, 2**32 - 1),
-    dtype=st.sampled_from(["float", "half", "int32", "uint8"]),
+    dtype=st.sampled_from([d.name for d in dt.NUMERIC]),
 )
 def test_comparison_property(name, shapes, seed, dtype):
     rng = np.random.default_rng(seed)
@@ -341,7 +341,7 @@ def test_comparisons_with_nan_and_bool():
 @given(
     shapes=hnp.mutually_broadcastable_shapes(num_shapes=3, max_dims=3, max_side=4),
     seed=st.integers(0, 2**32 - 1),
-    dtype=st.sampled_from(["float", "half", "int32", "bool"]),
+    dtype=st.sampled_from(list(dt.DTYPES)),
 )
 def test_where_broadcasts_all_three(shapes, seed, dtype):
     rng = np.random.default_rng(seed)
@@ -642,3 +642,36 @@ def test_isnan_and_isinf(dtype):
 def test_softplus_does_not_overflow():
     y = run("softplus", operand(np.array([-1000.0, 0.0, 1000.0], np.float32)))
     np.testing.assert_allclose(y, [0.0, math.log(2), 1000.0], rtol=1e-6)
+
+
+def test_integer_kernels_stay_exact_above_2_to_53():
+    """No integer kernel passes through float: int64 and uint64 neighbours stay apart."""
+    big = 2**62
+    a = operand(np.array([big + 1, big, -big - 1], np.int64))
+    b = operand(np.array([big, big, -big], np.int64))
+    assert run("equal", a, b).tolist() == [False, True, False]
+    assert run("less", b, a).tolist() == [True, False, False]
+    assert run("sub", a, b).tolist() == [1, 0, -1]
+    assert run("div", a, operand(np.array([1, 3, -1], np.int64))).tolist() == [
+        big + 1,
+        big // 3,
+        big + 1,
+    ]
+    assert run("maximum", a, b).tolist() == [big + 1, big, -big]
+    u = operand(np.array([2**64 - 1, 2**63 + 1], np.uint64))
+    assert run("div", u, operand(np.array([1, 2], np.uint64))).tolist() == [2**64 - 1, 2**62]
+    assert run("sum", u, axes=(0,)).tolist() == [(2**64 - 1 + 2**63 + 1) % 2**64]
+    w = run("where", operand(np.array([True, False])), u, operand(np.zeros(2, np.uint64)))
+    assert w.tolist() == [2**64 - 1, 0]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "half"])
+def test_gemm_in_16_bit_floats_accumulates_in_float32(dtype):
+    d = dt.dtype(dtype)
+    rng = np.random.default_rng(9)
+    a = operand(rng.standard_normal((4, 64)).astype(np.float32), d)
+    b = operand(rng.standard_normal((64, 3)).astype(np.float32), d)
+    exact = d.from_storage(a[0]).astype(np.float64) @ d.from_storage(b[0]).astype(np.float64)
+    got32 = run("gemm", a, b, out_dtype="float")
+    np.testing.assert_allclose(got32, exact, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(run("gemm", a, b), d.from_storage(d.to_storage(got32)))
