@@ -36,6 +36,10 @@ def _samples() -> dict[str, tuple[list, dict]]:
         out[name] = ([operand(np.tanh(x))], {})
     out["acosh"] = ([operand(pos + 1)], {})
     out["isinf"] = ([operand(x)], {"detect_negative": False})
+    acts = ("elu", "selu", "celu", "leaky_relu", "thresholded_relu", "hard_sigmoid")
+    for name in (*acts, "hard_swish", "mish", "shrink"):
+        out[name] = ([operand(x)], {})
+    out["clip"] = ([operand(x)], {"min": -0.5, "max": 0.5})
     ints = rng.integers(-50, 50, (2, 3, 4)).astype(np.int64)
     small = np.arange(24, dtype=np.uint8).reshape(2, 3, 4) % 7
     for name in ("bitwise_and", "bitwise_or", "bitwise_xor"):

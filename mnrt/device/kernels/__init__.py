@@ -2,6 +2,7 @@
 when imported, so adding a kernel family means adding one line here."""
 
 from . import (  # noqa: F401  (imported for registration)
+    activation,
     arg,
     binary,
     conv,

@@ -227,9 +227,8 @@ _OPS = {
 EPILOGUES = ("none", "relu", "gelu", "sigmoid", "tanh", "silu")
 
 
-def _elementwise(name: str, x: np.ndarray, attrs: Mapping[str, Any], out: np.ndarray | None):
-    """Unary op `name` of x into out (when it can take it), on several threads when large."""
-    fn = _OPS[name][0]
+def _elementwise(fn, x: np.ndarray, attrs: Mapping[str, Any], out: np.ndarray | None):
+    """fn(x, attrs, out) into out (when it can take it), on several threads when large."""
 
     def rows(xr: np.ndarray, outr: np.ndarray) -> None:
         result = fn(xr, attrs, outr)
@@ -243,7 +242,7 @@ def epilogue(name: str, y: np.ndarray) -> np.ndarray:
     """The result of a matrix kernel after its fused activation (in place when it can be)."""
     if name == "none":
         return y
-    return _elementwise(name, y, {"approximate": "none"}, y)
+    return _elementwise(_OPS[name][0], y, {"approximate": "none"}, y)
 
 
 def epilogue_flops(name: str) -> int:
@@ -257,7 +256,17 @@ _ATTRS = {
 }
 
 
-def _make(name: str, flops: int, allowed: tuple, doc: str) -> KernelDef:
+def make_unary(
+    name: str,
+    fn,
+    flops: float,
+    allowed: tuple,
+    doc: str,
+    attrs: Mapping[str, Attr] | None = None,
+) -> KernelDef:
+    """A one-input kernel computing fn(x, attrs, out) elementwise in x's compute dtype;
+    `out` is the destination when it can take the result directly, else None."""
+
     def infer(ins, attrs):
         x = ins[0]
         if x.dtype not in allowed:
@@ -267,22 +276,22 @@ def _make(name: str, flops: int, allowed: tuple, doc: str) -> KernelDef:
         return [OutSpec(x.shape, (x.dtype,))]
 
     def compute(ins, attrs, outs):
-        return [_elementwise(name, ins[0], attrs, outs[0].buf)]
+        return [_elementwise(fn, ins[0], attrs, outs[0].buf)]
 
     return KernelDef(
         name=name,
         doc=doc,
         inputs=("x",),
         outputs=("y",),
-        attrs=_ATTRS.get(name, {}),
+        attrs=dict(attrs or {}),
         infer=infer,
         compute=compute,
         cost=lambda ins, outs, attrs: streaming_cost(ins, outs, flops),
     )
 
 
-for _name, (_, _flops, _allowed, _doc) in _OPS.items():
-    register(_make(_name, _flops, _allowed, _doc))
+for _name, (_fn, _flops, _allowed, _doc) in _OPS.items():
+    register(make_unary(_name, _fn, _flops, _allowed, _doc, _ATTRS.get(_name)))
 
 
 # --- predicates: float in, bool out -------------------------------------------------------
