@@ -88,3 +88,15 @@ def test_clip_defaults_and_int64_bounds():
 def test_activations_refuse_integers(name):
     with pytest.raises(DTypeError, match=f"kernel '{name}'"):
         infer(name, spec((2,), "int32"))
+
+
+@pytest.mark.parametrize("slope_shape", [(), (5,), (3, 1)])
+@pytest.mark.parametrize("dtype", ["float", "double", "int64"])
+def test_prelu_matches_onnx(slope_shape, dtype):
+    d = dt.dtype(dtype)
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((3, 5)) * 10).astype(d.storage)
+    slope = (rng.standard_normal(slope_shape) * 3).astype(d.storage)
+    got = run("prelu", operand(x, d), operand(slope, d))
+    (want,) = onnx_reference("PRelu", x, slope)
+    np.testing.assert_array_equal(got, want)

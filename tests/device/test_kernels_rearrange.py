@@ -160,3 +160,44 @@ def test_eye_like_matches_onnx(k, dtype):
 def test_rearranging_kernels_refuse_bad_shapes(name, specs, attrs):
     with pytest.raises(ShapeError, match=f"kernel '{name}'"):
         infer(name, *specs, **attrs)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+@pytest.mark.parametrize("pads", [(0, 2, 1, 3), (1, 0, 2, 1), (2, 3, 2, 3)])
+def test_pad_matches_onnx(mode, pads):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    got = run("pad", operand(x), pads=pads, mode=mode, value=1.5)
+    (want,) = onnx_reference(
+        "Pad", x, np.array(pads, np.int64), np.array(1.5, np.float32), mode=mode
+    )
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+def test_negative_pads_crop_before_padding(mode):
+    # ONNX's reference (numpy's pad) refuses negative pads: crop, then pad the rest.
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    got = run("pad", operand(x), pads=(-1, 2, 1, -3), mode=mode)
+    kw = {"constant_values": 0.0} if mode == "constant" else {}
+    np.testing.assert_array_equal(got, np.pad(x[1:, :1], ((0, 1), (2, 0)), mode=mode, **kw))
+
+
+def test_pad_integers_take_whole_values_only():
+    x = operand(np.array([2**62 + 1], np.int64))
+    assert run("pad", x, pads=(1, 1), value=-3).tolist() == [-3, 2**62 + 1, -3]
+    with pytest.raises(KernelAttributeError, match="value 0.5"):
+        infer("pad", spec((2,), "int32"), pads=(1, 1), value=0.5)
+    with pytest.raises(KernelAttributeError, match="2 \\* rank"):
+        infer("pad", spec((2,)), pads=(1,))
+    with pytest.raises(ShapeError, match="empty axis"):
+        infer("pad", spec((0,)), pads=(1, 1), mode="edge")
+
+
+@pytest.mark.parametrize("repeats", [(1, 1), (2, 3), (0, 2)])
+def test_tile_matches_onnx(repeats):
+    x = np.arange(6, dtype=np.int64).reshape(2, 3)
+    got = run("tile", operand(x), repeats=repeats)
+    (want,) = onnx_reference("Tile", x, np.array(repeats, np.int64))
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(KernelAttributeError, match="repeats"):
+        infer("tile", spec((2, 3)), repeats=(1,))

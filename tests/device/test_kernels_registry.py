@@ -101,6 +101,10 @@ def _samples() -> dict[str, tuple[list, dict]]:
                 {"batch_axis": 1, "time_axis": 0},
             ),
             "resize": ([operand(img)], {"scales": (1, 1, 1.5, 0.6), "mode": "cubic"}),
+            "pad": ([operand(x)], {"pads": (0, 1, -1, 2, 0, 1), "mode": "reflect"}),
+            "tile": ([operand(x)], {"repeats": (1, 2, 3)}),
+            "prelu": ([operand(x), operand(x[0, 0])], {}),
+            "einsum": ([operand(x), operand(x)], {"equation": "bij,bkj->bik"}),
         }
     )
     return out

@@ -141,6 +141,15 @@ for _name, (_fn, _allowed, _doc) in _BITWISE.items():
 
 register(
     binary_kernel(
+        "prelu",
+        lambda a, b, out: np.where(a < 0, a * b, a),
+        "a if a >= 0 else a * b (ONNX PRelu: b is the slope, broadcast to a)",
+        dt.SIGNED,
+        flops=2.0,
+    )
+)
+register(
+    binary_kernel(
         "mod",
         _mod,
         "remainder of a / b, broadcasting; sign of b, or of a with fmod; integer x % 0 = 0",

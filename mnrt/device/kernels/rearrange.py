@@ -1,12 +1,21 @@
-"""Kernels that move elements without arithmetic: trilu, depth_to_space, space_to_depth
-and reverse_sequence, with ONNX's semantics. They take every dtype; cost is bytes only."""
+"""Kernels that move elements without arithmetic: trilu, depth_to_space, space_to_depth,
+reverse_sequence, pad and tile, with ONNX's semantics. They take every dtype; cost is bytes
+only."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from ...errors import DeviceExecutionError, ShapeError
-from .common import normalize_axis, require_index, require_rank, streaming_cost
+from ...errors import DeviceExecutionError, KernelAttributeError, ShapeError
+from .common import (
+    check_temporary,
+    normalize_axis,
+    require_index,
+    require_rank,
+    streaming_cost,
+)
 from .registry import REQUIRED, Attr, KernelDef, OutSpec, register
 
 
@@ -191,6 +200,103 @@ register(
         },
         infer=_reverse_infer,
         compute=_reverse_compute,
+        cost=_moving_cost,
+    )
+)
+
+
+# --- pad -------------------------------------------------------------------------------
+
+
+def _pad_infer(ins, attrs):
+    x = ins[0]
+    pads, rank = attrs["pads"], len(x.shape)
+    if len(pads) != 2 * rank:
+        raise KernelAttributeError(
+            f"kernel 'pad': pads {pads} must hold 2 * rank = {2 * rank} values (every "
+            "axis' begin, then every axis' end)"
+        )
+    shape = tuple(n + pads[a] + pads[a + rank] for a, n in enumerate(x.shape))
+    if any(n < 0 for n in shape):
+        raise ShapeError(f"kernel 'pad': pads {pads} crop x {x.shape} below nothing")
+    mode = attrs["mode"]
+    if mode != "constant" and any(n == 0 and s > 0 for n, s in zip(x.shape, shape, strict=True)):
+        raise ShapeError(f"kernel 'pad': mode '{mode}' cannot pad an empty axis of {x.shape}")
+    if x.dtype.is_integer or x.dtype.storage.kind == "b":
+        value = attrs["value"]
+        info = np.iinfo(x.dtype.compute) if x.dtype.is_integer else None
+        whole = float(value).is_integer()
+        if not whole or (info is not None and not info.min <= value <= info.max):
+            raise KernelAttributeError(
+                f"kernel 'pad': value {value} is not a {x.dtype.name}; give one it holds"
+            )
+    check_temporary("pad", "the output", math.prod(shape))
+    return [OutSpec(shape, (x.dtype,))]
+
+
+def _pad_compute(ins, attrs, outs):
+    x = ins[0]
+    rank, pads = x.ndim, attrs["pads"]
+    # Negative pads crop first; what is left pads with numpy's modes (reflect excludes the
+    # edge, 'edge' repeats it, 'wrap' continues from the other side, as ONNX says).
+    crop = tuple(
+        slice(max(-pads[a], 0), n - max(-pads[a + rank], 0)) for a, n in enumerate(x.shape)
+    )
+    widths = [(max(pads[a], 0), max(pads[a + rank], 0)) for a in range(rank)]
+    mode = attrs["mode"]
+    if mode == "constant":
+        value = x.dtype.type(attrs["value"]) if x.dtype.kind != "b" else bool(attrs["value"])
+        return [np.pad(x[crop], widths, mode="constant", constant_values=value)]
+    return [np.pad(x[crop], widths, mode=mode)]
+
+
+register(
+    KernelDef(
+        name="pad",
+        doc="x padded (or, by negative amounts, cropped) per axis; ONNX Pad's modes",
+        inputs=("x",),
+        outputs=("y",),
+        attrs={
+            "pads": Attr("ints", REQUIRED, "begin of every axis, then end of every axis"),
+            "mode": Attr(
+                "str",
+                "constant",
+                "'constant' (value), 'reflect', 'edge' or 'wrap'",
+                ("constant", "reflect", "edge", "wrap"),
+            ),
+            "value": Attr("float", 0.0, "fill of constant mode (a whole number for integers)"),
+        },
+        infer=_pad_infer,
+        compute=_pad_compute,
+        cost=_moving_cost,
+    )
+)
+
+
+# --- tile ------------------------------------------------------------------------------
+
+
+def _tile_infer(ins, attrs):
+    x = ins[0]
+    repeats = attrs["repeats"]
+    if len(repeats) != len(x.shape) or any(r < 0 for r in repeats):
+        raise KernelAttributeError(
+            f"kernel 'tile': repeats {repeats} must hold one count >= 0 per axis of x {x.shape}"
+        )
+    shape = tuple(n * r for n, r in zip(x.shape, repeats, strict=True))
+    check_temporary("tile", "the output", math.prod(shape))
+    return [OutSpec(shape, (x.dtype,))]
+
+
+register(
+    KernelDef(
+        name="tile",
+        doc="x repeated repeats[i] times along each axis i",
+        inputs=("x",),
+        outputs=("y",),
+        attrs={"repeats": Attr("ints", REQUIRED, "copies along each axis")},
+        infer=_tile_infer,
+        compute=lambda ins, attrs, outs: [np.tile(ins[0], attrs["repeats"])],
         cost=_moving_cost,
     )
 )
