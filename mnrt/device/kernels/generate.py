@@ -29,23 +29,28 @@ def _range_count(attrs) -> int:
             f"kernel 'range': start {start}, limit {limit} and delta {delta} must be finite "
             "and delta nonzero"
         )
-    return max(math.ceil((limit - start) / delta), 0)
+    steps = (limit - start) / delta
+    if not math.isfinite(steps) or steps > MAX_TEMPORARY_ELEMENTS:
+        raise ShapeError(
+            f"kernel 'range': from {start} to {limit} by {delta} is more than the emulator's "
+            f"limit of {MAX_TEMPORARY_ELEMENTS} elements for one kernel"
+        )
+    return max(math.ceil(steps), 0)
 
 
 def _range_infer(ins, attrs):
     d = dt.DTYPES[attrs["dtype"]]
-    if d.is_integer and not all(float(attrs[k]).is_integer() for k in ("start", "limit", "delta")):
-        raise KernelAttributeError(
-            f"kernel 'range': an {d.name} range needs whole start, limit and delta, got "
-            f"{attrs['start']}, {attrs['limit']}, {attrs['delta']}"
-        )
-    n = _range_count(attrs)
-    if n > MAX_TEMPORARY_ELEMENTS:
-        raise ShapeError(
-            f"kernel 'range': {n} elements is more than the emulator's limit of "
-            f"{MAX_TEMPORARY_ELEMENTS} for one kernel"
-        )
-    return [OutSpec((n,), (d,))]
+    values = [attrs[k] for k in ("start", "limit", "delta")]
+    if d.is_integer:
+        info = np.iinfo(d.compute)
+        if not all(
+            math.isfinite(v) and v.is_integer() and info.min <= v <= info.max for v in values
+        ):
+            raise KernelAttributeError(
+                f"kernel 'range': an {d.name} range needs whole start, limit and delta in "
+                f"{info.min}..{info.max}, got {', '.join(map(str, values))}"
+            )
+    return [OutSpec((_range_count(attrs),), (d,))]
 
 
 def _range_compute(ins, attrs, outs):

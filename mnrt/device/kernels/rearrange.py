@@ -244,6 +244,8 @@ def _pad_compute(ins, attrs, outs):
     )
     widths = [(max(pads[a], 0), max(pads[a + rank], 0)) for a in range(rank)]
     mode = attrs["mode"]
+    if not rank:
+        return [x]  # a scalar has no axis to pad
     if mode == "constant":
         value = x.dtype.type(attrs["value"]) if x.dtype.kind != "b" else bool(attrs["value"])
         return [np.pad(x[crop], widths, mode="constant", constant_values=value)]
