@@ -236,3 +236,20 @@ def test_topk_int64_values_stay_exact():
 def test_topk_refuses_k_beyond_the_axis():
     with pytest.raises(ShapeError, match="k = 4"):
         infer("topk", spec((2, 3)), k=4)
+
+
+def test_an_index_out_of_range_is_raised_by_the_next_finish(dev, q):
+    """Through the host API, as a program runs: the enqueue succeeds, finish() raises."""
+    import mnrt
+
+    data = dev.create_buffer((4,), "float")
+    idx = dev.create_buffer((1, 1), "int64")
+    upd = dev.create_buffer((1,), "float")
+    out = dev.create_buffer((4,), "float")
+    q.enqueue_write_buffer(data, np.zeros(4, np.float32))
+    q.enqueue_write_buffer(idx, np.array([[4]], np.int64))
+    q.enqueue_write_buffer(upd, np.ones(1, np.float32))
+    prog = dev.create_program([mnrt.Kernel("scatter_nd", ["d", "i", "u"], ["y"])])
+    q.enqueue_program(prog, {"d": data, "i": idx, "u": upd, "y": out})
+    with pytest.raises(mnrt.DeviceExecutionError, match="scatter_nd.*index 4 is out of range"):
+        q.finish()

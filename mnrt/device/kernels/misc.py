@@ -133,7 +133,7 @@ register(
 register(
     KernelDef(
         name="cast",
-        doc="x converted to dtype 'to'; to integers truncates, saturates and maps nan to 0",
+        doc="x as dtype to: integers truncate and saturate, nan -> 0; bool is x != 0 (nan: True)",
         inputs=("x",),
         outputs=("y",),
         attrs={"to": Attr("str", REQUIRED, "target dtype name", choices=_DTYPE_NAMES)},
