@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from kernel_harness import check_cost, operand, run_all, spec
@@ -150,6 +152,16 @@ def test_sample_launch_runs_with_finite_cost(name):
     assert [y.shape for y in ys] == [o.shape for o in outs]
     if name in ("gemm", "conv2d"):
         assert cost.matrix and cost.flops > 0
+
+
+def test_the_listing_is_strict_json():
+    import mnrt
+
+    listing = json.loads(json.dumps(mnrt.kernels(), allow_nan=False))
+    clip = next(k for k in listing if k["name"] == "clip")
+    assert clip["attrs"]["min"]["default"] == "-inf"
+    topk = next(k for k in listing if k["name"] == "topk")
+    assert topk["outputs"] == ["values", "indices"] and topk["attrs"]["k"]["required"]
 
 
 def test_cost_of_empty_launches_is_finite():
