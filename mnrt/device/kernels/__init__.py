@@ -6,6 +6,7 @@ from . import (  # noqa: F401  (imported for registration)
     arg,
     binary,
     conv,
+    conv_transpose,
     einsum,
     gemm,
     generate,
