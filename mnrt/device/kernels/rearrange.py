@@ -61,6 +61,9 @@ register(
 # --- depth_to_space / space_to_depth ------------------------------------------------------
 
 
+_MODE = Attr("str", "DCR", "channel order: 'DCR' (depth, column, row) or 'CRD'", ("DCR", "CRD"))
+
+
 def _blocksize(kernel: str, attrs) -> int:
     b = attrs["blocksize"]
     if b < 1:
@@ -109,7 +112,8 @@ def _s2d_compute(ins, attrs, outs):
     x = ins[0]
     b = attrs["blocksize"]
     n, c, h, w = x.shape
-    y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+    order = (0, 3, 5, 1, 2, 4) if attrs["mode"] == "DCR" else (0, 1, 3, 5, 2, 4)
+    y = x.reshape(n, c, h // b, b, w // b, b).transpose(order)
     return [y.reshape(outs[0].shape)]
 
 
@@ -121,9 +125,7 @@ register(
         outputs=("y",),
         attrs={
             "blocksize": Attr("int", REQUIRED, "tile edge"),
-            "mode": Attr(
-                "str", "DCR", "'DCR' (depth, column, row) or 'CRD' channel order", ("DCR", "CRD")
-            ),
+            "mode": _MODE,
         },
         infer=_d2s_infer,
         compute=_d2s_compute,
@@ -134,10 +136,10 @@ register(
 register(
     KernelDef(
         name="space_to_depth",
-        doc="NCHW: blocksize x blocksize spatial tiles moved into channels (inverse of DCR)",
+        doc="NCHW: blocksize x blocksize spatial tiles moved into channels (undoes depth_to_space)",
         inputs=("x",),
         outputs=("y",),
-        attrs={"blocksize": Attr("int", REQUIRED, "tile edge")},
+        attrs={"blocksize": Attr("int", REQUIRED, "tile edge"), "mode": _MODE},
         infer=_s2d_infer,
         compute=_s2d_compute,
         cost=_moving_cost,
