@@ -94,11 +94,13 @@ class DType:
         """Whether host data of this numpy dtype may be written without an explicit cast."""
         if self.host is not None:
             return array.dtype == self.host
-        return array.dtype in _CODEC_SOURCES
+        return array.dtype in _CODEC_SOURCES or _is_ml_bfloat16(array.dtype)
 
     def to_storage(self, array: np.ndarray) -> np.ndarray:
         """Host data (already checked by `accepts`) as the bits the device stores."""
         if self.codec is not None:
+            if _is_ml_bfloat16(array.dtype):
+                array = array.astype(np.float32)  # exact: every bfloat16 is a float32
             return self.codec.encode(array)
         return array
 
@@ -141,6 +143,12 @@ class DType:
 
 
 _CODEC_SOURCES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _is_ml_bfloat16(np_dtype: np.dtype) -> bool:
+    """ml_dtypes' bfloat16 (what onnx hands out for bfloat16 tensors), known by name so
+    that mnrt needs no ml_dtypes."""
+    return np_dtype.name == "bfloat16" and np_dtype.itemsize == 2
 
 
 def _dt(name, code, storage, compute, host, precision, rtol, atol, codec=None) -> DType:
@@ -221,6 +229,8 @@ def dtype(spec: DType | str | np.dtype | type) -> DType:
         for d in DTYPES.values():
             if np_dt is not None and spec is not None and d.host == np_dt:
                 return d
+        if np_dt is not None and _is_ml_bfloat16(np_dt):
+            return BFLOAT16
     raise DTypeError(
         f"unknown dtype {spec!r}: device dtypes are {', '.join(DTYPES)} "
         "(MN-Core 1-6-9 half is 'half'; IEEE binary16 is 'float16')"

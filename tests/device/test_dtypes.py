@@ -75,6 +75,21 @@ def test_bfloat16_double_rounding_case_and_specials():
     np.testing.assert_array_equal(got[1:], x[1:].astype(ml_dtypes.bfloat16).astype(np.float32))
 
 
+def test_ml_dtypes_bfloat16_arrays_resolve_and_write_exactly(dev, q):
+    """onnx hands bfloat16 tensors out as ml_dtypes arrays: they write as they are."""
+    x = np.array([1.5, -3.0e38, 2.0**-130, np.inf], np.float32).astype(ml_dtypes.bfloat16)
+    assert dt.dtype(x.dtype) is dt.BFLOAT16
+    buf = dev.create_buffer(x.shape, "bfloat16")
+    q.enqueue_write_buffer(buf, x)
+    np.testing.assert_array_equal(q.enqueue_read_buffer(buf), x.astype(np.float32))
+    half = dev.create_buffer(x.shape, "half")  # rounded from the exact float32 values
+    q.enqueue_write_buffer(half, x)
+    want = dt.HALF.from_storage(dt.HALF.to_storage(x.astype(np.float32)))
+    np.testing.assert_array_equal(q.enqueue_read_buffer(half), want)
+    with pytest.raises(mnrt.DTypeError):
+        q.enqueue_write_buffer(dev.create_buffer(x.shape, "float"), x)
+
+
 # --- host writes and reads, capture and replay ------------------------------------------
 
 
