@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
-from kernel_harness import check_cost, operand, run, spec
+from kernel_harness import check_cost, operand, run_all, spec
 
 from mnrt.device.kernels import REQUIRED, TensorSpec, all_kernels, lookup
 from mnrt.device.kernels.registry import COMMON_ATTRS
@@ -26,8 +28,33 @@ def _samples() -> dict[str, tuple[list, dict]]:
         out[name] = ([operand(pos), operand(pos[0])], {})
     for name in ("equal", "less", "greater", "less_equal", "greater_equal"):
         out[name] = ([operand(x), operand(x[:, :1])], {})
-    for name in ("sum", "mean", "max", "min"):
-        out[name] = ([operand(x)], {"axes": (1,)})
+    for name in ("sum", "mean", "max", "min", "prod", "l1", "l2", "sum_square", "log_sum"):
+        out[name] = ([operand(pos)], {"axes": (1,)})
+    out["logsumexp"] = ([operand(x)], {"axes": (1,)})
+    trig = ("sin", "cos", "tan", "atan", "sinh", "cosh", "asinh", "softplus", "softsign")
+    for name in (*trig, "sign", "floor", "ceil", "round", "isnan"):
+        out[name] = ([operand(x)], {})
+    for name in ("asin", "acos", "atanh"):
+        out[name] = ([operand(np.tanh(x))], {})
+    out["acosh"] = ([operand(pos + 1)], {})
+    out["isinf"] = ([operand(x)], {"detect_negative": False})
+    acts = ("elu", "selu", "celu", "leaky_relu", "thresholded_relu", "hard_sigmoid")
+    for name in (*acts, "hard_swish", "mish", "shrink"):
+        out[name] = ([operand(x)], {})
+    out["clip"] = ([operand(x)], {"min": -0.5, "max": 0.5})
+    ints = rng.integers(-50, 50, (2, 3, 4)).astype(np.int64)
+    small = np.arange(24, dtype=np.uint8).reshape(2, 3, 4) % 7
+    for name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+        out[name] = ([operand(ints), operand(ints[0])], {})
+    out["bitwise_not"] = ([operand(ints)], {})
+    out["bitshift"] = ([operand(small), operand(small[:, :1])], {"direction": "left"})
+    out["mod"] = ([operand(ints), operand(ints[:, :1] | 1)], {"fmod": True})
+    for name in ("logical_and", "logical_or", "logical_xor"):
+        out[name] = ([operand(x > 0), operand(x[0] < 0)], {})
+    out["logical_not"] = ([operand(x > 0)], {})
+    idx = np.array([[[0, 1, 2, -1]] * 3] * 2, np.int64)
+    for name in ("argmax", "argmin"):
+        out[name] = ([operand(x)], {"axis": 1, "keepdims": False})
     out.update(
         {
             "gemm": ([operand(x), operand(x[0].T)], {}),
@@ -52,6 +79,38 @@ def _samples() -> dict[str, tuple[list, dict]]:
             "cast": ([operand(x)], {"to": "half"}),
             "fill": ([], {"shape": (2, 2), "value": 3.0, "dtype": "int32"}),
             "copy": ([operand(x, "half")], {}),
+            "topk": ([operand(x)], {"k": 2}),
+            "gather_elements": ([operand(x), operand(idx[:, :1])], {"axis": 1}),
+            "gather_nd": ([operand(x), operand(np.array([[1, 0], [0, 2]], np.int32))], {}),
+            "scatter_elements": (
+                [operand(x), operand(idx[:, :1] % 3), operand(x[:, :1])],
+                {"axis": 1, "reduction": "add"},
+            ),
+            "scatter_nd": (
+                [operand(x), operand(np.array([[1], [0]], np.int64)), operand(x[::-1])],
+                {"reduction": "max"},
+            ),
+            "onehot": ([operand(ints % 5), operand(np.array([0, 1], np.int8))], {"depth": 4}),
+            "cumsum": ([operand(ints)], {"axis": -1, "exclusive": True}),
+            "cumprod": ([operand(x)], {"axis": 1, "reverse": True}),
+            "range": ([], {"start": 1, "limit": 10, "delta": 2, "dtype": "int64"}),
+            "eye_like": ([operand(x[0])], {"k": 1}),
+            "trilu": ([operand(x)], {"upper": False, "k": -1}),
+            "depth_to_space": ([operand(img[:, :, :4, :4].repeat(2, 1))], {"blocksize": 2}),
+            "space_to_depth": ([operand(img[:, :, :4, :4])], {"blocksize": 2}),
+            "reverse_sequence": (
+                [operand(x), operand(np.array([1, 2, 0], np.int64))],
+                {"batch_axis": 1, "time_axis": 0},
+            ),
+            "resize": ([operand(img)], {"scales": (1, 1, 1.5, 0.6), "mode": "cubic"}),
+            "conv_transpose2d": (
+                [operand(img), operand(img[0, :, :3, :3].reshape(2, 1, 3, 3))],
+                {"stride": (2, 2), "padding": (1, 1, 1, 1), "output_padding": (1, 0)},
+            ),
+            "pad": ([operand(x)], {"pads": (0, 1, -1, 2, 0, 1), "mode": "reflect"}),
+            "tile": ([operand(x)], {"repeats": (1, 2, 3)}),
+            "prelu": ([operand(x), operand(x[0, 0])], {}),
+            "einsum": ([operand(x), operand(x)], {"equation": "bij,bkj->bik"}),
         }
     )
     return out
@@ -93,10 +152,20 @@ def test_sample_launch_runs_with_finite_cost(name):
     check_cost(cost)
     if any(t.size for t in outs):
         assert cost.dram_bytes > 0
-    y = run(name, *ins, **attrs)
-    assert y.shape == outs[0].shape
+    ys = run_all(name, *ins, **attrs)
+    assert [y.shape for y in ys] == [o.shape for o in outs]
     if name in ("gemm", "conv2d"):
         assert cost.matrix and cost.flops > 0
+
+
+def test_the_listing_is_strict_json():
+    import mnrt
+
+    listing = json.loads(json.dumps(mnrt.kernels(), allow_nan=False))
+    clip = next(k for k in listing if k["name"] == "clip")
+    assert clip["attrs"]["min"]["default"] == "-inf"
+    topk = next(k for k in listing if k["name"] == "topk")
+    assert topk["outputs"] == ["values", "indices"] and topk["attrs"]["k"]["required"]
 
 
 def test_cost_of_empty_launches_is_finite():

@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from ...errors import DTypeError, KernelAttributeError, ShapeError
+from ...errors import DTypeError, KernelAttributeError
 from .. import dtypes as dt
 from .common import normalize_axis, streaming_cost
 from .registry import Attr, KernelDef, OutSpec, register
@@ -36,30 +36,79 @@ def _mean(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
         return total / x.dtype.type(count)
 
 
-_FLOAT = (dt.DOUBLE, dt.FLOAT, dt.HALF, dt.FLOAT16)
-_NUMERIC = (*_FLOAT, dt.INT32, dt.UINT8)
+def _logsumexp(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    """log(sum(exp(x))) without overflow: the largest value is taken out first. Over an
+    empty axis it is log(0) = -inf."""
+    if any(x.shape[a] == 0 for a in axes):
+        return np.log(np.sum(np.exp(x), axis=axes, keepdims=keepdims))
+    top = np.max(x, axis=axes, keepdims=True)
+    top = np.where(np.isfinite(top), top, x.dtype.type(0))  # all -inf (or an inf) rows
+    total = np.sum(np.exp(x - top), axis=axes, keepdims=True)
+    y = np.log(total) + top
+    return y if keepdims else np.squeeze(y, axes)
 
-# name: (function of (x, axes, keepdims), dtypes allowed, has an identity, one-line doc)
+
+def _sum_square(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    return np.sum(x * x, axis=axes, dtype=x.dtype, keepdims=keepdims)
+
+
+_FLOAT = dt.FLOATS
+_NUMERIC = dt.NUMERIC
+
+
+def _bounds(d: np.dtype) -> tuple:
+    """The lowest and highest value of a compute dtype: the identities of max and min."""
+    if d.kind == "f":
+        return -np.inf, np.inf
+    if d.kind == "b":
+        return False, True
+    info = np.iinfo(d)
+    return info.min, info.max
+
+
+def _max(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    """Maximum; over an empty axis the dtype's lowest value (-inf for floats), as ONNX."""
+    return np.max(x, axis=axes, keepdims=keepdims, initial=_bounds(x.dtype)[0])
+
+
+def _min(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    """Minimum; over an empty axis the dtype's highest value (inf for floats), as ONNX."""
+    return np.min(x, axis=axes, keepdims=keepdims, initial=_bounds(x.dtype)[1])
+
+
+# name: (function of (x, axes, keepdims), dtypes allowed, one-line doc); every reduction
+# has a value over an empty axis (its identity).
 _OPS = {
     "sum": (
         lambda x, ax, kd: np.sum(x, axis=ax, dtype=x.dtype, keepdims=kd),
         _NUMERIC,
-        True,
         "sum over axes; integers wrap",
     ),
-    "mean": (_mean, _FLOAT, True, "arithmetic mean over axes (nan over an empty axis)"),
-    "max": (
-        lambda x, ax, kd: np.max(x, axis=ax, keepdims=kd),
+    "mean": (_mean, _FLOAT, "arithmetic mean over axes (nan over an empty axis)"),
+    "max": (_max, (*_NUMERIC, dt.BOOL), "maximum over axes; nan wins; bool: any; empty: lowest"),
+    "min": (_min, (*_NUMERIC, dt.BOOL), "minimum over axes; nan wins; bool: all; empty: highest"),
+    "prod": (
+        lambda x, ax, kd: np.prod(x, axis=ax, dtype=x.dtype, keepdims=kd),
         _NUMERIC,
-        False,
-        "maximum over axes; nan wins",
+        "product over axes; integers wrap",
     ),
-    "min": (
-        lambda x, ax, kd: np.min(x, axis=ax, keepdims=kd),
+    "l1": (
+        lambda x, ax, kd: np.sum(np.abs(x), axis=ax, dtype=x.dtype, keepdims=kd),
         _NUMERIC,
-        False,
-        "minimum over axes; nan wins",
+        "sum of |x| over axes; integers wrap",
     ),
+    "l2": (
+        lambda x, ax, kd: np.sqrt(_sum_square(x, ax, kd)),
+        _FLOAT,
+        "square root of the sum of x**2 over axes",
+    ),
+    "sum_square": (_sum_square, _NUMERIC, "sum of x**2 over axes; integers wrap"),
+    "log_sum": (
+        lambda x, ax, kd: np.log(np.sum(x, axis=ax, dtype=x.dtype, keepdims=kd)),
+        _FLOAT,
+        "log of the sum over axes",
+    ),
+    "logsumexp": (_logsumexp, _FLOAT, "log(sum(exp(x))) over axes, without overflow"),
 }
 _ATTRS = {
     "axes": Attr("ints", (), "axes to reduce, negative counting from the end; () means all"),
@@ -67,7 +116,7 @@ _ATTRS = {
 }
 
 
-def _make(name: str, fn, allowed: tuple, has_identity: bool, doc: str) -> KernelDef:
+def _make(name: str, fn, allowed: tuple, doc: str) -> KernelDef:
     def infer(ins, attrs):
         x = ins[0]
         if x.dtype not in allowed:
@@ -75,11 +124,6 @@ def _make(name: str, fn, allowed: tuple, has_identity: bool, doc: str) -> Kernel
                 f"kernel '{name}' takes {', '.join(d.name for d in allowed)}, not {x.dtype.name}"
             )
         axes = _reduced_axes(name, attrs["axes"], len(x.shape))
-        if not has_identity and any(x.shape[a] == 0 for a in axes):
-            raise ShapeError(
-                f"kernel '{name}': cannot reduce over an empty axis of shape {x.shape} "
-                "(there is no identity); drop that axis from 'axes'"
-            )
         if attrs["keepdims"]:
             shape = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
         else:
@@ -107,5 +151,5 @@ def _make(name: str, fn, allowed: tuple, has_identity: bool, doc: str) -> Kernel
     )
 
 
-for _name, (_fn, _allowed, _identity, _doc) in _OPS.items():
-    register(_make(_name, _fn, _allowed, _identity, _doc))
+for _name, (_fn, _allowed, _doc) in _OPS.items():
+    register(_make(_name, _fn, _allowed, _doc))

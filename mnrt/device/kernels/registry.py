@@ -8,6 +8,7 @@ Families share helpers in their own modules; this module knows no kernel by name
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -222,7 +223,7 @@ class KernelDef:
             "attrs": {
                 n: {
                     "kind": a.kind,
-                    "default": None if a.default is REQUIRED else a.default,
+                    "default": _json_ready(a.default),
                     "required": a.default is REQUIRED,
                     "doc": a.doc,
                     **({"choices": list(a.choices)} if a.choices else {}),
@@ -230,6 +231,16 @@ class KernelDef:
                 for n, a in self.accepted_attrs.items()
             },
         }
+
+
+def _json_ready(default: Any) -> Any:
+    """A default as strict JSON holds it: None when required, infinities and nan as the
+    strings 'inf', '-inf' and 'nan' (the light binary's JSON form spells them so too)."""
+    if default is REQUIRED:
+        return None
+    if isinstance(default, float) and not math.isfinite(default):
+        return str(default)
+    return default
 
 
 _REGISTRY: dict[str, KernelDef] = {}
