@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import gc
+import threading
+import weakref
+
 import numpy as np
 import pytest
 
 import mnrt
 from mnrt.device.memory import Fill
+from mnrt.host.device import open_indices
 
 
 def test_list_devices_default_eight_names():
@@ -246,3 +251,49 @@ def test_a_forked_child_gets_an_error_from_the_parents_devices_and_opens_its_own
         assert q.enqueue_read_buffer(buf).tolist() == [0.0, 1.0, 2.0, 3.0]  # parent unaffected
     finally:
         dev.close()
+
+
+def _open_use_and_drop(index: int | str) -> weakref.ref:
+    """Open a device, start its queue's worker with a command, and drop it without close()."""
+    dev = mnrt.open_device(index)
+    q = dev.command_queue()
+    buf = dev.create_buffer((4,), "float")
+    q.enqueue_write_buffer(buf, np.arange(4, dtype=np.float32))
+    return weakref.ref(dev)
+
+
+def test_devices_dropped_without_close_release_their_index():
+    # Before: the table of open devices held each strongly, so the second cycle failed
+    # with DeviceBusyError (42 of 50 in the issue's count, depending on timing).
+    threads = threading.active_count()
+    for _ in range(50):
+        _open_use_and_drop(0)
+    for _ in range(50):
+        _open_use_and_drop("auto")
+    gc.collect()
+    assert open_indices() == set()
+    # The workers went back to the pool, to be reused: not a thread per dropped device
+    # (up to one per device that waits for the collector at once, "auto" opening all 8).
+    assert threading.active_count() <= threads + 8 + 2
+
+
+def test_a_parked_worker_does_not_keep_its_dropped_device_alive():
+    ref = _open_use_and_drop(3)
+    dev = ref()
+    assert dev is not None
+    dev.command_queue().finish()  # the worker has run the write and waits for the next
+    del dev
+    gc.collect()
+    assert ref() is None and 3 not in open_indices()
+
+
+def test_a_device_still_referenced_stays_open():
+    dev = mnrt.open_device(2)
+    try:
+        gc.collect()
+        with pytest.raises(mnrt.DeviceBusyError, match="already open"):
+            mnrt.open_device(2)
+        assert dev.is_open and 2 in open_indices()
+    finally:
+        dev.close()
+    assert 2 not in open_indices()
