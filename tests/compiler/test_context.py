@@ -11,6 +11,7 @@ import pytest
 import mnrt
 from mnrt.compiler import GraphBuilder
 from mnrt.compiler.options import OptionError, resolve
+from mnrt.host.device import open_indices
 
 
 def mlp(rng, batch=4):
@@ -239,3 +240,40 @@ def test_a_save_binary_that_fails_to_write_still_leaves_the_inputs(ctx, tmp_path
     with pytest.raises(mnrt.MnrtError, match="no space left"):
         compiled.save_binary(tmp_path / "m.mnlb")
     np.testing.assert_allclose(compiled()["y"].cpu(), numpy_mlp(b, mine), rtol=1e-5, atol=1e-6)
+
+
+def test_contexts_dropped_without_close_release_their_devices():
+    # Before: each Context kept its device open for good, so the ninth failed with
+    # "all 8 emulated devices are open", even after gc.collect().
+    for _ in range(1000):
+        mnrt.Context()
+    assert open_indices() == set()  # released as each was dropped, not by the collector
+
+
+def test_compiling_one_model_after_another_in_one_process_releases_each_device():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    for _ in range(12):  # more than the 8 devices
+        ctx = mnrt.Context(mnrt.MNDevice("mncore2:auto"))
+        compiled = ctx.compile(mlp(rng), {"x": x})
+        compiled({"x": x})
+        del ctx  # the compiled function still refers to it: the device stays open
+        assert compiled.ctx.device.is_open
+        assert compiled({"x": x})["y"].cpu().shape == (4, 3)
+        compiled = None
+        assert open_indices() == set()
+
+
+def test_context_and_mndevice_close_and_with_blocks_release_the_device():
+    with mnrt.Context(mnrt.MNDevice("mncore2:5")) as ctx:
+        assert open_indices() == {5}
+    assert not ctx.device.is_open and open_indices() == set()
+    ctx.close()  # twice is harmless
+    with mnrt.MNDevice("mncore2:auto") as device:
+        first, second = mnrt.Context(device), mnrt.Context(device)
+        assert open_indices() == {first.device.index, second.device.index}
+    assert open_indices() == set()
+    assert not first.device.is_open and not second.device.is_open
+    again = mnrt.Context(mnrt.MNDevice("mncore2:5"))  # the index is free again
+    again.close()
+    assert open_indices() == set()
