@@ -143,10 +143,11 @@ def export_onnx(graph: Graph, path: Path, phases: list[dict], required: bool) ->
         if required:
             raise
         status = f"skipped: {e}"
-    except OSError as e:
+    except (OSError, MnrtError) as e:  # MnrtError: the atomic write could not be made
         if required:
+            reason = getattr(e, "strerror", None) or e
             raise InvalidArgumentError(
-                f"out_onnx {path}: cannot write it ({e.strerror or e}); give a writable file path"
+                f"out_onnx {path}: cannot write it ({reason}); give a writable file path"
             ) from None
         status = f"skipped: {e}"
     if status != "ok" and not required:  # an earlier compile's model.onnx is not this one

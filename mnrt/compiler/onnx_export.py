@@ -17,6 +17,7 @@ import numpy as np
 
 from ..device import dtypes as dt
 from ..errors import InvalidArgumentError
+from ..format.files import write_atomically
 from .ir import Graph, Node
 
 OPSET = 17
@@ -242,9 +243,29 @@ _EXPORTERS: dict[str, Callable[[_Out, Node], None]] = {
 
 
 def to_onnx(graph: Graph) -> Any:
-    """The graph as an onnx.ModelProto (opset 17)."""
+    """The graph as an onnx.ModelProto (opset 17), checked by ONNX's checker."""
+    model = _unchecked_model(graph)
+    import onnx
+
+    onnx.checker.check_model(model)
+    return model
+
+
+def save(graph: Graph, path: str | os.PathLike) -> None:
+    """Write the graph as an ONNX file, replacing `path` whole or not at all. The model is
+    serialised once, and that is what the checker reads and the file holds: a model the
+    size of VGG-19 (548 MB of weights) took a copy of its weights per step otherwise."""
+    model = _unchecked_model(graph)  # first: without onnx it raises the error that says so
+    import onnx
+
+    data = model.SerializeToString()
+    del model
+    onnx.checker.check_model(data)
+    write_atomically(path, data)  # MnrtError: cannot write it
+
+
+def _unchecked_model(graph: Graph) -> Any:
     try:
-        import onnx
         from onnx import helper, numpy_helper
     except ImportError:
         raise InvalidArgumentError(
@@ -258,15 +279,13 @@ def to_onnx(graph: Graph) -> Any:
     out = _Out(helper, numpy_helper, {name: v.shape for name, v in graph.values.items()})
     for node in graph.nodes:
         _EXPORTERS[node.op](out, node)
-    for name in graph.params:
-        v = graph.values[name]
-        data = v.data.astype(np.float16 if v.dtype.is_half else v.dtype.read_dtype)
-        out.inits.append(numpy_helper.from_array(data, name))
 
     def info(name: str) -> Any:
         v = graph.values[name]
         return helper.make_tensor_value_info(name, _ELEM[v.dtype], list(v.shape))
 
+    # The weights go into the model's own graph, not through make_graph and make_model,
+    # which copy every tensor (twice).
     model = helper.make_model(
         helper.make_graph(
             out.nodes,
@@ -278,15 +297,17 @@ def to_onnx(graph: Graph) -> Any:
         opset_imports=[helper.make_opsetid("", OPSET)],
         producer_name="mnrt",
     )
-    onnx.checker.check_model(model)
+    for name in graph.params:
+        v = graph.values[name]
+        data = np.asarray(
+            v.data, "<f2" if v.dtype.is_half else v.dtype.read_dtype.newbyteorder("<")
+        )
+        tensor = model.graph.initializer.add()
+        tensor.name = name
+        tensor.dims.extend(data.shape)
+        tensor.data_type = helper.np_dtype_to_tensor_dtype(data.dtype)
+        tensor.raw_data = data.tobytes()
     return model
-
-
-def save(graph: Graph, path: str | os.PathLike) -> None:
-    model = to_onnx(graph)  # first: without onnx installed it raises the error that says so
-    import onnx
-
-    onnx.save(model, os.fspath(path))
 
 
 __all__ = ["ExportError", "save", "to_onnx"]

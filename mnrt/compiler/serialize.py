@@ -4,7 +4,6 @@ hashes."""
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import zipfile
@@ -17,7 +16,7 @@ import xxhash
 
 from ..device.dtypes import dtype as resolve_dtype
 from ..errors import InvalidArgumentError, MnrtError
-from ..format.files import open_regular, write_atomically
+from ..format.files import open_regular, write_atomically, write_atomically_with
 from .ir import PARAM, Graph, Node, Value
 
 
@@ -77,12 +76,14 @@ def save_arrays(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     """Arrays in an .npz that np.load reads back by name, whatever the names: np.savez
     takes them as keyword arguments, so an input named 'file' or 'allow_pickle' would clash
     with its own parameters."""
-    data = io.BytesIO()
-    with zipfile.ZipFile(data, "w") as z:
-        for name, array in arrays.items():
-            with z.open(f"{name}.npy", "w", force_zip64=True) as f:
-                np.lib.format.write_array(f, np.asanyarray(array), allow_pickle=False)
-    write_atomically(path, data.getbuffer())
+
+    def fill(file: BinaryIO) -> None:
+        with zipfile.ZipFile(file, "w") as z:
+            for name, array in arrays.items():
+                with z.open(f"{name}.npy", "w", force_zip64=True) as f:
+                    np.lib.format.write_array(f, np.asanyarray(array), allow_pickle=False)
+
+    write_atomically_with(path, fill)  # streamed: the weights are not copied into memory
 
 
 _MAX_GRAPH_JSON = 1 << 28  # bytes: a graph's structure; its weights are in the .npz
