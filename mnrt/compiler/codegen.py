@@ -8,6 +8,7 @@ import json
 import os
 import time
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -66,9 +67,16 @@ def write(
         options = json.dumps(compiled.options.to_json(), indent=1)
         write_atomically(folder / "option.json", options.encode())
         write_atomically(folder / "l3ir.txt", (compiled.graph.dump() + "\n").encode())
-        serialize.save(compiled.graph, folder, "graph")
+        weights = serialize.save(compiled.graph, folder, "graph")
         serialize.save_arrays(folder / "inputs.npz", compiled.example_inputs)
-        export_onnx(compiled.graph, folder / "model.onnx", phases, required=False)
+        # model.onnx's weights are those of graph.params.npz, where they lie: not a copy.
+        export_onnx(
+            compiled.graph,
+            folder / "model.onnx",
+            phases,
+            required=False,
+            weights_in=("graph.params.npz", weights),
+        )
         report = json.dumps(compiled.report(phases), indent=1)
         write_atomically(folder / "report.json", report.encode())
     except MnrtError as e:
@@ -130,14 +138,21 @@ def report(compiled: CompiledFunction, phases: list[dict]) -> dict:
     }
 
 
-def export_onnx(graph: Graph, path: Path, phases: list[dict], required: bool) -> None:
+def export_onnx(
+    graph: Graph,
+    path: Path,
+    phases: list[dict],
+    required: bool,
+    weights_in: tuple[str, Mapping[str, tuple[int, int]]] | None = None,
+) -> None:
     """The optimised graph as ONNX. In codegen_dir it is written when it can be (the
-    report says why not, otherwise); for out_onnx the user asked for it: errors raise."""
+    report says why not, otherwise); for out_onnx the user asked for it: errors raise.
+    `weights_in`: a file beside it that holds the weights (see onnx_export.save)."""
     from .onnx_export import save
 
     start = time.perf_counter()
     try:
-        save(graph, path)
+        save(graph, path, weights_in)
         status = "ok"
     except InvalidArgumentError as e:
         if required:

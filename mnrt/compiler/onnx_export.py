@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -251,21 +252,36 @@ def to_onnx(graph: Graph) -> Any:
     return model
 
 
-def save(graph: Graph, path: str | os.PathLike) -> None:
-    """Write the graph as an ONNX file, replacing `path` whole or not at all. The model is
-    serialised once, and that is what the checker reads and the file holds: a model the
-    size of VGG-19 (548 MB of weights) took a copy of its weights per step otherwise."""
-    model = _unchecked_model(graph)  # first: without onnx it raises the error that says so
+def save(
+    graph: Graph,
+    path: str | os.PathLike,
+    weights_in: tuple[str, Mapping[str, tuple[int, int]]] | None = None,
+) -> None:
+    """Write the graph as an ONNX file, replacing `path` whole or not at all. `weights_in`
+    names a file in the same folder that already holds parameters' bytes, as exported, and
+    where (value name -> offset, length; see serialize.save_arrays): those become ONNX
+    external data pointing there instead of another copy of the weights (VGG-19 has 548
+    MB). The rest is serialised once, and the written file is what ONNX's checker reads."""
+    model = _unchecked_model(graph, weights_in)  # first: without onnx it raises the error
     import onnx
 
     data = model.SerializeToString()
     del model
-    onnx.checker.check_model(data)
     write_atomically(path, data)  # MnrtError: cannot write it
-
-
-def _unchecked_model(graph: Graph) -> Any:
     try:
+        onnx.checker.check_model(os.fspath(path))
+    except onnx.checker.ValidationError as e:
+        Path(path).unlink(missing_ok=True)
+        raise ExportError(
+            f"graph '{graph.name}': the exported model is not valid ONNX: {e}"
+        ) from None
+
+
+def _unchecked_model(
+    graph: Graph, weights_in: tuple[str, Mapping[str, tuple[int, int]]] | None = None
+) -> Any:
+    try:
+        import onnx
         from onnx import helper, numpy_helper
     except ImportError:
         raise InvalidArgumentError(
@@ -299,14 +315,20 @@ def _unchecked_model(graph: Graph) -> Any:
     )
     for name in graph.params:
         v = graph.values[name]
-        data = np.asarray(
-            v.data, "<f2" if v.dtype.is_half else v.dtype.read_dtype.newbyteorder("<")
-        )
+        want = np.dtype("<f2") if v.dtype.is_half else v.dtype.read_dtype.newbyteorder("<")
+        data = v.data if v.data.dtype == want else v.data.astype(want)
         tensor = model.graph.initializer.add()
         tensor.name = name
         tensor.dims.extend(data.shape)
         tensor.data_type = helper.np_dtype_to_tensor_dtype(data.dtype)
-        tensor.raw_data = data.tobytes()
+        where = weights_in[1].get(name) if weights_in is not None and data is v.data else None
+        if where is not None and where[1]:  # the file holds these very bytes
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+            for key, value in zip(("location", "offset", "length"), (weights_in[0], *where)):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, str(value)
+        else:
+            tensor.raw_data = data.tobytes()
     return model
 
 
