@@ -119,14 +119,14 @@ def main() -> None:
         f"(CPU, {os.cpu_count()} cores), fastest of {args.rounds} alternating rounds; "
         f"goldens: {args.goldens}"
     )
-    print(f"  onnxruntime session + run        {best['ort']:8.2f} s")
+    print(f"  onnxruntime session + run            {best['ort']:8.2f} s")
     for key, label, target in (
         ("mnrt", "mnrt compile, no codegen_dir", 1.5),
         ("mnrt+cg", f"mnrt compile + codegen_dir ({size / 1e6:.0f} MB)", 3.0),
     ):
         ratio = best[key] / best["ort"]
         print(
-            f"  {label:<32} {best[key]:8.2f} s  {ratio:5.2f}x  target <= {target}x "
+            f"  {label:<36} {best[key]:8.2f} s  {ratio:5.2f}x  target <= {target}x "
             f"{verdict(ratio, target, higher_is_better=False)}"
         )
 
