@@ -119,7 +119,7 @@ class CompiledFunction:
             raise InvalidArgumentError(
                 f"no input {name!r}; the inputs are {', '.join(self.graph.inputs)}"
             )
-        return TensorProxy(self.ctx.queue, self.lowered.bindings[name])
+        return TensorProxy(self.ctx.queue, self.lowered.bindings[name], self)
 
     def __call__(self, inputs: Mapping[str, Any] | None = None) -> dict[str, TensorProxy]:
         """Run once. Inputs not given keep what their proxies hold. The outputs are proxies
@@ -149,7 +149,9 @@ class CompiledFunction:
                 continue
             q.enqueue_write_buffer(buf, _call_input(name, data, buf))
         q.enqueue_program(self.lowered.program, self.lowered.bindings)
-        return {name: TensorProxy(q, self.lowered.bindings[name]) for name in self.graph.outputs}
+        return {
+            name: TensorProxy(q, self.lowered.bindings[name], self) for name in self.graph.outputs
+        }
 
     def reference(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """What goldens are: for an ONNX model, ONNX's own reference evaluator on it; for

@@ -19,9 +19,13 @@ class TensorProxy:
     A compiled function's outputs are proxies of its output buffers, which its next call
     overwrites: copy a result with `cpu()` before calling again to keep it."""
 
-    def __init__(self, queue: CommandQueue, buffer: Buffer) -> None:
+    def __init__(self, queue: CommandQueue, buffer: Buffer, owner: object = None) -> None:
         self.queue = queue
         self.buffer = buffer
+        # What keeps the device open while this proxy is referenced (the compiled function,
+        # and through it its Context): `ctx.compile(...)(x)["y"].cpu()` must not find the
+        # device closed because the function was dropped before the read.
+        self._owner = owner
 
     @property
     def shape(self) -> tuple[int, ...]:

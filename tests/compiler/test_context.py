@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import warnings
 
@@ -276,4 +277,16 @@ def test_context_and_mndevice_close_and_with_blocks_release_the_device():
     assert not first.device.is_open and not second.device.is_open
     again = mnrt.Context(mnrt.MNDevice("mncore2:5"))  # the index is free again
     again.close()
+    assert open_indices() == set()
+
+
+def test_a_calls_outputs_keep_the_device_open_until_read():
+    # The function and its Context are dropped as soon as the call returns: the proxies
+    # it gave keep them (and the device) until the read, then release them.
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    y = mnrt.Context().compile(mlp(rng), {"x": x})({"x": x})["y"]
+    gc.collect()
+    assert y.cpu().shape == (4, 3)
+    del y
     assert open_indices() == set()
