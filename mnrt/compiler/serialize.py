@@ -61,7 +61,7 @@ def fingerprint(graph: Graph) -> str:
     h = xxhash.xxh3_64(json.dumps(to_json(graph), sort_keys=True).encode())
     for name in sorted(graph.params):
         h.update(name.encode())
-        h.update(np.ascontiguousarray(graph.values[name].data).tobytes())
+        h.update(np.ascontiguousarray(graph.values[name].data))  # its bytes, not a copy
     return h.hexdigest()
 
 
