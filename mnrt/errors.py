@@ -19,6 +19,15 @@ class MnrtError(Exception):
 
     exit_code: int = EXIT_USAGE
 
+    def to_dict(self) -> dict:
+        """The error for machines (a report's `error`, `mnrt ... --json`)."""
+        return error_dict(type(self).__name__, str(self), self.exit_code)
+
+
+def error_dict(kind: str, message: str, exit_code: int) -> dict:
+    """An error as `--json` output and reports give it: its type, message and exit code."""
+    return {"type": kind, "message": message, "exit_code": exit_code}
+
 
 # --- argument errors: raised at the call that got the bad argument -----------------------
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 from collections import defaultdict
 
@@ -98,3 +100,36 @@ def _assert_nested(slices: list[dict]) -> None:
                 stack.pop()
             assert not stack or end <= stack[-1] + 1e-6, (thread, s)
             stack.append(end)
+
+
+@pytest.fixture
+def small_binary():
+    """A short valid capture: one program, one write, one read with a golden."""
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        a = dev.create_buffer((2, 3), "float", name="a")
+        y = dev.create_buffer((2, 3), "float", name="y")
+        prog = dev.create_program([mnrt.Kernel("exp", ["a"], ["y"])], name="e")
+        q.enqueue_write_buffer(a, np.arange(6, dtype=np.float32).reshape(2, 3) / 10)
+        q.enqueue_program(prog, {"a": a, "y": y})
+        q.enqueue_read_buffer(y)
+        return mnrt.end_capture()
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    """A FIFO; a writer opens it after a while, so that code that blocks on it (the bug)
+    comes unstuck instead of hanging the test run."""
+    path = tmp_path / "pipe.mnlb"
+    os.mkfifo(path)
+    done = threading.Event()
+
+    def unblock() -> None:
+        while not done.wait(10):
+            with contextlib.suppress(OSError):  # no reader waiting
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+
+    threading.Thread(target=unblock, daemon=True).start()
+    yield path
+    done.set()

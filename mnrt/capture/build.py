@@ -75,6 +75,10 @@ class _Context:
         # One command object per distinct enqueue (a loop enqueues the same one again and
         # again): the packer then recognises repeats by identity and packs each once.
         self.programs: dict[tuple, CommandT] = {}
+        # The binary's inputs and outputs (see format/io.py), noted as their commands are
+        # converted: buffers a host call wrote (not a snapshot) and buffers read or checked.
+        self.inputs: dict[int, None] = {}
+        self.outputs: dict[int, None] = {}
 
     def stored_blob(self, data: np.ndarray, bid: int) -> int:
         """Host data as the device stores it (half as its 1-6-9 bits), as a blob id."""
@@ -95,19 +99,25 @@ def _write(e: tuple, ctx: _Context) -> CommandT:
         # cannot read the buffer before it lands on replay; with no other queue, in-order
         # execution already guarantees that, and not blocking spares a handoff per write.
         blocking = False
-    blob = ctx.blobs.add(data) if stored else ctx.stored_blob(data, bid)
+    if stored:
+        blob = ctx.blobs.add(data)
+    else:
+        blob = ctx.stored_blob(data, bid)
+        ctx.inputs[bid] = None
     return CommandT(U.WriteBuffer, WriteBufferT(qid, bid, blob, blocking))
 
 
 def _read(e: tuple, ctx: _Context) -> CommandT:
     _, qid, bid, blocking, golden = e
     blob = 0 if golden is None else ctx.stored_blob(golden, bid)
+    ctx.outputs[bid] = None
     return CommandT(U.ReadBuffer, ReadBufferT(qid, bid, blocking, blob, _NAN, _NAN))
 
 
 def _golden(e: tuple, ctx: _Context) -> CommandT:
     _, qid, bid, expected, rtol, atol, name = e
     blob = ctx.stored_blob(expected, bid)
+    ctx.outputs[bid] = None
     check = GoldenCheckT(qid, bid, blob, _tolerance(rtol), _tolerance(atol), name)
     return CommandT(U.GoldenCheck, check)
 
@@ -153,5 +163,11 @@ def build(log: list[tuple], devices: dict[int, int], description: str = "") -> L
         arch=MNCORE2.arch, deviceCount=len(devices), dramBytes=MNCORE2.dram_bytes
     )
     return LightBinary.build(
-        commands, ctx.blobs, producer=f"{PRODUCER} {__version__}", metadata=metadata, device=device
+        commands,
+        ctx.blobs,
+        producer=f"{PRODUCER} {__version__}",
+        metadata=metadata,
+        device=device,
+        inputs=list(ctx.inputs),
+        outputs=list(ctx.outputs),
     )

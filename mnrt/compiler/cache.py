@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import xxhash
 
+from .._version import __version__
 from ..errors import InvalidArgumentError, MnrtError
 from ..format.files import open_regular
 from . import serialize
@@ -43,16 +44,14 @@ class CacheOptions:
         return f"CacheOptions({str(self.cache_dir)!r})"
 
 
-def _cache_key(
-    graph: Graph, opts: CompileOptions, inputs: Mapping[str, np.ndarray], version: str
-) -> str:
+def _cache_key(graph: Graph, opts: CompileOptions, inputs: Mapping[str, np.ndarray]) -> str:
     """The cache entry of a compile: the model (structure and weights), every resolved option
-    (an option_json file's contents included), the input shapes, and the version of mnrt
-    (the compiler's caller passes its own), whose passes and formats made the entry."""
+    (an option_json file's contents included), the input shapes, and the mnrt version, whose
+    passes and formats made the entry."""
     key = xxhash.xxh3_64(serialize.fingerprint(graph).encode())
     key.update(json.dumps(opts.to_json(), sort_keys=True).encode())
     key.update(repr(sorted((n, np.shape(a)) for n, a in inputs.items())).encode())
-    key.update(f"mnrt {version}".encode())
+    key.update(f"mnrt {__version__}".encode())
     return key.hexdigest()
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..capture import CaptureError, capture_if_idle, compare_to_golden
-from ..errors import InvalidArgumentError
+from ..errors import DTypeError, InvalidArgumentError
 from ..host import Buffer, CommandQueue, observe
 from . import codegen
 from .codegen import _CAPTURE_RUNNING
@@ -25,6 +25,32 @@ from .tensors import TensorProxy, _as_array, _as_host, _call_input, _input_array
 
 if TYPE_CHECKING:
     from .context import Context
+
+
+def _refuse_registered_of_another_dtype(ctx: Context, graph: Graph, options: Any) -> None:
+    """A registered value must be bound, not silently copied: when float_dtype makes the
+    model's parameter of that name and shape another dtype (half under mixed), the function
+    would compute with its own copy and never see updates to the registered value. Say which
+    dtype to register it in instead. (A shape that differs is warned about after binding.)"""
+    wrong = [
+        (name, ctx._registered[name].buffer.dtype, graph.values[name].dtype)
+        for name in graph.params
+        if name in ctx._registered
+        and ctx._registered[name].shape == graph.values[name].shape
+        and ctx._registered[name].buffer.dtype is not graph.values[name].dtype
+    ]
+    if wrong:
+        raise DTypeError(
+            f"compiled graph '{graph.name}' (float_dtype={options['float_dtype']}) cannot bind "
+            + ", ".join(
+                f"registered value {name!r}: it is {have.name}, the graph's parameter is "
+                f"{need.name}"
+                for name, have, need in wrong
+            )
+            + "; register it in the graph's dtype (ctx.register_param(name, array, "
+            + f"dtype={wrong[0][2].name!r})) or compile with the float_dtype it was "
+            + "registered for"
+        )
 
 
 class CompiledFunction:
@@ -52,6 +78,8 @@ class CompiledFunction:
                 "computed by any node (a parameter or an input given back as is); compute "
                 "them, or read the value where it comes from"
             )
+        if share:
+            _refuse_registered_of_another_dtype(ctx, graph, options)
         self.lowered: Lowered = lower(graph, ctx.device)  # first: a model too big fails here
         self.example_inputs = {k: np.array(v) for k, v in inputs.items()}
         # Registered values this function is bound to (share=False: it owns every buffer).
@@ -95,13 +123,12 @@ class CompiledFunction:
                 stacklevel=4,
             )
             missed = [n for n in missed if n not in shaped]
-        if missed:
+        if missed:  # a dtype the compile changed is an error (before lowering): folded
             warnings.warn(
                 f"compiled graph '{self.graph.name}' does not bind registered value(s) "
-                f"{', '.join(map(repr, missed))}: the compile changed the parameter's dtype "
-                f"(float_dtype={self.options['float_dtype']}) or folded it into other weights, "
-                "so this function uses its own copy and later updates to the registered "
-                "value do not reach it",
+                f"{', '.join(map(repr, missed))}: the compile folded the parameter into other "
+                "weights, so this function uses its own copy and later updates to the "
+                "registered value do not reach it",
                 stacklevel=4,
             )
 

@@ -22,29 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from .._version import __version__
 from ..errors import InvalidArgumentError, MnrtError
 from ..host import Device, open_device
 from . import codegen, pipeline
 from .builder import GraphBuilder
-from .cache import CHECKSUMS, CacheOptions, _cache_key, _checksums_hold, _store_cached
-from .compiled import CompiledFunction, _tolerance
+from .cache import CacheOptions, _cache_key, _checksums_hold, _store_cached
+from .compiled import CompiledFunction
 from .ir import Graph
 from .options import resolve
 from .tensors import TensorProxy, _as_array, _input_arrays
-
-# What this module held before it was split by job, importable from here as before.
-__all__ = [
-    "CHECKSUMS",
-    "CacheOptions",
-    "CompiledFunction",
-    "Context",
-    "MNDevice",
-    "TensorProxy",
-    "_checksums_hold",
-    "_store_cached",
-    "_tolerance",
-]
 
 
 class MNDevice:
@@ -150,7 +136,7 @@ class Context:
         opts = resolve(options)
         cached = None
         if cache_options is not None:
-            cached = cache_options.cache_dir / _cache_key(graph, opts, inputs, __version__)
+            cached = cache_options.cache_dir / _cache_key(graph, opts, inputs)
             compiled = self._load_cached(cached)
             if compiled is not None:
                 # What the entry cannot know: this compile's model, options and inputs

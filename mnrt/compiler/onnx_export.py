@@ -96,11 +96,22 @@ def _gemm(out: _Out, n: Node) -> None:
 
 
 def _gelu(out: _Out, n: Node) -> None:
+    """Gelu as its formula: the op (with `approximate`) arrives in opset 20, after OPSET.
+    The tanh form is 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the erf form
+    0.5 x (1 + erf(x / sqrt(2))); they differ by up to 4e-4, so each exports as itself."""
     (x,) = n.inputs
-    scaled, erf, one, half = out.temp(), out.temp(), out.temp(), out.temp()
-    out.add("Div", [x, out.const(np.float32(math.sqrt(2.0)))], [scaled])
-    out.add("Erf", [scaled], [erf])
-    out.add("Add", [erf, out.const(np.float32(1.0))], [one])
+    inner, curve, one, half = out.temp(), out.temp(), out.temp(), out.temp()
+    if n.attrs.get("approximate", "none") == "tanh":
+        cube, cubic, poly = out.temp(), out.temp(), out.temp()
+        out.add("Pow", [x, out.const(np.float32(3.0))], [cube])
+        out.add("Mul", [cube, out.const(np.float32(0.044715))], [cubic])
+        out.add("Add", [x, cubic], [poly])
+        out.add("Mul", [poly, out.const(np.float32(math.sqrt(2.0 / math.pi)))], [inner])
+        out.add("Tanh", [inner], [curve])
+    else:
+        out.add("Div", [x, out.const(np.float32(math.sqrt(2.0)))], [inner])
+        out.add("Erf", [inner], [curve])
+    out.add("Add", [curve, out.const(np.float32(1.0))], [one])
     out.add("Mul", [x, one], [half])
     out.add("Mul", [half, out.const(np.float32(0.5))], n.outputs)
 

@@ -17,6 +17,7 @@ import xxhash
 from ..device.dtypes import dtype as resolve_dtype
 from ..errors import InvalidArgumentError, MnrtError
 from ..format.files import open_regular, write_atomically, write_atomically_with
+from ..format.npy import read_npy_header
 from .ir import PARAM, Graph, Node, Value
 
 
@@ -171,15 +172,6 @@ def _graph_from_json(doc: Any) -> Graph:
             Node(n["op"], names(n["inputs"]), names(n["outputs"]), n["attrs"], str(n["name"]))
         )
     return graph
-
-
-def read_npy_header(f: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
-    """An .npy stream's (shape, Fortran order, dtype), leaving it at the data: what the data
-    must be, known before any of it is read (or allocated)."""
-    version = np.lib.format.read_magic(f)
-    if version == (1, 0):
-        return np.lib.format.read_array_header_1_0(f)
-    return np.lib.format.read_array_header_2_0(f)
 
 
 def read_arrays(path: Path, shapes: Mapping[str, tuple[int, ...] | None]) -> dict[str, np.ndarray]:

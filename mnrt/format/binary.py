@@ -27,6 +27,7 @@ from .fb.LightBinary import LightBinary as FbLightBinary
 from .fb.Metadata import MetadataT
 from .fb.Version import CreateVersion
 from .files import open_regular, write_atomically
+from .io import IoBuffer, derive, describe
 from .pack import pack_commands, pack_tables
 from .schema_info import FORMAT_VERSION, KNOWN_SCHEMAS, LAYOUT, SCHEMA_HASH
 from .unpack import read_commands
@@ -66,6 +67,7 @@ class LightBinary:
         self.blobs = BlobTable(infos, view[data_offset:], data_offset)
         self.blobs.check_bounds()
         self._commands: list[CommandT] | None = None
+        self._io: tuple[list[IoBuffer], list[IoBuffer]] | None = None
 
     # --- construction ---------------------------------------------------------------
     @classmethod
@@ -87,8 +89,12 @@ class LightBinary:
         producer: str,
         metadata: MetadataT,
         device: DeviceDescriptionT,
+        inputs: Sequence[int] | None = None,
+        outputs: Sequence[int] | None = None,
     ) -> LightBinary:
-        """Serialise commands and blobs into a new binary (the writer's one entry point)."""
+        """Serialise commands and blobs into a new binary (the writer's one entry point).
+        `inputs` and `outputs` are buffer ids (see io.py); without them the binary lists
+        none, and readers derive them from the commands."""
         b = flatbuffers.Builder(1024 + 32 * len(commands))
         commands_vec = pack_commands(b, commands)
         infos = blobs.infos
@@ -100,7 +106,8 @@ class LightBinary:
             "hash": [i.hash for i in infos],
         }
         blobs_vec = pack_tables(b, "Blob", columns)
-        fb_root = _pack_root(b, producer, metadata, device, commands_vec, blobs_vec)
+        io_vecs = [None if v is None else _io_vector(b, v) for v in (inputs, outputs)]
+        fb_root = _pack_root(b, producer, metadata, device, commands_vec, blobs_vec, *io_vecs)
         b.FinishSizePrefixed(fb_root, file_identifier=IDENTIFIER)
         fb_bytes = bytes(b.Output())
         content = bytearray(fb_bytes)
@@ -174,6 +181,39 @@ class LightBinary:
         if self._commands is None:
             self._commands = read_commands(self._fb, self._root._tab.Pos)
         return self._commands
+
+    @property
+    def io_recorded(self) -> bool:
+        """Whether the binary lists its inputs and outputs (format 1.1 on); otherwise
+        `inputs` and `outputs` are derived from its commands."""
+        return not (self._root.InputsIsNone() or self._root.OutputsIsNone())
+
+    def _io_lists(self) -> tuple[list[IoBuffer], list[IoBuffer]]:
+        if self._io is None:
+            self._io = describe(self.commands, *self.io_ids)
+        return self._io
+
+    @property
+    def io_ids(self) -> tuple[list[int], list[int]]:
+        """The input and output buffer ids as the binary lists them (derived when it has
+        no lists), before any check: the validator compares them with the commands."""
+        root = self._root
+        if not self.io_recorded:
+            return derive(self.commands)
+        return (
+            [int(i) for i in root.InputsAsNumpy()] if root.InputsLength() else [],
+            [int(i) for i in root.OutputsAsNumpy()] if root.OutputsLength() else [],
+        )
+
+    @property
+    def inputs(self) -> list[IoBuffer]:
+        """The buffers the host wrote, by unique name (see format/io.py)."""
+        return self._io_lists()[0]
+
+    @property
+    def outputs(self) -> list[IoBuffer]:
+        """The buffers the host read back or checked against a golden, by unique name."""
+        return self._io_lists()[1]
 
     def __len__(self) -> int:
         return self._root.CommandsLength()
@@ -267,6 +307,8 @@ def _pack_root(
     device: DeviceDescriptionT,
     commands_vec: int,
     blobs_vec: int,
+    inputs_vec: int | None = None,
+    outputs_vec: int | None = None,
 ) -> int:
     producer_off = b.CreateString(producer)
     metadata_off = metadata.Pack(b)
@@ -279,4 +321,12 @@ def _pack_root(
     fb_root.LightBinaryAddDevice(b, device_off)
     fb_root.LightBinaryAddCommands(b, commands_vec)
     fb_root.LightBinaryAddBlobs(b, blobs_vec)
+    if inputs_vec is not None:
+        fb_root.LightBinaryAddInputs(b, inputs_vec)
+    if outputs_vec is not None:
+        fb_root.LightBinaryAddOutputs(b, outputs_vec)
     return fb_root.LightBinaryEnd(b)
+
+
+def _io_vector(b: flatbuffers.Builder, ids: Sequence[int]) -> int:
+    return b.CreateNumpyVector(np.asarray(ids, np.uint32))

@@ -265,6 +265,8 @@ def from_json(doc: Any, base_dir: Path | None = None) -> LightBinary:
         producer=root.producer or "",
         metadata=root.metadata or MetadataT(),
         device=root.device or DeviceDescriptionT(),
+        inputs=None if root.inputs is None else [int(i) for i in root.inputs],
+        outputs=None if root.outputs is None else [int(i) for i in root.outputs],
     )
 
 

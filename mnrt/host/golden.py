@@ -15,6 +15,7 @@ import numpy as np
 from ..device.dtypes import DType
 
 MAX_LISTED = 100
+MAX_WORST = 5  # mismatching elements a failed check describes, largest error first
 
 
 @dataclass
@@ -33,7 +34,10 @@ class Check:
     mismatches: int
     first_mismatch: tuple[int, ...] | None
     mismatch_indices: list[tuple[int, ...]] = field(default_factory=list)
-    message: str = ""
+    message: str = ""  # why it failed (empty when it passed)
+    # The MAX_WORST mismatching elements with the largest errors: each a dict of index,
+    # expected, actual, abs_err and rel_err.
+    worst: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -96,7 +100,8 @@ def compare(
     if math.isnan(max_rel):  # an infinite error relative to an infinite golden
         max_rel = math.inf
     bad = np.flatnonzero(~ok)
-    return _check(name, dtype, shape, rtol, atol, bad, max_abs, max_rel, _pcc(a, b))
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+    return _check(name, dtype, shape, rtol, atol, bad, max_abs, max_rel, _pcc(a, b), flat_a, flat_b)
 
 
 def _compare_finite(
@@ -123,7 +128,8 @@ def _compare_finite(
     np.maximum(scale, np.finfo(np.float64).tiny, out=scale)
     with np.errstate(over="ignore"):  # a difference far above a tiny golden is inf
         max_rel = float(np.divide(diff, scale, out=diff).max()) if diff.size else 0.0
-    return _check(name, dtype, shape, rtol, atol, bad, max_abs, max_rel, _pcc(a, b, finite=True))
+    pcc = _pcc(a, b, finite=True)
+    return _check(name, dtype, shape, rtol, atol, bad, max_abs, max_rel, pcc, a, b)
 
 
 def _check(
@@ -136,9 +142,21 @@ def _check(
     max_abs: float,
     max_rel: float,
     pcc: float,
+    actual: np.ndarray,
+    expected: np.ndarray,
 ) -> Check:
-    """The verdict from the flat positions of the mismatches and the error statistics."""
+    """The verdict from the flat positions of the mismatches and the error statistics
+    (`actual` and `expected` flat float64 arrays)."""
     listed = _indices(bad, shape)
+    worst = _worst(bad, actual, expected, shape)
+    message = ""
+    if bad.size:
+        w = worst[0]
+        message = (
+            f"{bad.size} of {expected.size} elements differ by more than atol + rtol * "
+            f"|expected| (rtol {rtol:g}, atol {atol:g}); the largest error is at "
+            f"{tuple(w['index'])}: expected {w['expected']:.7g}, got {w['actual']:.7g}"
+        )
     return Check(
         name=name,
         passed=bad.size == 0,
@@ -152,7 +170,40 @@ def _check(
         mismatches=int(bad.size),
         first_mismatch=listed[0] if listed else None,
         mismatch_indices=listed,
+        message=message,
+        worst=worst,
     )
+
+
+def _worst(
+    bad: np.ndarray, actual: np.ndarray, expected: np.ndarray, shape: tuple[int, ...]
+) -> list[dict]:
+    """The MAX_WORST mismatches with the largest absolute errors (a NaN where a number was
+    expected counts as infinite), largest first."""
+    if bad.size == 0:
+        return []
+    a, b = actual[bad], expected[bad]
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(a - b)
+    err = np.where(np.isnan(err), np.inf, err)
+    top = np.argsort(-err, kind="stable")[:MAX_WORST] if err.size <= MAX_WORST else None
+    if top is None:
+        part = np.argpartition(-err, MAX_WORST - 1)[:MAX_WORST]
+        top = part[np.argsort(-err[part], kind="stable")]
+    indices = _indices(bad[top], shape)
+    scale = np.fmax(np.abs(b[top]), np.finfo(np.float64).tiny)
+    with np.errstate(invalid="ignore", over="ignore"):
+        rel = err[top] / scale
+    return [
+        {
+            "index": list(index),
+            "expected": float(b[i]),
+            "actual": float(a[i]),
+            "abs_err": float(err[i]),
+            "rel_err": float(r),
+        }
+        for index, i, r in zip(indices, top.tolist(), rel.tolist())
+    ]
 
 
 def _indices(bad: np.ndarray, shape: tuple[int, ...]) -> list[tuple[int, ...]]:

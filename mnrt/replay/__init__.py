@@ -22,10 +22,13 @@ import os
 import time
 from collections.abc import Callable, Mapping
 
+import numpy as np
+
 from ..device.boards import ENV_DEVICE_COUNT, check_index, device_count
 from ..errors import DeviceBusyError, InvalidArgumentError, MnrtError, OutOfMemoryError
 from ..format import LightBinary
 from ..host.device import open_indices, release_dropped
+from . import io
 from .executor import Executor, Placement
 from .plan import Plan, validate
 from .profile import Profile
@@ -121,13 +124,22 @@ def replay(
     atol: float | None = None,
     progress: Callable[[int, int], None] | None = None,
     profile: bool = False,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    expected: Mapping[str, np.ndarray] | None = None,
 ) -> ReplayReport:
     """Replay a binary `loops` times; goldens are checked on every loop with `verify`.
     `device` places the binary's devices: "auto", an index for its first device, or a
     mapping from captured index to index or "auto"; the others go to the lowest-numbered
     devices neither chosen nor open in this process, one each.
     `rtol`/`atol` override every check's tolerances for this run. With `profile`, the
-    report's `profile` holds a Perfetto trace of every loop (timestamps cost a little)."""
+    report's `profile` holds a Perfetto trace of every loop (timestamps cost a little).
+    `inputs` (arrays by input name, see `binary.inputs`) replace what the binary wrote to
+    those buffers; the recorded goldens then no longer apply and only `expected` (arrays
+    by output name) is compared, with each output's last read, at the recorded check's
+    tolerances (or rtol/atol). `report.outputs` holds every output's last read by name.
+
+    An MnrtError raised once the replay has begun carries the report so far as `.report`
+    (with `.error` set), for a runner to write anyway."""
     if isinstance(loops, bool) or not isinstance(loops, int) or loops < 1:
         raise InvalidArgumentError(f"loops must be a positive integer, got {loops!r}")
     for name, value in (("rtol", rtol), ("atol", atol)):
@@ -154,14 +166,23 @@ def replay(
             f"replay takes a LightBinary, a path to one or its bytes, not {type(binary).__name__}"
         )
     plan = validate(binary)
+    if expected is not None and not verify:
+        raise InvalidArgumentError("expected outputs are compared only with verify=True")
+    new_inputs = {} if inputs is None else io.new_inputs(plan, inputs)
+    wanted = {} if expected is None else io.expected_outputs(plan, expected)
     _check_host_memory(plan)
     load_s = time.perf_counter() - start
     device_map = _device_map(plan, device)
     report = ReplayReport(binary=binary, load_s=load_s, verified=verify)
+    if new_inputs:  # the recorded goldens no longer apply (see Executor)
+        report.new_inputs = list(inputs)
+        report.verified = verify and bool(wanted)
     if profile:
         report.profile = Profile(plan)
     for loop in range(loops):
-        executor = Executor(plan, device_map, verify, rtol, atol, profiling=profile)
+        executor = Executor(
+            plan, device_map, verify, rtol, atol, profile, inputs=new_inputs, expected=wanted
+        )
         t0 = time.perf_counter()
         try:
             executor.run()
@@ -178,6 +199,8 @@ def replay(
                 end = time.perf_counter()
                 report.profile.add_loop(executor, t0, end, [], end, error=str(e))
                 e.profile = report.profile
+            report.error = e
+            e.report = report
             raise
         finally:
             executor.close()

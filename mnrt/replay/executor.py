@@ -18,6 +18,7 @@ import numpy as np
 from ..device.memory import Fill
 from ..errors import InvalidBinaryError
 from ..format.fb.CommandUnion import CommandUnion as U
+from ..format.io import Namer
 from ..host import Device
 from ..host.device import open_device_with_fill
 from ..host.golden import Check, compare
@@ -51,18 +52,29 @@ class Executor:
         rtol: float | None = None,
         atol: float | None = None,
         profiling: bool = False,
+        inputs: dict[int, np.ndarray] | None = None,
+        expected: dict[int, np.ndarray] | None = None,
     ) -> None:
+        """`inputs` (stored data by buffer id) replace every recorded write of those
+        buffers, and the recorded goldens then no longer apply: only `expected` (values
+        by buffer id) is compared, with each output's last read value."""
         self.plan = plan
         self.blobs = plan.binary.blobs
         self.device_map = device_map
         self.placed: dict[int, int] = {}  # captured device index -> runner index, once open
-        self.verify = verify
         self.rtol, self.atol = rtol, atol
         self.tables: dict[str, dict[int, Any]] = {
             k: {} for k in (DEVICE, QUEUE, BUFFER, PROGRAM, TRACE)
         }
+        self.inputs = inputs or {}
+        self.expected = expected or {}
+        # Recorded goldens apply to the recorded inputs only.
+        self.goldens = verify and not self.inputs
         self.pending: list[tuple[str, int, np.ndarray, int, float, float]] = []
-        self.outputs: dict[str, np.ndarray] = {}
+        self.last_read: dict[int, np.ndarray] = {}  # buffer id -> its last read's array
+        self.recorded_tol: dict[int, tuple[float, float]] = {}  # of its last golden
+        self.names = {e.buffer_id: e.name for e in plan.binary.outputs}
+        self.check_name = Namer()  # check names, unique in the replay
         self.index = 0
         self.host_s: dict[str, tuple[float, int]] = {}  # by command type: (seconds, count)
         # When profiling: (command index, type, start, end) per command, and
@@ -174,29 +186,42 @@ class Executor:
 
     def write(self, c) -> None:
         q = self.lookup(QUEUE, c.queueId)
-        q._write_stored(
-            self.lookup(BUFFER, c.bufferId), self._stored(c.data, c.bufferId), c.blocking
-        )
+        data = self.inputs.get(c.bufferId)
+        if data is None:
+            data = self._stored(c.data, c.bufferId)
+        q._write_stored(self.lookup(BUFFER, c.bufferId), data, c.blocking)
 
     def read(self, c) -> None:
         q = self.lookup(QUEUE, c.queueId)
-        buf = self.lookup(BUFFER, c.bufferId)
-        out = q.enqueue_read_buffer(buf, blocking=c.blocking)
-        name = buf.name
-        if name in self.outputs:  # read before: this read is named for its command too
-            name = f"{name}#{self.index}"
-            while name in self.outputs:  # a buffer that has such a name was read before
-                name += f"#{self.index}"
-        self.outputs[name] = out
-        if c.golden and self.verify:
-            self.pending.append((name, c.bufferId, out, c.golden, c.rtol, c.atol))
+        out = q.enqueue_read_buffer(self.lookup(BUFFER, c.bufferId), blocking=c.blocking)
+        self._note_read(c, out, c.golden, "")
 
     def golden(self, c) -> None:
         q = self.lookup(QUEUE, c.queueId)
         out = q.enqueue_read_buffer(self.lookup(BUFFER, c.bufferId), blocking=False)
-        if self.verify:
-            name = c.name.decode() if isinstance(c.name, bytes) else (c.name or "golden")
-            self.pending.append((name, c.bufferId, out, c.golden, c.rtol, c.atol))
+        self._note_read(c, out, c.golden, c.name.decode() if isinstance(c.name, bytes) else c.name)
+
+    def _note_read(self, c, out: np.ndarray, golden: int, name: str | None) -> None:
+        """Keep a read as its buffer's latest value (the output the replay returns) and,
+        with a golden, queue its check under a name unique in the replay: the check's own
+        name or the buffer's output name, suffixed when a buffer is checked again."""
+        gid = c.bufferId
+        self.last_read[gid] = out
+        if not golden:
+            return
+        self.recorded_tol[gid] = (c.rtol, c.atol)
+        if self.goldens:
+            base = name or self.names.get(gid) or self.plan.buffers[gid].name
+            self.pending.append((self.check_name(base), gid, out, golden, c.rtol, c.atol))
+
+    @property
+    def outputs(self) -> dict[str, np.ndarray]:
+        """Each output's last read value, by output name (valid once run() has returned)."""
+        return {
+            e.name: self.last_read[e.buffer_id]
+            for e in self.plan.binary.outputs
+            if e.buffer_id in self.last_read
+        }
 
     def create_program(self, c) -> None:
         info = self.plan.programs[c.programId]
@@ -226,21 +251,32 @@ class Executor:
 
     # --- verdicts -------------------------------------------------------------------
     def checks(self) -> list[Check]:
-        """Compare every read with its golden (after run(): the queues have finished)."""
+        """Compare every read with its golden, then each expected output with the
+        output's last read (after run(): the queues have finished)."""
         results = []
         for name, gid, actual, blob, rtol, atol in self.pending:
             dtype = self.plan.buffers[gid].dtype
             expected = dtype.from_storage(
                 np.frombuffer(self.blobs.read(blob), dtype.storage).reshape(actual.shape)
             )
-            results.append(
-                compare(
-                    name,
-                    actual,
-                    expected,
-                    dtype,
-                    self.rtol if self.rtol is not None else rtol,
-                    self.atol if self.atol is not None else atol,
-                )
-            )
+            results.append(self._compare(name, gid, actual, expected, rtol, atol))
+        nan = float("nan")
+        for gid, expected in self.expected.items():
+            # Every listed output is read by some command (see io.check_lists).
+            actual, name = self.last_read[gid], self.check_name(self.names[gid])
+            rtol, atol = self.recorded_tol.get(gid, (nan, nan))
+            results.append(self._compare(name, gid, actual, expected, rtol, atol))
         return results
+
+    def _compare(
+        self, name: str, gid: int, actual: np.ndarray, expected: np.ndarray, rtol, atol
+    ) -> Check:
+        """One check, with this run's tolerances where given, else the recorded ones."""
+        return compare(
+            name,
+            actual,
+            expected,
+            self.plan.buffers[gid].dtype,
+            self.rtol if self.rtol is not None else rtol,
+            self.atol if self.atol is not None else atol,
+        )

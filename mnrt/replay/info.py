@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ..device.dtypes import BY_CODE
 from ..format import LightBinary
 from ..format.fb.CommandUnion import CommandUnion as U
+from ..format.io import IoBuffer
 from .plan import validate
 
 _NAMES = {v: k for k, v in vars(U).items() if not k.startswith("_") and isinstance(v, int)}
@@ -14,6 +16,7 @@ _BLOB_FIELDS = {U.WriteBuffer: ("data",), U.ReadBuffer: ("golden",), U.GoldenChe
 
 
 def info(binary: LightBinary) -> dict:
+    """What `mnrt info` shows (validating the binary, blobs aside), as JSON-ready data."""
     plan = validate(binary, blobs=False)
     counts = Counter(_NAMES.get(c.cmdType, str(c.cmdType)) for c in binary.commands)
     referenced = 0
@@ -47,4 +50,18 @@ def info(binary: LightBinary) -> dict:
         "payload_bytes_stored": stored,
         "dedup_ratio": referenced / unique if unique else 1.0,
         "compression_ratio": unique / stored if stored else 1.0,
+        "io_recorded": binary.io_recorded,
+        "inputs": [io_dict(e) for e in binary.inputs],
+        "outputs": [io_dict(e) for e in binary.outputs],
+    }
+
+
+def io_dict(e: IoBuffer) -> dict:
+    """An input or output as `mnrt info --json` and `mnrt compile --json` list it."""
+    dtype = BY_CODE.get(e.dtype)
+    return {
+        "name": e.name,
+        "shape": list(e.shape),
+        "dtype": dtype.name if dtype else str(e.dtype),
+        "buffer_id": e.buffer_id,
     }

@@ -28,6 +28,7 @@ from ..format.fb.CommandUnion import CommandUnion as U
 from ..format.values import attribute_value
 from ..host import Kernel
 from ..host.device import MAX_QUEUES, extent_bytes
+from .io import check_lists as check_io_lists
 
 MAX_RANK = 16
 DEVICE, QUEUE, BUFFER, PROGRAM, TRACE = "device", "queue", "buffer", "program", "trace"
@@ -382,6 +383,7 @@ class _Validator:
 def validate(binary: LightBinary, spec: DeviceSpec = MNCORE2, blobs: bool = True) -> Plan:
     """Check a binary end to end (and every blob's checksum, with `blobs`)."""
     plan = _Validator(binary, spec).run()
+    check_io_lists(plan)
     if blobs:
         binary.blobs.verify_all()
     return plan

@@ -25,7 +25,7 @@ from ..format.files import write_atomically
 from ..host.commands import FAILED, RunProgram
 from .executor import COMMAND_NAMES
 from .plan import BUFFER, DEVICE, PROGRAM, QUEUE, Plan
-from .report import json_safe, json_value
+from .report import check_dict, json_value
 
 if TYPE_CHECKING:
     from ..host import Buffer, CommandQueue
@@ -138,7 +138,7 @@ class Profile:
         self._span(f"loop {self.loops}", HOST_PID, HOST_TID, start, checked, args)
         self._host_commands(executor)
         if error is None:
-            checks_args = {c.name: json_safe(c.to_dict()) for c in checks}
+            checks_args = {c.name: check_dict(c) for c in checks}
             self._span("verify goldens", HOST_PID, HOST_TID, end, checked, checks_args)
         for device_id, dev in executor.tables[DEVICE].items():
             pid = self._device_pid(device_id, f"device {dev.index} ({dev.name})")
@@ -182,8 +182,8 @@ class Profile:
         if tids is None:
             base = 2 * sum(1 for other_pid, _, _ in self._tids.values() if other_pid == pid)
             tids = self._tids[queue_id] = (pid, base + 1, base + 2)
-            self._name(pid, tids[0], f"queue {q.index}: emulator (host wall time)")
-            self._name(pid, tids[1], f"queue {q.index}: modelled MN-Core time")
+            self._name(pid, base + 1, f"queue {q.index}: emulator (host wall time)")
+            self._name(pid, base + 2, f"queue {q.index}: modelled MN-Core time")
         _, wall_tid, modelled_tid = tids
         cursor = self._us(start)  # the modelled device starts with the loop, never idles
         for cmd in q.history:

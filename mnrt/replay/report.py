@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import MnrtError
 from ..format import LightBinary
 from ..host.golden import Check
 
@@ -33,7 +34,11 @@ class ReplayReport:
     # Host seconds and count per command type, of the fastest loop.
     host_s: dict[str, tuple[float, int]] = field(default_factory=dict)
     profile: Profile | None = None  # with replay(..., profile=True)
-    verified: bool = True  # False with replay(..., verify=False): no golden was compared
+    # False with replay(..., verify=False), or with new inputs and nothing expected of them:
+    # no golden was compared.
+    verified: bool = True
+    new_inputs: list[str] = field(default_factory=list)  # inputs the caller replaced
+    error: MnrtError | None = None  # what stopped the replay (then `passed` is False)
 
     def add_loop(
         self,
@@ -55,7 +60,23 @@ class ReplayReport:
 
     @property
     def passed(self) -> bool:
-        return self.failed_loops == 0
+        return self.failed_loops == 0 and self.error is None
+
+    @property
+    def verdict(self) -> str:
+        """One line: PASS, FAIL, ERROR, or why nothing was verified."""
+        if self.error is not None:
+            return f"ERROR ({type(self.error).__name__})"
+        if not self.passed:
+            return "FAIL"
+        if self.verified:
+            return "PASS"
+        if self.new_inputs:
+            return (
+                "RAN WITH NEW INPUTS, NOT VERIFIED (the recorded goldens are for the recorded "
+                "inputs; give expected outputs to compare)"
+            )
+        return "RAN, NOT VERIFIED (goldens not compared)"
 
     @property
     def timings(self) -> dict:
@@ -83,12 +104,15 @@ class ReplayReport:
         return {
             "passed": self.passed,
             "verified": self.verified,
+            "verdict": self.verdict,
+            "error": None if self.error is None else self.error.to_dict(),
             "binary": str(self.binary.path) if self.binary.path else None,
             "producer": self.binary.producer,
             "version": list(self.binary.version),
             "commands": len(self.binary),
+            "new_inputs": self.new_inputs,
             "failed_loops": self.failed_loops,
-            "checks": [json_safe(c.to_dict()) for c in self.checks],
+            "checks": [check_dict(c) for c in self.checks],
             "outputs": {
                 k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in self.outputs.items()
             },
@@ -100,11 +124,8 @@ class ReplayReport:
 
     def summary(self) -> str:
         """A few lines for a terminal: verdict, each check, modelled device time."""
-        verdict = "PASS" if self.passed else "FAIL"
-        if not self.verified:
-            verdict = "RAN, NOT VERIFIED (goldens not compared)"
         lines = [
-            f"{verdict}: {len(self.binary)} commands, "
+            f"{self.verdict}: {len(self.binary)} commands, "
             f"{sum(c.passed for c in self.checks)}/{len(self.checks)} goldens matched"
             + (
                 f", {self.failed_loops} of {len(self.loop_wall_s)} loops failed"
@@ -117,11 +138,14 @@ class ReplayReport:
             detail = (
                 f"max_abs_err={c.max_abs_err:.3g} max_rel_err={c.max_rel_err:.3g} pcc={c.pcc:.6f}"
             )
-            if not c.passed:
-                detail += f" mismatches={c.mismatches} first at {c.first_mismatch}"
-                if c.message:
-                    detail += f" ({c.message})"
             lines.append(f"  {mark} {c.name} {c.dtype}{list(c.shape)}: {detail}")
+            if not c.passed:
+                lines.append(f"       {c.message}")
+                lines.extend(
+                    f"       at {tuple(w['index'])}: expected {w['expected']:.7g}, actual "
+                    f"{w['actual']:.7g}, abs err {w['abs_err']:.3g}, rel err {w['rel_err']:.3g}"
+                    for w in c.worst
+                )
         t = self.timings
         lines.append(
             f"modelled device time {t['device_time_s'] * 1e6:.2f} us, energy "
@@ -129,6 +153,27 @@ class ReplayReport:
             f"({t['loops']} loop{'s' if t['loops'] != 1 else ''}), load {t['load_s'] * 1e3:.2f} ms"
         )
         return "\n".join(lines)
+
+
+def check_dict(c: Check) -> dict:
+    """A check as strict JSON (its worst elements too)."""
+    d = json_safe(c.to_dict())
+    d["worst"] = [json_safe(w) for w in c.worst]
+    return d
+
+
+def error_document(e: MnrtError, binary: str | None) -> dict:
+    """The report of a run that stopped before a replay began (an invalid binary, a wrong
+    input): the fields a full report has that can be known, with the error."""
+    return {
+        "passed": False,
+        "verified": False,
+        "verdict": f"ERROR ({type(e).__name__})",
+        "error": e.to_dict(),
+        "binary": binary,
+        "checks": [],
+        "outputs": {},
+    }
 
 
 def json_value(v: Any) -> Any:

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import math
-import os
+import json
 import sys
 import tempfile
 from pathlib import Path
-from typing import BinaryIO
 
 import click
 import numpy as np
 
 from .. import errors
-from ..format.files import open_regular
+from ..format.npy import load_npy
+from .args import named_sources, pair
 
 
 def _preset_options(command):
@@ -36,13 +35,25 @@ def _preset_options(command):
         "preset",
         default="O1",
         show_default=True,
-        help="Option preset (O0..O4, debug) or an option JSON file.",
+        callback=_preset_name,
+        help="Option preset (O0..O4, debug; -O2, -O O2 and -OO2 are the same) or an option "
+        "JSON file.",
     )(command)
+
+
+def _preset_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """`-O2` reaches click as -O with the value '2' (as `-O 2` does): the digit names the
+    preset O2, as a compiler's -O2 does. Other values (O2, debug, a file) pass unchanged."""
+    from ..compiler.options import PRESETS
+
+    if value.isdigit() and (PRESETS / f"O{value}.json").is_file():
+        return f"O{value}"
+    return value
 
 
 def _options(preset: str, float_dtype: str | None, option_specs: tuple[str, ...]) -> dict:
     options = {"option_json": preset, **({"float_dtype": float_dtype} if float_dtype else {})}
-    options.update(_pair(s, "name=value, e.g. scheduler=min_memory") for s in option_specs)
+    options.update(pair(s, "name=value, e.g. scheduler=min_memory") for s in option_specs)
     return options
 
 
@@ -87,25 +98,6 @@ def demo(model, preset, float_dtype, option_specs, output) -> None:
         sys.exit(errors.EXIT_GOLDEN_MISMATCH)
 
 
-def _pair(spec: str, form: str) -> tuple[str, str]:
-    name, sep, value = spec.partition("=")
-    if not sep or not name or not value:
-        raise click.BadParameter(f"{spec!r}: write {form}")
-    return name, value
-
-
-def _input_sources(specs: tuple[str, ...]) -> dict[str, str]:
-    """--input NAME=SOURCE options as a dict; naming an input twice is an error, not a
-    silent choice of the last one."""
-    given: dict[str, str] = {}
-    for spec in specs:
-        name, source = _pair(spec, "name=file.npy or name=random")
-        if name in given:
-            raise click.BadParameter(f"input {name} is given twice", param_hint="--input")
-        given[name] = source
-    return given
-
-
 def _random_input(rng: np.random.Generator, shape: tuple, dtype: np.dtype) -> np.ndarray:
     """Example data for an input the user gave none for. Integer inputs are most often
     indices (Gather, embeddings), where only zero is sure to be in range, so they get zeros;
@@ -116,38 +108,11 @@ def _random_input(rng: np.random.Generator, shape: tuple, dtype: np.dtype) -> np
 
 
 def _load_npy(name: str, source: str) -> np.ndarray:
-    """One array from a .npy file, never unpickled (allow_pickle=False: a .npy can carry
-    code), and not an .npz archive (np.load would give a dict-like of arrays). Only a regular
-    file is opened (a FIFO would wait for a writer), and its header must not promise more
-    data than the file holds: numpy would allocate that much before finding out."""
+    """One input's array from a .npy file, read as untrusted (see format/npy.py)."""
     try:
-        f = open_regular(Path(source), "a .npy file")
+        return load_npy(source)
     except errors.MnrtError as e:
         raise errors.InvalidArgumentError(f"input {name}: {e}") from None
-    with f:
-        if f.read(2) == b"PK":
-            raise errors.InvalidArgumentError(
-                f"input {name}: {source} is an .npz archive; save the one array with np.save"
-            )
-        try:
-            f.seek(0)
-            _check_npy_size(f, os.fstat(f.fileno()).st_size)
-            f.seek(0)
-            return np.load(f, allow_pickle=False)
-        except (OSError, ValueError, EOFError) as e:
-            raise errors.InvalidArgumentError(f"input {name}: cannot load {source}: {e}") from None
-
-
-def _check_npy_size(f: BinaryIO, size: int) -> None:
-    from ..compiler.serialize import read_npy_header
-
-    shape, _, dtype = read_npy_header(f)
-    need = math.prod(shape) * dtype.itemsize
-    if not dtype.hasobject and need > size - f.tell():
-        raise ValueError(
-            f"its header says shape {shape} of {dtype} ({need} bytes), but only "
-            f"{size - f.tell()} bytes follow (truncated, or not a .npy file)"
-        )
 
 
 def _check_fits(name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
@@ -181,7 +146,10 @@ def _check_fits(name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
     metavar="NAME=FILE.npy|random",
     help="An input's data; inputs not given are random (integer ones zeros: valid indices).",
 )
-def compile_cmd(model, output, preset, float_dtype, option_specs, codegen_dir, input_specs):
+@click.option("--json", "as_json", is_flag=True, help="Print what was compiled as JSON.")
+def compile_cmd(
+    model, output, preset, float_dtype, option_specs, codegen_dir, input_specs, as_json
+):
     """Compile an ONNX model to a light binary (goldens from ONNX's reference evaluator).
 
     Models with ops that evaluator computes wrongly get goldens from a float64 run instead."""
@@ -189,7 +157,7 @@ def compile_cmd(model, output, preset, float_dtype, option_specs, codegen_dir, i
     from ..compiler.onnx_frontend import from_onnx
 
     graph = from_onnx(model)
-    given = _input_sources(input_specs)
+    given = named_sources(input_specs, "--input", "name=file.npy or name=random")
     unknown = sorted(set(given) - set(graph.inputs))
     if unknown:
         raise errors.InvalidArgumentError(
@@ -210,6 +178,22 @@ def compile_cmd(model, output, preset, float_dtype, option_specs, codegen_dir, i
     with Context() as ctx:
         compiled = ctx.compile(model, inputs, codegen_dir=codegen_dir, options=options)
         compiled.save_binary(output)
+    if as_json:
+        from ..format import LightBinary
+        from ..replay.info import io_dict
+
+        binary = LightBinary.load(output)
+        doc = {
+            "model": str(model),
+            "output": str(output),
+            "kernels": len(compiled.graph.nodes),
+            "float_dtype": compiled.options["float_dtype"],
+            "compile_s": ctx.last_compile_s,
+            "inputs": [io_dict(e) for e in binary.inputs],
+            "outputs": [io_dict(e) for e in binary.outputs],
+        }
+        click.echo(json.dumps(doc, indent=1))
+        return
     click.echo(
         f"{model} -> {output}: {len(compiled.graph.nodes)} kernels, "
         f"float_dtype={compiled.options['float_dtype']}, compiled in {ctx.last_compile_s:.2f} s"

@@ -46,6 +46,10 @@ def info(file, as_json) -> None:
         f"{_gib(d['payload_bytes_unique'])} unique, {_gib(d['payload_bytes_stored'])} stored "
         f"(dedup {d['dedup_ratio']:.2f}x, zstd {d['compression_ratio']:.2f}x)"
     )
+    derived = "" if d["io_recorded"] else " (derived from the commands: an older binary)"
+    for kind in ("inputs", "outputs"):
+        listed = ", ".join(f"{e['name']} {e['dtype']}{e['shape']}" for e in d[kind])
+        click.echo(f"{kind + ':':<10} {listed or 'none'}{derived if d[kind] else ''}")
 
 
 @click.command()
@@ -60,17 +64,23 @@ def dump(file, as_json) -> None:
 
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-def verify(file) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+def verify(file, as_json) -> None:
     """Check FILE without running it: structure, version, ids, sizes, blob checksums."""
     binary = LightBinary.load(file)
     plan = validate(binary)
-    counts = (
-        (len(binary), "command"),
-        (len(binary.blobs), "blob"),
-        (len(plan.buffers), "buffer"),
-        (len(plan.programs), "program"),
+    counts = {
+        "commands": len(binary),
+        "blobs": len(binary.blobs),
+        "buffers": len(plan.buffers),
+        "programs": len(plan.programs),
+    }
+    if as_json:
+        click.echo(json.dumps({"ok": True, "path": str(file), **counts}, indent=1))
+        return
+    click.echo(
+        f"OK: {file}: " + ", ".join(f"{n} {w[:-1] if n == 1 else w}" for w, n in counts.items())
     )
-    click.echo(f"OK: {file}: " + ", ".join(f"{n} {w}{'' if n == 1 else 's'}" for n, w in counts))
 
 
 @click.command()
@@ -81,7 +91,8 @@ def verify(file) -> None:
     is_flag=True,
     help="Binary to JSON: write blobs as files next to DEST instead of base64.",
 )
-def convert(source, dest, blob_files) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
+def convert(source, dest, blob_files, as_json) -> None:
     """Convert a binary to JSON or JSON to a binary (chosen by SOURCE's contents)."""
     with open_regular(source, "a light binary or its JSON form") as f:
         # A size-prefixed FlatBuffer: size, root offset, then the file identifier.
@@ -100,10 +111,19 @@ def convert(source, dest, blob_files) -> None:
             write_with_folder(dest, blob_dir, fill)
         else:
             write_atomically(dest, json.dumps(jsonio.to_json(binary), indent=1).encode())
-        click.echo(f"{source} -> {dest} (JSON, {len(binary)} commands)")
+        _converted(source, dest, "json", len(binary), dest.stat().st_size, as_json)
         return
     doc = jsonio.loads(text, source)
     base = jsonio.blob_base(doc, Path(source).parent)
     binary = jsonio.from_json(doc, base)
     binary.save(dest)
-    click.echo(f"{source} -> {dest} (binary, {len(binary)} commands, {binary.file_size} bytes)")
+    _converted(source, dest, "binary", len(binary), binary.file_size, as_json)
+
+
+def _converted(source: Path, dest: Path, to: str, commands: int, size: int, as_json: bool) -> None:
+    if as_json:
+        doc = {"source": str(source), "dest": str(dest), "to": to, "commands": commands}
+        click.echo(json.dumps({**doc, "bytes": size}, indent=1))
+        return
+    what = "JSON" if to == "json" else "binary"
+    click.echo(f"{source} -> {dest} ({what}, {commands} commands, {size} bytes)")

@@ -13,8 +13,13 @@ import click
 import numpy as np
 
 from .. import errors
+from ..format import LightBinary
 from ..format.files import write_atomically
+from ..format.npy import load_npy
 from ..replay import replay
+from ..replay.io import header_check
+from ..replay.report import check_dict, error_document
+from .args import named_sources
 
 
 def _device(value: str) -> int | str:
@@ -103,6 +108,36 @@ def _check_outputs(file: Path, paths: dict[str, Path | None], folder: Path | Non
             )
 
 
+def _arrays(binary: LightBinary, kind: str, specs: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """--input (kind "input") or --expected (kind "output") NAME=FILE.npy options, each file
+    checked against the binary's buffer from its header before its data is read."""
+    flag = "--input" if kind == "input" else "--expected"
+    sources = named_sources(specs, flag, "name=file.npy")
+    arrays = {}
+    for name, source in sources.items():
+        check = header_check(binary, kind, name)
+        try:
+            arrays[name] = load_npy(source, check)
+        except errors.MnrtError as e:
+            raise type(e)(f"{flag} {name}={source}: {e}") from None
+    return arrays
+
+
+def _failed(e: errors.MnrtError, file: Path, report_path: Path | None, as_json: bool) -> None:
+    """A run stopped by an error still writes its --report (the report so far when the
+    replay had begun, else what is known) and, with --json, prints it as its one document
+    and exits with the error's code; otherwise the caller lets the error go on to the CLI's
+    one-line handler."""
+    report = getattr(e, "report", None)
+    doc = report.to_dict() if report is not None else error_document(e, str(file))
+    text = json.dumps(doc, indent=1)
+    if report_path is not None:
+        write_atomically(report_path, text.encode())
+    if as_json:
+        click.echo(text)
+        sys.exit(e.exit_code)
+
+
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--device", default="auto", show_default=True, help="Device index or 'auto'.")
@@ -111,15 +146,33 @@ def _check_outputs(file: Path, paths: dict[str, Path | None], folder: Path | Non
 @click.option("--atol", type=float, default=None, help="Override every check's atol.")
 @click.option("--no-verify", is_flag=True, help="Run without comparing goldens.")
 @click.option(
+    "--input",
+    "input_specs",
+    multiple=True,
+    metavar="NAME=FILE.npy",
+    help="Replay with this array in place of what the binary wrote to input NAME (see "
+    "`mnrt info`); the recorded goldens then no longer apply.",
+)
+@click.option(
+    "--expected",
+    "expected_specs",
+    multiple=True,
+    metavar="NAME=FILE.npy",
+    help="Compare output NAME with this array (at the recorded check's tolerances, or "
+    "--rtol/--atol).",
+)
+@click.option(
     "--report",
     "report_path",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the report as JSON here.",
+    help="Write the report as JSON here (a failed run's too).",
 )
 @click.option(
     "--save-outputs",
+    "--output-dir",
+    "save_outputs",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Save every read buffer as DIR/<name>.npy.",
+    help="Save every output (its last read) as DIR/<name>.npy.",
 )
 @click.option(
     "--profile",
@@ -129,16 +182,30 @@ def _check_outputs(file: Path, paths: dict[str, Path | None], folder: Path | Non
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def run(
-    file, device, loops, rtol, atol, no_verify, report_path, save_outputs, profile_path, as_json
+    file,
+    device,
+    loops,
+    rtol,
+    atol,
+    no_verify,
+    input_specs,
+    expected_specs,
+    report_path,
+    save_outputs,
+    profile_path,
+    as_json,
 ) -> None:
-    """Replay FILE and verify it against its goldens.
+    """Replay FILE and verify it against its goldens, or run it on new inputs.
 
-    Exit codes: 0 pass, 1 golden mismatch, 2 invalid binary or usage, 3 device error,
-    130 interrupted."""
+    Exit codes: 0 pass (or ran, not verified), 1 golden mismatch, 2 invalid binary or
+    usage, 3 device error, 130 interrupted."""
     _check_outputs(file, {"--report": report_path, "--profile": profile_path}, save_outputs)
     try:
+        binary = LightBinary.load(file)
+        inputs = _arrays(binary, "input", input_specs)
+        expected = _arrays(binary, "output", expected_specs)
         report = replay(
-            file,
+            binary,
             device=_device(device),
             verify=not no_verify,
             loops=loops,
@@ -146,11 +213,14 @@ def run(
             atol=atol,
             progress=_progress(loops),
             profile=profile_path is not None,
+            inputs=inputs if input_specs else None,
+            expected=expected if expected_specs else None,
         )
     except errors.MnrtError as e:
         partial = getattr(e, "profile", None)
         if profile_path is not None and partial is not None:
             partial.save(profile_path)  # up to the failure: where and after what it stopped
+        _failed(e, file, report_path, as_json)
         raise
     if report_path is not None:
         write_atomically(report_path, report.to_json().encode())
@@ -167,19 +237,36 @@ def run(
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--loops", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option("--device", default="auto", show_default=True, help="Device index or 'auto'.")
+@click.option("--no-verify", is_flag=True, help="Do not compare goldens (exit 0 whatever).")
 @click.option("--json", "as_json", is_flag=True, help="Print the timings as JSON.")
-def bench(file, loops, device, as_json) -> None:
-    """Steady-state replay time of FILE over N loops (load excluded)."""
+def bench(file, loops, device, no_verify, as_json) -> None:
+    """Steady-state replay time of FILE over N loops (load excluded). Goldens are checked
+    after each loop, outside its time: a failed one makes the exit code 1."""
     report = replay(
-        file, device=_device(device), verify=False, loops=loops, progress=_progress(loops)
+        file,
+        device=_device(device),
+        verify=not no_verify,
+        loops=loops,
+        progress=_progress(loops),
     )
     t = report.timings
+    failed = [c for c in report.checks if not c.passed]
     if as_json:
-        click.echo(json.dumps(t, indent=1))
-        return
-    click.echo(
-        f"{len(report.binary)} commands, {loops} loops: wall min {t['wall_min_s'] * 1e3:.3f} ms, "
-        f"median {t['wall_median_s'] * 1e3:.3f} ms, max {t['wall_max_s'] * 1e3:.3f} ms per loop; "
-        f"load {t['load_s'] * 1e3:.2f} ms; modelled device time {t['device_time_s'] * 1e6:.2f} us"
-    )
-    click.echo(f"fastest loop, host time by command: {report.host_breakdown()}")
+        doc = {**t, "passed": report.passed, "verdict": report.verdict}
+        doc["failed_checks"] = [check_dict(c) for c in failed]
+        click.echo(json.dumps(doc, indent=1))
+    else:
+        click.echo(
+            f"{len(report.binary)} commands, {loops} loops: wall min "
+            f"{t['wall_min_s'] * 1e3:.3f} ms, median {t['wall_median_s'] * 1e3:.3f} ms, max "
+            f"{t['wall_max_s'] * 1e3:.3f} ms per loop; load {t['load_s'] * 1e3:.2f} ms; "
+            f"modelled device time {t['device_time_s'] * 1e6:.2f} us"
+        )
+        click.echo(f"fastest loop, host time by command: {report.host_breakdown()}")
+        if not report.passed:
+            click.echo(
+                f"FAIL: {report.failed_loops} of {loops} loops failed their goldens: "
+                + ", ".join(f"{c.name} ({c.message})" for c in failed)
+            )
+    if not report.passed:
+        sys.exit(errors.EXIT_GOLDEN_MISMATCH)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 
 import numpy as np
 import pytest
 
 import mnrt
+from mnrt.capture.recorder import Recorder
 from mnrt.format import jsonio
 from mnrt.format.fb.CommandUnion import CommandUnion as U
-from mnrt.host import observe
+from mnrt.host import CommandQueue, observe
+from mnrt.host.commands import ReplayTrace
 
 NAMES = {v: k for k, v in vars(U).items() if not k.startswith("_") and isinstance(v, int)}
 
@@ -330,3 +334,376 @@ def test_user_golden_in_another_dtype_is_stored_as_the_buffer_stores(dev, q):
     dev.close()
     report = mnrt.replay(binary)
     assert report.passed and report.checks[0].name == "f64"
+
+
+def commands(binary: mnrt.LightBinary) -> list[dict]:
+    return [c["cmd"] for c in json.loads(jsonio.dumps(binary))["commands"]]
+
+
+def test_snapshot_is_in_place_before_another_queue_uses_the_buffer(dev):
+    # w was written before the capture; live, both queues' programs read its contents. On
+    # replay its snapshot is written through q1: it must be in place before q0 reads it.
+    q0, q1 = dev.command_queue(0), dev.command_queue(1)
+    n = 1 << 16
+    w = dev.create_buffer((n,), "float", name="w")
+    y0 = dev.create_buffer((n,), "float", name="y0")
+    y1 = dev.create_buffer((n,), "float", name="y1")
+    e = dev.create_program([mnrt.Kernel("exp", ["a"], ["y"])], name="e")
+    q0.enqueue_write_buffer(w, np.ones(n, np.float32), blocking=True)
+    mnrt.begin_capture()
+    q1.enqueue_program(e, {"a": w, "y": y1})
+    q0.enqueue_program(e, {"a": w, "y": y0})  # both only read w: no race live
+    q0.finish()
+    q1.finish()
+    q0.enqueue_read_buffer(y0)
+    q1.enqueue_read_buffer(y1)
+    binary = mnrt.end_capture()
+    snapshot = next(c for c in commands(binary) if c["type"] == "WriteBuffer")
+    assert snapshot["blocking"] is True
+    dev.close()
+    assert all(mnrt.replay(binary).passed for _ in range(3))
+
+
+def test_threads_sharing_a_queue_are_logged_in_queue_order(dev, q, monkeypatch):
+    # Thread A's write and thread B's program race for one queue; however the recording of
+    # A's call is delayed, the log must hold the two in the order the queue ran them.
+    x = dev.create_buffer((4,), "float", name="x")
+    y = dev.create_buffer((4,), "float", name="y")
+    double = dev.create_program([mnrt.Kernel("add", ["x", "x"], ["y"])], name="double")
+    a_in_hook, b_done = threading.Event(), threading.Event()
+    write = Recorder.write
+
+    def slow_write(self, *args):
+        if threading.current_thread().name == "A":
+            a_in_hook.set()
+            assert b_done.wait(10)
+        return write(self, *args)
+
+    mnrt.begin_capture()
+    q.enqueue_write_buffer(x, np.zeros(4, np.float32))
+    q.finish()
+    monkeypatch.setattr(Recorder, "write", slow_write)
+    a = threading.Thread(target=q.enqueue_write_buffer, args=(x, np.ones(4, np.float32)), name="A")
+    a.start()
+    assert a_in_hook.wait(10)
+    q.enqueue_program(double, {"x": x, "y": y})
+    b_done.set()
+    a.join()
+    q.finish()
+    live = q.enqueue_read_buffer(y)
+    binary = mnrt.end_capture()
+    monkeypatch.undo()
+    dev.close()
+    report = mnrt.replay(binary)
+    assert report.passed
+    np.testing.assert_array_equal(report.outputs["y"], live)
+
+
+def test_device_closed_and_reopened_during_capture_replays_on_one_device():
+    mnrt.begin_capture()
+    results = []
+    for value in (1.0, 2.0):
+        with mnrt.open_device(0) as d:
+            q = d.command_queue(0)
+            b = d.create_buffer((4,), "float", name="b")
+            q.enqueue_write_buffer(b, np.full(4, value, np.float32))
+            results.append(q.enqueue_read_buffer(b))
+    binary = mnrt.end_capture()
+    for device in ("auto", 0, {0: 2}):
+        report = mnrt.replay(binary, device=device)
+        assert report.passed and len(report.checks) == 2
+
+
+def test_output_names_stay_unique_when_a_buffer_is_named_like_a_repeat(dev, q):
+    # Outputs are one per buffer (its last read), named by the buffer: a buffer whose name
+    # looks like a repeat's suffix keeps it, and the other buffer read twice is one output.
+    mnrt.begin_capture()
+    odd = dev.create_buffer((2,), "int32", name="b#8")
+    b = dev.create_buffer((2,), "int32", name="b")
+    q.enqueue_write_buffer(odd, np.array([7, 7], np.int32))
+    q.enqueue_write_buffer(b, np.array([1, 2], np.int32))
+    q.enqueue_read_buffer(odd)
+    q.enqueue_read_buffer(b)
+    q.enqueue_read_buffer(b)
+    binary = mnrt.end_capture()
+    dev.close()
+    reads = [i for i, c in enumerate(commands(binary)) if c["type"] == "ReadBuffer"]
+    assert reads[2] == 8
+    report = mnrt.replay(binary)
+    assert sorted(report.outputs) == ["b", "b#8"]
+    assert report.outputs["b#8"].tolist() == [7, 7] and report.outputs["b"].tolist() == [1, 2]
+
+
+def test_a_replayed_trace_is_logged_where_it_ran_among_other_threads_commands(dev, q, monkeypatch):
+    # Thread A's replay_trace is put on the queue, then held before it returns; meanwhile
+    # thread B enqueues a program reading what the trace changes. The log must hold A's
+    # replay first, as it ran, not after B's program.
+    x = dev.create_buffer((4,), "float", name="x")
+    y = dev.create_buffer((4,), "float", name="y")
+    double_x = dev.create_program([mnrt.Kernel("add", ["x", "x"], ["x"])], name="double_x")
+    y_of_x = dev.create_program([mnrt.Kernel("add", ["x", "x"], ["y"])], name="y_of_x")
+    tid = q.begin_trace_capture()
+    q.enqueue_program(double_x, {"x": x})
+    q.end_trace_capture(tid)
+    a_put, b_done = threading.Event(), threading.Event()
+    submit = CommandQueue._submit
+
+    def held_submit(self, cmd, *args):
+        submit(self, cmd, *args)
+        if threading.current_thread().name == "A" and isinstance(cmd, ReplayTrace):
+            a_put.set()
+            assert b_done.wait(10)
+
+    mnrt.begin_capture()
+    q.enqueue_write_buffer(x, np.ones(4, np.float32))
+    q.finish()
+    monkeypatch.setattr(CommandQueue, "_submit", held_submit)
+    a = threading.Thread(target=q.replay_trace, args=(tid,), name="A")
+    a.start()
+    assert a_put.wait(10)
+    q.enqueue_program(y_of_x, {"x": x, "y": y})
+    b_done.set()
+    a.join()
+    live = q.enqueue_read_buffer(y)
+    binary = mnrt.end_capture()
+    monkeypatch.undo()
+    dev.close()
+    np.testing.assert_array_equal(live, np.full(4, 4, np.float32))
+    report = mnrt.replay(binary)
+    assert report.passed, report.summary()
+
+
+def test_snapshot_writes_block_only_where_another_queue_could_overtake_them(dev, q):
+    w = dev.create_buffer((4,), "float", name="w")
+    q.enqueue_write_buffer(w, np.ones(4, np.float32))  # before capture: snapshotted
+    y = dev.create_buffer((4,), "float", name="y")
+    relu = dev.create_program([mnrt.Kernel("relu", ["x"], ["y"])])
+
+    def snapshot_blocking(binary):  # the capture writes nothing but snapshots
+        return [bool(c.cmd.blocking) for c in binary.commands if c.cmdType == U.WriteBuffer]
+
+    mnrt.begin_capture()
+    q.enqueue_program(relu, {"x": w, "y": y})
+    q.enqueue_read_buffer(y)
+    one_queue = mnrt.end_capture()
+    mnrt.begin_capture()
+    dev.command_queue(1).enqueue_program(relu, {"x": w, "y": y})
+    dev.command_queue(1).finish()  # else the read races the program on the other queue
+    q.enqueue_read_buffer(y)
+    two_queues = mnrt.end_capture()
+    assert snapshot_blocking(one_queue) == [False]  # in order on the only queue
+    assert True in snapshot_blocking(two_queues)
+    assert mnrt.replay(one_queue).passed and mnrt.replay(two_queues).passed
+
+
+HANG_S = 10  # a hang guard, not a timing
+
+
+def _replay_strict(binary) -> mnrt.ReplayReport:
+    return mnrt.replay(binary, rtol=0, atol=0)
+
+
+def test_capture_arguments_are_checked_before_anything_runs(dev, q, tmp_path):
+    ran = []
+    missing = tmp_path / "missing" / "a.mnlb"
+    with pytest.raises(mnrt.InvalidArgumentError, match="no directory"), mnrt.capture(missing):
+        ran.append(1)
+    with pytest.raises(mnrt.InvalidArgumentError, match="str or os.PathLike"), mnrt.capture(3):
+        ran.append(1)
+    with pytest.raises(mnrt.InvalidArgumentError, match="goldens"):
+        mnrt.begin_capture(goldens="no")
+    assert not ran and observe.current() is None
+    mnrt.begin_capture()
+    with pytest.raises(mnrt.InvalidArgumentError, match="description"):
+        mnrt.end_capture(description=5)
+    q.enqueue_read_buffer(dev.create_buffer((2,), "float"))
+    assert mnrt.end_capture().commands  # the capture survived the bad call
+
+
+def test_compare_to_golden_arguments(dev, q):
+    buf = dev.create_buffer((4,), "float", name="b")
+    with pytest.raises(mnrt.InvalidArgumentError, match="CommandQueue"):
+        mnrt.compare_to_golden(None, buf, np.zeros(4))
+    with pytest.raises(mnrt.InvalidArgumentError, match="must be numbers"):
+        mnrt.compare_to_golden(q, buf, np.array(["a"] * 4))
+    with pytest.raises(mnrt.InvalidArgumentError, match="rtol must be a number"):
+        mnrt.compare_to_golden(q, buf, np.zeros(4), rtol="tight")
+    with pytest.raises(mnrt.InvalidArgumentError, match="atol must be a finite"):
+        mnrt.compare_to_golden(q, buf, np.zeros(4), atol=-1.0)
+    ints = dev.create_buffer((2,), "int32", name="i")
+    with pytest.raises(mnrt.InvalidArgumentError, match="int32 cannot"):
+        mnrt.compare_to_golden(q, ints, np.array([1.5, 2.0]))
+
+
+def test_rejected_compare_to_golden_calls_leave_the_capture_intact(dev, q):
+    with mnrt.open_device("auto") as other:
+        buf = dev.create_buffer((4,), "float", name="b")
+        q.enqueue_write_buffer(buf, np.arange(4, dtype=np.float32))
+        mnrt.begin_capture()
+        gone = dev.create_buffer((2,), "float", name="gone")
+        gone.deallocate()
+        bad_calls = [
+            lambda: mnrt.compare_to_golden(q, buf, np.arange(4), name=5),
+            lambda: mnrt.compare_to_golden(q, gone, np.zeros(2)),
+            lambda: mnrt.compare_to_golden(other.command_queue(0), buf, np.arange(4)),
+        ]
+        for call in bad_calls:
+            with pytest.raises(mnrt.MnrtError):
+                call()
+        assert mnrt.compare_to_golden(q, buf, np.arange(4)).passed
+        binary = mnrt.end_capture()
+    dev.close()
+    report = _replay_strict(binary)
+    assert report.passed and [c.name for c in report.checks] == ["b"]
+
+
+@pytest.mark.parametrize(("dtype", "value"), [("float", 0.1), ("half", 0.1)])
+def test_compare_to_golden_verdict_is_the_same_live_and_replayed(dev, q, dtype, value):
+    buf = dev.create_buffer((1,), dtype, name="b")
+    q.enqueue_write_buffer(buf, np.array([value], np.float32))
+    mnrt.begin_capture()
+    live = mnrt.compare_to_golden(q, buf, np.array([value]), rtol=0, atol=0)
+    binary = mnrt.end_capture()
+    dev.close()
+    (replayed,) = mnrt.replay(binary).checks
+    assert live.passed == replayed.passed
+
+
+def _types(binary) -> list[int]:
+    return [c.cmdType for c in binary.commands]
+
+
+def test_open_device_is_observed_and_fork_during_capture_is_quiet(capfd, in_forked_child):
+    mnrt.begin_capture()
+    with mnrt.open_device("auto"):
+        assert in_forked_child(lambda: 0) == 0
+    binary = mnrt.end_capture()
+    assert _types(binary) == [U.OpenDevice]
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_end_capture_in_a_forked_child_does_not_wait_for_the_parents_workers(
+    dev, q, in_forked_child
+):
+    buf = dev.create_buffer((2,), "float")
+    mnrt.begin_capture()
+    q.enqueue_write_buffer(buf, np.ones(2, np.float32))
+
+    def child() -> int:
+        mnrt.end_capture()
+        return 0
+
+    assert in_forked_child(child) == 0
+    mnrt.end_capture()
+
+
+def test_a_call_still_running_when_capture_ends_leaves_no_ids_behind(dev, q):
+    inside, release = threading.Event(), threading.Event()
+    allocate = dev._backend.allocate
+
+    def slow_allocate(*args, **kwargs):
+        inside.set()
+        release.wait(HANG_S)
+        return allocate(*args, **kwargs)
+
+    dev._backend.allocate = slow_allocate
+    mnrt.begin_capture()
+    made: list = []
+    t = threading.Thread(target=lambda: made.append(dev.create_buffer((4,), "float")))
+    t.start()
+    inside.wait(HANG_S)
+    mnrt.end_capture()
+    release.set()
+    t.join(HANG_S)
+    dev._backend.allocate = allocate
+    (late,) = made
+    assert late.tag == 0 and dev.tag == 0
+    mnrt.begin_capture()
+    q.enqueue_write_buffer(late, np.ones(4, np.float32))
+    live = q.enqueue_read_buffer(late)
+    binary = mnrt.end_capture()
+    dev.close()
+    report = _replay_strict(binary)
+    assert report.passed
+    np.testing.assert_array_equal(report.outputs[late.name], live)
+
+
+def _counter(dev, q):
+    a = dev.create_buffer((4,), "float", name="a")
+    b = dev.create_buffer((4,), "float", name="b")
+    inc = dev.create_program([mnrt.Kernel("add", ["a", "b"], ["a"])], name="inc")
+    q.enqueue_write_buffer(a, np.zeros(4, np.float32))
+    q.enqueue_write_buffer(b, np.ones(4, np.float32))
+    return a, b, inc
+
+
+def test_capture_begun_while_a_device_trace_is_open(dev, q):
+    a, b, inc = _counter(dev, q)
+    tid = q.begin_trace_capture()
+    q.enqueue_program(inc, {"a": a, "b": b})
+    mnrt.begin_capture()
+    q.enqueue_program(inc, {"a": a, "b": b})  # recorded into the trace, not run
+    q.end_trace_capture(tid)
+    q.replay_trace(tid)
+    live = q.enqueue_read_buffer(a)
+    binary = mnrt.end_capture()
+    assert list(live) == [2, 2, 2, 2]
+    dev.close()
+    assert _replay_strict(binary).passed
+
+
+def test_capture_ended_while_a_device_trace_is_open_still_replays(dev, q):
+    a, b, inc = _counter(dev, q)
+    mnrt.begin_capture()
+    q.enqueue_read_buffer(a)
+    tid = q.begin_trace_capture()
+    q.enqueue_program(inc, {"a": a, "b": b})
+    binary = mnrt.end_capture()
+    q.end_trace_capture(tid)
+    dev.close()
+    assert _replay_strict(binary).passed
+
+
+def test_non_blocking_read_golden_is_what_the_read_returned(dev, q):
+    buf = dev.create_buffer((4,), "float", name="r")
+    mnrt.begin_capture()
+    q.enqueue_write_buffer(buf, np.arange(4, dtype=np.float32))
+    out = q.enqueue_read_buffer(buf, blocking=False)
+    q.finish()
+    out *= 10  # the caller's array, changed in place once the read has run
+    binary = mnrt.end_capture()
+    dev.close()
+    assert _replay_strict(binary).passed
+
+
+def test_capture_whose_commands_were_skipped_is_refused(dev, q, tmp_path, failing_gather):
+    path = tmp_path / "skipped.mnlb"
+    with pytest.raises(mnrt.CaptureError, match="skipped"), mnrt.capture(path):
+        data = failing_gather(dev, q)
+        q.enqueue_write_buffer(data, np.ones(4, np.float32))  # skipped live
+        with pytest.raises(mnrt.DeviceExecutionError):
+            q.finish()
+        q.enqueue_read_buffer(data)  # zeros live; replay would read ones
+    assert not path.exists() and observe.current() is None
+
+
+def test_buffers_holding_a_cleared_device_fill_replay_the_same(tmp_path):
+    with mnrt.open_device(3) as dev:
+        dev.clear(pattern=0xAB)
+        mnrt.begin_capture()
+        buf = dev.create_buffer((4,), "uint8", name="u")
+        live = dev.command_queue(0).enqueue_read_buffer(buf)  # never written
+        binary = mnrt.end_capture()
+    assert list(live) == [0xAB] * 4
+    report = _replay_strict(binary)  # on device 0, which reads zeros where unwritten
+    assert report.passed
+    np.testing.assert_array_equal(report.outputs["u"], live)
+
+
+def test_saving_over_an_existing_file_replaces_it(dev, q, tmp_path):
+    path = tmp_path / "a.mnlb"
+    path.write_bytes(b"old")
+    with mnrt.capture(path):
+        q.enqueue_read_buffer(dev.create_buffer((2,), "float"))
+    assert mnrt.LightBinary.load(path).commands
+    assert os.listdir(tmp_path) == ["a.mnlb"]

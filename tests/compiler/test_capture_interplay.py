@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
-from test_context_review import mlp, x_data
+from graph_harness import mlp_input as x_data
+from graph_harness import small_mlp as mlp
 
 import mnrt
 from mnrt.capture.recorder import Recorder

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from onnx_harness import (
+    onnx_model,
+    relu_model,
+    saved_relu_model,
+    value_info,
+)
 
 import mnrt
 from mnrt.runner.cli import cli
@@ -116,3 +125,179 @@ def test_goldens_avoid_the_reference_evaluators_known_mistakes(tmp_path, node, o
         compiled = ctx.compile(model, {"x": x})
         compiled.save_binary(tmp_path / "m.mnlb")
     assert mnrt.replay(tmp_path / "m.mnlb").passed
+
+
+@pytest.mark.parametrize("spelling", [["-O2"], ["-O", "O2"], ["-OO2"], ["-O", "2"]])
+@pytest.mark.parametrize("command", ["compile", "demo"])
+def test_every_spelling_of_a_preset_selects_it(tmp_path, command, spelling):
+    # -O2 reached the compiler as the preset '2' and was refused, where -O O2 worked.
+    if command == "compile":
+        small_model(tmp_path / "small.onnx")
+        args = ["compile", str(tmp_path / "small.onnx"), "-o", str(tmp_path / "o.mnlb")]
+    else:
+        args = ["demo", "--model", "mlp"]
+    r = CliRunner().invoke(cli, [*args, *spelling])
+    assert r.exit_code == 0, r.output
+    assert "float_dtype=mixed" in r.output  # O2's; O1, the default, is float
+
+
+def _cli(tmp_path, *args):
+    model = tmp_path / "m.onnx"
+    if not model.exists():
+        onnx.save(relu_model(), model)
+    return CliRunner().invoke(cli, ["compile", str(model), "-o", str(tmp_path / "o.mnlb"), *args])
+
+
+def test_cli_refuses_an_npz_archive_and_a_twice_given_input(tmp_path):
+    np.savez(tmp_path / "x.npz", x=np.zeros((2, 3), np.float32))
+    r = _cli(tmp_path, "--input", f"x={tmp_path / 'x.npz'}")
+    assert r.exit_code == 2 and "is an .npz archive" in r.output, r.output
+    np.save(tmp_path / "x.npy", np.zeros((2, 3), np.float32))
+    r = _cli(tmp_path, "--input", "x=random", "--input", f"x={tmp_path / 'x.npy'}")
+    assert r.exit_code == 2 and "input x is given twice" in r.output, r.output
+
+
+def test_cli_never_unpickles_an_input(tmp_path):
+    np.save(tmp_path / "o.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    r = _cli(tmp_path, "--input", f"x={tmp_path / 'o.npy'}")
+    assert r.exit_code == 2 and "allow_pickle=False" in r.output, r.output
+
+
+def test_cli_does_not_make_random_data_the_device_could_not_hold(tmp_path):
+    model = tmp_path / "m.onnx"
+    onnx.save(
+        onnx_model(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            [value_info("x", [2**40, 3])],
+            [value_info("y", None)],
+        ),
+        model,
+    )
+    r = _cli(tmp_path)
+    assert r.exit_code == 3 and "input x of shape (1099511627776, 3) needs" in r.output, r.output
+
+
+def test_cli_reports_an_unwritable_codegen_dir_on_one_line(tmp_path):
+    (tmp_path / "f").write_text("x")
+    r = _cli(tmp_path, "--codegen-dir", str(tmp_path / "f" / "sub"))
+    assert r.exit_code == 2 and r.output.startswith("mnrt: error: codegen_dir"), r.output
+
+
+HANG_S = 60  # a hang guard, not a timing
+
+
+HUGE = np.array([10**6, 10**6], np.int64)  # 3.6 TiB of float32
+
+
+def compile_cli(*args):
+    """The CLI in-process: (exit code, its one error line)."""
+    r = CliRunner().invoke(cli, ["compile", *map(str, args)])
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 0 or (len(lines) == 1 and lines[0].startswith("mnrt: error: ")), r.output
+    return r.exit_code, r.output
+
+
+def compile_cli_guarded(*args):
+    """The CLI in a child process, for inputs that once hung it."""
+    run = subprocess.run([sys.executable, "-m", "mnrt", "compile", *map(str, args)],
+                         capture_output=True, text=True, timeout=HANG_S)  # fmt: skip
+    assert "Traceback" not in run.stderr, run.stderr
+    return run.returncode, run.stderr
+
+
+def folded_to_huge(op):
+    """`op` of a constant by a shape that is itself computed from constants, so ONNX shape
+    inference cannot size it before constant folding does."""
+    inits = [numpy_helper.from_array(HUGE, "a"),
+             numpy_helper.from_array(np.zeros(2, np.int64), "b"),
+             numpy_helper.from_array(np.ones((1, 1), np.float32), "c")]  # fmt: skip
+    nodes = [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node(op, ["c", "s"], ["e"]),
+             helper.make_node("Add", ["x", "e"], ["y"])]  # fmt: skip
+    return onnx_model(nodes, [value_info("x", [1, 1])], [value_info("y", None)], inits)
+
+
+@pytest.mark.parametrize("op", ["Expand", "Tile"])
+def test_constants_folded_to_a_huge_shape_are_refused_before_allocating(tmp_path, op):
+    with mnrt.Context() as ctx, pytest.raises(mnrt.MnrtError, match="more than the device"):
+        ctx.compile(folded_to_huge(op), {"x": np.zeros((1, 1), np.float32)})
+    onnx.save(folded_to_huge(op), tmp_path / "m.onnx")
+    assert compile_cli(tmp_path / "m.onnx", "-o", tmp_path / "o.mnlb")[0] == 2
+
+
+def test_an_npy_input_whose_header_promises_more_than_the_file_holds(tmp_path):
+    npy = tmp_path / "huge.npy"
+    with open(npy, "wb") as f:
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "<f4", "fortran_order": False, "shape": (10**6, 10**6)}
+        )
+        f.write(b"\0" * 24)
+    code, out = compile_cli(saved_relu_model(tmp_path / "m.onnx"), "-o", tmp_path / "o.mnlb",
+                            "--input", f"x={npy}")  # fmt: skip
+    assert code == 2 and "only 24 bytes follow" in out
+
+
+@pytest.mark.parametrize("what", ["model", "input", "option_json"])
+def test_a_fifo_given_as_a_file_is_refused_not_waited_on(tmp_path, what):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    args = {
+        "model": [fifo, "-o", tmp_path / "o.mnlb"],
+        "input": [
+            saved_relu_model(tmp_path / "m.onnx"),
+            "-o",
+            tmp_path / "o.mnlb",
+            "--input",
+            f"x={fifo}",
+        ],
+        "option_json": [
+            saved_relu_model(tmp_path / "m.onnx"),
+            "-o",
+            tmp_path / "o.mnlb",
+            "-O",
+            fifo,
+        ],
+    }[what]
+    code, err = compile_cli_guarded(*args)
+    assert code == 2 and "not a regular file" in err, err
+
+
+def gather_model():
+    return onnx_model(
+        [helper.make_node("Gather", ["x", "i"], ["y"])],
+        [value_info("x", [2, 3]), value_info("i", [2], TensorProto.INT64)],
+        [value_info("y", None)],
+    )
+
+
+def test_inputs_the_reference_evaluator_cannot_run_are_an_mnrt_error(tmp_path):
+    inputs = {"x": np.zeros((2, 3), np.float32), "i": np.array([5, 0])}  # 5: out of range
+    with mnrt.Context() as ctx:
+        compiled = ctx.compile(gather_model(), inputs)
+        with pytest.raises(mnrt.InvalidArgumentError, match="reference evaluator.*IndexError"):
+            compiled.save_binary(tmp_path / "o.mnlb")
+    onnx.save(gather_model(), tmp_path / "g.onnx")
+    np.save(tmp_path / "i.npy", inputs["i"])
+    code, out = compile_cli(tmp_path / "g.onnx", "-o", tmp_path / "o.mnlb", "--input",
+                            f"i={tmp_path / 'i.npy'}")  # fmt: skip
+    assert code == 2 and "reference evaluator" in out
+
+
+def test_an_op_version_the_reference_evaluator_lacks_is_an_mnrt_error(tmp_path):
+    m = onnx_model(
+        [helper.make_node("Reshape", ["x"], ["y"], shape=[3, 2])],
+        [value_info("x", [2, 3])],
+        [value_info("y", None)],
+        opset=1,
+    )
+    with mnrt.Context() as ctx:
+        compiled = ctx.compile(m, {"x": np.zeros((2, 3), np.float32)})
+        with pytest.raises(mnrt.InvalidArgumentError, match="reference evaluator"):
+            compiled.save_binary(tmp_path / "o.mnlb")
+
+
+def test_a_deeply_nested_option_json_is_a_one_line_error(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100000 + "]" * 100000)
+    code, out = compile_cli(saved_relu_model(tmp_path / "m.onnx"), "-o", tmp_path / "o.mnlb",
+                            "-O", deep)  # fmt: skip
+    assert code == 2 and "not valid JSON" in out

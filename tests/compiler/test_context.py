@@ -8,9 +8,12 @@ import warnings
 
 import numpy as np
 import pytest
+from graph_harness import mlp_input, small_mlp
+from onnx_harness import relu_model
 
 import mnrt
 from mnrt.compiler import GraphBuilder
+from mnrt.compiler.models import MODELS
 from mnrt.compiler.options import OptionError, resolve
 from mnrt.host.device import open_indices
 
@@ -200,7 +203,7 @@ def test_codegen_debug_env_dumps_the_graph_after_every_phase(ctx, tmp_path):
     assert not list((tmp_path / "cg2").glob("debug_*.txt"))
 
 
-def test_a_registered_value_the_compile_cannot_bind_is_warned_about(ctx):
+def test_a_registered_value_the_compile_cannot_bind_is_an_error(ctx):
     rng = np.random.default_rng(5)
     w = rng.standard_normal((8, 4)).astype(np.float32)
     b = GraphBuilder("fc")
@@ -211,8 +214,16 @@ def test_a_registered_value_the_compile_cannot_bind_is_warned_about(ctx):
         warnings.simplefilter("error")
         bound = ctx.compile(b, x, options={"float_dtype": "float"})  # shares it: no warning
     assert "w" in bound.shared
-    with pytest.warns(UserWarning, match=r"does not bind registered value\(s\) 'w'.*mixed"):
-        ctx.compile(b, x, options={"float_dtype": "mixed"})  # w becomes half: its own copy
+    # w becomes half under mixed: a copy of it would never see updates, so it is an error
+    # (it only warned), naming the value, both dtypes and how to register it.
+    with pytest.raises(
+        mnrt.DTypeError,
+        match=r"'fc' \(float_dtype=mixed\) cannot bind registered value 'w': it is float, "
+        r"the graph's parameter is half; .*dtype='half'",
+    ):
+        ctx.compile(b, x, options={"float_dtype": "mixed"})
+    ctx.register_param("w", w, dtype="half")
+    assert "w" in ctx.compile(b, x, options={"float_dtype": "mixed"}).shared
 
 
 def test_save_binary_leaves_the_inputs_a_call_would_use(ctx, tmp_path):
@@ -241,6 +252,204 @@ def test_a_save_binary_that_fails_to_write_still_leaves_the_inputs(ctx, tmp_path
     with pytest.raises(mnrt.MnrtError, match="no space left"):
         compiled.save_binary(tmp_path / "m.mnlb")
     np.testing.assert_allclose(compiled()["y"].cpu(), numpy_mlp(b, mine), rtol=1e-5, atol=1e-6)
+
+
+X23 = np.ones((2, 3), np.float32)
+
+
+def test_compile_unused_param_at_O0(ctx):
+    b = GraphBuilder("g")
+    x = b.input("x", (2, 3))
+    b.param("w", np.zeros(4, np.float32))  # no kernel reads it: no program slot
+    b.output(b.relu(x), "y")
+    # KeyError 'w' at context.py:229 (self.lowered.bindings[name])
+    f = ctx.compile(b, {"x": X23}, options={"option_json": "O0"})
+    assert f({"x": X23})["y"].cpu().shape == (2, 3)
+
+
+def test_compile_param_as_output(ctx):
+    b = GraphBuilder("g")
+    x = b.input("x", (2, 3))
+    b.output(b.param("w", np.zeros((2, 3), np.float32)), "w_out")
+    b.output(b.relu(x), "y")
+    with pytest.raises(mnrt.InvalidArgumentError, match="'w_out' .* not computed by any node"):
+        ctx.compile(b, {"x": X23})
+
+
+def test_compile_output_that_is_an_input_message(ctx):
+    b = GraphBuilder("g")
+    b.output(b.input("x", (2, 3)))
+    with pytest.raises(mnrt.MnrtError) as e:
+        ctx.compile(b, {"x": X23})
+    # says "create_program takes a non-empty list of mnrt.Kernel, got ()": an API the user
+    # never called
+    assert "create_program" not in str(e.value)
+
+
+@pytest.mark.parametrize("device", [1, 2.5, {"a": 1}])
+def test_context_with_non_mndevice(device):
+    with pytest.raises(mnrt.MnrtError):  # AttributeError: no attribute 'index' (context.py:571)
+        mnrt.Context(device)
+
+
+def test_context_with_device_string_message():
+    with pytest.raises(mnrt.MnrtError) as e:
+        mnrt.Context("mncore2:0")
+    # "no emulated device <built-in method index of str object at 0x...>"
+    assert "built-in method" not in str(e.value)
+
+
+def test_register_param_ragged(ctx):
+    with pytest.raises(mnrt.MnrtError):  # ValueError from np.asarray (context.py:579)
+        ctx.register_param("r", [[1.0], [1.0, 2.0]])
+
+
+def test_register_param_none_name_breaks_later_lookups():
+    with mnrt.Context(mnrt.MNDevice("mncore2:auto")) as c:
+        try:
+            c.register_param(None, np.ones(3, np.float32))  # accepted, buffer 'buffer0'
+        except mnrt.MnrtError:
+            return
+        with pytest.raises(mnrt.MnrtError):  # TypeError in ", ".join (context.py:592)
+            c.get_registered_value_proxy("other")
+
+
+def test_get_registered_value_proxy_unhashable(ctx):
+    with pytest.raises(mnrt.MnrtError):  # TypeError: unhashable type: 'list'
+        ctx.get_registered_value_proxy(["w"])
+
+
+@pytest.mark.parametrize("inputs", [[1, 2], "x", 5])
+def test_call_with_non_mapping(ctx, inputs):
+    b, inp = MODELS["mlp"]()
+    f = ctx.compile(b, inp)
+    with pytest.raises(mnrt.MnrtError):  # TypeError/ValueError from dict(inputs) (context.py:279)
+        f(inputs)
+
+
+def test_load_from_ragged(ctx):
+    b, inp = MODELS["mlp"]()
+    p = ctx.compile(b, inp).allocate_input_proxy("x")
+    with pytest.raises(mnrt.MnrtError):  # ValueError (context.py:107)
+        p.load_from([[1.0], [1.0, 2.0]])
+
+
+def test_save_binary_path_with_nul(ctx, tmp_path):
+    b, inp = MODELS["mlp"]()
+    f = ctx.compile(b, inp)
+    with pytest.raises(mnrt.MnrtError):  # ValueError: embedded null byte (format/files.py:25)
+        f.save_binary(str(tmp_path / "x\x00.mnlb"))
+
+
+@pytest.mark.parametrize("spec", ["mncore2: 1", "mncore2:\u0663", "mncore2:-1", "mncore2:1.0"])
+def test_a_device_index_is_plain_digits(spec):
+    with pytest.raises(mnrt.InvalidArgumentError, match="index must be 'auto' or a number"):
+        mnrt.MNDevice(spec)
+
+
+def test_a_registered_value_of_another_shape_is_said_to_differ_in_shape():
+    b, inputs = MODELS["mlp"]()
+    with mnrt.Context() as own:  # registered values stay with their context
+        own.register_param("fc0.w", np.zeros((3, 3), np.float32))
+        with pytest.warns(UserWarning, match=r"'fc0.w' \(registered \[3, 3\], the model's"):
+            own.compile(b, inputs)
+
+
+BAD_INPUTS = {
+    "a list": ([np.zeros((2, 3), np.float32)], "must be a dict of input name -> array"),
+    "ragged": ({"x": [[1.0, 2.0, 3.0], [4.0]]}, "input 'x' is not an array"),
+    "a string": ({"x": "hello"}, "input 'x' is str of dtype <U5; pass a numeric"),
+    "a non-str name": ({"x": np.zeros((2, 3), np.float32), 0: 1}, "unknown 0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_compile_inputs(ctx, case):
+    inputs, message = BAD_INPUTS[case]
+    with pytest.raises(mnrt.InvalidArgumentError, match=message):
+        ctx.compile(relu_model(), inputs)
+
+
+BAD_OPTIONS = {
+    "not a dict": (["float_dtype"], "options must be a dict"),
+    "fractional integer": ({"sram_budget": 1.7}, "sram_budget=1.7: expected an integer"),
+    "bool for an integer": ({"sram_budget": True}, "sram_budget=True: expected an integer"),
+    "budget beyond the chip": ({"sram_budget": 2**40}, "more than the chip's"),
+    "annealing that never ends": (
+        {"scheduler": "anneal", "sa_expected_run_iters": 10**12},
+        "at most 1000000 annealing steps",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_OPTIONS))
+def test_bad_option_values(ctx, case):
+    options, message = BAD_OPTIONS[case]
+    with pytest.raises(mnrt.InvalidArgumentError, match=message):
+        ctx.compile(relu_model(), {"x": np.zeros((2, 3), np.float32)}, options=options)
+
+
+def test_option_json_args_must_be_a_list(ctx, tmp_path):
+    path = tmp_path / "o.json"
+    path.write_text('{"args": 5}')
+    with pytest.raises(mnrt.InvalidArgumentError, match="args must be a list"):
+        ctx.compile(
+            relu_model(), {"x": np.zeros((2, 3), np.float32)}, options={"option_json": str(path)}
+        )
+
+
+def test_output_paths_that_cannot_be_written(ctx, tmp_path):
+    a_file = tmp_path / "f"
+    a_file.write_text("x")
+    x = {"x": np.zeros((2, 3), np.float32)}
+    with pytest.raises(mnrt.InvalidArgumentError, match="codegen_dir .*cannot create it"):
+        ctx.compile(relu_model(), x, codegen_dir=a_file)
+    with pytest.raises(mnrt.InvalidArgumentError, match="codegen_dir takes a directory path"):
+        ctx.compile(relu_model(), x, codegen_dir=5)
+    with pytest.raises(mnrt.InvalidArgumentError, match="cache directory .*cannot create it"):
+        ctx.compile(relu_model(), x, cache_options=mnrt.CacheOptions(a_file))
+    with pytest.raises(mnrt.InvalidArgumentError, match=r"takes mnrt.CacheOptions\(directory\)"):
+        ctx.compile(relu_model(), x, cache_options=str(tmp_path))
+    with pytest.raises(mnrt.InvalidArgumentError, match="out_onnx .*cannot write it"):
+        ctx.compile(relu_model(), x, options={"out_onnx": str(tmp_path)})
+
+
+def test_a_call_owns_its_inputs_the_caller_may_refill_them_at_once(ctx, monkeypatch):
+    compiled = ctx.compile(small_mlp(np.random.default_rng(0)), {"x": mlp_input()})
+    written = []
+    write = ctx.queue.enqueue_write_buffer
+    monkeypatch.setattr(
+        ctx.queue,
+        "enqueue_write_buffer",
+        lambda buf, data: (written.append(data), write(buf, data)),
+    )
+    x = mlp_input(1)
+    compiled({"x": x})
+    # The write runs on the queue's thread later: it must not read the caller's array.
+    assert len(written) == 1 and not np.shares_memory(written[0], x)
+
+
+def test_save_binary_with_a_double_registered_param_keeps_it(ctx, tmp_path):
+    b = small_mlp(np.random.default_rng(1))
+    shared = ctx.register_param("w0", b.graph.values["w0"].data, dtype="double")
+    compiled = ctx.compile(b, {"x": mlp_input()}, options={"float_dtype": "double"})
+    assert compiled.lowered.bindings["w0"] is shared.buffer
+    compiled.save_binary(tmp_path / "m.mnlb")  # its reference must not free the shared buffer
+    assert shared.buffer.is_allocated
+    assert mnrt.replay(tmp_path / "m.mnlb").passed
+    compiled({"x": mlp_input()})["y"].cpu()
+
+
+def test_goldens_use_the_current_value_of_a_registered_param(ctx, tmp_path):
+    b = small_mlp(np.random.default_rng(2))
+    shared = ctx.register_param("w0", b.graph.values["w0"].data)
+    compiled = ctx.compile(b, {"x": mlp_input()})
+    before = compiled({"x": mlp_input()})["y"].cpu()
+    shared.load_from(2 * b.graph.values["w0"].data)
+    assert not np.allclose(compiled({"x": mlp_input()})["y"].cpu(), before)
+    compiled.save_binary(tmp_path / "m.mnlb")
+    report = mnrt.replay(tmp_path / "m.mnlb")
+    assert report.passed, report.summary()
 
 
 def test_contexts_dropped_without_close_release_their_devices():

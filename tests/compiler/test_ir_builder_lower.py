@@ -89,6 +89,62 @@ def test_a_temporary_is_not_reused_by_the_node_that_frees_it(dev):
     assert low.bindings[t] is not low.bindings[u]
 
 
+def test_builder_output_rename_of_unknown_symbol():
+    b = GraphBuilder("g")
+    b.input("x", (2, 3))
+    with pytest.raises(mnrt.MnrtError):  # KeyError 'nope' (builder.py:94)
+        b.output("nope", "y")
+
+
+def test_builder_output_same_value_under_two_names():
+    b = GraphBuilder("g")
+    y = b.relu(b.input("x", (2, 3)))
+    b.output(y, "y")
+    with pytest.raises(mnrt.MnrtError):  # KeyError 'relu_0': y was renamed away
+        b.output(y, "z")
+
+
+def test_builder_output_of_another_builders_value():
+    b1 = GraphBuilder("a")
+    y1 = b1.relu(b1.input("x", (2, 3)))
+    b2 = GraphBuilder("b")
+    b2.input("x", (2, 3))
+    with pytest.raises(mnrt.MnrtError):  # KeyError
+        b2.output(y1, "y")
+
+
+def test_builder_unhashable_input_name():
+    with pytest.raises(mnrt.MnrtError):  # TypeError: unhashable type: 'list'
+        GraphBuilder("g").input(["x"], (2, 3))
+
+
+def test_builder_list_operand():
+    b = GraphBuilder("g")
+    x = b.input("x", (2, 3))
+    with pytest.raises(mnrt.MnrtError):  # TypeError: unhashable type: 'list'
+        b.relu([x])
+
+
+def test_builder_node_outputs_not_int():
+    b = GraphBuilder("g")
+    x = b.input("x", (2, 3))
+    with pytest.raises(mnrt.MnrtError):  # TypeError (builder.py:66 range over str)
+        b.node("relu", x, outputs="1")
+
+
+def test_builder_reshape_to_a_huge_shape_is_a_shape_error():
+    b = GraphBuilder("g")
+    x = b.input("x", (2, 3))
+    with pytest.raises(mnrt.ShapeError, match="element counts must match"):
+        b.reshape(x, shape=(10**20,))
+
+
+def test_builder_fractional_shapes_are_refused_not_truncated():
+    b = GraphBuilder("g")
+    with pytest.raises(mnrt.ShapeError, match="tuple of ints"):
+        b.input("x", (2.7, 3))
+
+
 def test_a_graph_copy_shares_weights_and_nothing_else():
     g = mlp_graph(np.random.default_rng(0))
     before = g.dump()

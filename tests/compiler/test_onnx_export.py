@@ -104,3 +104,16 @@ def test_without_onnx_codegen_dir_skips_model_onnx_and_out_onnx_says_what_is_mis
         assert not (tmp_path / "cg" / "model.onnx").exists()
         with pytest.raises(mnrt.InvalidArgumentError, match=r"pip install mnrt\[onnx\]"):
             ctx.compile(b, x, options={"out_onnx": str(tmp_path / "m.onnx")})
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_exports_the_form_it_computes(approximate):
+    # The tanh form differs from the erf form by up to 4e-4: exported as erf, it was wrong.
+    b = GraphBuilder("g")
+    b.output(b.gelu(b.input("x", (64,), "float"), approximate=approximate), "y")
+    graph = b.build()
+    x = {"x": np.linspace(-6, 6, 64, dtype=np.float32)}
+    exported = ReferenceEvaluator(to_onnx(graph)).run(None, x)[0]
+    with mnrt.Context() as ctx:
+        device = ctx.compile(b, x, options={"float_dtype": "float"})(x)["y"].cpu()
+    np.testing.assert_allclose(exported, device, rtol=1e-6, atol=1e-6)

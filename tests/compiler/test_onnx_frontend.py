@@ -7,6 +7,10 @@ import os
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
+from onnx_harness import initializer, int64s, one_node_model, onnx_model, relu_model, value_info
+
+from mnrt.runner.cli import cli
 
 onnx = pytest.importorskip("onnx")
 
@@ -15,7 +19,11 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import mnrt  # noqa: E402
 from mnrt.compiler import lower  # noqa: E402
-from mnrt.compiler.onnx_frontend import UnsupportedModelError, from_onnx  # noqa: E402
+from mnrt.compiler.onnx_frontend import (  # noqa: E402
+    InvalidModelError,
+    UnsupportedModelError,
+    from_onnx,
+)
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
@@ -364,3 +372,345 @@ def test_onnx_backend_pytorch_cases(dev):
     for line in unsupported:
         print("  unsupported:", line.splitlines()[0])
     assert not failures, f"{len(failures)} supported case(s) failed:\n" + "\n".join(failures)
+
+
+STRUCTURE = {
+    "undefined value": (
+        [helper.make_node("Add", ["x", "nope"], ["y"], name="n")],
+        [value_info("y", None)],
+        r"n \(Add\) reads 'nope', which no graph input",
+    ),
+    "cycle": (
+        [
+            helper.make_node("Add", ["x", "b"], ["a"], name="n"),
+            helper.make_node("Relu", ["a"], ["b"]),
+        ],
+        [value_info("a", None)],
+        "topological order, without cycles",
+    ),
+    "value defined twice": (
+        [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["y"], name="n")],
+        [value_info("y", None)],
+        r"n \(Neg\) defines 'y' again",
+    ),
+    "output listed twice": (
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [value_info("y", None), value_info("y", None)],
+        "graph output 'y' is listed twice",
+    ),
+    "output never defined": (
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [value_info("z", None)],
+        "graph output 'z' is not defined",
+    ),
+    "no outputs": ([helper.make_node("Relu", ["x"], ["y"])], [], "declares no graph outputs"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STRUCTURE))
+def test_malformed_graph_structure_is_named(case):
+    nodes, outputs, message = STRUCTURE[case]
+    with pytest.raises(InvalidModelError, match=message):
+        from_onnx(onnx_model(nodes, [value_info("x", [2])], outputs))
+
+
+def test_two_outputs_of_one_value_both_compile(ctx):
+    """Identity makes two ONNX names of one value; both are outputs."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Identity", ["a"], ["b"])]
+    model = onnx_model(nodes, [value_info("x", [3])], [value_info("a", [3]), value_info("b", [3])])
+    x = np.array([-1, 0, 2], np.float32)
+    out = ctx.compile(model, {"x": x})({"x": x})
+    np.testing.assert_array_equal(out["a"].cpu(), [0, 0, 2])
+    np.testing.assert_array_equal(out["b"].cpu(), [0, 0, 2])
+
+
+def _conv3d():
+    w = np.ones((2, 2, 3, 3, 3), np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="n")
+    return one_node_model(node, [initializer("w", w)], shape=(1, 2, 2, 4, 4))
+
+
+INVALID = {
+    "required attribute missing": (
+        lambda: one_node_model(helper.make_node("Concat", ["x", "x"], ["y"], name="n")),
+        r"n \(Concat\): Required attribute 'axis' is missing",
+    ),
+    "attribute of the wrong type": (
+        lambda: one_node_model(helper.make_node("Softmax", ["x"], ["y"], name="n", axis=1.5)),
+        r"n \(Softmax\): Mismatched attribute type",
+    ),
+    "too few inputs": (
+        lambda: one_node_model(helper.make_node("Add", ["x"], ["y"], name="n")),
+        r"n \(Add\): .*input size 1 not in range",
+    ),
+    "axis out of range (old softmax)": (
+        lambda: one_node_model(
+            helper.make_node("Softmax", ["x"], ["y"], name="n", axis=5), opset=11
+        ),
+        r"n \(Softmax\): axis 5 is out of range for rank 3",
+    ),
+    "flatten axis out of range": (
+        lambda: one_node_model(helper.make_node("Flatten", ["x"], ["y"], name="n", axis=9)),
+        r"n \(Flatten\): axis 9 is out of range",
+    ),
+    "reshape with two -1": (
+        lambda: one_node_model(
+            helper.make_node("Reshape", ["x", "s"], ["y"], name="n"),
+            [initializer("s", int64s(-1, -1))],
+        ),
+        "more than one -1",
+    ),
+    "reshape 0 past the input rank": (
+        lambda: one_node_model(
+            helper.make_node("Reshape", ["x", "s"], ["y"], name="n"),
+            [initializer("s", int64s(1, 1, 1, 0, 24))],
+        ),
+        "has only 3 dimensions",
+    ),
+    "split sizes not summing": (
+        lambda: onnx_model(
+            [helper.make_node("Split", ["x", "s"], ["a", "b"], name="n", axis=1)],
+            [value_info("x", [2, 3])],
+            [value_info("a", None), value_info("b", None)],
+            [initializer("s", int64s(1, 1))],
+        ),
+        r"n \(Split\): split sizes \[1, 1\] .* add up to 3",
+    ),
+    "split into zero outputs": (
+        lambda: onnx_model(
+            [helper.make_node("Split", ["x"], ["a"], name="n", axis=0, num_outputs=0)],
+            [value_info("x", [2])],
+            [value_info("a", None)],
+            opset=18,
+        ),
+        "num_outputs=0",
+    ),
+    "squeeze of a wide axis": (
+        lambda: one_node_model(
+            helper.make_node("Squeeze", ["x", "a"], ["y"], name="n"), [initializer("a", int64s(1))]
+        ),
+        "removes only axes of size 1",
+    ),
+    "unsqueeze naming an axis twice": (
+        lambda: one_node_model(
+            helper.make_node("Unsqueeze", ["x", "a"], ["y"], name="n"),
+            [initializer("a", int64s(0, 0))],
+        ),
+        "name an axis twice",
+    ),
+    "pads of the wrong length": (
+        lambda: one_node_model(
+            helper.make_node("Pad", ["x", "p"], ["y"], name="n"), [initializer("p", int64s(0, 1))]
+        ),
+        r"pads \[0, 1\] has 2 values; padding 3 axes needs 6",
+    ),
+    "pool kernel of the wrong length": (
+        lambda: one_node_model(
+            helper.make_node("MaxPool", ["x"], ["y"], name="n", kernel_shape=[2]),
+            shape=(1, 2, 4, 4),
+        ),
+        r"kernel_shape \[2\] has 1 values",
+    ),
+    "conv pads of the wrong length": (
+        lambda: one_node_model(
+            helper.make_node("Conv", ["x", "w"], ["y"], name="n", pads=[1]),
+            [initializer("w", np.ones((4, 3, 3, 3), np.float32))],
+            shape=(1, 3, 8, 8),
+        ),
+        r"pads \[1\] has 1 values",
+    ),
+    "conv3d kernel deeper than the input": (_conv3d, "does not fit the padded input depth 2"),
+    "expand to a shape it does not broadcast to": (
+        lambda: one_node_model(
+            helper.make_node("Expand", ["x", "s"], ["y"], name="n"),
+            [initializer("s", int64s(5, 3, 4))],
+        ),
+        r"\(2, 3, 4\) does not broadcast to \(5, 3, 4\)",
+    ),
+    "constant gather index out of range": (
+        lambda: one_node_model(
+            helper.make_node("Gather", ["x", "i"], ["y"], name="n", axis=1),
+            [initializer("i", int64s(0, 7))],
+        ),
+        r"indices \[7\] are out of range for axis 1 of size 3",
+    ),
+    "conv transpose group not dividing the channels": (
+        lambda: one_node_model(
+            helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="n", group=3),
+            [initializer("w", np.ones((2, 2, 3, 3), np.float32))],
+            shape=(1, 2, 4, 4),
+        ),
+        "group=3 dividing C",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVALID))
+def test_invalid_node_is_named_with_its_op(case):
+    build, message = INVALID[case]
+    with pytest.raises(InvalidModelError, match=message) as info:
+        from_onnx(build())
+    assert "invalid node(s)" in str(info.value)
+
+
+def test_invalid_and_unsupported_nodes_are_listed_together():
+    nodes = [
+        helper.make_node("Foo", ["x"], ["a"], name="foo"),
+        helper.make_node("Concat", ["x", "x"], ["b"], name="cat"),
+        helper.make_node("Hardmax", ["x"], ["c"], name="hm"),
+    ]
+    model = onnx_model(
+        nodes,
+        [value_info("x", [2])],
+        [value_info("a", None), value_info("b", None), value_info("c", None)],
+    )
+    with pytest.raises(InvalidModelError) as info:
+        from_onnx(model)
+    msg = str(info.value)
+    assert "1 invalid and 2 unsupported node(s)" in msg
+    assert "cat (Concat)" in msg and "foo (Foo)" in msg and "hm (Hardmax)" in msg
+
+
+def test_a_subgraph_reading_an_outer_value_is_not_called_invalid():
+    """ONNX's node checker cannot see outer scopes: nodes with subgraphs are not given to it."""
+    then = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["t"])], "then", [], [value_info("t", [2])]
+    )
+    node = helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=then)
+    model = onnx_model(
+        [node], [value_info("x", [2])], [value_info("y", None)], [initializer("c", np.array(True))]
+    )
+    with pytest.raises(UnsupportedModelError, match=r"if \(If\): op If is not supported"):
+        from_onnx(model)
+
+
+def test_a_non_tensor_input_is_listed_once():
+    x = helper.make_tensor_sequence_value_info("x", TensorProto.FLOAT, [2])
+    model = onnx_model([helper.make_node("Relu", ["x"], ["y"])], [x], [value_info("y", None)])
+    with pytest.raises(UnsupportedModelError, match="1 unsupported") as info:
+        from_onnx(model)
+    assert "input 'x' is a sequence_type, not a tensor" in str(info.value)
+
+
+def test_an_opset_newer_than_onnx_knows_is_refused():
+    model = one_node_model(
+        helper.make_node("Relu", ["x"], ["y"]), opset=onnx.defs.onnx_opset_version() + 2
+    )
+    with pytest.raises(InvalidModelError, match="export the model with an opset"):
+        from_onnx(model)
+
+
+def test_a_huge_constant_is_refused_before_it_is_allocated():
+    nodes = [
+        helper.make_node("ConstantOfShape", ["s"], ["c"], name="big"),
+        helper.make_node("Add", ["x", "c"], ["y"]),
+    ]
+    model = onnx_model(
+        nodes,
+        [value_info("x", [1, 1])],
+        [value_info("y", None)],
+        [initializer("s", int64s(2**20, 2**20))],
+    )
+    with pytest.raises(InvalidModelError, match=r"big \(ConstantOfShape\).*more than the device"):
+        from_onnx(model)
+
+
+def test_an_int64_constant_beyond_int32_is_not_wrapped():
+    node = helper.make_node("Add", ["x", "w"], ["y"], name="n")
+    model = onnx_model(
+        [node],
+        [value_info("x", [2], TensorProto.INT64)],
+        [value_info("y", None)],
+        [initializer("w", int64s(2**40, 1))],
+    )
+    with pytest.raises(UnsupportedModelError, match="n \\(Add\\): .*outside int32"):
+        from_onnx(model)
+
+
+def _external(tmp_path, location):
+    model = onnx_model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [value_info("x", [2, 3])],
+        [value_info("y", None)],
+        [initializer("w", np.ones((3, 4), np.float32))],
+    )
+    w = model.graph.initializer[0]
+    onnx.external_data_helper.set_external_data(w, location=location)
+    w.ClearField("raw_data")
+    w.data_location = TensorProto.EXTERNAL
+    return model.SerializeToString()
+
+
+BAD_FILES = {
+    "garbage": (lambda p: b"this is not a protobuf at all", "not a readable ONNX model"),
+    "empty": (lambda p: b"", "is empty, not an ONNX model"),
+    "truncated": (lambda p: relu_model().SerializeToString()[:20], "not a readable ONNX model"),
+    "missing external data": (lambda p: _external(p, "gone.bin"), "gone.bin"),
+    "external data outside": (lambda p: _external(p, "../../x.bin"), "outside the directory"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_an_unreadable_model_file_is_an_error(tmp_path, ctx, case):
+    content, message = BAD_FILES[case]
+    path = tmp_path / "m.onnx"
+    path.write_bytes(content(tmp_path))
+    with pytest.raises(InvalidModelError, match=message):
+        ctx.compile(str(path), {"x": np.zeros((2, 3), np.float32)})
+    r = CliRunner().invoke(cli, ["compile", str(path), "-o", str(tmp_path / "o.mnlb")])
+    assert r.exit_code == 2 and r.output.startswith("mnrt: error: "), r.output
+    assert len(r.output.splitlines()) == 1
+
+
+def test_bad_initializers_are_named():
+    short = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[3, 4], raw_data=b"\0" * 8)
+    model = onnx_model(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        [value_info("x", [3, 4])],
+        [value_info("y", None)],
+        [short],
+    )
+    with pytest.raises(InvalidModelError, match=r"initializer 'w' \(dims \[3, 4\]\)"):
+        from_onnx(model)
+    negative = TensorProto(
+        name="w", data_type=TensorProto.FLOAT, dims=[-1, 3], float_data=[1, 2, 3]
+    )
+    model.graph.initializer[0].CopyFrom(negative)
+    with pytest.raises(InvalidModelError, match="initializer 'w' has negative dims"):
+        from_onnx(model)
+
+
+def test_int64_input_data_beyond_int32_is_not_wrapped(ctx):
+    node = helper.make_node("Gather", ["w", "i"], ["y"])
+    model = onnx_model(
+        [node],
+        [value_info("i", [2], TensorProto.INT64)],
+        [value_info("y", None)],
+        [initializer("w", np.ones((4, 3), np.float32))],
+    )
+    i = int64s(2**32 + 1, 0)  # would run as index 1
+    with pytest.raises(mnrt.InvalidArgumentError, match="does not fit the device's int32"):
+        ctx.compile(model, {"i": int64s(0, 1)})({"i": i})
+
+
+def test_a_pad_axis_out_of_range_is_an_invalid_model():
+    inits = [numpy_helper.from_array(np.array([1, 1], np.int64), "p"),
+             numpy_helper.from_array(np.array([17], np.int64), "ax")]  # fmt: skip
+    m = onnx_model(
+        [helper.make_node("Pad", ["x", "p", "", "ax"], ["y"])],
+        [value_info("x", [2, 3])],
+        [value_info("y", None)],
+        inits,
+        opset=18,
+    )
+    with mnrt.Context() as ctx, pytest.raises(InvalidModelError, match="Pad axis 17"):
+        ctx.compile(m, {"x": np.zeros((2, 3), np.float32)})
+
+
+def test_concat_at_opset_1_defaults_its_axis_to_1():
+    m = onnx_model([helper.make_node("Concat", ["x", "x"], ["y"])], [value_info("x", [2, 3])],
+              [value_info("y", None)], opset=1)  # fmt: skip
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with mnrt.Context() as ctx:
+        got = ctx.compile(m, {"x": x})({"x": x})["y"].cpu()
+    np.testing.assert_array_equal(got, np.concatenate([x, x], axis=1))

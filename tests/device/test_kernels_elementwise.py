@@ -464,3 +464,34 @@ def test_relu_keeps_nan_and_the_sign_of_zero():
     np.testing.assert_array_equal(
         run("relu", operand(x)).view(np.uint32), np.maximum(x, 0).view(np.uint32)
     )
+
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _c_div(a: int, b: int) -> int:
+    """C division on Python's unbounded ints (truncating, x/0 = 0), wrapped to int32."""
+    q = 0 if b == 0 else abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+    q &= 0xFFFFFFFF
+    return q - (1 << 32) if q > INT32_MAX else q
+
+
+def test_int32_div_of_the_minimum_truncates_toward_zero():
+    a = np.full(6, INT32_MIN, np.int32)
+    b = np.array([3, INT32_MAX, 2, -2, -1, 0], np.int32)
+    y = run("div", operand(a), operand(b))
+    # |minimum| does not exist in int32: the quotient must not be worked from it there.
+    assert y.tolist() == [_c_div(INT32_MIN, int(v)) for v in b]
+    assert y.tolist() == [-715827882, -1, -(2**30), 2**30, INT32_MIN, 0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    a=st.lists(
+        st.sampled_from([INT32_MIN, INT32_MIN + 1, -7, 0, 7, INT32_MAX]), min_size=1, max_size=8
+    ),
+    b=st.integers(INT32_MIN, INT32_MAX),
+)
+def test_int32_div_matches_c_division_at_the_extremes(a, b):
+    y = run("div", operand(np.array(a, np.int32)), operand(np.array([b], np.int32)))
+    assert y.tolist() == [_c_div(v, b) for v in a]

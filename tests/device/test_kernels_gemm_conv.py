@@ -351,3 +351,52 @@ def test_conv2d_cost_is_matrix_work():
     cost = kdef.cost(ins, [spec(out.shape)], attrs)
     assert cost.matrix and cost.flops == 2 * 64 * 56 * 56 * 64 * 9
     assert cost.dram_bytes == 4 * (64 * 56 * 56 * 2 + 64 * 64 * 9)
+
+
+def _int_gemm_operands():
+    a = np.array([[1, -2], [3, 4]], np.int32)
+    b = np.array([[5, 6], [-7, 8]], np.int32)
+    c = np.array([1, -1], np.int32)
+    return a, b, c
+
+
+def test_int32_gemm_whole_scales_compute_exactly():
+    a, b, c = _int_gemm_operands()
+    y = run("gemm", operand(a), operand(b), operand(c), alpha=2.0, beta=-3.0)
+    want = 2 * (a.astype(np.int64) @ b) - 3 * c
+    assert y.dtype == np.int32
+    assert y.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize(
+    ("attrs", "with_c"),
+    [
+        ({"alpha": 0.5}, False),  # was multiplied by int32(0.5) == 0: every result 0
+        ({"alpha": 2.0**31}, False),  # was an OverflowError while the kernel ran
+        ({"beta": 0.5}, True),  # was beta 0: c silently dropped
+    ],
+)
+def test_int32_gemm_refuses_scales_it_cannot_apply(attrs, with_c):
+    specs = [spec((2, 2), "int32"), spec((2, 2), "int32")] + [spec((2,), "int32")] * with_c
+    with pytest.raises(KernelAttributeError, match="whole number"):
+        infer("gemm", *specs, **attrs)
+
+
+def test_int32_gemm_without_c_ignores_beta():
+    a, b, _ = _int_gemm_operands()
+    y = run("gemm", operand(a), operand(b), beta=0.5)
+    assert y.tolist() == (a @ b).tolist()
+
+
+@pytest.mark.parametrize("epilogue", ["gelu", "sigmoid", "tanh", "silu"])
+def test_int32_gemm_refuses_float_epilogues(epilogue):
+    # They gave 0 everywhere (gelu, sigmoid, silu) or failed while running (tanh); the unary
+    # kernels refuse int32 for these activations too.
+    with pytest.raises(KernelAttributeError, match="floating-point"):
+        infer("gemm", spec((2, 2), "int32"), spec((2, 2), "int32"), epilogue=epilogue)
+
+
+def test_int32_gemm_relu_epilogue():
+    a, b, _ = _int_gemm_operands()
+    y = run("gemm", operand(a), operand(b), epilogue="relu")
+    assert y.tolist() == np.maximum(a @ b, 0).tolist()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import threading
 import weakref
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 import mnrt
-from mnrt.device.memory import Fill
+from mnrt.device.memory import DeviceMemory, Fill
 from mnrt.host.device import open_indices
 
 
@@ -251,6 +252,137 @@ def test_a_forked_child_gets_an_error_from_the_parents_devices_and_opens_its_own
         assert q.enqueue_read_buffer(buf).tolist() == [0.0, 1.0, 2.0, 3.0]  # parent unaffected
     finally:
         dev.close()
+
+
+@pytest.mark.parametrize("spec", [5, None, [1], 1.5, (1, 2)])
+def test_dtype_numpy_cannot_read_is_refused_not_taken_as_double(dev, spec):
+    with pytest.raises(mnrt.DTypeError, match="unknown dtype"):
+        dev.create_buffer((2,), spec)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"pattern": "0xff"}, {"seed": 1.5}, {"pattern": True}, {"zero": "no"}]
+)
+def test_clear_arguments_of_the_wrong_type(dev, kwargs):
+    with pytest.raises(mnrt.InvalidArgumentError, match="clear"):
+        dev.clear(**kwargs)
+
+
+def test_objects_of_a_closed_or_other_device(dev):
+    buf = dev.create_buffer((4,), "float", name="old")
+    prog = dev.create_program([mnrt.Kernel("relu", ["x"], ["y"])], name="relu")
+    index = dev.index
+    dev.close()
+    with mnrt.open_device(index) as again, mnrt.open_device("auto") as other:
+        q = again.command_queue(0)
+        with pytest.raises(mnrt.UseAfterFreeError, match=f"'old' was freed when device {index}"):
+            q.enqueue_read_buffer(buf)
+        fresh = {"x": again.create_buffer((4,), "float"), "y": again.create_buffer((4,), "float")}
+        with pytest.raises(mnrt.UseAfterFreeError, match="program 'relu' was freed"):
+            q.enqueue_program(prog, fresh)
+        theirs = other.create_program([mnrt.Kernel("relu", ["x"], ["y"])])
+        with pytest.raises(mnrt.DeviceMismatchError, match="create it on the device"):
+            q.enqueue_program(theirs, fresh)
+
+
+HANG_S = 10  # a hang guard, not a timing
+
+
+@pytest.fixture
+def garbage(monkeypatch):
+    """Fresh device memory holds 0xa5 bytes until filled: what np.empty may hand out (it
+    reuses freed host memory), made the same on every run."""
+    allocate = DeviceMemory.allocate
+
+    def dirty(self, nbytes, what="buffer", filled=True):
+        address, data = allocate(self, nbytes, what, filled)
+        if not filled:
+            data.fill(0xA5)
+        return address, data
+
+    monkeypatch.setattr(DeviceMemory, "allocate", dirty)
+
+
+def test_what_a_failed_program_never_wrote_still_holds_the_fill(dev, q, garbage):
+    x = dev.create_buffer((4,), "float", name="x")
+    idx = dev.create_buffer((1,), "int32", name="idx")
+    a, out, b = (dev.create_buffer(s, "float", name=n) for n, s in (("a", 4), ("out", 1), ("b", 1)))
+    prog = dev.create_program(
+        [
+            mnrt.Kernel("neg", ["x"], ["a"]),
+            mnrt.Kernel("gather", ["x", "idx"], ["out"]),  # index 9 of 4: fails
+            mnrt.Kernel("neg", ["out"], ["b"]),  # never runs
+        ]
+    )
+    q.enqueue_write_buffer(x, np.arange(1, 5, dtype=np.float32))
+    q.enqueue_write_buffer(idx, np.array([9], np.int32))
+    q.enqueue_program(prog, {"x": x, "idx": idx, "a": a, "out": out, "b": b})
+    with pytest.raises(mnrt.DeviceExecutionError, match="gather"):
+        q.finish()
+    np.testing.assert_array_equal(q.enqueue_read_buffer(a), -np.arange(1, 5))  # it ran
+    np.testing.assert_array_equal(q.enqueue_read_buffer(out), [0.0])
+    np.testing.assert_array_equal(q.enqueue_read_buffer(b), [0.0])
+
+
+def test_two_queues_reading_a_fresh_buffer_at_once_both_read_the_fill(dev, garbage, monkeypatch):
+    x = dev.create_buffer((8,), "float")
+    inside, release = threading.Event(), threading.Event()
+    calls = itertools.count()
+    apply = Fill.apply
+
+    def slow_apply(self, dest, address):
+        if next(calls) == 0:  # the first fill is still going in (a large one takes a while)
+            inside.set()
+            release.wait(HANG_S)
+        apply(self, dest, address)
+
+    monkeypatch.setattr(Fill, "apply", slow_apply)
+    first: list[np.ndarray] = []
+    q0, q1 = dev.command_queue(0), dev.command_queue(1)
+    reader = threading.Thread(target=lambda: first.append(q0.enqueue_read_buffer(x)))
+    reader.start()
+    try:
+        assert inside.wait(HANG_S)
+        second = q1.enqueue_read_buffer(x)  # while q0's fill is going in
+    finally:
+        release.set()
+        reader.join(HANG_S)
+    np.testing.assert_array_equal(second, np.zeros(8))
+    np.testing.assert_array_equal(first[0], np.zeros(8))
+
+
+def test_a_fill_cut_short_by_an_interrupt_is_put_in_again(dev, q, garbage, monkeypatch):
+    monkeypatch.setattr(q, "_work", lambda: None)  # the host thread runs every command
+    x = dev.create_buffer((8,), "float")
+    apply = Fill.apply
+    calls = itertools.count()
+
+    def interrupted_apply(self, dest, address):
+        if next(calls) == 0:
+            raise KeyboardInterrupt  # Ctrl-C before the fill went in
+        apply(self, dest, address)
+
+    monkeypatch.setattr(Fill, "apply", interrupted_apply)
+    with pytest.raises(KeyboardInterrupt):
+        q.enqueue_read_buffer(x)
+    with pytest.raises(mnrt.DeviceExecutionError, match="KeyboardInterrupt"):
+        q.finish()
+    np.testing.assert_array_equal(q.enqueue_read_buffer(x), np.zeros(8))
+
+
+def test_a_buffer_created_while_another_thread_clears_reads_as_a_fill(dev, q, garbage, monkeypatch):
+    memory = dev._backend.memory
+    clear = memory.clear
+    made: list[mnrt.Buffer] = []
+
+    def clear_then_create(fill):
+        clear(fill)
+        # Another thread's create_buffer, landing just after the live buffers were filled.
+        made.append(dev.create_buffer((8,), "uint8"))
+
+    monkeypatch.setattr(memory, "clear", clear_then_create)
+    dev.clear(pattern=0x5A)
+    np.testing.assert_array_equal(q.enqueue_read_buffer(made[0]), np.full(8, 0x5A))
 
 
 def _open_use_and_drop(index: int | str) -> weakref.ref:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections import deque
 
 import numpy as np
 import pytest
@@ -438,3 +440,144 @@ def test_half_inputs_changed_between_runs_are_read_again(dev, q):
     q.enqueue_program(double, {"a": a})
     q.enqueue_program(mm, {"a": a, "eye": eye, "y": y})
     np.testing.assert_array_equal(q.enqueue_read_buffer(y), 2 * (first + 1))
+
+
+HANG_S = 10  # a hang guard, not a timing
+
+
+def _in_thread(fn) -> list:
+    """Run fn() on a thread; return [result or exception]. Fails the test if it hangs."""
+    out: list = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except BaseException as e:
+            out.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(HANG_S)
+    assert not t.is_alive(), "the call hung"
+    return out
+
+
+def test_command_queue_history_and_numpy_indices(dev):
+    with pytest.raises(mnrt.InvalidArgumentError, match="history"):
+        dev.command_queue(1, history="many")
+    with pytest.raises(mnrt.InvalidArgumentError, match="history"):
+        dev.command_queue(2, history=-1)
+    assert dev.command_queue(np.int64(3)).index == 3
+    with mnrt.open_device(np.int64(5)) as other:
+        assert other.index == 5
+
+
+def test_kernel_and_program_arguments(dev):
+    with pytest.raises(mnrt.InvalidArgumentError, match="inputs must be a list"):
+        mnrt.Kernel("relu", 3, ["y"])
+    with pytest.raises(mnrt.KernelAttributeError, match="attrs must be a dict"):
+        mnrt.Kernel("relu", ["x"], ["y"], attrs=[("onchip", ())])
+    with pytest.raises(mnrt.InvalidArgumentError, match="non-empty list"):
+        dev.create_program(3)
+    with pytest.raises(mnrt.InvalidArgumentError, match="program name"):
+        dev.create_program([mnrt.Kernel("relu", ["x"], ["y"])], name=5)
+    # A generator is taken whole, not consumed by the checks into an empty program.
+    prog = dev.create_program(mnrt.Kernel("relu", ["x"], [s]) for s in ["y"])
+    assert len(prog.kernels) == 1 and prog.slots == ("x", "y")
+
+
+def test_a_call_racing_close_is_refused_not_left_waiting(dev, q):
+    buf = dev.create_buffer((4,), "float")
+    q.enqueue_write_buffer(buf, np.ones(4, np.float32), blocking=True)
+    # What close() does first, as another thread's blocking call may see it: the queue has
+    # stopped but the device is not marked closed yet.
+    q._stop()
+    (err,) = _in_thread(lambda: q.enqueue_read_buffer(buf))
+    assert isinstance(err, mnrt.DeviceClosedError)
+    (err,) = _in_thread(lambda: q.enqueue_write_buffer(buf, np.ones(4, np.float32)))
+    assert isinstance(err, mnrt.DeviceClosedError)
+    assert not q._pending  # nothing was queued on the stopped queue
+    assert _in_thread(dev.close) == [None]
+
+
+def test_close_from_another_thread_never_strands_a_blocking_caller():
+    for _ in range(20):
+        dev = mnrt.open_device("auto")
+        q = dev.command_queue(0)
+        buf = dev.create_buffer((16,), "float")
+        started, ended = threading.Event(), []
+
+        def spin(q=q, buf=buf, started=started, ended=ended) -> None:
+            started.set()
+            try:
+                while True:
+                    q.enqueue_read_buffer(buf)
+            except mnrt.MnrtError as e:
+                ended.append(e)
+
+        t = threading.Thread(target=spin, daemon=True)
+        t.start()
+        started.wait(HANG_S)
+        dev.close()
+        t.join(HANG_S)
+        assert not t.is_alive(), "a blocking read was left waiting after close()"
+        assert isinstance(ended[0], mnrt.DeviceClosedError)
+
+
+class _Note(Command):
+    """A command that notes its name in `ran` when it runs."""
+
+    def __init__(self, ran: list[str], name: str) -> None:
+        super().__init__()
+        self.ran, self.name = ran, name
+
+    def run(self, backend):
+        self.ran.append(self.name)
+        return Modelled(0.0, 0.0)
+
+
+class _InterruptedAfterTaking(deque):
+    """Pending commands whose next taking off is followed by Ctrl-C: CPython raises a
+    KeyboardInterrupt that arrived meanwhile as a call (popleft) returns."""
+
+    def popleft(self):
+        super().popleft()
+        self.popleft = super().popleft  # once
+        raise KeyboardInterrupt
+
+
+def test_an_interrupt_as_the_host_takes_a_command_neither_loses_nor_repeats_it(dev, q, monkeypatch):
+    monkeypatch.setattr(q, "_work", lambda: None)  # the host thread runs every command
+    ran: list[str] = []
+    for name in ("a", "b", "c"):
+        q._submit(_Note(ran, name), blocking=False)
+    q._pending = _InterruptedAfterTaking(q._pending)
+    with contextlib.suppress(KeyboardInterrupt):
+        q.finish()
+    with contextlib.suppress(mnrt.DeviceExecutionError):
+        q.finish()  # one reported as failed must not have run
+    done = [c.name for c in q.history if c.status == "done"]
+    assert ran == done
+    assert [c.name for c in q.history] == ["a", "b", "c"]  # each ran or failed, once
+
+
+class _InterruptedAfterPutting(deque):
+    """Pending commands whose next putting on is followed by Ctrl-C, raised as the append
+    returns."""
+
+    def append(self, cmd):
+        super().append(cmd)
+        self.append = super().append  # once
+        raise KeyboardInterrupt
+
+
+def test_a_command_put_on_as_ctrl_c_lands_is_waited_for(dev, q, monkeypatch):
+    monkeypatch.setattr(q, "_work", lambda: None)  # the host thread runs every command
+    x = dev.create_buffer((4,), "float")
+    data = np.arange(4, dtype=np.float32) + 0.5
+    q._pending = _InterruptedAfterPutting(q._pending)
+    with contextlib.suppress(KeyboardInterrupt):
+        q.enqueue_write_buffer(x, data)  # queued, though the call was interrupted
+    out = q.enqueue_read_buffer(x)  # waits for the write, and for itself
+    assert [c.kind for c in q.history] == ["write_buffer", "read_buffer"]
+    np.testing.assert_array_equal(out, data)

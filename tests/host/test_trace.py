@@ -82,3 +82,22 @@ def test_replay_after_a_buffer_was_freed_is_an_error(dev, q, counter):
     step.deallocate()
     with pytest.raises(mnrt.UseAfterFreeError, match="'step'"):
         q.replay_trace(tid)
+
+
+def test_trace_ids_that_cannot_be_ids(dev, q, counter):
+    with pytest.raises(mnrt.TraceError, match="trace id"):
+        q.replay_trace([1])
+    with pytest.raises(mnrt.TraceError, match="trace id"):
+        dev.release_trace({"id": 1})
+    a, b, inc = counter
+    tid = q.begin_trace_capture()
+    q.enqueue_program(inc, {"acc": a, "step": b})
+    q.end_trace_capture(tid)
+    mnrt.begin_capture()
+    with pytest.raises(mnrt.TraceError, match="trace id"):
+        q.replay_trace([1])
+    q.replay_trace(np.int64(tid))  # a trace of before the capture, named by a numpy int
+    live = q.enqueue_read_buffer(a)
+    binary = mnrt.end_capture()
+    dev.close()
+    assert list(live) == [1, 1, 1, 1] and mnrt.replay(binary, rtol=0, atol=0).passed

@@ -1,12 +1,11 @@
-"""Helpers to make light binaries, valid and hostile, for replay and verifier tests."""
+"""Helpers to make light binaries hostile, for replay and verifier tests (the valid one they
+start from, `small_binary`, is a fixture of tests/conftest.py)."""
 
 from __future__ import annotations
 
 import json
 
 import flatbuffers
-import numpy as np
-import pytest
 
 import mnrt
 from mnrt.format import jsonio
@@ -15,21 +14,6 @@ from mnrt.format.binary import IDENTIFIER
 from mnrt.format.fb import LightBinary as lb
 from mnrt.format.fb.Version import CreateVersion
 from mnrt.format.pack import pack_commands
-
-
-@pytest.fixture
-def small_binary():
-    """A short valid capture: one program, one write, one read with a golden."""
-    with mnrt.open_device(0) as dev:
-        q = dev.command_queue(0)
-        mnrt.begin_capture()
-        a = dev.create_buffer((2, 3), "float", name="a")
-        y = dev.create_buffer((2, 3), "float", name="y")
-        prog = dev.create_program([mnrt.Kernel("exp", ["a"], ["y"])], name="e")
-        q.enqueue_write_buffer(a, np.arange(6, dtype=np.float32).reshape(2, 3) / 10)
-        q.enqueue_program(prog, {"a": a, "y": y})
-        q.enqueue_read_buffer(y)
-        return mnrt.end_capture()
 
 
 def edited(binary: mnrt.LightBinary, edit) -> mnrt.LightBinary:

@@ -5,18 +5,31 @@ from __future__ import annotations
 
 import base64
 import importlib
+import re
+import struct
 import time
 from pathlib import Path
 
+import flatbuffers
 import numpy as np
 import pytest
+import xxhash
+import zstandard
+from cli_harness import assert_one_line_error, invoke_cli
 from click.testing import CliRunner
 from conftest import edited, raw_binary
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mnrt
+from mnrt.format import LightBinary
 from mnrt.format import schema_info as si
+from mnrt.format.blobs import ZSTD, BlobInfo
+from mnrt.format.fb import Command, CreateProgram, KernelDesc, ProgramDesc
+from mnrt.format.fb import LightBinary as lb
+from mnrt.format.fb.CommandUnion import CommandUnion
+from mnrt.format.fb.Version import CreateVersion
+from mnrt.replay.plan import validate
 from mnrt.runner.cli import cli
 
 SAMPLE = "samples/traced_loop.mnlb"
@@ -219,3 +232,251 @@ def test_buffers_larger_than_the_host_memory_are_refused_before_running(
     small_binary.save(path)
     r = CliRunner().invoke(cli, ["run", str(path)])
     assert r.exit_code == 3 and r.output.count("\n") == 1
+
+
+# Ids in the small_binary fixture: device 1, buffers a=2 and y=3, program 4, queue 5.
+DEV, A, Y, PROG, Q = 1, 2, 3, 4, 5
+
+
+def shared_program(kernels: int, inputs: int, length: int) -> bytes:
+    """One CreateProgram whose kernels are `kernels` references to one kernel whose inputs
+    are `inputs` references to one `length`-byte string: each reference decodes again."""
+    b = flatbuffers.Builder(1024)
+    name = b.CreateString("x" * length)
+    op = b.CreateString("concat")
+    KernelDesc.StartInputsVector(b, inputs)
+    for _ in range(inputs):
+        b.PrependUOffsetTRelative(name)
+    names = b.EndVector()
+    KernelDesc.Start(b)
+    KernelDesc.AddOp(b, op)
+    KernelDesc.AddInputs(b, names)
+    kernel = KernelDesc.End(b)
+    ProgramDesc.StartKernelsVector(b, kernels)
+    for _ in range(kernels):
+        b.PrependUOffsetTRelative(kernel)
+    kernel_vec = b.EndVector()
+    ProgramDesc.Start(b)
+    ProgramDesc.AddKernels(b, kernel_vec)
+    program = ProgramDesc.End(b)
+    CreateProgram.Start(b)
+    CreateProgram.AddProgramId(b, 2)
+    CreateProgram.AddDeviceId(b, 1)
+    CreateProgram.AddProgram(b, program)
+    body = CreateProgram.End(b)
+    Command.Start(b)
+    Command.AddCmdType(b, CommandUnion.CreateProgram)
+    Command.AddCmd(b, body)
+    command = Command.End(b)
+    lb.StartCommandsVector(b, 1)
+    b.PrependUOffsetTRelative(command)
+    commands = b.EndVector()
+    lb.Start(b)
+    lb.AddVersion(b, CreateVersion(b, *si.FORMAT_VERSION))
+    lb.AddSchemaHash(b, si.SCHEMA_HASH)
+    lb.AddCommands(b, commands)
+    b.FinishSizePrefixed(lb.End(b), file_identifier=b"MNLB")
+    return bytes(b.Output())
+
+
+def test_shared_strings_and_tables_that_decode_to_gigabytes_are_refused():
+    # 5 KB that the object API would decode to 400 x 400 copies of a 2000-byte string.
+    data = shared_program(400, 400, 2000)
+    with pytest.raises(mnrt.InvalidBinaryError, match="would decode to"):
+        LightBinary(data).commands  # noqa: B018
+
+
+def test_a_little_sharing_and_shared_commands_still_load():
+    assert len(LightBinary(shared_program(4, 4, 8)).commands) == 1
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        ins = {f"i{k}": dev.create_buffer((1,), "float", name=f"i{k}") for k in range(64)}
+        out = dev.create_buffer((64,), "float", name="o")
+        prog = dev.create_program([mnrt.Kernel("concat", list(ins), ["o"], {"axis": 0})])
+        for _ in range(3000):  # identical commands: the writer stores one, listed 3000 times
+            q.enqueue_program(prog, {**ins, "o": out})
+        q.finish()
+        binary = mnrt.end_capture()
+    loaded = LightBinary(binary.to_bytes())
+    assert len(loaded.commands) == len(binary) and validate(loaded).programs
+
+
+class _Store:
+    """What LightBinary.build reads of a BlobStore, with payloads as given."""
+
+    def __init__(self, infos: list[BlobInfo], payloads: list[bytes]) -> None:
+        self.infos, self.payloads = infos, payloads
+
+
+def test_zstd_frame_declaring_a_huge_content_size_is_refused(small_binary):
+    # A valid frame of 24 bytes whose header is rewritten to declare 2**62 of content:
+    # zstandard would allocate the declared size before noticing, whatever max_output_size.
+    data = bytes(range(24))
+    frame = zstandard.ZstdCompressor().compress(data)
+    assert frame[4] == 0x20 and frame[5] == 24  # single segment, 1-byte content size
+    hostile = frame[:4] + bytes([0xE0]) + struct.pack("<Q", 1 << 62) + frame[6:]
+    info = BlobInfo(0, len(hostile), 24, ZSTD, xxhash.xxh3_64_intdigest(data))
+    golden = small_binary.blobs.read(2).tobytes()
+    other = BlobInfo(64, len(golden), 24, 0, xxhash.xxh3_64_intdigest(golden))
+    built = LightBinary.build(
+        small_binary.commands,
+        _Store([info, other], [hostile, golden]),
+        producer="test",
+        metadata=mnrt.format.binary.MetadataT(),
+        device=mnrt.format.binary.DeviceDescriptionT(),
+    )
+    with pytest.raises(mnrt.InvalidBinaryError, match="declares 4611686018427387904 bytes"):
+        validate(LightBinary(built.to_bytes()))
+
+
+def add(*commands: dict):
+    def edit(doc: dict) -> None:
+        doc["commands"] += [{"cmd": c} for c in commands]
+
+    return edit
+
+
+def trace(command: str, trace_id: int = 9, **more) -> dict:
+    ids = {"device_id": DEV} if command == "ReleaseTrace" else {"queue_id": Q}
+    return {"type": command, **ids, "trace_id": trace_id, **more}
+
+
+CAPTURED = (trace("BeginTraceCapture"), trace("EndTraceCapture"))
+
+
+ENQUEUE = {"type": "EnqueueProgram", "queue_id": Q, "program_id": PROG, "buffer_ids": [A, Y]}
+
+
+SEMANTIC = {
+    "trace released twice": (
+        add(*CAPTURED, trace("ReleaseTrace"), trace("ReleaseTrace")),
+        "released twice",
+    ),
+    "trace replayed after release": (
+        add(*CAPTURED, trace("ReleaseTrace"), trace("ReplayTrace")),
+        "is released",
+    ),
+    "trace replayed while captured": (
+        add(trace("BeginTraceCapture"), trace("ReplayTrace")),
+        "while it captures",
+    ),
+    "trace begun twice": (
+        add(trace("BeginTraceCapture"), trace("BeginTraceCapture", 10)),
+        "already captures",
+    ),
+    "trace ended twice": (
+        add(*CAPTURED, trace("EndTraceCapture")),
+        "not capturing trace",
+    ),
+    "trace never ended": (add(trace("BeginTraceCapture")), "still being captured"),
+    "write inside a trace": (
+        add(
+            trace("BeginTraceCapture"),
+            {"type": "WriteBuffer", "queue_id": Q, "buffer_id": A, "data": 1},
+        ),
+        "write on queue",
+    ),
+    "buffer freed while a trace uses it": (
+        add(
+            trace("BeginTraceCapture"),
+            ENQUEUE,
+            trace("EndTraceCapture"),
+            {"type": "DeallocateBuffer", "buffer_id": A},
+            trace("ReplayTrace"),
+        ),
+        "deallocated since",
+    ),
+    "queue index out of range": (
+        add({"type": "OpenQueue", "queue_id": 20, "device_id": DEV, "index": 1 << 31}),
+        "a device has 0..7",
+    ),
+    "buffer of another device": (
+        add(
+            {"type": "OpenDevice", "device_id": 20, "index": 1},
+            {
+                "type": "CreateBuffer",
+                "buffer_id": 21,
+                "device_id": 20,
+                "desc": {"shape": [2, 3], "dtype": "Float"},
+            },
+            {"type": "ReadBuffer", "queue_id": Q, "buffer_id": 21, "blocking": True},
+        ),
+        "belongs to device id 20",
+    ),
+    "output of the wrong shape": (
+        add(
+            {
+                "type": "CreateBuffer",
+                "buffer_id": 20,
+                "device_id": DEV,
+                "desc": {"shape": [3, 2], "dtype": "Float"},
+            },
+            {**ENQUEUE, "buffer_ids": [A, 20]},
+        ),
+        "is bound to a float[3, 2]",
+    ),
+    "output of the wrong dtype": (
+        add(
+            {
+                "type": "CreateBuffer",
+                "buffer_id": 20,
+                "device_id": DEV,
+                "desc": {"shape": [2, 3], "dtype": "Int32"},
+            },
+            {**ENQUEUE, "buffer_ids": [A, 20]},
+        ),
+        "is bound to a int32[2, 3]",
+    ),
+    "negative tolerance": (
+        add({"type": "ReadBuffer", "queue_id": Q, "buffer_id": Y, "golden": 2, "rtol": -1.0}),
+        "rtol -1.0 is not a tolerance",
+    ),
+    "infinite tolerance": (
+        add({"type": "ReadBuffer", "queue_id": Q, "buffer_id": Y, "golden": 2, "atol": "inf"}),
+        "atol inf is not a tolerance",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SEMANTIC))
+def test_semantic_errors_are_refused_before_replay(small_binary, case):
+    edit, pattern = SEMANTIC[case]
+    bad = edited(small_binary, edit)
+    with pytest.raises(mnrt.InvalidBinaryError, match=re.escape(pattern)) as e:
+        validate(bad)
+    assert e.value.command == len(bad) - 1 or "never ended" in case or "another device" in case
+
+
+def test_verify_refuses_what_replay_would_fail_on(small_binary, tmp_path):
+    path = tmp_path / "released_twice.mnlb"
+    edited(small_binary, SEMANTIC["trace released twice"][0]).save(path)
+    assert_one_line_error(*invoke_cli("verify", path), "released twice (command 11)")
+
+
+@pytest.mark.parametrize("command", ["run", "info", "verify", "dump", "bench", "convert"])
+def test_a_fifo_is_refused_not_waited_on(fifo, tmp_path, command):
+    more = {"dump": ["--json"], "convert": [tmp_path / "out.json"]}.get(command, [])
+    assert_one_line_error(*invoke_cli(command, fifo, *more), "is not a regular file")
+
+
+def test_run_report_and_outputs_that_cannot_be_written_are_one_line_errors(small_binary, tmp_path):
+    path = tmp_path / "b.mnlb"
+    small_binary.save(path)
+    code, out = invoke_cli("run", path, "--report", tmp_path / "missing" / "r.json")
+    assert_one_line_error(code, out, "cannot write")
+    (tmp_path / "file").write_text("")
+    code, out = invoke_cli("run", path, "--save-outputs", tmp_path / "file" / "sub")
+    assert_one_line_error(code, out, "cannot save outputs")
+
+
+def test_buffer_names_are_made_safe_file_names(small_binary, tmp_path):
+    def rename(doc: dict) -> None:
+        doc["commands"][2]["cmd"]["desc"]["name"] = "../y\x00" + "z" * 300
+
+    path = tmp_path / "b.mnlb"
+    edited(small_binary, rename).save(path)
+    code, out = invoke_cli("run", path, "--save-outputs", tmp_path / "out")
+    assert code == 0, out
+    [saved] = (tmp_path / "out").iterdir()
+    assert saved.name.startswith(".._y_zzz") and saved.suffix == ".npy" and len(saved.name) < 210

@@ -291,3 +291,45 @@ def test_loops_past_the_traced_ones_are_counted_not_kept(traced_binary, monkeypa
     assert loops == ["loop 1", "loop 2"]
     assert trace["otherData"]["loops"] == 5
     assert trace["otherData"]["passing_loops_not_traced"] == 3
+
+
+def _two_devices_two_queues_binary() -> mnrt.LightBinary:
+    devices = [mnrt.open_device(0), mnrt.open_device(1)]
+    mnrt.begin_capture()
+    for d in devices:
+        a = d.create_buffer((4,), "float", name=f"a{d.index}")
+        y = d.create_buffer((4,), "float", name=f"y{d.index}")
+        prog = d.create_program([mnrt.Kernel("exp", ["a"], ["y"])])
+        for queue in (0, 1):
+            d.command_queue(queue).enqueue_write_buffer(a, np.ones(4, np.float32))
+            d.command_queue(queue).finish()
+            d.command_queue(queue).enqueue_program(prog, {"a": a, "y": y})
+            d.command_queue(queue).enqueue_read_buffer(y)
+    binary = mnrt.end_capture()
+    for d in devices:
+        d.close()
+    return binary
+
+
+@pytest.mark.parametrize("binary", ["traced", "two devices"])
+def test_every_track_name_is_on_the_track_whose_events_it_names(traced_binary, binary):
+    # A queue's track names were written with the process id as their thread id: the
+    # names landed on other tracks (or twice on one) and left tracks unnamed.
+    chosen = traced_binary if binary == "traced" else _two_devices_two_queues_binary()
+    trace = mnrt.replay(chosen, profile=True).profile.to_trace()
+    meta = [e for e in trace["traceEvents"] if e["ph"] == "M"]
+    threads = Counter((e["pid"], e["tid"]) for e in meta if e["name"] == "thread_name")
+    processes = Counter(e["pid"] for e in meta if e["name"] == "process_name")
+    assert max(threads.values()) == 1 and max(processes.values()) == 1  # one name a track
+    slices = _slices(trace)
+    assert set(threads) == {(s["pid"], s["tid"]) for s in slices}
+    assert set(processes) == {s["pid"] for s in slices}
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    for s in slices:
+        name = names[s["pid"], s["tid"]]
+        if "emulator (host wall time)" in name:
+            assert "status" in s["args"] or "kernel" in s["args"], (name, s)
+        elif "modelled MN-Core time" in name:
+            assert "status" not in s["args"] and "modelled_us" in s["args"], (name, s)
+        else:
+            assert s["pid"] == 0 and name == "replayed commands", (name, s)

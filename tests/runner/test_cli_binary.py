@@ -6,15 +6,20 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pytest
+from cli_harness import invoke_cli
 from click.testing import CliRunner
 
 import mnrt
+from mnrt.errors import EXIT_INTERRUPTED
 from mnrt.format import jsonio
 from mnrt.replay.executor import COMMAND_NAMES
 from mnrt.runner.cli import cli
@@ -94,7 +99,8 @@ def test_dump_json_lists_commands_and_blobs_without_payloads():
 def test_verify_and_bench():
     r = invoke("verify", SAMPLE)
     assert r.exit_code == 0 and r.output.startswith("OK:")
-    r = invoke("bench", SAMPLE, "--loops", 3)
+    # traced_loop: its goldens hold on any BLAS (mlp's float32 GEMMs may round otherwise).
+    r = invoke("bench", "samples/traced_loop.mnlb", "--loops", 3)
     assert r.exit_code == 0 and "3 loops" in r.output and "median" in r.output
     assert "host time by command: " in r.output and "create_buffer" in r.output
 
@@ -111,15 +117,21 @@ def test_replay_times_the_host_per_command_type():
     assert sum(v["s"] for v in by_command.values()) <= report.timings["wall_min_s"] * 1.01
 
 
+def _restamped(doc: dict) -> dict:
+    """A binary's JSON form but its version and schema hash, which converting a JSON
+    document back stamps anew (this mnrt's)."""
+    return {k: v for k, v in doc.items() if k not in ("version", "schema_hash")}
+
+
 def test_convert_round_trip_inline_and_side_files(tmp_path):
-    original = jsonio.to_json(mnrt.LightBinary.load(SAMPLE))
+    original = _restamped(jsonio.to_json(mnrt.LightBinary.load(SAMPLE)))
     for flags in ([], ["--blob-files"]):
         js = tmp_path / f"m{len(flags)}.json"
         back = tmp_path / f"m{len(flags)}.mnlb"
         again = tmp_path / f"m{len(flags)}-again.mnlb"
         assert invoke("convert", SAMPLE, js, *flags).exit_code == 0
         assert invoke("convert", js, back).exit_code == 0
-        assert jsonio.to_json(mnrt.LightBinary.load(back)) == original
+        assert _restamped(jsonio.to_json(mnrt.LightBinary.load(back))) == original
         assert invoke("convert", back, js, *flags).exit_code == 0
         assert invoke("convert", js, again).exit_code == 0
         assert again.read_bytes() == back.read_bytes()
@@ -171,3 +183,66 @@ def test_usage_errors_are_one_line_too():
         assert r.output.startswith("mnrt: error: ") and "--help" in r.output
     bare = CliRunner().invoke(cli, [])
     assert "Commands:" in bare.output  # no command at all: the help itself
+
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+
+
+HANG_S = 60  # a hang guard, not a timing
+
+
+@pytest.fixture
+def mlp(tmp_path) -> Path:
+    path = tmp_path / "mlp.mnlb"
+    shutil.copy(SAMPLES / "mlp.mnlb", path)
+    return path
+
+
+@pytest.mark.parametrize("flag", ["--report", "--profile", "--save-outputs"])
+def test_no_output_may_overwrite_the_binary(mlp, flag):
+    before = mlp.read_bytes()
+    code, out = invoke_cli("run", mlp, flag, mlp.parent / "." / mlp.name)
+    assert code == 2 and ("the binary being replayed" in out or "is a file" in out), out
+    assert mlp.read_bytes() == before
+
+
+def test_two_outputs_may_not_share_a_file(mlp, tmp_path):
+    code, out = invoke_cli(
+        "run", mlp, "--report", tmp_path / "o.json", "--profile", tmp_path / "o.json"
+    )
+    assert code == 2 and "is also --report" in out
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_an_output_that_cannot_be_written_fails_before_any_is_written(mlp, tmp_path):
+    code, out = invoke_cli("run", mlp, "--report", tmp_path / "r.json", "--profile", mlp / "p.json")
+    assert code == 2 and "is not a directory" in out
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_ctrl_c_exits_130_with_one_line(mlp):
+    p = subprocess.Popen(
+        [sys.executable, "-m", "mnrt", "run", str(mlp), "--loops", "1000000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(3)  # into the loops (a signal during start-up is Python's, not mnrt's)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=HANG_S)
+    assert p.returncode == EXIT_INTERRUPTED and err == "mnrt: error: interrupted\n", err
+
+
+def test_a_file_that_is_not_a_light_binary_is_called_that(mlp, tmp_path):
+    text = tmp_path / "t.mnlb"
+    text.write_text("hello world this is text\n")
+    code, out = invoke_cli("run", text)
+    assert code == 2 and "not a light binary" in out
+    assert invoke_cli("convert", mlp, tmp_path / "m.json")[0] == 0
+    code, out = invoke_cli("run", tmp_path / "m.json")
+    assert code == 2 and "mnrt convert" in out
+
+
+def test_a_run_without_verification_does_not_say_pass(mlp):
+    code, out = invoke_cli("run", mlp, "--no-verify")
+    assert code == 0 and out.startswith("RAN, NOT VERIFIED"), out
+    report = mnrt.replay(mlp, verify=False)
+    assert report.to_dict()["verified"] is False

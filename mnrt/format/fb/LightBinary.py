@@ -125,8 +125,62 @@ class LightBinary(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
         return o == 0
 
+    # LightBinary
+    def Inputs(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # LightBinary
+    def InputsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # LightBinary
+    def InputsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # LightBinary
+    def InputsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        return o == 0
+
+    # LightBinary
+    def Outputs(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # LightBinary
+    def OutputsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # LightBinary
+    def OutputsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # LightBinary
+    def OutputsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        return o == 0
+
 def LightBinaryStart(builder):
-    builder.StartObject(7)
+    builder.StartObject(9)
 
 def Start(builder):
     LightBinaryStart(builder)
@@ -185,6 +239,30 @@ def LightBinaryStartBlobsVector(builder, numElems):
 def StartBlobsVector(builder, numElems):
     return LightBinaryStartBlobsVector(builder, numElems)
 
+def LightBinaryAddInputs(builder, inputs):
+    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(inputs), 0)
+
+def AddInputs(builder, inputs):
+    LightBinaryAddInputs(builder, inputs)
+
+def LightBinaryStartInputsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartInputsVector(builder, numElems):
+    return LightBinaryStartInputsVector(builder, numElems)
+
+def LightBinaryAddOutputs(builder, outputs):
+    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(outputs), 0)
+
+def AddOutputs(builder, outputs):
+    LightBinaryAddOutputs(builder, outputs)
+
+def LightBinaryStartOutputsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartOutputsVector(builder, numElems):
+    return LightBinaryStartOutputsVector(builder, numElems)
+
 def LightBinaryEnd(builder):
     return builder.EndObject()
 
@@ -213,6 +291,8 @@ class LightBinaryT(object):
         device = None,
         commands = None,
         blobs = None,
+        inputs = None,
+        outputs = None,
     ):
         self.version = version  # type: Optional[mnrt.format.fb.Version.VersionT]
         self.schemaHash = schemaHash  # type: int
@@ -221,6 +301,8 @@ class LightBinaryT(object):
         self.device = device  # type: Optional[mnrt.format.fb.DeviceDescription.DeviceDescriptionT]
         self.commands = commands  # type: Optional[List[mnrt.format.fb.Command.CommandT]]
         self.blobs = blobs  # type: Optional[List[mnrt.format.fb.Blob.BlobT]]
+        self.inputs = inputs  # type: Optional[List[int]]
+        self.outputs = outputs  # type: Optional[List[int]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -267,6 +349,20 @@ class LightBinaryT(object):
                 else:
                     blob_ = mnrt.format.fb.Blob.BlobT.InitFromObj(lightBinary.Blobs(i))
                     self.blobs.append(blob_)
+        if not lightBinary.InputsIsNone():
+            if np is None:
+                self.inputs = []
+                for i in range(lightBinary.InputsLength()):
+                    self.inputs.append(lightBinary.Inputs(i))
+            else:
+                self.inputs = lightBinary.InputsAsNumpy()
+        if not lightBinary.OutputsIsNone():
+            if np is None:
+                self.outputs = []
+                for i in range(lightBinary.OutputsLength()):
+                    self.outputs.append(lightBinary.Outputs(i))
+            else:
+                self.outputs = lightBinary.OutputsAsNumpy()
 
     # LightBinaryT
     def Pack(self, builder):
@@ -292,6 +388,22 @@ class LightBinaryT(object):
             for i in reversed(range(len(self.blobs))):
                 builder.PrependUOffsetTRelative(blobslist[i])
             blobs = builder.EndVector()
+        if self.inputs is not None:
+            if np is not None and type(self.inputs) is np.ndarray:
+                inputs = builder.CreateNumpyVector(self.inputs)
+            else:
+                LightBinaryStartInputsVector(builder, len(self.inputs))
+                for i in reversed(range(len(self.inputs))):
+                    builder.PrependUint32(self.inputs[i])
+                inputs = builder.EndVector()
+        if self.outputs is not None:
+            if np is not None and type(self.outputs) is np.ndarray:
+                outputs = builder.CreateNumpyVector(self.outputs)
+            else:
+                LightBinaryStartOutputsVector(builder, len(self.outputs))
+                for i in reversed(range(len(self.outputs))):
+                    builder.PrependUint32(self.outputs[i])
+                outputs = builder.EndVector()
         LightBinaryStart(builder)
         if self.version is not None:
             version = self.version.Pack(builder)
@@ -307,5 +419,9 @@ class LightBinaryT(object):
             LightBinaryAddCommands(builder, commands)
         if self.blobs is not None:
             LightBinaryAddBlobs(builder, blobs)
+        if self.inputs is not None:
+            LightBinaryAddInputs(builder, inputs)
+        if self.outputs is not None:
+            LightBinaryAddOutputs(builder, outputs)
         lightBinary = LightBinaryEnd(builder)
         return lightBinary

@@ -1,18 +1,46 @@
-"""Reduced-precision compilation (float_dtype mixed and half): which values are half, the
-casts between them, and the tolerances save_binary records for replay."""
+"""float_dtype (MLSDK's precision option): mixed gives GEMM and conv half operands and the
+rest float, double folds and computes in double, goldens hold at every precision, and the
+casts it inserts cancel only where exact."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from graph_harness import mlp_input
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_compile_fuzz import conv_graphs, graphs
 
 import mnrt
 from mnrt.compiler import GraphBuilder, lower, models
-from mnrt.compiler.context import _tolerance
+from mnrt.compiler.compiled import _tolerance
 from mnrt.compiler.passes import apply_float_dtype, cancel_round_trip_casts
+
+
+def scale_shift_model() -> GraphBuilder:
+    """A GEMM followed by a per-channel scale and shift, which O2 folds into its weights."""
+    rng = np.random.default_rng(9)
+    b = GraphBuilder("ss")
+    x = b.input("x", (4, 8), "float")
+    h = b.gemm(x, b.param("w", rng.standard_normal((8, 6)).astype(np.float32)))
+    h = b.mul(h, b.param("s", rng.standard_normal(6).astype(np.float32)))
+    b.output(b.add(h, b.param("t", rng.standard_normal(6).astype(np.float32))), "y")
+    return b
+
+
+@pytest.mark.parametrize("preset", ["O1", "O2"])
+def test_double_precision_folds_in_double(ctx, tmp_path, preset):
+    b = scale_shift_model()
+    rng = np.random.default_rng(3)
+    v = b.param("v", rng.random(6).astype(np.float32))
+    e = b.param("e", np.full(6, 1e-5, np.float32))
+    b.graph.outputs.append(b.div(b.graph.outputs[0], b.sqrt(b.add(v, e))))  # folds at O1
+    compiled = ctx.compile(
+        b, {"x": mlp_input()}, options={"option_json": preset, "float_dtype": "double"}
+    )
+    compiled.save_binary(tmp_path / "m.mnlb")
+    report = mnrt.replay(tmp_path / "m.mnlb")
+    assert report.passed, report.summary()
 
 
 def _shared_bias_graph():

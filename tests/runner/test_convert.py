@@ -1,4 +1,4 @@
-"""Review of `mnrt convert` and the JSON form of light binaries: hostile documents and
+"""`mnrt convert` and the JSON form of light binaries: hostile documents and
 awkward destinations give one line and leave nothing behind, and every key is checked."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from cli_harness import one_line_error, run
+from cli_harness import assert_one_line_error, invoke_cli, one_line_error, run
 
 from mnrt.errors import MnrtError
 from mnrt.format import LightBinary, jsonio
@@ -117,3 +117,111 @@ def test_an_integer_too_long_to_read_is_said_plainly(tmp_path):
     r = run("convert", str(src), str(tmp_path / "out.mnlb"))
     line = one_line_error(r)
     assert "more than 4300 digits" in line and "set_int_max_str_digits" not in line
+
+
+def test_convert_leaves_its_input_and_nothing_else_when_it_fails(small_binary, tmp_path):
+    source = tmp_path / "doc.json"
+    source.write_text(json.dumps({**_doc(small_binary), "blobs": 5}))
+    before = source.read_bytes()
+    assert_one_line_error(*invoke_cli("convert", source, source), "$.blobs: expected a list")
+    assert source.read_bytes() == before
+    binary = tmp_path / "b.mnlb"
+    small_binary.save(binary)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("running as a user who can write anywhere")
+        assert_one_line_error(*invoke_cli("convert", binary, locked / "b.json"), "cannot write")
+    finally:
+        locked.chmod(0o700)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.mnlb", "doc.json", "locked"]
+
+
+def _doc(small_binary) -> dict:
+    return json.loads(jsonio.dumps(small_binary))
+
+
+def _with(key: str, value):
+    def edit(doc: dict) -> dict:
+        doc[key] = value
+        return doc
+
+    return edit
+
+
+JSON_CASES = {
+    "blobs not a list": (_with("blobs", 5), "$.blobs: expected a list"),
+    "struct not an object": (_with("version", 5), "expected an object for Version"),
+    "bool as an enum": (
+        lambda d: d["commands"][1]["cmd"]["desc"].update(dtype=True) or d,
+        "True is not a DType",
+    ),
+    "lone surrogate": (
+        lambda d: d["metadata"].update(hostname="\ud800") or d,
+        "is not a valid string",
+    ),
+    "integer beyond a double": (
+        lambda d: d["metadata"].update(created_unix_s=10**400) or d,
+        "... (401 characters) is not a valid double",
+    ),
+    "blob_dir outside the folder": (_with("blob_dir", "/etc"), "must be the plain name"),
+    "blob_dir not a string": (_with("blob_dir", ["x"]), "must be the plain name"),
+}
+
+
+@pytest.mark.parametrize("case", list(JSON_CASES))
+def test_convert_refuses_malformed_json_documents(small_binary, tmp_path, case):
+    edit, pattern = JSON_CASES[case]
+    source = tmp_path / "doc.json"
+    source.write_text(json.dumps(edit(_doc(small_binary))))
+    assert_one_line_error(*invoke_cli("convert", source, tmp_path / "out.mnlb"), pattern)
+    assert not (tmp_path / "out.mnlb").exists()
+
+
+@pytest.mark.parametrize(
+    "text, pattern",
+    [
+        ('{"format": "mnrt-light-binary-json", "producer": 1' + "0" * 5000 + "}", "4300 digits"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"format": "x", "format": "mnrt-light-binary-json"}', "key 'format' twice"),
+    ],
+    ids=["long integer", "deep nesting", "duplicate key"],
+)
+def test_convert_refuses_json_that_python_parses_badly(tmp_path, text, pattern):
+    source = tmp_path / "doc.json"
+    source.write_text(text)
+    assert_one_line_error(*invoke_cli("convert", source, tmp_path / "out.mnlb"), pattern)
+
+
+def test_blob_files_must_be_regular_files_next_to_the_json(small_binary, fifo, tmp_path):
+    doc = _doc(small_binary)
+    del doc["blobs"][0]["base64"]
+    doc["blobs"][0]["file"] = fifo.name
+    source = Path(fifo).with_name("doc.json")
+    source.write_text(json.dumps(doc))
+    assert_one_line_error(*invoke_cli("convert", source, tmp_path / "o.mnlb"), "not a regular file")
+
+
+def test_blob_files_and_folders_must_not_be_links_out_of_the_folder(small_binary, tmp_path):
+    secret = tmp_path / "outside" / "secret.bin"
+    secret.parent.mkdir()
+    secret.write_bytes(b"not for the binary")
+    work = tmp_path / "work"
+    work.mkdir()
+    doc = _doc(small_binary)
+    del doc["blobs"][0]["base64"]
+    doc["blobs"][0]["file"] = "blob.bin"
+    (work / "blob.bin").symlink_to(secret)
+    (work / "doc.json").write_text(json.dumps(doc))
+    assert_one_line_error(
+        *invoke_cli("convert", work / "doc.json", tmp_path / "o.mnlb"), "symbolic link"
+    )
+
+    (work / "blobs").symlink_to(secret.parent, target_is_directory=True)
+    (work / "doc.json").write_text(json.dumps({**doc, "blob_dir": "blobs"}))
+    assert_one_line_error(
+        *invoke_cli("convert", work / "doc.json", tmp_path / "o.mnlb"), "must be the plain name"
+    )
+    assert not (tmp_path / "o.mnlb").exists()

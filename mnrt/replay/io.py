@@ -1,0 +1,141 @@
+"""A binary's inputs and outputs on replay: checking the lists a binary records, and the
+arrays a caller gives for them (`replay(inputs=..., expected=...)`, `mnrt run --input
+NAME=x.npy --expected NAME=y.npy`).
+
+New inputs replace every recorded write of their buffers; expected arrays are compared
+with the last value each output buffer held when the host read (or checked) it. The checks
+here run before anything executes, so a wrong name, shape or dtype costs no replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..device.dtypes import BY_CODE, DType
+from ..errors import DTypeError, InvalidArgumentError, InvalidBinaryError, ShapeError
+from ..format import LightBinary
+from ..format.io import IoBuffer, derive
+
+if TYPE_CHECKING:
+    from .plan import Plan
+
+
+def check_lists(plan: Plan) -> None:
+    """The binary's recorded input and output lists hold each buffer once, and only buffers
+    it creates: an input one that some command writes, an output one that some command
+    reads or checks."""
+    binary = plan.binary
+    if not binary.io_recorded:
+        return  # derived from the commands: right by construction
+    used = [set(ids) for ids in derive(binary.commands)]
+    for kind, ids, among in zip(("input", "output"), binary.io_ids, used):
+        if len(set(ids)) < len(ids):
+            twice = next(g for g in ids if ids.count(g) > 1)
+            raise InvalidBinaryError(f"buffer id {twice} is listed as an {kind} twice")
+        for gid in ids:
+            if gid not in plan.buffers:
+                raise InvalidBinaryError(
+                    f"buffer id {gid} is listed as an {kind}, but no command creates it"
+                )
+            if gid not in among:
+                verb = "writes" if kind == "input" else "reads or checks"
+                raise InvalidBinaryError(
+                    f"buffer id {gid} is listed as an {kind}, but no command {verb} it"
+                )
+
+
+def _spec(shape: tuple[int, ...], code: int) -> str:
+    dtype = BY_CODE.get(code)
+    return f"{dtype.name if dtype else f'dtype code {code}'}{list(shape)}"
+
+
+def describe(entries: list[IoBuffer]) -> str:
+    """'x float[64, 256], w half[256, 10]': names with shapes and dtypes, for messages."""
+    return ", ".join(f"{e.name} {_spec(e.shape, e.dtype)}" for e in entries) or "none"
+
+
+def _takes(dtype: DType) -> str:
+    return str(dtype.host) if dtype.host is not None else "float16, float32 or float64"
+
+
+_WHAT = {"input": "input", "output": "expected output"}  # one given array, in messages
+
+
+def _entry(kind: str, name: str, entries: list[IoBuffer]) -> IoBuffer:
+    for e in entries:
+        if e.name == name:
+            return e
+    raise InvalidArgumentError(
+        f"{name!r} is not an {kind} of the binary; its {kind}s are {describe(entries)}"
+    )
+
+
+def _check_spec(kind: str, e: IoBuffer, shape: tuple[int, ...], dtype: np.dtype) -> DType:
+    """The buffer's dtype, once `shape` and `dtype` (of a given array) are found to fit it."""
+    buffer_dtype = BY_CODE[e.dtype]
+    if shape != e.shape:
+        raise ShapeError(
+            f"{_WHAT[kind]} '{e.name}' has shape {shape}; the binary's buffer has shape {e.shape}"
+        )
+    if not buffer_dtype.accepts(np.empty(0, dtype)):
+        raise DTypeError(
+            f"{_WHAT[kind]} '{e.name}' is an array of {dtype}; the binary's buffer is "
+            f"{buffer_dtype.name} and takes {_takes(buffer_dtype)}: cast it with .astype()"
+        )
+    return buffer_dtype
+
+
+def _entries(binary: LightBinary, kind: str) -> list[IoBuffer]:
+    return binary.inputs if kind == "input" else binary.outputs
+
+
+def header_check(
+    binary: LightBinary, kind: str, name: str
+) -> Callable[[tuple[int, ...], np.dtype], None]:
+    """For a file's header, before its data is read: the same checks `replay` makes of an
+    array given for input (kind "input") or expected output (kind "output") `name`."""
+    e = _entry(kind, name, _entries(binary, kind))
+
+    def check(shape: tuple[int, ...], dtype: np.dtype) -> None:
+        _check_spec(kind, e, shape, dtype)
+
+    return check
+
+
+def _arrays(kind: str, given: Any, binary: LightBinary) -> dict[int, tuple[DType, np.ndarray]]:
+    """`given` (arrays by name) checked against the binary's inputs or outputs (`kind`),
+    by buffer id."""
+    if not isinstance(given, Mapping):
+        raise InvalidArgumentError(
+            f"{_WHAT[kind]}s must map names to numpy arrays, got {type(given).__name__}"
+        )
+    entries = _entries(binary, kind)
+    chosen = {}
+    for name, array in given.items():
+        e = _entry(kind, name, entries)
+        if not isinstance(array, np.ndarray):
+            raise InvalidArgumentError(
+                f"{_WHAT[kind]} '{name}' must be a numpy array, got {type(array).__name__}"
+            )
+        dtype = _check_spec(kind, e, array.shape, array.dtype)
+        chosen[e.buffer_id] = (dtype, np.ascontiguousarray(array))
+    return chosen
+
+
+def new_inputs(plan: Plan, given: Any) -> dict[int, np.ndarray]:
+    """Replacement data by buffer id, as the device stores it."""
+    return {
+        gid: dtype.to_storage(a) for gid, (dtype, a) in _arrays("input", given, plan.binary).items()
+    }
+
+
+def expected_outputs(plan: Plan, given: Any) -> dict[int, np.ndarray]:
+    """Expected values by buffer id, as a read of the buffer returns them (rounded to the
+    device's half for a half buffer, as a recorded golden is)."""
+    return {
+        gid: dtype.from_storage(dtype.to_storage(a)) if dtype.is_half else a
+        for gid, (dtype, a) in _arrays("output", given, plan.binary).items()
+    }

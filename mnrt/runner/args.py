@@ -1,0 +1,26 @@
+"""Command-line values that several subcommands parse: NAME=VALUE pairs."""
+
+from __future__ import annotations
+
+import click
+
+
+def pair(spec: str, form: str) -> tuple[str, str]:
+    """NAME=VALUE split at the first '='; `form` shows the expected form in the error."""
+    name, sep, value = spec.partition("=")
+    if not sep or not name or not value:
+        raise click.BadParameter(f"{spec!r}: write {form}")
+    return name, value
+
+
+def named_sources(specs: tuple[str, ...], flag: str, form: str) -> dict[str, str]:
+    """Repeated `flag NAME=SOURCE` options (--input, --expected) as a dict; naming one twice
+    is an error, not a silent choice of the last one."""
+    given: dict[str, str] = {}
+    for spec in specs:
+        name, source = pair(spec, form)
+        if name in given:
+            what = flag.lstrip("-")
+            raise click.BadParameter(f"{what} {name} is given twice", param_hint=flag)
+        given[name] = source
+    return given

@@ -1,0 +1,24 @@
+"""A small model for the compiler tests of Context, caching and capture: two GEMM layers
+and a softmax, written with the graph builder (no extra needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mnrt.compiler import GraphBuilder
+
+
+def small_mlp(rng: np.random.Generator) -> GraphBuilder:
+    """Two GEMM layers and a softmax on a (4, 8) input."""
+    b = GraphBuilder("mlp")
+    h = b.input("x", (4, 8), "float")
+    for i, (fi, fo) in enumerate([(8, 16), (16, 3)]):
+        w = b.param(f"w{i}", (rng.standard_normal((fi, fo)) / np.sqrt(fi)).astype(np.float32))
+        h = b.gemm(h, w, b.param(f"b{i}", rng.standard_normal(fo).astype(np.float32)))
+    b.output(b.softmax(h), "y")
+    return b
+
+
+def mlp_input(seed: int = 0) -> np.ndarray:
+    """An input `x` for small_mlp."""
+    return np.random.default_rng(seed).standard_normal((4, 8)).astype(np.float32)

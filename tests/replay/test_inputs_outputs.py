@@ -1,0 +1,193 @@
+"""A binary's inputs and outputs: recorded at capture, derived for older binaries, replaced
+and compared on replay (`replay(inputs=..., expected=...)`, `report.outputs`)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import edited
+
+import mnrt
+from mnrt.compiler import GraphBuilder
+from mnrt.format import jsonio
+from mnrt.format.fb.CommandUnion import CommandUnion as U
+from mnrt.format.io import Namer, derive
+
+
+def _capture_affine():
+    """y = x @ w + b with w made before capture began (a snapshot, not an input)."""
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        w = dev.create_buffer((3, 2), "float", name="w")
+        q.enqueue_write_buffer(w, np.arange(6, dtype=np.float32).reshape(3, 2))
+        mnrt.begin_capture()
+        x = dev.create_buffer((4, 3), "float", name="x")
+        b = dev.create_buffer((2,), "float", name="b")
+        y = dev.create_buffer((4, 2), "float", name="y")
+        prog = dev.create_program([mnrt.Kernel("gemm", ["x", "w", "b"], ["y"])])
+        q.enqueue_write_buffer(x, np.ones((4, 3), np.float32))
+        q.enqueue_write_buffer(b, np.zeros(2, np.float32))
+        q.enqueue_program(prog, {"x": x, "w": w, "b": b, "y": y})
+        q.enqueue_read_buffer(y)
+        return mnrt.end_capture()
+
+
+def _compiled(tmp_path) -> mnrt.LightBinary:
+    """A compiled binary: its reads are golden checks (compare_to_golden), not reads."""
+    b = GraphBuilder("fc")
+    x = b.input("x", (2, 3), "float")
+    w = np.arange(6, dtype=np.float32).reshape(3, 2)
+    b.output(b.relu(b.gemm(x, b.param("w", w))), "y")
+    with mnrt.Context(mnrt.MNDevice("mncore2:0")) as ctx:
+        compiled = ctx.compile(b, {"x": np.ones((2, 3), np.float32)})
+        compiled.save_binary(tmp_path / "c.mnlb")
+    return mnrt.LightBinary.load(tmp_path / "c.mnlb")
+
+
+def test_capture_lists_host_written_inputs_and_read_outputs_not_snapshots():
+    binary = _capture_affine()
+    assert binary.version == (1, 1) and binary.io_recorded
+    assert [(e.name, e.shape) for e in binary.inputs] == [("x", (4, 3)), ("b", (2,))]
+    assert [(e.name, e.shape) for e in binary.outputs] == [("y", (4, 2))]
+    # Derived from the commands alone, the snapshot of w would count as an input too.
+    ins, outs = derive(binary.commands)
+    assert len(ins) == 3 and len(outs) == 1
+
+
+def test_older_binaries_derive_their_lists_from_the_commands():
+    binary = mnrt.LightBinary.load("samples/traced_loop.mnlb")
+    assert binary.version == (1, 0) and not binary.io_recorded
+    assert [e.name for e in binary.inputs] == ["s", "w", "dt"]
+    assert [e.name for e in binary.outputs] == ["s"]  # read back: an input and an output
+
+
+def test_the_lists_survive_the_json_form():
+    binary = _capture_affine()
+    again = jsonio.from_json(json.loads(jsonio.dumps(binary)))
+    assert again.io_recorded and again.inputs == binary.inputs
+    assert again.outputs == binary.outputs
+
+
+def test_buffers_that_share_a_name_get_unique_ones():
+    name = Namer()
+    assert [name(b) for b in ("a", "a#2", "a", "a", "b")] == ["a", "a#2", "a#3", "a#4", "b"]
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        first, second = (dev.create_buffer((2,), "int32", name="t") for _ in range(2))
+        unnamed = dev.create_buffer((2,), "int32")
+        for buf in (first, second, unnamed):
+            q.enqueue_write_buffer(buf, np.array([1, 2], np.int32))
+        q.enqueue_read_buffer(second)
+        binary = mnrt.end_capture()
+    names = [e.name for e in binary.inputs]
+    assert names[:2] == ["t", "t#2"] and len(set(names)) == 3
+    assert [e.name for e in binary.outputs] == ["t#2"]  # the same name as an input and output
+
+
+def test_recorded_lists_are_validated(small_binary):
+    def listing(field, ids):
+        def edit(doc):
+            doc[field] = ids
+
+        return edit
+
+    for field, ids, message in (
+        ("inputs", [99], "no command creates it"),
+        ("outputs", [2, 2], "listed as an output twice"),
+    ):
+        bad = edited(small_binary, listing(field, ids))
+        with pytest.raises(mnrt.InvalidBinaryError, match=message):
+            mnrt.replay(bad)
+    read = next(c.cmd.bufferId for c in small_binary.commands if c.cmdType == U.ReadBuffer)
+    bad = edited(small_binary, listing("inputs", [read]))  # y is never written
+    with pytest.raises(mnrt.InvalidBinaryError, match="no command writes it"):
+        mnrt.replay(bad)
+
+
+def test_new_inputs_replace_the_recorded_writes_and_goldens_no_longer_apply():
+    binary = _capture_affine()
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    report = mnrt.replay(binary, inputs={"x": x})
+    np.testing.assert_allclose(report.outputs["y"], x @ np.arange(6).reshape(3, 2))
+    # Not a mismatch against goldens of other inputs, and not a PASS either.
+    assert report.checks == [] and not report.verified
+    assert report.verdict.startswith("RAN WITH NEW INPUTS, NOT VERIFIED")
+    assert json.loads(report.to_json())["new_inputs"] == ["x"]
+    # No new inputs after all: the recorded goldens apply.
+    report = mnrt.replay(binary, inputs={})
+    assert report.verified and report.verdict == "PASS" and len(report.checks) == 1
+
+
+def test_expected_outputs_are_compared_at_the_recorded_tolerances():
+    binary = _capture_affine()
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    want = (x @ np.arange(6, dtype=np.float32).reshape(3, 2)).astype(np.float32)
+    report = mnrt.replay(binary, inputs={"x": x}, expected={"y": want})
+    assert report.passed and report.verified and [c.name for c in report.checks] == ["y"]
+    assert report.verdict == "PASS" and report.checks[0].rtol == mnrt.float32.rtol
+    report = mnrt.replay(binary, inputs={"x": x}, expected={"y": want * 1.01})
+    assert not report.passed and report.checks[0].mismatches > 0
+    assert mnrt.replay(binary, inputs={"x": x}, expected={"y": want * 1.01}, rtol=0.1).passed
+    # Without new inputs, the recorded golden applies as well: each check is named once.
+    report = mnrt.replay(binary, expected={"y": np.full((4, 2), 6.0, np.float32)})
+    assert [c.name for c in report.checks] == ["y", "y#2"] and not report.passed
+
+
+def test_wrong_names_shapes_and_dtypes_are_clear_errors():
+    binary = _capture_affine()
+    x = np.ones((4, 3), np.float32)
+    with pytest.raises(mnrt.InvalidArgumentError, match=r"'z' is not an input.* x float\[4, 3\]"):
+        mnrt.replay(binary, inputs={"z": x})
+    with pytest.raises(mnrt.InvalidArgumentError, match=r"its outputs are y float\[4, 2\]"):
+        mnrt.replay(binary, expected={"x": x})
+    with pytest.raises(mnrt.ShapeError, match=r"has shape \(3, 4\)"):
+        mnrt.replay(binary, inputs={"x": x.T})
+    with pytest.raises(mnrt.DTypeError, match="float64.*takes float32"):
+        mnrt.replay(binary, inputs={"x": x.astype(np.float64)})
+    with pytest.raises(mnrt.InvalidArgumentError, match="must be a numpy array"):
+        mnrt.replay(binary, inputs={"x": x.tolist()})
+    with pytest.raises(mnrt.InvalidArgumentError, match="only with verify=True"):
+        mnrt.replay(binary, expected={"y": np.ones((4, 2), np.float32)}, verify=False)
+
+
+def test_a_half_input_takes_float_data_rounded_as_the_device_does():
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        h = dev.create_buffer((3,), "half", name="h")
+        q.enqueue_write_buffer(h, np.zeros(3, np.float32))
+        q.enqueue_read_buffer(h)
+        binary = mnrt.end_capture()
+    value = np.array([1.0, 1.0 + 2**-12, 3.0], np.float64)  # 1 + 2**-12 rounds to 1 in half
+    report = mnrt.replay(binary, inputs={"h": value}, expected={"h": value})
+    assert report.passed and report.outputs["h"].tolist() == [1.0, 1.0, 3.0]
+
+
+def test_compiled_binaries_have_outputs(tmp_path):
+    # Their only reads are golden checks: replay returned no outputs for them.
+    binary = _compiled(tmp_path)
+    assert [e.name for e in binary.inputs] == ["fc.x"]
+    report = mnrt.replay(binary)
+    assert report.passed and list(report.outputs) == ["fc.y"]
+    np.testing.assert_array_equal(report.outputs["fc.y"], np.full((2, 2), [6.0, 9.0]))
+    x = -np.ones((2, 3), np.float32)
+    report = mnrt.replay(binary, inputs={"fc.x": x}, expected={"fc.y": np.zeros((2, 2), "f4")})
+    assert report.passed and report.outputs["fc.y"].tolist() == [[0, 0], [0, 0]]
+
+
+def test_each_output_once_its_last_read():
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        a = dev.create_buffer((2,), "int32", name="a")
+        q.enqueue_write_buffer(a, np.array([1, 2], np.int32))
+        q.enqueue_read_buffer(a)
+        q.enqueue_write_buffer(a, np.array([3, 4], np.int32))
+        q.enqueue_read_buffer(a)
+        binary = mnrt.end_capture()
+    report = mnrt.replay(binary)
+    assert report.outputs.keys() == {"a"} and report.outputs["a"].tolist() == [3, 4]
+    assert [c.name for c in report.checks] == ["a", "a#2"] and report.passed
