@@ -19,7 +19,6 @@ describe, and `summary` reports which they do not.
 
 from __future__ import annotations
 
-import copy
 import math
 import re
 from dataclasses import dataclass
@@ -229,7 +228,7 @@ def assign_layouts(
     """Record each value's layout: the first of gemm_layout_spec (matrix operands) and
     layout_spec (activations) that describes its shape, else the planner's. The emulated
     kernels read and write dense row-major arrays whatever is recorded; l3ir.txt shows it."""
-    g = copy.deepcopy(graph)
+    g = graph.copy()
     choices = _choices(g, layout_spec, gemm_layout_spec)
     for name, v in g.values.items():
         fitting = [lay for _, lay in choices.get(name, ()) if fit(lay, v.shape) is None]

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..device import dtypes as dt
 from ..errors import InvalidArgumentError
+from ..format.files import write_atomically
 from .ir import Graph, Node
 
 OPSET = 17
@@ -253,7 +255,42 @@ _EXPORTERS: dict[str, Callable[[_Out, Node], None]] = {
 
 
 def to_onnx(graph: Graph) -> Any:
-    """The graph as an onnx.ModelProto (opset 17)."""
+    """The graph as an onnx.ModelProto (opset 17), checked by ONNX's checker."""
+    model = _unchecked_model(graph)
+    import onnx
+
+    onnx.checker.check_model(model)
+    return model
+
+
+def save(
+    graph: Graph,
+    path: str | os.PathLike,
+    weights_in: tuple[str, Mapping[str, tuple[int, int]]] | None = None,
+) -> None:
+    """Write the graph as an ONNX file, replacing `path` whole or not at all. `weights_in`
+    names a file in the same folder that already holds parameters' bytes, as exported, and
+    where (value name -> offset, length; see serialize.save_arrays): those become ONNX
+    external data pointing there instead of another copy of the weights (VGG-19 has 548
+    MB). The rest is serialised once, and the written file is what ONNX's checker reads."""
+    model = _unchecked_model(graph, weights_in)  # first: without onnx it raises the error
+    import onnx
+
+    data = model.SerializeToString()
+    del model
+    write_atomically(path, data)  # MnrtError: cannot write it
+    try:
+        onnx.checker.check_model(os.fspath(path))
+    except onnx.checker.ValidationError as e:
+        Path(path).unlink(missing_ok=True)
+        raise ExportError(
+            f"graph '{graph.name}': the exported model is not valid ONNX: {e}"
+        ) from None
+
+
+def _unchecked_model(
+    graph: Graph, weights_in: tuple[str, Mapping[str, tuple[int, int]]] | None = None
+) -> Any:
     try:
         import onnx
         from onnx import helper, numpy_helper
@@ -269,15 +306,13 @@ def to_onnx(graph: Graph) -> Any:
     out = _Out(helper, numpy_helper, {name: v.shape for name, v in graph.values.items()})
     for node in graph.nodes:
         _EXPORTERS[node.op](out, node)
-    for name in graph.params:
-        v = graph.values[name]
-        data = v.data.astype(np.float16 if v.dtype.is_half else v.dtype.read_dtype)
-        out.inits.append(numpy_helper.from_array(data, name))
 
     def info(name: str) -> Any:
         v = graph.values[name]
         return helper.make_tensor_value_info(name, _ELEM[v.dtype], list(v.shape))
 
+    # The weights go into the model's own graph, not through make_graph and make_model,
+    # which copy every tensor (twice).
     model = helper.make_model(
         helper.make_graph(
             out.nodes,
@@ -289,15 +324,23 @@ def to_onnx(graph: Graph) -> Any:
         opset_imports=[helper.make_opsetid("", OPSET)],
         producer_name="mnrt",
     )
-    onnx.checker.check_model(model)
+    for name in graph.params:
+        v = graph.values[name]
+        want = np.dtype("<f2") if v.dtype.is_half else v.dtype.read_dtype.newbyteorder("<")
+        data = v.data if v.data.dtype == want else v.data.astype(want)
+        tensor = model.graph.initializer.add()
+        tensor.name = name
+        tensor.dims.extend(data.shape)
+        tensor.data_type = helper.np_dtype_to_tensor_dtype(data.dtype)
+        where = weights_in[1].get(name) if weights_in is not None and data is v.data else None
+        if where is not None and where[1]:  # the file holds these very bytes
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+            for key, value in zip(("location", "offset", "length"), (weights_in[0], *where)):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, str(value)
+        else:
+            tensor.raw_data = data.tobytes()
     return model
-
-
-def save(graph: Graph, path: str | os.PathLike) -> None:
-    model = to_onnx(graph)  # first: without onnx installed it raises the error that says so
-    import onnx
-
-    onnx.save(model, os.fspath(path))
 
 
 __all__ = ["ExportError", "save", "to_onnx"]

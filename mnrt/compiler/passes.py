@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 
@@ -23,7 +22,7 @@ def apply_float_dtype(graph: Graph, mode: str) -> Graph:
     float16 model is made float first, so its GEMMs are half too."""
     if mode == "mixed":
         return _mixed(apply_float_dtype(graph, "float"))
-    g = copy.deepcopy(graph)
+    g = graph.copy()
     if mode in _PRECISION:
         target = _PRECISION[mode]
         for v in g.values.values():
@@ -80,7 +79,7 @@ def cancel_round_trip_casts(graph: Graph) -> Graph:
     """Read x itself where the graph reads cast(cast(x, wider), x's dtype): widening is exact,
     so narrowing back gives x's own values (mixed precision makes these between a GEMM's
     half result and the next GEMM's half operand)."""
-    g = copy.deepcopy(graph)
+    g = graph.copy()
     producer = {out: n for n in g.nodes for out in n.outputs}
     rename: dict[str, str] = {}
     for node in g.nodes:
@@ -133,7 +132,7 @@ def _drop_unused_values(g: Graph) -> None:
 
 def dead_code(graph: Graph) -> Graph:
     """Remove nodes whose results nothing uses, and the values only they used."""
-    g = copy.deepcopy(graph)
+    g = graph.copy()
     needed = set(g.outputs)
     kept = []
     for node in reversed(g.nodes):
@@ -148,7 +147,7 @@ def dead_code(graph: Graph) -> Graph:
 
 def common_subexpressions(graph: Graph) -> Graph:
     """Compute each distinct (op, inputs, attributes) once."""
-    g = copy.deepcopy(graph)
+    g = graph.copy()
     seen: dict[tuple, list[str]] = {}
     rename: dict[str, str] = {}
     nodes = []
@@ -177,7 +176,7 @@ def fold_constants(graph: Graph) -> Graph:
     from ..device.emulator import EmulatedDevice
     from ..device.kernels import lookup
 
-    g = copy.deepcopy(graph)
+    g = graph.copy()
     nodes = []
     for node in g.nodes:
         ins = [g.values[n] for n in node.inputs]
@@ -229,7 +228,7 @@ def _absorb_into_matrix_kernels(graph: Graph, absorb: Callable[[Graph, Node, Nod
     """Offer each node whose first input is the only use of a conv2d or gemm result to
     `absorb(g, node, producer)`; when that changes the producer to compute the node's result
     too, the producer takes over the node's output and the node goes."""
-    g = copy.deepcopy(graph)
+    g = graph.copy()
     uses = _uses(g)
     producer = {out: i for i, n in enumerate(g.nodes) for out in n.outputs}
     removed: set[int] = set()

@@ -11,7 +11,6 @@ the placement. The emulated device computes on its buffers wherever they are pla
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 from ..device.spec import MNCORE2, DeviceSpec
@@ -48,7 +47,7 @@ def _temporaries(graph: Graph) -> list[str]:
 
 
 def place(graph: Graph, budget: int, spec: DeviceSpec = MNCORE2) -> Graph:
-    g = copy.deepcopy(graph)
+    g = graph.copy()
     budget = budget or on_chip_bytes(spec)
     temps = set(_temporaries(g))
     for v in g.values.values():

@@ -12,7 +12,6 @@ reproducible.
 
 from __future__ import annotations
 
-import copy
 import math
 
 import numpy as np
@@ -44,7 +43,7 @@ def peak_live_bytes(graph: Graph) -> int:
 
 
 def min_memory(graph: Graph) -> Graph:
-    g = copy.deepcopy(graph)
+    g = graph.copy()
     nodes = g.nodes
     producer = {out: i for i, n in enumerate(nodes) for out in n.outputs}
     waiting = [{producer[name] for name in node.inputs if name in producer} for node in nodes]

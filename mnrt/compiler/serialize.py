@@ -4,20 +4,19 @@ hashes."""
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import xxhash
 
 from ..device.dtypes import dtype as resolve_dtype
 from ..errors import InvalidArgumentError, MnrtError
-from ..format.files import open_regular, write_atomically
+from ..format.files import open_regular, write_atomically, write_atomically_with
 from ..format.npy import read_npy_header
 from .ir import PARAM, Graph, Node, Value
 
@@ -63,27 +62,42 @@ def fingerprint(graph: Graph) -> str:
     h = xxhash.xxh3_64(json.dumps(to_json(graph), sort_keys=True).encode())
     for name in sorted(graph.params):
         h.update(name.encode())
-        h.update(np.ascontiguousarray(graph.values[name].data).tobytes())
+        h.update(np.ascontiguousarray(graph.values[name].data))  # its bytes, not a copy
     return h.hexdigest()
 
 
-def save(graph: Graph, folder: Path, stem: str) -> None:
+def save(graph: Graph, folder: Path, stem: str) -> dict[str, tuple[int, int]]:
+    """Write the graph's structure ({stem}.json) and weights ({stem}.params.npz); returns
+    where each parameter's data lies in the archive (see save_arrays), by value name."""
     folder.mkdir(parents=True, exist_ok=True)
     write_atomically(folder / f"{stem}.json", json.dumps(to_json(graph), indent=1).encode())
-    params = {f"p{i}": graph.values[n].data for i, n in enumerate(graph.params)}
-    save_arrays(folder / f"{stem}.params.npz", params)
+    names = {f"p{i}": n for i, n in enumerate(graph.params)}
+    stored = save_arrays(
+        folder / f"{stem}.params.npz", {key: graph.values[n].data for key, n in names.items()}
+    )
+    return {names[key]: where for key, where in stored.items()}
 
 
-def save_arrays(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+def save_arrays(path: Path, arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[int, int]]:
     """Arrays in an .npz that np.load reads back by name, whatever the names: np.savez
     takes them as keyword arguments, so an input named 'file' or 'allow_pickle' would clash
-    with its own parameters."""
-    data = io.BytesIO()
-    with zipfile.ZipFile(data, "w") as z:
-        for name, array in arrays.items():
-            with z.open(f"{name}.npy", "w", force_zip64=True) as f:
-                np.lib.format.write_array(f, np.asanyarray(array), allow_pickle=False)
-    write_atomically(path, data.getbuffer())
+    with its own parameters. Returns (offset, length) of each array's bytes in the file, in
+    C order, for those stored so (all but Fortran-ordered ones): the archive is
+    uncompressed, so other files can refer to them there (model.onnx's weights)."""
+    where: dict[str, tuple[int, int]] = {}
+
+    def fill(file: BinaryIO) -> None:
+        with zipfile.ZipFile(file, "w") as z:
+            for name, array in arrays.items():
+                array = np.asanyarray(array)
+                with z.open(f"{name}.npy", "w", force_zip64=True) as f:
+                    np.lib.format.write_array(f, array, allow_pickle=False)
+                    # The data is the last thing written, straight through (ZIP_STORED).
+                    if array.flags.c_contiguous or not array.flags.f_contiguous:
+                        where[name] = (file.tell() - array.nbytes, array.nbytes)
+
+    write_atomically_with(path, fill)  # streamed: the weights are not copied into memory
+    return where
 
 
 _MAX_GRAPH_JSON = 1 << 28  # bytes: a graph's structure; its weights are in the .npz

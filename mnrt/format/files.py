@@ -20,6 +20,12 @@ def write_atomically(path: str | os.PathLike, data: bytes | memoryview) -> None:
     """Replace `path` with `data`, or leave it as it was and raise MnrtError saying why
     (removing the temporary file). The temporary name is unique and opened with O_EXCL, so it
     never follows or reuses what is there; 0o666 leaves permissions to the umask."""
+    write_atomically_with(path, lambda f: f.write(data))
+
+
+def write_atomically_with(path: str | os.PathLike, fill: Callable[[BinaryIO], object]) -> None:
+    """write_atomically, with the data written by `fill(file)` as it is made (an archive of
+    weights, say) rather than assembled in memory first and copied into the file."""
     path = Path(path)
     if "\0" in str(path):
         raise MnrtError(f"cannot write {str(path)!r}: a path cannot hold a NUL character")
@@ -40,7 +46,7 @@ def write_atomically(path: str | os.PathLike, data: bytes | memoryview) -> None:
         raise MnrtError(f"cannot write {path}: {e.strerror}") from None
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            fill(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

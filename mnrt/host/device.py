@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import os
@@ -35,7 +36,9 @@ from .trace import Trace
 MAX_QUEUES = 8
 
 _open_lock = threading.Lock()
-_open: dict[int, Device] = {}
+# The devices open in this process, by index. Weak: a Device dropped without close() must
+# not be kept alive by this table (see Device.__init__ for how its index is released).
+_open: weakref.WeakValueDictionary[int, Device] = weakref.WeakValueDictionary()
 
 
 def _check_shape(shape: Any) -> tuple[int, ...]:
@@ -102,6 +105,12 @@ class Device:
         self._names = itertools.count()
         self._closed = False
         self._forked_from: int | None = None  # the parent's pid, in a forked child
+        # A device dropped without close() is garbage (its queues and buffers point back at
+        # it, so the cycle collector frees it, see release_dropped): its entry in `_open`
+        # goes with it, and this tells its queues' worker threads to let go. It holds only
+        # the queues' wake-up channels, never the device.
+        self._wakeups: list = []
+        self._finalizer = weakref.finalize(self, _stop_workers, self._wakeups)
 
     # --- lifetime -----------------------------------------------------------------
     def __enter__(self) -> Device:
@@ -136,6 +145,7 @@ class Device:
         # closed, rather than its buffers freed and the device still open.
         self._closed = True
         self._free_all()
+        self._finalizer.detach()  # the workers were stopped above
         with _open_lock:
             if _open.get(self.index) is self:
                 del _open[self.index]
@@ -245,6 +255,7 @@ class Device:
         q = self._queues.get(index)
         if q is None:
             q = self._queues[index] = CommandQueue(self, index, history)
+            self._wakeups.append(q._wakeups)
         return q
 
     @api("release_trace")
@@ -327,10 +338,28 @@ class Device:
         return f"<mnrt.Device {self.index}: {self.name} ({state})>"
 
 
+def _stop_workers(wakeups: list) -> None:
+    """A dropped device's finalizer: its queues' worker threads, parked on their wake-up
+    channels, return to the pool (see queue._work). A thread that runs a command
+    holds the device until the command is done, so none is cut short."""
+    for channel in wakeups:
+        channel.put(False)
+
+
 def open_indices() -> set[int]:
-    """Indices of the devices open in this process now."""
+    """Indices of the devices open in this process now (dropped ones not yet collected
+    included; see release_dropped)."""
     with _open_lock:
         return set(_open)
+
+
+def release_dropped() -> None:
+    """Free the indices of devices dropped without close() that the garbage collector has
+    not reached yet. A device and its queues and buffers point at each other, so a dropped
+    one waits for the cycle collector; opening a device that finds none free runs it at
+    once instead of failing. Never under `_open_lock`: the finalizers it runs take it."""
+    if _open:
+        gc.collect()
 
 
 def list_devices() -> list[boards.DeviceInfo]:
@@ -345,7 +374,7 @@ def _forget_parent_devices() -> None:
     global _open_lock
     _open_lock = threading.Lock()
     parent = os.getppid()
-    for dev in _open.values():
+    for dev in list(_open.values()):
         dev._closed = True
         dev._forked_from = parent
         for q in dev._queues.values():
@@ -370,6 +399,14 @@ def open_device_with_fill(
     (replay's zeros: it then never reads the device state, which may be damaged). "auto"
     passes over the `reserved` indices too (those a replay places other devices on)."""
     which = _as_index(which)
+    try:
+        return _open_now(which, fill, reserved)
+    except DeviceBusyError:
+        release_dropped()  # a busy index may be held only by a dropped device
+        return _open_now(which, fill, reserved)
+
+
+def _open_now(which: int | str, fill: Fill | None, reserved: frozenset[int]) -> Device:
     with _open_lock:
         if which == "auto":
             free = [i for i in range(boards.device_count()) if i not in _open and i not in reserved]

@@ -13,9 +13,11 @@ thread runs them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import queue as _queue
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
@@ -55,6 +57,28 @@ if TYPE_CHECKING:
 DEFAULT_HISTORY = 4096  # per-command records kept; a long history costs GC time
 
 
+def _work(ref: weakref.ref[CommandQueue]) -> None:
+    """A worker's loop: one command per wake-up, until the stop. It holds its queue only
+    while it runs a command: a worker parked on the wake-up channel must not keep a device
+    that its user dropped alive (the device's finalizer sends the stop)."""
+    np.seterr(all="ignore")  # the device has no traps: inf and nan propagate
+    q = ref()
+    if q is None:
+        return
+    wake, run_lock = q._wakeups.get, q._run_lock
+    use_scratch(q._scratch)
+    del q
+    while wake():
+        q = ref()
+        if q is None:
+            break
+        with run_lock:
+            if q._pending:  # else a waiting host thread ran it already
+                q._run_next()
+        del q
+    use_scratch(None)
+
+
 def _check_blocking(blocking: object) -> None:
     if not isinstance(blocking, bool):
         raise InvalidArgumentError(f"blocking must be True or False, got {blocking!r}")
@@ -87,6 +111,8 @@ class CommandQueue:
         self._lock = threading.Lock()  # orders puts against _stop (see _put)
         self._stopped = False
         self.skipped = 0  # commands skipped behind a failed one (capture checks it)
+        # The worker's loop (see _work), holding this queue weakly.
+        self._work: Callable[[], None] = functools.partial(_work, weakref.ref(self))
 
     # --- public API ---------------------------------------------------------------
     def enqueue_write_buffer(
@@ -325,17 +351,6 @@ class CommandQueue:
             self._pending.append(cmd)
             self._wakeups.put(True)
             return True
-
-    def _work(self) -> None:
-        """The worker's loop: one command per wake-up, until the stop."""
-        np.seterr(all="ignore")  # the device has no traps: inf and nan propagate
-        use_scratch(self._scratch)
-        wake, pending = self._wakeups.get, self._pending
-        while wake():
-            with self._run_lock:
-                if pending:  # else a waiting host thread ran it already
-                    self._run_next()
-        use_scratch(None)
 
     def _run_pending(self) -> None:
         """Run every command queued so far on this thread (after the one the worker may be

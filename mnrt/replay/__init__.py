@@ -27,7 +27,7 @@ import numpy as np
 from ..device.boards import ENV_DEVICE_COUNT, check_index, device_count
 from ..errors import DeviceBusyError, InvalidArgumentError, MnrtError, OutOfMemoryError
 from ..format import LightBinary
-from ..host.device import open_indices
+from ..host.device import open_indices, release_dropped
 from . import io
 from .executor import Executor, Placement
 from .plan import Plan, validate
@@ -35,6 +35,12 @@ from .profile import Profile
 from .report import ReplayReport
 
 __all__ = ["Profile", "ReplayReport", "replay"]
+
+
+def _free_indices(chosen: set[int]) -> list[int]:
+    """The device indices neither open in this process nor chosen by the caller, in order."""
+    taken = chosen | open_indices()
+    return [i for i in range(device_count()) if i not in taken]
 
 
 def _device_map(plan: Plan, device: int | str | Mapping[int, int | str]) -> Placement:
@@ -67,8 +73,12 @@ def _device_map(plan: Plan, device: int | str | Mapping[int, int | str]) -> Plac
             f"device mapping {dict(device)} puts two captured devices on one device; "
             "give each its own"
         )
-    taken = set(chosen.values()) | open_indices()
-    free = iter([i for i in range(device_count()) if i not in taken])
+    wanted = sum(index not in chosen for index in captured)
+    free = _free_indices(set(chosen.values()))
+    if len(free) < wanted:
+        release_dropped()  # devices dropped without close() may hold the rest
+        free = _free_indices(set(chosen.values()))
+    free = iter(free)
     assignment = dict(chosen)
     for index in captured:
         if index not in assignment:

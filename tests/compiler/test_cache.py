@@ -16,7 +16,7 @@ import xxhash
 from graph_harness import mlp_input, small_mlp
 
 import mnrt
-from mnrt.compiler import context
+from mnrt.compiler import cache as cache_module
 from mnrt.compiler.models import MODELS
 
 HANG_S = 60  # a hang guard, not a timing
@@ -92,7 +92,7 @@ def test_the_cache_key_holds_the_mnrt_version(ctx, tmp_path, monkeypatch):
     b = small_mlp(np.random.default_rng(6))
     cache = mnrt.CacheOptions(tmp_path / "cache")
     ctx.compile(b, {"x": mlp_input()}, cache_options=cache)
-    monkeypatch.setattr(context, "__version__", "0.0.0-other")
+    monkeypatch.setattr(cache_module, "__version__", "0.0.0-other")
     ctx.compile(b, {"x": mlp_input()}, cache_options=cache)
     assert len(list((tmp_path / "cache").iterdir())) == 2
 
@@ -156,7 +156,7 @@ def test_an_entry_with_a_file_it_was_not_stored_with_is_compiled_again(ctx, tmp_
 @pytest.mark.parametrize("text", ["[" * 100_000, '{"a": ' * 100_000, "\udcff", "null", "[]"])
 def test_an_unreadable_checksums_file_means_compiling_again(ctx, tmp_path, text):
     cache, entry, want = stored_entry(ctx, tmp_path)
-    (entry / context.CHECKSUMS).write_text(text, errors="surrogateescape")
+    (entry / cache_module.CHECKSUMS).write_text(text, errors="surrogateescape")
     assert compiled_again(ctx, cache, entry, want)
 
 
@@ -170,7 +170,7 @@ def test_a_read_only_cache_serves_its_entries_and_a_miss_compiles_without_storin
     ctx, tmp_path, monkeypatch
 ):
     cache, entry, want = stored_entry(ctx, tmp_path)
-    monkeypatch.setattr(context.os, "access", lambda path, mode: False)  # as for a non-root
+    monkeypatch.setattr(cache_module.os, "access", lambda path, mode: False)  # as for a non-root
     assert not compiled_again(ctx, cache, entry, want)
     b = small_mlp(np.random.default_rng(8))  # another key: it would have to be stored
     with pytest.warns(UserWarning, match="not writable, so this compile was not stored"):
@@ -186,7 +186,7 @@ def test_entries_stored_while_another_compile_loads_them_are_whole(ctx, tmp_path
     # and a process runs one capture at a time.)
     _, entry, _ = stored_entry(ctx, tmp_path)
     compiled = ctx._load_cached(entry)
-    made = {p.name: p.read_bytes() for p in entry.iterdir() if p.name != context.CHECKSUMS}
+    made = {p.name: p.read_bytes() for p in entry.iterdir() if p.name != cache_module.CHECKSUMS}
 
     def write_codegen_dir(folder, phases, what="codegen_dir"):
         folder.mkdir()
@@ -201,7 +201,7 @@ def test_entries_stored_while_another_compile_loads_them_are_whole(ctx, tmp_path
     def write() -> None:
         try:
             for _ in range(20):
-                context._store_cached(compiled, entry, [])
+                cache_module._store_cached(compiled, entry, [])
         except BaseException as e:  # reported below
             failures.append(e)
 
@@ -224,7 +224,7 @@ def test_entries_stored_while_another_compile_loads_them_are_whole(ctx, tmp_path
     reader.join(HANG_S)
     assert not any(t.is_alive() for t in [reader, *writers]), "hung"
     assert not failures, failures
-    assert loaded and context._checksums_hold(entry)
+    assert loaded and cache_module._checksums_hold(entry)
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [entry.name]  # no staging left
 
 

@@ -19,7 +19,7 @@ from graph_harness import small_mlp as mlp
 
 import mnrt
 from mnrt.capture.recorder import Recorder
-from mnrt.compiler import context
+from mnrt.compiler import compiled as compiled_module
 from mnrt.host import observe
 from mnrt.replay.executor import COMMAND_NAMES
 
@@ -104,14 +104,14 @@ def test_a_capture_begun_on_another_thread_while_a_compile_prepares_its_binary(
     # reference computation, paused here, is the longest step between): the compile writes
     # its codegen_dir without the binary, as it would have had it seen the capture at once.
     in_reference, user_began = threading.Event(), threading.Event()
-    reference = context.CompiledFunction.reference
+    reference = compiled_module.CompiledFunction.reference
 
     def slow_reference(self, inputs):
         in_reference.set()
         user_began.wait(HANG_S)
         return reference(self, inputs)
 
-    monkeypatch.setattr(context.CompiledFunction, "reference", slow_reference)
+    monkeypatch.setattr(compiled_module.CompiledFunction, "reference", slow_reference)
     failures: list[BaseException] = []
 
     def compile_into_codegen_dir() -> None:
@@ -137,14 +137,14 @@ def a_compile_recording(tmp_path, monkeypatch) -> Iterator[Callable]:
     """A compile on another thread, paused inside its codegen_dir binary's capture until
     the block ends; the block gets the unpaused compare_to_golden."""
     inside, release = threading.Event(), threading.Event()
-    compare = context.compare_to_golden
+    compare = compiled_module.compare_to_golden
 
     def paused_compare(*args, **kwargs):
         inside.set()
         release.wait(HANG_S)
         return compare(*args, **kwargs)
 
-    monkeypatch.setattr(context, "compare_to_golden", paused_compare)
+    monkeypatch.setattr(compiled_module, "compare_to_golden", paused_compare)
 
     def compile_into_codegen_dir() -> None:
         with mnrt.Context() as c:
@@ -168,7 +168,7 @@ def test_a_child_forked_while_a_thread_records_a_binary_can_still_record_its_own
         if pid == 0:  # exit 3: the child hung on the lock its parent's thread held
             signal.signal(signal.SIGALRM, lambda *a: os._exit(3))
             signal.alarm(HANG_S)
-            monkeypatch.setattr(context, "compare_to_golden", compare)
+            monkeypatch.setattr(compiled_module, "compare_to_golden", compare)
             code = 5
             try:
                 inherited = isinstance(observe.current(), Recorder)  # its parent thread's
@@ -195,7 +195,7 @@ def test_putting_the_inputs_back_is_never_recorded(ctx, tmp_path, monkeypatch):
     # A capture another thread begins just as save_binary's own ends must not record the
     # compiler putting the function's inputs back.
     compiled = ctx.compile(mlp(np.random.default_rng(3)), {"x": x_data()})
-    put_back = context._put_back
+    put_back = compiled_module._put_back
 
     def after_another_thread_began(q, held):
         t = threading.Thread(target=mnrt.begin_capture)
@@ -203,7 +203,7 @@ def test_putting_the_inputs_back_is_never_recorded(ctx, tmp_path, monkeypatch):
         t.join(HANG_S)
         put_back(q, held)
 
-    monkeypatch.setattr(context, "_put_back", after_another_thread_began)
+    monkeypatch.setattr(compiled_module, "_put_back", after_another_thread_began)
     try:
         compiled.save_binary(tmp_path / "m.mnlb")
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import warnings
 
@@ -14,6 +15,7 @@ import mnrt
 from mnrt.compiler import GraphBuilder
 from mnrt.compiler.models import MODELS
 from mnrt.compiler.options import OptionError, resolve
+from mnrt.host.device import open_indices
 
 
 def mlp(rng, batch=4):
@@ -448,3 +450,52 @@ def test_goldens_use_the_current_value_of_a_registered_param(ctx, tmp_path):
     compiled.save_binary(tmp_path / "m.mnlb")
     report = mnrt.replay(tmp_path / "m.mnlb")
     assert report.passed, report.summary()
+
+
+def test_contexts_dropped_without_close_release_their_devices():
+    # Before: each Context kept its device open for good, so the ninth failed with
+    # "all 8 emulated devices are open", even after gc.collect().
+    for _ in range(1000):
+        mnrt.Context()
+    assert open_indices() == set()  # released as each was dropped, not by the collector
+
+
+def test_compiling_one_model_after_another_in_one_process_releases_each_device():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    for _ in range(12):  # more than the 8 devices
+        ctx = mnrt.Context(mnrt.MNDevice("mncore2:auto"))
+        compiled = ctx.compile(mlp(rng), {"x": x})
+        compiled({"x": x})
+        del ctx  # the compiled function still refers to it: the device stays open
+        assert compiled.ctx.device.is_open
+        assert compiled({"x": x})["y"].cpu().shape == (4, 3)
+        compiled = None
+        assert open_indices() == set()
+
+
+def test_context_and_mndevice_close_and_with_blocks_release_the_device():
+    with mnrt.Context(mnrt.MNDevice("mncore2:5")) as ctx:
+        assert open_indices() == {5}
+    assert not ctx.device.is_open and open_indices() == set()
+    ctx.close()  # twice is harmless
+    with mnrt.MNDevice("mncore2:auto") as device:
+        first, second = mnrt.Context(device), mnrt.Context(device)
+        assert open_indices() == {first.device.index, second.device.index}
+    assert open_indices() == set()
+    assert not first.device.is_open and not second.device.is_open
+    again = mnrt.Context(mnrt.MNDevice("mncore2:5"))  # the index is free again
+    again.close()
+    assert open_indices() == set()
+
+
+def test_a_calls_outputs_keep_the_device_open_until_read():
+    # The function and its Context are dropped as soon as the call returns: the proxies
+    # it gave keep them (and the device) until the read, then release them.
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    y = mnrt.Context().compile(mlp(rng), {"x": x})({"x": x})["y"]
+    gc.collect()
+    assert y.cpu().shape == (4, 3)
+    del y
+    assert open_indices() == set()

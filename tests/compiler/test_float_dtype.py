@@ -13,7 +13,7 @@ from test_compile_fuzz import conv_graphs, graphs
 
 import mnrt
 from mnrt.compiler import GraphBuilder, lower, models
-from mnrt.compiler.context import _tolerance
+from mnrt.compiler.compiled import _tolerance
 from mnrt.compiler.passes import apply_float_dtype, cancel_round_trip_casts
 
 

@@ -143,3 +143,35 @@ def test_builder_fractional_shapes_are_refused_not_truncated():
     b = GraphBuilder("g")
     with pytest.raises(mnrt.ShapeError, match="tuple of ints"):
         b.input("x", (2.7, 3))
+
+
+def test_a_graph_copy_shares_weights_and_nothing_else():
+    g = mlp_graph(np.random.default_rng(0))
+    before = g.dump()
+    c = g.copy()
+    assert c.dump() == before
+    assert all(c.values[n].data is g.values[n].data for n in g.params)  # not copied
+    c.values["w0"].dtype = mnrt.float64
+    c.nodes[0].attrs["trans_b"] = True
+    c.nodes[0].inputs.reverse()
+    c.nodes.pop()
+    c.inputs.append("w0")
+    c.outputs.clear()
+    assert g.dump() == before and g.outputs == ["y"] and g.inputs == ["x"]
+
+
+def test_passes_leave_the_source_graphs_weights_as_they_were():
+    # The passes share weights with the graph they were given (Graph.copy), so none may
+    # change an array in place: folding and float_dtype give values new arrays.
+    b = GraphBuilder("fold")
+    x = b.input("x", (2, 4), "float")
+    w = b.param("w", np.arange(16, dtype=np.float32).reshape(4, 4))
+    scale = b.param("s", np.full((4, 4), 2.0, np.float32))
+    b.output(b.gemm(x, b.mul(w, scale)), "y")
+    graph = b.build()
+    weights = {n: graph.values[n].data.copy() for n in graph.params}
+    with mnrt.Context() as ctx:
+        for float_dtype in ("half", "mixed", "double"):
+            ctx.compile(graph, {"x": np.ones((2, 4), np.float32)},
+                        options={"option_json": "O3", "float_dtype": float_dtype})  # fmt: skip
+    assert all(np.array_equal(graph.values[n].data, weights[n]) for n in graph.params)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import threading
+import weakref
 
 import numpy as np
 import pytest
 
 import mnrt
 from mnrt.device.memory import DeviceMemory, Fill
+from mnrt.host.device import open_indices
 
 
 def test_list_devices_default_eight_names():
@@ -380,3 +383,49 @@ def test_a_buffer_created_while_another_thread_clears_reads_as_a_fill(dev, q, ga
     monkeypatch.setattr(memory, "clear", clear_then_create)
     dev.clear(pattern=0x5A)
     np.testing.assert_array_equal(q.enqueue_read_buffer(made[0]), np.full(8, 0x5A))
+
+
+def _open_use_and_drop(index: int | str) -> weakref.ref:
+    """Open a device, start its queue's worker with a command, and drop it without close()."""
+    dev = mnrt.open_device(index)
+    q = dev.command_queue()
+    buf = dev.create_buffer((4,), "float")
+    q.enqueue_write_buffer(buf, np.arange(4, dtype=np.float32))
+    return weakref.ref(dev)
+
+
+def test_devices_dropped_without_close_release_their_index():
+    # Before: the table of open devices held each strongly, so the second cycle failed
+    # with DeviceBusyError (42 of 50 in the issue's count, depending on timing).
+    threads = threading.active_count()
+    for _ in range(50):
+        _open_use_and_drop(0)
+    for _ in range(50):
+        _open_use_and_drop("auto")
+    gc.collect()
+    assert open_indices() == set()
+    # The workers went back to the pool, to be reused: not a thread per dropped device
+    # (up to one per device that waits for the collector at once, "auto" opening all 8).
+    assert threading.active_count() <= threads + 8 + 2
+
+
+def test_a_parked_worker_does_not_keep_its_dropped_device_alive():
+    ref = _open_use_and_drop(3)
+    dev = ref()
+    assert dev is not None
+    dev.command_queue().finish()  # the worker has run the write and waits for the next
+    del dev
+    gc.collect()
+    assert ref() is None and 3 not in open_indices()
+
+
+def test_a_device_still_referenced_stays_open():
+    dev = mnrt.open_device(2)
+    try:
+        gc.collect()
+        with pytest.raises(mnrt.DeviceBusyError, match="already open"):
+            mnrt.open_device(2)
+        assert dev.is_open and 2 in open_indices()
+    finally:
+        dev.close()
+    assert 2 not in open_indices()

@@ -1,0 +1,117 @@
+"""The compile cache (CacheOptions): a codegen_dir per model, options, input shapes and
+mnrt version, stored whole with a checksum of each file and loaded instead of compiling."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import uuid
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import xxhash
+
+from .._version import __version__
+from ..errors import InvalidArgumentError, MnrtError
+from ..format.files import open_regular
+from . import serialize
+from .codegen import _make_dir
+from .ir import Graph
+from .options import CompileOptions
+
+if TYPE_CHECKING:
+    from .compiled import CompiledFunction
+
+
+class CacheOptions:
+    """Where compiled graphs are kept: compiling the same model with the same options and
+    input shapes (with the same mnrt version) again loads the cached codegen_dir instead of
+    compiling. An entry that cannot be loaded (truncated, say) is compiled again."""
+
+    def __init__(self, cache_dir: str | os.PathLike) -> None:
+        if not isinstance(cache_dir, (str, os.PathLike)):
+            raise InvalidArgumentError(
+                f"CacheOptions takes a directory path, not {type(cache_dir).__name__}"
+            )
+        self.cache_dir = Path(cache_dir)
+
+    def __repr__(self) -> str:
+        return f"CacheOptions({str(self.cache_dir)!r})"
+
+
+def _cache_key(graph: Graph, opts: CompileOptions, inputs: Mapping[str, np.ndarray]) -> str:
+    """The cache entry of a compile: the model (structure and weights), every resolved option
+    (an option_json file's contents included), the input shapes, and the mnrt version, whose
+    passes and formats made the entry."""
+    key = xxhash.xxh3_64(serialize.fingerprint(graph).encode())
+    key.update(json.dumps(opts.to_json(), sort_keys=True).encode())
+    key.update(repr(sorted((n, np.shape(a)) for n, a in inputs.items())).encode())
+    key.update(f"mnrt {__version__}".encode())
+    return key.hexdigest()
+
+
+CHECKSUMS = "checksums.json"  # in a cache entry: file name -> xxh3-128 of its bytes
+
+
+def _digest(path: Path) -> str:
+    """xxh3-128 of a regular file (a FIFO or device planted in an entry is refused, not
+    waited on or read forever)."""
+    with open_regular(path, "a cache file") as f:
+        return xxhash.xxh3_128_hexdigest(f.read())
+
+
+def _checksums_hold(entry: Path) -> bool:
+    """Whether a cache entry holds exactly the files it was stored with, each as it was
+    stored. A file that still parses but changed (a flipped digit in graph.json, an edited
+    option.json) would otherwise load as a different program, silently; one added since is
+    not what was stored either, and a listed name outside the entry is never read."""
+    try:
+        with open_regular(entry / CHECKSUMS, "a cache file") as f:
+            listed = json.loads(f.read())
+        return (
+            isinstance(listed, dict)
+            and set(listed) == {p.name for p in entry.iterdir()} - {CHECKSUMS}
+            and {"graph.json", "graph.params.npz", "option.json", "inputs.npz"} <= set(listed)
+            and all(_digest(entry / name) == want for name, want in listed.items())
+        )
+    except (OSError, ValueError, TypeError, RecursionError, MnrtError):  # deep JSON: Recursion
+        return False
+
+
+def _store_cached(compiled: CompiledFunction, entry: Path, phases: list[dict]) -> None:
+    """Write a cache entry whole or not at all: into a private folder renamed into place, so
+    that a compile killed midway, or another compiling the same key at the same time, never
+    leaves a partial entry for a later compile to load. A read-only cache (one shared by a
+    team, filled by a build job) still serves what it holds: a miss compiles, warns and
+    stores nothing."""
+    if entry.parent.is_dir() and not os.access(entry.parent, os.W_OK | os.X_OK):
+        warnings.warn(
+            f"cache directory {entry.parent} is not writable, so this compile was not "
+            "stored; compiles of the same model and options will compile again",
+            stacklevel=3,
+        )
+        return
+    _make_dir(entry.parent, "cache directory")
+    staging = entry.parent / f".{entry.name}.{uuid.uuid4().hex}.tmp"
+    try:
+        compiled.write_codegen_dir(staging, list(phases), "cache directory")
+        checksums = {p.name: _digest(p) for p in sorted(staging.iterdir()) if p.is_file()}
+        (staging / CHECKSUMS).write_text(json.dumps(checksums, indent=1))
+        # Replace what is there: one that could not be loaded, or a valid one a concurrent
+        # compile of the same key stored (the same program, so either will do). If such a
+        # compile stores its entry between the removal and the rename, the rename fails
+        # and that entry stays.
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:  # a file or link where the entry goes would block it for good
+            with contextlib.suppress(OSError):
+                entry.unlink()
+        with contextlib.suppress(OSError):
+            os.rename(staging, entry)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

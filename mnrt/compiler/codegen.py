@@ -1,0 +1,196 @@
+"""codegen_dir: what a compile writes for people and tools to read (option.json, l3ir.txt,
+report.json, model.onnx, model.mnlb) and what load_codegen_dir reads back (graph.json,
+graph.params.npz, inputs.npz)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import InvalidArgumentError, MnrtError
+from ..format.files import write_atomically
+from . import layout, placement, serialize
+from .ir import Graph
+from .options import CompileOptions, resolve
+from .schedule import peak_live_bytes
+
+if TYPE_CHECKING:
+    from .compiled import CompiledFunction
+
+_CAPTURE_RUNNING = "a capture is running, and recording the light binary takes a capture of its own"
+
+
+def _make_dir(folder: Path, what: str) -> Path:
+    """Create a directory the compiler writes into, or say why it cannot be."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InvalidArgumentError(
+            f"{what} {folder}: cannot create it as a directory ({e.strerror or e}); "
+            "give a writable directory path"
+        ) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InvalidArgumentError(
+            f"{what} {folder}: the directory is not writable; give a writable directory path"
+        )
+    return folder
+
+
+def write(
+    compiled: CompiledFunction,
+    folder: str | os.PathLike,
+    phases: list[dict],
+    what: str = "codegen_dir",
+) -> None:
+    """option.json (usable as option_json), l3ir.txt (the graph as scheduled, one node a
+    line), report.json, model.mnlb, and the graph and inputs for load_codegen_dir."""
+    folder = _make_dir(Path(folder), what)
+    if compiled.options.envs.get("CODEGEN_DEBUG", "0") not in ("", "0"):
+        # CODEGEN_DEBUG (an option_json env): the graph after every compile phase.
+        for i, (phase, dump) in enumerate(compiled.stages):
+            write_atomically(folder / f"debug_{i:02d}_{phase}.txt", (dump + "\n").encode())
+    start = time.perf_counter()
+    recorded = compiled._save(folder / "model.mnlb")
+    if not recorded:  # an earlier compile's binary must not pass for this one's
+        _remove_stale(folder / "model.mnlb", what)
+    status = "ok" if recorded else f"skipped: {_CAPTURE_RUNNING}"
+    seconds = time.perf_counter() - start
+    phases = [*phases, {"name": "light binary", "status": status, "seconds": seconds}]
+    try:
+        options = json.dumps(compiled.options.to_json(), indent=1)
+        write_atomically(folder / "option.json", options.encode())
+        write_atomically(folder / "l3ir.txt", (compiled.graph.dump() + "\n").encode())
+        weights = serialize.save(compiled.graph, folder, "graph")
+        serialize.save_arrays(folder / "inputs.npz", compiled.example_inputs)
+        # model.onnx's weights are those of graph.params.npz, where they lie: not a copy.
+        export_onnx(
+            compiled.graph,
+            folder / "model.onnx",
+            phases,
+            required=False,
+            weights_in=("graph.params.npz", weights),
+        )
+        report = json.dumps(compiled.report(phases), indent=1)
+        write_atomically(folder / "report.json", report.encode())
+    except MnrtError as e:
+        raise InvalidArgumentError(f"{what} {folder}: {e}") from None
+    except OSError as e:
+        raise InvalidArgumentError(
+            f"{what} {folder}: cannot write {Path(e.filename or '').name or 'a file'} "
+            f"({e.strerror or e}); give a writable directory with room to spare"
+        ) from None
+
+
+def report(compiled: CompiledFunction, phases: list[dict]) -> dict:
+    """Compile phases, one entry per layer (node) with its modelled device cost, and
+    totals per kernel: report.json of codegen_dir."""
+    plan = compiled.lowered.program._plan(compiled.lowered.bindings)
+    layers: list[dict] = []
+    per_op: dict[str, dict] = {}
+    for node, step in zip(compiled.graph.nodes, plan.steps):
+        m = step.modelled
+        layers.append(
+            {
+                "name": node.name,
+                "op": node.op,
+                "outputs": [compiled.graph.values[o].describe() for o in node.outputs],
+                "flops": m.flops,
+                "device_time_s": m.time_s,
+                "bound": m.bound,
+            }
+        )
+        total = per_op.setdefault(node.op, {"count": 0, "flops": 0.0, "device_time_s": 0.0})
+        total["count"] += 1
+        total["flops"] += m.flops
+        total["device_time_s"] += m.time_s
+    totals = plan.modelled
+    return {
+        "name": compiled.graph.name,
+        "options": compiled.options.to_json(),
+        "phases": phases,
+        "layers": layers,
+        "perf": per_op,
+        "memory": {
+            "peak_live_bytes": peak_live_bytes(compiled.graph),
+            "buffers": compiled.lowered.distinct_buffers,
+            "on_chip": placement.summary(compiled.graph, compiled.options["sram_budget"]),
+        },
+        "layout": {
+            "planner": compiled.options["layout_planner"],
+            **layout.summary(
+                compiled.graph,
+                compiled.options["layout_spec"],
+                compiled.options["gemm_layout_spec"],
+            ),
+        },
+        "total": {
+            "flops": totals.flops,
+            "device_time_s": totals.time_s,
+            "energy_j": totals.energy_j,
+        },
+    }
+
+
+def export_onnx(
+    graph: Graph,
+    path: Path,
+    phases: list[dict],
+    required: bool,
+    weights_in: tuple[str, Mapping[str, tuple[int, int]]] | None = None,
+) -> None:
+    """The optimised graph as ONNX. In codegen_dir it is written when it can be (the
+    report says why not, otherwise); for out_onnx the user asked for it: errors raise.
+    `weights_in`: a file beside it that holds the weights (see onnx_export.save)."""
+    from .onnx_export import save
+
+    start = time.perf_counter()
+    try:
+        save(graph, path, weights_in)
+        status = "ok"
+    except InvalidArgumentError as e:
+        if required:
+            raise
+        status = f"skipped: {e}"
+    except (OSError, MnrtError) as e:  # MnrtError: the atomic write could not be made
+        if required:
+            reason = getattr(e, "strerror", None) or e
+            raise InvalidArgumentError(
+                f"out_onnx {path}: cannot write it ({reason}); give a writable file path"
+            ) from None
+        status = f"skipped: {e}"
+    if status != "ok" and not required:  # an earlier compile's model.onnx is not this one
+        _remove_stale(path, "codegen_dir")
+    phases.append({"name": "onnx export", "status": status,
+                   "seconds": time.perf_counter() - start})  # fmt: skip
+
+
+def _remove_stale(path: Path, what: str) -> None:
+    """Remove a file an earlier compile left (never a directory: that is not one)."""
+    try:
+        if not path.is_dir():
+            path.unlink(missing_ok=True)
+    except OSError as e:
+        raise InvalidArgumentError(
+            f"{what} {path.parent}: cannot remove the stale {path.name} ({e.strerror or e}); "
+            "give a writable directory"
+        ) from None
+
+
+def load(folder: Path) -> tuple[Graph, CompileOptions, dict[str, np.ndarray]]:
+    """The graph, options and example inputs a codegen_dir holds, as load_codegen_dir
+    compiles them again (no passes: the graph is the optimised one)."""
+    opts = resolve({"option_json": str(folder / "option.json")})
+    graph = serialize.load(folder, "graph")
+    shapes = {name: graph.values[name].shape for name in graph.inputs}
+    try:
+        inputs = serialize.read_arrays(folder / "inputs.npz", shapes)
+    except (MnrtError, OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise InvalidArgumentError(f"{folder} has no readable inputs.npz: {e}") from None
+    return graph, opts, inputs

@@ -1,0 +1,346 @@
+"""CompiledFunction: a graph lowered onto a Context's device with its weights resident,
+called like a function, and saved as a light binary with goldens."""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..capture import CaptureError, capture_if_idle, compare_to_golden
+from ..errors import DTypeError, InvalidArgumentError
+from ..host import Buffer, CommandQueue, observe
+from . import codegen
+from .codegen import _CAPTURE_RUNNING
+from .ir import INPUT, PARAM, Graph
+from .lower import Lowered, lower
+from .onnx_frontend import evaluator_unreliable_ops
+from .options import CompileOptions
+from .passes import apply_float_dtype
+from .tensors import TensorProxy, _as_array, _as_host, _call_input, _input_arrays
+
+if TYPE_CHECKING:
+    from .context import Context
+
+
+def _refuse_registered_of_another_dtype(ctx: Context, graph: Graph, options: Any) -> None:
+    """A registered value must be bound, not silently copied: when float_dtype makes the
+    model's parameter of that name and shape another dtype (half under mixed), the function
+    would compute with its own copy and never see updates to the registered value. Say which
+    dtype to register it in instead. (A shape that differs is warned about after binding.)"""
+    wrong = [
+        (name, ctx._registered[name].buffer.dtype, graph.values[name].dtype)
+        for name in graph.params
+        if name in ctx._registered
+        and ctx._registered[name].shape == graph.values[name].shape
+        and ctx._registered[name].buffer.dtype is not graph.values[name].dtype
+    ]
+    if wrong:
+        raise DTypeError(
+            f"compiled graph '{graph.name}' (float_dtype={options['float_dtype']}) cannot bind "
+            + ", ".join(
+                f"registered value {name!r}: it is {have.name}, the graph's parameter is "
+                f"{need.name}"
+                for name, have, need in wrong
+            )
+            + "; register it in the graph's dtype (ctx.register_param(name, array, "
+            + f"dtype={wrong[0][2].name!r})) or compile with the float_dtype it was "
+            + "registered for"
+        )
+
+
+class CompiledFunction:
+    """A graph lowered onto the context's device, weights resident."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        graph: Graph,
+        options: CompileOptions,
+        source: Graph,
+        inputs: Mapping[str, np.ndarray],
+        share: bool = True,
+    ) -> None:
+        self.ctx = ctx
+        self.graph = graph
+        self.options = options
+        self.source = source  # the graph as given, before any pass: the reference
+        self.onnx_model: Any = None  # the ONNX model it came from, if it did
+        self.stages: list[tuple[str, str]] = []  # (phase, graph dump) of the compile
+        unbound = [n for n in graph.outputs if graph.values[n].role in (INPUT, PARAM)]
+        if unbound:
+            raise InvalidArgumentError(
+                f"output(s) {', '.join(map(repr, unbound))} of graph '{graph.name}' are not "
+                "computed by any node (a parameter or an input given back as is); compute "
+                "them, or read the value where it comes from"
+            )
+        if share:
+            _refuse_registered_of_another_dtype(ctx, graph, options)
+        self.lowered: Lowered = lower(graph, ctx.device)  # first: a model too big fails here
+        self.example_inputs = {k: np.array(v) for k, v in inputs.items()}
+        # Registered values this function is bound to (share=False: it owns every buffer).
+        self.shared: dict[str, TensorProxy] = {}
+        q = ctx.queue
+        for name in graph.params:
+            shared = ctx._registered.get(name) if share else None
+            buf = self.lowered.bindings.get(name)
+            if buf is None:  # a parameter no kernel reads: nothing to upload
+                continue
+            if (
+                shared is not None
+                and shared.shape == buf.shape
+                and shared.buffer.dtype is buf.dtype
+            ):
+                self.lowered.bindings[name] = shared.buffer
+                self.shared[name] = shared
+                buf.deallocate()
+            else:
+                q.enqueue_write_buffer(buf, _as_host(graph.values[name].data, buf))
+        q.finish()
+        if share:
+            self._warn_unbound(ctx, source)
+
+    def _warn_unbound(self, ctx: Context, source: Graph) -> None:
+        """Registered values that a parameter of the model was meant to use but the compiled
+        graph cannot: converted to another precision (float_dtype) or folded into other
+        weights. The function computes with its own copy, so say that updates to the
+        registered value will not reach it."""
+        missed = sorted(n for n in ctx._registered if n in source.params and n not in self.shared)
+        shaped = [n for n in missed if ctx._registered[n].shape != source.values[n].shape]
+        if shaped:
+            warnings.warn(
+                f"compiled graph '{self.graph.name}' does not bind registered value(s) "
+                + ", ".join(
+                    f"{n!r} (registered {list(ctx._registered[n].shape)}, the model's "
+                    f"parameter {list(source.values[n].shape)})"
+                    for n in shaped
+                )
+                + ": the shapes differ, so this function uses its own copy of the parameter",
+                stacklevel=4,
+            )
+            missed = [n for n in missed if n not in shaped]
+        if missed:  # a dtype the compile changed is an error (before lowering): folded
+            warnings.warn(
+                f"compiled graph '{self.graph.name}' does not bind registered value(s) "
+                f"{', '.join(map(repr, missed))}: the compile folded the parameter into other "
+                "weights, so this function uses its own copy and later updates to the "
+                "registered value do not reach it",
+                stacklevel=4,
+            )
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.graph.inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.graph.outputs)
+
+    def allocate_input_proxy(self, name: str) -> TensorProxy:
+        """The device tensor an input is read from, to fill with `load_from`."""
+        if name not in self.graph.inputs:
+            raise InvalidArgumentError(
+                f"no input {name!r}; the inputs are {', '.join(self.graph.inputs)}"
+            )
+        return TensorProxy(self.ctx.queue, self.lowered.bindings[name], self)
+
+    def __call__(self, inputs: Mapping[str, Any] | None = None) -> dict[str, TensorProxy]:
+        """Run once. Inputs not given keep what their proxies hold. The outputs are proxies
+        of this function's output buffers: the next call (or save_binary) overwrites them."""
+        if inputs is not None and not isinstance(inputs, Mapping):
+            raise InvalidArgumentError(
+                f"call inputs must be a dict of input name -> array, not {type(inputs).__name__}"
+            )
+        inputs = dict(inputs or {})
+        unknown = sorted(repr(n) for n in set(inputs) - set(self.graph.inputs))
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown input(s) {', '.join(unknown)}; "
+                f"the inputs are {', '.join(self.graph.inputs)}"
+            )
+        q = self.ctx.queue
+        for name, data in inputs.items():
+            if isinstance(data, TensorProxy):
+                if data.buffer is not self.lowered.bindings.get(name):
+                    raise InvalidArgumentError(
+                        f"input {name!r}: pass arrays, or the proxy from allocate_input_proxy"
+                    )
+                continue
+            buf = self.lowered.bindings.get(name)
+            if buf is None:  # no kernel reads it (an ONNX input only Shape reads): no buffer
+                _as_array(name, data)
+                continue
+            q.enqueue_write_buffer(buf, _call_input(name, data, buf))
+        q.enqueue_program(self.lowered.program, self.lowered.bindings)
+        return {
+            name: TensorProxy(q, self.lowered.bindings[name], self) for name in self.graph.outputs
+        }
+
+    def reference(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """What goldens are: for an ONNX model, ONNX's own reference evaluator on it; for
+        a graph built in Python, or an ONNX model with ops that evaluator may compute wrongly
+        (evaluator_unreliable_ops), the graph as imported run in double precision.
+        Parameters bound to registered values take those values, as the function computes
+        with them."""
+        if self.onnx_model is not None and not evaluator_unreliable_ops(self.onnx_model):
+            from onnx.reference import ReferenceEvaluator
+
+            feeds = {i.name: _onnx_feed(inputs[i.name], i) for i in self.onnx_model.graph.input
+                     if i.name in inputs}  # fmt: skip
+            feeds.update(self._registered_initializers())
+            try:
+                results = ReferenceEvaluator(self.onnx_model).run(None, feeds)
+            except Exception as e:  # whatever the evaluator raises on this model and input
+                raise InvalidArgumentError(
+                    f"ONNX's reference evaluator, which makes the goldens, failed on this "
+                    f"model and input ({type(e).__name__}: {e}); check the inputs (indices in "
+                    "range, for one) and that the model runs under onnx.reference"
+                ) from None
+            names = [o.name for o in self.onnx_model.graph.output]
+            return {n: np.asarray(r) for n, r in zip(names, results) if n in self.graph.outputs}
+        graph = apply_float_dtype(self.source, "double")
+        for name, proxy in self.shared.items():
+            value = graph.values.get(name)
+            if value is not None and value.role == PARAM and value.shape == proxy.shape:
+                value.data = proxy.cpu()
+        # share=False: the reference frees its buffers, which must not be registered ones.
+        ref = CompiledFunction(self.ctx, graph, self.options, self.source, inputs, share=False)
+        try:
+            return {k: v.cpu() for k, v in ref(inputs).items()}
+        finally:
+            for buf in {id(b): b for b in ref.lowered.bindings.values()}.values():
+                buf.deallocate()
+
+    def _registered_initializers(self) -> dict[str, np.ndarray]:
+        """Feeds that override the ONNX initializers this function reads from registered
+        values instead (ONNX's evaluator takes feeds over initializers of the same name)."""
+        from onnx import helper
+
+        inits = {i.name: i for i in self.onnx_model.graph.initializer}
+        feeds = {}
+        for name, proxy in self.shared.items():
+            init = inits.get(name)
+            if init is not None and tuple(init.dims) == proxy.shape:
+                feeds[name] = proxy.cpu().astype(helper.tensor_dtype_to_np_dtype(init.data_type))
+        return feeds
+
+    def report(self, phases: list[dict]) -> dict:
+        """report.json of codegen_dir (see codegen.report)."""
+        return codegen.report(self, phases)
+
+    def write_codegen_dir(
+        self, folder: str | os.PathLike, phases: list[dict], what: str = "codegen_dir"
+    ) -> None:
+        """Write this function's codegen_dir (see codegen.write)."""
+        codegen.write(self, folder, phases, what)
+
+    def save_binary(
+        self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None
+    ) -> None:
+        """Record one run (weights, program, inputs) into a light binary whose goldens come
+        from `reference`, with tolerances for the compiled precision. The function's inputs
+        hold afterwards what they held before: a later call that gives none still uses them
+        (its outputs, like any call's, are overwritten)."""
+        if not self._save(path, inputs):
+            raise CaptureError(
+                f"cannot save_binary: {_CAPTURE_RUNNING}; call save_binary after end_capture()"
+            )
+
+    def _save(
+        self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None
+    ) -> bool:
+        """save_binary, or False when a capture (of the user's) is running."""
+        if inputs is None:
+            inputs = self.example_inputs
+        else:  # the reference needs every input, as the replay will
+            inputs = _input_arrays(self.graph, inputs, "save_binary")
+        # Outside the lock, so that other compiles need not wait for it, and unobserved: a
+        # capture of the user's may be running, and this is none of its business.
+        with observe.unobserved():
+            expected = self.reference(inputs)
+        q = self.ctx.queue
+        description = f"compiled graph {self.graph.name}"
+        owner = f"compiled graph '{self.graph.name}' is recording its light binary"
+        held = None  # what the inputs hold, put back once the capture has ended, however
+        with _recording:
+            try:
+                with capture_if_idle(path, False, description, owner) as recording:
+                    if not recording:
+                        return False
+                    with observe.unobserved():
+                        held = {
+                            name: (buf, TensorProxy(q, buf).cpu())
+                            for name in self.graph.inputs
+                            if (buf := self.lowered.bindings.get(name)) is not None
+                        }
+                    outputs = self(inputs)
+                    for name, proxy in outputs.items():
+                        dtype = self.options["float_dtype"]
+                        rtol, atol = _tolerance(dtype, expected[name], proxy.buffer)
+                        compare_to_golden(
+                            q, proxy.buffer, expected[name], rtol=rtol, atol=atol, name=name
+                        )
+            finally:
+                if held is not None:  # before another thread records: none of its business
+                    with observe.unobserved():
+                        _put_back(q, held)
+        return True
+
+
+def _put_back(q: CommandQueue, held: dict[str, tuple[Buffer, np.ndarray]]) -> None:
+    for buf, data in held.values():
+        q.enqueue_write_buffer(buf, _as_host(data, buf))
+    q.finish()
+
+
+# A process runs one capture at a time (a capture records every thread), so compiles that
+# write light binaries on several threads take turns rather than fail. While a capture of
+# the user's runs, a binary cannot be recorded: it would need a second capture, and its
+# run of the compiled function would land in the user's.
+_recording = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    """A child forked while another thread recorded has the lock held by no thread."""
+    global _recording
+    _recording = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
+def _tolerance(float_dtype: str, expected: np.ndarray, buf: Buffer) -> tuple[float, float]:
+    """The golden tolerances of one output: `_TOLERANCE`'s, its atol relative to the output's
+    largest finite magnitude. A reduced-precision result is off by a fraction of the size of
+    what it sums, not of each element (an element near zero of a GEMM whose results are
+    around 100 is off by about 100 * 2**-10), and a fixed atol would also pass any golden
+    of an output that is all smaller than it (softmax probabilities). Never below the
+    buffer dtype's own atol, so that an all-zero golden still allows that."""
+    rtol, atol = _TOLERANCE[float_dtype]
+    if not buf.dtype.is_float:
+        return rtol, atol
+    values = np.abs(np.asarray(expected, np.float64))
+    scale = float(np.max(values, where=np.isfinite(values), initial=0.0))
+    return rtol, max(atol * scale, buf.dtype.atol)
+
+
+# Golden tolerances (rtol, atol) against the float64 reference, per float_dtype; atol is
+# relative to each output's largest magnitude (`_tolerance`).
+_TOLERANCE = {
+    "double": (1e-9, 1e-12),
+    "float": (1e-4, 1e-5),
+    "mixed": (3e-2, 1e-2),
+    "half": (5e-2, 2e-2),
+}
+
+
+def _onnx_feed(data: np.ndarray, info: Any) -> np.ndarray:
+    """An input for ONNX's evaluator, in the element type the model declares."""
+    from onnx import helper
+
+    return np.asarray(data).astype(helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type))

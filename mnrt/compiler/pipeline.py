@@ -1,0 +1,75 @@
+"""The compile pipeline: the graph a model gives, and the passes, scheduling, placement and
+layout steps the options ask for, in order."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import InvalidArgumentError
+from . import layout, placement
+from .builder import GraphBuilder
+from .ir import Graph
+from .options import CompileOptions
+from .passes import AFTER_FLOAT_DTYPE, PIPELINES, apply_float_dtype
+from .schedule import schedule
+
+
+def steps(opts: CompileOptions) -> list[tuple[str, Callable[[Graph], Graph]]]:
+    """The compile phases the options ask for, in order, each with its name for the report."""
+    # Widening to double is exact, so it goes first: what the passes fold (weights
+    # transformed at compile time) is then computed in double too, not in float.
+    widen_first = opts["float_dtype"] == "double"
+    float_dtype = ("float_dtype", lambda g: apply_float_dtype(g, opts["float_dtype"]))
+    steps = [float_dtype] if widen_first else []
+    steps += [(step.__name__, step) for step in PIPELINES.get(opts.name, PIPELINES["O1"])]
+    steps += [] if widen_first else [float_dtype]
+    steps += [(step.__name__, step) for step in AFTER_FLOAT_DTYPE.get(opts.name, ())]
+    steps.append(
+        ("schedule", lambda g: schedule(g, opts["scheduler"], opts["sa_expected_run_iters"]))
+    )
+    steps.append(("placement", lambda g: placement.place(g, opts["sram_budget"])))
+    steps.append(
+        (
+            "layout",
+            lambda g: layout.assign_layouts(
+                g, opts["layout_planner"], opts["layout_spec"], opts["gemm_layout_spec"]
+            ),
+        )
+    )
+    return steps
+
+
+def optimise(
+    graph: Graph, opts: CompileOptions, phases: list[dict]
+) -> tuple[Graph, list[tuple[str, str]]]:
+    """Run the steps on `graph`, each timed into `phases`; returns the graph they give and
+    (phase, graph dump) after each, which CODEGEN_DEBUG writes to the codegen_dir."""
+    stages = [("import", graph.dump())]
+    for name, step in steps(opts):
+        t0 = time.perf_counter()
+        graph = step(graph)
+        phases.append({"name": name, "status": "ok", "seconds": time.perf_counter() - t0})
+        stages.append((name, graph.dump()))
+    return graph, stages
+
+
+def graph_of(model: Any) -> tuple[Graph, Any]:
+    """The graph to compile, and the ONNX model it came from (None for Python graphs)."""
+    if isinstance(model, GraphBuilder):
+        return model.build(), None
+    if isinstance(model, Graph):
+        model.verify()
+        return model, None
+    if isinstance(model, (str, os.PathLike)) or type(model).__name__ == "ModelProto":
+        from .onnx_frontend import from_onnx, load_model
+
+        if isinstance(model, (str, os.PathLike)):
+            model = load_model(model)
+        return from_onnx(model), model
+    raise InvalidArgumentError(
+        "compile takes a Graph, a GraphBuilder, or an ONNX model or path, "
+        f"not {type(model).__name__}"
+    )

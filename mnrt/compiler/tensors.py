@@ -1,0 +1,124 @@
+"""A compiled function's tensors on the device (TensorProxy), and the host arrays its
+inputs and outputs take: checked against the graph and converted to the buffers' dtypes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ..host import Buffer, CommandQueue
+from .ir import Graph
+
+
+class TensorProxy:
+    """A tensor that lives on the device; `cpu()` copies it to the host.
+
+    A compiled function's outputs are proxies of its output buffers, which its next call
+    overwrites: copy a result with `cpu()` before calling again to keep it."""
+
+    def __init__(self, queue: CommandQueue, buffer: Buffer, owner: object = None) -> None:
+        self.queue = queue
+        self.buffer = buffer
+        # What keeps the device open while this proxy is referenced (the compiled function,
+        # and through it its Context): `ctx.compile(...)(x)["y"].cpu()` must not find the
+        # device closed because the function was dropped before the read.
+        self._owner = owner
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.buffer.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.buffer.dtype.name
+
+    def cpu(self) -> np.ndarray:
+        return self.queue.enqueue_read_buffer(self.buffer, blocking=True)
+
+    def load_from(self, array: np.ndarray, clone: bool = True) -> None:
+        """Copy host data in. With clone=False the array is used as it is: do not change it
+        until the device has read it (the next call or finish())."""
+        data = _as_array(self.buffer.name, array)
+        if clone and data is array:
+            data = data.copy()
+        self.queue.enqueue_write_buffer(self.buffer, _as_host(data, self.buffer))
+
+    def __repr__(self) -> str:
+        return f"TensorProxy({self.buffer.name}, {self.dtype}{list(self.shape)})"
+
+
+def _as_host(data: np.ndarray, buf: Buffer) -> np.ndarray:
+    """Host data in the dtype the buffer takes. Floats are converted to the compiled
+    precision (which the user chose with float_dtype); anything else must already match."""
+    host = buf.dtype.host
+    if host is None:  # half: takes any float and rounds it
+        return data if data.dtype.kind == "f" else data.astype(np.float32)
+    if data.dtype != host and data.dtype.kind == host.kind == "f":
+        return data.astype(host)
+    if data.dtype != host and data.dtype.kind in "iu" and host.kind in "iu":
+        _check_int_range(data, host, buf.name)
+        return data.astype(host)  # ONNX int64 indices run as the device's int32
+    return data
+
+
+def _call_input(name: str, data: Any, buf: Buffer) -> np.ndarray:
+    """An input of a call, as the buffer takes it and owned by the call: the queue writes it
+    after the call has returned, when the caller may already be refilling its array."""
+    array = _as_array(name, data)
+    host = _as_host(array, buf)
+    return host.copy() if host is array else host
+
+
+def _check_int_range(data: np.ndarray, host: np.dtype, name: str) -> None:
+    """Narrowing integers (int64 to the device's int32) must not wrap around: an index of
+    2**32 + 1 would silently become 1."""
+    info = np.iinfo(host)
+    if data.size and (data.min() < info.min or data.max() > info.max):
+        raise InvalidArgumentError(
+            f"{name}: integer data from {data.min()} to {data.max()} does not fit the device's "
+            f"{host} [{info.min}, {info.max}] (the device has no int64); pass values in range"
+        )
+
+
+def _as_array(name: str, data: Any) -> np.ndarray:
+    """An input's data as a numeric numpy array, or an error naming the input."""
+    try:
+        array = np.asarray(data)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgumentError(f"input {name!r} is not an array: {e}") from None
+    if array.dtype.kind not in "biuf":
+        raise InvalidArgumentError(
+            f"input {name!r} is {type(data).__name__} of dtype {array.dtype}; "
+            "pass a numeric numpy array"
+        )
+    return array
+
+
+def _input_arrays(graph: Graph, inputs: Any, what: str = "compile") -> dict[str, np.ndarray]:
+    """The inputs of a compile (or a save_binary) checked against the graph: exactly its
+    input names, each a numeric array of the input's shape."""
+    if inputs is None:
+        inputs = {}
+    if not isinstance(inputs, Mapping):
+        raise InvalidArgumentError(
+            f"{what} inputs must be a dict of input name -> array, not {type(inputs).__name__}"
+        )
+    missing = [n for n in graph.inputs if n not in inputs]
+    unknown = [repr(n) for n in inputs if n not in graph.inputs]
+    if missing or unknown:
+        raise InvalidArgumentError(
+            f"{what} inputs must be exactly {', '.join(graph.inputs) or 'none'}"
+            + (f"; missing {', '.join(missing)}" if missing else "")
+            + (f"; unknown {', '.join(unknown)}" if unknown else "")
+        )
+    arrays = {name: _as_array(name, inputs[name]) for name in graph.inputs}
+    for name, array in arrays.items():
+        want = graph.values[name].shape
+        if array.shape != want:
+            raise InvalidArgumentError(
+                f"input {name!r} has shape {array.shape}, the model takes {want}"
+            )
+    return arrays
