@@ -34,7 +34,7 @@ from . import layout, placement, serialize
 from .builder import GraphBuilder
 from .ir import INPUT, PARAM, Graph
 from .lower import Lowered, lower
-from .onnx_frontend import evaluator_unreliable_ops
+from .onnx import evaluator_unreliable_ops
 from .options import CompileOptions, resolve
 from .passes import AFTER_FLOAT_DTYPE, PIPELINES, apply_float_dtype
 from .schedule import peak_live_bytes, schedule
@@ -843,7 +843,7 @@ def _graph_of(model: Any) -> tuple[Graph, Any]:
         model.verify()
         return model, None
     if isinstance(model, (str, os.PathLike)) or type(model).__name__ == "ModelProto":
-        from .onnx_frontend import from_onnx, load_model
+        from .onnx import from_onnx, load_model
 
         if isinstance(model, (str, os.PathLike)):
             model = load_model(model)

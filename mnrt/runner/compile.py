@@ -186,7 +186,7 @@ def compile_cmd(model, output, preset, float_dtype, option_specs, codegen_dir, i
 
     Models with ops that evaluator computes wrongly get goldens from a float64 run instead."""
     from ..compiler import Context
-    from ..compiler.onnx_frontend import from_onnx
+    from ..compiler.onnx import from_onnx
 
     graph = from_onnx(model)
     given = _input_sources(input_specs)

@@ -15,7 +15,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import mnrt  # noqa: E402
 from mnrt.compiler import lower  # noqa: E402
-from mnrt.compiler.onnx_frontend import UnsupportedModelError, from_onnx  # noqa: E402
+from mnrt.compiler.onnx import UnsupportedModelError, from_onnx  # noqa: E402
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 

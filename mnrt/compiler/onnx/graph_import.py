@@ -1,0 +1,319 @@
+"""Graph import: load an ONNX model, check its structure, walk its nodes in order and hand
+each to its converter (or to constant folding), collecting every problem so that one error
+lists them all.
+
+ONNX int64 becomes int32 on the device (names.ELEM_TYPES says which device dtype holds each
+ONNX type). An op, attribute or mode the device cannot run is an `UnsupportedModelError`
+listing every such node of the model at once. A model that breaks the ONNX spec (a value read
+before it is defined or defined twice, a missing or mistyped attribute, sizes that do not add
+up, an axis out of range) is an `InvalidModelError` listing every such problem, and the
+unsupported nodes with them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidArgumentError, MnrtError
+from ..builder import Symbol
+from ..ir import Graph
+from . import (
+    ops,  # noqa: F401  (fills the registry)
+    shapes,
+)
+from .errors import Invalid, InvalidModelError, Unsupported, UnsupportedModelError
+from .fold import check_folded_size, fold, foldable
+from .registry import CONVERTERS
+from .state import Attrs, Converter, Ctx, device_dtype_name
+
+
+class _Problems:
+    """What is wrong with a model, collected over all its nodes so one error lists it all."""
+
+    def __init__(self) -> None:
+        self.invalid: list[str] = []
+        self.unsupported: list[str] = []
+
+    def raise_any(self, name: str) -> None:
+        if self.invalid:
+            extra = f" and {len(self.unsupported)} unsupported" if self.unsupported else ""
+            raise InvalidModelError(
+                f"ONNX model '{name}' has {len(self.invalid)} invalid{extra} node(s) (fix the "
+                "model; onnx.checker.check_model explains ONNX's rules):\n  "
+                + "\n  ".join(self.invalid + self.unsupported)
+            )
+        if self.unsupported:
+            raise UnsupportedModelError(
+                f"ONNX model '{name}' has {len(self.unsupported)} unsupported node(s):\n  "
+                + "\n  ".join(self.unsupported)
+            )
+
+
+def _label(node: Any) -> str:
+    return f"{node.name or '(unnamed)'} ({node.op_type})"
+
+
+def _spec_problem(node: Any, checker_ctx: Any) -> str | None:
+    """What ONNX's own node checker finds wrong with a node of a known op (the number of
+    inputs, a missing or mistyped attribute), or None. Ops ONNX does not know at this opset
+    are left to the importers, which list them as unsupported unless they can import them."""
+    from onnx import AttributeProto, checker, defs
+
+    if not defs.has(node.op_type, node.domain):
+        return None
+    if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
+        return None  # the checker would not see the outer values its subgraphs may read
+    try:
+        checker.check_node(node, checker_ctx)
+    except checker.ValidationError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return None if first.startswith("No Op registered") else first
+    return None
+
+
+def _check_node(cx: Ctx, node: Any, problems: _Problems, poisoned: set[str]) -> None:
+    label = _label(node)
+    converter = CONVERTERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    ins = [n for n in node.input if n]
+    spec = _spec_problem(node, cx.checker)
+    if spec is not None:
+        problems.invalid.append(f"{label}: {spec}")
+        poisoned.update(node.output)
+        return
+    if any(n in poisoned for n in ins):
+        if converter is None:
+            problems.unsupported.append(f"{label}: op {node.op_type} is not supported")
+        poisoned.update(node.output)
+        return
+    if ins and all(cx.is_const(n) for n in ins) and foldable(node):
+        try:
+            check_folded_size(cx, node)
+        except Invalid as e:
+            problems.invalid.append(f"{label}: {e}")
+            poisoned.update(node.output)
+            return
+        folded = fold(node, [cx.consts[n] for n in ins], cx.opsets)
+        if folded is not None:
+            for name, v in zip([n for n in node.output if n], folded):
+                cx.consts[name] = v
+            return
+    if converter is None:
+        problems.unsupported.append(f"{label}: op {node.op_type} is not supported")
+        poisoned.update(node.output)
+        return
+    results = _run_converter(cx, node, converter, label, problems)
+    if results is None:
+        poisoned.update(node.output)
+        return
+    for name, r in zip(node.output, results):
+        if not name:
+            continue
+        if isinstance(r, np.ndarray):
+            cx.consts[name] = r
+        else:
+            cx.syms[name] = r
+
+
+def _run_converter(cx: Ctx, node: Any, converter: Converter, label: str,
+                  problems: _Problems) -> list | None:  # fmt: skip
+    """The converter's results, or None with the reason recorded in `problems`. A Python
+    error of an converter (an index past a list, a bad reshape) means the node is not what
+    the ONNX spec allows in some way no check caught: it is reported as such, with the node,
+    never as a traceback. Kernel shape and dtype errors (MnrtError) propagate as they are."""
+    at = Attrs(node)
+    try:
+        results = converter(cx, node, at)
+        extra = at.unread()
+        if extra:
+            raise Unsupported("attribute " + ", ".join(extra) + " is not supported")
+        return results
+    except Unsupported as e:
+        problems.unsupported.append(f"{label}: {e}")
+    except Invalid as e:
+        problems.invalid.append(f"{label}: {e}")
+    except MnrtError:
+        raise
+    except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as e:
+        problems.invalid.append(
+            f"{label}: cannot import it ({type(e).__name__}: {e}); check its attributes "
+            "and input shapes against the ONNX spec"
+        )
+    return None
+
+
+def _import_onnx() -> Any:
+    try:
+        import onnx
+    except ImportError:
+        raise InvalidArgumentError(
+            "the ONNX frontend needs the onnx package: pip install mnrt[onnx]"
+        ) from None
+    return onnx
+
+
+def load_model(path: str | os.PathLike) -> Any:
+    """Read an ONNX file and its external data. A file that is missing, empty, truncated or
+    not ONNX, or whose external data is missing, is an InvalidModelError naming the file."""
+    onnx = _import_onnx()
+    path = os.fspath(path)
+    try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):  # a FIFO would wait for a writer, /dev/zero never end
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise InvalidModelError(f"{path} is {kind}, not an ONNX model")
+        empty = os.path.getsize(path) == 0
+        model = None if empty else onnx.load(path)
+    except OSError as e:
+        raise InvalidModelError(f"cannot read ONNX model {path}: {e.strerror or e}") from None
+    except Exception as e:  # protobuf's DecodeError, onnx's ValidationError of external data
+        raise InvalidModelError(
+            f"{path} is not a readable ONNX model ({type(e).__name__}: {e}); give a complete "
+            ".onnx file, with its external data files where the model says they are"
+        ) from None
+    if model is None:
+        raise InvalidModelError(f"{path} is empty, not an ONNX model")
+    return model
+
+
+def _check_opset(model: Any) -> int:
+    """The default domain's opset; one newer than the installed onnx knows is refused (its
+    ops' meaning is unknown here), as is a version below 1."""
+    from onnx import defs
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    newest = defs.onnx_opset_version()
+    if not 1 <= opset <= newest:
+        raise InvalidModelError(
+            f"ONNX model imports opset {opset} of the default domain; the installed onnx "
+            f"knows opsets 1..{newest}: export the model with an opset in that range"
+        )
+    return opset
+
+
+def _check_structure(g: Any) -> None:
+    """Every value defined once, before any node reads it; every graph output defined and
+    listed once. Checked up front: the importers assume it."""
+    problems = []
+    defined = {i.name for i in g.initializer} | {i.name for i in g.input}
+    for node in g.node:
+        for name in node.input:
+            if name and name not in defined:
+                problems.append(
+                    f"{_label(node)} reads '{name}', which no graph input, initializer or "
+                    "earlier node defines (nodes must be in topological order, without cycles)"
+                )
+        for name in node.output:
+            if name and name in defined:
+                problems.append(f"{_label(node)} defines '{name}' again; a value has one producer")
+            defined.add(name)
+    listed: set[str] = set()
+    for out in g.output:
+        if out.name in listed:
+            problems.append(f"graph output '{out.name}' is listed twice")
+        elif out.name not in defined:
+            problems.append(f"graph output '{out.name}' is not defined by any node or input")
+        listed.add(out.name)
+    if not g.output:
+        problems.append("it declares no graph outputs, so there is nothing to compute")
+    if problems:
+        raise InvalidModelError(
+            f"ONNX model '{g.name or 'onnx'}' is invalid:\n  " + "\n  ".join(problems)
+        )
+
+
+def _initializer(init: Any) -> np.ndarray:
+    from onnx import numpy_helper
+
+    if any(d < 0 for d in init.dims):
+        raise InvalidModelError(f"initializer '{init.name}' has negative dims {list(init.dims)}")
+    try:
+        return numpy_helper.to_array(init)
+    except Exception as e:  # data shorter than its dims, external data not found...
+        raise InvalidModelError(
+            f"initializer '{init.name}' (dims {list(init.dims)}) cannot be read: {e}"
+        ) from None
+
+
+def _input_dtype(inp: Any) -> str:
+    """The device dtype of a graph input, which must be a tensor of concrete shape."""
+    if not inp.type.HasField("tensor_type"):
+        kind = inp.type.WhichOneof("value") or "untyped value"
+        raise Unsupported(f"input '{inp.name}' is a {kind}, not a tensor")
+    return device_dtype_name(inp.type.tensor_type.elem_type, f"input '{inp.name}'")
+
+
+def from_onnx(model: Any) -> Graph:
+    """Import an ONNX model (a ModelProto or a path) as a compiler Graph."""
+    onnx = _import_onnx()
+    if isinstance(model, (str, os.PathLike)):
+        model = load_model(model)
+    if not isinstance(model, onnx.ModelProto):
+        raise InvalidArgumentError(f"from_onnx takes an onnx.ModelProto or a path, not {model!r}")
+    opset = _check_opset(model)
+    model = shapes.infer(model)
+    g = model.graph
+    _check_structure(g)
+    cx = Ctx(g.name or "onnx", opset)
+    cx.opsets = list(model.opset_import)
+    cx.inferred = shapes.static_shapes(g)
+    cx.checker = onnx.checker.C.CheckerContext()
+    cx.checker.ir_version = model.ir_version
+    cx.checker.opset_imports = {o.domain: o.version for o in model.opset_import}
+
+    for init in g.initializer:
+        cx.consts[init.name] = _initializer(init)
+    problems = _Problems()
+    poisoned: set[str] = set()  # values of unsupported inputs and nodes: not listed again
+    for inp in g.input:
+        if inp.name in cx.consts:
+            continue
+        try:
+            dt = _input_dtype(inp)
+        except Unsupported as e:
+            problems.unsupported.append(str(e))
+            poisoned.add(inp.name)
+            continue
+        tt = inp.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        if not tt.HasField("shape") or None in dims:
+            raise InvalidArgumentError(
+                f"ONNX input '{inp.name}' has a symbolic or missing dimension; "
+                "give a concrete shape (e.g. with onnx.tools.update_model_dims)"
+            )
+        cx.syms[inp.name] = cx.b.input(inp.name, tuple(dims), dt)
+
+    cx.b.reserve(out.name for out in g.output)
+    for node in g.node:
+        _check_node(cx, node, problems, poisoned)
+    problems.raise_any(g.name)
+    for out in g.output:
+        try:
+            _add_output(cx, out.name)
+        except Unsupported as e:
+            problems.unsupported.append(f"output '{out.name}': {e}")
+    problems.raise_any(g.name)
+    return cx.b.build()
+
+
+def _add_output(cx: Ctx, name: str) -> None:
+    """Make the value of ONNX name `name` a graph output of that name. A value that is an
+    input, a parameter or already another output (Identity aliases two names) is copied."""
+    if name not in cx.syms and name in cx.consts:  # a constant output (of Shape, say)
+        cx.syms[name] = cx.param(cx.consts[name], stem=name)
+    s = cx.sym(name)
+    v = cx.b.graph.values[s]
+    if v.role != "temp" or s in cx.b.graph.outputs:
+        s = cx.op("copy", s)
+    if name in cx.b.graph.values and name != s:
+        raise InvalidArgumentError(
+            f"ONNX output '{name}' is also the name of a graph input or initializer; "
+            "rename the output (e.g. add an Identity node) so every value has one name"
+        )
+    cx.b.output(s, name)
+    for k, sym in cx.syms.items():  # the builder renamed s: other ONNX names follow it
+        if sym == s:
+            cx.syms[k] = Symbol(name)

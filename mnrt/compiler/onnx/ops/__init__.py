@@ -1,0 +1,73 @@
+"""The op converters, one module per op family, and the registry: one line per ONNX op.
+
+Adding an op is a function in its family's module (or a new module) and one line here.
+"""
+
+from __future__ import annotations
+
+from .. import names
+from ..registry import register
+from . import binary, constant, conv, linalg, norm, pool, reduce, shape, unary
+
+# Ops that are one device kernel (names.py holds the table the exporter shares).
+for _kernel, _op in names.UNARY.items():
+    register(_op, unary.unary(_kernel))
+for _kernel, _op in names.BINARY.items():
+    register(_op, binary.binary(_kernel, cast_b=_op == "Pow"))
+for _kernel, _op in names.REDUCE.items():
+    register(_op, reduce.reduce(_kernel))
+
+# unary: activations and casts
+register("Gelu", unary.gelu)
+register("Identity", unary.identity)
+register("Dropout", unary.identity)
+register("LeakyRelu", unary.leaky_relu)
+register("PRelu", unary.prelu)
+register("Elu", unary.elu)
+register("Selu", unary.elu)
+register("Softplus", unary.softplus)
+register("Softsign", unary.softsign)
+register("HardSigmoid", unary.hard_sigmoid)
+register("Clip", unary.clip)
+register("Cast", unary.cast)
+# binary and variadic
+register("Max", binary.variadic("maximum"))
+register("Min", binary.variadic("minimum"))
+register("Sum", binary.variadic("add"))
+register("Mean", binary.variadic("add", mean=True))
+register("Where", binary.where)
+# reductions
+register("Softmax", reduce.softmax("softmax"))
+register("LogSoftmax", reduce.softmax("log_softmax"))
+# linear algebra, convolution, pooling
+register("MatMul", linalg.matmul)
+register("Gemm", linalg.gemm)
+register("Conv", conv.conv)
+register("ConvTranspose", conv.conv_transpose)
+register("MaxPool", pool.pool("max_pool2d"))
+register("AveragePool", pool.pool("avg_pool2d"))
+register("GlobalAveragePool", pool.global_pool)
+register("GlobalMaxPool", pool.global_pool)
+# normalisation
+register("BatchNormalization", norm.batch_norm)
+register("InstanceNormalization", norm.instance_norm)
+register("LayerNormalization", norm.layer_norm)
+register("LRN", norm.lrn)
+# shapes and indices
+register("Reshape", shape.reshape)
+register("Flatten", shape.flatten)
+register("Squeeze", shape.squeeze)
+register("Unsqueeze", shape.unsqueeze)
+register("Transpose", shape.transpose)
+register("Concat", shape.concat)
+register("Slice", shape.slice_)
+register("Gather", shape.gather)
+register("Expand", shape.expand)
+register("Tile", shape.tile)
+register("Split", shape.split)
+register("Pad", shape.pad)
+# known at import time
+register("Constant", constant.constant)
+register("Shape", constant.shape)
+register("Size", constant.size)
+register("ConstantOfShape", constant.constant_of_shape)

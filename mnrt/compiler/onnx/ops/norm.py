@@ -1,0 +1,66 @@
+"""Normalisations: BatchNormalization, InstanceNormalization, LayerNormalization, LRN."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...builder import Symbol
+from ..state import Attrs, Ctx, Invalid, Unsupported
+from .common import only_first_output
+
+
+def _channel(cx: Ctx, v: np.ndarray, rank: int, like: Symbol) -> Symbol:
+    """A per-channel vector shaped to broadcast over N,C,... of the given rank."""
+    return cx.param(np.asarray(v).reshape(-1, *([1] * (rank - 2))), like=like)
+
+
+def batch_norm(cx: Ctx, node: Any, at: Attrs) -> list:
+    only_first_output(node, "BatchNormalization")
+    if not at.get("spatial", 1):
+        raise Unsupported("spatial=0")
+    x = cx.sym(node.input[0])
+    scale, bias, mean, var = (cx.const(n, "BatchNormalization statistics").astype(np.float64)
+                              for n in node.input[1:5])  # fmt: skip
+    channels = cx.shape(x)[1] if len(cx.shape(x)) > 1 else 1
+    stats = [v.shape for v in (scale, bias, mean, var)]
+    if any(shape != (channels,) for shape in stats):
+        raise Invalid(f"scale, B, mean and var must each hold one value per channel "
+                       f"({channels}); got shapes {stats}")  # fmt: skip
+    s = scale / np.sqrt(var + float(at.get("epsilon", 1e-5)))
+    t = bias - mean * s
+    rank = len(cx.shape(x))
+    return [cx.op("add", cx.op("mul", x, _channel(cx, s, rank, x)), _channel(cx, t, rank, x))]
+
+
+def instance_norm(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    rank = len(cx.shape(x))
+    y = cx.op("layernorm", x, axis=2, epsilon=float(at.get("epsilon", 1e-5)))
+    y = cx.op("mul", y, _channel(cx, cx.const(node.input[1], "scale"), rank, x))
+    return [cx.op("add", y, _channel(cx, cx.const(node.input[2], "bias"), rank, x))]
+
+
+def layer_norm(cx: Ctx, node: Any, at: Attrs) -> list:
+    only_first_output(node, "LayerNormalization")
+    ins = [cx.sym(n) for n in node.input if n]
+    return [cx.op("layernorm", *ins, axis=int(at.get("axis", -1)),
+                  epsilon=float(at.get("epsilon", 1e-5)))]  # fmt: skip
+
+
+def lrn(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    shape = cx.shape(x)
+    if len(shape) < 3:
+        raise Unsupported("LRN needs N,C,... input")
+    size = int(at.get("size"))
+    n, c, rest = shape[0], shape[1], int(np.prod(shape[2:]))
+    sq = cx.reshape(cx.op("mul", x, x), (n, 1, c, rest))
+    lo = (size - 1) // 2
+    window = cx.op("avg_pool2d", sq, kernel=[size, 1], stride=[1, 1],
+                   padding=[lo, 0, size - 1 - lo, 0], count_include_pad=True)  # fmt: skip
+    alpha, beta, bias = at.get("alpha", 1e-4), at.get("beta", 0.75), at.get("bias", 1.0)
+    d = cx.op("add", cx.op("mul", cx.reshape(window, shape), cx.param(np.array(alpha), like=x)),
+              cx.param(np.array(bias), like=x))  # fmt: skip
+    return [cx.op("div", x, cx.op("pow", d, cx.param(np.array(beta), like=x)))]

@@ -1,0 +1,50 @@
+"""Pooling: MaxPool, AveragePool and their global forms."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...builder import Symbol
+from ..state import Attrs, Converter, Ctx, Unsupported
+from .common import Window, as4d, from4d, only_first_output, spatial_rank
+
+
+def pool(kernel: str) -> Converter:
+    def imp(cx: Ctx, node: Any, at: Attrs) -> list:
+        only_first_output(node, node.op_type)
+        x = cx.sym(node.input[0])
+        rank = spatial_rank(cx, x, node.op_type, (1, 2, 3))
+        win = Window(at, cx.shape(x), list(at.get("kernel_shape")))
+        extra = {"ceil_mode": bool(at.get("ceil_mode", 0))}
+        if kernel == "avg_pool2d":
+            if any(d != 1 for d in win.dilation):
+                raise Unsupported("AveragePool with dilations")
+            extra["count_include_pad"] = bool(at.get("count_include_pad", 0))
+        elif at.get("storage_order", 0):
+            raise Unsupported("storage_order=1")
+
+        def pool(v: Symbol, axes: slice, rows: bool = False) -> Symbol:
+            a = win.attrs2d(axes, rows)
+            if kernel == "avg_pool2d":
+                del a["dilation"]
+            return cx.op(kernel, v, **a, **extra)
+
+        if rank < 3:
+            return [from4d(cx, pool(as4d(cx, x), slice(None)), rank)]
+        # Windows are boxes, so a 3-D max or mean is a 2-D one over H, W then one over D.
+        n, c, d, h, w = cx.shape(x)
+        y = pool(cx.reshape(x, (n, c * d, h, w)), slice(1, 3))
+        oh, ow = cx.shape(y)[2:]
+        y = pool(cx.reshape(y, (n, c, d, oh * ow)), slice(0, 1), rows=True)
+        return [cx.reshape(y, (n, c, cx.shape(y)[2], oh, ow))]
+
+    return imp
+
+
+def global_pool(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    rank = len(cx.shape(x))
+    if node.op_type == "GlobalAveragePool" and rank == 4:
+        return [cx.op("global_avg_pool2d", x)]
+    kernel = "mean" if node.op_type == "GlobalAveragePool" else "max"
+    return [cx.op(kernel, x, axes=list(range(2, rank)), keepdims=True)]

@@ -1,0 +1,93 @@
+"""Elementwise ops of one operand: activations, Clip, Cast, Identity and Dropout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ....device.dtypes import dtype as resolve_dtype
+from ..state import Attrs, Converter, Ctx, device_dtype_name
+from .common import only_first_output, where_negative
+
+
+def unary(kernel: str, **fixed: Any) -> Converter:
+    return lambda cx, node, at: [cx.op(kernel, cx.sym(node.input[0]), **fixed)]
+
+
+def gelu(cx: Ctx, node: Any, at: Attrs) -> list:
+    return [cx.op("gelu", cx.sym(node.input[0]), approximate=at.get("approximate", "none"))]
+
+
+def identity(cx: Ctx, node: Any, at: Attrs) -> list:
+    at.get("ratio"), at.get("seed")
+    only_first_output(node, node.op_type)
+    return [cx.sym(node.input[0])]
+
+
+def leaky_relu(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    alpha = cx.param(np.array(at.get("alpha", 0.01)), like=x)
+    return [where_negative(cx, x, cx.op("mul", x, alpha))]
+
+
+def prelu(cx: Ctx, node: Any, at: Attrs) -> list:
+    x, slope = cx.sym(node.input[0]), cx.sym(node.input[1])
+    xs, ss = cx.shape(x), cx.shape(slope)
+    if len(ss) == 1 and len(xs) > 2 and ss[0] == xs[1] and ss[0] != xs[-1]:
+        slope = cx.reshape(slope, (ss[0], *([1] * (len(xs) - 2))))
+    return [where_negative(cx, x, cx.op("mul", x, slope))]
+
+
+def elu(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    selu = node.op_type == "Selu"
+    alpha = at.get("alpha", 1.67326319217681884765625 if selu else 1.0)
+    neg = cx.op("mul", cx.op("sub", cx.op("exp", x), cx.param(np.array(1), like=x)),
+                cx.param(np.array(alpha), like=x))  # fmt: skip
+    y = where_negative(cx, x, neg)
+    if selu:
+        y = cx.op("mul", y, cx.param(np.array(at.get("gamma", 1.05070102214813232421875)), like=x))
+    return [y]
+
+
+def softplus(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    return [cx.op("log", cx.op("add", cx.op("exp", x), cx.param(np.array(1), like=x)))]
+
+
+def softsign(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    return [cx.op("div", x, cx.op("add", cx.op("abs", x), cx.param(np.array(1), like=x)))]
+
+
+def hard_sigmoid(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    y = cx.op("add", cx.op("mul", x, cx.param(np.array(at.get("alpha", 0.2)), like=x)),
+              cx.param(np.array(at.get("beta", 0.5)), like=x))  # fmt: skip
+    y = cx.op("maximum", y, cx.param(np.array(0), like=x))
+    return [cx.op("minimum", y, cx.param(np.array(1), like=x))]
+
+
+def clip(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    lo = at.get("min") if cx.opset < 11 else None
+    hi = at.get("max") if cx.opset < 11 else None
+    if cx.opset >= 11:
+        if len(node.input) > 1 and node.input[1]:
+            lo = cx.const(node.input[1], "min")
+        if len(node.input) > 2 and node.input[2]:
+            hi = cx.const(node.input[2], "max")
+    if lo is not None:
+        x = cx.op("maximum", x, cx.param(np.asarray(lo), like=x))
+    if hi is not None:
+        x = cx.op("minimum", x, cx.param(np.asarray(hi), like=x))
+    return [x if lo is not None or hi is not None else cx.op("copy", x)]
+
+
+def cast(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    to = device_dtype_name(at.get("to"), "Cast")
+    if resolve_dtype(to) is cx.dtype(x):
+        return [x]
+    return [cx.op("cast", x, to=to)]
