@@ -364,3 +364,61 @@ def test_onnx_backend_pytorch_cases(dev):
     for line in unsupported:
         print("  unsupported:", line.splitlines()[0])
     assert not failures, f"{len(failures)} supported case(s) failed:\n" + "\n".join(failures)
+
+
+# --- optional outputs and training-only semantics -------------------------------------------
+
+
+def test_dropout_in_inference_gives_its_input_and_a_full_mask(dev, q):
+    node = helper.make_node("Dropout", ["x", "ratio", "train"], ["y", "mask"], seed=3)
+    model = make_model(
+        [node],
+        [vi("x", F, [2, 3])],
+        [vi("y", F, None), vi("mask", TensorProto.BOOL, None)],
+        [init("ratio", np.float32(0.5)), init("train", np.bool_(False))],
+    )
+    x = randn(2, 3)
+    y, mask = run_on_device(dev, q, from_onnx(model), [x])
+    np.testing.assert_array_equal(y, x)
+    assert mask.dtype == np.bool_ and mask.shape == (2, 3) and mask.all()
+
+
+def test_dropout_in_training_mode_is_refused_unless_its_ratio_is_zero(dev, q):
+    def model(ratio):
+        node = helper.make_node("Dropout", ["x", "ratio", "train"], ["y"], name="drop")
+        inits = [init("ratio", np.float32(ratio)), init("train", np.bool_(True))]
+        return make_model([node], [vi("x", F, [4])], [vi("y", F, None)], inits)
+
+    with pytest.raises(UnsupportedModelError, match=r"drop \(Dropout\): training_mode=1"):
+        from_onnx(model(0.1))
+    x = randn(4)
+    (y,) = run_on_device(dev, q, from_onnx(model(0.0)), [x])
+    np.testing.assert_array_equal(y, x)
+
+
+def test_layernorm_mean_and_inverse_std_outputs(dev, q):
+    node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y", "mean", "inv"], axis=1)
+    model = make_model(
+        [node],
+        [vi("x", F, [2, 3, 4])],
+        [vi("y", F, None), vi("mean", F, None), vi("inv", F, None)],
+        [init("s", randn(3, 4)), init("b", randn(3, 4))],
+    )
+    check_against_reference(dev, q, model, {"x": randn(2, 3, 4)})
+
+
+def test_maxpool_indices_are_refused_by_name():
+    node = helper.make_node("MaxPool", ["x"], ["y", "idx"], name="mp", kernel_shape=[2, 2])
+    model = make_model([node], [vi("x", F, [1, 1, 4, 4])], [vi("y", F, None), vi("idx", I64, None)])
+    with pytest.raises(UnsupportedModelError, match=r"mp \(MaxPool\): its output Indices"):
+        from_onnx(model)
+
+
+def test_batchnorm_in_training_mode_is_refused():
+    stats = [init(n, np.ones(2, np.float32)) for n in ("s", "b", "m", "v")]
+    node = helper.make_node(
+        "BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn", training_mode=1
+    )
+    model = make_model([node], [vi("x", F, [1, 2, 3])], [vi("y", F, None)], stats, opset=15)
+    with pytest.raises(UnsupportedModelError, match=r"bn \(BatchNormalization\): training"):
+        from_onnx(model)

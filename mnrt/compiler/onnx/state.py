@@ -17,8 +17,9 @@ from .errors import Invalid, Unsupported
 __all__ = ["Attrs", "Converter", "Ctx", "Invalid", "Unsupported", "axis_index",
            "check_const_size", "device_array", "device_dtype_name"]  # fmt: skip
 
-# Attributes that old opsets carry and that change nothing at inference.
-_IGNORED_ATTRS = {"consumed_inputs", "is_test", "momentum", "stash_type", "training_mode"}
+# Attributes that change nothing at inference: old opsets' consumed_inputs and is_test
+# (inference is all the device does), BatchNormalization's running-average momentum.
+_IGNORED_ATTRS = {"consumed_inputs", "is_test", "momentum"}
 
 
 class Attrs:

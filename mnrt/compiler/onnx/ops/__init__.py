@@ -20,7 +20,7 @@ for _kernel, _op in names.REDUCE.items():
 # unary: activations and casts
 register("Gelu", unary.gelu)
 register("Identity", unary.identity)
-register("Dropout", unary.identity)
+register("Dropout", unary.dropout)
 register("LeakyRelu", unary.leaky_relu)
 register("PRelu", unary.prelu)
 register("Elu", unary.elu)

@@ -104,9 +104,11 @@ def from4d(cx: Ctx, y: Symbol, rank: int) -> Symbol:
     return y
 
 
-def only_first_output(node: Any, what: str) -> None:
-    if any(node.output[1:]):
-        raise Unsupported(f"{what}: only the first output is supported")
+def refuse_output(node: Any, index: int, name: str, why: str) -> None:
+    """Refuse an optional output by its ONNX name when the model uses it (an empty name,
+    or none at that position, means the model does not ask for it)."""
+    if len(node.output) > index and node.output[index]:
+        raise Unsupported(f"its output {name} ('{node.output[index]}') is not supported: {why}")
 
 
 def pad_axis(cx: Ctx, x: Symbol, ax: int, before: int, after: int, mode: str,

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 
 from ...builder import Symbol
-from ..state import Attrs, Ctx, Invalid, Unsupported
-from .common import only_first_output
+from ..state import Attrs, Ctx, Invalid, Unsupported, axis_index
+from .common import refuse_output
 
 
 def _channel(cx: Ctx, v: np.ndarray, rank: int, like: Symbol) -> Symbol:
@@ -17,7 +17,12 @@ def _channel(cx: Ctx, v: np.ndarray, rank: int, like: Symbol) -> Symbol:
 
 
 def batch_norm(cx: Ctx, node: Any, at: Attrs) -> list:
-    only_first_output(node, "BatchNormalization")
+    """Inference: the statistics are constants, folded into one scale and shift."""
+    if at.get("training_mode", 0):
+        raise Unsupported("training_mode=1 (normalising by the batch's own statistics) is "
+                          "not supported; export the model for inference")  # fmt: skip
+    for i, name in ((1, "mean"), (2, "var"), (3, "saved_mean"), (4, "saved_var")):
+        refuse_output(node, i, name, "it is a training output")
     if not at.get("spatial", 1):
         raise Unsupported("spatial=0")
     x = cx.sym(node.input[0])
@@ -43,10 +48,22 @@ def instance_norm(cx: Ctx, node: Any, at: Attrs) -> list:
 
 
 def layer_norm(cx: Ctx, node: Any, at: Attrs) -> list:
-    only_first_output(node, "LayerNormalization")
+    """Y by the layernorm kernel; the optional Mean and InvStdDev outputs (over axis..end,
+    kept as size-1 axes) only when the model asks for them."""
     ins = [cx.sym(n) for n in node.input if n]
-    return [cx.op("layernorm", *ins, axis=int(at.get("axis", -1)),
-                  epsilon=float(at.get("epsilon", 1e-5)))]  # fmt: skip
+    axis, eps = int(at.get("axis", -1)), float(at.get("epsilon", 1e-5))
+    at.get("stash_type")
+    y = cx.op("layernorm", *ins, axis=axis, epsilon=eps)
+    if not any(node.output[1:]):
+        return [y]
+    x = ins[0]
+    rank = len(cx.shape(x))
+    axes = list(range(axis_index(axis, rank), rank))
+    mean = cx.op("mean", x, axes=axes, keepdims=True)
+    d = cx.op("sub", x, mean)
+    var = cx.op("mean", cx.op("mul", d, d), axes=axes, keepdims=True)
+    inv = cx.op("rsqrt", cx.op("add", var, cx.param(np.array(eps), like=x)))
+    return [y, mean, inv]
 
 
 def lrn(cx: Ctx, node: Any, at: Attrs) -> list:

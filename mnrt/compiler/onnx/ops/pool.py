@@ -6,12 +6,12 @@ from typing import Any
 
 from ...builder import Symbol
 from ..state import Attrs, Converter, Ctx, Unsupported
-from .common import Window, as4d, from4d, only_first_output, spatial_rank
+from .common import Window, as4d, from4d, refuse_output, spatial_rank
 
 
 def pool(kernel: str) -> Converter:
     def imp(cx: Ctx, node: Any, at: Attrs) -> list:
-        only_first_output(node, node.op_type)
+        refuse_output(node, 1, "Indices", "the device has no argmax kernel to compute it")
         x = cx.sym(node.input[0])
         rank = spatial_rank(cx, x, node.op_type, (1, 2, 3))
         win = Window(at, cx.shape(x), list(at.get("kernel_shape")))

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 
 from ....device.dtypes import dtype as resolve_dtype
-from ..state import Attrs, Converter, Ctx, device_dtype_name
-from .common import only_first_output, where_negative
+from ..state import Attrs, Converter, Ctx, Unsupported, device_dtype_name
+from .common import where_negative
 
 
 def unary(kernel: str, **fixed: Any) -> Converter:
@@ -20,9 +20,31 @@ def gelu(cx: Ctx, node: Any, at: Attrs) -> list:
 
 
 def identity(cx: Ctx, node: Any, at: Attrs) -> list:
-    at.get("ratio"), at.get("seed")
-    only_first_output(node, node.op_type)
     return [cx.sym(node.input[0])]
+
+
+def dropout(cx: Ctx, node: Any, at: Attrs) -> list:
+    """Inference: the input, and a mask that keeps every element. Training mode (opset 12's
+    training_mode input) with a ratio above 0 drops random elements, which the device has no
+    generator for: refused, never silently skipped."""
+    x = cx.sym(node.input[0])
+    at.get("seed")
+    ratio = at.get("ratio", 0.5)
+    training = False
+    if len(node.input) > 2 and node.input[2]:
+        training = bool(np.asarray(cx.const(node.input[2], "training_mode")).reshape(-1)[0])
+    if len(node.input) > 1 and node.input[1] and training:
+        ratio = float(np.asarray(cx.const(node.input[1], "ratio")).reshape(-1)[0])
+    if training and ratio > 0:
+        raise Unsupported(
+            f"training_mode=1 with ratio {ratio} drops random elements, and the device has "
+            "no random generator; export the model for inference (training_mode=0)"
+        )
+    if len(node.output) < 2 or not node.output[1]:
+        return [x]
+    # The mask is bool from opset 10 on, of the input's type before.
+    mask_dtype = "bool" if cx.opset >= 10 else cx.dtype(x).name
+    return [x, cx.op("fill", shape=list(cx.shape(x)), value=1.0, dtype=mask_dtype)]
 
 
 def leaky_relu(cx: Ctx, node: Any, at: Attrs) -> list:
