@@ -422,3 +422,52 @@ def test_batchnorm_in_training_mode_is_refused():
     model = make_model([node], [vi("x", F, [1, 2, 3])], [vi("y", F, None)], stats, opset=15)
     with pytest.raises(UnsupportedModelError, match=r"bn \(BatchNormalization\): training"):
         from_onnx(model)
+
+
+# --- example inputs fix what the model leaves open ------------------------------------------
+
+
+def test_example_inputs_fold_axes_given_as_graph_inputs(dev, q):
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)
+    model = make_model([node], [vi("x", F, [2, 3, 4]), vi("axes", I64, [1])], [vi("y", F, None)])
+    x = randn(2, 3, 4)
+    with pytest.raises(UnsupportedModelError, match="axes.*known at import time"):
+        from_onnx(model)
+    graph = from_onnx(model, {"x": x, "axes": np.array([1], np.int64)})
+    assert graph.inputs == ["x"]  # a call cannot pass other axes that would be ignored
+    (y,) = run_on_device(dev, q, graph, [x])
+    np.testing.assert_allclose(y, x.sum(axis=1), rtol=1e-6)
+
+
+def test_example_inputs_fix_symbolic_dimensions(dev, q):
+    node = helper.make_node("Relu", ["x"], ["y"])
+    model = make_model([node], [vi("x", F, ["batch", 4])], [vi("y", F, None)])
+    x = randn(3, 4)
+    graph = from_onnx(model, {"x": x})
+    assert graph.values["x"].shape == (3, 4)
+    (y,) = run_on_device(dev, q, graph, [x])
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    with pytest.raises(mnrt.InvalidArgumentError, match=r"shape \(3, 5\).*declares \('\?', 4\)"):
+        from_onnx(model, {"x": randn(3, 5)})
+
+
+def test_a_symbolic_dimension_is_listed_with_every_unsupported_op():
+    nodes = [helper.make_node("NonZero", ["x"], ["a"], name="nz"),
+             helper.make_node("Relu", ["z"], ["b"], name="r")]  # fmt: skip
+    model = make_model(
+        nodes, [vi("x", F, [4]), vi("z", F, ["n"])], [vi("a", I64, None), vi("b", F, None)]
+    )
+    with pytest.raises(UnsupportedModelError, match="2 unsupported") as info:
+        from_onnx(model)
+    assert "nz (NonZero)" in str(info.value) and "input 'z' has a symbolic" in str(info.value)
+
+
+def test_example_inputs_are_checked():
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"])
+    model = make_model([node], [vi("x", F, [4]), vi("shape", I64, [2])], [vi("y", F, None)])
+    with pytest.raises(mnrt.InvalidArgumentError, match="'w' are not inputs.*x, shape"):
+        from_onnx(model, {"w": randn(4)})
+    with pytest.raises(mnrt.InvalidArgumentError, match="'shape' of dtype float64 changes"):
+        from_onnx(model, {"x": randn(4), "shape": np.array([2.5, 2.0])})
+    graph = from_onnx(model, {"x": randn(4), "shape": np.array([2, 2])})  # int64 exactly
+    assert graph.outputs and graph.values[graph.outputs[0]].shape == (2, 2)
