@@ -142,6 +142,15 @@ class Ctx:
     def dtype(self, s: Symbol) -> DType:
         return self.b.graph.values[s].dtype
 
+    def dtype_name(self, name: str) -> str:
+        """The device dtype of an ONNX name's value, without making it a device value."""
+        if name in self.pending:
+            return self.pending[name][1]
+        if name in self.consts:
+            elem = names.BY_NUMPY.get(self.consts[name].dtype.name)
+            return device_dtype_name(elem.code if elem else 0, f"'{name}'")
+        return self.dtype(self.sym(name)).name
+
     def op(self, kernel: str, /, *inputs: Symbol, **attrs: Any) -> Symbol:
         return self.b.node(kernel, *inputs, **attrs)
 

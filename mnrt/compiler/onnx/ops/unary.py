@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from ....device.dtypes import dtype as resolve_dtype
+from ...builder import Symbol
 from ..state import Attrs, Converter, Ctx, Unsupported, device_dtype_name
 from .common import where_negative
 
@@ -107,9 +108,18 @@ def clip(cx: Ctx, node: Any, at: Attrs) -> list:
     return [x if lo is not None or hi is not None else cx.op("copy", x)]
 
 
+def _cast_to(cx: Ctx, x: Symbol, to: str) -> list:
+    return [x if resolve_dtype(to) is cx.dtype(x) else cx.op("cast", x, to=to)]
+
+
 def cast(cx: Ctx, node: Any, at: Attrs) -> list:
-    x = cx.sym(node.input[0])
+    """saturate and round_mode concern only float8 and float4 targets, which have no device
+    dtype: such a Cast is refused for its target whatever they say."""
+    at.get("saturate"), at.get("round_mode")
     to = device_dtype_name(at.get("to"), "Cast")
-    if resolve_dtype(to) is cx.dtype(x):
-        return [x]
-    return [cx.op("cast", x, to=to)]
+    return _cast_to(cx, cx.sym(node.input[0]), to)
+
+
+def cast_like(cx: Ctx, node: Any, at: Attrs) -> list:
+    at.get("saturate"), at.get("round_mode")
+    return _cast_to(cx, cx.sym(node.input[0]), cx.dtype_name(node.input[1]))
