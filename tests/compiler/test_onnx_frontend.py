@@ -550,3 +550,26 @@ def test_castlike_takes_the_dtype_of_its_second_input(dev, q):
     assert graph.values[graph.outputs[0]].dtype is mnrt.dtype("int32")
     (y,) = run_on_device(dev, q, graph, [np.array([1.5, -2.5, 3, 0], np.float32), [7]])
     np.testing.assert_array_equal(y, [1, -2, 3, 0])
+
+
+# --- float64 models compiled in float ---------------------------------------------------------
+
+
+def _double_model(constant: float):
+    D = TensorProto.DOUBLE
+    node = helper.make_node("Mul", ["x", "c"], ["y"])
+    return make_model(
+        [node], [vi("x", D, [2])], [vi("y", D, None)], [init("c", np.array([constant, 2.0]))]
+    )
+
+
+def test_a_double_constant_beyond_float_range_warns_under_float(ctx):
+    x = np.ones(2)
+    with pytest.warns(UserWarning, match=r"constant 'c' holds 1e\+300.*float_dtype='float'"):
+        ctx.compile(_double_model(1e300), {"x": x}, options={"float_dtype": "float"})
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ctx.compile(_double_model(1e300), {"x": x}, options={"float_dtype": "double"})
+        ctx.compile(_double_model(3.0), {"x": x}, options={"float_dtype": "float"})
