@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .. import names
 from ..registry import register
-from . import binary, constant, conv, linalg, norm, pool, reduce, shape, unary
+from . import binary, constant, conv, linalg, loss, norm, pool, reduce, shape, unary
 
 # Ops that are one device kernel (names.py holds the table the exporter shares).
 for _kernel, _op in names.UNARY.items():
@@ -92,3 +92,6 @@ register("Constant", constant.constant)
 register("Shape", constant.shape)
 register("Size", constant.size)
 register("ConstantOfShape", constant.constant_of_shape)
+# losses
+register("NegativeLogLikelihoodLoss", loss.nll_loss)
+register("SoftmaxCrossEntropyLoss", loss.softmax_cross_entropy_loss)
