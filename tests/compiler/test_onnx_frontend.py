@@ -657,3 +657,30 @@ def test_softmax_cross_entropy_with_its_log_prob_output(dev, q):
         [node], [vi("x", F, [5, 4]), vi("t", I64, [5])], [vi("y", F, None), vi("logp", F, None)]
     )
     check_against_reference(dev, q, model, {"x": randn(5, 4), "t": np.array([0, 3, 1, 1, 2])})
+
+
+# --- ops that ONNX defines as functions of other ops ------------------------------------------
+
+
+def test_an_op_without_converter_is_imported_as_its_onnx_function_body(dev, q):
+    assert "Attention" not in mnrt.compiler.onnx.supported_ops()
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=1)
+    shape = [2, 3, 4, 8]
+    model = make_model(
+        [node], [vi(n, F, shape) for n in "qkv"], [vi("y", F, None)], opset=23
+    )  # fmt: skip
+    feeds = {n: randn(*shape) for n in "qkv"}
+    check_against_reference(dev, q, model, feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_a_function_body_is_used_only_where_no_converter_exists():
+    node = helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"], ["y"], name="nll")
+    model = make_model([node], [vi("x", F, [2, 3]), vi("t", I64, [2])], [vi("y", F, None)])
+    graph = from_onnx(model)  # the converter, not the body (which needs GatherElements)
+    assert graph.outputs
+    node = helper.make_node("CenterCropPad", ["x", "s"], ["y"], name="ccp")
+    model = make_model(
+        [node], [vi("x", F, [4, 4])], [vi("y", F, None)], [init("s", np.array([2, 2]))]
+    )
+    graph = from_onnx(model)
+    assert graph.values[graph.outputs[0]].shape == (2, 2)
