@@ -684,3 +684,25 @@ def test_a_function_body_is_used_only_where_no_converter_exists():
     )
     graph = from_onnx(model)
     assert graph.values[graph.outputs[0]].shape == (2, 2)
+
+
+def test_lp_pool_matches_the_reference(dev, q):
+    node = helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], pads=[1, 0, 0, 1], p=3)
+    model = make_model([node], [vi("x", F, [1, 2, 4, 5])], [vi("y", F, None)])
+    check_against_reference(dev, q, model, {"x": randn(1, 2, 4, 5)})
+
+
+def test_range_of_known_bounds_is_a_constant(dev, q):
+    nodes = [helper.make_node("Range", ["s", "l", "d"], ["r"]),
+             helper.make_node("Add", ["x", "r"], ["y"])]  # fmt: skip
+    inits = [init("s", np.float32(1)), init("l", np.float32(2.9)), init("d", np.float32(0.5))]
+    model = make_model(nodes, [vi("x", F, [4])], [vi("y", F, None)], inits)
+    check_against_reference(dev, q, model, {"x": randn(4)})
+
+
+def test_castlike_of_a_constant_stays_known_at_import(dev, q):
+    nodes = [helper.make_node("CastLike", ["v", "x"], ["vx"]),
+             helper.make_node("Pad", ["x", "pads", "vx"], ["y"])]  # fmt: skip
+    inits = [init("v", np.array(2.5)), init("pads", np.array([1, 2]))]
+    model = make_model(nodes, [vi("x", F, [3])], [vi("y", F, None)], inits)
+    check_against_reference(dev, q, model, {"x": randn(3)})
