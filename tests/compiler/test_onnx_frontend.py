@@ -706,3 +706,25 @@ def test_castlike_of_a_constant_stays_known_at_import(dev, q):
     inits = [init("v", np.array(2.5)), init("pads", np.array([1, 2]))]
     model = make_model(nodes, [vi("x", F, [3])], [vi("y", F, None)], inits)
     check_against_reference(dev, q, model, {"x": randn(3)})
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [{"mode": "nearest"}, {"mode": "linear"},
+     {"mode": "cubic", "coordinate_transformation_mode": "align_corners"}],
+    ids=["nearest", "linear", "cubic"],
+)  # fmt: skip
+def test_resize_by_constant_matrices(dev, q, attrs):
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], **attrs)
+    scales = init("s", np.array([1, 1, 2, 0.5], np.float32))
+    model = make_model([node], [vi("x", F, [1, 2, 3, 4])], [vi("y", F, None)], [scales], 19)
+    check_against_reference(dev, q, model, {"x": randn(1, 2, 3, 4)}, rtol=1e-5, atol=1e-6)
+
+
+def test_resize_crop_and_resize_is_refused():
+    node = helper.make_node("Resize", ["x", "roi", "s"], ["y"], name="rs",
+                            coordinate_transformation_mode="tf_crop_and_resize")  # fmt: skip
+    inits = [init("roi", np.array([0, 0, 1, 1], np.float32)), init("s", np.ones(2, np.float32))]
+    model = make_model([node], [vi("x", F, [3, 4])], [vi("y", F, None)], inits, 19)
+    with pytest.raises(UnsupportedModelError, match=r"rs \(Resize\): coordinate_trans"):
+        from_onnx(model)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .. import names
 from ..registry import register
-from . import binary, constant, conv, linalg, loss, norm, pool, reduce, shape, unary
+from . import binary, constant, conv, linalg, loss, norm, pool, reduce, resize, shape, unary
 
 # Ops that are one device kernel (names.py holds the table the exporter shares).
 for _kernel, _op in names.UNARY.items():
@@ -88,6 +88,8 @@ register("Trilu", shape.trilu)
 register("EyeLike", shape.eye_like)
 register("DepthToSpace", shape.depth_to_space)
 register("SpaceToDepth", shape.space_to_depth)
+register("Resize", resize.resize)
+register("Upsample", resize.resize)
 # known at import time
 register("Constant", constant.constant)
 register("Shape", constant.shape)
