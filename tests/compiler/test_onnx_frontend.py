@@ -728,11 +728,3 @@ def test_resize_crop_and_resize_is_refused():
     model = make_model([node], [vi("x", F, [3, 4])], [vi("y", F, None)], inits, 19)
     with pytest.raises(UnsupportedModelError, match=r"rs \(Resize\): coordinate_trans"):
         from_onnx(model)
-
-
-def test_hardmax_marks_the_first_maximum_and_the_first_nan(dev, q):
-    node = helper.make_node("Hardmax", ["x"], ["y"], axis=1)
-    model = make_model([node], [vi("x", F, [3, 4])], [vi("y", F, None)])
-    x = np.array([[1, 3, 3, 0], [2, np.nan, 5, np.nan], [-1, -1, -1, -1]], np.float32)
-    (y,) = run_on_device(dev, q, from_onnx(model), [x])
-    np.testing.assert_array_equal(y, np.eye(4, dtype=np.float32)[np.argmax(x, axis=1)])
