@@ -9,7 +9,7 @@ from .builder import GraphBuilder, Symbol
 from .context import CacheOptions, CompiledFunction, Context, MNDevice, TensorProxy
 from .ir import Graph, GraphError, Node, Value
 from .lower import Lowered, lower, plan_buffers
-from .onnx_frontend import InvalidModelError, UnsupportedModelError, from_onnx, load_model
+from .onnx import InvalidModelError, UnsupportedModelError, from_onnx, load_model
 
 __all__ = [
     "CacheOptions",

@@ -18,7 +18,7 @@ from . import codegen
 from .codegen import _CAPTURE_RUNNING
 from .ir import INPUT, PARAM, Graph
 from .lower import Lowered, lower
-from .onnx_frontend import evaluator_unreliable_ops
+from .onnx import evaluator_unreliable_ops
 from .options import CompileOptions
 from .passes import apply_float_dtype
 from .tensors import TensorProxy, _as_array, _as_host, _call_input, _input_arrays

@@ -130,8 +130,12 @@ class Context:
     ) -> CompiledFunction:
         start = time.perf_counter()
         _check_paths(codegen_dir, cache_options)
-        graph, onnx_model = pipeline.graph_of(model)
+        graph, onnx_model = pipeline.graph_of(model, inputs)
         phases = [{"name": "import", "status": "ok", "seconds": time.perf_counter() - start}]
+        if onnx_model is not None and isinstance(inputs, Mapping):
+            # Inputs the import folded into constants are no longer the graph's to take.
+            folded = {i.name for i in onnx_model.graph.input} - set(graph.inputs)
+            inputs = {k: v for k, v in inputs.items() if k not in folded}
         inputs = _input_arrays(graph, inputs)
         opts = resolve(options)
         cached = None

@@ -20,18 +20,9 @@ from ..device import dtypes as dt
 from ..errors import InvalidArgumentError
 from ..format.files import write_atomically
 from .ir import Graph, Node
+from .onnx import names
 
 OPSET = 17
-
-_ELEM = {
-    dt.FLOAT: 1,
-    dt.UINT8: 2,
-    dt.INT32: 6,
-    dt.BOOL: 9,
-    dt.FLOAT16: 10,
-    dt.HALF: 10,
-    dt.DOUBLE: 11,
-}
 
 
 class ExportError(InvalidArgumentError):
@@ -199,37 +190,17 @@ def _with_epilogue(export: Callable[[_Out, Node], None]) -> Callable[[_Out, Node
 
 
 def _cast(out: _Out, n: Node) -> None:
-    out.add("Cast", n.inputs, n.outputs, to=_ELEM[dt.dtype(n.attrs["to"])])
+    out.add("Cast", n.inputs, n.outputs, to=names.onnx_code(dt.dtype(n.attrs["to"])))
 
 
 _SAME = {
-    "relu": "Relu",
-    "sigmoid": "Sigmoid",
-    "tanh": "Tanh",
-    "exp": "Exp",
-    "log": "Log",
-    "sqrt": "Sqrt",
-    "neg": "Neg",
-    "abs": "Abs",
-    "erf": "Erf",
-    "reciprocal": "Reciprocal",
-    "add": "Add",
-    "sub": "Sub",
-    "mul": "Mul",
-    "div": "Div",
-    "pow": "Pow",
-    "maximum": "Max",
-    "minimum": "Min",
+    **names.UNARY,
+    **names.BINARY,
+    **names.VARIADIC,
     "where": "Where",
-    "equal": "Equal",
-    "less": "Less",
-    "greater": "Greater",
-    "less_equal": "LessOrEqual",
-    "greater_equal": "GreaterOrEqual",
     "copy": "Identity",
     "global_avg_pool2d": "GlobalAveragePool",
 }
-
 _EXPORTERS: dict[str, Callable[[_Out, Node], None]] = {
     **{kernel: _same(op) for kernel, op in _SAME.items()},
     "gemm": _with_epilogue(_gemm),
@@ -239,10 +210,7 @@ _EXPORTERS: dict[str, Callable[[_Out, Node], None]] = {
     "conv2d": _with_epilogue(_conv),
     "max_pool2d": _pool("MaxPool"),
     "avg_pool2d": _pool("AveragePool"),
-    "sum": _reduce("ReduceSum"),
-    "mean": _reduce("ReduceMean"),
-    "max": _reduce("ReduceMax"),
-    "min": _reduce("ReduceMin"),
+    **{kernel: _reduce(op) for kernel, op in names.REDUCE.items()},
     "softmax": _axis("Softmax"),
     "log_softmax": _axis("LogSoftmax"),
     "concat": _axis("Concat"),
@@ -309,7 +277,7 @@ def _unchecked_model(
 
     def info(name: str) -> Any:
         v = graph.values[name]
-        return helper.make_tensor_value_info(name, _ELEM[v.dtype], list(v.shape))
+        return helper.make_tensor_value_info(name, names.onnx_code(v.dtype), list(v.shape))
 
     # The weights go into the model's own graph, not through make_graph and make_model,
     # which copy every tensor (twice).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import InvalidArgumentError
@@ -56,19 +56,21 @@ def optimise(
     return graph, stages
 
 
-def graph_of(model: Any) -> tuple[Graph, Any]:
-    """The graph to compile, and the ONNX model it came from (None for Python graphs)."""
+def graph_of(model: Any, inputs: Any = None) -> tuple[Graph, Any]:
+    """The graph to compile, and the ONNX model it came from (None for Python graphs).
+    An ONNX model's example `inputs` fix its symbolic dimensions and fold the inputs that
+    ops need at import time (axes, pads, shapes) into constants."""
     if isinstance(model, GraphBuilder):
         return model.build(), None
     if isinstance(model, Graph):
         model.verify()
         return model, None
     if isinstance(model, (str, os.PathLike)) or type(model).__name__ == "ModelProto":
-        from .onnx_frontend import from_onnx, load_model
+        from .onnx import from_onnx, load_model
 
         if isinstance(model, (str, os.PathLike)):
             model = load_model(model)
-        return from_onnx(model), model
+        return from_onnx(model, inputs if isinstance(inputs, Mapping) else None), model
     raise InvalidArgumentError(
         "compile takes a Graph, a GraphBuilder, or an ONNX model or path, "
         f"not {type(model).__name__}"

@@ -154,7 +154,7 @@ def compile_cmd(
 
     Models with ops that evaluator computes wrongly get goldens from a float64 run instead."""
     from ..compiler import Context
-    from ..compiler.onnx_frontend import from_onnx
+    from ..compiler.onnx import from_onnx
 
     graph = from_onnx(model)
     given = named_sources(input_specs, "--input", "name=file.npy or name=random")

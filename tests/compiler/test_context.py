@@ -359,7 +359,10 @@ BAD_INPUTS = {
     "a list": ([np.zeros((2, 3), np.float32)], "must be a dict of input name -> array"),
     "ragged": ({"x": [[1.0, 2.0, 3.0], [4.0]]}, "input 'x' is not an array"),
     "a string": ({"x": "hello"}, "input 'x' is str of dtype <U5; pass a numeric"),
-    "a non-str name": ({"x": np.zeros((2, 3), np.float32), 0: 1}, "unknown 0"),
+    "a non-str name": (
+        {"x": np.zeros((2, 3), np.float32), 0: 1},
+        "example inputs 0 are not inputs of the ONNX model",
+    ),
 }
 
 

@@ -1,0 +1,429 @@
+"""Graph import: load an ONNX model, check its structure, walk its nodes in order and hand
+each to its converter (or to constant folding), collecting every problem so that one error
+lists them all.
+
+ONNX int64 becomes int32 on the device (names.ELEM_TYPES says which device dtype holds each
+ONNX type). An op, attribute or mode the device cannot run is an `UnsupportedModelError`
+listing every such node of the model at once. A model that breaks the ONNX spec (a value read
+before it is defined or defined twice, a missing or mistyped attribute, sizes that do not add
+up, an axis out of range) is an `InvalidModelError` listing every such problem, and the
+unsupported nodes with them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidArgumentError, MnrtError
+from ..builder import Symbol
+from ..ir import Graph
+from . import (
+    names,
+    ops,  # noqa: F401  (fills the registry)
+    shapes,
+)
+from .errors import Invalid, InvalidModelError, Unsupported, UnsupportedModelError
+from .expand import function_body
+from .fold import check_folded_size, fold, foldable
+from .registry import CONVERTERS
+from .state import Attrs, Converter, Ctx, device_dtype_name
+
+
+class _Problems:
+    """What is wrong with a model, collected over all its nodes so one error lists it all."""
+
+    def __init__(self) -> None:
+        self.invalid: list[str] = []
+        self.unsupported: list[str] = []
+
+    def raise_any(self, name: str) -> None:
+        if self.invalid:
+            extra = f" and {len(self.unsupported)} unsupported" if self.unsupported else ""
+            raise InvalidModelError(
+                f"ONNX model '{name}' has {len(self.invalid)} invalid{extra} node(s) (fix the "
+                "model; onnx.checker.check_model explains ONNX's rules):\n  "
+                + "\n  ".join(self.invalid + self.unsupported)
+            )
+        if self.unsupported:
+            raise UnsupportedModelError(
+                f"ONNX model '{name}' has {len(self.unsupported)} unsupported node(s):\n  "
+                + "\n  ".join(self.unsupported)
+            )
+
+
+def _label(node: Any) -> str:
+    return f"{node.name or '(unnamed)'} ({node.op_type})"
+
+
+def _spec_problem(node: Any, checker_ctx: Any) -> str | None:
+    """What ONNX's own node checker finds wrong with a node of a known op (the number of
+    inputs, a missing or mistyped attribute), or None. Ops ONNX does not know at this opset
+    are left to the importers, which list them as unsupported unless they can import them."""
+    from onnx import AttributeProto, checker, defs
+
+    if not defs.has(node.op_type, node.domain):
+        return None
+    if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
+        return None  # the checker would not see the outer values its subgraphs may read
+    try:
+        checker.check_node(node, checker_ctx)
+    except checker.ValidationError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return None if first.startswith("No Op registered") else first
+    return None
+
+
+def _check_node(cx: Ctx, node: Any, problems: _Problems, poisoned: set[str]) -> None:
+    """Fold, convert or expand one node (an op ONNX defines as a function of others, with no
+    converter here, becomes that function's body), or record why not."""
+    label = _label(node)
+    converter = CONVERTERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    ins = [n for n in node.input if n]
+    spec = _spec_problem(node, cx.checker)
+    if spec is not None:
+        problems.invalid.append(f"{label}: {spec}")
+        poisoned.update(node.output)
+        return
+    if any(n in poisoned for n in ins):
+        if converter is None:
+            problems.unsupported.append(f"{label}: op {node.op_type} is not supported")
+        poisoned.update(node.output)
+        return
+    if ins and all(cx.is_const(n) for n in ins) and foldable(node):
+        try:
+            check_folded_size(cx, node)
+        except Invalid as e:
+            problems.invalid.append(f"{label}: {e}")
+            poisoned.update(node.output)
+            return
+        folded = fold(node, [cx.consts[n] for n in ins], cx.opsets)
+        if folded is not None:
+            for name, v in zip([n for n in node.output if n], folded):
+                cx.consts[name] = v
+            return
+    if converter is None and node.domain in ("", "ai.onnx"):
+        body = function_body(node, cx.opset, [cx.types.get(n) for n in node.input])
+        if body:
+            for inner in body:
+                _check_node(cx, inner, problems, poisoned)
+            return
+    if converter is None:
+        problems.unsupported.append(f"{label}: op {node.op_type} is not supported")
+        poisoned.update(node.output)
+        return
+    results = _run_converter(cx, node, converter, label, problems)
+    if results is None:
+        poisoned.update(node.output)
+        return
+    for name, r in zip(node.output, results):
+        if not name:
+            continue
+        if isinstance(r, np.ndarray):
+            cx.consts[name] = r
+        else:
+            cx.syms[name] = r
+
+
+def _run_converter(cx: Ctx, node: Any, converter: Converter, label: str,
+                  problems: _Problems) -> list | None:  # fmt: skip
+    """The converter's results, or None with the reason recorded in `problems`. A Python
+    error of an converter (an index past a list, a bad reshape) means the node is not what
+    the ONNX spec allows in some way no check caught: it is reported as such, with the node,
+    never as a traceback. Kernel shape and dtype errors (MnrtError) propagate as they are."""
+    at = Attrs(node)
+    try:
+        results = converter(cx, node, at)
+        extra = at.unread()
+        if extra:
+            raise Unsupported("attribute " + ", ".join(extra) + " is not supported")
+        return results
+    except Unsupported as e:
+        problems.unsupported.append(f"{label}: {e}")
+    except Invalid as e:
+        problems.invalid.append(f"{label}: {e}")
+    except MnrtError:
+        raise
+    except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as e:
+        problems.invalid.append(
+            f"{label}: cannot import it ({type(e).__name__}: {e}); check its attributes "
+            "and input shapes against the ONNX spec"
+        )
+    return None
+
+
+def _import_onnx() -> Any:
+    try:
+        import onnx
+    except ImportError:
+        raise InvalidArgumentError(
+            "the ONNX frontend needs the onnx package: pip install mnrt[onnx]"
+        ) from None
+    return onnx
+
+
+def load_model(path: str | os.PathLike) -> Any:
+    """Read an ONNX file and its external data. A file that is missing, empty, truncated or
+    not ONNX, or whose external data is missing, is an InvalidModelError naming the file."""
+    onnx = _import_onnx()
+    path = os.fspath(path)
+    try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):  # a FIFO would wait for a writer, /dev/zero never end
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise InvalidModelError(f"{path} is {kind}, not an ONNX model")
+        empty = os.path.getsize(path) == 0
+        model = None if empty else onnx.load(path)
+    except OSError as e:
+        raise InvalidModelError(f"cannot read ONNX model {path}: {e.strerror or e}") from None
+    except Exception as e:  # protobuf's DecodeError, onnx's ValidationError of external data
+        raise InvalidModelError(
+            f"{path} is not a readable ONNX model ({type(e).__name__}: {e}); give a complete "
+            ".onnx file, with its external data files where the model says they are"
+        ) from None
+    if model is None:
+        raise InvalidModelError(f"{path} is empty, not an ONNX model")
+    return model
+
+
+def _check_opset(model: Any) -> int:
+    """The default domain's opset; one newer than the installed onnx knows is refused (its
+    ops' meaning is unknown here), as is a version below 1."""
+    from onnx import defs
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    newest = defs.onnx_opset_version()
+    if not 1 <= opset <= newest:
+        raise InvalidModelError(
+            f"ONNX model imports opset {opset} of the default domain; the installed onnx "
+            f"knows opsets 1..{newest}: export the model with an opset in that range"
+        )
+    return opset
+
+
+def _check_structure(g: Any) -> None:
+    """Every value defined once, before any node reads it; every graph output defined and
+    listed once. Checked up front: the importers assume it."""
+    problems = []
+    defined = {i.name for i in g.initializer} | {i.name for i in g.input}
+    for node in g.node:
+        for name in node.input:
+            if name and name not in defined:
+                problems.append(
+                    f"{_label(node)} reads '{name}', which no graph input, initializer or "
+                    "earlier node defines (nodes must be in topological order, without cycles)"
+                )
+        for name in node.output:
+            if name and name in defined:
+                problems.append(f"{_label(node)} defines '{name}' again; a value has one producer")
+            defined.add(name)
+    listed: set[str] = set()
+    for out in g.output:
+        if out.name in listed:
+            problems.append(f"graph output '{out.name}' is listed twice")
+        elif out.name not in defined:
+            problems.append(f"graph output '{out.name}' is not defined by any node or input")
+        listed.add(out.name)
+    if not g.output:
+        problems.append("it declares no graph outputs, so there is nothing to compute")
+    if problems:
+        raise InvalidModelError(
+            f"ONNX model '{g.name or 'onnx'}' is invalid:\n  " + "\n  ".join(problems)
+        )
+
+
+def _initializer(init: Any) -> np.ndarray:
+    from onnx import numpy_helper
+
+    if any(d < 0 for d in init.dims):
+        raise InvalidModelError(f"initializer '{init.name}' has negative dims {list(init.dims)}")
+    try:
+        return numpy_helper.to_array(init)
+    except Exception as e:  # data shorter than its dims, external data not found...
+        raise InvalidModelError(
+            f"initializer '{init.name}' (dims {list(init.dims)}) cannot be read: {e}"
+        ) from None
+
+
+def _input_dtype(inp: Any) -> str:
+    """The device dtype of a graph input, which must be a tensor."""
+    if not inp.type.HasField("tensor_type"):
+        kind = inp.type.WhichOneof("value") or "untyped value"
+        raise Unsupported(f"input '{inp.name}' is a {kind}, not a tensor")
+    return device_dtype_name(inp.type.tensor_type.elem_type, f"input '{inp.name}'")
+
+
+def _examples(g: Any, inputs: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
+    """The example inputs as arrays of the dtype each graph input declares (exactly: an
+    example that the declared dtype would change is an error, as is a name the model does
+    not take as input)."""
+    if inputs is None:
+        return {}
+    if not isinstance(inputs, Mapping):
+        raise InvalidArgumentError(
+            f"from_onnx's inputs are a dict of input name -> array, not {type(inputs).__name__}"
+        )
+    declared = {i.name: i for i in g.input if i.name not in {t.name for t in g.initializer}}
+    unknown = sorted(repr(n) for n in inputs if n not in declared)
+    if unknown:
+        raise InvalidArgumentError(
+            f"example inputs {', '.join(unknown)} are not inputs of the ONNX model; its inputs "
+            f"are {', '.join(declared) or 'none'}"
+        )
+    examples = {}
+    for name, data in inputs.items():
+        tt = declared[name].type.tensor_type
+        is_tensor = declared[name].type.HasField("tensor_type")
+        elem = names.BY_CODE.get(tt.elem_type) if is_tensor else None
+        if elem is None or elem.numpy is None or elem.device is None:
+            continue  # the input itself is refused (no device dtype) when the model is walked
+        try:
+            array = np.asarray(data)
+        except (TypeError, ValueError) as e:
+            raise InvalidArgumentError(f"example input '{name}' is not an array: {e}") from None
+        if array.dtype.kind not in "biuf":
+            raise InvalidArgumentError(
+                f"example input '{name}' is {type(data).__name__} of dtype {array.dtype}; pass "
+                "a numeric numpy array"
+            )
+        typed = array.astype(elem.numpy)
+        if typed.shape != array.shape or not np.array_equal(
+            typed, array, equal_nan=array.dtype.kind == "f"
+        ):
+            raise InvalidArgumentError(
+                f"example input '{name}' of dtype {array.dtype} changes when converted to "
+                f"{elem.numpy}, the dtype the model declares; pass {elem.numpy} data"
+            )
+        examples[name] = typed
+    return examples
+
+
+def _input_shape(inp: Any, example: np.ndarray | None) -> tuple[int, ...]:
+    """A graph input's shape: the model's, with symbolic or missing dimensions taken from
+    its example input (which must agree with every dimension the model fixes)."""
+    tt = inp.type.tensor_type
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+    if example is not None:
+        agrees = (
+            tt.HasField("shape")
+            and len(dims) == example.ndim
+            and all(d is None or d == e for d, e in zip(dims, example.shape))
+        )
+        if tt.HasField("shape") and not agrees:
+            raise InvalidArgumentError(
+                f"example input '{inp.name}' has shape {example.shape}; the model declares "
+                f"{tuple('?' if d is None else d for d in dims)}"
+            )
+        return tuple(example.shape)
+    if not tt.HasField("shape") or None in dims:
+        raise Unsupported(
+            f"input '{inp.name}' has a symbolic or missing dimension; give a concrete shape "
+            "(e.g. with onnx.tools.update_model_dims) or an example input that fixes it"
+        )
+    return tuple(dims)
+
+
+def _with_example_shapes(model: Any, examples: dict[str, np.ndarray]) -> Any:
+    """The model with its inputs' symbolic dimensions set from the example inputs, so that
+    shape inference sees what the device will run (a copy, only when there are any)."""
+    symbolic = [
+        i
+        for i in model.graph.input
+        if i.name in examples
+        and i.type.HasField("tensor_type")
+        and any(not d.HasField("dim_value") for d in i.type.tensor_type.shape.dim)
+    ]
+    if not symbolic:
+        return model
+    model = type(model).FromString(model.SerializeToString())
+    for inp in model.graph.input:
+        if inp.name in examples and inp.type.HasField("tensor_type"):
+            shape = inp.type.tensor_type.shape
+            if len(shape.dim) == examples[inp.name].ndim:
+                for d, n in zip(shape.dim, examples[inp.name].shape):
+                    if not d.HasField("dim_value"):
+                        d.dim_value = int(n)
+    return model
+
+
+def from_onnx(model: Any, inputs: Mapping[str, Any] | None = None) -> Graph:
+    """Import an ONNX model (a ModelProto or a path) as a compiler Graph.
+
+    `inputs` (graph input name -> example array, as given to compile) fix what the model
+    leaves open: symbolic dimensions take the example's size, and an input that an op needs
+    at import time (the axes of a reduction, the pads of Pad, the shape of Reshape...)
+    becomes a constant of the example's value. Such an input is no longer an input of the
+    graph: a call cannot pass another value that the compiled program would ignore."""
+    onnx = _import_onnx()
+    if isinstance(model, (str, os.PathLike)):
+        model = load_model(model)
+    if not isinstance(model, onnx.ModelProto):
+        raise InvalidArgumentError(f"from_onnx takes an onnx.ModelProto or a path, not {model!r}")
+    opset = _check_opset(model)
+    examples = _examples(model.graph, inputs)
+    declared = {i.name: i for i in model.graph.input}  # before examples fix their shapes
+    model = shapes.infer(_with_example_shapes(model, examples))
+    g = model.graph
+    _check_structure(g)
+    cx = Ctx(g.name or "onnx", opset)
+    cx.opsets = list(model.opset_import)
+    cx.inferred = shapes.static_shapes(g)
+    cx.types = {v.name: v.type for v in [*g.input, *g.value_info, *g.output]}
+    cx.checker = onnx.checker.C.CheckerContext()
+    cx.checker.ir_version = model.ir_version
+    cx.checker.opset_imports = {o.domain: o.version for o in model.opset_import}
+
+    for init in g.initializer:
+        cx.consts[init.name] = _initializer(init)
+    problems = _Problems()
+    poisoned: set[str] = set()  # values of unsupported inputs and nodes: not listed again
+    order = [i.name for i in g.input if i.name not in cx.consts]
+    for inp in g.input:
+        if inp.name in cx.consts:
+            continue
+        try:
+            dtype = _input_dtype(inp)
+            example = examples.get(inp.name)
+            cx.add_input(inp.name, _input_shape(declared[inp.name], example), dtype, example)
+        except Unsupported as e:
+            problems.unsupported.append(str(e))
+            poisoned.add(inp.name)
+
+    cx.b.reserve([*order, *(out.name for out in g.output)])
+    for node in g.node:
+        _check_node(cx, node, problems, poisoned)
+    problems.raise_any(g.name)
+    for out in g.output:
+        try:
+            _add_output(cx, out.name)
+        except Unsupported as e:
+            problems.unsupported.append(f"output '{out.name}': {e}")
+    problems.raise_any(g.name)
+    cx.add_unread_inputs()
+    graph = cx.b.build()
+    graph.inputs[:] = [name for name in order if name in graph.inputs]
+    return graph
+
+
+def _add_output(cx: Ctx, name: str) -> None:
+    """Make the value of ONNX name `name` a graph output of that name. A value that is an
+    input, a parameter or already another output (Identity aliases two names) is copied."""
+    if name not in cx.syms and name in cx.consts:  # a constant output (of Shape, say)
+        cx.syms[name] = cx.param(cx.consts[name], stem=name)
+    s = cx.sym(name)
+    v = cx.b.graph.values[s]
+    if v.role != "temp" or s in cx.b.graph.outputs:
+        s = cx.op("copy", s)
+    if name in cx.b.graph.values and name != s:
+        raise InvalidArgumentError(
+            f"ONNX output '{name}' is also the name of a graph input or initializer; "
+            "rename the output (e.g. add an Identity node) so every value has one name"
+        )
+    cx.b.output(s, name)
+    for k, sym in cx.syms.items():  # the builder renamed s: other ONNX names follow it
+        if sym == s:
+            cx.syms[k] = Symbol(name)

@@ -1,0 +1,101 @@
+"""The op converters, one module per op family, and the registry: one line per ONNX op.
+
+Adding an op is a function in its family's module (or a new module) and one line here.
+"""
+
+from __future__ import annotations
+
+from .. import names
+from ..registry import register
+from . import binary, constant, conv, linalg, loss, norm, pool, reduce, resize, shape, unary
+
+# Ops that are one device kernel (names.py holds the table the exporter shares).
+for _kernel, _op in names.UNARY.items():
+    register(_op, unary.unary(_kernel))
+for _kernel, _op in names.BINARY.items():
+    register(_op, binary.binary(_kernel, cast_b=_op == "Pow"))
+for _kernel, _op in names.REDUCE.items():
+    register(_op, reduce.reduce(_kernel))
+
+# unary: activations and casts
+register("Gelu", unary.gelu)
+register("Identity", unary.identity)
+register("Dropout", unary.dropout)
+register("LeakyRelu", unary.leaky_relu)
+register("PRelu", unary.prelu)
+register("Elu", unary.elu)
+register("Selu", unary.elu)
+register("Softplus", unary.softplus)
+register("Softsign", unary.softsign)
+register("HardSigmoid", unary.hard_sigmoid)
+register("Clip", unary.clip)
+register("Cast", unary.cast)
+register("Celu", unary.celu)
+register("ThresholdedRelu", unary.thresholded_relu)
+register("Shrink", unary.shrink)
+register("Mish", unary.mish)
+register("HardSwish", unary.hard_swish)
+register("Swish", unary.swish)
+register("Not", unary.not_)
+register("CastLike", unary.cast_like)
+# binary and variadic
+register("Max", binary.variadic("maximum"))
+register("Min", binary.variadic("minimum"))
+register("Sum", binary.variadic("add"))
+register("Mean", binary.variadic("add", mean=True))
+register("Where", binary.where)
+# reductions
+register("ReduceL1", reduce.reduce("sum", pre="abs"))
+register("ReduceL2", reduce.reduce("sum", pre="square", post="sqrt"))
+register("ReduceSumSquare", reduce.reduce("sum", pre="square"))
+register("ReduceLogSum", reduce.reduce("sum", post="log"))
+register("ReduceLogSumExp", reduce.reduce_log_sum_exp)
+register("Softmax", reduce.softmax("softmax"))
+register("LogSoftmax", reduce.softmax("log_softmax"))
+# linear algebra, convolution, pooling
+register("MatMul", linalg.matmul)
+register("Gemm", linalg.gemm)
+register("Conv", conv.conv)
+register("ConvTranspose", conv.conv_transpose)
+register("MaxPool", pool.pool("max_pool2d"))
+register("AveragePool", pool.pool("avg_pool2d"))
+register("GlobalAveragePool", pool.global_pool)
+register("GlobalMaxPool", pool.global_pool)
+register("LpPool", pool.lp_pool)
+# normalisation
+register("BatchNormalization", norm.batch_norm)
+register("InstanceNormalization", norm.instance_norm)
+register("LayerNormalization", norm.layer_norm)
+register("LRN", norm.lrn)
+register("RMSNormalization", norm.rms_norm)
+register("LpNormalization", norm.lp_normalization)
+register("MeanVarianceNormalization", norm.mean_variance_normalization)
+register("GroupNormalization", norm.group_norm)
+# shapes and indices
+register("Reshape", shape.reshape)
+register("Flatten", shape.flatten)
+register("Squeeze", shape.squeeze)
+register("Unsqueeze", shape.unsqueeze)
+register("Transpose", shape.transpose)
+register("Concat", shape.concat)
+register("Slice", shape.slice_)
+register("Gather", shape.gather)
+register("Expand", shape.expand)
+register("Tile", shape.tile)
+register("Split", shape.split)
+register("Pad", shape.pad)
+register("Trilu", shape.trilu)
+register("EyeLike", shape.eye_like)
+register("DepthToSpace", shape.depth_to_space)
+register("SpaceToDepth", shape.space_to_depth)
+register("Resize", resize.resize)
+register("Upsample", resize.resize)
+# known at import time
+register("Constant", constant.constant)
+register("Shape", constant.shape)
+register("Size", constant.size)
+register("ConstantOfShape", constant.constant_of_shape)
+register("Range", constant.range_)
+# losses
+register("NegativeLogLikelihoodLoss", loss.nll_loss)
+register("SoftmaxCrossEntropyLoss", loss.softmax_cross_entropy_loss)

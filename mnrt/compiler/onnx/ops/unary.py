@@ -1,0 +1,205 @@
+"""Elementwise ops of one operand: activations, Clip, Cast, Identity and Dropout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ....device.dtypes import dtype as resolve_dtype
+from ...builder import Symbol
+from ..state import Attrs, Converter, Ctx, Unsupported, device_dtype_name
+from .common import where_negative
+
+
+def unary(kernel: str, **fixed: Any) -> Converter:
+    return lambda cx, node, at: [cx.op(kernel, cx.sym(node.input[0]), **fixed)]
+
+
+def gelu(cx: Ctx, node: Any, at: Attrs) -> list:
+    return [cx.op("gelu", cx.sym(node.input[0]), approximate=at.get("approximate", "none"))]
+
+
+def identity(cx: Ctx, node: Any, at: Attrs) -> list:
+    return [cx.sym(node.input[0])]
+
+
+def dropout(cx: Ctx, node: Any, at: Attrs) -> list:
+    """Inference: the input, and a mask that keeps every element. Training mode (opset 12's
+    training_mode input) with a ratio above 0 drops random elements, which the device has no
+    generator for: refused, never silently skipped."""
+    x = cx.sym(node.input[0])
+    at.get("seed")
+    ratio = at.get("ratio", 0.5)
+    training = False
+    if len(node.input) > 2 and node.input[2]:
+        training = bool(np.asarray(cx.const(node.input[2], "training_mode")).reshape(-1)[0])
+    if len(node.input) > 1 and node.input[1] and training:
+        ratio = float(np.asarray(cx.const(node.input[1], "ratio")).reshape(-1)[0])
+    if training and ratio > 0:
+        raise Unsupported(
+            f"training_mode=1 with ratio {ratio} drops random elements, and the device has "
+            "no random generator; export the model for inference (training_mode=0)"
+        )
+    if len(node.output) < 2 or not node.output[1]:
+        return [x]
+    # The mask is bool from opset 10 on, of the input's type before.
+    mask_dtype = "bool" if cx.opset >= 10 else cx.dtype(x).name
+    return [x, cx.op("fill", shape=list(cx.shape(x)), value=1.0, dtype=mask_dtype)]
+
+
+def leaky_relu(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    alpha = cx.param(np.array(at.get("alpha", 0.01)), like=x)
+    return [where_negative(cx, x, cx.op("mul", x, alpha))]
+
+
+def prelu(cx: Ctx, node: Any, at: Attrs) -> list:
+    x, slope = cx.sym(node.input[0]), cx.sym(node.input[1])
+    xs, ss = cx.shape(x), cx.shape(slope)
+    if len(ss) == 1 and len(xs) > 2 and ss[0] == xs[1] and ss[0] != xs[-1]:
+        slope = cx.reshape(slope, (ss[0], *([1] * (len(xs) - 2))))
+    return [where_negative(cx, x, cx.op("mul", x, slope))]
+
+
+def elu(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    selu = node.op_type == "Selu"
+    alpha = at.get("alpha", 1.67326319217681884765625 if selu else 1.0)
+    neg = cx.op("mul", cx.op("sub", cx.op("exp", x), cx.param(np.array(1), like=x)),
+                cx.param(np.array(alpha), like=x))  # fmt: skip
+    y = where_negative(cx, x, neg)
+    if selu:
+        y = cx.op("mul", y, cx.param(np.array(at.get("gamma", 1.05070102214813232421875)), like=x))
+    return [y]
+
+
+def softplus(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    return [cx.op("log", cx.op("add", cx.op("exp", x), cx.param(np.array(1), like=x)))]
+
+
+def softsign(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    return [cx.op("div", x, cx.op("add", cx.op("abs", x), cx.param(np.array(1), like=x)))]
+
+
+def hard_sigmoid(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    y = cx.op("add", cx.op("mul", x, cx.param(np.array(at.get("alpha", 0.2)), like=x)),
+              cx.param(np.array(at.get("beta", 0.5)), like=x))  # fmt: skip
+    y = cx.op("maximum", y, cx.param(np.array(0), like=x))
+    return [cx.op("minimum", y, cx.param(np.array(1), like=x))]
+
+
+def clip(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    lo = at.get("min") if cx.opset < 11 else None
+    hi = at.get("max") if cx.opset < 11 else None
+    if cx.opset >= 11:
+        if len(node.input) > 1 and node.input[1]:
+            lo = cx.const(node.input[1], "min")
+        if len(node.input) > 2 and node.input[2]:
+            hi = cx.const(node.input[2], "max")
+    if lo is not None:
+        x = cx.op("maximum", x, cx.param(np.asarray(lo), like=x))
+    if hi is not None:
+        x = cx.op("minimum", x, cx.param(np.asarray(hi), like=x))
+    return [x if lo is not None or hi is not None else cx.op("copy", x)]
+
+
+def _cast_to(cx: Ctx, x: Symbol, to: str) -> list:
+    return [x if resolve_dtype(to) is cx.dtype(x) else cx.op("cast", x, to=to)]
+
+
+def cast(cx: Ctx, node: Any, at: Attrs) -> list:
+    """saturate and round_mode concern only float8 and float4 targets, which have no device
+    dtype: such a Cast is refused for its target whatever they say."""
+    at.get("saturate"), at.get("round_mode")
+    to = device_dtype_name(at.get("to"), "Cast")
+    return _cast_to(cx, cx.sym(node.input[0]), to)
+
+
+def cast_like(cx: Ctx, node: Any, at: Attrs) -> list:
+    """A constant cast to a floating type stays a constant (a Pad value, a scale that a
+    function body casts to its input's type must be known at import time)."""
+    at.get("saturate"), at.get("round_mode")
+    to = cx.dtype_name(node.input[1])
+    if cx.is_const(node.input[0]) and resolve_dtype(to).is_float:
+        return [np.asarray(cx.consts[node.input[0]]).astype(resolve_dtype(to).read_dtype)]
+    return _cast_to(cx, cx.sym(node.input[0]), to)
+
+
+def _scalar(cx: Ctx, value: float, like: Symbol) -> Symbol:
+    return cx.param(np.array(value), like=like)
+
+
+def _float_only(cx: Ctx, x: Symbol, op: str) -> None:
+    if not cx.dtype(x).is_float:
+        raise Unsupported(f"{op} of {cx.dtype(x).name}: only floating types")
+
+
+def celu(cx: Ctx, node: Any, at: Attrs) -> list:
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+    x = cx.sym(node.input[0])
+    _float_only(cx, x, "Celu")
+    alpha = float(at.get("alpha", 1.0))
+    e = cx.op("sub", cx.op("exp", cx.op("div", x, _scalar(cx, alpha, x))), _scalar(cx, 1, x))
+    neg = cx.op("minimum", cx.op("mul", e, _scalar(cx, alpha, x)), _scalar(cx, 0, x))
+    return [cx.op("add", cx.op("relu", x), neg)]
+
+
+def thresholded_relu(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    _float_only(cx, x, "ThresholdedRelu")
+    alpha = _scalar(cx, float(at.get("alpha", 1.0)), x)
+    return [cx.op("where", cx.op("greater", x, alpha), x, _scalar(cx, 0, x))]
+
+
+def shrink(cx: Ctx, node: Any, at: Attrs) -> list:
+    """x - bias above lambd, x + bias below -lambd, 0 between. For integers the bounds and
+    bias must be whole numbers: compared in the input's type they would change."""
+    x = cx.sym(node.input[0])
+    lambd, bias = float(at.get("lambd", 0.5)), float(at.get("bias", 0.0))
+    if not cx.dtype(x).is_float and not (lambd.is_integer() and bias.is_integer()):
+        raise Unsupported(f"Shrink of {cx.dtype(x).name} with lambd={lambd}, bias={bias}: "
+                          "integer inputs need whole-number lambd and bias")  # fmt: skip
+    above = cx.op("sub", x, _scalar(cx, bias, x))
+    below = cx.op("add", x, _scalar(cx, bias, x))
+    zero = _scalar(cx, 0, x)
+    inner = cx.op("where", cx.op("less", x, _scalar(cx, -lambd, x)), below, zero)
+    return [cx.op("where", cx.op("greater", x, _scalar(cx, lambd, x)), above, inner)]
+
+
+def mish(cx: Ctx, node: Any, at: Attrs) -> list:
+    """x * tanh(softplus(x)); softplus overflowing to inf gives tanh 1, as it should."""
+    x = cx.sym(node.input[0])
+    _float_only(cx, x, "Mish")
+    softplus_ = cx.op("log", cx.op("add", cx.op("exp", x), _scalar(cx, 1, x)))
+    return [cx.op("mul", x, cx.op("tanh", softplus_))]
+
+
+def hard_swish(cx: Ctx, node: Any, at: Attrs) -> list:
+    """x * max(0, min(1, x / 6 + 1 / 2))."""
+    x = cx.sym(node.input[0])
+    _float_only(cx, x, "HardSwish")
+    gate = cx.op("add", cx.op("mul", x, _scalar(cx, 1 / 6, x)), _scalar(cx, 0.5, x))
+    gate = cx.op("minimum", cx.op("maximum", gate, _scalar(cx, 0, x)), _scalar(cx, 1, x))
+    return [cx.op("mul", x, gate)]
+
+
+def swish(cx: Ctx, node: Any, at: Attrs) -> list:
+    """x * sigmoid(alpha * x)."""
+    x = cx.sym(node.input[0])
+    _float_only(cx, x, "Swish")
+    alpha = float(at.get("alpha", 1.0))
+    if alpha == 1.0:
+        return [cx.op("silu", x)]
+    return [cx.op("mul", x, cx.op("sigmoid", cx.op("mul", x, _scalar(cx, alpha, x))))]
+
+
+def not_(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    if cx.dtype(x).name != "bool":
+        raise Unsupported(f"Not of {cx.dtype(x).name}: only bool")
+    return [cx.op("equal", x, cx.param(np.array(False)))]

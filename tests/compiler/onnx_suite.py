@@ -1,0 +1,283 @@
+"""ONNX's operator suite run through mnrt (and onnxruntime, for comparison): the cases that
+`onnx.backend.test.case.node` generates from the installed wheel, each compiled and run on
+the emulated device and compared with the case's expected outputs, rtol and atol, dtype and
+shape. mnrt compiles `from_onnx(model, inputs)` (example inputs fold what the model leaves
+to them: symbolic dimensions, axes or shapes given as graph inputs), then runs that graph.
+Shared by tests/compiler/test_onnx_node_suite.py and benchmarks/onnx_node_suite.py.
+
+Every case gets one verdict:
+- pass: every output matches;
+- refused: an MnrtError at compile or run (the device cannot do it; acceptable), or a model
+  whose precision no float_dtype computes in (NO_PRECISION: float16, float32 with float64);
+- wrong: it ran, but a value, shape or dtype differs (never acceptable);
+- crash: any other exception (a bug in mnrt, never acceptable).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import pkgutil
+import re
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import mnrt
+from mnrt.compiler.onnx import names
+
+VERDICTS = ("pass", "refused", "wrong", "crash")
+# The one refusal that is the harness's: a model of IEEE float16 values, or of float32 and
+# float64 ones, has no float_dtype that computes in its own precision (see float_dtype).
+NO_PRECISION = "no float_dtype computes in the model's precision (float16, or mixed): not run"
+
+
+@dataclass
+class Result:
+    """One case's verdict; `detail` says why it is not a pass (an exception class and the
+    first words of its message, or what differs)."""
+
+    case: str
+    op: str
+    verdict: str
+    detail: str = ""
+
+
+@dataclass
+class Tally:
+    """Verdict counts per op and in total, and the reasons for refusals."""
+
+    per_op: dict[str, Counter] = field(default_factory=dict)
+    reasons: Counter = field(default_factory=Counter)
+
+    def add(self, r: Result) -> None:
+        self.per_op.setdefault(r.op, Counter())[r.verdict] += 1
+        if r.verdict == "refused":
+            self.reasons[r.detail] += 1
+
+    def total(self, verdict: str) -> int:
+        return sum(c[verdict] for c in self.per_op.values())
+
+
+def case_modules() -> list[str]:
+    """The modules of `onnx.backend.test.case.node` (one per op or op family), listed
+    without importing them: importing one generates its cases."""
+    import onnx
+    import onnx.backend.test.case.node as node
+
+    found = []
+    for info in pkgutil.walk_packages(node.__path__, node.__name__ + "."):
+        if info.ispkg or (not onnx.ONNX_ML and ".ai_onnx_ml" in info.name):
+            continue
+        found.append(info.name.removeprefix(node.__name__ + "."))
+    return sorted(found)
+
+
+@functools.cache
+def module_cases(module: str) -> tuple[Any, ...]:
+    """The node cases that importing one case module generates with the wheel's `expect`
+    machinery (the wheel ships no data for them). Cached: a module generates once."""
+    import onnx.backend.test.case.node as node
+
+    before = len(node._NodeTestCases)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        importlib.import_module(f"{node.__name__}.{module}")
+    return tuple(c for c in node._NodeTestCases[before:] if c.kind == "node")
+
+
+def node_cases() -> list[Any]:
+    """Every node case of the installed onnx wheel (about 1,900 in onnx 1.23)."""
+    return [c for m in case_modules() for c in module_cases(m)]
+
+
+@functools.cache
+def _op_names() -> dict[str, str]:
+    """Every ONNX op name, by its lower-case spelling without underscores."""
+    from onnx import defs
+
+    return {s.name.lower(): s.name for s in defs.get_all_schemas_with_history()}
+
+
+def op_of(case: Any) -> str:
+    """The op a case tests: its model's only node, or for a model of several nodes (a
+    function expanded into its body, a case that builds its inputs) the longest op name
+    the case's name starts with; "(expanded)" marks a function's expansion."""
+    nodes = case.model.graph.node
+    key = case.name.removeprefix("test_").replace("_", "").lower()
+    named = [op for low, op in _op_names().items() if key.startswith(low)]
+    if len(nodes) == 1:
+        op = nodes[0].op_type
+    else:
+        op = max(named, key=len) if named else nodes[-1].op_type
+    return f"{op} (expanded)" if "_expanded" in case.name else op
+
+
+def _first_words(e: BaseException, words: int = 10) -> str:
+    """The class of an exception and the first words of its reason: for a model error that
+    lists problems, of the first one, as "(Op): reason" without the node's name."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    text = lines[1] if len(lines) > 1 else lines[0] if lines else ""
+    m = re.match(r"^.*? (\(\w+\): .*)$", text)
+    text = m.group(1) if m else text
+    text = re.sub(r"'[^']*'", "'…'", text)  # value names differ per case, the reason not
+    return f"{type(e).__name__}: {' '.join(text.split()[:words])}"
+
+
+def float_dtype(model: Any) -> str | None:
+    """The compile precision that computes in the model's own: double for float64 models,
+    float for float32 or integer ones. None where no float_dtype does: IEEE float16 (float
+    would answer in float32, half is MN-Core's 1-6-9 format), or float32 and float64 mixed
+    (float_dtype puts every float value in one precision)."""
+    elem = {v.type.tensor_type.elem_type for v in [*model.graph.input, *model.graph.output]}
+    floats = {e.numpy for e in names.ELEM_TYPES if e.code in elem and e.numpy}
+    floats &= {"float16", "float32", "float64"}
+    if "float16" in floats or len(floats) > 1:
+        return None
+    return "double" if floats == {"float64"} else "float"
+
+
+def expected_dtype(dtype: np.dtype) -> np.dtype | None:
+    """The dtype mnrt returns for an ONNX output of `dtype`: the host dtype of the device
+    dtype that names.ELEM_TYPES says holds it (int64 comes back as int32 while the device
+    has no int64); None where no device dtype does."""
+    e = names.BY_NUMPY.get(np.dtype(dtype).name)
+    device = names.device_dtype(e.code) if e is not None else None
+    return None if device is None else device.read_dtype
+
+
+def compare(got: np.ndarray, want: Any, rtol: float, atol: float,
+            exact_dtype: bool) -> str | None:  # fmt: skip
+    """What differs between an output and its expected value, or None: dtype, shape, then
+    values as |got - want| <= atol + rtol * |want| (NaN matches NaN; integers and bools
+    exactly). The dtype must be the expected one, or without `exact_dtype` (mnrt) what
+    `expected_dtype` says the device holds it as."""
+    if isinstance(want, np.generic):
+        want = np.asarray(want)
+    if not isinstance(want, np.ndarray):
+        return f"expected a {type(want).__name__}, got an array"
+    got = np.asarray(got)
+    target = want.dtype if exact_dtype else expected_dtype(want.dtype)
+    if got.dtype != target:
+        return f"dtype {got.dtype}, expected {want.dtype} (as {target})"
+    if got.shape != want.shape:
+        return f"shape {got.shape}, expected {want.shape}"
+    if want.dtype.kind in "biuUSO" or got.size == 0:
+        ok = np.array_equal(got, want.astype(got.dtype)) if want.dtype.kind in "biu" else \
+            np.array_equal(got, want)  # fmt: skip
+        return None if ok else f"values differ at {int(np.sum(got != want))} element(s)"
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = ~((np.abs(g - w) <= atol + rtol * np.abs(w)) | (np.isnan(g) & np.isnan(w))
+                | (g == w))  # fmt: skip
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        return (
+            f"{int(bad.sum())} of {bad.size} value(s) differ beyond rtol {rtol} atol {atol} "
+            f"(first at flat index {i}: got {g.flat[i]!r}, expected {w.flat[i]!r})"
+        )
+    return None
+
+
+def _array(value: Any) -> Any:
+    """A case's input or expected output as numpy: some cases give TensorProtos (bfloat16,
+    float8 and 4-bit types that numpy has no dtype for become ml_dtypes arrays)."""
+    from onnx import TensorProto, numpy_helper
+
+    return numpy_helper.to_array(value) if isinstance(value, TensorProto) else value
+
+
+def _inputs(case: Any, data: list[Any]) -> dict[str, Any]:
+    inits = {i.name for i in case.model.graph.initializer}
+    names_ = [i.name for i in case.model.graph.input if i.name not in inits]
+    return dict(zip(names_, (_array(d) for d in data)))
+
+
+def _verdict_of_outputs(case: Any, outputs: list[Any], expected: list[Any],
+                        exact_dtype: bool) -> str | None:  # fmt: skip
+    if len(outputs) != len(expected):
+        return f"{len(outputs)} output(s), expected {len(expected)}"
+    for i, (g, w) in enumerate(zip(outputs, expected)):
+        diff = compare(g, _array(w), case.rtol, case.atol, exact_dtype)
+        if diff is not None:
+            return f"output {i}: {diff}"
+    return None
+
+
+def _compile(ctx: mnrt.Context, case: Any, feeds: dict[str, Any], precision: str) -> tuple:
+    """The case's model compiled for these inputs, and the inputs it folded: from_onnx with
+    example inputs makes those that ops need at import time (axes, pads, shapes) constants,
+    so the compiled function no longer takes them."""
+    from mnrt.compiler.onnx import from_onnx
+
+    graph = from_onnx(case.model, feeds)
+    compiled = ctx.compile(
+        graph, {n: feeds[n] for n in graph.inputs}, options={"float_dtype": precision}
+    )
+    return compiled, [n for n in feeds if n not in graph.inputs]
+
+
+def run_mnrt(case: Any, ctx: mnrt.Context) -> Result:
+    """Compile the case's model with mnrt on `ctx` (one Context for every case: devices are
+    few) and run it on every data set; a data set that gives a folded input another value
+    is compiled again for it."""
+    op = op_of(case)
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            precision = float_dtype(case.model)
+            if precision is None:
+                return Result(case.name, op, "refused", NO_PRECISION)
+            folded_from = _inputs(case, case.data_sets[0][0])
+            compiled, folded = _compile(ctx, case, folded_from, precision)
+            order = [o.name for o in case.model.graph.output]
+            for data, expected in case.data_sets:
+                feeds = _inputs(case, data)
+                if any(not np.array_equal(feeds[n], folded_from[n]) for n in folded):
+                    folded_from = feeds
+                    compiled, folded = _compile(ctx, case, feeds, precision)
+                got = compiled({n: feeds[n] for n in compiled.input_names})
+                outputs = [got[n].cpu() for n in order]
+                diff = _verdict_of_outputs(case, outputs, list(expected), False)
+                if diff is not None:
+                    return Result(case.name, op, "wrong", diff)
+    except mnrt.MnrtError as e:
+        return Result(case.name, op, "refused", _first_words(e))
+    except Exception as e:  # a crash is the bug this harness exists to find, reported
+        return Result(case.name, op, "crash", _first_words(e, 30))
+    return Result(case.name, op, "pass")
+
+
+def run_onnxruntime(case: Any) -> Result:
+    """The same case under onnxruntime (CPU), compared the same way but with exact dtypes.
+    Any exception of onnxruntime is a refusal: it rejects what it does not implement."""
+    import onnxruntime as ort
+
+    op = op_of(case)
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            so = ort.SessionOptions()
+            so.log_severity_level = 4
+            sess = ort.InferenceSession(case.model.SerializeToString(), so,
+                                        providers=["CPUExecutionProvider"])  # fmt: skip
+            for data, expected in case.data_sets:
+                got = sess.run(None, _inputs(case, data))
+                diff = _verdict_of_outputs(case, got, list(expected), True)
+                if diff is not None:
+                    return Result(case.name, op, "wrong", diff)
+    except Exception as e:
+        return Result(case.name, op, "refused", _first_words(e))
+    return Result(case.name, op, "pass")
+
+
+@contextlib.contextmanager
+def one_context() -> Iterator[mnrt.Context]:
+    """The one compile Context that every case of a run shares, closed at the end."""
+    with mnrt.Context(mnrt.MNDevice("mncore2:auto")) as ctx:
+        yield ctx
