@@ -7,7 +7,19 @@ from __future__ import annotations
 
 from .. import names
 from ..registry import register
-from . import binary, constant, conv, linalg, norm, pool, reduce, shape, unary
+from . import (
+    attention,
+    binary,
+    constant,
+    conv,
+    linalg,
+    norm,
+    pool,
+    reduce,
+    shape,
+    transformer,
+    unary,
+)
 
 # Ops that are one device kernel (names.py holds the table the exporter shares).
 for _kernel, _op in names.UNARY.items():
@@ -71,3 +83,8 @@ register("Constant", constant.constant)
 register("Shape", constant.shape)
 register("Size", constant.size)
 register("ConstantOfShape", constant.constant_of_shape)
+# transformer blocks (opset 23 on)
+register("Attention", attention.attention)
+register("RMSNormalization", transformer.rms_norm)
+register("RotaryEmbedding", transformer.rotary_embedding)
+register("SwiGLU", transformer.swiglu)
