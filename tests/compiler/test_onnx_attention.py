@@ -1,6 +1,6 @@
-"""The ONNX frontend's transformer ops: Attention, RotaryEmbedding, RMSNormalization and
-SwiGLU, against ONNX's node cases (generated from the installed wheel) and hand-built
-models checked with ONNX's reference evaluator."""
+"""The ONNX frontend's transformer ops: Attention, LinearAttention, RotaryEmbedding,
+RMSNormalization and SwiGLU, against ONNX's node cases (generated from the installed wheel)
+and hand-built models checked with ONNX's reference evaluator."""
 
 from __future__ import annotations
 
@@ -77,7 +77,10 @@ def differences(case, got: list[np.ndarray], expected: list) -> list[str]:
     return bad
 
 
-@pytest.mark.parametrize("module", ["attention", "rotaryembedding", "rmsnormalization", "swiglu"])
+MODULES = ["attention", "linear_attention", "rotaryembedding", "rmsnormalization", "swiglu"]
+
+
+@pytest.mark.parametrize("module", MODULES)
 def test_node_cases_pass_or_are_refused_by_name(ctx, module):
     failures, passed = [], 0
     for case in node_cases(module):
@@ -199,6 +202,38 @@ def test_attention_refusals_name_what_is_unsupported(dtype, attrs, mask, reason)
     model = make_model([node], inputs, [vi("y", dtype, None), vi("qk", dtype, None)])
     with pytest.raises(UnsupportedModelError, match=reason):
         mnrt.compiler.from_onnx(model)
+
+
+def test_linear_attention_state_carries_over_between_calls(ctx):
+    """gated_delta with grouped query heads: two calls of 3 steps, the second fed the first's
+    present_state, give the reference's result for all 6 steps at once."""
+
+    def model(t):
+        node = helper.make_node(
+            "LinearAttention", ["q", "k", "v", "s0", "g", "beta"], ["y", "s"],
+            q_num_heads=4, kv_num_heads=2, update_rule="gated_delta",
+        )  # fmt: skip
+        return make_model(
+            [node],
+            [vi("q", F, (1, t, 12)), vi("k", F, (1, t, 6)), vi("v", F, (1, t, 10)),
+             vi("s0", F, (1, 2, 3, 5)), vi("g", F, (1, t, 6)), vi("beta", F, (1, t, 2))],
+            [vi("y", F, None), vi("s", F, None)],
+            opset=27,
+        )  # fmt: skip
+
+    seq = {"q": randn(1, 6, 12), "k": randn(1, 6, 6) / 2, "v": randn(1, 6, 10),
+           "g": -np.abs(randn(1, 6, 6)), "beta": np.abs(randn(1, 6, 2)) / 4}  # fmt: skip
+    s0 = randn(1, 2, 3, 5)
+    y_all, s_all = ReferenceEvaluator(model(6)).run(None, {**seq, "s0": s0})
+    compiled = ctx.compile(model(3), {**{k: a[:, :3] for k, a in seq.items()}, "s0": s0},
+                           options={"float_dtype": "float"})  # fmt: skip
+    state, ys = s0, []
+    for half in (slice(0, 3), slice(3, 6)):
+        got = compiled({**{k: a[:, half] for k, a in seq.items()}, "s0": state})
+        ys.append(got["y"].cpu())
+        state = got["s"].cpu()
+    np.testing.assert_allclose(np.concatenate(ys, axis=1), y_all, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(state, s_all, rtol=1e-5, atol=1e-5)
 
 
 def test_rotary_embedding_3d_interleaved_partial_with_positions(ctx):

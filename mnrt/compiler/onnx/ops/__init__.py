@@ -13,6 +13,7 @@ from . import (
     constant,
     conv,
     linalg,
+    linear_attention,
     norm,
     pool,
     reduce,
@@ -85,6 +86,7 @@ register("Size", constant.size)
 register("ConstantOfShape", constant.constant_of_shape)
 # transformer blocks (opset 23 on)
 register("Attention", attention.attention)
+register("LinearAttention", linear_attention.linear_attention)
 register("RMSNormalization", transformer.rms_norm)
 register("RotaryEmbedding", transformer.rotary_embedding)
 register("SwiGLU", transformer.swiglu)
