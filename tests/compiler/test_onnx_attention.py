@@ -16,7 +16,7 @@ from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import mnrt  # noqa: E402
-from mnrt.compiler.onnx import UnsupportedModelError  # noqa: E402
+from mnrt.compiler.onnx import InvalidModelError, UnsupportedModelError  # noqa: E402
 
 F, F16, I64, B = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64, TensorProto.BOOL
 RNG = np.random.default_rng(0)
@@ -234,6 +234,31 @@ def test_linear_attention_state_carries_over_between_calls(ctx):
         state = got["s"].cpu()
     np.testing.assert_allclose(np.concatenate(ys, axis=1), y_all, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(state, s_all, rtol=1e-5, atol=1e-5)
+
+
+def _attention(inputs=(), shapes=(), **attrs):
+    names = ["q", "k", "v", *inputs]
+    base = [(1, 1, 2, 8), (1, 1, 2, 8), (1, 1, 2, 8)]
+    values = [vi(n, F if n != "n" else I64, s) for n, s in zip(names, [*base, *shapes])]
+    node = helper.make_node("Attention", [n if n != "_" else "" for n in names], ["y"], **attrs)
+    return make_model([node], [v for v in values if v.name != "_"], [vi("y", F, None)])
+
+
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [
+        (lambda: _attention(q_num_heads=2), "q_num_heads=2 but the 4-D input has 1 heads"),
+        (lambda: _attention(["m"], [(2, 5)]), r"attn_mask of shape \(2, 5\) does not fit"),
+        (lambda: _attention(["_", "pk", "pv"], [(), (1, 1, 3, 4), (1, 1, 3, 8)]),
+         r"past_key \(1, 1, 3, 4\) and past_value"),
+        (lambda: _attention(softmax_precision=6), "softmax_precision=6 is not a floating"),
+        (lambda: _attention(["_", "pk", "pv", "n"], [(), (1, 1, 3, 8), (1, 1, 3, 8), (1,)]),
+         "nonpad_kv_seqlen cannot be combined"),
+    ],
+)  # fmt: skip
+def test_attention_that_breaks_the_spec_is_invalid_by_name(model, reason):
+    with pytest.raises(InvalidModelError, match=reason):
+        mnrt.compiler.from_onnx(model())
 
 
 def test_rotary_embedding_3d_interleaved_partial_with_positions(ctx):

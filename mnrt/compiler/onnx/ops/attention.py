@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ....device.dtypes import dtype as resolve_dtype
 from ...builder import Symbol
 from ..state import Attrs, Ctx, Invalid, Unsupported, device_dtype_name
 
@@ -51,6 +52,8 @@ def _heads(cx: Ctx, at: Attrs, q: Symbol, k: Symbol, v: Symbol) -> tuple[Symbol,
     if ranks != {4}:
         shapes = [cx.shape(t) for t in (q, k, v)]
         raise Invalid(f"Q, K and V must be all 3-D or all 4-D, got shapes {shapes}")
+    if cx.opset >= 25 and (qh is not None or kvh is not None):
+        raise Invalid("from opset 25, q_num_heads and kv_num_heads are for 3-D inputs only")
     for name, given, actual in (("q_num_heads", qh, cx.shape(q)[1]),
                                 ("kv_num_heads", kvh, cx.shape(k)[1])):  # fmt: skip
         if given is not None and int(given) != actual:
@@ -216,8 +219,10 @@ def attention(cx: Ctx, node: Any, at: Attrs) -> list:
     past = 0
     if past_k is not None:
         pk, pv = cx.sym(past_k), cx.sym(past_v)
-        past = cx.shape(pk)[2] if len(cx.shape(pk)) == 4 else -1
-        if past < 0 or cx.shape(pk)[:2] != cx.shape(k)[:2] or cx.shape(pv)[:2] != cx.shape(v)[:2]:
+        sk, sv = cx.shape(pk), cx.shape(pv)
+        past = sk[2] if len(sk) == 4 and len(sv) == 4 and sk[2] == sv[2] else -1
+        kk, vv = cx.shape(k), cx.shape(v)
+        if past < 0 or (sk[:2], sk[3], sv[:2], sv[3]) != (kk[:2], kk[3], vv[:2], vv[3]):
             raise Invalid(f"past_key {cx.shape(pk)} and past_value {cx.shape(pv)} must be "
                           "(batch, kv_num_heads, past_sequence_length, head size)")  # fmt: skip
         k, v = cx.op("concat", pk, k, axis=2), cx.op("concat", pv, v, axis=2)
@@ -257,6 +262,8 @@ def attention(cx: Ctx, node: Any, at: Attrs) -> list:
     work = scores
     if precision is not None:
         pdt = device_dtype_name(int(precision), "softmax_precision")
+        if not resolve_dtype(pdt).is_float:
+            raise Invalid(f"softmax_precision={precision} is not a floating-point type")
         if pdt != dt.name:
             work = cx.op("cast", scores, to=pdt)
     probs = cx.op("softmax", work, axis=-1)

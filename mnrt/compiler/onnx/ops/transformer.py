@@ -94,7 +94,7 @@ def rotary_embedding(cx: Ctx, node: Any, at: Attrs) -> list:
     shape = cx.shape(x)
     heads = at.get("num_heads")
     if len(shape) == 3:
-        if not heads or shape[2] % int(heads):
+        if not heads or int(heads) < 1 or shape[2] % int(heads):
             raise Invalid(f"a 3-D input {shape} needs num_heads dividing its last size; "
                           f"got num_heads={heads}")  # fmt: skip
         view = (shape[0], shape[1], int(heads), shape[2] // int(heads))
