@@ -1,6 +1,6 @@
-"""The ONNX frontend's transformer ops: Attention, LinearAttention, RotaryEmbedding,
-RMSNormalization and SwiGLU, against ONNX's node cases (generated from the installed wheel)
-and hand-built models checked with ONNX's reference evaluator."""
+"""The ONNX frontend's transformer ops: Attention, LinearAttention, FlexAttention,
+RotaryEmbedding, RMSNormalization and SwiGLU, against ONNX's node cases (generated from the
+installed wheel) and hand-built models checked with ONNX's reference evaluator."""
 
 from __future__ import annotations
 
@@ -31,6 +31,13 @@ REFUSED = {
         "nonpad_decode_fp16",
         "mode3_softmax_precision",
         "ext_cache_float16_mask",
+    ),
+    "subgraph (the frontend does not inline subgraphs)": (
+        "flexattention_score_mod",
+        "flexattention_prob_mod",
+        "flexattention_causal_mask",
+        "flexattention_soft_cap",
+        "flexattention_relative_positional",
     ),
 }
 
@@ -77,7 +84,8 @@ def differences(case, got: list[np.ndarray], expected: list) -> list[str]:
     return bad
 
 
-MODULES = ["attention", "linear_attention", "rotaryembedding", "rmsnormalization", "swiglu"]
+MODULES = ["attention", "linear_attention", "flexattention", "rotaryembedding", "rmsnormalization",
+           "swiglu"]  # fmt: skip
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -301,3 +309,21 @@ def test_swiglu_with_alpha(ctx):
     model = make_model([node], [vi("a", F, (3, 5)), vi("b", F, (3, 5))], [vi("y", F, None)],
                        opset=28)  # fmt: skip
     check(ctx, model, {"a": randn(3, 5), "b": randn(3, 5)})
+
+
+def test_ops_are_looked_up_in_their_own_domain():
+    """FlexAttention is found in ai.onnx.preview; an op of another domain is never taken
+    for the ONNX op of the same name."""
+    x = [vi(n, F, (1, 1, 2, 4)) for n in "qkv"]
+
+    def model(domain, op, inputs, opset):
+        node = helper.make_node(op, [i.name for i in inputs], ["y"], domain=domain)
+        graph = helper.make_graph([node], "t", inputs, [vi("y", F, None)])
+        ops = [helper.make_opsetid("", opset), helper.make_opsetid(domain, 1)]
+        return helper.make_model(graph, opset_imports=ops, ir_version=10)
+
+    mnrt.compiler.from_onnx(model("ai.onnx.preview", "FlexAttention", x, 26))
+    with pytest.raises(UnsupportedModelError, match="op Relu is not supported"):
+        mnrt.compiler.from_onnx(model("com.example", "Relu", x[:1], 18))
+    with pytest.raises(UnsupportedModelError, match="op FlexAttention is not supported"):
+        mnrt.compiler.from_onnx(model("com.example", "FlexAttention", x, 26))

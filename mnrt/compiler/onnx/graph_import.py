@@ -27,7 +27,7 @@ from . import (
 )
 from .errors import Invalid, InvalidModelError, Unsupported, UnsupportedModelError
 from .fold import check_folded_size, fold, foldable
-from .registry import CONVERTERS
+from .registry import CONVERTERS, key
 from .state import Attrs, Converter, Ctx, device_dtype_name
 
 
@@ -77,7 +77,7 @@ def _spec_problem(node: Any, checker_ctx: Any) -> str | None:
 
 def _check_node(cx: Ctx, node: Any, problems: _Problems, poisoned: set[str]) -> None:
     label = _label(node)
-    converter = CONVERTERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    converter = CONVERTERS.get(key(node.domain, node.op_type))
     ins = [n for n in node.input if n]
     spec = _spec_problem(node, cx.checker)
     if spec is not None:

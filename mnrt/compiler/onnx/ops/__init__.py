@@ -12,6 +12,7 @@ from . import (
     binary,
     constant,
     conv,
+    flex_attention,
     linalg,
     linear_attention,
     norm,
@@ -87,6 +88,7 @@ register("ConstantOfShape", constant.constant_of_shape)
 # transformer blocks (opset 23 on)
 register("Attention", attention.attention)
 register("LinearAttention", linear_attention.linear_attention)
+register("FlexAttention", flex_attention.flex_attention, domain="ai.onnx.preview")
 register("RMSNormalization", transformer.rms_norm)
 register("RotaryEmbedding", transformer.rotary_embedding)
 register("SwiGLU", transformer.swiglu)

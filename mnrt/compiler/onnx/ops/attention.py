@@ -61,7 +61,7 @@ def _heads(cx: Ctx, at: Attrs, q: Symbol, k: Symbol, v: Symbol) -> tuple[Symbol,
     return q, k, v
 
 
-def _check_shapes(cx: Ctx, q: Symbol, k: Symbol, v: Symbol) -> None:
+def check_shapes(cx: Ctx, q: Symbol, k: Symbol, v: Symbol) -> None:
     (b, hq, _, d), (bk, hkv, skv, dk), (bv, hv, sv, _) = (cx.shape(t) for t in (q, k, v))
     if d != dk:
         raise Invalid(f"Q's head size {d} differs from K's {dk}")
@@ -188,6 +188,30 @@ def _nonpad(cx: Ctx, bias: _Bias, name: str, sq: int, skv: int, causal: bool, le
         bias.add_allowed(cx.reshape(c, (batch, 1, sq, skv)))
 
 
+def scaled_scores(cx: Ctx, q: Symbol, k: Symbol, scale: float | None) -> Symbol:
+    """Q K^T * scale as (batch, q heads, q length, kv length), for 4-D Q and K whose head
+    counts divide. Q and K are each scaled by sqrt(scale) first, as the spec says (it keeps
+    the product in range); each group of query heads meets its KV head through a reshape."""
+    b, hq, sq, d = cx.shape(q)
+    hkv, skv = cx.shape(k)[1], cx.shape(k)[2]
+    scale = 1 / math.sqrt(d) if scale is None else float(scale)
+    if scale < 0:
+        raise Unsupported(f"scale={scale}: Q and K are scaled by its square root")
+    root = cx.param(np.array(math.sqrt(scale)), like=q, stem="sqrt_scale")
+    qs, ks = cx.op("mul", q, root), cx.op("mul", k, root)
+    qk = cx.op("gemm", cx.reshape(qs, (b, hkv, hq // hkv * sq, d)), ks, trans_b=True)
+    return cx.reshape(qk, (b, hq, sq, skv))
+
+
+def attend(cx: Ctx, probs: Symbol, v: Symbol) -> Symbol:
+    """probs @ V as (batch, q heads, q length, v head size), each group of query heads
+    reading its KV head's V."""
+    b, hq, sq, skv = cx.shape(probs)
+    hkv, dv = cx.shape(v)[1], cx.shape(v)[3]
+    y = cx.op("gemm", cx.reshape(probs, (b, hkv, hq // hkv * sq, skv)), v)
+    return cx.reshape(y, (b, hq, sq, dv))
+
+
 def _window(at: Attrs) -> tuple[int, int]:
     left, right = int(at.get("left_window_size", -1)), int(at.get("right_window_size", -1))
     if left < -1 or right < -1:
@@ -210,7 +234,7 @@ def attention(cx: Ctx, node: Any, at: Attrs) -> list:
                           "ONNX's own tolerance; convert the model to float32")  # fmt: skip
     three_d = len(cx.shape(q)) == 3
     q, k, v = _heads(cx, at, q, k, v)
-    _check_shapes(cx, q, k, v)
+    check_shapes(cx, q, k, v)
     mask, past_k, past_v, nonpad = (_opt(node, i) for i in (3, 4, 5, 6))
     if (past_k is None) != (past_v is None):
         raise Invalid("past_key and past_value must be given together")
@@ -226,18 +250,9 @@ def attention(cx: Ctx, node: Any, at: Attrs) -> list:
             raise Invalid(f"past_key {cx.shape(pk)} and past_value {cx.shape(pv)} must be "
                           "(batch, kv_num_heads, past_sequence_length, head size)")  # fmt: skip
         k, v = cx.op("concat", pk, k, axis=2), cx.op("concat", pv, v, axis=2)
-    b, hq, sq, d = cx.shape(q)
-    hkv, skv, dv = cx.shape(k)[1], cx.shape(k)[2], cx.shape(v)[3]
-    group = hq // hkv
-
-    scale = at.get("scale")
-    scale = 1 / math.sqrt(d) if scale is None else float(scale)
-    if scale < 0:
-        raise Unsupported(f"scale={scale}: Q and K are scaled by its square root")
-    root = cx.param(np.array(math.sqrt(scale)), like=q, stem="sqrt_scale")
-    qs, ks = cx.op("mul", q, root), cx.op("mul", k, root)
-    qk = cx.op("gemm", cx.reshape(qs, (b, hkv, group * sq, d)), ks, trans_b=True)
-    qk = cx.reshape(qk, (b, hq, sq, skv))
+    b, hq, sq, _ = cx.shape(q)
+    skv, dv = cx.shape(k)[2], cx.shape(v)[3]
+    qk = scaled_scores(cx, q, k, at.get("scale"))
     raw = qk
     softcap = float(at.get("softcap", 0.0))
     if softcap > 0:
@@ -273,8 +288,7 @@ def attention(cx: Ctx, node: Any, at: Attrs) -> list:
     if cx.dtype(probs) is not dt:
         probs = cx.op("cast", probs, to=dt.name)
 
-    y = cx.op("gemm", cx.reshape(probs, (b, hkv, group * sq, skv)), v)
-    y = cx.reshape(y, (b, hq, sq, dv))
+    y = attend(cx, probs, v)
     if three_d:
         y = cx.reshape(cx.op("transpose", y, perm=[0, 2, 1, 3]), (b, sq, hq * dv))
     outs: list = [y, k, v, _qk_output(node, at, softcap, raw, qk, scores, probs)]
