@@ -62,6 +62,8 @@ def _heads(cx: Ctx, at: Attrs, q: Symbol, k: Symbol, v: Symbol) -> tuple[Symbol,
 
 
 def check_shapes(cx: Ctx, q: Symbol, k: Symbol, v: Symbol) -> None:
+    """4-D Q, K and V that attention can combine: one batch, one head size for Q and K,
+    K and V alike in heads and length, and Q's heads a multiple of theirs (GQA)."""
     (b, hq, _, d), (bk, hkv, skv, dk), (bv, hv, sv, _) = (cx.shape(t) for t in (q, k, v))
     if d != dk:
         raise Invalid(f"Q's head size {d} differs from K's {dk}")
@@ -72,7 +74,8 @@ def check_shapes(cx: Ctx, q: Symbol, k: Symbol, v: Symbol) -> None:
         raise Invalid(f"Q's {hq} heads are not a multiple of K and V's {hkv} heads")
 
 
-def _allowed(rows: np.ndarray, cols: np.ndarray, causal: bool, left: int, right: int):
+def _allowed(rows: np.ndarray, cols: np.ndarray, causal: bool, left: int,
+             right: int) -> np.ndarray:  # fmt: skip
     """Where query rows (absolute positions) may attend key cols: j <= i when causal,
     i - left <= j <= i + right for each bound that is not -1."""
     diff = rows - cols
@@ -220,6 +223,7 @@ def _window(at: Attrs) -> tuple[int, int]:
 
 
 def attention(cx: Ctx, node: Any, at: Attrs) -> list:
+    """Y, and present_key, present_value and qk_matmul_output where the model asks."""
     q, k, v = (cx.sym(n) for n in node.input[:3])
     dt = cx.dtype(q)
     if not dt.is_float or cx.dtype(k) is not dt or cx.dtype(v) is not dt:
@@ -300,7 +304,8 @@ def _qk_output(node: Any, at: Attrs, softcap: float, raw: Symbol, capped: Symbol
     """The optional fourth output, as qk_matmul_output_mode says."""
     mode = int(at.get("qk_matmul_output_mode", 0))
     if mode not in _MODES:
-        raise Invalid(f"qk_matmul_output_mode={mode} is not one of {sorted(_MODES)}")
+        modes = ", ".join(f"{m} ({what})" for m, what in _MODES.items())
+        raise Invalid(f"qk_matmul_output_mode={mode} is not one of {modes}")
     if len(node.output) < 4 or not node.output[3]:
         return None
     if mode == 0 and softcap > 0:
