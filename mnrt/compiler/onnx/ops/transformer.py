@@ -12,9 +12,10 @@ from ..state import Attrs, Ctx, Invalid, Unsupported, axis_index
 
 
 def _stash_type(at: Attrs) -> None:
-    """stash_type names the precision of the statistics: 1 (float) is what the device's
-    normalisation kernels use for every float dtype; another (double) is refused, since the
-    statistics would then be less precise than the model asks."""
+    """stash_type names the precision of the statistics. The rmsnorm kernel keeps them in
+    float for half and float16 inputs and in the input's precision otherwise: at least the
+    float that stash_type=1 asks for. Any other stash_type is refused rather than met with
+    less precision than the model asks for."""
     stash = int(at.get("stash_type", 1))
     if stash != 1:
         raise Unsupported(f"stash_type={stash}: the device keeps the statistics in float (1)")
