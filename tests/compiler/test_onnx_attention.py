@@ -32,13 +32,6 @@ REFUSED = {
         "mode3_softmax_precision",
         "ext_cache_float16_mask",
     ),
-    "subgraph (the frontend does not inline subgraphs)": (
-        "flexattention_score_mod",
-        "flexattention_prob_mod",
-        "flexattention_causal_mask",
-        "flexattention_soft_cap",
-        "flexattention_relative_positional",
-    ),
 }
 
 
@@ -327,3 +320,34 @@ def test_ops_are_looked_up_in_their_own_domain():
         mnrt.compiler.from_onnx(model("com.example", "Relu", x[:1], 18))
     with pytest.raises(UnsupportedModelError, match="op FlexAttention is not supported"):
         mnrt.compiler.from_onnx(model("com.example", "FlexAttention", x, 26))
+
+
+def _flex_model(score_mod, extra_nodes=(), extra_outputs=()):
+    node = helper.make_node("FlexAttention", ["Q", "K", "V"], ["Y"], domain="ai.onnx.preview",
+                            score_mod=score_mod)  # fmt: skip
+    graph = helper.make_graph(
+        [node, *extra_nodes], "t", [vi(n, F, (1, 2, 3, 4)) for n in "QKV"],
+        [vi("Y", F, None), *extra_outputs],
+    )  # fmt: skip
+    ops = [helper.make_opsetid("", 26), helper.make_opsetid("ai.onnx.preview", 1)]
+    return helper.make_model(graph, opset_imports=ops, ir_version=10)
+
+
+def test_flex_attention_subgraph_names_shadow_the_outer_graph_only_inside_it(ctx):
+    """score_mod's input is named Q and its constant K, like the outer graph's inputs: inside
+    it they are its own values, after it the outer ones again (Identity(K) reads the input)."""
+    bias = helper.make_tensor("K", F, [], [0.5])
+    sub = helper.make_graph([helper.make_node("Mul", ["Q", "K"], ["out"])], "halve",
+                            [vi("Q", F, None)], [vi("out", F, None)], [bias])  # fmt: skip
+    model = _flex_model(sub, [helper.make_node("Identity", ["K"], ["k_out"])],
+                        [vi("k_out", F, None)])  # fmt: skip
+    feeds = {n: randn(1, 2, 3, 4) for n in "QKV"}
+    _, k_out = check(ctx, model, feeds)
+    np.testing.assert_array_equal(k_out, feeds["K"])
+
+
+def test_flex_attention_subgraph_problems_are_named():
+    sub = helper.make_graph([helper.make_node("Hardmax", ["s"], ["out"])], "hard",
+                            [vi("s", F, None)], [vi("out", F, None)])  # fmt: skip
+    with pytest.raises(UnsupportedModelError, match="in its subgraph 'hard'.*Hardmax"):
+        mnrt.compiler.from_onnx(_flex_model(sub))
