@@ -30,7 +30,7 @@ from . import (
 from .errors import Invalid, InvalidModelError, Unsupported, UnsupportedModelError
 from .expand import function_body
 from .fold import check_folded_size, fold, foldable
-from .registry import CONVERTERS
+from .registry import CONVERTERS, key
 from .state import Attrs, Converter, Ctx, device_dtype_name
 
 
@@ -82,7 +82,7 @@ def _check_node(cx: Ctx, node: Any, problems: _Problems, poisoned: set[str]) -> 
     """Fold, convert or expand one node (an op ONNX defines as a function of others, with no
     converter here, becomes that function's body), or record why not."""
     label = _label(node)
-    converter = CONVERTERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    converter = CONVERTERS.get(key(node.domain, node.op_type))
     ins = [n for n in node.input if n]
     spec = _spec_problem(node, cx.checker)
     if spec is not None:
@@ -427,3 +427,42 @@ def _add_output(cx: Ctx, name: str) -> None:
     for k, sym in cx.syms.items():  # the builder renamed s: other ONNX names follow it
         if sym == s:
             cx.syms[k] = Symbol(name)
+
+
+def import_subgraph(cx: Ctx, graph: Any, inputs: list[Symbol]) -> list[Symbol | np.ndarray]:
+    """Import the nodes of a graph attribute (FlexAttention's score_mod, say) into the graph
+    being built, its inputs bound to `inputs` and its initializers as constants, and give
+    the values of its outputs. Node by node as the main graph (folding, converters); its
+    names shadow the outer graph's while it is imported and are forgotten after, and the
+    outer values it reads by name are those of the enclosing graph. A problem in it is
+    the problem of the node that holds it (Unsupported or Invalid, each listed)."""
+    names = {v.name for v in [*graph.input, *graph.initializer]}
+    names.update(o for node in graph.node for o in node.output)
+    saved = {n: (cx.syms.pop(n, None), cx.consts.pop(n, None)) for n in names}
+    try:
+        if len(graph.input) != len(inputs):
+            raise Invalid(f"the subgraph '{graph.name}' takes {len(graph.input)} inputs; it "
+                          f"is given {len(inputs)}")  # fmt: skip
+        cx.syms.update((i.name, s) for i, s in zip(graph.input, inputs))
+        for init in graph.initializer:
+            cx.consts[init.name] = _initializer(init)
+        problems, poisoned = _Problems(), set()
+        for node in graph.node:
+            _check_node(cx, node, problems, poisoned)
+        if problems.invalid:
+            raise Invalid(f"in its subgraph '{graph.name}': " + "; ".join(problems.invalid))
+        if problems.unsupported:
+            raise Unsupported(f"in its subgraph '{graph.name}': " +
+                              "; ".join(problems.unsupported))  # fmt: skip
+        missing = [o.name for o in graph.output if o.name not in cx.syms | cx.consts]
+        if missing:
+            raise Invalid(f"the subgraph '{graph.name}' does not define its outputs {missing}")
+        return [cx.syms.get(o.name, cx.consts.get(o.name)) for o in graph.output]
+    finally:
+        for n, (sym, const) in saved.items():
+            cx.syms.pop(n, None)
+            cx.consts.pop(n, None)
+            if sym is not None:
+                cx.syms[n] = sym
+            if const is not None:
+                cx.consts[n] = const

@@ -7,7 +7,23 @@ from __future__ import annotations
 
 from .. import names
 from ..registry import register
-from . import binary, constant, conv, linalg, loss, norm, pool, reduce, resize, shape, unary
+from . import (
+    attention,
+    binary,
+    constant,
+    conv,
+    flex_attention,
+    linalg,
+    linear_attention,
+    loss,
+    norm,
+    pool,
+    reduce,
+    resize,
+    shape,
+    transformer,
+    unary,
+)
 
 # Ops that are one device kernel (names.py holds the table the exporter shares).
 for _kernel, _op in names.UNARY.items():
@@ -67,7 +83,6 @@ register("BatchNormalization", norm.batch_norm)
 register("InstanceNormalization", norm.instance_norm)
 register("LayerNormalization", norm.layer_norm)
 register("LRN", norm.lrn)
-register("RMSNormalization", norm.rms_norm)
 register("LpNormalization", norm.lp_normalization)
 register("MeanVarianceNormalization", norm.mean_variance_normalization)
 register("GroupNormalization", norm.group_norm)
@@ -99,3 +114,12 @@ register("Range", constant.range_)
 # losses
 register("NegativeLogLikelihoodLoss", loss.nll_loss)
 register("SoftmaxCrossEntropyLoss", loss.softmax_cross_entropy_loss)
+
+
+# transformer blocks (opset 23 on)
+register("Attention", attention.attention)
+register("LinearAttention", linear_attention.linear_attention)
+register("FlexAttention", flex_attention.flex_attention, domain="ai.onnx.preview")
+register("RMSNormalization", transformer.rms_norm)
+register("RotaryEmbedding", transformer.rotary_embedding)
+register("SwiGLU", transformer.swiglu)

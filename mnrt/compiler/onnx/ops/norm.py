@@ -83,18 +83,6 @@ def lrn(cx: Ctx, node: Any, at: Attrs) -> list:
     return [cx.op("div", x, cx.op("pow", d, cx.param(np.array(beta), like=x)))]
 
 
-def rms_norm(cx: Ctx, node: Any, at: Attrs) -> list:
-    """The rmsnorm kernel over axis..end, scaled; stash_type (the precision of the
-    statistics) is the kernel's own."""
-    x = cx.sym(node.input[0])
-    at.get("stash_type")
-    axis = axis_index(int(at.get("axis", -1)), len(cx.shape(x)))
-    y = cx.op("rmsnorm", x, axis=axis, epsilon=float(at.get("epsilon", 1e-5)))
-    if len(node.input) > 1 and node.input[1]:
-        y = cx.op("mul", y, cx.sym(node.input[1]))
-    return [y]
-
-
 def lp_normalization(cx: Ctx, node: Any, at: Attrs) -> list:
     """x divided by its L1 or L2 norm along axis (a zero norm by 1)."""
     x = cx.sym(node.input[0])
