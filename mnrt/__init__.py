@@ -8,13 +8,20 @@ from __future__ import annotations
 from ._version import __version__
 from .capture import CaptureError, begin_capture, capture, compare_to_golden, end_capture
 from .device.boards import DeviceInfo
+from .device.dtypes import BFLOAT16 as bfloat16
 from .device.dtypes import BOOL as bool_
 from .device.dtypes import DOUBLE as float64
 from .device.dtypes import FLOAT as float32
 from .device.dtypes import FLOAT16 as float16
 from .device.dtypes import HALF as half
+from .device.dtypes import INT8 as int8
+from .device.dtypes import INT16 as int16
 from .device.dtypes import INT32 as int32
+from .device.dtypes import INT64 as int64
 from .device.dtypes import UINT8 as uint8
+from .device.dtypes import UINT16 as uint16
+from .device.dtypes import UINT32 as uint32
+from .device.dtypes import UINT64 as uint64
 from .device.dtypes import DType, dtype
 from .device.kernels import all_kernels as _all_kernels
 from .device.spec import MNCORE2, DeviceSpec
@@ -95,6 +102,7 @@ __all__ = [
     "UseAfterFreeError",
     "__version__",
     "begin_capture",
+    "bfloat16",
     "bool_",
     "capture",
     "compare_to_golden",
@@ -104,10 +112,16 @@ __all__ = [
     "float32",
     "float64",
     "half",
+    "int8",
+    "int16",
     "int32",
+    "int64",
     "kernels",
     "list_devices",
     "open_device",
     "replay",
     "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
 ]

@@ -250,7 +250,7 @@ def _golden_array(buffer: Buffer, expected: Any) -> np.ndarray:
             f"golden for {dt.name} buffer '{buffer.name}' holds values a {dt.name} cannot "
             "(fractions or out of range); give the exact values the buffer should hold"
         )
-    return dt.from_storage(dt.to_storage(golden)) if dt.is_half else golden
+    return dt.from_storage(dt.to_storage(golden)) if dt.codec is not None else golden
 
 
 def _tolerance(what: str, value: Any) -> float | None:

@@ -5,13 +5,13 @@ after changing the schema (or FORMAT_VERSION in that script).
 """
 
 # xxh3-64 of the schema sources (sorted by name; each file's name, NUL, LF-normalised bytes).
-SCHEMA_HASH = 0x05FBFD28B6935A21
+SCHEMA_HASH = 0x6ED58C576948D414
 
 # The version writers stamp into new files.
-FORMAT_VERSION = (1, 0)
+FORMAT_VERSION = (1, 1)
 
 # Schema hash of every released format version; readers accept any of them.
-KNOWN_SCHEMAS = {(1, 0): 0x05FBFD28B6935A21}
+KNOWN_SCHEMAS = {(1, 0): 0x05FBFD28B6935A21, (1, 1): 0x6ED58C576948D414}
 
 # Every table (fields in vtable-slot order), struct, enum and union of the schema.
 LAYOUT = {
@@ -33,6 +33,13 @@ LAYOUT = {
                 "Int32": 5,
                 "UInt8": 6,
                 "Bool": 7,
+                "Int64": 8,
+                "Int8": 9,
+                "Int16": 10,
+                "UInt16": 11,
+                "UInt32": 12,
+                "UInt64": 13,
+                "BFloat16": 14,
             },
         },
         "Compression": {

@@ -48,16 +48,39 @@ def check_cost(cost: Cost) -> None:
 
 def run(name: str, *ins: Operand | None, out_dtype: str | None = None, **attrs) -> np.ndarray:
     """Launch one kernel; return its single output as host values (half reads as float32)."""
+    (y,) = run_all(name, *ins, out_dtypes=None if out_dtype is None else [out_dtype], **attrs)
+    return y
+
+
+def run_all(
+    name: str, *ins: Operand | None, out_dtypes: list[str] | None = None, **attrs
+) -> list[np.ndarray]:
+    """Launch one kernel; return every output as host values, in order."""
     kdef = lookup(name)
     checked = kdef.check_attrs(attrs)
     specs = [None if x is None else TensorSpec(x[0].shape, x[1]) for x in ins]
-    kdef.check_arity(len(ins), 1)
-    (out_spec,) = kdef.infer(specs, checked)
-    d = out_spec.dtypes[0] if out_dtype is None else dt.dtype(out_dtype)
-    assert d in out_spec.dtypes, f"{name} cannot write {d.name}"
-    nbytes = math.prod(out_spec.shape) * d.itemsize
-    bits = np.full(nbytes, 0xA5, np.uint8).view(d.storage).reshape(out_spec.shape)
-    check_cost(kdef.cost(specs, [TensorSpec(out_spec.shape, d)], checked))
+    kdef.check_arity(len(ins), len(kdef.outputs))
+    out_specs = kdef.infer(specs, checked)
+    outs = []
+    for i, out_spec in enumerate(out_specs):
+        d = out_spec.dtypes[0] if out_dtypes is None else dt.dtype(out_dtypes[i])
+        assert d in out_spec.dtypes, f"{name} cannot write {d.name}"
+        nbytes = math.prod(out_spec.shape) * d.itemsize
+        bits = np.full(nbytes, 0xA5, np.uint8).view(d.storage).reshape(out_spec.shape)
+        outs.append((bits, d))
+    check_cost(kdef.cost(specs, [TensorSpec(b.shape, d) for b, d in outs], checked))
     with np.errstate(all="ignore"):  # as the queue workers run kernels: no traps
-        EmulatedDevice.execute(kdef, checked, ins, [(bits, d)])
-    return d.from_storage(bits)
+        EmulatedDevice.execute(kdef, checked, ins, outs)
+    return [d.from_storage(bits) for bits, d in outs]
+
+
+def onnx_reference(op_type: str, *inputs: np.ndarray, n_outputs: int = 1, **attrs) -> list:
+    """The outputs of one ONNX node as ONNX's own reference evaluator computes them (the
+    definition the node tests check against); needs the onnx package."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"i{k}" for k in range(len(inputs))]
+    outs = [f"o{k}" for k in range(n_outputs)]
+    node = helper.make_node(op_type, names, outs, **attrs)
+    return ReferenceEvaluator(node).run(None, dict(zip(names, inputs, strict=True)))

@@ -298,3 +298,69 @@ NORM_ERRORS = [
 def test_norm_infer_errors(name, error, fragment, ins, attrs):
     with pytest.raises(error, match=f"kernel '{name}'.*{fragment}"):
         infer(name, *ins, **attrs)
+
+
+# --- prod, l1, l2, sum_square, log_sum, logsumexp (ONNX Reduce* definitions) -------------
+
+_ONNX_REDUCE = {
+    "prod": "ReduceProd",
+    "l1": "ReduceL1",
+    "l2": "ReduceL2",
+    "sum_square": "ReduceSumSquare",
+    "log_sum": "ReduceLogSum",
+    "logsumexp": "ReduceLogSumExp",
+}
+
+
+@pytest.mark.parametrize("keepdims", [True, False])
+@pytest.mark.parametrize("axes", [(), (0,), (-1,), (0, 2)])
+@pytest.mark.parametrize("name", sorted(_ONNX_REDUCE))
+def test_new_reductions_match_onnx_reference(name, axes, keepdims):
+    pytest.importorskip("onnx")
+    from kernel_harness import onnx_reference
+
+    x = np.random.default_rng(3).uniform(0.5, 2.0, (3, 4, 5)).astype(np.float64)
+    got = run(name, operand(x, "double"), axes=axes, keepdims=keepdims)
+    args = [x] if not axes else [x, np.array(axes, np.int64)]
+    (want,) = onnx_reference(_ONNX_REDUCE[name], *args, keepdims=int(keepdims))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int64", "uint32"])
+def test_integer_prod_l1_and_sum_square_are_exact_and_wrap(dtype):
+    d = dt.dtype(dtype)
+    info = np.iinfo(d.storage)
+    x = np.random.default_rng(5).integers(max(info.min, -9), 10, (4, 6)).astype(d.storage)
+    bits = 8 * d.itemsize
+
+    def wrap(v: int) -> int:
+        v &= (1 << bits) - 1
+        return v - (1 << bits) if info.min and v >= 1 << (bits - 1) else v
+
+    rows_ = x.tolist()
+    assert run("prod", operand(x, d), axes=(1,), keepdims=False).tolist() == [
+        wrap(math.prod(r)) for r in rows_
+    ]
+    assert run("l1", operand(x, d), axes=(1,), keepdims=False).tolist() == [
+        wrap(sum(abs(v) for v in r)) for r in rows_
+    ]
+    assert run("sum_square", operand(x, d), axes=(1,), keepdims=False).tolist() == [
+        wrap(sum(v * v for v in r)) for r in rows_
+    ]
+
+
+def test_logsumexp_does_not_overflow_and_empty_is_minus_inf():
+    x = np.array([[1000.0, 1000.0], [-np.inf, -np.inf]], np.float32)
+    y = run("logsumexp", operand(x), axes=(1,), keepdims=False)
+    np.testing.assert_allclose(y[0], 1000.0 + math.log(2), rtol=1e-6)
+    assert y[1] == -np.inf
+    empty = run("logsumexp", operand(np.zeros((2, 0), np.float32)), axes=(1,), keepdims=False)
+    assert empty.tolist() == [-np.inf, -np.inf]
+
+
+def test_max_and_min_on_bool_are_any_and_all():
+    x = np.array([[True, False], [False, False]])
+    assert run("max", operand(x), axes=(1,), keepdims=False).tolist() == [True, False]
+    assert run("min", operand(x), axes=(1,), keepdims=False).tolist() == [False, False]
+    with pytest.raises(DTypeError, match="kernel 'l2'"):
+        infer("l2", spec((2,), "int32"))

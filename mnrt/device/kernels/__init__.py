@@ -1,7 +1,22 @@
 """Device kernels. The import list below is the registry: a module registers its kernels
 when imported, so adding a kernel family means adding one line here."""
 
-from . import binary, conv, gemm, misc, norm, pool, reduce, shape, unary  # noqa: F401  (imported for registration)
+from . import (  # noqa: F401  (imported for registration)
+    arg,
+    binary,
+    conv,
+    gemm,
+    generate,
+    index,
+    misc,
+    norm,
+    pool,
+    rearrange,
+    reduce,
+    scan,
+    shape,
+    unary,
+)
 from .registry import (
     REQUIRED,
     Attr,

@@ -6,23 +6,27 @@ rules; the output buffer must have exactly the broadcast shape and the inputs' d
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from ...errors import DTypeError, ShapeError
 from .. import dtypes as dt
 from .common import same_dtype, streaming_cost
-from .registry import KernelDef, OutSpec, register
+from .registry import REQUIRED, Attr, KernelDef, OutSpec, register
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """C-style integer division: truncates toward zero; division by zero gives 0. Worked in
-    int64, where |int32 minimum| exists (in int32 it wraps to itself and the quotient with
-    it); only the minimum / -1 overflows, and wraps like every int32 result."""
-    wa, wb = a.astype(np.int64), b.astype(np.int64)
-    safe = np.where(wb == 0, 1, wb)
-    q = np.abs(wa) // np.abs(safe)
-    q = np.where((wa < 0) != (safe < 0), -q, q)
-    return np.where(wb == 0, 0, q).astype(a.dtype)
+    """C-style integer division in the operands' own type: truncates toward zero; division
+    by zero gives 0. Floor division, corrected by one where the remainder is nonzero and
+    the signs differ; only the minimum / -1 overflows, and wraps like every result."""
+    zero = b == 0
+    safe = np.where(zero, b.dtype.type(1), b)
+    with np.errstate(over="ignore"):
+        q = np.floor_divide(a, safe)
+        if a.dtype.kind == "i":
+            q += ((a - q * safe) != 0) & ((a < 0) != (safe < 0))
+    return np.where(zero, a.dtype.type(0), q)
 
 
 def _div(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
@@ -35,7 +39,32 @@ def _pow(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     return np.power(a, b, out=out)
 
 
-_NUMERIC = (dt.DOUBLE, dt.FLOAT, dt.HALF, dt.FLOAT16, dt.INT32, dt.UINT8)
+def _mod(a: np.ndarray, b: np.ndarray, attrs: Mapping, out: np.ndarray | None) -> np.ndarray:
+    """ONNX Mod: with fmod the remainder has the dividend's sign (C fmod), else the
+    divisor's (Python %). Integers modulo 0 give 0; floats give nan."""
+    fn = np.fmod if attrs["fmod"] else np.mod
+    if a.dtype.kind == "f":
+        return fn(a, b, out=out)
+    zero = b == 0
+    with np.errstate(divide="ignore"):
+        r = fn(a, np.where(zero, b.dtype.type(1), b))
+    return np.where(zero, a.dtype.type(0), r)
+
+
+def _bitshift(a: np.ndarray, b: np.ndarray, attrs: Mapping, out: np.ndarray | None):
+    """a shifted by b bits. Amounts below 0 or of at least the width shift every bit out:
+    0, or (shifting a negative signed value right) -1, as the sign fills in."""
+    width = 8 * a.dtype.itemsize
+    big = (b < 0) | (b >= width)
+    safe = np.where(big, b.dtype.type(0), b)
+    if attrs["direction"] == "left":
+        return np.where(big, a.dtype.type(0), np.left_shift(a, safe))
+    fill = np.where(a < 0, a.dtype.type(-1), a.dtype.type(0)) if a.dtype.kind == "i" else 0
+    return np.where(big, np.asarray(fill, a.dtype), np.right_shift(a, safe))
+
+
+_NUMERIC = dt.NUMERIC
+_BITS = (*dt.INTEGERS, dt.BOOL)  # what bitwise operations act on
 
 # name: (function of (a, b, out), one-line doc); `out` is the destination or None.
 _OPS = {
@@ -58,10 +87,18 @@ def broadcast_shape(kernel: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def binary_kernel(
-    name: str, fn, doc: str, allowed: tuple = _NUMERIC, result: dt.DType | None = None
+    name: str,
+    fn,
+    doc: str,
+    allowed: tuple = _NUMERIC,
+    result: dt.DType | None = None,
+    attrs: Mapping[str, Attr] | None = None,
+    flops: float = 1.0,
 ) -> KernelDef:
-    """A broadcasting two-input kernel computing `fn(a, b, out=...)`; its output has the
-    inputs' dtype, or `result` when given (the comparisons give bool)."""
+    """A broadcasting two-input kernel computing `fn(a, b, out=...)`, or with `attrs`
+    (its attribute schema) `fn(a, b, attrs, out=...)`; its output has the inputs' dtype,
+    or `result` when given (the comparisons give bool)."""
+    schema = dict(attrs or {})
 
     def infer(ins, attrs):
         d = same_dtype(name, ins)
@@ -71,6 +108,8 @@ def binary_kernel(
         return [OutSpec(broadcast_shape(name, ins[0].shape, ins[1].shape), (out,))]
 
     def compute(ins, attrs, outs):
+        if schema:
+            return [fn(ins[0], ins[1], attrs, out=outs[0].buf)]
         return [fn(ins[0], ins[1], out=outs[0].buf)]
 
     return KernelDef(
@@ -78,12 +117,47 @@ def binary_kernel(
         doc=doc,
         inputs=("a", "b"),
         outputs=("y",),
-        attrs={},
+        attrs=schema,
         infer=infer,
         compute=compute,
-        cost=lambda ins, outs, attrs: streaming_cost(ins, outs),
+        cost=lambda ins, outs, attrs: streaming_cost(ins, outs, flops),
     )
 
 
 for _name, (_fn, _doc) in _OPS.items():
     register(binary_kernel(_name, _fn, _doc))
+
+# name: (function of (a, b, out), dtypes allowed, one-line doc)
+_BITWISE = {
+    "bitwise_and": (np.bitwise_and, _BITS, "a & b bit by bit, broadcasting"),
+    "bitwise_or": (np.bitwise_or, _BITS, "a | b bit by bit, broadcasting"),
+    "bitwise_xor": (np.bitwise_xor, _BITS, "a ^ b bit by bit, broadcasting"),
+    "logical_and": (np.logical_and, (dt.BOOL,), "a and b on bool, broadcasting"),
+    "logical_or": (np.logical_or, (dt.BOOL,), "a or b on bool, broadcasting"),
+    "logical_xor": (np.logical_xor, (dt.BOOL,), "a xor b on bool, broadcasting"),
+}
+for _name, (_fn, _allowed, _doc) in _BITWISE.items():
+    register(binary_kernel(_name, _fn, _doc, _allowed))
+
+register(
+    binary_kernel(
+        "mod",
+        _mod,
+        "remainder of a / b, broadcasting; sign of b, or of a with fmod; integer x % 0 = 0",
+        attrs={"fmod": Attr("bool", False, "C fmod (sign of a) instead of Python % (sign of b)")},
+        flops=2.0,
+    )
+)
+register(
+    binary_kernel(
+        "bitshift",
+        _bitshift,
+        "a shifted by b bits, broadcasting; shifts of b < 0 or >= the width give 0 (or -1)",
+        dt.INTEGERS,
+        attrs={
+            "direction": Attr(
+                "str", REQUIRED, "'left' (toward the high bits) or 'right'", ("left", "right")
+            )
+        },
+    )
+)

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ...errors import DTypeError, KernelAttributeError, ShapeError
-from ..dtypes import DType
+from ...errors import DeviceExecutionError, DTypeError, KernelAttributeError, ShapeError
+from ..dtypes import INDEX, DType
 from .registry import Cost, TensorSpec
 
 
@@ -40,6 +40,38 @@ def require_rank(kernel: str, operand: str, t: TensorSpec, ranks: Sequence[int])
         raise ShapeError(
             f"kernel '{kernel}': operand '{operand}' must have rank {want}, got shape {t.shape}"
         )
+
+
+def require_index(kernel: str, operand: str, t: TensorSpec) -> None:
+    """Index operands are int32 or int64, as ONNX has them."""
+    if t.dtype not in INDEX:
+        raise DTypeError(
+            f"kernel '{kernel}': {operand} must be int32 or int64, got {t.dtype.name}; "
+            "cast them first"
+        )
+
+
+def checked_indices(kernel: str, idx: np.ndarray, dim: int, where: str) -> np.ndarray:
+    """Indices into an axis of length `dim` made non-negative (negative ones count from
+    the end), as int64. One out of range is an error of the device, raised by the next
+    finish(), never a wrong read."""
+    idx = np.asarray(idx)
+    bad = (idx < -dim) | (idx >= dim)
+    if bad.any():
+        valid = f"{-dim}..{dim - 1}" if dim else "none (the axis is empty)"
+        raise DeviceExecutionError(
+            f"kernel '{kernel}': index {int(idx[bad].flat[0])} is out of range for {where} "
+            f"of length {dim}; valid indices are {valid}"
+        )
+    wide = idx.astype(np.int64)
+    return np.where(wide < 0, wide + dim, wide)
+
+
+def gather_cost(ins: Sequence[TensorSpec | None], outs: Sequence[TensorSpec]) -> Cost:
+    """Cost of a kernel that reads its indices (input 1) and only the elements of its data
+    (input 0) that it writes out, not the whole table."""
+    rows, idx = float(outs[0].nbytes), float(ins[1].nbytes)
+    return Cost(flops=0.0, dram_bytes=idx + 2.0 * rows, traffic=(rows, idx, rows))
 
 
 def normalize_axis(kernel: str, axis: int, rank: int) -> int:

@@ -22,6 +22,7 @@ _OUT_DTYPES = {
     dt.FLOAT: (dt.FLOAT,),
     dt.HALF: (dt.HALF, dt.FLOAT),
     dt.FLOAT16: (dt.FLOAT16, dt.FLOAT),
+    dt.BFLOAT16: (dt.BFLOAT16, dt.FLOAT),
 }
 
 

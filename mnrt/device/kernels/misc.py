@@ -2,7 +2,9 @@
 
 `cast` is the one kernel that changes dtype; every other kernel refuses mixed dtypes and
 names it. Its conversions are those of the device's converters: float to integer truncates
-toward zero, maps nan to 0 and saturates at the integer range; anything to bool is != 0.
+toward zero, maps nan to 0 and saturates at the integer range (infinities too); integer to
+a narrower integer saturates as well; anything to bool is != 0 (so nan is True); integers
+and floats go to a float target rounded once, to nearest even.
 """
 
 from __future__ import annotations
@@ -22,15 +24,46 @@ def _convert(x: np.ndarray, to: dt.DType) -> np.ndarray:
     if to is dt.BOOL:
         return x != 0
     if to.is_float:
+        if x.dtype.kind in "iu" and x.dtype.itemsize == 8 and to.compute != np.float64:
+            x = _round_to_odd_float64(x)
         return x.astype(np.result_type(x.dtype, to.compute))
-    info = np.iinfo(to.compute)
     if x.dtype.kind == "f":
-        # float64 holds both int32 bounds exactly, so clipping there cannot round past them.
-        wide = np.trunc(x.astype(np.float64))
-        wide = np.where(np.isnan(wide), 0.0, wide)
-    else:
-        wide = x.astype(np.int64)
-    return np.clip(wide, info.min, info.max).astype(to.compute)
+        return _float_to_int(x, to.compute)
+    if x.dtype.kind == "b":
+        return x.astype(to.compute)
+    # Integer to integer: clip in the source's own type, to the bounds both types hold,
+    # so no value passes through a type that cannot hold it (uint64 above int64's range).
+    src, dst = np.iinfo(x.dtype), np.iinfo(to.compute)
+    lo, hi = max(src.min, dst.min), min(src.max, dst.max)
+    return np.clip(x, x.dtype.type(lo), x.dtype.type(hi)).astype(to.compute)
+
+
+def _round_to_odd_float64(x: np.ndarray) -> np.ndarray:
+    """64-bit integers as float64 rounded to odd: the bits below bit 11 folded into a sticky
+    bit 11, which leaves at most 53 significant bits (exact in float64). Rounding that once
+    more to 24 bits or fewer gives the same result as rounding the integer directly, where
+    numpy's int64 -> float64 -> float32 would round twice."""
+    negative = x < 0 if x.dtype.kind == "i" else np.zeros(x.shape, bool)
+    mag = np.where(negative, np.negative(x), x).view(np.uint64)  # int64 min wraps to 2**63
+    sticky = (mag & np.uint64(0x7FF)) != 0
+    odd = (mag >> np.uint64(11)) | sticky.astype(np.uint64)
+    folded = np.where(mag >= np.uint64(1 << 53), odd << np.uint64(11), mag)
+    value = folded.astype(np.float64)
+    return np.where(negative, -value, value)
+
+
+def _float_to_int(x: np.ndarray, to: np.dtype) -> np.ndarray:
+    """Truncate toward zero, saturate at the integer range, nan to 0. The bounds are
+    compared in float64, where a bound that float64 cannot hold (int64's maximum) rounds up
+    to a power of two that no in-range value reaches."""
+    info = np.iinfo(to)
+    wide = np.trunc(x.astype(np.float64))
+    over = wide >= float(info.max)
+    under = wide <= float(info.min)
+    inside = np.where(over | under | np.isnan(wide), 0.0, wide).astype(to)
+    inside[over] = info.max
+    inside[under] = info.min
+    return inside
 
 
 def _same_shape_cost(ins, outs, attrs):

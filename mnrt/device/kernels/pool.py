@@ -17,7 +17,7 @@ from .common import check_padding, pad_hw, require_float, require_rank, streamin
 from .conv import check_ints
 from .registry import Attr, KernelDef, OutSpec, register
 
-_NUMERIC = (dt.DOUBLE, dt.FLOAT, dt.HALF, dt.FLOAT16, dt.INT32, dt.UINT8)
+_NUMERIC = dt.NUMERIC
 
 
 def _window_starts(size: int, before: int, after: int, k: int, s: int, d: int, ceil: bool):
@@ -151,7 +151,7 @@ def _max_compute(ins, attrs, outs):
 
 def _avg_infer(ins, attrs):
     x = ins[0]
-    _check_input("avg_pool2d", x, (dt.DOUBLE, dt.FLOAT, dt.HALF, dt.FLOAT16))
+    _check_input("avg_pool2d", x, dt.FLOATS)
     g = _geometry("avg_pool2d", x.shape, attrs)
     return [OutSpec((*x.shape[:2], *g.out), (x.dtype,))]
 

@@ -36,8 +36,24 @@ def _mean(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
         return total / x.dtype.type(count)
 
 
-_FLOAT = (dt.DOUBLE, dt.FLOAT, dt.HALF, dt.FLOAT16)
-_NUMERIC = (*_FLOAT, dt.INT32, dt.UINT8)
+def _logsumexp(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    """log(sum(exp(x))) without overflow: the largest value is taken out first. Over an
+    empty axis it is log(0) = -inf."""
+    if any(x.shape[a] == 0 for a in axes):
+        return np.log(np.sum(np.exp(x), axis=axes, keepdims=keepdims))
+    top = np.max(x, axis=axes, keepdims=True)
+    top = np.where(np.isfinite(top), top, x.dtype.type(0))  # all -inf (or an inf) rows
+    total = np.sum(np.exp(x - top), axis=axes, keepdims=True)
+    y = np.log(total) + top
+    return y if keepdims else np.squeeze(y, axes)
+
+
+def _sum_square(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    return np.sum(x * x, axis=axes, dtype=x.dtype, keepdims=keepdims)
+
+
+_FLOAT = dt.FLOATS
+_NUMERIC = dt.NUMERIC
 
 # name: (function of (x, axes, keepdims), dtypes allowed, has an identity, one-line doc)
 _OPS = {
@@ -50,16 +66,42 @@ _OPS = {
     "mean": (_mean, _FLOAT, True, "arithmetic mean over axes (nan over an empty axis)"),
     "max": (
         lambda x, ax, kd: np.max(x, axis=ax, keepdims=kd),
-        _NUMERIC,
+        (*_NUMERIC, dt.BOOL),
         False,
-        "maximum over axes; nan wins",
+        "maximum over axes; nan wins (on bool: any)",
     ),
     "min": (
         lambda x, ax, kd: np.min(x, axis=ax, keepdims=kd),
-        _NUMERIC,
+        (*_NUMERIC, dt.BOOL),
         False,
-        "minimum over axes; nan wins",
+        "minimum over axes; nan wins (on bool: all)",
     ),
+    "prod": (
+        lambda x, ax, kd: np.prod(x, axis=ax, dtype=x.dtype, keepdims=kd),
+        _NUMERIC,
+        True,
+        "product over axes; integers wrap",
+    ),
+    "l1": (
+        lambda x, ax, kd: np.sum(np.abs(x), axis=ax, dtype=x.dtype, keepdims=kd),
+        _NUMERIC,
+        True,
+        "sum of |x| over axes; integers wrap",
+    ),
+    "l2": (
+        lambda x, ax, kd: np.sqrt(_sum_square(x, ax, kd)),
+        _FLOAT,
+        True,
+        "square root of the sum of x**2 over axes",
+    ),
+    "sum_square": (_sum_square, _NUMERIC, True, "sum of x**2 over axes; integers wrap"),
+    "log_sum": (
+        lambda x, ax, kd: np.log(np.sum(x, axis=ax, dtype=x.dtype, keepdims=kd)),
+        _FLOAT,
+        True,
+        "log of the sum over axes",
+    ),
+    "logsumexp": (_logsumexp, _FLOAT, True, "log(sum(exp(x))) over axes, without overflow"),
 }
 _ATTRS = {
     "axes": Attr("ints", (), "axes to reduce, negative counting from the end; () means all"),

@@ -10,9 +10,15 @@ import math
 
 import numpy as np
 
-from ...errors import DeviceExecutionError, DTypeError, KernelAttributeError, ShapeError
-from .. import dtypes as dt
-from .common import normalize_axis, same_dtype, streaming_cost
+from ...errors import KernelAttributeError, ShapeError
+from .common import (
+    checked_indices,
+    gather_cost,
+    normalize_axis,
+    require_index,
+    same_dtype,
+    streaming_cost,
+)
 from .registry import REQUIRED, Attr, Cost, KernelDef, OutSpec, register
 
 
@@ -148,8 +154,7 @@ def _concat_infer(ins, attrs):
 
 def _gather_infer(ins, attrs):
     data, idx = ins
-    if idx.dtype is not dt.INT32:
-        raise DTypeError(f"kernel 'gather': indices must be int32, got {idx.dtype.name}")
+    require_index("gather", "indices", idx)
     axis = normalize_axis("gather", attrs["axis"], len(data.shape))
     shape = (*data.shape[:axis], *idx.shape, *data.shape[axis + 1 :])
     return [OutSpec(shape, (data.dtype,))]
@@ -158,21 +163,8 @@ def _gather_infer(ins, attrs):
 def _gather_compute(ins, attrs, outs):
     data, idx = ins
     axis = normalize_axis("gather", attrs["axis"], data.ndim)
-    dim = data.shape[axis]
-    bad = (idx < -dim) | (idx >= dim)
-    if bad.any():
-        valid = f"{-dim}..{dim - 1}" if dim else "none (the axis is empty)"
-        raise DeviceExecutionError(
-            f"kernel 'gather': index {int(idx[bad][0])} is out of range for axis {axis} "
-            f"of length {dim}; valid indices are {valid}"
-        )
+    idx = checked_indices("gather", idx, data.shape[axis], f"axis {axis}")
     return [np.take(data, idx, axis=axis)]
-
-
-def _gather_cost(ins, outs, attrs):
-    # Only the gathered rows of data are read, not the whole table.
-    rows, idx = float(outs[0].nbytes), float(ins[1].nbytes)
-    return Cost(flops=0.0, dram_bytes=idx + 2.0 * rows, traffic=(rows, idx, rows))
 
 
 # --- expand ----------------------------------------------------------------------------
@@ -257,13 +249,13 @@ register(
 register(
     KernelDef(
         name="gather",
-        doc="take slices of data along axis at int32 indices; negative indices count from the end",
+        doc="take slices of data along axis at int32/int64 indices (negative: from the end)",
         inputs=("data", "indices"),
         outputs=("y",),
         attrs={"axis": Attr("int", 0, "axis of data the indices select along")},
         infer=_gather_infer,
         compute=_gather_compute,
-        cost=_gather_cost,
+        cost=lambda ins, outs, attrs: gather_cost(ins, outs),
     )
 )
 

@@ -142,8 +142,8 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
 
 
-_FLOAT = (dt.DOUBLE, dt.FLOAT, dt.HALF, dt.FLOAT16)
-_SIGNED = (*_FLOAT, dt.INT32)
+_FLOAT = dt.FLOATS
+_SIGNED = dt.SIGNED
 
 # name: (function of (x, attrs, out), flops per element, dtypes allowed, one-line doc).
 # `out` is the destination when it can take the result directly (else None): single-ufunc
@@ -168,10 +168,59 @@ _OPS = {
     ),
     "sqrt": (lambda x, a, out: np.sqrt(x, out=out), 2, _FLOAT, "square root (nan below 0)"),
     "rsqrt": (lambda x, a, out: np.reciprocal(np.sqrt(x), out=out), 3, _FLOAT, "1 / sqrt(x)"),
-    "neg": (lambda x, a, out: np.negative(x, out=out), 1, _SIGNED, "-x (int32 wraps)"),
-    "abs": (lambda x, a, out: np.abs(x, out=out), 1, _SIGNED, "|x| (int32 wraps at the minimum)"),
+    "neg": (lambda x, a, out: np.negative(x, out=out), 1, _SIGNED, "-x (integers wrap)"),
+    "abs": (
+        lambda x, a, out: np.abs(x, out=out),
+        1,
+        dt.NUMERIC,
+        "|x| (signed integers wrap at the minimum)",
+    ),
     "erf": (lambda x, a, out: _erf(x), 10, _FLOAT, "Gauss error function"),
     "reciprocal": (lambda x, a, out: np.reciprocal(x, out=out), 1, _FLOAT, "1 / x"),
+    "sign": (lambda x, a, out: np.sign(x, out=out), 1, dt.NUMERIC, "-1, 0 or 1 (nan stays nan)"),
+    "floor": (lambda x, a, out: np.floor(x, out=out), 1, _FLOAT, "largest integer <= x"),
+    "ceil": (lambda x, a, out: np.ceil(x, out=out), 1, _FLOAT, "smallest integer >= x"),
+    "round": (lambda x, a, out: np.rint(x, out=out), 1, _FLOAT, "nearest integer, ties to even"),
+    "sin": (lambda x, a, out: np.sin(x, out=out), 8, _FLOAT, "sine (radians)"),
+    "cos": (lambda x, a, out: np.cos(x, out=out), 8, _FLOAT, "cosine (radians)"),
+    "tan": (lambda x, a, out: np.tan(x, out=out), 10, _FLOAT, "tangent (radians)"),
+    "asin": (lambda x, a, out: np.arcsin(x, out=out), 10, _FLOAT, "arcsine (nan outside [-1, 1])"),
+    "acos": (
+        lambda x, a, out: np.arccos(x, out=out),
+        10,
+        _FLOAT,
+        "arccosine (nan outside [-1, 1])",
+    ),
+    "atan": (lambda x, a, out: np.arctan(x, out=out), 10, _FLOAT, "arctangent"),
+    "sinh": (lambda x, a, out: np.sinh(x, out=out), 6, _FLOAT, "hyperbolic sine"),
+    "cosh": (lambda x, a, out: np.cosh(x, out=out), 6, _FLOAT, "hyperbolic cosine"),
+    "asinh": (lambda x, a, out: np.arcsinh(x, out=out), 8, _FLOAT, "inverse hyperbolic sine"),
+    "acosh": (
+        lambda x, a, out: np.arccosh(x, out=out),
+        8,
+        _FLOAT,
+        "inverse hyperbolic cosine (nan below 1)",
+    ),
+    "atanh": (
+        lambda x, a, out: np.arctanh(x, out=out),
+        8,
+        _FLOAT,
+        "inverse hyperbolic tangent (nan outside [-1, 1])",
+    ),
+    "softplus": (
+        lambda x, a, out: np.logaddexp(x, x.dtype.type(0), out=out),
+        4,
+        _FLOAT,
+        "log(1 + exp(x)), without overflow",
+    ),
+    "softsign": (lambda x, a, out: x / (1 + np.abs(x)), 3, _FLOAT, "x / (1 + |x|)"),
+    "bitwise_not": (
+        lambda x, a, out: np.invert(x, out=out),
+        1,
+        dt.INTEGERS,
+        "~x, every bit flipped",
+    ),
+    "logical_not": (lambda x, a, out: np.logical_not(x, out=out), 1, (dt.BOOL,), "not x on bool"),
 }
 # Activations a matrix kernel (gemm, conv2d) may apply to its result before storing it,
 # which a compiler pass fuses in from a following unary kernel.
@@ -234,3 +283,50 @@ def _make(name: str, flops: int, allowed: tuple, doc: str) -> KernelDef:
 
 for _name, (_, _flops, _allowed, _doc) in _OPS.items():
     register(_make(_name, _flops, _allowed, _doc))
+
+
+# --- predicates: float in, bool out -------------------------------------------------------
+
+
+def _isinf(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
+    pos, neg = attrs["detect_positive"], attrs["detect_negative"]
+    return (pos & (x == np.inf)) | (neg & (x == -np.inf))
+
+
+# name: (function of (x, attrs), attribute schema, one-line doc)
+_PREDICATES = {
+    "isnan": (lambda x, attrs: np.isnan(x), {}, "x is nan, as bool"),
+    "isinf": (
+        _isinf,
+        {
+            "detect_positive": Attr("bool", True, "report +inf"),
+            "detect_negative": Attr("bool", True, "report -inf"),
+        },
+        "x is an infinity (of the signs asked for), as bool",
+    ),
+}
+
+
+def _make_predicate(name: str, fn, schema: dict, doc: str) -> KernelDef:
+    def infer(ins, attrs):
+        x = ins[0]
+        if x.dtype not in _FLOAT:
+            raise DTypeError(
+                f"kernel '{name}' takes {', '.join(d.name for d in _FLOAT)}, not {x.dtype.name}"
+            )
+        return [OutSpec(x.shape, (dt.BOOL,))]
+
+    return KernelDef(
+        name=name,
+        doc=doc,
+        inputs=("x",),
+        outputs=("y",),
+        attrs=schema,
+        infer=infer,
+        compute=lambda ins, attrs, outs: [np.asarray(fn(ins[0], attrs))],
+        cost=lambda ins, outs, attrs: streaming_cost(ins, outs),
+    )
+
+
+for _name, (_fn, _schema, _doc) in _PREDICATES.items():
+    register(_make_predicate(_name, _fn, _schema, _doc))

@@ -11,3 +11,10 @@ class DType(object):
     Int32 = 5
     UInt8 = 6
     Bool = 7
+    Int64 = 8
+    Int8 = 9
+    Int16 = 10
+    UInt16 = 11
+    UInt32 = 12
+    UInt64 = 13
+    BFloat16 = 14

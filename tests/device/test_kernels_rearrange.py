@@ -1,0 +1,162 @@
+"""Element-moving and generating kernels (trilu, depth_to_space, space_to_depth,
+reverse_sequence, cumsum, cumprod, range, eye_like) against ONNX's reference evaluator.
+Moving kernels must be exact for every dtype; scans exact on integers (wrapping in their
+own width) and within float64 rounding of the reference on doubles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kernel_harness import infer, onnx_reference, operand, run, spec
+
+from mnrt.device import dtypes as dt
+from mnrt.errors import DeviceExecutionError, KernelAttributeError, ShapeError
+
+pytest.importorskip("onnx")
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    shape=st.lists(st.integers(1, 5), min_size=2, max_size=4),
+    upper=st.booleans(),
+    k=st.integers(-6, 6),
+    dtype=st.sampled_from(["float", "int64", "bool", "bfloat16"]),
+)
+def test_trilu_matches_onnx(shape, upper, k, dtype):
+    d = dt.dtype(dtype)
+    x = np.arange(1, np.prod(shape) + 1).reshape(shape) % 7
+    xo = operand(x.astype(d.read_dtype), d)
+    got = run("trilu", xo, upper=upper, k=k)
+    (want,) = onnx_reference(
+        "Trilu", d.from_storage(xo[0]), np.array(k, np.int64), upper=int(upper)
+    )
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_depth_to_space_matches_onnx_and_space_to_depth_inverts_dcr(mode):
+    x = np.arange(2 * 8 * 2 * 3, dtype=np.int32).reshape(2, 8, 2, 3)
+    got = run("depth_to_space", operand(x), blocksize=2, mode=mode)
+    (want,) = onnx_reference("DepthToSpace", x, blocksize=2, mode=mode)
+    np.testing.assert_array_equal(got, want)
+    back = run("space_to_depth", operand(got), blocksize=2)
+    (want_back,) = onnx_reference("SpaceToDepth", got, blocksize=2)
+    np.testing.assert_array_equal(back, want_back)
+    if mode == "DCR":
+        np.testing.assert_array_equal(back, x)
+
+
+@pytest.mark.parametrize("batch_axis,time_axis", [(1, 0), (0, 1)])
+def test_reverse_sequence_matches_onnx(batch_axis, time_axis):
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    lens = np.array([4, 3, 2, 1], np.int64)
+    got = run("reverse_sequence", operand(x), operand(lens), batch_axis=batch_axis,
+              time_axis=time_axis)  # fmt: skip
+    (want,) = onnx_reference("ReverseSequence", x, lens, batch_axis=batch_axis, time_axis=time_axis)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_reverse_sequence_length_beyond_the_axis_is_a_device_error():
+    x = operand(np.zeros((3, 2), np.float32))
+    with pytest.raises(DeviceExecutionError, match="sequence length 4"):
+        run("reverse_sequence", x, operand(np.array([1, 4], np.int64)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    name=st.sampled_from(["cumsum", "cumprod"]),
+    shape=st.lists(st.integers(1, 5), min_size=1, max_size=3),
+    exclusive=st.booleans(),
+    reverse=st.booleans(),
+    dtype=st.sampled_from(["double", "int64", "int8", "uint16"]),
+    seed=st.integers(0, 2**31),
+    data=st.data(),
+)
+def test_cumsum_and_cumprod_match_onnx(name, shape, exclusive, reverse, dtype, seed, data):
+    d = dt.dtype(dtype)
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    x = np.random.default_rng(seed).integers(0, 5, shape).astype(d.storage)
+    got = run(name, operand(x, d), axis=axis, exclusive=exclusive, reverse=reverse)
+    if name == "cumsum":
+        (want,) = onnx_reference(
+            "CumSum", x, np.array(axis, np.int64), exclusive=int(exclusive), reverse=int(reverse)
+        )
+    else:  # ONNX CumProd (opset 24) is newer than some onnx wheels: numpy reference
+        want = _cumprod_reference(x, axis, exclusive, reverse)
+    assert got.dtype == d.storage
+    np.testing.assert_array_equal(got, want.astype(d.storage))
+
+
+def _cumprod_reference(x, axis, exclusive, reverse):
+    moved = np.moveaxis(x, axis, -1)
+    out = np.empty_like(moved)
+    for idx in np.ndindex(moved.shape[:-1]):
+        row = moved[idx].tolist()
+        if reverse:
+            row = row[::-1]
+        acc, res = 1, []
+        for v in row:
+            if exclusive:
+                res.append(acc)
+                acc *= v
+            else:
+                acc *= v
+                res.append(acc)
+        out[idx] = res[::-1] if reverse else res
+    return np.moveaxis(out, -1, axis)
+
+
+def test_cumsum_int64_above_2_to_53_and_int8_wraps():
+    x = np.array([2**60, 1, 1], np.int64)
+    assert run("cumsum", operand(x)).tolist() == [2**60, 2**60 + 1, 2**60 + 2]
+    y = np.array([100, 100, 100], np.int8)
+    assert run("cumsum", operand(y)).tolist() == [100, -56, 44]
+
+
+@pytest.mark.parametrize(
+    "start,limit,delta,dtype",
+    [(3, 9, 3, "int32"), (10, 4, -3, "int64"), (1.0, 5.0, 2.0, "float"), (0.5, 0.2, 0.1, "float"),
+     (2, 2, 1, "int16"), (1.0, 2.0, 0.3, "double")],
+)  # fmt: skip
+def test_range_matches_onnx(start, limit, delta, dtype):
+    d = dt.dtype(dtype)
+    got = run("range", start=start, limit=limit, delta=delta, dtype=dtype)
+    np_type = d.storage.type
+    (want,) = onnx_reference("Range", np_type(start), np_type(limit), np_type(delta))
+    assert got.dtype == d.storage
+    np.testing.assert_allclose(got, want, rtol=d.rtol)
+    assert got.shape == want.shape
+
+
+def test_range_refuses_fractions_for_integers_and_zero_delta():
+    with pytest.raises(KernelAttributeError, match="whole"):
+        infer("range", start=0.5, limit=3, dtype="int32")
+    with pytest.raises(KernelAttributeError, match="delta"):
+        infer("range", start=0, limit=3, delta=0)
+
+
+@pytest.mark.parametrize("k", [-2, 0, 1, 5])
+@pytest.mark.parametrize("dtype", ["", "int64", "bool"])
+def test_eye_like_matches_onnx(k, dtype):
+    x = np.zeros((3, 4), np.float32)
+    got = run("eye_like", operand(x), k=k, dtype=dtype)
+    (want,) = onnx_reference("EyeLike", x, k=k)
+    assert got.dtype == (np.float32 if not dtype else dt.dtype(dtype).storage)
+    np.testing.assert_array_equal(got, want.astype(got.dtype))
+
+
+@pytest.mark.parametrize(
+    "name,specs,attrs",
+    [
+        ("trilu", [spec((3,))], {}),
+        ("depth_to_space", [spec((1, 3, 2, 2))], {"blocksize": 2}),
+        ("space_to_depth", [spec((1, 1, 3, 2))], {"blocksize": 2}),
+        ("eye_like", [spec((2, 2, 2))], {}),
+        ("reverse_sequence", [spec((3, 2)), spec((3,), "int64")], {}),
+    ],
+)
+def test_rearranging_kernels_refuse_bad_shapes(name, specs, attrs):
+    with pytest.raises(ShapeError, match=f"kernel '{name}'"):
+        infer(name, *specs, **attrs)
