@@ -1,4 +1,5 @@
-"""Elementwise ops of one operand: activations, Clip, Cast, Identity and Dropout."""
+"""Elementwise ops of one operand: activations, IsInf, Clip, Cast, Identity and Dropout
+(those that are one kernel each are in names.UNARY)."""
 
 from __future__ import annotations
 
@@ -73,14 +74,10 @@ def elu(cx: Ctx, node: Any, at: Attrs) -> list:
     return [y]
 
 
-def softplus(cx: Ctx, node: Any, at: Attrs) -> list:
+def is_inf(cx: Ctx, node: Any, at: Attrs) -> list:
     x = cx.sym(node.input[0])
-    return [cx.op("log", cx.op("add", cx.op("exp", x), cx.param(np.array(1), like=x)))]
-
-
-def softsign(cx: Ctx, node: Any, at: Attrs) -> list:
-    x = cx.sym(node.input[0])
-    return [cx.op("div", x, cx.op("add", cx.op("abs", x), cx.param(np.array(1), like=x)))]
+    pos, neg = bool(at.get("detect_positive", 1)), bool(at.get("detect_negative", 1))
+    return [cx.op("isinf", x, detect_positive=pos, detect_negative=neg)]
 
 
 def hard_sigmoid(cx: Ctx, node: Any, at: Attrs) -> list:
@@ -108,7 +105,11 @@ def clip(cx: Ctx, node: Any, at: Attrs) -> list:
 
 
 def cast(cx: Ctx, node: Any, at: Attrs) -> list:
+    """The device's cast: floats round to nearest even (bfloat16 and float16 too), integer
+    targets truncate and saturate. `saturate` (opset 19) only concerns float8 targets,
+    which have no device dtype and are refused by name."""
     x = cx.sym(node.input[0])
+    at.get("saturate")
     to = device_dtype_name(at.get("to"), "Cast")
     if resolve_dtype(to) is cx.dtype(x):
         return [x]
