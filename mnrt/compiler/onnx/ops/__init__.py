@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .. import names
 from ..registry import register
-from . import binary, constant, conv, linalg, norm, pool, reduce, shape, unary
+from . import binary, constant, conv, index, linalg, norm, pool, reduce, shape, unary
 
 # Ops that are one device kernel (names.py holds the table the exporter shares).
 for _kernel, _op in names.UNARY.items():
@@ -67,6 +67,22 @@ register("Expand", shape.expand)
 register("Tile", shape.tile)
 register("Split", shape.split)
 register("Pad", shape.pad)
+# positions: arg, top-k, gather and scatter, one-hot, running sums
+register("ArgMax", index.arg("argmax"))
+register("ArgMin", index.arg("argmin"))
+register("TopK", index.top_k)
+register("GatherElements", index.gather_elements)
+register("GatherND", index.gather_nd)
+register("ScatterElements", index.scatter_elements)
+register("Scatter", index.scatter_elements)
+register("ScatterND", index.scatter_nd)
+register("OneHot", index.one_hot)
+register("CumSum", index.cumulative("cumsum"))
+register("CumProd", index.cumulative("cumprod"))
+register("ReverseSequence", index.reverse_sequence)
+register("Compress", index.compress)
+register("NonZero", index.data_dependent)
+register("Unique", index.data_dependent)
 # known at import time
 register("Constant", constant.constant)
 register("Shape", constant.shape)
