@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .. import names
 from ..registry import register
-from . import binary, constant, conv, index, linalg, norm, pool, reduce, shape, unary
+from . import binary, constant, conv, index, linalg, loss, norm, pool, reduce, shape, unary
 
 # Ops that are one device kernel (names.py holds the table the exporter shares).
 for _kernel, _op in names.UNARY.items():
@@ -83,6 +83,9 @@ register("ReverseSequence", index.reverse_sequence)
 register("Compress", index.compress)
 register("NonZero", index.data_dependent)
 register("Unique", index.data_dependent)
+# losses
+register("NegativeLogLikelihoodLoss", loss.nll_loss)
+register("SoftmaxCrossEntropyLoss", loss.softmax_cross_entropy)
 # known at import time
 register("Constant", constant.constant)
 register("Shape", constant.shape)

@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from ....device.dtypes import DType
 from ....device.dtypes import dtype as resolve_dtype
+from ...builder import Symbol
 from ..state import Attrs, Converter, Ctx, Unsupported, device_dtype_name
 from .common import where_negative
 
@@ -105,12 +107,51 @@ def clip(cx: Ctx, node: Any, at: Attrs) -> list:
 
 
 def cast(cx: Ctx, node: Any, at: Attrs) -> list:
-    """The device's cast: floats round to nearest even (bfloat16 and float16 too), integer
-    targets truncate and saturate. `saturate` (opset 19) only concerns float8 targets,
-    which have no device dtype and are refused by name."""
+    """The device's cast: floats round to nearest even (bfloat16 and float16 too). Integer
+    to integer wraps modulo the target's width, as numpy, C and onnxruntime do (the
+    device's cast saturates, so a narrowing or a change of sign goes through `_wrap`).
+    `saturate` (opset 19) only concerns float8 targets, which have no device dtype and
+    are refused by name."""
     x = cx.sym(node.input[0])
     at.get("saturate")
-    to = device_dtype_name(at.get("to"), "Cast")
-    if resolve_dtype(to) is cx.dtype(x):
+    to = resolve_dtype(device_dtype_name(at.get("to"), "Cast"))
+    if to is cx.dtype(x):
         return [x]
-    return [cx.op("cast", x, to=to)]
+    if cx.dtype(x).is_integer and to.is_integer and not _holds(to, cx.dtype(x)):
+        return [_wrap(cx, x, to)]
+    return [cx.op("cast", x, to=to.name)]
+
+
+def _holds(wide: DType, narrow: DType) -> bool:
+    """Whether every value of integer dtype `narrow` is a value of `wide`."""
+    a, b = np.iinfo(wide.storage), np.iinfo(narrow.storage)
+    return a.min <= b.min and b.max <= a.max
+
+
+def _wrap(cx: Ctx, x: Symbol, to: DType) -> Symbol:
+    """Integer x as integer dtype `to`, modulo 2**bits: x is first made int64 (uint64's
+    top bit becomes the sign, which is the same value modulo 2**64), then its low bits are
+    kept and, for a signed target, sign-extended, in int64 where nothing overflows."""
+    i64 = resolve_dtype("int64")
+
+    def const(v: int, like: Symbol) -> Symbol:
+        return cx.param(np.array(v), like=like)
+
+    if cx.dtype(x).storage == np.uint64:
+        low = cx.op("cast", cx.op("bitwise_and", x, const(2**63 - 1, x)), to="int64")
+        top = cx.op("greater_equal", x, const(2**63, x))
+        x = cx.op("where", top, cx.op("add", low, const(-(2**63), low)), low)
+    elif cx.dtype(x) is not i64:
+        x = cx.op("cast", x, to="int64")
+    if to is i64:
+        return x
+    bits = 8 * to.itemsize
+    if bits == 64:  # uint64: x mod 2**64 is x + 2**64 for negative x
+        low = cx.op("cast", cx.op("bitwise_and", x, const(2**63 - 1, x)), to=to.name)
+        neg = cx.op("less", x, const(0, x))
+        return cx.op("where", neg, cx.op("add", low, const(2**63, low)), low)
+    low = cx.op("bitwise_and", x, const(2**bits - 1, x))
+    if to.is_signed:  # sign-extend the target's top bit
+        half = const(2 ** (bits - 1), low)
+        low = cx.op("sub", cx.op("bitwise_xor", low, half), half)
+    return cx.op("cast", low, to=to.name)
