@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..fold import fold
-from ..state import Attrs, Converter, Ctx, Invalid, axis_index
+from ..state import Attrs, Converter, Ctx, Invalid, Unsupported, axis_index
 
 
 def arg(kernel: str) -> Converter:
@@ -59,6 +59,12 @@ def scatter_elements(cx: Ctx, node: Any, at: Attrs) -> list:
     data, idx, upd = (cx.sym(n) for n in node.input[:3])
     axis = axis_index(int(at.get("axis", 0)), len(cx.shape(data)))
     reduction = at.get("reduction", "none") if node.op_type == "ScatterElements" else "none"
+    ds, ids = cx.shape(data), cx.shape(idx)
+    if len(ids) == len(ds) and any(i != d for k, (i, d) in enumerate(zip(ids, ds)) if k != axis):
+        raise Unsupported(
+            f"indices of shape {ids} smaller than data {ds} along axes other than {axis}: the "
+            "device scatters whole rows of every other axis"
+        )
     return [cx.op("scatter_elements", data, idx, upd, axis=axis, reduction=reduction)]
 
 
