@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -26,8 +27,9 @@ def apply_float_dtype(graph: Graph, mode: str) -> Graph:
     g = copy.deepcopy(graph)
     if mode in _PRECISION:
         target = _PRECISION[mode]
-        for v in g.values.values():
+        for name, v in g.values.items():
             if v.dtype in _FLOATS:
+                _warn_out_of_range(name, v, target, mode)
                 v.dtype = target
         for node in g.nodes:
             # The kernels that make a value of the dtype an attribute names (cast, fill).
@@ -37,6 +39,23 @@ def apply_float_dtype(graph: Graph, mode: str) -> Graph:
         g.verify()
         return g
     raise ValueError(f"float_dtype {mode!r}")  # options.py admits only the modes above
+
+
+def _warn_out_of_range(name: str, v: Value, target: dt.DType, mode: str) -> None:
+    """A constant that the narrower precision cannot hold becomes inf (or its largest value,
+    for half): say so, naming the value, rather than let the results change silently."""
+    if v.data is None or v.data.size == 0 or not _widens(target, v.dtype):
+        return
+    finite = np.abs(v.data[np.isfinite(v.data)])
+    limit = float(np.finfo(target.read_dtype).max) if target.host is not None else None
+    if limit is None or finite.size == 0 or float(finite.max()) <= limit:
+        return
+    warnings.warn(
+        f"constant '{name}' holds {float(finite.max()):g}, beyond {target.name}'s range "
+        f"(largest {limit:g}): float_dtype='{mode}' makes it infinite; compile with "
+        f"float_dtype='{v.dtype.name}' to keep it",
+        stacklevel=4,
+    )
 
 
 def _mixed(g: Graph) -> Graph:

@@ -1,11 +1,14 @@
 """ONNX's operator suite run through mnrt (and onnxruntime, for comparison): the cases that
 `onnx.backend.test.case.node` generates from the installed wheel, each compiled and run on
 the emulated device and compared with the case's expected outputs, rtol and atol, dtype and
-shape. Shared by tests/compiler/test_onnx_node_suite.py and benchmarks/onnx_node_suite.py.
+shape. mnrt compiles `from_onnx(model, inputs)` (example inputs fold what the model leaves
+to them: symbolic dimensions, axes or shapes given as graph inputs), then runs that graph.
+Shared by tests/compiler/test_onnx_node_suite.py and benchmarks/onnx_node_suite.py.
 
 Every case gets one verdict:
 - pass: every output matches;
-- refused: an MnrtError at compile or run (the device cannot do it; acceptable);
+- refused: an MnrtError at compile or run (the device cannot do it; acceptable), or a model
+  whose precision no float_dtype computes in (NO_PRECISION: float16, float32 with float64);
 - wrong: it ran, but a value, shape or dtype differs (never acceptable);
 - crash: any other exception (a bug in mnrt, never acceptable).
 """
@@ -29,6 +32,9 @@ import mnrt
 from mnrt.compiler.onnx import names
 
 VERDICTS = ("pass", "refused", "wrong", "crash")
+# The one refusal that is the harness's: a model of IEEE float16 values, or of float32 and
+# float64 ones, has no float_dtype that computes in its own precision (see float_dtype).
+NO_PRECISION = "no float_dtype computes in the model's precision (float16, or mixed): not run"
 
 
 @dataclass
@@ -123,37 +129,40 @@ def _first_words(e: BaseException, words: int = 10) -> str:
     return f"{type(e).__name__}: {' '.join(text.split()[:words])}"
 
 
-def float_dtype(model: Any) -> str:
-    """The compile precision that computes in the model's own: double for float64 models."""
+def float_dtype(model: Any) -> str | None:
+    """The compile precision that computes in the model's own: double for float64 models,
+    float for float32 or integer ones. None where no float_dtype does: IEEE float16 (float
+    would answer in float32, half is MN-Core's 1-6-9 format), or float32 and float64 mixed
+    (float_dtype puts every float value in one precision)."""
     elem = {v.type.tensor_type.elem_type for v in [*model.graph.input, *model.graph.output]}
-    return "double" if names.BY_NUMPY["float64"].code in elem else "float"
+    floats = {e.numpy for e in names.ELEM_TYPES if e.code in elem and e.numpy}
+    floats &= {"float16", "float32", "float64"}
+    if "float16" in floats or len(floats) > 1:
+        return None
+    return "double" if floats == {"float64"} else "float"
 
 
-def expected_dtype(dtype: np.dtype, precision: str) -> np.dtype | None:
-    """The dtype mnrt returns for an ONNX output of `dtype` compiled at float_dtype
-    `precision`: floats in that precision (MLSDK's float_dtype puts every float value in
-    it: a float16 model compiled with "float" computes and answers in float32), others in
-    the host dtype of the device dtype that names.ELEM_TYPES says holds them (int64 comes
-    back as int32 while the device has no int64); None where no device dtype does."""
-    if np.dtype(dtype).kind == "f":
-        return mnrt.dtype(precision).read_dtype
+def expected_dtype(dtype: np.dtype) -> np.dtype | None:
+    """The dtype mnrt returns for an ONNX output of `dtype`: the host dtype of the device
+    dtype that names.ELEM_TYPES says holds it (int64 comes back as int32 while the device
+    has no int64); None where no device dtype does."""
     e = names.BY_NUMPY.get(np.dtype(dtype).name)
     device = names.device_dtype(e.code) if e is not None else None
     return None if device is None else device.read_dtype
 
 
 def compare(got: np.ndarray, want: Any, rtol: float, atol: float,
-            precision: str | None) -> str | None:  # fmt: skip
+            exact_dtype: bool) -> str | None:  # fmt: skip
     """What differs between an output and its expected value, or None: dtype, shape, then
     values as |got - want| <= atol + rtol * |want| (NaN matches NaN; integers and bools
-    exactly). The dtype must be the expected one, or with `precision` (mnrt's float_dtype)
-    what `expected_dtype` says mnrt makes of it."""
+    exactly). The dtype must be the expected one, or without `exact_dtype` (mnrt) what
+    `expected_dtype` says the device holds it as."""
     if isinstance(want, np.generic):
         want = np.asarray(want)
     if not isinstance(want, np.ndarray):
         return f"expected a {type(want).__name__}, got an array"
     got = np.asarray(got)
-    target = want.dtype if precision is None else expected_dtype(want.dtype, precision)
+    target = want.dtype if exact_dtype else expected_dtype(want.dtype)
     if got.dtype != target:
         return f"dtype {got.dtype}, expected {want.dtype} (as {target})"
     if got.shape != want.shape:
@@ -190,32 +199,51 @@ def _inputs(case: Any, data: list[Any]) -> dict[str, Any]:
 
 
 def _verdict_of_outputs(case: Any, outputs: list[Any], expected: list[Any],
-                        precision: str | None) -> str | None:  # fmt: skip
+                        exact_dtype: bool) -> str | None:  # fmt: skip
     if len(outputs) != len(expected):
         return f"{len(outputs)} output(s), expected {len(expected)}"
     for i, (g, w) in enumerate(zip(outputs, expected)):
-        diff = compare(g, _array(w), case.rtol, case.atol, precision)
+        diff = compare(g, _array(w), case.rtol, case.atol, exact_dtype)
         if diff is not None:
             return f"output {i}: {diff}"
     return None
 
 
+def _compile(ctx: mnrt.Context, case: Any, feeds: dict[str, Any], precision: str) -> tuple:
+    """The case's model compiled for these inputs, and the inputs it folded: from_onnx with
+    example inputs makes those that ops need at import time (axes, pads, shapes) constants,
+    so the compiled function no longer takes them."""
+    from mnrt.compiler.onnx import from_onnx
+
+    graph = from_onnx(case.model, feeds)
+    compiled = ctx.compile(
+        graph, {n: feeds[n] for n in graph.inputs}, options={"float_dtype": precision}
+    )
+    return compiled, [n for n in feeds if n not in graph.inputs]
+
+
 def run_mnrt(case: Any, ctx: mnrt.Context) -> Result:
     """Compile the case's model with mnrt on `ctx` (one Context for every case: devices are
-    few) and run it on every data set."""
+    few) and run it on every data set; a data set that gives a folded input another value
+    is compiled again for it."""
     op = op_of(case)
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            first = _inputs(case, case.data_sets[0][0])
             precision = float_dtype(case.model)
-            opts = {"float_dtype": precision}
-            compiled = ctx.compile(case.model, first, options=opts)
+            if precision is None:
+                return Result(case.name, op, "refused", NO_PRECISION)
+            folded_from = _inputs(case, case.data_sets[0][0])
+            compiled, folded = _compile(ctx, case, folded_from, precision)
             order = [o.name for o in case.model.graph.output]
             for data, expected in case.data_sets:
-                got = compiled(_inputs(case, data))
-                diff = _verdict_of_outputs(case, [got[n].cpu() for n in order], list(expected),
-                                           precision)  # fmt: skip
+                feeds = _inputs(case, data)
+                if any(not np.array_equal(feeds[n], folded_from[n]) for n in folded):
+                    folded_from = feeds
+                    compiled, folded = _compile(ctx, case, feeds, precision)
+                got = compiled({n: feeds[n] for n in compiled.input_names})
+                outputs = [got[n].cpu() for n in order]
+                diff = _verdict_of_outputs(case, outputs, list(expected), False)
                 if diff is not None:
                     return Result(case.name, op, "wrong", diff)
     except mnrt.MnrtError as e:
@@ -240,7 +268,7 @@ def run_onnxruntime(case: Any) -> Result:
                                         providers=["CPUExecutionProvider"])  # fmt: skip
             for data, expected in case.data_sets:
                 got = sess.run(None, _inputs(case, data))
-                diff = _verdict_of_outputs(case, got, list(expected), None)
+                diff = _verdict_of_outputs(case, got, list(expected), True)
                 if diff is not None:
                     return Result(case.name, op, "wrong", diff)
     except Exception as e:

@@ -15,9 +15,10 @@ _RANDOM_OPS = ("Random", "Bernoulli", "Multinomial")
 # Ops where ONNX's reference evaluator (onnx 1.23) departs from the spec in some cases:
 # Softmax/LogSoftmax below opset 13 (it ignores the 2-D coercion), BatchNormalization 9..13
 # (training statistics), LRN (sums over the batch), GlobalMaxPool (wrong axes unless 2-D),
-# SAME_LOWER pools (wrong shape), grouped ConvTranspose (raises).
+# SAME_LOWER pools (wrong shape), grouped ConvTranspose (raises), LpNormalization p=1 (sums
+# x, not |x|).
 _EVALUATOR_UNRELIABLE = ("Softmax", "LogSoftmax", "BatchNormalization", "LRN", "GlobalMaxPool",
-                         "MaxPool", "AveragePool", "ConvTranspose")  # fmt: skip
+                         "MaxPool", "AveragePool", "ConvTranspose", "LpNormalization")  # fmt: skip
 # Never evaluated on the host, even on constants: Dropout, and those.
 _NO_FOLD = {"Dropout", *_EVALUATOR_UNRELIABLE}
 
@@ -45,6 +46,8 @@ def evaluator_unreliable_ops(model: Any) -> list[str]:
             return attr(node, "auto_pad", b"NOTSET") in (b"SAME_LOWER", "SAME_LOWER")
         if op == "ConvTranspose":
             return attr(node, "group", 1) != 1
+        if op == "LpNormalization":
+            return attr(node, "p", 2) == 1
         return op in ("LRN", "GlobalMaxPool")
 
     def walk(graph: Any) -> None:

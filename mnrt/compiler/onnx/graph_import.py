@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from ...errors import InvalidArgumentError, MnrtError
 from ..builder import Symbol
 from ..ir import Graph
 from . import (
+    names,
     ops,  # noqa: F401  (fills the registry)
     shapes,
 )
@@ -240,22 +242,123 @@ def _initializer(init: Any) -> np.ndarray:
 
 
 def _input_dtype(inp: Any) -> str:
-    """The device dtype of a graph input, which must be a tensor of concrete shape."""
+    """The device dtype of a graph input, which must be a tensor."""
     if not inp.type.HasField("tensor_type"):
         kind = inp.type.WhichOneof("value") or "untyped value"
         raise Unsupported(f"input '{inp.name}' is a {kind}, not a tensor")
     return device_dtype_name(inp.type.tensor_type.elem_type, f"input '{inp.name}'")
 
 
-def from_onnx(model: Any) -> Graph:
-    """Import an ONNX model (a ModelProto or a path) as a compiler Graph."""
+def _examples(g: Any, inputs: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
+    """The example inputs as arrays of the dtype each graph input declares (exactly: an
+    example that the declared dtype would change is an error, as is a name the model does
+    not take as input)."""
+    if inputs is None:
+        return {}
+    if not isinstance(inputs, Mapping):
+        raise InvalidArgumentError(
+            f"from_onnx's inputs are a dict of input name -> array, not {type(inputs).__name__}"
+        )
+    declared = {i.name: i for i in g.input if i.name not in {t.name for t in g.initializer}}
+    unknown = sorted(repr(n) for n in inputs if n not in declared)
+    if unknown:
+        raise InvalidArgumentError(
+            f"example inputs {', '.join(unknown)} are not inputs of the ONNX model; its inputs "
+            f"are {', '.join(declared) or 'none'}"
+        )
+    examples = {}
+    for name, data in inputs.items():
+        tt = declared[name].type.tensor_type
+        is_tensor = declared[name].type.HasField("tensor_type")
+        elem = names.BY_CODE.get(tt.elem_type) if is_tensor else None
+        if elem is None or elem.numpy is None or elem.device is None:
+            continue  # the input itself is refused (no device dtype) when the model is walked
+        try:
+            array = np.asarray(data)
+        except (TypeError, ValueError) as e:
+            raise InvalidArgumentError(f"example input '{name}' is not an array: {e}") from None
+        if array.dtype.kind not in "biuf":
+            raise InvalidArgumentError(
+                f"example input '{name}' is {type(data).__name__} of dtype {array.dtype}; pass "
+                "a numeric numpy array"
+            )
+        typed = array.astype(elem.numpy)
+        if typed.shape != array.shape or not np.array_equal(
+            typed, array, equal_nan=array.dtype.kind == "f"
+        ):
+            raise InvalidArgumentError(
+                f"example input '{name}' of dtype {array.dtype} changes when converted to "
+                f"{elem.numpy}, the dtype the model declares; pass {elem.numpy} data"
+            )
+        examples[name] = typed
+    return examples
+
+
+def _input_shape(inp: Any, example: np.ndarray | None) -> tuple[int, ...]:
+    """A graph input's shape: the model's, with symbolic or missing dimensions taken from
+    its example input (which must agree with every dimension the model fixes)."""
+    tt = inp.type.tensor_type
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+    if example is not None:
+        agrees = (
+            tt.HasField("shape")
+            and len(dims) == example.ndim
+            and all(d is None or d == e for d, e in zip(dims, example.shape))
+        )
+        if tt.HasField("shape") and not agrees:
+            raise InvalidArgumentError(
+                f"example input '{inp.name}' has shape {example.shape}; the model declares "
+                f"{tuple('?' if d is None else d for d in dims)}"
+            )
+        return tuple(example.shape)
+    if not tt.HasField("shape") or None in dims:
+        raise Unsupported(
+            f"input '{inp.name}' has a symbolic or missing dimension; give a concrete shape "
+            "(e.g. with onnx.tools.update_model_dims) or an example input that fixes it"
+        )
+    return tuple(dims)
+
+
+def _with_example_shapes(model: Any, examples: dict[str, np.ndarray]) -> Any:
+    """The model with its inputs' symbolic dimensions set from the example inputs, so that
+    shape inference sees what the device will run (a copy, only when there are any)."""
+    symbolic = [
+        i
+        for i in model.graph.input
+        if i.name in examples
+        and i.type.HasField("tensor_type")
+        and any(not d.HasField("dim_value") for d in i.type.tensor_type.shape.dim)
+    ]
+    if not symbolic:
+        return model
+    model = type(model).FromString(model.SerializeToString())
+    for inp in model.graph.input:
+        if inp.name in examples and inp.type.HasField("tensor_type"):
+            shape = inp.type.tensor_type.shape
+            if len(shape.dim) == examples[inp.name].ndim:
+                for d, n in zip(shape.dim, examples[inp.name].shape):
+                    if not d.HasField("dim_value"):
+                        d.dim_value = int(n)
+    return model
+
+
+def from_onnx(model: Any, inputs: Mapping[str, Any] | None = None) -> Graph:
+    """Import an ONNX model (a ModelProto or a path) as a compiler Graph.
+
+    `inputs` (graph input name -> example array, as given to compile) fix what the model
+    leaves open: symbolic dimensions take the example's size, and an input that an op needs
+    at import time (the axes of a reduction, the pads of Pad, the shape of Reshape...)
+    becomes a constant of the example's value. Such an input is no longer an input of the
+    graph: a call cannot pass another value that the compiled program would ignore."""
     onnx = _import_onnx()
     if isinstance(model, (str, os.PathLike)):
         model = load_model(model)
     if not isinstance(model, onnx.ModelProto):
         raise InvalidArgumentError(f"from_onnx takes an onnx.ModelProto or a path, not {model!r}")
     opset = _check_opset(model)
-    model = shapes.infer(model)
+    examples = _examples(model.graph, inputs)
+    declared = {i.name: i for i in model.graph.input}  # before examples fix their shapes
+    model = shapes.infer(_with_example_shapes(model, examples))
     g = model.graph
     _check_structure(g)
     cx = Ctx(g.name or "onnx", opset)
@@ -269,25 +372,19 @@ def from_onnx(model: Any) -> Graph:
         cx.consts[init.name] = _initializer(init)
     problems = _Problems()
     poisoned: set[str] = set()  # values of unsupported inputs and nodes: not listed again
+    order = [i.name for i in g.input if i.name not in cx.consts]
     for inp in g.input:
         if inp.name in cx.consts:
             continue
         try:
-            dt = _input_dtype(inp)
+            dtype = _input_dtype(inp)
+            example = examples.get(inp.name)
+            cx.add_input(inp.name, _input_shape(declared[inp.name], example), dtype, example)
         except Unsupported as e:
             problems.unsupported.append(str(e))
             poisoned.add(inp.name)
-            continue
-        tt = inp.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-        if not tt.HasField("shape") or None in dims:
-            raise InvalidArgumentError(
-                f"ONNX input '{inp.name}' has a symbolic or missing dimension; "
-                "give a concrete shape (e.g. with onnx.tools.update_model_dims)"
-            )
-        cx.syms[inp.name] = cx.b.input(inp.name, tuple(dims), dt)
 
-    cx.b.reserve(out.name for out in g.output)
+    cx.b.reserve([*order, *(out.name for out in g.output)])
     for node in g.node:
         _check_node(cx, node, problems, poisoned)
     problems.raise_any(g.name)
@@ -297,7 +394,10 @@ def from_onnx(model: Any) -> Graph:
         except Unsupported as e:
             problems.unsupported.append(f"output '{out.name}': {e}")
     problems.raise_any(g.name)
-    return cx.b.build()
+    cx.add_unread_inputs()
+    graph = cx.b.build()
+    graph.inputs[:] = [name for name in order if name in graph.inputs]
+    return graph
 
 
 def _add_output(cx: Ctx, name: str) -> None:

@@ -128,7 +128,4 @@ BINARY: dict[str, str] = {
 # Variadic in ONNX, binary on the device: the exporter writes them with two operands.
 VARIADIC: dict[str, str] = {"maximum": "Max", "minimum": "Min"}
 REDUCE: dict[str, str] = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax",
-                          "min": "ReduceMin", "prod": "ReduceProd", "l1": "ReduceL1",
-                          "l2": "ReduceL2", "log_sum": "ReduceLogSum",
-                          "logsumexp": "ReduceLogSumExp",
-                          "sum_square": "ReduceSumSquare"}  # fmt: skip
+                          "min": "ReduceMin", "prod": "ReduceProd"}  # fmt: skip

@@ -58,7 +58,22 @@ class Ctx:
         self.opsets: list[Any] = []
         self.inferred: dict[str, tuple[tuple[int, ...], int]] = {}  # ONNX shape inference
         self.checker: Any = None  # onnx's CheckerContext for this model's opsets
+        # Graph inputs not yet made device inputs: (shape, dtype name, example or None).
+        # One becomes a device input when a kernel reads it, or a constant when a converter
+        # needs its value and an example input gives it.
+        self.pending: dict[str, tuple[tuple[int, ...], str, np.ndarray | None]] = {}
         self._count = 0
+
+    # --- graph inputs ---------------------------------------------------------------------
+
+    def add_input(self, name: str, shape: tuple[int, ...], dtype: str,
+                  example: np.ndarray | None) -> None:  # fmt: skip
+        self.pending[name] = (shape, dtype, example)
+
+    def add_unread_inputs(self) -> None:
+        """Inputs that nothing read are still inputs of the graph (a call passes them)."""
+        for name in list(self.pending):
+            self.sym(name)
 
     # --- values ---------------------------------------------------------------------------
 
@@ -66,9 +81,24 @@ class Ctx:
         return name in self.consts
 
     def const(self, name: str, what: str = "this input") -> np.ndarray:
-        if name not in self.consts:
-            raise Unsupported(f"{what} ('{name}') must be known at import time")
-        return self.consts[name]
+        """The value of an ONNX name known at import time: an initializer, a folded node,
+        or a graph input that an example input gives (which then stops being an input)."""
+        if name in self.consts:
+            return self.consts[name]
+        example = self.pending[name][2] if name in self.pending else None
+        if example is not None:
+            del self.pending[name]
+            self.consts[name] = example
+            return example
+        if name in self.syms and self.b.graph.values[self.syms[name]].role == "input":
+            raise Unsupported(
+                f"{what} ('{name}') must be known at import time, but device kernels read "
+                "that graph input too; make it an initializer"
+            )
+        raise Unsupported(
+            f"{what} ('{name}') must be known at import time: make it an initializer, or give "
+            "an example input for it (from_onnx(model, inputs))"
+        )
 
     def ints(self, name: str, what: str = "this input") -> list[int]:
         return [int(v) for v in np.asarray(self.const(name, what)).reshape(-1)]
@@ -82,6 +112,9 @@ class Ctx:
 
     def sym(self, name: str) -> Symbol:
         """The device value for an ONNX name, making a constant a parameter on first use."""
+        if name in self.pending:
+            shape, dtype, _ = self.pending.pop(name)
+            self.syms[name] = self.b.input(name, shape, dtype)
         if name not in self.syms:
             data = self.const(name)
             pname = name if name not in self.b.graph.values else self.fresh(name)
@@ -102,10 +135,21 @@ class Ctx:
             return tuple(self.b.graph.values[x].shape)
         if x in self.consts:
             return tuple(self.consts[x].shape)
+        if x in self.pending:
+            return self.pending[x][0]
         return tuple(self.b.graph.values[self.sym(x)].shape)
 
     def dtype(self, s: Symbol) -> DType:
         return self.b.graph.values[s].dtype
+
+    def dtype_name(self, name: str) -> str:
+        """The device dtype of an ONNX name's value, without making it a device value."""
+        if name in self.pending:
+            return self.pending[name][1]
+        if name in self.consts:
+            elem = names.BY_NUMPY.get(self.consts[name].dtype.name)
+            return device_dtype_name(elem.code if elem else 0, f"'{name}'")
+        return self.dtype(self.sym(name)).name
 
     def op(self, kernel: str, /, *inputs: Symbol, **attrs: Any) -> Symbol:
         return self.b.node(kernel, *inputs, **attrs)

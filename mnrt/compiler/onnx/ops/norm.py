@@ -81,3 +81,71 @@ def lrn(cx: Ctx, node: Any, at: Attrs) -> list:
     d = cx.op("add", cx.op("mul", cx.reshape(window, shape), cx.param(np.array(alpha), like=x)),
               cx.param(np.array(bias), like=x))  # fmt: skip
     return [cx.op("div", x, cx.op("pow", d, cx.param(np.array(beta), like=x)))]
+
+
+def rms_norm(cx: Ctx, node: Any, at: Attrs) -> list:
+    """The rmsnorm kernel over axis..end, scaled; stash_type (the precision of the
+    statistics) is the kernel's own."""
+    x = cx.sym(node.input[0])
+    at.get("stash_type")
+    axis = axis_index(int(at.get("axis", -1)), len(cx.shape(x)))
+    y = cx.op("rmsnorm", x, axis=axis, epsilon=float(at.get("epsilon", 1e-5)))
+    if len(node.input) > 1 and node.input[1]:
+        y = cx.op("mul", y, cx.sym(node.input[1]))
+    return [y]
+
+
+def lp_normalization(cx: Ctx, node: Any, at: Attrs) -> list:
+    """x divided by its L1 or L2 norm along axis (a zero norm by 1)."""
+    x = cx.sym(node.input[0])
+    if not cx.dtype(x).is_float:
+        raise Unsupported(f"LpNormalization of {cx.dtype(x).name}: only floating types")
+    axis = axis_index(int(at.get("axis", -1)), len(cx.shape(x)))
+    p = int(at.get("p", 2))
+    if p == 1:
+        norm = cx.op("sum", cx.op("abs", x), axes=[axis], keepdims=True)
+    elif p == 2:
+        norm = cx.op("sqrt", cx.op("sum", cx.op("mul", x, x), axes=[axis], keepdims=True))
+    else:
+        raise Invalid(f"p={p}: LpNormalization takes p=1 or p=2")
+    # A zero norm (all of a slice zero) divides by 1, as ONNX's reference does: the slice
+    # stays zero instead of becoming nan.
+    zero, one = cx.param(np.array(0), like=x), cx.param(np.array(1), like=x)
+    norm = cx.op("where", cx.op("equal", norm, zero), one, norm)
+    return [cx.op("div", x, norm)]
+
+
+def mean_variance_normalization(cx: Ctx, node: Any, at: Attrs) -> list:
+    """ONNX's function body: (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9) over axes."""
+    x = cx.sym(node.input[0])
+    if not cx.dtype(x).is_float:
+        raise Unsupported(f"MeanVarianceNormalization of {cx.dtype(x).name}: only floats")
+    rank = len(cx.shape(x))
+    axes = sorted({axis_index(a, rank) for a in at.get("axes", [0, 2, 3])})
+    mean = cx.op("mean", x, axes=axes, keepdims=True)
+    mean_sq = cx.op("mean", cx.op("mul", x, x), axes=axes, keepdims=True)
+    std = cx.op("sqrt", cx.op("sub", mean_sq, cx.op("mul", mean, mean)))
+    std = cx.op("add", std, cx.param(np.array(1e-9), like=x))
+    return [cx.op("div", cx.op("sub", x, mean), std)]
+
+
+def group_norm(cx: Ctx, node: Any, at: Attrs) -> list:
+    """Normalise each group of num_groups channels over its channels and space, then
+    scale and shift per channel (opset 21; opset 18's per-group scale only where a group
+    is one channel, since there the two agree)."""
+    x = cx.sym(node.input[0])
+    shape = cx.shape(x)
+    if len(shape) < 3 or not cx.dtype(x).is_float:
+        raise Unsupported("GroupNormalization needs a floating N,C,... input")
+    n, c, groups = shape[0], shape[1], int(at.get("num_groups"))
+    at.get("stash_type")
+    if groups < 1 or c % groups:
+        raise Invalid(f"num_groups={groups} must divide the {c} channels")
+    scale, bias = (cx.const(name, "GroupNormalization scale and bias") for name in node.input[1:3])
+    if scale.size != c and groups != c:
+        raise Unsupported(f"a scale and bias of {scale.size} values per group (opset 18's "
+                          f"form) for {c} channels in {groups} groups")  # fmt: skip
+    y = cx.reshape(x, (n, groups, int(np.prod(shape[1:])) // groups))
+    y = cx.reshape(cx.op("layernorm", y, axis=2, epsilon=float(at.get("epsilon", 1e-5))), shape)
+    y = cx.op("mul", y, _channel(cx, scale, len(shape), x))
+    return [cx.op("add", y, _channel(cx, bias, len(shape), x))]

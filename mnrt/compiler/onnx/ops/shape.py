@@ -1,4 +1,5 @@
-"""Shape and index ops: reshapes, transposes, concatenation, slicing, gathering, padding."""
+"""Shape and index ops: reshapes, transposes, concatenation, slicing, gathering, padding,
+depth/space rearrangements, triangles and identity matrices."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from ....device.dtypes import dtype as resolve_dtype
+from .. import names
 from ..state import Attrs, Ctx, Invalid, Unsupported, axis_index
 from .common import axes_of, pad_axis
 
@@ -173,3 +176,74 @@ def pad(cx: Ctx, node: Any, at: Attrs) -> list:
     for i, ax in enumerate(axes):
         x = pad_axis(cx, x, ax, pads[i], pads[i + n], mode, value)
     return [x if any(pads) else cx.op("copy", x)]
+
+
+def trilu(cx: Ctx, node: Any, at: Attrs) -> list:
+    """The upper (or lower) triangle of the last two axes from diagonal k: x where a
+    constant mask says, zero elsewhere (the mask follows from the shape and k)."""
+    x = cx.sym(node.input[0])
+    shape = cx.shape(x)
+    if len(shape) < 2:
+        raise Invalid(f"Trilu needs an input of rank >= 2, not {shape}")
+    k = cx.ints(node.input[1], "k")[0] if len(node.input) > 1 and node.input[1] else 0
+    rows, cols = shape[-2:]
+    mask = np.triu(np.ones((rows, cols), bool), k) if at.get("upper", 1) else \
+        np.tril(np.ones((rows, cols), bool), k)  # fmt: skip
+    zero = cx.param(np.array(0), like=x)
+    return [cx.op("where", cx.param(mask), x, zero)]
+
+
+def eye_like(cx: Ctx, node: Any, at: Attrs) -> list:
+    """Ones on diagonal k of a 2-D shape: a constant, since only the input's shape (and
+    dtype, unless the dtype attribute gives one) matter."""
+    from onnx import helper
+
+    shape = cx.shape(node.input[0])
+    if len(shape) != 2:
+        raise Invalid(f"EyeLike takes a 2-D input, not shape {shape}")
+    code = at.get("dtype") or names.BY_NUMPY[_numpy_dtype(cx, node.input[0])].code
+    dtype = helper.tensor_dtype_to_np_dtype(code)
+    return [np.eye(shape[0], shape[1], int(at.get("k", 0)), dtype=dtype)]
+
+
+def _numpy_dtype(cx: Ctx, name: str) -> str:
+    """The numpy dtype name of the ONNX type of `name`, as the model declares it."""
+    if name in cx.consts:
+        return cx.consts[name].dtype.name
+    return resolve_dtype(cx.dtype_name(name)).read_dtype.name
+
+
+def depth_to_space(cx: Ctx, node: Any, at: Attrs) -> list:
+    """N,C,H,W to N,C/b^2,H*b,W*b: a reshape, a transpose and a reshape (DCR: depth
+    holds the blocks first; CRD: the channels first)."""
+    x = cx.sym(node.input[0])
+    shape = cx.shape(x)
+    b, mode = int(at.get("blocksize")), at.get("mode", "DCR")
+    if len(shape) != 4 or b < 1 or shape[1] % (b * b):
+        raise Invalid(f"DepthToSpace needs N,C,H,W with C divisible by blocksize^2 ({b}^2)")
+    n, c, h, w = shape
+    if mode == "DCR":
+        y = cx.op("transpose", cx.reshape(x, (n, b, b, c // (b * b), h, w)),
+                  perm=[0, 3, 4, 1, 5, 2])  # fmt: skip
+    elif mode == "CRD":
+        y = cx.op("transpose", cx.reshape(x, (n, c // (b * b), b, b, h, w)),
+                  perm=[0, 1, 4, 2, 5, 3])  # fmt: skip
+    else:
+        raise Invalid(f"mode={mode}: DepthToSpace takes DCR or CRD")
+    return [cx.reshape(y, (n, c // (b * b), h * b, w * b))]
+
+
+def space_to_depth(cx: Ctx, node: Any, at: Attrs) -> list:
+    """N,C,H,W to N,C*b^2,H/b,W/b, the inverse of DepthToSpace (DCR: the blocks become
+    the leading part of the depth; CRD: the channels do)."""
+    x = cx.sym(node.input[0])
+    shape = cx.shape(x)
+    b, mode = int(at.get("blocksize")), at.get("mode", "DCR")
+    if len(shape) != 4 or b < 1 or shape[2] % b or shape[3] % b:
+        raise Invalid(f"SpaceToDepth needs N,C,H,W with H and W divisible by blocksize {b}")
+    if mode not in ("DCR", "CRD"):
+        raise Invalid(f"mode={mode}: SpaceToDepth takes DCR or CRD")
+    n, c, h, w = shape
+    perm = [0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4]
+    y = cx.op("transpose", cx.reshape(x, (n, c, h // b, b, w // b, b)), perm=perm)
+    return [cx.reshape(y, (n, c * b * b, h // b, w // b))]

@@ -106,20 +106,29 @@ def clip(cx: Ctx, node: Any, at: Attrs) -> list:
     return [x if lo is not None or hi is not None else cx.op("copy", x)]
 
 
-def cast(cx: Ctx, node: Any, at: Attrs) -> list:
-    """The device's cast: floats round to nearest even (bfloat16 and float16 too). Integer
-    to integer wraps modulo the target's width, as numpy, C and onnxruntime do (the
-    device's cast saturates, so a narrowing or a change of sign goes through `_wrap`).
-    `saturate` (opset 19) only concerns float8 targets, which have no device dtype and
-    are refused by name."""
-    x = cx.sym(node.input[0])
-    at.get("saturate")
-    to = resolve_dtype(device_dtype_name(at.get("to"), "Cast"))
-    if to is cx.dtype(x):
+def _cast_to(cx: Ctx, x: Symbol, to: str) -> list:
+    """x as device dtype `to`: floats round to nearest even (bfloat16 and float16 too).
+    Integer to integer wraps modulo the target's width, as numpy, C and onnxruntime do
+    (the device's cast saturates, so a narrowing or a change of sign goes through `_wrap`)."""
+    target = resolve_dtype(to)
+    if target is cx.dtype(x):
         return [x]
-    if cx.dtype(x).is_integer and to.is_integer and not _holds(to, cx.dtype(x)):
-        return [_wrap(cx, x, to)]
-    return [cx.op("cast", x, to=to.name)]
+    if cx.dtype(x).is_integer and target.is_integer and not _holds(target, cx.dtype(x)):
+        return [_wrap(cx, x, target)]
+    return [cx.op("cast", x, to=to)]
+
+
+def cast(cx: Ctx, node: Any, at: Attrs) -> list:
+    """saturate and round_mode concern only float8 and float4 targets, which have no device
+    dtype: such a Cast is refused for its target whatever they say."""
+    at.get("saturate"), at.get("round_mode")
+    to = device_dtype_name(at.get("to"), "Cast")
+    return _cast_to(cx, cx.sym(node.input[0]), to)
+
+
+def cast_like(cx: Ctx, node: Any, at: Attrs) -> list:
+    at.get("saturate"), at.get("round_mode")
+    return _cast_to(cx, cx.sym(node.input[0]), cx.dtype_name(node.input[1]))
 
 
 def _holds(wide: DType, narrow: DType) -> bool:
@@ -155,3 +164,78 @@ def _wrap(cx: Ctx, x: Symbol, to: DType) -> Symbol:
         half = const(2 ** (bits - 1), low)
         low = cx.op("sub", cx.op("bitwise_xor", low, half), half)
     return cx.op("cast", low, to=to.name)
+
+
+def _scalar(cx: Ctx, value: float, like: Symbol) -> Symbol:
+    return cx.param(np.array(value), like=like)
+
+
+def _float_only(cx: Ctx, x: Symbol, op: str) -> None:
+    if not cx.dtype(x).is_float:
+        raise Unsupported(f"{op} of {cx.dtype(x).name}: only floating types")
+
+
+def celu(cx: Ctx, node: Any, at: Attrs) -> list:
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+    x = cx.sym(node.input[0])
+    _float_only(cx, x, "Celu")
+    alpha = float(at.get("alpha", 1.0))
+    e = cx.op("sub", cx.op("exp", cx.op("div", x, _scalar(cx, alpha, x))), _scalar(cx, 1, x))
+    neg = cx.op("minimum", cx.op("mul", e, _scalar(cx, alpha, x)), _scalar(cx, 0, x))
+    return [cx.op("add", cx.op("relu", x), neg)]
+
+
+def thresholded_relu(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    _float_only(cx, x, "ThresholdedRelu")
+    alpha = _scalar(cx, float(at.get("alpha", 1.0)), x)
+    return [cx.op("where", cx.op("greater", x, alpha), x, _scalar(cx, 0, x))]
+
+
+def shrink(cx: Ctx, node: Any, at: Attrs) -> list:
+    """x - bias above lambd, x + bias below -lambd, 0 between. For integers the bounds and
+    bias must be whole numbers: compared in the input's type they would change."""
+    x = cx.sym(node.input[0])
+    lambd, bias = float(at.get("lambd", 0.5)), float(at.get("bias", 0.0))
+    if not cx.dtype(x).is_float and not (lambd.is_integer() and bias.is_integer()):
+        raise Unsupported(f"Shrink of {cx.dtype(x).name} with lambd={lambd}, bias={bias}: "
+                          "integer inputs need whole-number lambd and bias")  # fmt: skip
+    above = cx.op("sub", x, _scalar(cx, bias, x))
+    below = cx.op("add", x, _scalar(cx, bias, x))
+    zero = _scalar(cx, 0, x)
+    inner = cx.op("where", cx.op("less", x, _scalar(cx, -lambd, x)), below, zero)
+    return [cx.op("where", cx.op("greater", x, _scalar(cx, lambd, x)), above, inner)]
+
+
+def mish(cx: Ctx, node: Any, at: Attrs) -> list:
+    """x * tanh(softplus(x)); softplus overflowing to inf gives tanh 1, as it should."""
+    x = cx.sym(node.input[0])
+    _float_only(cx, x, "Mish")
+    softplus_ = cx.op("log", cx.op("add", cx.op("exp", x), _scalar(cx, 1, x)))
+    return [cx.op("mul", x, cx.op("tanh", softplus_))]
+
+
+def hard_swish(cx: Ctx, node: Any, at: Attrs) -> list:
+    """x * max(0, min(1, x / 6 + 1 / 2))."""
+    x = cx.sym(node.input[0])
+    _float_only(cx, x, "HardSwish")
+    gate = cx.op("add", cx.op("mul", x, _scalar(cx, 1 / 6, x)), _scalar(cx, 0.5, x))
+    gate = cx.op("minimum", cx.op("maximum", gate, _scalar(cx, 0, x)), _scalar(cx, 1, x))
+    return [cx.op("mul", x, gate)]
+
+
+def swish(cx: Ctx, node: Any, at: Attrs) -> list:
+    """x * sigmoid(alpha * x)."""
+    x = cx.sym(node.input[0])
+    _float_only(cx, x, "Swish")
+    alpha = float(at.get("alpha", 1.0))
+    if alpha == 1.0:
+        return [cx.op("silu", x)]
+    return [cx.op("mul", x, cx.op("sigmoid", cx.op("mul", x, _scalar(cx, alpha, x))))]
+
+
+def not_(cx: Ctx, node: Any, at: Attrs) -> list:
+    x = cx.sym(node.input[0])
+    if cx.dtype(x).name != "bool":
+        raise Unsupported(f"Not of {cx.dtype(x).name}: only bool")
+    return [cx.op("equal", x, cx.param(np.array(False)))]
