@@ -151,3 +151,17 @@ def test_data_dependent_op_of_a_constant_is_computed_at_import(ctx):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     with pytest.raises(UnsupportedModelError, match="input of NonZero"):
         run(ctx, model, {"x": np.array(2.0, np.float32)})
+
+
+def test_range_takes_its_bounds_from_example_inputs(ctx):
+    from mnrt.compiler.onnx import from_onnx
+
+    bounds = {"s": np.array(10, np.int32), "l": np.array(-2, np.int32), "d": np.array(-3, np.int32)}
+    model = one_node_model("Range", bounds, ["y"])
+    with pytest.raises(UnsupportedModelError, match="input of Range"):
+        from_onnx(model)
+    graph = from_onnx(model, bounds)
+    assert not graph.inputs  # the bounds are folded: the output is a constant
+    got = ctx.compile(graph, {})({})["y"].cpu()
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, [10, 7, 4, 1])

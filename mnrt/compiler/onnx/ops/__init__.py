@@ -104,6 +104,7 @@ register("ReverseSequence", index.reverse_sequence)
 register("Compress", index.compress)
 register("NonZero", index.data_dependent)
 register("Unique", index.data_dependent)
+register("Range", index.data_dependent)
 # losses
 register("NegativeLogLikelihoodLoss", loss.nll_loss)
 register("SoftmaxCrossEntropyLoss", loss.softmax_cross_entropy)
