@@ -631,3 +631,26 @@ def test_lp_normalization_by_the_spec(dev, q, p, norm):
     x = np.array([[0, -3], [0, 4]], np.float32)
     (y,) = run_on_device(dev, q, from_onnx(model), [x])
     np.testing.assert_allclose(y, [[0, -3 / norm], [0, 4 / norm]], rtol=1e-6)
+
+
+# --- losses ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_nll_loss_with_weights_and_an_ignored_class(dev, q, reduction):
+    node = helper.make_node("NegativeLogLikelihoodLoss", ["x", "t", "w"], ["y"],
+                            reduction=reduction, ignore_index=1)  # fmt: skip
+    model = make_model(
+        [node], [vi("x", F, [4, 3, 2]), vi("t", I64, [4, 2])], [vi("y", F, None)],
+        [init("w", np.array([0.5, 2.0, 1.5], np.float32))],
+    )  # fmt: skip
+    t = np.array([[0, 1], [2, 2], [1, 0], [0, 2]], np.int64)
+    check_against_reference(dev, q, model, {"x": randn(4, 3, 2), "t": t})
+
+
+def test_softmax_cross_entropy_with_its_log_prob_output(dev, q):
+    node = helper.make_node("SoftmaxCrossEntropyLoss", ["x", "t"], ["y", "logp"])
+    model = make_model(
+        [node], [vi("x", F, [5, 4]), vi("t", I64, [5])], [vi("y", F, None), vi("logp", F, None)]
+    )
+    check_against_reference(dev, q, model, {"x": randn(5, 4), "t": np.array([0, 3, 1, 1, 2])})

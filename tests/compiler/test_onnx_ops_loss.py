@@ -47,5 +47,5 @@ def test_loss_of_unknown_reduction_is_invalid(ctx):
     x, t = _case()
     model = one_node_model("NegativeLogLikelihoodLoss", {"x": x, "t": t}, ["loss"],
                            reduction="max")  # fmt: skip
-    with pytest.raises(mnrt.MnrtError, match="reduction 'max'"):
+    with pytest.raises(mnrt.MnrtError, match="reduction.*max"):
         run(ctx, model, {"x": x, "t": t})

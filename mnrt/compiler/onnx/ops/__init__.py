@@ -105,11 +105,11 @@ register("Compress", index.compress)
 register("NonZero", index.data_dependent)
 register("Unique", index.data_dependent)
 register("Range", index.data_dependent)
-# losses
-register("NegativeLogLikelihoodLoss", loss.nll_loss)
-register("SoftmaxCrossEntropyLoss", loss.softmax_cross_entropy)
 # known at import time
 register("Constant", constant.constant)
 register("Shape", constant.shape)
 register("Size", constant.size)
 register("ConstantOfShape", constant.constant_of_shape)
+# losses
+register("NegativeLogLikelihoodLoss", loss.nll_loss)
+register("SoftmaxCrossEntropyLoss", loss.softmax_cross_entropy_loss)

@@ -1,10 +1,9 @@
-"""Losses: NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (log_softmax, then the
-same negative log-likelihood), with class weights, ignore_index and the three reductions.
+"""Losses: NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss.
 
-Each target picks its class's value with gather_elements along the class axis (1); an
-ignored target is first pointed at class 0 (ignore_index may lie outside 0..C-1, where a
-gather would be out of range) and then given weight 0, so it adds nothing to the sum and
-nothing to the weight total that `mean` divides by, as the ONNX spec says.
+The device has no per-element gather, so picking each sample's class is an equality with a
+constant class index along axis 1 and a sum over that axis of the one selected value (and
+zeros), which is exact. A target outside 0..C-1 (ignore_index) selects nothing, so its loss
+and weight are 0, as ONNX says for ignored targets.
 """
 
 from __future__ import annotations
@@ -14,61 +13,59 @@ from typing import Any
 import numpy as np
 
 from ...builder import Symbol
-from ..state import Attrs, Ctx, Invalid
-
-_REDUCTIONS = ("none", "sum", "mean")
+from ..state import Attrs, Ctx, Invalid, Unsupported
 
 
-def _nll(cx: Ctx, node: Any, at: Attrs, logp: Symbol, target: Symbol) -> Symbol:
-    """-logp[n, target[n, ...], ...] * weight[target], reduced as the node says."""
-    reduction = at.get("reduction", "mean")
-    if reduction not in _REDUCTIONS:
-        raise Invalid(f"reduction {reduction!r} must be one of {', '.join(_REDUCTIONS)}")
+def _nll(cx: Ctx, node: Any, at: Attrs, logp: Symbol, target: Symbol,
+         weight: Symbol | None) -> Symbol:  # fmt: skip
     shape, tshape = cx.shape(logp), cx.shape(target)
     if len(shape) < 2 or tshape != (shape[0], *shape[2:]):
-        raise Invalid(
-            f"target of shape {tshape} does not match input of shape {shape}: it must be "
-            "(N, d1, ...) for an input of (N, C, d1, ...)"
-        )
-    if not cx.dtype(target).is_integer:
-        raise Invalid(f"target is {cx.dtype(target).name}; it must hold integer class indices")
-    ignored = None
-    if at.has("ignore_index"):
-        ii = cx.param(np.array(int(at.get("ignore_index"))), like=target)
-        ignored = cx.op("equal", target, ii)
-        target = cx.op("where", ignored, cx.param(np.array(0), like=target), target)
-    picked = cx.op("gather_elements", logp, cx.reshape(target, (shape[0], 1, *shape[2:])),
-                   axis=1)  # fmt: skip
-    loss = cx.op("neg", cx.reshape(picked, tshape))
-    weight = None
-    if len(node.input) > 2 and node.input[2]:
-        w = cx.sym(node.input[2])
-        if cx.shape(w) != (shape[1],):
-            raise Invalid(
-                f"weight has shape {cx.shape(w)}; it must be ({shape[1]},), one per class"
-            )
-        weight = cx.op("gather", w, target, axis=0)
-    if ignored is not None:
-        zero = cx.param(np.array(0), like=loss)
-        weight = cx.op("where", ignored, zero, weight if weight is not None else
-                       cx.param(np.ones(tshape), like=loss))  # fmt: skip
+        raise Invalid(f"target of shape {tshape} must be the input's {shape} without axis 1")
+    if not cx.dtype(logp).is_float:
+        raise Unsupported(f"{node.op_type} of {cx.dtype(logp).name}: only floating types")
+    c, rest = shape[1], [1] * (len(shape) - 2)
+    reduction = at.get("reduction", "mean")
+    if reduction not in ("none", "sum", "mean"):
+        raise Invalid(f"reduction={reduction}: takes none, sum or mean")
+    t = cx.reshape(target, (shape[0], 1, *shape[2:]))
+    classes = cx.param(np.arange(c).reshape(1, c, *rest), like=target)
+    chosen = cx.op("equal", t, classes)
+    zero = cx.param(np.array(0), like=logp)
+    picked = cx.op("sum", cx.op("where", chosen, logp, zero), axes=[1], keepdims=False)
     if weight is not None:
-        loss = cx.op("mul", loss, weight)
+        wb = cx.reshape(weight, (1, c, *rest))
+        w = cx.op("sum", cx.op("where", chosen, wb, zero), axes=[1], keepdims=False)
+    else:
+        one = cx.param(np.array(1), like=logp)
+        w = cx.op("sum", cx.op("where", chosen, one, zero), axes=[1], keepdims=False)
+    if at.has("ignore_index") and 0 <= int(at.get("ignore_index")) < c:
+        ignored = cx.op(
+            "equal", target, cx.param(np.array(int(at.get("ignore_index"))), like=target)
+        )
+        w = cx.op("where", ignored, zero, w)
+    at.get("ignore_index")
+    loss = cx.op("neg", cx.op("mul", picked, w))
     if reduction == "none":
         return loss
     total = cx.op("sum", loss, axes=[], keepdims=False)
     if reduction == "sum":
         return total
-    if weight is None:
-        return cx.op("div", total, cx.param(np.array(int(np.prod(tshape))), like=total))
-    return cx.op("div", total, cx.op("sum", weight, axes=[], keepdims=False))
+    return cx.op("div", total, cx.op("sum", w, axes=[], keepdims=False))
+
+
+def _optional(cx: Ctx, node: Any, index: int) -> Symbol | None:
+    return cx.sym(node.input[index]) if len(node.input) > index and node.input[index] else None
 
 
 def nll_loss(cx: Ctx, node: Any, at: Attrs) -> list:
-    return [_nll(cx, node, at, cx.sym(node.input[0]), cx.sym(node.input[1]))]
+    logp, target = cx.sym(node.input[0]), cx.sym(node.input[1])
+    return [_nll(cx, node, at, logp, target, _optional(cx, node, 2))]
 
 
-def softmax_cross_entropy(cx: Ctx, node: Any, at: Attrs) -> list:
-    """The loss, and the log-probabilities as the optional second output."""
-    logp = cx.op("log_softmax", cx.sym(node.input[0]), axis=1)
-    return [_nll(cx, node, at, logp, cx.sym(node.input[1])), logp]
+def softmax_cross_entropy_loss(cx: Ctx, node: Any, at: Attrs) -> list:
+    """ONNX's function body: NLL of log_softmax over the classes (axis 1); log_prob is the
+    optional second output."""
+    scores, labels = cx.sym(node.input[0]), cx.sym(node.input[1])
+    logp = cx.op("log_softmax", scores, axis=1)
+    loss = _nll(cx, node, at, logp, labels, _optional(cx, node, 2))
+    return [loss, logp] if len(node.output) > 1 and node.output[1] else [loss]
