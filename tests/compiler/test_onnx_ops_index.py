@@ -165,3 +165,15 @@ def test_range_takes_its_bounds_from_example_inputs(ctx):
     got = ctx.compile(graph, {})({})["y"].cpu()
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, [10, 7, 4, 1])
+
+
+def test_int64_indices_are_checked_in_full_width(ctx):
+    """int64 indices are held as int64: 2**32 + 1 is out of range (as int32 it was 1)."""
+    w = np.arange(12, dtype=np.float32).reshape(4, 3)
+    i = np.array([0, 1], np.int64)
+    model = one_node_model("Gather", {"w": w, "i": i}, ["y"], axis=0)
+    compiled = ctx.compile(model, {"w": w, "i": i})
+    got = compiled({"w": w, "i": np.array([3, -1], np.int64)})["y"].cpu()
+    np.testing.assert_array_equal(got, w[[3, 3]])
+    with pytest.raises(mnrt.MnrtError, match="index 4294967297 is out of range"):
+        compiled({"w": w, "i": np.array([2**32 + 1, 0], np.int64)})["y"].cpu()
