@@ -654,3 +654,74 @@ def test_softmax_cross_entropy_with_its_log_prob_output(dev, q):
         [node], [vi("x", F, [5, 4]), vi("t", I64, [5])], [vi("y", F, None), vi("logp", F, None)]
     )
     check_against_reference(dev, q, model, {"x": randn(5, 4), "t": np.array([0, 3, 1, 1, 2])})
+
+
+# --- ops that ONNX defines as functions of other ops ------------------------------------------
+
+
+def test_an_op_without_converter_is_imported_as_its_onnx_function_body(dev, q):
+    assert "Attention" not in mnrt.compiler.onnx.supported_ops()
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=1)
+    shape = [2, 3, 4, 8]
+    model = make_model(
+        [node], [vi(n, F, shape) for n in "qkv"], [vi("y", F, None)], opset=23
+    )  # fmt: skip
+    feeds = {n: randn(*shape) for n in "qkv"}
+    check_against_reference(dev, q, model, feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_a_function_body_is_used_only_where_no_converter_exists():
+    node = helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"], ["y"], name="nll")
+    model = make_model([node], [vi("x", F, [2, 3]), vi("t", I64, [2])], [vi("y", F, None)])
+    graph = from_onnx(model)  # the converter, not the body (which needs GatherElements)
+    assert graph.outputs
+    node = helper.make_node("CenterCropPad", ["x", "s"], ["y"], name="ccp")
+    model = make_model(
+        [node], [vi("x", F, [4, 4])], [vi("y", F, None)], [init("s", np.array([2, 2]))]
+    )
+    graph = from_onnx(model)
+    assert graph.values[graph.outputs[0]].shape == (2, 2)
+
+
+def test_lp_pool_matches_the_reference(dev, q):
+    node = helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], pads=[1, 0, 0, 1], p=3)
+    model = make_model([node], [vi("x", F, [1, 2, 4, 5])], [vi("y", F, None)])
+    check_against_reference(dev, q, model, {"x": randn(1, 2, 4, 5)})
+
+
+def test_range_of_known_bounds_is_a_constant(dev, q):
+    nodes = [helper.make_node("Range", ["s", "l", "d"], ["r"]),
+             helper.make_node("Add", ["x", "r"], ["y"])]  # fmt: skip
+    inits = [init("s", np.float32(1)), init("l", np.float32(2.9)), init("d", np.float32(0.5))]
+    model = make_model(nodes, [vi("x", F, [4])], [vi("y", F, None)], inits)
+    check_against_reference(dev, q, model, {"x": randn(4)})
+
+
+def test_castlike_of_a_constant_stays_known_at_import(dev, q):
+    nodes = [helper.make_node("CastLike", ["v", "x"], ["vx"]),
+             helper.make_node("Pad", ["x", "pads", "vx"], ["y"])]  # fmt: skip
+    inits = [init("v", np.array(2.5)), init("pads", np.array([1, 2]))]
+    model = make_model(nodes, [vi("x", F, [3])], [vi("y", F, None)], inits)
+    check_against_reference(dev, q, model, {"x": randn(3)})
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [{"mode": "nearest"}, {"mode": "linear"},
+     {"mode": "cubic", "coordinate_transformation_mode": "align_corners"}],
+    ids=["nearest", "linear", "cubic"],
+)  # fmt: skip
+def test_resize_by_constant_matrices(dev, q, attrs):
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], **attrs)
+    scales = init("s", np.array([1, 1, 2, 0.5], np.float32))
+    model = make_model([node], [vi("x", F, [1, 2, 3, 4])], [vi("y", F, None)], [scales], 19)
+    check_against_reference(dev, q, model, {"x": randn(1, 2, 3, 4)}, rtol=1e-5, atol=1e-6)
+
+
+def test_resize_crop_and_resize_is_refused():
+    node = helper.make_node("Resize", ["x", "roi", "s"], ["y"], name="rs",
+                            coordinate_transformation_mode="tf_crop_and_resize")  # fmt: skip
+    inits = [init("roi", np.array([0, 0, 1, 1], np.float32)), init("s", np.ones(2, np.float32))]
+    model = make_model([node], [vi("x", F, [3, 4])], [vi("y", F, None)], inits, 19)
+    with pytest.raises(UnsupportedModelError, match=r"rs \(Resize\): coordinate_trans"):
+        from_onnx(model)

@@ -29,6 +29,7 @@ from . import (
     shapes,
 )
 from .errors import Invalid, InvalidModelError, Unsupported, UnsupportedModelError
+from .expand import function_body
 from .fold import check_folded_size, fold, foldable
 from .registry import CONVERTERS
 from .state import Attrs, Converter, Ctx, device_dtype_name
@@ -79,6 +80,8 @@ def _spec_problem(node: Any, checker_ctx: Any) -> str | None:
 
 
 def _check_node(cx: Ctx, node: Any, problems: _Problems, poisoned: set[str]) -> None:
+    """Fold, convert or expand one node (an op ONNX defines as a function of others, with no
+    converter here, becomes that function's body), or record why not."""
     label = _label(node)
     converter = CONVERTERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
     ins = [n for n in node.input if n]
@@ -103,6 +106,12 @@ def _check_node(cx: Ctx, node: Any, problems: _Problems, poisoned: set[str]) -> 
         if folded is not None:
             for name, v in zip([n for n in node.output if n], folded):
                 cx.consts[name] = v
+            return
+    if converter is None and node.domain in ("", "ai.onnx"):
+        body = function_body(node, cx.opset, [cx.types.get(n) for n in node.input])
+        if body:
+            for inner in body:
+                _check_node(cx, inner, problems, poisoned)
             return
     if converter is None:
         problems.unsupported.append(f"{label}: op {node.op_type} is not supported")
@@ -364,6 +373,7 @@ def from_onnx(model: Any, inputs: Mapping[str, Any] | None = None) -> Graph:
     cx = Ctx(g.name or "onnx", opset)
     cx.opsets = list(model.opset_import)
     cx.inferred = shapes.static_shapes(g)
+    cx.types = {v.name: v.type for v in [*g.input, *g.value_info, *g.output]}
     cx.checker = onnx.checker.C.CheckerContext()
     cx.checker.ir_version = model.ir_version
     cx.checker.opset_imports = {o.domain: o.version for o in model.opset_import}

@@ -57,6 +57,7 @@ class Ctx:
         self.consts: dict[str, np.ndarray] = {}
         self.opsets: list[Any] = []
         self.inferred: dict[str, tuple[tuple[int, ...], int]] = {}  # ONNX shape inference
+        self.types: dict[str, Any] = {}  # ONNX TypeProto of the model's declared values
         self.checker: Any = None  # onnx's CheckerContext for this model's opsets
         # Graph inputs not yet made device inputs: (shape, dtype name, example or None).
         # One becomes a device input when a kernel reads it, or a constant when a converter

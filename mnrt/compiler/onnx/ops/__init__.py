@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .. import names
 from ..registry import register
-from . import binary, constant, conv, index, linalg, loss, norm, pool, reduce, shape, unary
+from . import binary, constant, conv, index, linalg, loss, norm, pool, reduce, resize, shape, unary
 
 # Ops that are one device kernel (names.py holds the table the exporter shares).
 for _kernel, _op in names.UNARY.items():
@@ -62,6 +62,7 @@ register("MaxPool", pool.pool("max_pool2d"))
 register("AveragePool", pool.pool("avg_pool2d"))
 register("GlobalAveragePool", pool.global_pool)
 register("GlobalMaxPool", pool.global_pool)
+register("LpPool", pool.lp_pool)
 # normalisation
 register("BatchNormalization", norm.batch_norm)
 register("InstanceNormalization", norm.instance_norm)
@@ -88,6 +89,8 @@ register("Trilu", shape.trilu)
 register("EyeLike", shape.eye_like)
 register("DepthToSpace", shape.depth_to_space)
 register("SpaceToDepth", shape.space_to_depth)
+register("Resize", resize.resize)
+register("Upsample", resize.resize)
 # positions: arg, top-k, gather and scatter, one-hot, running sums
 register("ArgMax", index.arg("argmax"))
 register("ArgMin", index.arg("argmin"))
@@ -104,12 +107,12 @@ register("ReverseSequence", index.reverse_sequence)
 register("Compress", index.compress)
 register("NonZero", index.data_dependent)
 register("Unique", index.data_dependent)
-register("Range", index.data_dependent)
 # known at import time
 register("Constant", constant.constant)
 register("Shape", constant.shape)
 register("Size", constant.size)
 register("ConstantOfShape", constant.constant_of_shape)
+register("Range", constant.range_)
 # losses
 register("NegativeLogLikelihoodLoss", loss.nll_loss)
 register("SoftmaxCrossEntropyLoss", loss.softmax_cross_entropy_loss)

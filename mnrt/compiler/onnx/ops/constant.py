@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..state import Attrs, Ctx, Unsupported, check_const_size
+from ..state import Attrs, Ctx, Invalid, Unsupported, check_const_size
 
 
 def constant(cx: Ctx, node: Any, at: Attrs) -> list:
@@ -40,3 +40,15 @@ def constant_of_shape(cx: Ctx, node: Any, at: Attrs) -> list:
     fill = numpy_helper.to_array(v).reshape(-1) if v is not None else np.zeros(1, np.float32)
     check_const_size(tuple(shape), fill.dtype.itemsize, "ConstantOfShape's output")
     return [np.full(shape, fill[0], dtype=fill.dtype)]
+
+
+def range_(cx: Ctx, node: Any, at: Attrs) -> list:
+    """start, start + delta, ... before limit: a constant, so start, limit and delta must be
+    known at import time (initializers, or example inputs)."""
+    start, limit, delta = (np.asarray(cx.const(n, "Range's start, limit and delta")).reshape(())
+                           for n in node.input[:3])  # fmt: skip
+    if delta == 0:
+        raise Invalid("delta is 0: Range would never reach its limit")
+    count = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+    check_const_size((count,), start.dtype.itemsize, "Range's output")
+    return [(start + np.arange(count, dtype=start.dtype) * delta).astype(start.dtype)]

@@ -131,7 +131,7 @@ def compress(cx: Ctx, node: Any, at: Attrs) -> list:
 
 
 def data_dependent(cx: Ctx, node: Any, at: Attrs) -> list:
-    """NonZero, Unique and Range: the output's shape depends on the input's values, which the
+    """NonZero and Unique: the output's shape depends on the input's values, which the
     device's static buffers cannot follow, so the input must be known at import time (an
     initializer, a folded node, or a graph input an example input gives) and the node is
     evaluated on the host."""

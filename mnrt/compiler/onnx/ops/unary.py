@@ -127,8 +127,13 @@ def cast(cx: Ctx, node: Any, at: Attrs) -> list:
 
 
 def cast_like(cx: Ctx, node: Any, at: Attrs) -> list:
+    """A constant cast to a floating type stays a constant (a Pad value, a scale that a
+    function body casts to its input's type must be known at import time)."""
     at.get("saturate"), at.get("round_mode")
-    return _cast_to(cx, cx.sym(node.input[0]), cx.dtype_name(node.input[1]))
+    to = cx.dtype_name(node.input[1])
+    if cx.is_const(node.input[0]) and resolve_dtype(to).is_float:
+        return [np.asarray(cx.consts[node.input[0]]).astype(resolve_dtype(to).read_dtype)]
+    return _cast_to(cx, cx.sym(node.input[0]), to)
 
 
 def _holds(wide: DType, narrow: DType) -> bool:

@@ -1,0 +1,110 @@
+"""Resize and Upsample: a resize along one axis is a constant matrix (each output element a
+fixed weighted sum of input elements: one-hot for nearest, two taps for linear, four for
+cubic), so it is computed at import time by running ONNX's reference op on an identity, and
+applied on the device as a gather (nearest: exact) or a GEMM (linear, cubic). Axes are
+resized one after another, as the ops are separable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...builder import Symbol
+from ..state import Attrs, Ctx, Invalid, Unsupported, axis_index
+
+
+def _optional_const(cx: Ctx, node: Any, index: int, what: str) -> np.ndarray | None:
+    if len(node.input) > index and node.input[index]:
+        value = np.asarray(cx.const(node.input[index], what))
+        return value if value.size else None
+    return None
+
+
+def _targets(cx: Ctx, node: Any, at: Attrs, shape: tuple[int, ...]) -> list[tuple]:
+    """(axis, "scales" or "sizes", value) for every axis the op changes."""
+    rank = len(shape)
+    if node.op_type == "Upsample" or cx.opset < 11:
+        scales = at.get("scales") if cx.opset < 9 else cx.const(node.input[1], "scales")
+        scales, sizes = np.asarray(scales, np.float64).reshape(-1), None
+    else:
+        scales = _optional_const(cx, node, 2, "scales")
+        sizes = _optional_const(cx, node, 3, "sizes")
+    axes = [axis_index(a, rank) for a in (at.get("axes") or range(rank))]
+    values = scales if scales is not None else sizes
+    if values is None or len(values) != len(axes):
+        raise Invalid(f"{node.op_type} needs one scale or size per axis of {axes}")
+    kind = "scales" if scales is not None else "sizes"
+    changed = [v != 1.0 if kind == "scales" else int(v) != shape[a] for a, v in zip(axes, values)]
+    return [(a, kind, float(v)) for a, v, c in zip(axes, values, changed) if c]
+
+
+def _matrix(cx: Ctx, node: Any, at: Attrs, n: int, kind: str, value: float) -> np.ndarray:
+    """The (out, n) matrix of the op resizing one axis of length n: ONNX's reference op run
+    on an n x n identity, resized along its first axis only."""
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    attrs = {k: v for k, v in at.values.items() if k not in ("axes", "scales")}
+    legacy = node.op_type == "Upsample" or cx.opset < 11
+    if legacy and cx.opset < 9:
+        attrs["scales"] = [value, 1.0]
+        inputs, inits = ["x"], []
+    elif legacy:
+        inputs, inits = (
+            ["x", "s"],
+            [numpy_helper.from_array(np.array([value, 1.0], np.float32), "s")],
+        )
+    elif kind == "scales":
+        s = numpy_helper.from_array(np.array([value, 1.0], np.float32), "s")
+        inputs, inits = ["x", "", "s"], [s]
+    else:
+        s = numpy_helper.from_array(np.array([int(value), n], np.int64), "s")
+        inputs, inits = ["x", "", "", "s"], [s]
+    probe = helper.make_node(node.op_type, inputs, ["y"], **attrs)
+    graph = helper.make_graph(
+        [probe], "probe", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [n, n])],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)], initializer=inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=cx.opsets)
+    (m,) = ReferenceEvaluator(model).run(None, {"x": np.eye(n)})
+    return np.asarray(m)
+
+
+def _along(cx: Ctx, x: Symbol, axis: int, m: np.ndarray) -> Symbol:
+    """x with `axis` replaced by the rows of m: a gather where every row of m is one-hot
+    (nearest: copies, exactly), else a GEMM over that axis."""
+    onehot = np.all((m == 0) | (m == 1)) and np.all(m.sum(axis=1) == 1)
+    if onehot:
+        idx = cx.param(np.argmax(m, axis=1).astype(np.int32))
+        return cx.op("gather", x, idx, axis=axis)
+    if not cx.dtype(x).is_float:
+        raise Unsupported(f"interpolating {cx.dtype(x).name} values (only nearest copies)")
+    shape = cx.shape(x)
+    rank = len(shape)
+    perm = [i for i in range(rank) if i != axis] + [axis]
+    moved = cx.op("transpose", x, perm=perm) if axis != rank - 1 else x
+    lead = [shape[i] for i in perm[:-1]]
+    flat = cx.reshape(moved, (int(np.prod(lead)), shape[axis]))
+    y = cx.op("gemm", flat, cx.param(np.ascontiguousarray(m.T), like=x))
+    y = cx.reshape(y, (*lead, m.shape[0]))
+    back = list(np.argsort(perm))
+    return cx.op("transpose", y, perm=back) if axis != rank - 1 else y
+
+
+def resize(cx: Ctx, node: Any, at: Attrs) -> list:
+    """Resize (and Upsample) of any mode whose per-axis matrix is constant; crop-and-resize
+    (which fills with extrapolation_value) and keep_aspect_ratio_policy are refused."""
+    x = cx.sym(node.input[0])
+    shape = cx.shape(x)
+    if at.get("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
+        raise Unsupported("coordinate_transformation_mode=tf_crop_and_resize")
+    if at.get("keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise Unsupported(f"keep_aspect_ratio_policy={at.get('keep_aspect_ratio_policy')}")
+    for name in ("mode", "cubic_coeff_a", "exclude_outside", "extrapolation_value",
+                 "nearest_mode", "antialias"):  # fmt: skip
+        at.get(name)
+    y = x
+    for axis, kind, value in _targets(cx, node, at, shape):
+        y = _along(cx, y, axis, _matrix(cx, node, at, shape[axis], kind, value))
+    return [y if y != x else cx.op("copy", x)]
