@@ -144,8 +144,8 @@ def float_dtype(model: Any) -> str | None:
 
 def expected_dtype(dtype: np.dtype) -> np.dtype | None:
     """The dtype mnrt returns for an ONNX output of `dtype`: the host dtype of the device
-    dtype that names.ELEM_TYPES says holds it (int64 comes back as int32 while the device
-    has no int64); None where no device dtype does."""
+    dtype that names.ELEM_TYPES says holds it (int64 as int64; bfloat16, which numpy lacks,
+    as float32 values); None where no device dtype does."""
     e = names.BY_NUMPY.get(np.dtype(dtype).name)
     device = names.device_dtype(e.code) if e is not None else None
     return None if device is None else device.read_dtype
