@@ -69,6 +69,9 @@ class CompiledFunction:
         self.graph = graph
         self.options = options
         self.source = source  # the graph as given, before any pass: the reference
+        # ONNX inputs the import folded into constants (an op needed their values then):
+        # name -> the example value compiled in. Calls may pass them only with that value.
+        self.folded: dict[str, np.ndarray] = {}
         self.onnx_model: Any = None  # the ONNX model it came from, if it did
         self.stages: list[tuple[str, str]] = []  # (phase, graph dump) of the compile
         unbound = [n for n in graph.outputs if graph.values[n].role in (INPUT, PARAM)]
@@ -148,6 +151,20 @@ class CompiledFunction:
             )
         return TensorProxy(self.ctx.queue, self.lowered.bindings[name], self)
 
+    def _without_folded(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """`inputs` less the folded ones, each of which must hold the value compiled in: a
+        program that ignored another value would answer for the wrong input."""
+        for name in set(inputs) & set(self.folded):
+            given, want = inputs.pop(name), self.folded[name]
+            same = not isinstance(given, TensorProxy) and _same_value(given, want)
+            if not same:
+                raise InvalidArgumentError(
+                    f"input {name!r} was folded into the program when it was compiled (an op "
+                    f"needs its value then: {want.tolist() if want.size <= 8 else want.shape}); "
+                    "a call takes only that value: compile again to use another"
+                )
+        return inputs
+
     def __call__(self, inputs: Mapping[str, Any] | None = None) -> dict[str, TensorProxy]:
         """Run once. Inputs not given keep what their proxies hold. The outputs are proxies
         of this function's output buffers: the next call (or save_binary) overwrites them."""
@@ -155,7 +172,7 @@ class CompiledFunction:
             raise InvalidArgumentError(
                 f"call inputs must be a dict of input name -> array, not {type(inputs).__name__}"
             )
-        inputs = dict(inputs or {})
+        inputs = self._without_folded(dict(inputs or {}))
         unknown = sorted(repr(n) for n in set(inputs) - set(self.graph.inputs))
         if unknown:
             raise InvalidArgumentError(
@@ -257,7 +274,7 @@ class CompiledFunction:
         if inputs is None:
             inputs = self.example_inputs
         else:  # the reference needs every input, as the replay will
-            inputs = _input_arrays(self.graph, inputs, "save_binary")
+            inputs = _input_arrays(self.graph, self._without_folded(dict(inputs)), "save_binary")
         # Outside the lock, so that other compiles need not wait for it, and unobserved: a
         # capture of the user's may be running, and this is none of its business.
         with observe.unobserved():
@@ -344,3 +361,11 @@ def _onnx_feed(data: np.ndarray, info: Any) -> np.ndarray:
     from onnx import helper
 
     return np.asarray(data).astype(helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type))
+
+
+def _same_value(given: Any, want: np.ndarray) -> bool:
+    try:
+        array = np.asarray(given)
+    except (TypeError, ValueError):
+        return False
+    return array.shape == want.shape and bool(np.array_equal(array, want))

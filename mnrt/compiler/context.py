@@ -132,10 +132,12 @@ class Context:
         _check_paths(codegen_dir, cache_options)
         graph, onnx_model = pipeline.graph_of(model, inputs)
         phases = [{"name": "import", "status": "ok", "seconds": time.perf_counter() - start}]
+        folded = {}
         if onnx_model is not None and isinstance(inputs, Mapping):
             # Inputs the import folded into constants are no longer the graph's to take.
-            folded = {i.name for i in onnx_model.graph.input} - set(graph.inputs)
-            inputs = {k: v for k, v in inputs.items() if k not in folded}
+            names = {i.name for i in onnx_model.graph.input} - set(graph.inputs)
+            folded = {k: np.array(v) for k, v in inputs.items() if k in names}
+            inputs = {k: v for k, v in inputs.items() if k not in names}
         inputs = _input_arrays(graph, inputs)
         opts = resolve(options)
         cached = None
@@ -147,6 +149,7 @@ class Context:
                 # (the goldens of save_binary come from them).
                 compiled.source, compiled.onnx_model, compiled.options = graph, onnx_model, opts
                 compiled.example_inputs = {k: np.array(v) for k, v in inputs.items()}
+                compiled.folded = folded
                 if codegen_dir is not None:
                     compiled.write_codegen_dir(codegen_dir, phases)
                 if opts["out_onnx"]:
@@ -159,6 +162,7 @@ class Context:
         t0 = time.perf_counter()
         compiled = CompiledFunction(self, optimised, opts, graph, inputs)
         compiled.onnx_model = onnx_model
+        compiled.folded = folded
         compiled.stages = stages
         phases.append({"name": "lower", "status": "ok", "seconds": time.perf_counter() - t0})
         if codegen_dir is not None:

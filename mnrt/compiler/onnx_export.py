@@ -22,7 +22,9 @@ from ..format.files import write_atomically
 from .ir import Graph, Node
 from .onnx import names
 
-OPSET = 17
+# 18: the first with the Bitwise ops (names.UNARY/BINARY), and with every Reduce op's axes
+# an input.
+OPSET = 18
 
 
 class ExportError(InvalidArgumentError):
@@ -140,12 +142,7 @@ def _reduce(op: str) -> Callable[[_Out, Node], None]:
     def export(out: _Out, n: Node) -> None:
         axes = list(n.attrs["axes"]) or list(range(len(out.shapes[n.inputs[0]])))
         keep = int(n.attrs["keepdims"])
-        if op == "ReduceSum":
-            out.add(
-                op, [n.inputs[0], out.const(np.array(axes, np.int64))], n.outputs, keepdims=keep
-            )
-        else:
-            out.add(op, n.inputs, n.outputs, axes=axes, keepdims=keep)
+        out.add(op, [n.inputs[0], out.const(np.array(axes, np.int64))], n.outputs, keepdims=keep)
 
     return export
 
@@ -223,7 +220,7 @@ _EXPORTERS: dict[str, Callable[[_Out, Node], None]] = {
 
 
 def to_onnx(graph: Graph) -> Any:
-    """The graph as an onnx.ModelProto (opset 17), checked by ONNX's checker."""
+    """The graph as an onnx.ModelProto (opset 18), checked by ONNX's checker."""
     model = _unchecked_model(graph)
     import onnx
 

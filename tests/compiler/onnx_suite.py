@@ -20,6 +20,7 @@ import functools
 import importlib
 import pkgutil
 import re
+import sys
 import warnings
 from collections import Counter
 from collections.abc import Iterator
@@ -84,10 +85,14 @@ def module_cases(module: str) -> tuple[Any, ...]:
     machinery (the wheel ships no data for them). Cached: a module generates once."""
     import onnx.backend.test.case.node as node
 
+    name = f"{node.__name__}.{module}"
     before = len(node._NodeTestCases)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        importlib.import_module(f"{node.__name__}.{module}")
+        if name in sys.modules:  # imported before (another test): generate its cases again
+            importlib.reload(sys.modules[name])
+        else:
+            importlib.import_module(name)
     return tuple(c for c in node._NodeTestCases[before:] if c.kind == "node")
 
 
@@ -144,8 +149,8 @@ def float_dtype(model: Any) -> str | None:
 
 def expected_dtype(dtype: np.dtype) -> np.dtype | None:
     """The dtype mnrt returns for an ONNX output of `dtype`: the host dtype of the device
-    dtype that names.ELEM_TYPES says holds it (int64 comes back as int32 while the device
-    has no int64); None where no device dtype does."""
+    dtype that names.ELEM_TYPES says holds it (int64 as int64; bfloat16, which numpy lacks,
+    as float32 values); None where no device dtype does."""
     e = names.BY_NUMPY.get(np.dtype(dtype).name)
     device = names.device_dtype(e.code) if e is not None else None
     return None if device is None else device.read_dtype

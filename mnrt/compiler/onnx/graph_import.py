@@ -2,9 +2,10 @@
 each to its converter (or to constant folding), collecting every problem so that one error
 lists them all.
 
-ONNX int64 becomes int32 on the device (names.ELEM_TYPES says which device dtype holds each
-ONNX type). An op, attribute or mode the device cannot run is an `UnsupportedModelError`
-listing every such node of the model at once. A model that breaks the ONNX spec (a value read
+Every ONNX value lives on the device in the dtype that names.ELEM_TYPES says holds its
+element type (int64 as int64, bfloat16 as bfloat16); types without one are refused by
+name. An op, attribute or mode the device cannot run is an `UnsupportedModelError` listing
+every such node of the model at once. A model that breaks the ONNX spec (a value read
 before it is defined or defined twice, a missing or mistyped attribute, sizes that do not add
 up, an axis out of range) is an `InvalidModelError` listing every such problem, and the
 unsupported nodes with them.

@@ -16,8 +16,8 @@ class ElemType:
     """One ONNX TensorProto element type and the device dtype that holds its values.
 
     `device` is None where the device has no dtype for it (the frontend refuses such
-    values). A device dtype narrower than the ONNX type (int64 held as int32) is exact only
-    for values in its range: constants are checked when imported, inputs when written.
+    values, naming the type); every type that has one is held in full width, so values and
+    the dtype a model's outputs come back in are the model's own.
     """
 
     code: int
@@ -26,25 +26,39 @@ class ElemType:
     device: str | None
 
 
-# Adding a device dtype (int64, int8, ...) to the frontend is changing its `device` here.
+# Adding a device dtype to the frontend is changing its `device` here. Types without one
+# are listed too, so that a refusal names them ("float8e4m3fn", not "code 17").
 ELEM_TYPES: tuple[ElemType, ...] = (
     ElemType(1, "FLOAT", "float32", "float"),
     ElemType(2, "UINT8", "uint8", "uint8"),
-    ElemType(3, "INT8", "int8", None),
-    ElemType(4, "UINT16", "uint16", None),
-    ElemType(5, "INT16", "int16", None),
+    ElemType(3, "INT8", "int8", "int8"),
+    ElemType(4, "UINT16", "uint16", "uint16"),
+    ElemType(5, "INT16", "int16", "int16"),
     ElemType(6, "INT32", "int32", "int32"),
-    ElemType(7, "INT64", "int64", "int32"),
+    ElemType(7, "INT64", "int64", "int64"),
     ElemType(8, "STRING", None, None),
     ElemType(9, "BOOL", "bool", "bool"),
     ElemType(10, "FLOAT16", "float16", "float16"),
     ElemType(11, "DOUBLE", "float64", "double"),
-    ElemType(12, "UINT32", "uint32", None),
-    ElemType(13, "UINT64", "uint64", None),
-    ElemType(16, "BFLOAT16", None, None),
+    ElemType(12, "UINT32", "uint32", "uint32"),
+    ElemType(13, "UINT64", "uint64", "uint64"),
+    ElemType(14, "COMPLEX64", "complex64", None),
+    ElemType(15, "COMPLEX128", "complex128", None),
+    ElemType(16, "BFLOAT16", "bfloat16", "bfloat16"),  # numpy: ml_dtypes' name, as onnx's
+    ElemType(17, "FLOAT8E4M3FN", None, None),
+    ElemType(18, "FLOAT8E4M3FNUZ", None, None),
+    ElemType(19, "FLOAT8E5M2", None, None),
+    ElemType(20, "FLOAT8E5M2FNUZ", None, None),
+    ElemType(21, "UINT4", None, None),
+    ElemType(22, "INT4", None, None),
+    ElemType(23, "FLOAT4E2M1", None, None),
+    ElemType(24, "FLOAT8E8M0", None, None),
+    ElemType(25, "UINT2", None, None),
+    ElemType(26, "INT2", None, None),
 )
 BY_CODE: dict[int, ElemType] = {e.code: e for e in ELEM_TYPES}
 BY_NUMPY: dict[str, ElemType] = {e.numpy: e for e in ELEM_TYPES if e.numpy}
+BY_DEVICE: dict[str, ElemType] = {e.device: e for e in ELEM_TYPES if e.device}
 
 
 def device_dtype(code: int) -> dt.DType | None:
@@ -58,7 +72,7 @@ def onnx_code(dtype: dt.DType) -> int:
     half, which ONNX cannot express, is written as IEEE float16)."""
     if dtype.is_half:
         return BY_NUMPY["float16"].code
-    return BY_NUMPY[dtype.storage.name].code
+    return BY_DEVICE[dtype.name].code
 
 
 # ONNX ops that are exactly one device kernel of the same operands (kernel name -> op).
@@ -73,6 +87,25 @@ UNARY: dict[str, str] = {
     "abs": "Abs",
     "erf": "Erf",
     "reciprocal": "Reciprocal",
+    "sin": "Sin",
+    "cos": "Cos",
+    "tan": "Tan",
+    "asin": "Asin",
+    "acos": "Acos",
+    "atan": "Atan",
+    "sinh": "Sinh",
+    "cosh": "Cosh",
+    "asinh": "Asinh",
+    "acosh": "Acosh",
+    "atanh": "Atanh",
+    "floor": "Floor",
+    "ceil": "Ceil",
+    "round": "Round",
+    "sign": "Sign",
+    "isnan": "IsNaN",
+    "softplus": "Softplus",
+    "softsign": "Softsign",
+    "bitwise_not": "BitwiseNot",
 }
 BINARY: dict[str, str] = {
     "add": "Add",
@@ -85,8 +118,14 @@ BINARY: dict[str, str] = {
     "greater": "Greater",
     "less_equal": "LessOrEqual",
     "greater_equal": "GreaterOrEqual",
+    "bitwise_and": "BitwiseAnd",
+    "bitwise_or": "BitwiseOr",
+    "bitwise_xor": "BitwiseXor",
+    "logical_and": "And",
+    "logical_or": "Or",
+    "logical_xor": "Xor",
 }
 # Variadic in ONNX, binary on the device: the exporter writes them with two operands.
 VARIADIC: dict[str, str] = {"maximum": "Max", "minimum": "Min"}
 REDUCE: dict[str, str] = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax",
-                          "min": "ReduceMin"}  # fmt: skip
+                          "min": "ReduceMin", "prod": "ReduceProd"}  # fmt: skip

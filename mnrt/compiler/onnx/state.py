@@ -15,7 +15,7 @@ from . import names
 from .errors import Invalid, Unsupported
 
 __all__ = ["Attrs", "Converter", "Ctx", "Invalid", "Unsupported", "axis_index",
-           "check_const_size", "device_array", "device_dtype_name"]  # fmt: skip
+           "check_const_size", "const_dtype", "device_array", "device_dtype_name"]  # fmt: skip
 
 # Attributes that change nothing at inference: old opsets' consumed_inputs and is_test
 # (inference is all the device does), BatchNormalization's running-average momentum.
@@ -119,7 +119,7 @@ class Ctx:
         if name not in self.syms:
             data = self.const(name)
             pname = name if name not in self.b.graph.values else self.fresh(name)
-            self.syms[name] = self.b.param(pname, device_array(data))
+            self.syms[name] = self.b.param(pname, device_array(data), dtype=const_dtype(data))
         return self.syms[name]
 
     def param(self, data: np.ndarray, like: Symbol | None = None, stem: str = "const") -> Symbol:
@@ -128,7 +128,7 @@ class Ctx:
         if like is not None:
             dt = self.dtype(like)
             return self.b.param(self.fresh(stem), data.astype(dt.compute), dtype=dt)
-        return self.b.param(self.fresh(stem), device_array(data))
+        return self.b.param(self.fresh(stem), device_array(data), dtype=const_dtype(data))
 
     def shape(self, x: str) -> tuple[int, ...]:
         """The shape of a device value (a Symbol) or of an ONNX name."""
@@ -167,23 +167,23 @@ Converter = Callable[[Ctx, Any, Attrs], list]
 
 
 def device_array(data: np.ndarray) -> np.ndarray:
-    """A constant as the device holds it (names.ELEM_TYPES): a narrower integer dtype only
-    when every value fits, since wrapping would silently change an index or a fill value."""
+    """A constant as the device's parameters take it (names.ELEM_TYPES): its own numpy
+    dtype, or float32 values for a dtype stored as bit patterns (bfloat16), which the
+    upload rounds, exactly, back to it. `const_dtype` names the device dtype."""
     data = np.asarray(data)
-    elem = names.BY_NUMPY.get(data.dtype.name)
+    device = const_dtype(data)
+    if device.codec is not None:
+        return data.astype(np.float32)
+    return data
+
+
+def const_dtype(data: np.ndarray) -> DType:
+    """The device dtype that holds a constant of this numpy dtype, or Unsupported."""
+    elem = names.BY_NUMPY.get(np.asarray(data).dtype.name)
     device = names.device_dtype(elem.code) if elem is not None else None
     if device is None:
-        raise Unsupported(f"a constant of {data.dtype} has no device dtype")
-    if device.storage == data.dtype or device.is_half:
-        return data
-    if data.dtype.kind in "iu" and device.storage.kind in "iu":
-        info = np.iinfo(device.storage)
-        if data.size and (data.min() < info.min or data.max() > info.max):
-            raise Unsupported(
-                f"a constant of {data.dtype} holds values outside {device.name} "
-                f"[{info.min}, {info.max}], the device dtype that holds {data.dtype}"
-            )
-    return data.astype(device.storage)
+        raise Unsupported(f"a constant of {np.asarray(data).dtype} has no device dtype")
+    return device
 
 
 def device_dtype_name(elem_type: int, what: str) -> str:

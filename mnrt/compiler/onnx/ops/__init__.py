@@ -13,6 +13,7 @@ from . import (
     constant,
     conv,
     flex_attention,
+    index,
     linalg,
     linear_attention,
     loss,
@@ -41,11 +42,10 @@ register("LeakyRelu", unary.leaky_relu)
 register("PRelu", unary.prelu)
 register("Elu", unary.elu)
 register("Selu", unary.elu)
-register("Softplus", unary.softplus)
-register("Softsign", unary.softsign)
 register("HardSigmoid", unary.hard_sigmoid)
 register("Clip", unary.clip)
 register("Cast", unary.cast)
+register("IsInf", unary.is_inf)
 register("Celu", unary.celu)
 register("ThresholdedRelu", unary.thresholded_relu)
 register("Shrink", unary.shrink)
@@ -60,6 +60,8 @@ register("Min", binary.variadic("minimum"))
 register("Sum", binary.variadic("add"))
 register("Mean", binary.variadic("add", mean=True))
 register("Where", binary.where)
+register("Mod", binary.mod)
+register("BitShift", binary.bit_shift)
 # reductions
 register("ReduceL1", reduce.reduce("sum", pre="abs"))
 register("ReduceL2", reduce.reduce("sum", pre="square", post="sqrt"))
@@ -105,6 +107,22 @@ register("DepthToSpace", shape.depth_to_space)
 register("SpaceToDepth", shape.space_to_depth)
 register("Resize", resize.resize)
 register("Upsample", resize.resize)
+# positions: arg, top-k, gather and scatter, one-hot, running sums
+register("ArgMax", index.arg("argmax"))
+register("ArgMin", index.arg("argmin"))
+register("TopK", index.top_k)
+register("GatherElements", index.gather_elements)
+register("GatherND", index.gather_nd)
+register("ScatterElements", index.scatter_elements)
+register("Scatter", index.scatter_elements)
+register("ScatterND", index.scatter_nd)
+register("OneHot", index.one_hot)
+register("CumSum", index.cumulative("cumsum"))
+register("CumProd", index.cumulative("cumprod"))
+register("ReverseSequence", index.reverse_sequence)
+register("Compress", index.compress)
+register("NonZero", index.data_dependent)
+register("Unique", index.data_dependent)
 # known at import time
 register("Constant", constant.constant)
 register("Shape", constant.shape)

@@ -168,25 +168,26 @@ def _nonpad(cx: Ctx, bias: _Bias, name: str, sq: int, skv: int, causal: bool, le
     """nonpad_kv_seqlen (an external cache): keys at or past each batch's count are padding,
     and the causal / window offset of batch b is nonpad_kv_seqlen[b] - q_sequence_length."""
     n = cx.sym(name)
-    if cx.dtype(n).name != "int32" or len(cx.shape(n)) != 1:
+    if not cx.dtype(n).is_integer or len(cx.shape(n)) != 1:
         raise Invalid(f"nonpad_kv_seqlen must be a 1-D integer vector, got "
                       f"{cx.dtype(n).name} {cx.shape(n)}")  # fmt: skip
     batch = cx.shape(n)[0]
-    cols = np.arange(skv, dtype=np.int32)
+    it = cx.dtype(n).storage  # the comparisons below are in nonpad_kv_seqlen's own dtype
+    cols = np.arange(skv, dtype=it)
     pad_ok = cx.op("less", cx.param(cols), cx.reshape(n, (batch, 1)))
     bias.add_allowed(cx.reshape(pad_ok, (batch, 1, 1, skv)))
     if not (causal or left >= 0 or right >= 0):
         return
     # diff = (i + n[b] - sq) - j, the same rule as _allowed with a per-batch offset
-    base = np.arange(sq, dtype=np.int32)[:, None] - sq - cols[None, :]
+    base = np.arange(sq, dtype=it)[:, None] - sq - cols[None, :]
     diff = cx.op("add", cx.param(base), cx.reshape(n, (batch, 1, 1)))
     conds = []
     if causal:
-        conds.append(cx.op("greater_equal", diff, cx.param(np.array(0, np.int32))))
+        conds.append(cx.op("greater_equal", diff, cx.param(np.array(0, it))))
     if left >= 0:
-        conds.append(cx.op("less_equal", diff, cx.param(np.array(left, np.int32))))
+        conds.append(cx.op("less_equal", diff, cx.param(np.array(left, it))))
     if right >= 0:
-        conds.append(cx.op("greater_equal", diff, cx.param(np.array(-right, np.int32))))
+        conds.append(cx.op("greater_equal", diff, cx.param(np.array(-right, it))))
     for c in conds:
         bias.add_allowed(cx.reshape(c, (batch, 1, sq, skv)))
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..state import Attrs, Converter, Ctx
+from ..state import Attrs, Converter, Ctx, Invalid
 from .common import legacy_broadcast
 
 
@@ -38,3 +38,19 @@ def variadic(kernel: str, mean: bool = False) -> Converter:
 
 def where(cx: Ctx, node: Any, at: Attrs) -> list:
     return [cx.op("where", *(cx.sym(n) for n in node.input))]
+
+
+def mod(cx: Ctx, node: Any, at: Attrs) -> list:
+    """fmod=0: the remainder takes the divisor's sign (Python's %; the spec means it for
+    integers, and ONNX's reference and onnxruntime compute it for floats too); fmod=1: C's
+    fmod, the dividend's sign."""
+    a, b = cx.sym(node.input[0]), cx.sym(node.input[1])
+    return [cx.op("mod", a, b, fmod=bool(at.get("fmod", 0)))]
+
+
+def bit_shift(cx: Ctx, node: Any, at: Attrs) -> list:
+    direction = at.get("direction")
+    if direction not in ("LEFT", "RIGHT"):
+        raise Invalid(f"direction {direction!r} must be LEFT or RIGHT")
+    a, b = cx.sym(node.input[0]), cx.sym(node.input[1])
+    return [cx.op("bitshift", a, b, direction=direction.lower())]

@@ -1,4 +1,5 @@
-"""Elementwise ops of one operand: activations, Clip, Cast, Identity and Dropout."""
+"""Elementwise ops of one operand: activations, IsInf, Clip, Cast, Identity and Dropout
+(those that are one kernel each are in names.UNARY)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ....device.dtypes import DType
 from ....device.dtypes import dtype as resolve_dtype
 from ...builder import Symbol
 from ..state import Attrs, Converter, Ctx, Unsupported, device_dtype_name
@@ -74,14 +76,10 @@ def elu(cx: Ctx, node: Any, at: Attrs) -> list:
     return [y]
 
 
-def softplus(cx: Ctx, node: Any, at: Attrs) -> list:
+def is_inf(cx: Ctx, node: Any, at: Attrs) -> list:
     x = cx.sym(node.input[0])
-    return [cx.op("log", cx.op("add", cx.op("exp", x), cx.param(np.array(1), like=x)))]
-
-
-def softsign(cx: Ctx, node: Any, at: Attrs) -> list:
-    x = cx.sym(node.input[0])
-    return [cx.op("div", x, cx.op("add", cx.op("abs", x), cx.param(np.array(1), like=x)))]
+    pos, neg = bool(at.get("detect_positive", 1)), bool(at.get("detect_negative", 1))
+    return [cx.op("isinf", x, detect_positive=pos, detect_negative=neg)]
 
 
 def hard_sigmoid(cx: Ctx, node: Any, at: Attrs) -> list:
@@ -109,7 +107,15 @@ def clip(cx: Ctx, node: Any, at: Attrs) -> list:
 
 
 def _cast_to(cx: Ctx, x: Symbol, to: str) -> list:
-    return [x if resolve_dtype(to) is cx.dtype(x) else cx.op("cast", x, to=to)]
+    """x as device dtype `to`: floats round to nearest even (bfloat16 and float16 too).
+    Integer to integer wraps modulo the target's width, as numpy, C and onnxruntime do
+    (the device's cast saturates, so a narrowing or a change of sign goes through `_wrap`)."""
+    target = resolve_dtype(to)
+    if target is cx.dtype(x):
+        return [x]
+    if cx.dtype(x).is_integer and target.is_integer and not _holds(target, cx.dtype(x)):
+        return [_wrap(cx, x, target)]
+    return [cx.op("cast", x, to=to)]
 
 
 def cast(cx: Ctx, node: Any, at: Attrs) -> list:
@@ -128,6 +134,41 @@ def cast_like(cx: Ctx, node: Any, at: Attrs) -> list:
     if cx.is_const(node.input[0]) and resolve_dtype(to).is_float:
         return [np.asarray(cx.consts[node.input[0]]).astype(resolve_dtype(to).read_dtype)]
     return _cast_to(cx, cx.sym(node.input[0]), to)
+
+
+def _holds(wide: DType, narrow: DType) -> bool:
+    """Whether every value of integer dtype `narrow` is a value of `wide`."""
+    a, b = np.iinfo(wide.storage), np.iinfo(narrow.storage)
+    return a.min <= b.min and b.max <= a.max
+
+
+def _wrap(cx: Ctx, x: Symbol, to: DType) -> Symbol:
+    """Integer x as integer dtype `to`, modulo 2**bits: x is first made int64 (uint64's
+    top bit becomes the sign, which is the same value modulo 2**64), then its low bits are
+    kept and, for a signed target, sign-extended, in int64 where nothing overflows."""
+    i64 = resolve_dtype("int64")
+
+    def const(v: int, like: Symbol) -> Symbol:
+        return cx.param(np.array(v), like=like)
+
+    if cx.dtype(x).storage == np.uint64:
+        low = cx.op("cast", cx.op("bitwise_and", x, const(2**63 - 1, x)), to="int64")
+        top = cx.op("greater_equal", x, const(2**63, x))
+        x = cx.op("where", top, cx.op("add", low, const(-(2**63), low)), low)
+    elif cx.dtype(x) is not i64:
+        x = cx.op("cast", x, to="int64")
+    if to is i64:
+        return x
+    bits = 8 * to.itemsize
+    if bits == 64:  # uint64: x mod 2**64 is x + 2**64 for negative x
+        low = cx.op("cast", cx.op("bitwise_and", x, const(2**63 - 1, x)), to=to.name)
+        neg = cx.op("less", x, const(0, x))
+        return cx.op("where", neg, cx.op("add", low, const(2**63, low)), low)
+    low = cx.op("bitwise_and", x, const(2**bits - 1, x))
+    if to.is_signed:  # sign-extend the target's top bit
+        half = const(2 ** (bits - 1), low)
+        low = cx.op("sub", cx.op("bitwise_xor", low, half), half)
+    return cx.op("cast", low, to=to.name)
 
 
 def _scalar(cx: Ctx, value: float, like: Symbol) -> Symbol:
