@@ -8,6 +8,7 @@ ran and how much device memory was in use after each allocation (see profile.py)
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..device.memory import Fill
+from ..device.tolerance import default_tolerance
 from ..errors import InvalidBinaryError
 from ..format.fb.CommandUnion import CommandUnion as U
 from ..host import Device
@@ -61,7 +63,8 @@ class Executor:
         self.tables: dict[str, dict[int, Any]] = {
             k: {} for k in (DEVICE, QUEUE, BUFFER, PROGRAM, TRACE)
         }
-        self.pending: list[tuple[str, int, np.ndarray, int, float, float]] = []
+        # (name, buffer id, data read, golden blob, rtol, atol, command index) per golden
+        self.pending: list[tuple[str, int, np.ndarray, int, float, float, int]] = []
         self.outputs: dict[str, np.ndarray] = {}
         self.index = 0
         self.host_s: dict[str, tuple[float, int]] = {}  # by command type: (seconds, count)
@@ -189,14 +192,14 @@ class Executor:
                 name += f"#{self.index}"
         self.outputs[name] = out
         if c.golden and self.verify:
-            self.pending.append((name, c.bufferId, out, c.golden, c.rtol, c.atol))
+            self.pending.append((name, c.bufferId, out, c.golden, c.rtol, c.atol, self.index))
 
     def golden(self, c) -> None:
         q = self.lookup(QUEUE, c.queueId)
         out = q.enqueue_read_buffer(self.lookup(BUFFER, c.bufferId), blocking=False)
         if self.verify:
             name = c.name.decode() if isinstance(c.name, bytes) else (c.name or "golden")
-            self.pending.append((name, c.bufferId, out, c.golden, c.rtol, c.atol))
+            self.pending.append((name, c.bufferId, out, c.golden, c.rtol, c.atol, self.index))
 
     def create_program(self, c) -> None:
         info = self.plan.programs[c.programId]
@@ -226,13 +229,20 @@ class Executor:
 
     # --- verdicts -------------------------------------------------------------------
     def checks(self) -> list[Check]:
-        """Compare every read with its golden (after run(): the queues have finished)."""
+        """Compare every read with its golden (after run(): the queues have finished). A
+        tolerance the run gives wins; then the recorded one; a golden recorded without one
+        gets the tolerance model's default for the computation that produced it."""
         results = []
-        for name, gid, actual, blob, rtol, atol in self.pending:
+        for name, gid, actual, blob, rtol, atol, index in self.pending:
             dtype = self.plan.buffers[gid].dtype
             expected = dtype.from_storage(
                 np.frombuffer(self.blobs.read(blob), dtype.storage).reshape(actual.shape)
             )
+            if math.isnan(rtol) or math.isnan(atol):
+                error = self.plan.golden_errors.get(index, 0.0)
+                default_rtol, default_atol = default_tolerance(dtype, error, expected)
+                rtol = default_rtol if math.isnan(rtol) else rtol
+                atol = default_atol if math.isnan(atol) else atol
             results.append(
                 compare(
                     name,

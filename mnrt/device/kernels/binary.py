@@ -11,7 +11,7 @@ import numpy as np
 from ...errors import DTypeError, ShapeError
 from .. import dtypes as dt
 from .common import same_dtype, streaming_cost
-from .registry import KernelDef, OutSpec, register
+from .registry import KernelDef, OutSpec, elementwise, register
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -82,6 +82,7 @@ def binary_kernel(
         infer=infer,
         compute=compute,
         cost=lambda ins, outs, attrs: streaming_cost(ins, outs),
+        reduction=elementwise,
     )
 
 

@@ -8,6 +8,7 @@ reduced in float32, then rounded once by the store; integer sums wrap in their o
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -104,6 +105,9 @@ def _make(name: str, fn, allowed: tuple, has_identity: bool, doc: str) -> Kernel
         infer=infer,
         compute=compute,
         cost=cost,
+        reduction=lambda ins, attrs: math.prod(
+            ins[0].shape[a] for a in _reduced_axes(name, attrs["axes"], len(ins[0].shape))
+        ),
     )
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from ...errors import DeviceExecutionError, DTypeError, KernelAttributeError, ShapeError
 from .. import dtypes as dt
 from .common import normalize_axis, same_dtype, streaming_cost
-from .registry import REQUIRED, Attr, Cost, KernelDef, OutSpec, register
+from .registry import REQUIRED, Attr, Cost, KernelDef, OutSpec, exact, register
 
 
 def _moving_cost(ins, outs, attrs):
@@ -205,6 +205,7 @@ register(
         infer=_transpose_infer,
         compute=lambda ins, attrs, outs: [np.transpose(ins[0], _perm(attrs["perm"], ins[0].ndim))],
         cost=_moving_cost,
+        reduction=exact,
     )
 )
 
@@ -220,6 +221,7 @@ register(
         infer=_reshape_infer,
         compute=lambda ins, attrs, outs: [ins[0].reshape(outs[0].shape)],
         cost=_moving_cost,
+        reduction=exact,
     )
 )
 
@@ -238,6 +240,7 @@ register(
         infer=_slice_infer,
         compute=lambda ins, attrs, outs: [ins[0][_slices(ins[0].shape, attrs)]],
         cost=_slice_cost,
+        reduction=exact,
     )
 )
 
@@ -251,6 +254,7 @@ register(
         infer=_concat_infer,
         compute=lambda ins, attrs, outs: [np.concatenate(ins, axis=attrs["axis"])],
         cost=_moving_cost,
+        reduction=exact,
     )
 )
 
@@ -264,6 +268,7 @@ register(
         infer=_gather_infer,
         compute=_gather_compute,
         cost=_gather_cost,
+        reduction=exact,
     )
 )
 
@@ -277,5 +282,6 @@ register(
         infer=_expand_infer,
         compute=lambda ins, attrs, outs: [np.broadcast_to(ins[0], attrs["shape"])],
         cost=_moving_cost,
+        reduction=exact,
     )
 )
