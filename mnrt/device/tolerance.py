@@ -22,9 +22,11 @@ finite magnitude (its scale) stands in for; the model is:
   terms (Higham and Mary, "A new approach to probabilistic rounding error analysis",
   SIAM J. Sci. Comput. 2019: lambda * sqrt(n) * u with probability at least
   1 - 2 exp(-lambda**2 / 2)); 0 when n is 0;
-- errors add along the dataflow: a value's error is its kernel's own plus the largest
-  error among the kernel's inputs (the worst path, so depth counts, while a residual add
-  or a concat does not count a path twice); host writes are exact;
+- errors add along the dataflow, as independent rounding errors do (in quadrature, the
+  assumption the sqrt(n) bound rests on): a value's error is the root of the sum of the
+  squares of its kernel's own and the largest error among the kernel's inputs (the worst
+  path, so depth counts, while a residual add or a concat does not count a path twice);
+  host writes are exact;
 - storing into a dtype coarser than the working precision (a GEMM's half output, a cast
   to half) turns an incoming error e into sqrt(2 * u_s * e) when that is larger: an
   element that moved by e crosses a rounding boundary (a jump of 2 * u_s, one ulp) with
@@ -96,7 +98,7 @@ def kernel_errors(
     u = working_roundoff([*ins, *outs])
     n = terms(kdef, ins, attrs)
     own = u * (ULPS + LAMBDA * math.sqrt(n)) if n > 0 else 0.0
-    error = own + max(in_errors, default=0.0)
+    error = math.hypot(own, max(in_errors, default=0.0))
     result = []
     for out in outs:
         stored = unit_roundoff(out.dtype)
