@@ -31,6 +31,7 @@ import numpy as np
 
 from ..capture import compare_to_golden
 from ..device.kernels import TensorSpec, lookup
+from ..device.numerics import HALF_MAX
 from ..device.tolerance import golden_tolerance, kernel_errors
 from ..errors import InvalidArgumentError
 from ..host import CommandQueue, observe
@@ -194,12 +195,23 @@ def _onnxruntime(ort: Any, compiled: Any, inputs: Mapping[str, np.ndarray]) -> d
     return {n: np.asarray(r) for n, r in zip(names, results) if n in compiled.graph.outputs}
 
 
+def saturated(graph: Graph, results: Mapping[str, np.ndarray]) -> dict[str, int]:
+    """Checked values with elements at MN-Core half's saturation limit (HALF_MAX: half
+    rounds overflow to it, never to infinity), when the graph computes in half: such a
+    value no longer depends on what produced it, so no golden can see an error there."""
+    if not any(v.dtype is not None and v.dtype.is_half for v in graph.values.values()):
+        return {}
+    counts = {name: int(np.count_nonzero(np.abs(v) == HALF_MAX)) for name, v in results.items()}
+    return {name: n for name, n in counts.items() if n}
+
+
 def accuracy(
     compiled: Any, outputs: Mapping[str, np.ndarray], source: str, expected: Mapping
 ) -> dict:
     """The compiled outputs against the reference, each with the compiled precision's
     tolerance (no finer than float32's against onnxruntime, which computes in the model's
-    float32): report.json's record, and a warning naming each output that misses it."""
+    float32): report.json's record, and a warning naming each output that misses it, and
+    each checked value that saturated half's range."""
     float_dtype = compiled.options["float_dtype"]
     precision = float_dtype
     if source == "onnxruntime" and list(ACCURACY).index(float_dtype) < list(ACCURACY).index(
@@ -207,6 +219,18 @@ def accuracy(
     ):
         precision = "float"
     result: dict = {"reference": source, "float_dtype": float_dtype, "outputs": {}}
+    clipped = saturated(compiled.graph, outputs)
+    if clipped:
+        result["saturated"] = clipped
+        counts = ", ".join(f"{n!r} has {k} of {np.size(outputs[n])} elements"
+                           for n, k in clipped.items())  # fmt: skip
+        warnings.warn(
+            f"compiled graph '{compiled.graph.name}': {counts}"
+            f" at half's largest magnitude ({HALF_MAX:.4g}): float_dtype={float_dtype} "
+            "overflows there and the result is clipped, whatever produced it; compile with "
+            "float_dtype='float'",
+            stacklevel=4,
+        )
     for name, want in expected.items():
         buf = compiled.lowered.bindings[name]
         rtol, atol = accuracy_tolerance(precision, want, buf)

@@ -114,3 +114,15 @@ def test_a_light_model_binary_fails_with_its_last_gemm_one_percent_off(ctx, tmp_
     assert mnrt.replay(tmp_path / "own.mnlb").passed
     report = mnrt.replay(_scaled_binary(ctx, compiled, inputs, 1.01))
     assert [c.name for c in report.checks if not c.passed] == [compiled.graph.nodes[-1].inputs[0]]
+
+
+def test_a_result_clipped_at_halfs_largest_magnitude_warns(ctx, tmp_path):
+    """Half rounds overflow to its largest value: a 1% error upstream gives the same bits,
+    which no golden can catch, so the compile says the result is clipped."""
+    b = mnrt.compiler.GraphBuilder("big")
+    x = b.input("x", (2, 64), "float")
+    b.output(b.gemm(x, b.param("w", np.full((64, 4), 3e4, np.float32))), "y")
+    inputs = {"x": np.full((2, 64), 3e4, np.float32)}
+    compiled = ctx.compile(b, inputs, options={"float_dtype": "mixed"})
+    with pytest.warns(UserWarning, match=r"'y' has 8 of 8 elements.* at half's largest"):
+        compiled.save_binary(tmp_path / "big.mnlb")
