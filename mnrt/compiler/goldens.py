@@ -9,8 +9,9 @@ kernel on its path, and the depth of that path. A golden therefore says "this bi
 computes what the compile computed, up to host rounding differences", tightly enough that
 one GEMM or convolution whose output is off by 1% fails it, at every float_dtype.
 
-Besides each output, the binary checks what the output's own kernel read when that value
-is still in its buffer when the program ends (lowering reuses dead buffers): a softmax,
+Besides each output, the binary checks what the kernel that computed the output read (a
+reshape or cast in between only moves values) when that value is still in its buffer when
+the program ends (lowering reuses dead buffers): a softmax,
 a normalisation or a relu can hide an error in what it reads (a softmax of equal logits is
 uniform whatever scale they have), so the logits of a classifier are checked too.
 
@@ -32,7 +33,7 @@ import numpy as np
 from ..capture import compare_to_golden
 from ..device.kernels import TensorSpec, lookup
 from ..device.numerics import HALF_MAX
-from ..device.tolerance import golden_tolerance, kernel_errors
+from ..device.tolerance import golden_tolerance, kernel_errors, terms
 from ..errors import InvalidArgumentError
 from ..host import CommandQueue, observe
 from ..host.golden import compare
@@ -85,16 +86,29 @@ def value_errors(graph: Graph) -> dict[str, float]:
     return errors
 
 
+def _computing_node(graph: Graph, producers: dict[str, int], name: str) -> Node:
+    """The node that computed a value, looking through kernels that only move values (a
+    reshape or transpose of a softmax's result was computed by the softmax)."""
+    node = graph.nodes[producers[name]]
+    while node.inputs and node.inputs[0] in producers:
+        kdef = lookup(node.op)
+        specs = [TensorSpec(graph.values[n].shape, graph.values[n].dtype) for n in node.inputs]
+        if terms(kdef, specs, kdef.check_attrs(node.attrs)) > 0:
+            break
+        node = graph.nodes[producers[node.inputs[0]]]
+    return node
+
+
 def checked_values(compiled: Any) -> list[str]:
-    """The values a binary checks: the outputs, then each temporary an output's kernel
-    reads that still holds its value when the program ends (no later kernel wrote its
-    buffer)."""
+    """The values a binary checks: the outputs, then each temporary that the kernel which
+    computed an output read and that still holds its value when the program ends (no
+    later kernel wrote its buffer)."""
     graph, bindings = compiled.graph, compiled.lowered.bindings
     last_writer = {id(bindings[o]): o for node in graph.nodes for o in node.outputs}
     producers = graph.producers()
     names = list(graph.outputs)
     for out in graph.outputs:
-        for name in graph.nodes[producers[out]].inputs:
+        for name in _computing_node(graph, producers, out).inputs:
             kept = name in bindings and last_writer.get(id(bindings[name])) == name
             if kept and name not in names and graph.values[name].role not in (INPUT, PARAM):
                 names.append(name)
