@@ -209,16 +209,26 @@ def _onnxruntime(ort: Any, compiled: Any, inputs: Mapping[str, np.ndarray]) -> d
     return {n: np.asarray(r) for n, r in zip(names, results) if n in compiled.graph.outputs}
 
 
-def saturated(graph: Graph, results: Mapping[str, np.ndarray]) -> dict[str, int]:
-    """Checked values with elements at MN-Core half's saturation limit (HALF_MAX: half
-    rounds overflow to it, never to infinity), or within two of its ulps (a float mean of
-    saturated values), when the graph computes in half: such a value no longer depends on
-    what produced it, so no golden can see an error there."""
+def saturated(compiled: Any) -> dict[str, tuple[int, int]]:
+    """After a run: the half values still in their buffers (and the checked values computed
+    from half ones) with elements at MN-Core half's saturation limit (HALF_MAX: half
+    rounds overflow to it, never to infinity), or within two of its ulps: name -> (how
+    many, of how many elements). Such an element no longer depends on what produced it,
+    so no golden can see an error there."""
+    graph, bindings = compiled.graph, compiled.lowered.bindings
     if not any(v.dtype is not None and v.dtype.is_half for v in graph.values.values()):
         return {}
+    last_writer = {id(bindings[o]): o for node in graph.nodes for o in node.outputs}
+    kept = [n for n in checked_values(compiled) if graph.values[n].dtype.is_float]
+    kept += [n for n in bindings if last_writer.get(id(bindings[n])) == n
+             and graph.values[n].dtype.is_half and n not in kept]  # fmt: skip
     limit = HALF_MAX * (1.0 - 2.0 ** -(HALF_MAN_BITS - 1))
-    counts = {name: int(np.count_nonzero(np.abs(v) >= limit)) for name, v in results.items()}
-    return {name: n for name, n in counts.items() if n}
+    counts = {}
+    with observe.unobserved():
+        for name in kept:
+            values = compiled.ctx.queue.enqueue_read_buffer(bindings[name], blocking=True)
+            counts[name] = (int(np.count_nonzero(np.abs(values) >= limit)), values.size)
+    return {name: n for name, n in counts.items() if n[0]}
 
 
 def accuracy(
@@ -235,11 +245,11 @@ def accuracy(
     ):
         precision = "float"
     result: dict = {"reference": source, "float_dtype": float_dtype, "outputs": {}}
-    clipped = saturated(compiled.graph, outputs)
+    clipped = saturated(compiled)
     if clipped:
-        result["saturated"] = clipped
-        counts = ", ".join(f"{n!r} has {k} of {np.size(outputs[n])} elements"
-                           for n, k in clipped.items())  # fmt: skip
+        result["saturated"] = {name: count for name, (count, _) in clipped.items()}
+        counts = ", ".join(f"{n!r} has {k} of {size} elements"
+                           for n, (k, size) in clipped.items())  # fmt: skip
         warnings.warn(
             f"compiled graph '{compiled.graph.name}': {counts}"
             f" at half's largest magnitude ({HALF_MAX:.4g}): float_dtype={float_dtype} "
