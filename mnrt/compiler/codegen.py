@@ -57,12 +57,13 @@ def write(
         for i, (phase, dump) in enumerate(compiled.stages):
             write_atomically(folder / f"debug_{i:02d}_{phase}.txt", (dump + "\n").encode())
     start = time.perf_counter()
-    recorded = compiled._save(folder / "model.mnlb")
-    if not recorded:  # an earlier compile's binary must not pass for this one's
+    accuracy = compiled._save(folder / "model.mnlb")
+    if accuracy is None:  # an earlier compile's binary must not pass for this one's
         _remove_stale(folder / "model.mnlb", what)
-    status = "ok" if recorded else f"skipped: {_CAPTURE_RUNNING}"
+    status = "ok" if accuracy is not None else f"skipped: {_CAPTURE_RUNNING}"
     seconds = time.perf_counter() - start
-    phases = [*phases, {"name": "light binary", "status": status, "seconds": seconds}]
+    binary = {"name": "light binary", "status": status, "seconds": seconds}
+    phases = [*phases, {**binary, "accuracy": accuracy} if accuracy else binary]
     try:
         options = json.dumps(compiled.options.to_json(), indent=1)
         write_atomically(folder / "option.json", options.encode())

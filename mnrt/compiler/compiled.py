@@ -11,16 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..capture import CaptureError, capture_if_idle, compare_to_golden
+from ..capture import CaptureError, capture_if_idle
 from ..errors import DTypeError, InvalidArgumentError
 from ..host import Buffer, CommandQueue, observe
-from . import codegen
+from . import codegen, goldens
 from .codegen import _CAPTURE_RUNNING
 from .ir import INPUT, PARAM, Graph
 from .lower import Lowered, lower
-from .onnx import evaluator_unreliable_ops
 from .options import CompileOptions
-from .passes import apply_float_dtype
 from .tensors import TensorProxy, _as_array, _as_host, _call_input, _input_arrays
 
 if TYPE_CHECKING:
@@ -198,52 +196,10 @@ class CompiledFunction:
         }
 
     def reference(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """What goldens are: for an ONNX model, ONNX's own reference evaluator on it; for
-        a graph built in Python, or an ONNX model with ops that evaluator may compute wrongly
-        (evaluator_unreliable_ops), the graph as imported run in double precision.
-        Parameters bound to registered values take those values, as the function computes
-        with them."""
-        if self.onnx_model is not None and not evaluator_unreliable_ops(self.onnx_model):
-            from onnx.reference import ReferenceEvaluator
-
-            feeds = {i.name: _onnx_feed(inputs[i.name], i) for i in self.onnx_model.graph.input
-                     if i.name in inputs}  # fmt: skip
-            feeds.update(self._registered_initializers())
-            try:
-                results = ReferenceEvaluator(self.onnx_model).run(None, feeds)
-            except Exception as e:  # whatever the evaluator raises on this model and input
-                raise InvalidArgumentError(
-                    f"ONNX's reference evaluator, which makes the goldens, failed on this "
-                    f"model and input ({type(e).__name__}: {e}); check the inputs (indices in "
-                    "range, for one) and that the model runs under onnx.reference"
-                ) from None
-            names = [o.name for o in self.onnx_model.graph.output]
-            return {n: np.asarray(r) for n, r in zip(names, results) if n in self.graph.outputs}
-        graph = apply_float_dtype(self.source, "double")
-        for name, proxy in self.shared.items():
-            value = graph.values.get(name)
-            if value is not None and value.role == PARAM and value.shape == proxy.shape:
-                value.data = proxy.cpu()
-        # share=False: the reference frees its buffers, which must not be registered ones.
-        ref = CompiledFunction(self.ctx, graph, self.options, self.source, inputs, share=False)
-        try:
-            return {k: v.cpu() for k, v in ref(inputs).items()}
-        finally:
-            for buf in {id(b): b for b in ref.lowered.bindings.values()}.values():
-                buf.deallocate()
-
-    def _registered_initializers(self) -> dict[str, np.ndarray]:
-        """Feeds that override the ONNX initializers this function reads from registered
-        values instead (ONNX's evaluator takes feeds over initializers of the same name)."""
-        from onnx import helper
-
-        inits = {i.name: i for i in self.onnx_model.graph.initializer}
-        feeds = {}
-        for name, proxy in self.shared.items():
-            init = inits.get(name)
-            if init is not None and tuple(init.dims) == proxy.shape:
-                feeds[name] = proxy.cpu().astype(helper.tensor_dtype_to_np_dtype(init.data_type))
-        return feeds
+        """The model's reference outputs (goldens.reference: onnxruntime for an ONNX model
+        when installed, else the graph run in double precision), which the compile checks
+        the compiled result against when it saves a binary."""
+        return goldens.reference(self, inputs)[1]
 
     def report(self, phases: list[dict]) -> dict:
         """report.json of codegen_dir (see codegen.report)."""
@@ -258,19 +214,21 @@ class CompiledFunction:
     def save_binary(
         self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None
     ) -> None:
-        """Record one run (weights, program, inputs) into a light binary whose goldens come
-        from `reference`, with tolerances for the compiled precision. The function's inputs
+        """Record one run (weights, program, inputs) into a light binary whose goldens are
+        the run's own results, with the tolerance model's bounds (compiler/goldens.py); the
+        results are checked against `reference` too, and a miss warns. The function's inputs
         hold afterwards what they held before: a later call that gives none still uses them
         (its outputs, like any call's, are overwritten)."""
-        if not self._save(path, inputs):
+        if self._save(path, inputs) is None:
             raise CaptureError(
                 f"cannot save_binary: {_CAPTURE_RUNNING}; call save_binary after end_capture()"
             )
 
     def _save(
         self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None
-    ) -> bool:
-        """save_binary, or False when a capture (of the user's) is running."""
+    ) -> dict | None:
+        """save_binary; its accuracy check (goldens.accuracy) for report.json, or None when a
+        capture (of the user's) is running."""
         if inputs is None:
             inputs = self.example_inputs
         else:  # the reference needs every input, as the replay will
@@ -278,7 +236,7 @@ class CompiledFunction:
         # Outside the lock, so that other compiles need not wait for it, and unobserved: a
         # capture of the user's may be running, and this is none of its business.
         with observe.unobserved():
-            expected = self.reference(inputs)
+            source, expected = goldens.reference(self, inputs)
         q = self.ctx.queue
         description = f"compiled graph {self.graph.name}"
         owner = f"compiled graph '{self.graph.name}' is recording its light binary"
@@ -287,25 +245,20 @@ class CompiledFunction:
             try:
                 with capture_if_idle(path, False, description, owner) as recording:
                     if not recording:
-                        return False
+                        return None
                     with observe.unobserved():
                         held = {
                             name: (buf, TensorProxy(q, buf).cpu())
                             for name in self.graph.inputs
                             if (buf := self.lowered.bindings.get(name)) is not None
                         }
-                    outputs = self(inputs)
-                    for name, proxy in outputs.items():
-                        dtype = self.options["float_dtype"]
-                        rtol, atol = _tolerance(dtype, expected[name], proxy.buffer)
-                        compare_to_golden(
-                            q, proxy.buffer, expected[name], rtol=rtol, atol=atol, name=name
-                        )
+                    self(inputs)
+                    results = goldens.record_goldens(self, q)
             finally:
                 if held is not None:  # before another thread records: none of its business
                     with observe.unobserved():
                         _put_back(q, held)
-        return True
+        return goldens.accuracy(self, results, source, expected)
 
 
 def _put_back(q: CommandQueue, held: dict[str, tuple[Buffer, np.ndarray]]) -> None:
@@ -329,38 +282,6 @@ def _new_lock_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_lock_in_child)
-
-
-def _tolerance(float_dtype: str, expected: np.ndarray, buf: Buffer) -> tuple[float, float]:
-    """The golden tolerances of one output: `_TOLERANCE`'s, its atol relative to the output's
-    largest finite magnitude. A reduced-precision result is off by a fraction of the size of
-    what it sums, not of each element (an element near zero of a GEMM whose results are
-    around 100 is off by about 100 * 2**-10), and a fixed atol would also pass any golden
-    of an output that is all smaller than it (softmax probabilities). Never below the
-    buffer dtype's own atol, so that an all-zero golden still allows that."""
-    rtol, atol = _TOLERANCE[float_dtype]
-    if not buf.dtype.is_float:
-        return rtol, atol
-    values = np.abs(np.asarray(expected, np.float64))
-    scale = float(np.max(values, where=np.isfinite(values), initial=0.0))
-    return rtol, max(atol * scale, buf.dtype.atol)
-
-
-# Golden tolerances (rtol, atol) against the float64 reference, per float_dtype; atol is
-# relative to each output's largest magnitude (`_tolerance`).
-_TOLERANCE = {
-    "double": (1e-9, 1e-12),
-    "float": (1e-4, 1e-5),
-    "mixed": (3e-2, 1e-2),
-    "half": (5e-2, 2e-2),
-}
-
-
-def _onnx_feed(data: np.ndarray, info: Any) -> np.ndarray:
-    """An input for ONNX's evaluator, in the element type the model declares."""
-    from onnx import helper
-
-    return np.asarray(data).astype(helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type))
 
 
 def _same_value(given: Any, want: np.ndarray) -> bool:

@@ -39,12 +39,12 @@ def float_to_bfloat16_bits(x: np.ndarray, out: np.ndarray | None = None) -> np.n
     if x.dtype not in _FLOAT_SOURCES:
         raise TypeError(f"bfloat16 conversion takes float16/32/64 data, not {x.dtype}")
     f = _float32_round_to_odd(x) if x.dtype == np.float64 else x.astype(np.float32)
-    bits = np.ascontiguousarray(f).view(np.uint32)
+    bits = np.ascontiguousarray(f).view(np.uint32)  # 1-d for a 0-d f: reshaped below
     rounded = bits + (((bits >> 16) & np.uint32(1)) + np.uint32(0x7FFF))
     nan = np.isnan(f)
     if nan.any():
         rounded[nan] = (bits[nan] & _SIGN) | _QUIET_NAN
-    result = (rounded >> 16).astype(np.uint16)
+    result = (rounded >> 16).astype(np.uint16).reshape(x.shape)
     if out is None:
         return result
     np.copyto(out, result)

@@ -8,6 +8,7 @@ ran and how much device memory was in use after each allocation (see profile.py)
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..device.memory import Fill
+from ..device.tolerance import default_tolerance
 from ..errors import InvalidBinaryError
 from ..format.fb.CommandUnion import CommandUnion as U
 from ..format.io import Namer
@@ -70,9 +72,11 @@ class Executor:
         self.expected = expected or {}
         # Recorded goldens apply to the recorded inputs only.
         self.goldens = verify and not self.inputs
-        self.pending: list[tuple[str, int, np.ndarray, int, float, float]] = []
+        # (name, buffer id, data read, golden blob, rtol, atol, command index) per golden
+        self.pending: list[tuple[str, int, np.ndarray, int, float, float, int]] = []
         self.last_read: dict[int, np.ndarray] = {}  # buffer id -> its last read's array
         self.recorded_tol: dict[int, tuple[float, float]] = {}  # of its last golden
+        self.read_at: dict[int, int] = {}  # buffer id -> the command index of its last read
         self.names = {e.buffer_id: e.name for e in plan.binary.outputs}
         self.check_name = Namer()  # check names, unique in the replay
         self.index = 0
@@ -207,12 +211,15 @@ class Executor:
         name or the buffer's output name, suffixed when a buffer is checked again."""
         gid = c.bufferId
         self.last_read[gid] = out
+        self.read_at[gid] = self.index
         if not golden:
             return
         self.recorded_tol[gid] = (c.rtol, c.atol)
         if self.goldens:
             base = name or self.names.get(gid) or self.plan.buffers[gid].name
-            self.pending.append((self.check_name(base), gid, out, golden, c.rtol, c.atol))
+            self.pending.append(
+                (self.check_name(base), gid, out, golden, c.rtol, c.atol, self.index)
+            )
 
     @property
     def outputs(self) -> dict[str, np.ndarray]:
@@ -251,32 +258,49 @@ class Executor:
 
     # --- verdicts -------------------------------------------------------------------
     def checks(self) -> list[Check]:
-        """Compare every read with its golden, then each expected output with the
-        output's last read (after run(): the queues have finished)."""
+        """Compare every read with its golden, then each expected output with the output's
+        last read (after run(): the queues have finished). A tolerance the run gives wins;
+        then the recorded one; a golden recorded without one gets the tolerance model's
+        default for the computation that produced it."""
         results = []
-        for name, gid, actual, blob, rtol, atol in self.pending:
+        for name, gid, actual, blob, rtol, atol, index in self.pending:
             dtype = self.plan.buffers[gid].dtype
             expected = dtype.from_storage(
                 np.frombuffer(self.blobs.read(blob), dtype.storage).reshape(actual.shape)
             )
-            results.append(self._compare(name, gid, actual, expected, rtol, atol))
+            results.append(self._compare(name, gid, actual, expected, rtol, atol, index))
         nan = float("nan")
         for gid, expected in self.expected.items():
             # Every listed output is read by some command (see io.check_lists).
             actual, name = self.last_read[gid], self.check_name(self.names[gid])
             rtol, atol = self.recorded_tol.get(gid, (nan, nan))
-            results.append(self._compare(name, gid, actual, expected, rtol, atol))
+            index = self.read_at[gid]
+            results.append(self._compare(name, gid, actual, expected, rtol, atol, index))
         return results
 
     def _compare(
-        self, name: str, gid: int, actual: np.ndarray, expected: np.ndarray, rtol, atol
+        self,
+        name: str,
+        gid: int,
+        actual: np.ndarray,
+        expected: np.ndarray,
+        rtol: float,
+        atol: float,
+        index: int,
     ) -> Check:
-        """One check, with this run's tolerances where given, else the recorded ones."""
+        """One check, with this run's tolerances where given, else the recorded ones, else
+        (recorded as NaN) the tolerance model's for the read at command `index`."""
+        dtype = self.plan.buffers[gid].dtype
+        if math.isnan(rtol) or math.isnan(atol):
+            error = self.plan.golden_errors.get(index, 0.0)
+            default_rtol, default_atol = default_tolerance(dtype, error, expected)
+            rtol = default_rtol if math.isnan(rtol) else rtol
+            atol = default_atol if math.isnan(atol) else atol
         return compare(
             name,
             actual,
             expected,
-            self.plan.buffers[gid].dtype,
+            dtype,
             self.rtol if self.rtol is not None else rtol,
             self.atol if self.atol is not None else atol,
         )

@@ -22,6 +22,7 @@ from typing import Any
 from ..device.dtypes import BY_CODE, DType
 from ..device.kernels.registry import TensorSpec
 from ..device.spec import MNCORE2, DeviceSpec
+from ..device.tolerance import kernel_errors
 from ..errors import InvalidBinaryError, MnrtError
 from ..format import LightBinary
 from ..format.fb.CommandUnion import CommandUnion as U
@@ -59,6 +60,7 @@ class TraceInfo:
     queue: tuple[int, int]  # (device gid, queue index)
     state: str = "capturing"  # then "ready", then "released"
     buffers: set[int] = field(default_factory=set)
+    enqueued: list[tuple[int, list[int]]] = field(default_factory=list)  # (program, buffers)
 
 
 @dataclass
@@ -71,6 +73,9 @@ class Plan:
     queue_device: dict[int, int] = field(default_factory=dict)
     device_index: dict[int, int] = field(default_factory=dict)  # device gid -> captured index
     peak_bytes: dict[int, int] = field(default_factory=dict)  # device gid -> peak allocation
+    # Command index of each golden and read -> the error model's bound on its buffer's
+    # contents (device/tolerance.py): what a golden recorded without tolerances is allowed.
+    golden_errors: dict[int, float] = field(default_factory=dict)
 
 
 def _text(value: bytes | str | None) -> str:
@@ -91,6 +96,7 @@ class _Validator:
         self.capturing: dict[tuple[int, int], int] = {}  # queue -> trace gid it captures
         self.traces: dict[int, TraceInfo] = {}
         self.shapes_checked: set[tuple] = set()  # (program gid, bound specs) found valid
+        self.errors: dict[int, float] = {}  # buffer gid -> error bound of what it holds
         self.index = 0
         self.checks: dict[int, Callable[[Any], None]] = {
             U.OpenDevice: self.open_device,
@@ -215,6 +221,7 @@ class _Validator:
             )
         self.plan.peak_bytes[dev] = max(self.plan.peak_bytes[dev], self.used[dev])
         self.live.add(c.bufferId)
+        self.errors[c.bufferId] = 0.0
         self.plan.buffers[c.bufferId] = BufferInfo(shape, dtype, _text(desc.name), dev, nbytes)
 
     def deallocate(self, c) -> None:
@@ -228,11 +235,15 @@ class _Validator:
         info = self.live_buffer(c.bufferId)
         self.on_device(info, c.bufferId, device)
         self.blob_of_size(c.data, info.nbytes, "data")
+        self.errors[c.bufferId] = 0.0
 
     def read(self, c) -> None:
         device = self.host_queue(c.queueId, "read")
         info = self.live_buffer(c.bufferId)
         self.on_device(info, c.bufferId, device)
+        # Every read's bound, not only a golden's: an --expected output is checked
+        # against its buffer's last read.
+        self.plan.golden_errors[self.index] = self.errors[c.bufferId]
         if c.golden:
             self.blob_of_size(c.golden, info.nbytes, "golden")
             self.tolerances(c)
@@ -243,6 +254,7 @@ class _Validator:
         self.on_device(info, c.bufferId, device)
         self.blob_of_size(c.golden, info.nbytes, "golden")
         self.tolerances(c)
+        self.plan.golden_errors[self.index] = self.errors[c.bufferId]
 
     def create_program(self, c) -> None:
         self.ref(c.deviceId, DEVICE)
@@ -295,6 +307,27 @@ class _Validator:
             if c.blocking:
                 raise self.fail("a blocking enqueue_program inside a device trace")
             self.traces[trace].buffers.update(ids)
+            self.traces[trace].enqueued.append((c.programId, ids))
+        else:
+            self.propagate_errors(prog, ids)
+
+    def propagate_errors(self, prog: ProgramInfo, ids: list[int]) -> None:
+        """What the program leaves in its buffers carries its kernels' errors on top of
+        their inputs' (device/tolerance.py), kernel by kernel as it runs."""
+        errors = {s: self.errors[gid] for s, gid in zip(prog.slots, ids)}
+        specs = {s: TensorSpec(self.plan.buffers[gid].shape, self.plan.buffers[gid].dtype)
+                 for s, gid in zip(prog.slots, ids)}  # fmt: skip
+        for k in prog.kernels:
+            outs = kernel_errors(
+                k.kdef,
+                [specs[s] for s in k.inputs],
+                [specs[s] for s in k.outputs],
+                k.attrs,
+                [errors[s] for s in k.inputs],
+            )
+            errors.update(zip(k.outputs, outs))
+        for slot, gid in zip(prog.slots, ids):
+            self.errors[gid] = errors[slot]
 
     def check_shapes(self, gid: int, prog: ProgramInfo, infos: list[BufferInfo]) -> None:
         """Every kernel's shape rules hold for the bound buffers, as enqueue will check."""
@@ -354,6 +387,8 @@ class _Validator:
         for gid in info.buffers:
             if gid not in self.live:
                 raise self.fail(f"trace id {c.traceId} uses buffer id {gid}, deallocated since")
+        for program, ids in info.enqueued:
+            self.propagate_errors(self.plan.programs[program], ids)
 
     def release_trace(self, c) -> None:
         self.ref(c.deviceId, DEVICE)

@@ -20,6 +20,7 @@ from graph_harness import small_mlp as mlp
 import mnrt
 from mnrt.capture.recorder import Recorder
 from mnrt.compiler import compiled as compiled_module
+from mnrt.compiler import goldens
 from mnrt.host import observe
 from mnrt.replay.executor import COMMAND_NAMES
 
@@ -104,14 +105,14 @@ def test_a_capture_begun_on_another_thread_while_a_compile_prepares_its_binary(
     # reference computation, paused here, is the longest step between): the compile writes
     # its codegen_dir without the binary, as it would have had it seen the capture at once.
     in_reference, user_began = threading.Event(), threading.Event()
-    reference = compiled_module.CompiledFunction.reference
+    reference = goldens.reference
 
-    def slow_reference(self, inputs):
+    def slow_reference(compiled, inputs):
         in_reference.set()
         user_began.wait(HANG_S)
-        return reference(self, inputs)
+        return reference(compiled, inputs)
 
-    monkeypatch.setattr(compiled_module.CompiledFunction, "reference", slow_reference)
+    monkeypatch.setattr(goldens, "reference", slow_reference)
     failures: list[BaseException] = []
 
     def compile_into_codegen_dir() -> None:
@@ -137,14 +138,14 @@ def a_compile_recording(tmp_path, monkeypatch) -> Iterator[Callable]:
     """A compile on another thread, paused inside its codegen_dir binary's capture until
     the block ends; the block gets the unpaused compare_to_golden."""
     inside, release = threading.Event(), threading.Event()
-    compare = compiled_module.compare_to_golden
+    compare = goldens.compare_to_golden
 
     def paused_compare(*args, **kwargs):
         inside.set()
         release.wait(HANG_S)
         return compare(*args, **kwargs)
 
-    monkeypatch.setattr(compiled_module, "compare_to_golden", paused_compare)
+    monkeypatch.setattr(goldens, "compare_to_golden", paused_compare)
 
     def compile_into_codegen_dir() -> None:
         with mnrt.Context() as c:
@@ -168,7 +169,7 @@ def test_a_child_forked_while_a_thread_records_a_binary_can_still_record_its_own
         if pid == 0:  # exit 3: the child hung on the lock its parent's thread held
             signal.signal(signal.SIGALRM, lambda *a: os._exit(3))
             signal.alarm(HANG_S)
-            monkeypatch.setattr(compiled_module, "compare_to_golden", compare)
+            monkeypatch.setattr(goldens, "compare_to_golden", compare)
             code = 5
             try:
                 inherited = isinstance(observe.current(), Recorder)  # its parent thread's

@@ -217,3 +217,12 @@ def test_cast_int64_and_uint64_never_pass_through_float(value):
     assert float(run("cast", operand(x, src), to="float")[0]) == float(
         np.float32(_round_int(value, 24))
     )
+
+
+def test_bfloat16_rounding_keeps_a_scalar_a_scalar():
+    # np.ascontiguousarray made a 0-d input 1-d: comparisons of scalars came back as (1,).
+    from mnrt.device.bfloat16 import bfloat16_bits_to_float, float_to_bfloat16_bits
+
+    for x in (np.float32(1.5), np.array(2.0), np.array(np.nan, np.float32)):
+        bits = float_to_bfloat16_bits(np.asarray(x))
+        assert bits.shape == () and bfloat16_bits_to_float(bits).shape == ()

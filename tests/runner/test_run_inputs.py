@@ -145,4 +145,4 @@ def test_save_outputs_of_a_demo_binary(tmp_path):
     out = tmp_path / "out"
     r = run("run", str(path), "--save-outputs", str(out))
     assert r.exit_code == 0, r.output
-    assert [p.name for p in out.iterdir()] == ["mlp.probs.npy"]
+    assert "mlp.probs.npy" in [p.name for p in out.iterdir()]

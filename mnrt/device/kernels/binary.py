@@ -13,7 +13,7 @@ import numpy as np
 from ...errors import DTypeError, ShapeError
 from .. import dtypes as dt
 from .common import same_dtype, streaming_cost
-from .registry import REQUIRED, Attr, KernelDef, OutSpec, register
+from .registry import REQUIRED, Attr, KernelDef, OutSpec, elementwise, register
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -121,6 +121,7 @@ def binary_kernel(
         infer=infer,
         compute=compute,
         cost=lambda ins, outs, attrs: streaming_cost(ins, outs, flops),
+        reduction=elementwise,
     )
 
 

@@ -8,6 +8,8 @@ matrix product over channels and skips the im2col copy.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...errors import DTypeError, KernelAttributeError, ShapeError
@@ -165,5 +167,6 @@ register(
         infer=_infer,
         compute=_compute,
         cost=_cost,
+        reduction=lambda ins, attrs: math.prod(ins[1].shape[1:]) + 1,  # C/groups*kh*kw, bias
     )
 )

@@ -156,5 +156,6 @@ register(
         infer=_infer,
         compute=_compute,
         cost=_cost,
+        reduction=lambda ins, attrs: _op_shape(ins[0].shape, attrs["trans_a"])[-1] + 1,
     )
 )

@@ -15,7 +15,7 @@ from ...errors import DTypeError, KernelAttributeError
 from .. import dtypes as dt
 from .binary import binary_kernel, broadcast_shape
 from .common import same_dtype, streaming_cost
-from .registry import REQUIRED, Attr, KernelDef, OutSpec, register
+from .registry import REQUIRED, Attr, KernelDef, OutSpec, exact, register
 
 
 def _convert(x: np.ndarray, to: dt.DType) -> np.ndarray:
@@ -127,6 +127,7 @@ register(
         infer=_where_infer,
         compute=lambda ins, attrs, outs: [np.where(ins[0], ins[1], ins[2])],
         cost=_same_shape_cost,
+        reduction=exact,
     )
 )
 
@@ -140,6 +141,7 @@ register(
         infer=lambda ins, attrs: [OutSpec(ins[0].shape, (dt.DTYPES[attrs["to"]],))],
         compute=lambda ins, attrs, outs: [_convert(ins[0], dt.DTYPES[attrs["to"]])],
         cost=_same_shape_cost,
+        reduction=exact,
     )
 )
 
@@ -157,6 +159,7 @@ register(
         infer=_fill_infer,
         compute=_fill_compute,
         cost=lambda ins, outs, attrs: streaming_cost(ins, outs, 0.0),
+        reduction=exact,
     )
 )
 
@@ -170,5 +173,6 @@ register(
         infer=lambda ins, attrs: [OutSpec(ins[0].shape, (ins[0].dtype,))],
         compute=lambda ins, attrs, outs: [ins[0]],
         cost=lambda ins, outs, attrs: streaming_cost(ins, outs, 0.0),
+        reduction=exact,
     )
 )

@@ -7,6 +7,8 @@ by the store, as the device's float32 vector path does.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...errors import KernelAttributeError, ShapeError
@@ -58,6 +60,9 @@ def _softmax_kernel(name: str, log: bool, doc: str) -> KernelDef:
         infer=infer,
         compute=compute,
         cost=_cost(name),
+        reduction=lambda ins, attrs: ins[0].shape[
+            normalize_axis(name, attrs["axis"], len(ins[0].shape))
+        ],
     )
 
 
@@ -124,6 +129,12 @@ def _norm_compute(name: str, rows, n_params: int):
     return compute
 
 
+def _normalised_length(ins, attrs) -> int:
+    """Terms of a normalisation's statistics: every element from its axis to the end."""
+    x = ins[0]
+    return math.prod(x.shape[normalize_axis("norm", attrs["axis"], len(x.shape)) :])
+
+
 _AXIS_DOC = "first normalised axis; the statistics run over it and every later axis"
 
 
@@ -151,6 +162,7 @@ register(
         infer=_norm_infer("layernorm", ("scale", "bias")),
         compute=_norm_compute("layernorm", _layernorm_rows, 2),
         cost=_cost("layernorm"),
+        reduction=_normalised_length,
     )
 )
 
@@ -167,5 +179,6 @@ register(
         infer=_norm_infer("rmsnorm", ("scale",)),
         compute=_norm_compute("rmsnorm", _rmsnorm_rows, 1),
         cost=_cost("rmsnorm"),
+        reduction=_normalised_length,
     )
 )

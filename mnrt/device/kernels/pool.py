@@ -8,6 +8,7 @@ output. Half and IEEE float16 arrive widened to float32 and accumulate in float3
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from ...errors import DTypeError, KernelAttributeError, ShapeError
 from .. import dtypes as dt
 from .common import check_padding, pad_hw, require_float, require_rank, streaming_cost
 from .conv import check_ints
-from .registry import Attr, KernelDef, OutSpec, register
+from .registry import Attr, KernelDef, OutSpec, exact, register
 
 _NUMERIC = dt.NUMERIC
 
@@ -198,6 +199,7 @@ register(
         infer=_max_infer,
         compute=_max_compute,
         cost=_pool_cost,
+        reduction=exact,
     )
 )
 
@@ -216,6 +218,7 @@ register(
         infer=_avg_infer,
         compute=_avg_compute,
         cost=_pool_cost,
+        reduction=lambda ins, attrs: math.prod(attrs["kernel"]),
     )
 )
 
@@ -229,5 +232,6 @@ register(
         infer=_global_infer,
         compute=lambda ins, attrs, outs: [np.mean(ins[0], axis=(2, 3), keepdims=True)],
         cost=lambda ins, outs, attrs: streaming_cost(ins, outs, ins[0].shape[2] * ins[0].shape[3]),
+        reduction=lambda ins, attrs: ins[0].shape[2] * ins[0].shape[3],
     )
 )

@@ -8,6 +8,7 @@ reduced in float32, then rounded once by the store; integer sums wrap in their o
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -148,6 +149,9 @@ def _make(name: str, fn, allowed: tuple, doc: str) -> KernelDef:
         infer=infer,
         compute=compute,
         cost=cost,
+        reduction=lambda ins, attrs: math.prod(
+            ins[0].shape[a] for a in _reduced_axes(name, attrs["axes"], len(ins[0].shape))
+        ),
     )
 
 

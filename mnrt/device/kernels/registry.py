@@ -144,6 +144,19 @@ COMMON_ATTRS: dict[str, Attr] = {
 InferFn = Callable[[Sequence[TensorSpec | None], Mapping[str, Any]], list[OutSpec]]
 ComputeFn = Callable[[Sequence[np.ndarray | None], Mapping[str, Any], Sequence[Out]], list]
 CostFn = Callable[[Sequence[TensorSpec | None], Sequence[TensorSpec], Mapping[str, Any]], Cost]
+# How many rounded operations each output element accumulates (see device/tolerance.py).
+ReductionFn = Callable[[Sequence[TensorSpec | None], Mapping[str, Any]], int]
+
+
+def exact(ins: Sequence[TensorSpec | None], attrs: Mapping[str, Any]) -> int:
+    """`KernelDef.reduction` of a kernel that only moves or selects values: no rounding."""
+    return 0
+
+
+def elementwise(ins: Sequence[TensorSpec | None], attrs: Mapping[str, Any]) -> int:
+    """`KernelDef.reduction` of a kernel computing each element from one element of each
+    input: a few ulps of its working precision."""
+    return 1
 
 
 @dataclass(frozen=True)
@@ -152,6 +165,10 @@ class KernelDef:
 
     `inputs` names the operands in order; a name ending in '?' is optional (its slot may be
     left out of the Kernel's input list) and one ending in '*' takes one or more operands.
+    `reduction` states the kernel's error behaviour for the tolerance model
+    (device/tolerance.py): how many terms each output element sums, from the operand specs
+    and attributes (`elementwise`, `exact`, a GEMM's K); a kernel that does not state it is
+    taken to sum everything its largest input holds, which is always safe.
     """
 
     name: str
@@ -162,6 +179,7 @@ class KernelDef:
     infer: InferFn
     compute: ComputeFn
     cost: CostFn
+    reduction: ReductionFn | None = None
     _min_inputs: int = field(init=False, repr=False)
     _max_inputs: float = field(init=False, repr=False)
 

@@ -19,7 +19,7 @@ from .common import (
     same_dtype,
     streaming_cost,
 )
-from .registry import REQUIRED, Attr, Cost, KernelDef, OutSpec, register
+from .registry import REQUIRED, Attr, Cost, KernelDef, OutSpec, exact, register
 
 
 def _moving_cost(ins, outs, attrs):
@@ -197,6 +197,7 @@ register(
         infer=_transpose_infer,
         compute=lambda ins, attrs, outs: [np.transpose(ins[0], _perm(attrs["perm"], ins[0].ndim))],
         cost=_moving_cost,
+        reduction=exact,
     )
 )
 
@@ -212,6 +213,7 @@ register(
         infer=_reshape_infer,
         compute=lambda ins, attrs, outs: [ins[0].reshape(outs[0].shape)],
         cost=_moving_cost,
+        reduction=exact,
     )
 )
 
@@ -230,6 +232,7 @@ register(
         infer=_slice_infer,
         compute=lambda ins, attrs, outs: [ins[0][_slices(ins[0].shape, attrs)]],
         cost=_slice_cost,
+        reduction=exact,
     )
 )
 
@@ -243,6 +246,7 @@ register(
         infer=_concat_infer,
         compute=lambda ins, attrs, outs: [np.concatenate(ins, axis=attrs["axis"])],
         cost=_moving_cost,
+        reduction=exact,
     )
 )
 
@@ -256,6 +260,7 @@ register(
         infer=_gather_infer,
         compute=_gather_compute,
         cost=lambda ins, outs, attrs: gather_cost(ins, outs),
+        reduction=exact,
     )
 )
 
@@ -269,5 +274,6 @@ register(
         infer=_expand_infer,
         compute=lambda ins, attrs, outs: [np.broadcast_to(ins[0], attrs["shape"])],
         cost=_moving_cost,
+        reduction=exact,
     )
 )

@@ -1,0 +1,128 @@
+"""Goldens of compiled binaries (mnrt/compiler/goldens.py): the compiled program's own
+results with the tolerance model's bounds, so a binary passes its own goldens at every
+float_dtype, bit for bit on the machine that made it, and fails when one GEMM or
+convolution is off by 1%; and the compile's accuracy check against the reference."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mnrt
+from mnrt.compiler import goldens, models
+from mnrt.compiler.ir import MATRIX_OPS
+
+FLOAT_DTYPES = ["double", "float", "mixed", "half"]
+
+
+def _scaled_binary(ctx, compiled, inputs, factor: float) -> mnrt.LightBinary:
+    """A binary of `compiled` with its last GEMM/convolution's output scaled by `factor`,
+    checked against the goldens of the unmodified function's results."""
+    q = ctx.queue
+    compiled(inputs)
+    names = goldens.checked_values(compiled)
+    results = {n: q.enqueue_read_buffer(compiled.lowered.bindings[n]) for n in names}
+    last = max(i for i, n in enumerate(compiled.graph.nodes) if n.op in MATRIX_OPS)
+    wrong = goldens.scaled_copy(compiled, last, factor)
+    mnrt.begin_capture()
+    try:
+        wrong(inputs)
+        goldens.record_goldens(wrong, q, results)
+    finally:
+        binary = mnrt.end_capture()
+    return binary
+
+
+@pytest.mark.parametrize("float_dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_a_binary_passes_its_own_goldens_exactly_and_fails_a_gemm_one_percent_off(
+    ctx, tmp_path, model, float_dtype
+):
+    """Before, goldens came from the float64 reference with rtol 3e-2 at mixed (a 1% error
+    passed) and 1e-9 at double (a double binary failed its own goldens)."""
+    builder, inputs = models.MODELS[model]()
+    compiled = ctx.compile(builder, inputs, options={"float_dtype": float_dtype})
+    compiled.save_binary(tmp_path / "own.mnlb")
+    assert mnrt.replay(tmp_path / "own.mnlb").passed
+    exact = mnrt.replay(tmp_path / "own.mnlb", rtol=0.0, atol=0.0)
+    assert exact.passed, exact.summary()
+    # Both models end in a softmax: its logits are checked too, or the scaled GEMM that
+    # produces them would pass.
+    assert [c.name for c in exact.checks][1:] == [compiled.graph.nodes[-1].inputs[0]]
+    assert mnrt.replay(_scaled_binary(ctx, compiled, inputs, 1.0)).passed
+    assert not mnrt.replay(_scaled_binary(ctx, compiled, inputs, 1.01)).passed
+
+
+def test_the_tolerance_grows_with_depth_and_reduction_length():
+    b = mnrt.compiler.GraphBuilder("deep")
+    rng = np.random.default_rng(0)
+    h = b.input("x", (4, 512), "float")
+    depths = []
+    for i in range(3):
+        h = b.gemm(h, b.param(f"w{i}", rng.standard_normal((512, 512)).astype(np.float32)))
+        depths.append(h)
+    for i, v in enumerate(depths):
+        b.output(v, f"y{i}")
+    errors = goldens.value_errors(b.build())
+    assert 0 < errors["y0"] < errors["y1"] < errors["y2"]
+    assert errors["x"] == 0.0
+
+
+def test_the_codegen_report_holds_the_accuracy_check(ctx, tmp_path):
+    builder, inputs = models.MODELS["mlp"]()
+    ctx.compile(builder, inputs, codegen_dir=tmp_path / "cg", options={"float_dtype": "mixed"})
+    report = json.loads((tmp_path / "cg" / "report.json").read_text())
+    (binary,) = [p for p in report["phases"] if p["name"] == "light binary"]
+    check = binary["accuracy"]
+    assert check["reference"] == "float64 graph" and check["float_dtype"] == "mixed"
+    assert check["outputs"]["probs"]["passed"] and check["outputs"]["probs"]["max_abs_err"] > 0
+
+
+def test_an_inaccurate_compile_warns_naming_the_output(ctx, tmp_path, monkeypatch):
+    builder, inputs = models.MODELS["mlp"]()
+    compiled = ctx.compile(builder, inputs, options={"float_dtype": "float"})
+    reference = goldens.reference
+
+    def off_by_ten_percent(compiled, feeds):
+        source, outputs = reference(compiled, feeds)
+        return source, {k: 1.1 * v for k, v in outputs.items()}
+
+    monkeypatch.setattr(goldens, "reference", off_by_ten_percent)
+    with pytest.warns(UserWarning, match=r"output 'probs' differs from the float64 graph"):
+        compiled.save_binary(tmp_path / "m.mnlb")
+    assert mnrt.replay(tmp_path / "m.mnlb").passed  # the binary reproduces what was compiled
+
+
+def _light_model(name: str):
+    onnx = pytest.importorskip("onnx")
+    path = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"{name}.onnx"
+    return onnx.load(str(path))
+
+
+def test_a_light_model_binary_fails_with_its_last_gemm_one_percent_off(ctx, tmp_path):
+    """ShuffleNet's weights are all 0.02, so its 1000 logits are equal and its softmax is
+    uniform whatever they are: only the logits' own golden sees the GEMM's error."""
+    pytest.importorskip("onnxruntime")
+    model = _light_model("light_shufflenet")
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    inputs = {"gpu_0/data_0": x}
+    compiled = ctx.compile(model, inputs, options={"float_dtype": "mixed"})
+    compiled.save_binary(tmp_path / "own.mnlb")
+    assert mnrt.replay(tmp_path / "own.mnlb").passed
+    report = mnrt.replay(_scaled_binary(ctx, compiled, inputs, 1.01))
+    assert [c.name for c in report.checks if not c.passed] == [compiled.graph.nodes[-1].inputs[0]]
+
+
+def test_a_result_clipped_at_halfs_largest_magnitude_warns(ctx, tmp_path):
+    """Half rounds overflow to its largest value: a 1% error upstream gives the same bits,
+    which no golden can catch, so the compile says the result is clipped."""
+    b = mnrt.compiler.GraphBuilder("big")
+    x = b.input("x", (2, 64), "float")
+    b.output(b.gemm(x, b.param("w", np.full((64, 4), 3e4, np.float32))), "y")
+    inputs = {"x": np.full((2, 64), 3e4, np.float32)}
+    compiled = ctx.compile(b, inputs, options={"float_dtype": "mixed"})
+    with pytest.warns(UserWarning, match=r"'y' has 8 of 8 elements.* at half's largest"):
+        compiled.save_binary(tmp_path / "big.mnlb")
