@@ -173,7 +173,7 @@ def test_compiled_binaries_have_outputs(tmp_path):
     binary = _compiled(tmp_path)
     assert [e.name for e in binary.inputs] == ["fc.x"]
     report = mnrt.replay(binary)
-    assert report.passed and list(report.outputs)[0] == "fc.y"
+    assert report.passed and next(iter(report.outputs)) == "fc.y"
     np.testing.assert_array_equal(report.outputs["fc.y"], np.full((2, 2), [6.0, 9.0]))
     x = -np.ones((2, 3), np.float32)
     report = mnrt.replay(binary, inputs={"fc.x": x}, expected={"fc.y": np.zeros((2, 2), "f4")})
