@@ -155,7 +155,7 @@ class Device:
 
     def _free_all(self) -> None:
         for buf in self._buffers.values():
-            buf._bits = None
+            buf._forget()
         self._buffers.clear()
         for prog in self._programs:
             prog._forget(None)
@@ -186,8 +186,10 @@ class Device:
         boards.save_fill(self.index, fill)  # first: if it cannot be kept, nothing changes
         # The buffers the clear fills, taken before it: one another thread creates
         # meanwhile may miss the clear, so it keeps waiting for the fill.
+        # Only the backed ones: the rest get the fill when first touched.
         for buf in list(self._buffers.values()):
-            buf._unfilled = False
+            if buf._bits is not None:
+                buf._unfilled = False
         self._backend.memory.clear(fill)
 
     # --- objects ------------------------------------------------------------------

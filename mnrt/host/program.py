@@ -248,7 +248,7 @@ class Program:
                     f"program '{self.name}': slot '{slot}' is bound to "
                     f"{type(buf).__name__}, expected a Buffer"
                 )
-            if buf.device is not device or buf._bits is None:
+            if buf.device is not device or not buf._live:
                 buf._check_device(device, f"slot '{slot}': ")
         backend = device._backend
         bufs = [bindings[s] for s in self.slots]
@@ -261,8 +261,8 @@ class Program:
             bound = backend.bind(
                 kdef,
                 k.attrs,
-                [(b._bits, b.dtype) for b in ins],
-                [(b._bits, b.dtype) for b in outs],
+                [(b._storage(), b.dtype) for b in ins],
+                [(b._storage(), b.dtype) for b in outs],
             )
             steps.append(Step(kdef, ins, outs, bound, modelled))
         return Plan.of(steps, tuple(bufs))
