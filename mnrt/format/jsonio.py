@@ -80,7 +80,7 @@ def to_json(binary: LightBinary, blob_dir: Path | None = None) -> dict:
     """The whole binary as JSON-ready data; blobs inline (base64) or written to `blob_dir`."""
     root = LightBinaryT.InitFromObj(binary._root)
     doc = {"format": JSON_FORMAT, **table_to_json("LightBinary", root)}
-    doc["schema_hash"] = f"{binary.schema_hash:#018x}"
+    _stamps_as_hex(doc)
     blobs = []
     for i, info in enumerate(binary.blobs.infos, start=1):
         data = binary.blobs.read(i)
@@ -95,6 +95,17 @@ def to_json(binary: LightBinary, blob_dir: Path | None = None) -> dict:
         blobs.append(entry)
     doc["blobs"] = blobs
     return doc
+
+
+def _stamps_as_hex(doc: dict) -> None:
+    """The schema hash and integrity hash, which converting back stamps anew, in hex."""
+    for name in _STAMPS:
+        if doc.get(name) is not None:
+            doc[name] = f"{doc[name]:#018x}"
+
+
+# Header fields every written binary gets from its writer, not from a JSON document.
+_STAMPS = ("schema_hash", "integrity")
 
 
 def _make_blob_dir(blob_dir: Path) -> None:
@@ -116,7 +127,7 @@ def describe(binary: LightBinary) -> dict:
     """Header, commands and blob table without payloads (what `mnrt dump --json` prints)."""
     root = LightBinaryT.InitFromObj(binary._root)
     doc = {"format": JSON_FORMAT, **table_to_json("LightBinary", root)}
-    doc["schema_hash"] = f"{binary.schema_hash:#018x}"
+    _stamps_as_hex(doc)
     doc["blobs"] = [
         {"id": i, **{k: (f"{v:#018x}" if k == "hash" else v) for k, v in info._asdict().items()}}
         for i, info in enumerate(binary.blobs.infos, start=1)
@@ -247,7 +258,7 @@ def from_json(doc: Any, base_dir: Path | None = None) -> LightBinary:
         raise InvalidBinaryError(f'not a light binary JSON document (no "format": "{JSON_FORMAT}")')
     root = table_from_json(
         "LightBinary",
-        {k: v for k, v in doc.items() if k not in ("format", "blobs", "schema_hash")},
+        {k: v for k, v in doc.items() if k not in ("format", "blobs", *_STAMPS)},
         "$",
     )
     entries = doc.get("blobs", [])
@@ -258,7 +269,7 @@ def from_json(doc: Any, base_dir: Path | None = None) -> LightBinary:
         data = _blob_data(entry, i, base_dir)
         if blobs.add(data) != i:
             raise _bad(f"$.blobs[{i - 1}]", "duplicates an earlier blob; blob ids must stay unique")
-    # The rebuilt file is stamped with this mnrt's format version and schema hash.
+    # The rebuilt file is stamped with this mnrt's format version, schema hash and integrity.
     return LightBinary.build(
         root.commands or [],
         blobs,
