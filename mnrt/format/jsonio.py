@@ -269,8 +269,9 @@ def from_json(doc: Any, base_dir: Path | None = None) -> LightBinary:
         data = _blob_data(entry, i, base_dir)
         if blobs.add(data) != i:
             raise _bad(f"$.blobs[{i - 1}]", "duplicates an earlier blob; blob ids must stay unique")
-    # The rebuilt file is stamped with this mnrt's format version, schema hash and integrity.
-    return LightBinary.build(
+    # The rebuilt file is stamped with this mnrt's format version, schema hash and integrity,
+    # and verified as a file read from disk would be (strings from the document included).
+    built = LightBinary.build(
         root.commands or [],
         blobs,
         producer=root.producer or "",
@@ -279,6 +280,7 @@ def from_json(doc: Any, base_dir: Path | None = None) -> LightBinary:
         inputs=None if root.inputs is None else [int(i) for i in root.inputs],
         outputs=None if root.outputs is None else [int(i) for i in root.outputs],
     )
+    return LightBinary(built.to_bytes())
 
 
 def _plain_name(name: Any) -> bool:

@@ -26,6 +26,7 @@ from ..errors import (
     ShapeError,
     TraceError,
 )
+from ..format.text import bad_name
 from .buffer import Buffer
 from .observe import api
 from .program import Kernel, Program
@@ -68,10 +69,17 @@ def _as_index(value: Any) -> Any:
 
 
 def _check_name(what: str, name: Any) -> None:
-    """Names end up in light binaries as strings: anything else would only fail when a
-    capture is saved, long after the call that passed it."""
+    """Names end up in light binaries as strings, printable and of bounded length (see
+    format/text.py): anything else would only fail when a capture is saved or replayed,
+    long after the call that passed it."""
     if name is not None and not isinstance(name, str):
         raise InvalidArgumentError(f"{what} name must be a string, got {name!r}")
+    problem = None if name is None else bad_name(name)
+    if problem:
+        raise InvalidArgumentError(
+            f"{what} name {name[:80]!r} cannot be stored in a light binary: {problem}; "
+            "use a shorter name of printable characters"
+        )
 
 
 def _check_trace_id(call: str, trace_id: Any) -> None:

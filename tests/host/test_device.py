@@ -380,3 +380,18 @@ def test_a_buffer_created_while_another_thread_clears_reads_as_a_fill(dev, q, ga
     monkeypatch.setattr(memory, "clear", clear_then_create)
     dev.clear(pattern=0x5A)
     np.testing.assert_array_equal(q.enqueue_read_buffer(made[0]), np.full(8, 0x5A))
+
+
+@pytest.mark.parametrize("name", ["x\nFAKE LINE: PASS", "x\x1b[2J", "nul\x00", "n" * 1025])
+def test_names_a_binary_would_refuse_are_refused_at_the_call(dev, name):
+    with pytest.raises(mnrt.InvalidArgumentError, match="cannot be stored in a light binary"):
+        dev.create_buffer((2,), "float", name=name)
+    with pytest.raises(mnrt.InvalidArgumentError, match="cannot be stored in a light binary"):
+        dev.create_program([mnrt.Kernel("exp", ["a"], ["y"])], name=name)
+
+
+def test_a_capture_description_must_be_printable():
+    mnrt.begin_capture()
+    with pytest.raises(mnrt.InvalidArgumentError, match="not printable"):
+        mnrt.end_capture(description="line one\nPASS")
+    mnrt.end_capture()

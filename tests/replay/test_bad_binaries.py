@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import importlib
+import json
 import re
 import struct
 import time
@@ -22,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mnrt
-from mnrt.format import LightBinary
+from mnrt.format import LightBinary, jsonio
 from mnrt.format import schema_info as si
 from mnrt.format.binary import stamp_integrity
 from mnrt.format.blobs import ZSTD, BlobInfo
@@ -479,7 +480,7 @@ def test_run_report_and_outputs_that_cannot_be_written_are_one_line_errors(small
 
 def test_buffer_names_are_made_safe_file_names(small_binary, tmp_path):
     def rename(doc: dict) -> None:
-        doc["commands"][2]["cmd"]["desc"]["name"] = "../y\x00" + "z" * 300
+        doc["commands"][2]["cmd"]["desc"]["name"] = "../y/" + "z" * 300  # a NUL is refused
 
     path = tmp_path / "b.mnlb"
     edited(small_binary, rename).save(path)
@@ -544,3 +545,45 @@ def test_format_1_0_binaries_have_no_integrity_field_and_still_load():
     for path in sorted((Path(__file__).parents[2] / "samples").glob("*.mnlb")):
         binary = LightBinary.load(path)
         assert binary.version == (1, 0) and binary._root.Integrity() == 0
+
+
+# --- strings from a binary never reach a terminal raw ------------------------------------
+
+FORGED = "a\x1b]0;owned\x07\nFAKE LINE: PASS"
+
+
+def _renamed(doc: dict, name: str) -> None:
+    doc["commands"][1]["cmd"]["desc"]["name"] = name  # buffer 'a'
+
+
+@pytest.mark.parametrize("char", ["\x1b", "\x07", "\n", "\x00", "\x9b", "\u202e"])
+def test_names_with_control_characters_are_refused(small_binary, char):
+    with pytest.raises(mnrt.InvalidBinaryError, match="not printable"):
+        edited(small_binary, lambda doc: _renamed(doc, f"a{char}b"))
+
+
+def test_a_binary_whose_bytes_name_a_buffer_with_an_escape_is_refused(small_binary, tmp_path):
+    data = bytearray(small_binary.to_bytes())
+    at = data.index(b"\x01\x00\x00\x00a\x00")  # the string "a": length, byte, NUL
+    data[at + 4] = 0x1B
+    stamp_integrity(data)  # as a hostile writer would
+    path = tmp_path / "escape.mnlb"
+    path.write_bytes(data)
+    code, out = run_cli(path)
+    assert code == 2 and out.count("\n") == 1 and "not printable" in out
+    assert "\x1b" not in out
+
+
+def test_a_name_forging_output_lines_is_refused_by_convert(small_binary, tmp_path):
+    doc = json.loads(jsonio.dumps(small_binary))
+    _renamed(doc, FORGED)
+    src, out = tmp_path / "forged.json", tmp_path / "forged.mnlb"
+    src.write_text(json.dumps(doc))
+    code, text = invoke_cli("convert", str(src), str(out))
+    assert code == 2 and "not printable" in text and "FAKE LINE" not in text
+    assert "\x1b" not in text and not out.exists()
+
+
+def test_overlong_names_are_refused(small_binary):
+    with pytest.raises(mnrt.InvalidBinaryError, match="more than 1024"):
+        edited(small_binary, lambda doc: _renamed(doc, "n" * 5000))
