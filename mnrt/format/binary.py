@@ -127,12 +127,7 @@ class LightBinary:
     def _check_version(self) -> None:
         v = self._root.Version()
         major, minor = v.Major(), v.Minor()
-        if major != FORMAT_VERSION[0] or minor > FORMAT_VERSION[1]:
-            raise UnsupportedVersionError(
-                f"format version {major}.{minor} is not readable by this mnrt, which reads "
-                f"{FORMAT_VERSION[0]}.0 to {FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}; "
-                "upgrade mnrt to read newer binaries"
-            )
+        check_readable(major, minor)
         expected = KNOWN_SCHEMAS.get((major, minor))
         if self._root.SchemaHash() != expected:
             raise UnsupportedVersionError(
@@ -248,6 +243,17 @@ class LightBinary:
         return (
             f"<LightBinary v{self.version[0]}.{self.version[1]}{where}: {len(self)} commands, "
             f"{len(self.blobs)} blobs, {self.file_size} bytes>"
+        )
+
+
+def check_readable(major: int, minor: int) -> None:
+    """Refuse a format version this mnrt cannot read: another major, or a newer minor (a
+    binary's and a JSON document's alike)."""
+    if major != FORMAT_VERSION[0] or minor > FORMAT_VERSION[1]:
+        raise UnsupportedVersionError(
+            f"format version {major}.{minor} is not readable by this mnrt, which reads "
+            f"{FORMAT_VERSION[0]}.0 to {FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}; "
+            "upgrade mnrt to read newer binaries"
         )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import xxhash
 
 from ..errors import InvalidBinaryError, MnrtError
-from .binary import LightBinary
+from .binary import LightBinary, check_readable
 from .blobs import BlobStore
 from .fb.DeviceDescription import DeviceDescriptionT
 from .fb.LightBinary import LightBinaryT
@@ -256,11 +256,17 @@ def from_json(doc: Any, base_dir: Path | None = None) -> LightBinary:
     """Rebuild a binary from `to_json` output (blob files are looked up in `base_dir`)."""
     if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT:
         raise InvalidBinaryError(f'not a light binary JSON document (no "format": "{JSON_FORMAT}")')
+    for key in ("version", "commands"):
+        if key not in doc:
+            raise _bad("$", f'no "{key}": not a whole light binary document')
     root = table_from_json(
         "LightBinary",
         {k: v for k, v in doc.items() if k not in ("format", "blobs", *_STAMPS)},
         "$",
     )
+    # Restamped with this mnrt's version below, so a version it cannot read is refused
+    # here, as the binary reader would refuse it (never silently restamped).
+    check_readable(root.version.major, root.version.minor)
     entries = doc.get("blobs", [])
     if not isinstance(entries, list):
         raise _bad("$.blobs", "expected a list")

@@ -106,7 +106,8 @@ def test_a_blob_entry_says_what_its_data_is(sample_doc, key, value, message):
 
 
 def test_a_document_built_in_python_with_other_keys_is_an_mnrt_error():
-    doc = {"format": jsonio.JSON_FORMAT, "version": {"major": 1, "minor": 0}, 1: 2}
+    doc = {"format": jsonio.JSON_FORMAT, "version": {"major": 1, "minor": 0}, "commands": []}
+    doc[1] = 2
     with pytest.raises(MnrtError, match="keys must be strings"):
         jsonio.from_json(doc)
 
@@ -123,8 +124,9 @@ def test_convert_leaves_its_input_and_nothing_else_when_it_fails(small_binary, t
     source = tmp_path / "doc.json"
     source.write_text(json.dumps({**_doc(small_binary), "blobs": 5}))
     before = source.read_bytes()
-    assert_one_line_error(*invoke_cli("convert", source, source), "$.blobs: expected a list")
-    assert source.read_bytes() == before
+    out = tmp_path / "out.mnlb"
+    assert_one_line_error(*invoke_cli("convert", source, out), "$.blobs: expected a list")
+    assert source.read_bytes() == before and not out.exists()
     binary = tmp_path / "b.mnlb"
     small_binary.save(binary)
     locked = tmp_path / "locked"
@@ -225,3 +227,41 @@ def test_blob_files_and_folders_must_not_be_links_out_of_the_folder(small_binary
         *invoke_cli("convert", work / "doc.json", tmp_path / "o.mnlb"), "must be the plain name"
     )
     assert not (tmp_path / "o.mnlb").exists()
+
+
+def test_converting_a_file_onto_itself_is_refused(tmp_path):
+    path = tmp_path / "t.mnlb"
+    path.write_bytes(SAMPLE.read_bytes())
+    link = tmp_path / "link.mnlb"
+    os.link(path, link)
+    for dest in (path, link):
+        code, out = invoke_cli("convert", path, dest)  # before: replaced by its JSON, exit 0
+        assert_one_line_error(code, out, "the same file")
+        assert path.read_bytes() == SAMPLE.read_bytes()
+
+
+def test_blob_files_for_json_to_binary_is_an_error(tmp_path, sample_doc):
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps(sample_doc))
+    code, out = invoke_cli("convert", src, tmp_path / "t.mnlb", "--blob-files")
+    assert_one_line_error(code, out, "--blob-files applies to binary -> JSON only")
+    assert not (tmp_path / "t.mnlb").exists()
+
+
+@pytest.mark.parametrize("version", [{"major": 99, "minor": 0}, {"major": 1, "minor": 99}])
+def test_a_json_of_a_version_this_mnrt_cannot_read_is_refused(tmp_path, sample_doc, version):
+    doc = copy.deepcopy(sample_doc)
+    doc["version"] = version  # before: restamped 1.0 and written
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps(doc))
+    code, out = invoke_cli("convert", src, tmp_path / "t.mnlb")
+    assert_one_line_error(code, out, "is not readable by this mnrt")
+
+
+@pytest.mark.parametrize("missing", ["commands", "version"])
+def test_a_json_that_is_not_a_whole_binary_is_refused(tmp_path, sample_doc, missing):
+    doc = {k: v for k, v in sample_doc.items() if k != missing}
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps(doc))
+    code, out = invoke_cli("convert", src, tmp_path / "t.mnlb")  # before: an empty binary
+    assert_one_line_error(code, out, f'no "{missing}"')
