@@ -9,8 +9,11 @@ import os
 import stat
 from pathlib import Path
 
+import numpy as np
 import pytest
 from cli_harness import assert_one_line_error, invoke_cli, one_line_error, run
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mnrt.errors import MnrtError
 from mnrt.format import LightBinary, jsonio
@@ -265,3 +268,64 @@ def test_a_json_that_is_not_a_whole_binary_is_refused(tmp_path, sample_doc, miss
     src.write_text(json.dumps(doc))
     code, out = invoke_cli("convert", src, tmp_path / "t.mnlb")  # before: an empty binary
     assert_one_line_error(code, out, f'no "{missing}"')
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**65), 2**65) | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+def _paths(doc, prefix=()):
+    """Every (path) to a value inside a JSON document."""
+    yield prefix
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _paths(v, (*prefix, i))
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_fuzzed_json_documents_convert_cleanly_or_round_trip(data, small_doc):
+    doc = copy.deepcopy(small_doc)
+    paths = [p for p in _paths(doc) if p and p[0] not in ("format",)]
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(paths))
+        parent = doc
+        try:
+            for key in path[:-1]:
+                parent = parent[key]
+            if data.draw(st.booleans()) and isinstance(parent, dict):
+                parent.pop(path[-1], None)
+            else:
+                parent[path[-1]] = data.draw(_JSON_VALUES)
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier change removed or replaced the path
+    try:
+        binary = jsonio.from_json(doc)
+    except MnrtError:
+        return
+    again = LightBinary(binary.to_bytes())  # a binary convert writes loads and verifies
+    assert jsonio.to_json(again) == jsonio.to_json(binary)
+
+
+@pytest.fixture(scope="module")
+def small_doc():
+    import mnrt
+
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        a = dev.create_buffer((2, 3), "float", name="a")
+        y = dev.create_buffer((2, 3), "float", name="y")
+        prog = dev.create_program([mnrt.Kernel("exp", ["a"], ["y"])], name="e")
+        q.enqueue_write_buffer(a, np.arange(6, dtype=np.float32).reshape(2, 3) / 10)
+        q.enqueue_program(prog, {"a": a, "y": y})
+        q.enqueue_read_buffer(y)
+        return json.loads(jsonio.dumps(mnrt.end_capture()))
