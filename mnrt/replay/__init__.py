@@ -27,6 +27,7 @@ import numpy as np
 from ..device.boards import ENV_DEVICE_COUNT, check_index, device_count
 from ..errors import DeviceBusyError, InvalidArgumentError, MnrtError, OutOfMemoryError
 from ..format import LightBinary
+from ..format.fb.CommandUnion import CommandUnion
 from ..host.device import open_indices
 from . import io
 from .executor import Executor, Placement
@@ -93,15 +94,35 @@ def host_memory_bytes() -> int | None:
         return None
 
 
-def _check_host_memory(plan: Plan) -> None:
-    """A binary whose buffers at their peak need more memory than this machine has is
-    refused before it runs, rather than left to the kernel's out-of-memory killer."""
-    needed, ram = sum(plan.peak_bytes.values()), host_memory_bytes()
+def _touched_bytes(plan: Plan, binary: LightBinary) -> int:
+    """Bytes of the buffers some command writes, reads or binds to a program: only those
+    get host memory (device DRAM is backed on first touch, see device/memory.py)."""
+    touched: set[int] = set()
+    for command in binary.commands:
+        if command.cmdType in _ALLOCATION_ONLY:
+            continue
+        ids = getattr(command.cmd, "bufferIds", None)
+        if ids is not None:
+            touched.update(int(i) for i in ids)
+        touched.add(getattr(command.cmd, "bufferId", 0))
+    return sum(plan.buffers[g].nbytes for g in touched if g in plan.buffers)
+
+
+_ALLOCATION_ONLY = (CommandUnion.CreateBuffer, CommandUnion.DeallocateBuffer)
+
+
+def _check_host_memory(plan: Plan, binary: LightBinary) -> None:
+    """A binary whose buffers need more memory than this machine has is refused before it
+    runs, rather than left to the kernel's out-of-memory killer. What it needs is at most
+    its peak of live buffers and at most what its commands touch: buffers it creates and
+    never uses cost nothing, so a binary may fill every device's DRAM and still run."""
+    needed = min(sum(plan.peak_bytes.values()), _touched_bytes(plan, binary))
+    ram = host_memory_bytes()
     if ram is not None and needed > ram:
         raise OutOfMemoryError(
-            f"the binary's buffers need {needed} bytes of device memory at their peak, more "
-            f"than this machine's {ram} bytes of RAM, which the emulated devices live in; "
-            "replay it on a machine with more memory"
+            f"the binary's buffers need {needed} bytes of device memory (at their peak, of "
+            f"those its commands use), more than this machine's {ram} bytes of RAM, which "
+            "the emulated devices live in; replay it on a machine with more memory"
         )
 
 
@@ -165,7 +186,7 @@ def replay(
         raise InvalidArgumentError("expected outputs are compared only with verify=True")
     new_inputs = {} if inputs is None else io.new_inputs(plan, inputs)
     wanted = {} if expected is None else io.expected_outputs(plan, expected)
-    _check_host_memory(plan)
+    _check_host_memory(plan, binary)
     load_s = time.perf_counter() - start
     device_map = _device_map(plan, device)
     report = ReplayReport(binary=binary, load_s=load_s, verified=verify)
