@@ -28,6 +28,7 @@ from ..errors import (
     KernelAttributeError,
     ShapeError,
 )
+from ..format.text import bad_name
 from .buffer import Buffer
 
 if TYPE_CHECKING:
@@ -74,6 +75,13 @@ class Kernel:
                 raise InvalidArgumentError(
                     f"kernel '{self.op}': {role} must be a list of slot names, got {given!r}"
                 )
+            for s in slots:  # they are stored in light binaries as names (format/text.py)
+                problem = bad_name(s)
+                if problem:
+                    raise InvalidArgumentError(
+                        f"kernel '{self.op}': slot name {s[:80]!r} cannot be stored in a light "
+                        f"binary: {problem}; use a shorter name of printable characters"
+                    )
             object.__setattr__(self, role, slots)
         if self.attrs is not None and not isinstance(self.attrs, Mapping):
             raise KernelAttributeError(

@@ -388,6 +388,8 @@ def test_names_a_binary_would_refuse_are_refused_at_the_call(dev, name):
         dev.create_buffer((2,), "float", name=name)
     with pytest.raises(mnrt.InvalidArgumentError, match="cannot be stored in a light binary"):
         dev.create_program([mnrt.Kernel("exp", ["a"], ["y"])], name=name)
+    with pytest.raises(mnrt.InvalidArgumentError, match="cannot be stored in a light binary"):
+        mnrt.Kernel("exp", [name], ["y"])
 
 
 def test_a_capture_description_must_be_printable():
