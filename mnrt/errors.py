@@ -11,6 +11,7 @@ EXIT_OK = 0
 EXIT_GOLDEN_MISMATCH = 1
 EXIT_USAGE = 2
 EXIT_DEVICE = 3
+EXIT_NO_GOLDENS = 4  # `mnrt run` of a binary without goldens: nothing verified
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report a process SIGINT ended
 
 

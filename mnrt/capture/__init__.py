@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..format import LightBinary
+from ..format.text import unprintable
 from ..host import Buffer, CommandQueue, observe
 from ..host.golden import Check, compare
 from .build import build
@@ -108,6 +109,12 @@ def _kept(golden: np.ndarray | None) -> np.ndarray | None:
 def _check_description(description: Any) -> None:
     if not isinstance(description, str):
         raise InvalidArgumentError(f"description must be a string, got {description!r}")
+    problem = unprintable(description)
+    if problem:
+        raise InvalidArgumentError(
+            f"description {description!r} cannot be stored in a light binary: {problem}; "
+            "use printable text on one line"
+        )
 
 
 def _check_nothing_skipped(rec: Recorder) -> None:

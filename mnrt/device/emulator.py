@@ -37,14 +37,15 @@ class EmulatedDevice:
         parallel.threads()  # a bad MNRT_THREADS is reported here, not by the first kernel
 
     # --- memory -------------------------------------------------------------------
-    def allocate(
-        self, shape: tuple[int, ...], dtype: DType, what: str, filled: bool = True
-    ) -> tuple[int, np.ndarray]:
-        """Reserve DRAM for an array; return (address, a storage-dtype view of it). See
-        DeviceMemory.allocate for `filled`."""
-        nbytes = math.prod(shape) * dtype.itemsize
-        address, raw = self.memory.allocate(nbytes, what, filled)
-        return address, raw.view(dtype.storage).reshape(shape)
+    def allocate(self, shape: tuple[int, ...], dtype: DType, what: str) -> int:
+        """Reserve DRAM for an array and return its address; no host memory is used until
+        `storage` is first asked for it."""
+        return self.memory.reserve(math.prod(shape) * dtype.itemsize, what)
+
+    def storage(self, address: int, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
+        """A storage-dtype view of an allocation's host memory, made on first use and not
+        yet holding the fill (see `fill_in`)."""
+        return self.memory.backing(address).view(dtype.storage).reshape(shape)
 
     def fill_in(self, bits: np.ndarray, address: int) -> None:
         """Put the fill into an allocation's storage view: its own array, so the fill

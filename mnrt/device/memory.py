@@ -2,7 +2,12 @@
 
 The allocator hands out aligned addresses in the device's logical DRAM (16 GiB for MN-Core 2)
 by best fit over an address-ordered free list that coalesces neighbours on free. Host memory
-is used only for live allocations: each one is backed by its own numpy byte array.
+is used only for allocations that are touched: reserving DRAM costs no host memory, and an
+allocation gets its own contiguous numpy byte array the first time a command reads or writes
+it (kernels run on whole contiguous arrays, so the allocation is the unit). A binary may
+therefore create buffers of every device's 16 GiB and still replay in a few GiB of host memory
+when it touches little of them; a host allocation that fails is an OutOfMemoryError naming the
+request, never numpy's bare MemoryError.
 
 Fresh allocations hold whatever the device's fill policy says DRAM holds (zeros by default;
 a repeated byte pattern or seeded noise after `clear`), so programs that read memory they
@@ -26,6 +31,19 @@ def _fmt_bytes(n: int) -> str:
             return f"{n} B" if unit == "B" else f"{n:.2f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+def host_empty(shape: tuple[int, ...], dtype: np.dtype, what: str) -> np.ndarray:
+    """np.empty for an array a request sized (a read's result): the host failing to hold it
+    is an OutOfMemoryError naming the request, not numpy's bare MemoryError."""
+    try:
+        return np.empty(shape, dtype)
+    except MemoryError:
+        nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+        raise OutOfMemoryError(
+            f"out of host memory for {what} of {_fmt_bytes(nbytes)} ({nbytes} bytes); "
+            "read less at once or run where more host memory is available"
+        ) from None
 
 
 PATTERN_WIDTHS = (1, 2, 4, 8)  # bytes a pattern repeats every
@@ -186,41 +204,74 @@ class Allocator:
 
 
 class DeviceMemory:
-    """DRAM of one device: allocator plus one backing byte array per live allocation."""
+    """DRAM of one device: the allocator, plus a host byte array for each live allocation
+    that has been touched (see `backing`)."""
 
     def __init__(self, size: int, alignment: int) -> None:
         self.allocator = Allocator(size, alignment)
         self.fill = Fill()
-        self._backing: dict[int, np.ndarray] = {}
+        self._reserved: dict[int, tuple[int, str]] = {}  # address -> (bytes, what) of live ones
+        self._backing: dict[int, np.ndarray] = {}  # address -> host bytes, touched ones only
         self._lock = threading.Lock()
+
+    def reserve(self, nbytes: int, what: str = "buffer") -> int:
+        """Reserve `nbytes` of DRAM and return its address; no host memory is used yet."""
+        with self._lock:
+            address = self.allocator.allocate(nbytes, what)
+            self._reserved[address] = (nbytes, what)
+        return address
+
+    def backing(self, address: int) -> np.ndarray:
+        """The host bytes of a live allocation, made on first use and left as np.empty gives
+        them: the owner puts the fill in before anything reads them (memory written whole
+        never pays for the fill). Raises OutOfMemoryError when the host cannot hold them."""
+        data = self._backing.get(address)
+        if data is not None:
+            return data
+        with self._lock:
+            data = self._backing.get(address)
+            if data is None:
+                nbytes, what = self._reserved[address]
+                try:
+                    data = np.empty(nbytes, np.uint8)
+                except MemoryError:
+                    touched = sum(d.nbytes for d in self._backing.values())
+                    raise OutOfMemoryError(
+                        f"out of host memory backing {what} of {_fmt_bytes(nbytes)} "
+                        f"({nbytes} bytes) of emulated DRAM at {address:#x}: the host could not "
+                        f"allocate it ({_fmt_bytes(touched)} of this device's DRAM is already "
+                        "backed); touch less device memory or run where more host memory is "
+                        "available"
+                    ) from None
+                self._backing[address] = data
+        return data
 
     def allocate(
         self, nbytes: int, what: str = "buffer", filled: bool = True
     ) -> tuple[int, np.ndarray]:
-        """Reserve `nbytes` and return (address, backing bytes holding the fill). With
-        `filled=False` the bytes are left as they come until the owner puts the fill in:
-        memory written whole before anything reads it never pays for the fill (zeroing a
-        model's 32 MiB took as long as a tenth of its replay)."""
-        with self._lock:
-            address = self.allocator.allocate(nbytes, what)
-        if not filled:
-            data = np.empty(nbytes, np.uint8)
-        elif self.fill.kind == "zero":
-            data = np.zeros(nbytes, np.uint8)  # calloc: pages are committed when touched
-        else:
-            data = np.empty(nbytes, np.uint8)
+        """Reserve `nbytes` and back them at once: (address, bytes holding the fill, or left
+        as they come with `filled=False`)."""
+        address = self.reserve(nbytes, what)
+        data = self.backing(address)
+        if filled:
             self.fill.apply(data, address)
-        self._backing[address] = data
         return address, data
 
     def free(self, address: int) -> None:
         with self._lock:
             self.allocator.free(address)
-            del self._backing[address]
+            del self._reserved[address]
+            self._backing.pop(address, None)
+
+    @property
+    def backed_bytes(self) -> int:
+        """Host bytes backing this device's DRAM now."""
+        return sum(d.nbytes for d in list(self._backing.values()))
 
     def clear(self, fill: Fill) -> None:
-        """Set what DRAM holds: every live allocation now reads as `fill`, as do new ones.
-        The live ones are listed first: another thread may allocate meanwhile."""
+        """Set what DRAM holds: every backed allocation now reads as `fill`, as do new ones
+        (their owners put it in when they are first touched). The backed ones are listed
+        first: another thread may allocate meanwhile."""
         self.fill = fill
         for address, data in list(self._backing.items()):
             fill.apply(data, address)
@@ -228,4 +279,5 @@ class DeviceMemory:
     def reset(self) -> None:
         with self._lock:
             self.allocator.reset()
+            self._reserved.clear()
             self._backing.clear()

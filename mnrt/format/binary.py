@@ -3,8 +3,9 @@
 File layout: a size-prefixed FlatBuffer (identifier "MNLB", root `LightBinary`), zero
 padding to the next 64-byte boundary, then the data section: blobs, each 64-byte aligned,
 addressed by u64 offsets from the section's start (so files may exceed 2 GiB). Loading maps
-the file and verifies the FlatBuffer's structure, version and schema; blobs are read lazily
-and zero-copy, each checked against its hash on first read.
+the file and verifies the FlatBuffer's structure, then its integrity hash (see `integrity`),
+version and schema; blobs are read lazily and zero-copy, each checked against its hash on
+first read.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import flatbuffers
 import numpy as np
+import xxhash
 
 from ..errors import InvalidBinaryError, UnsupportedVersionError
 from .blobs import BlobInfo, BlobStore, BlobTable, align
@@ -57,7 +59,11 @@ class LightBinary:
             fb_size = verify_flatbuffer(view)
         self._fb = view[:fb_size]
         self._root = FbLightBinary.GetRootAs(self._fb, 4)
+        # Another version's integrity may be defined otherwise: the version is checked first
+        # (it only refuses), then the integrity hash, before any other field is used.
         self._check_version()
+        if _written is None:
+            _check_integrity(self._fb, self._root)
         data_offset = align(fb_size)
         if len(view) < data_offset and self._root.BlobsLength():
             raise InvalidBinaryError(
@@ -109,9 +115,9 @@ class LightBinary:
         io_vecs = [None if v is None else _io_vector(b, v) for v in (inputs, outputs)]
         fb_root = _pack_root(b, producer, metadata, device, commands_vec, blobs_vec, *io_vecs)
         b.FinishSizePrefixed(fb_root, file_identifier=IDENTIFIER)
-        fb_bytes = bytes(b.Output())
-        content = bytearray(fb_bytes)
-        content.extend(bytes(align(len(fb_bytes)) - len(fb_bytes)))
+        content = bytearray(b.Output())
+        stamp_integrity(content)
+        content.extend(bytes(align(len(content)) - len(content)))
         for payload in blobs.payloads:
             content.extend(bytes(align(len(content)) - len(content)))
             content.extend(payload)
@@ -121,12 +127,7 @@ class LightBinary:
     def _check_version(self) -> None:
         v = self._root.Version()
         major, minor = v.Major(), v.Minor()
-        if major != FORMAT_VERSION[0] or minor > FORMAT_VERSION[1]:
-            raise UnsupportedVersionError(
-                f"format version {major}.{minor} is not readable by this mnrt, which reads "
-                f"{FORMAT_VERSION[0]}.0 to {FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}; "
-                "upgrade mnrt to read newer binaries"
-            )
+        check_readable(major, minor)
         expected = KNOWN_SCHEMAS.get((major, minor))
         if self._root.SchemaHash() != expected:
             raise UnsupportedVersionError(
@@ -245,6 +246,17 @@ class LightBinary:
         )
 
 
+def check_readable(major: int, minor: int) -> None:
+    """Refuse a format version this mnrt cannot read: another major, or a newer minor (a
+    binary's and a JSON document's alike)."""
+    if major != FORMAT_VERSION[0] or minor > FORMAT_VERSION[1]:
+        raise UnsupportedVersionError(
+            f"format version {major}.{minor} is not readable by this mnrt, which reads "
+            f"{FORMAT_VERSION[0]}.0 to {FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}; "
+            "upgrade mnrt to read newer binaries"
+        )
+
+
 _BLOBS_SLOT = next(
     f["slot"] for f in LAYOUT["tables"]["LightBinary"]["fields"] if f["name"] == "blobs"
 )
@@ -325,7 +337,70 @@ def _pack_root(
         fb_root.LightBinaryAddInputs(b, inputs_vec)
     if outputs_vec is not None:
         fb_root.LightBinaryAddOutputs(b, outputs_vec)
+    b.forceDefaults = True  # the integrity field is always written: 0 until stamped
+    fb_root.LightBinaryAddIntegrity(b, 0)
+    b.forceDefaults = False
     return fb_root.LightBinaryEnd(b)
+
+
+_INTEGRITY_SLOT = next(
+    f["slot"] for f in LAYOUT["tables"]["LightBinary"]["fields"] if f["name"] == "integrity"
+)
+
+
+def _integrity_at(fb: memoryview | bytearray, root: FbLightBinary) -> int | None:
+    """Where the root's integrity field lies in `fb` (the size-prefixed FlatBuffer), or None
+    when the binary has none (format 1.0)."""
+    off = root._tab.Offset(4 + 2 * _INTEGRITY_SLOT)
+    return root._tab.Pos + off if off else None
+
+
+def integrity(fb: memoryview | bytes | bytearray, at: int) -> int:
+    """The integrity hash of a light binary: xxh3-64 of its size-prefixed FlatBuffer (the
+    file's first 4 + size bytes: size prefix, header, commands and blob table) with the 8
+    bytes at `at` (the integrity field itself) read as zero. Blob payloads are not included:
+    each blob carries the hash of its own bytes, checked when it is read."""
+    h = xxhash.xxh3_64()
+    h.update(fb[:at])
+    h.update(bytes(8))
+    h.update(fb[at + 8 :])
+    return h.intdigest()
+
+
+def stamp_integrity(content: bytearray) -> None:
+    """Write the integrity hash of the light binary `content` begins with into its integrity
+    field (the writer's last step; tests that edit a binary's bytes restamp it with this)."""
+    fb_size = 4 + struct.unpack_from("<I", content)[0]
+    fb = memoryview(content)[:fb_size]
+    at = _integrity_at(fb, FbLightBinary.GetRootAs(fb, 4))
+    if at is None:
+        raise InvalidBinaryError("the binary has no integrity field to stamp", offset=0)
+    struct.pack_into("<Q", content, at, integrity(fb, at))
+
+
+def _check_integrity(fb: memoryview, root: FbLightBinary) -> None:
+    """Refuse a FlatBuffer whose integrity hash does not match its bytes (corrupted or
+    edited); one without the field is accepted only as format 1.0, which predates it. Runs
+    right after the structural and version checks, before any other field is used."""
+    at = _integrity_at(fb, root)
+    if at is None:
+        v = root.Version()
+        if (v.Major(), v.Minor()) == (1, 0):
+            return
+        raise InvalidBinaryError(
+            f"format {v.Major()}.{v.Minor()} binary has no integrity hash (the file is "
+            "corrupted or was not written by mnrt); write it again",
+            offset=0,
+        )
+    stored = struct.unpack_from("<Q", fb, at)[0]
+    actual = integrity(fb, at)
+    if stored != actual:
+        raise InvalidBinaryError(
+            f"integrity hash mismatch: the header, commands or blob table were changed after "
+            f"the file was written (stored {stored:#018x}, computed {actual:#018x}); the file "
+            "is corrupted: write or copy it again",
+            offset=at,
+        )
 
 
 def _io_vector(b: flatbuffers.Builder, ids: Sequence[int]) -> int:

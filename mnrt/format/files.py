@@ -1,19 +1,93 @@
 """Files in and out: writes that are never left half-done (a private temporary file in the
 destination's folder, flushed, then renamed over it) and reads that refuse anything but a
-regular file (a FIFO would block, /dev/zero would never end)."""
+regular file (a FIFO would block, /dev/zero would never end).
+
+A writer killed mid-write (kill -9, a power cut) leaves its temporary file or staging folder
+behind. Their names say which process made them (`.mnrt-<pid>-<hex>.tmp`, a folder's old
+contents `....tmp.old`), so the next writer to the same folder removes those whose process
+is gone (once per folder per process), and `mnrt clean FOLDER` lists or removes them.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import stat
-import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import MnrtError
+
+_LEFTOVER = re.compile(r"\.mnrt-(\d+)-[0-9a-f]+\.tmp(\.old)?")
+_swept: set[str] = set()  # folders this process has already swept
+
+
+def _private_name(folder: Path) -> Path:
+    """A name for a temporary file or staging folder of this process in `folder`: short
+    (not made from the destination's name, which may be as long as a name can be) and
+    carrying the pid, so that a leftover tells whose it was."""
+    return folder / f".mnrt-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+
+
+def _process_gone(pid: int) -> bool:
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):  # alive, another user's; or not a pid at all
+        return False
+    return False
+
+
+def leftovers(folder: str | os.PathLike) -> list[Path]:
+    """Temporary files and staging folders in `folder` that mnrt writers left behind and
+    whose process is gone (a live writer's are never listed)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    found = []
+    for name in sorted(names):
+        m = _LEFTOVER.fullmatch(name)
+        if m and _process_gone(int(m.group(1))):
+            found.append(Path(folder) / name)
+    return found
+
+
+def remove_leftovers(paths: Iterable[Path]) -> list[Path]:
+    """Remove what `leftovers` listed; returns what was removed (one another process
+    removed meanwhile is skipped)."""
+    removed = []
+    for path in paths:
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise MnrtError(f"cannot remove {path}: {e.strerror or e}") from None
+        removed.append(path)
+    return removed
+
+
+def _sweep(folder: Path) -> None:
+    """Before the first write of this process to `folder`: remove dead writers' leftovers.
+    Best effort: a leftover that cannot be removed is left for `mnrt clean` to report."""
+    key = os.path.abspath(folder)
+    if key in _swept:
+        return
+    _swept.add(key)
+    try:
+        remove_leftovers(leftovers(folder))
+    except MnrtError:
+        return
 
 
 def write_atomically(path: str | os.PathLike, data: bytes | memoryview) -> None:
@@ -38,8 +112,8 @@ def write_atomically_with(path: str | os.PathLike, fill: Callable[[BinaryIO], ob
         # file; a directory cannot take the data either.
         kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
         raise MnrtError(f"cannot write {path}: it is {kind}; give a file path")
-    # Short and not made from the destination's name, which may be as long as a name can be.
-    tmp = path.with_name(f".mnrt-{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    _sweep(path.parent)
+    tmp = _private_name(path.parent)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as e:
@@ -94,8 +168,10 @@ def write_with_folder(path: Path, folder: Path, fill: Callable[[Path], bytes]) -
         raise MnrtError(f"cannot write {path}: its folder of files would have the same name")
     if folder.exists() and not (folder.is_dir() and not folder.is_symlink()):
         raise MnrtError(f"cannot write {folder}: it is not a folder; move it away")
+    _sweep(folder.parent)
+    staging = _private_name(folder.parent)
     try:
-        staging = Path(tempfile.mkdtemp(prefix=".mnrt-", suffix=".tmp", dir=folder.parent))
+        staging.mkdir(0o700)
     except OSError as e:
         raise MnrtError(f"cannot write {folder}: {e.strerror or e}") from None
     old = staging.with_name(staging.name + ".old")

@@ -17,7 +17,7 @@ from typing import Any
 import xxhash
 
 from ..errors import InvalidBinaryError, MnrtError
-from .binary import LightBinary
+from .binary import LightBinary, check_readable
 from .blobs import BlobStore
 from .fb.DeviceDescription import DeviceDescriptionT
 from .fb.LightBinary import LightBinaryT
@@ -80,7 +80,7 @@ def to_json(binary: LightBinary, blob_dir: Path | None = None) -> dict:
     """The whole binary as JSON-ready data; blobs inline (base64) or written to `blob_dir`."""
     root = LightBinaryT.InitFromObj(binary._root)
     doc = {"format": JSON_FORMAT, **table_to_json("LightBinary", root)}
-    doc["schema_hash"] = f"{binary.schema_hash:#018x}"
+    _stamps_as_hex(doc)
     blobs = []
     for i, info in enumerate(binary.blobs.infos, start=1):
         data = binary.blobs.read(i)
@@ -95,6 +95,17 @@ def to_json(binary: LightBinary, blob_dir: Path | None = None) -> dict:
         blobs.append(entry)
     doc["blobs"] = blobs
     return doc
+
+
+def _stamps_as_hex(doc: dict) -> None:
+    """The schema hash and integrity hash, which converting back stamps anew, in hex."""
+    for name in _STAMPS:
+        if doc.get(name) is not None:
+            doc[name] = f"{doc[name]:#018x}"
+
+
+# Header fields every written binary gets from its writer, not from a JSON document.
+_STAMPS = ("schema_hash", "integrity")
 
 
 def _make_blob_dir(blob_dir: Path) -> None:
@@ -116,7 +127,7 @@ def describe(binary: LightBinary) -> dict:
     """Header, commands and blob table without payloads (what `mnrt dump --json` prints)."""
     root = LightBinaryT.InitFromObj(binary._root)
     doc = {"format": JSON_FORMAT, **table_to_json("LightBinary", root)}
-    doc["schema_hash"] = f"{binary.schema_hash:#018x}"
+    _stamps_as_hex(doc)
     doc["blobs"] = [
         {"id": i, **{k: (f"{v:#018x}" if k == "hash" else v) for k, v in info._asdict().items()}}
         for i, info in enumerate(binary.blobs.infos, start=1)
@@ -245,11 +256,17 @@ def from_json(doc: Any, base_dir: Path | None = None) -> LightBinary:
     """Rebuild a binary from `to_json` output (blob files are looked up in `base_dir`)."""
     if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT:
         raise InvalidBinaryError(f'not a light binary JSON document (no "format": "{JSON_FORMAT}")')
+    for key in ("version", "commands"):
+        if key not in doc:
+            raise _bad("$", f'no "{key}": not a whole light binary document')
     root = table_from_json(
         "LightBinary",
-        {k: v for k, v in doc.items() if k not in ("format", "blobs", "schema_hash")},
+        {k: v for k, v in doc.items() if k not in ("format", "blobs", *_STAMPS)},
         "$",
     )
+    # Restamped with this mnrt's version below, so a version it cannot read is refused
+    # here, as the binary reader would refuse it (never silently restamped).
+    check_readable(root.version.major, root.version.minor)
     entries = doc.get("blobs", [])
     if not isinstance(entries, list):
         raise _bad("$.blobs", "expected a list")
@@ -258,8 +275,9 @@ def from_json(doc: Any, base_dir: Path | None = None) -> LightBinary:
         data = _blob_data(entry, i, base_dir)
         if blobs.add(data) != i:
             raise _bad(f"$.blobs[{i - 1}]", "duplicates an earlier blob; blob ids must stay unique")
-    # The rebuilt file is stamped with this mnrt's format version and schema hash.
-    return LightBinary.build(
+    # The rebuilt file is stamped with this mnrt's format version, schema hash and integrity,
+    # and verified as a file read from disk would be (strings from the document included).
+    built = LightBinary.build(
         root.commands or [],
         blobs,
         producer=root.producer or "",
@@ -268,6 +286,7 @@ def from_json(doc: Any, base_dir: Path | None = None) -> LightBinary:
         inputs=None if root.inputs is None else [int(i) for i in root.inputs],
         outputs=None if root.outputs is None else [int(i) for i in root.outputs],
     )
+    return LightBinary(built.to_bytes())
 
 
 def _plain_name(name: Any) -> bool:

@@ -5,13 +5,13 @@ after changing the schema (or FORMAT_VERSION in that script).
 """
 
 # xxh3-64 of the schema sources (sorted by name; each file's name, NUL, LF-normalised bytes).
-SCHEMA_HASH = 0x63F6F0F99D413DA7
+SCHEMA_HASH = 0x4A73E15A5A2C2B51
 
 # The version writers stamp into new files.
 FORMAT_VERSION = (1, 1)
 
 # Schema hash of every released format version; readers accept any of them.
-KNOWN_SCHEMAS = {(1, 0): 0x05FBFD28B6935A21, (1, 1): 0x63F6F0F99D413DA7}
+KNOWN_SCHEMAS = {(1, 0): 0x05FBFD28B6935A21, (1, 1): 0x4A73E15A5A2C2B51}
 
 # Every table (fields in vtable-slot order), struct, enum and union of the schema.
 LAYOUT = {
@@ -914,6 +914,16 @@ LAYOUT = {
                     "type": "uint",
                     "size": 4,
                     "align": 4,
+                    "signed": False,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "integrity",
+                    "slot": 9,
+                    "kind": "scalar",
+                    "type": "ulong",
+                    "size": 8,
                     "signed": False,
                     "required": False,
                     "deprecated": False,

@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 
 from mnrt.errors import InvalidBinaryError
 from mnrt.format.schema_info import LAYOUT
+from mnrt.format.text import bad_name, unprintable
 
 MAX_DEPTH = 64
 # Unshared, a buffer decodes to about its size; sharing strings or tables (which mnrt's
@@ -260,6 +261,8 @@ class _Verifier:
 
     def __init__(self, mv: memoryview, size_prefixed: bool):
         self.mv = mv
+        # Every distinct string (text, path, offset), judged once the walk is done.
+        self.texts: list[tuple[str, Any, int]] = []
         if size_prefixed:
             if len(mv) < 4:
                 self.fail("buffer too short for a size prefix", 0)
@@ -293,6 +296,11 @@ class _Verifier:
                 "capture the binary again",
                 start,
             )
+        # Last, so that a budget or expansion error is found before the text is judged.
+        for text, path, at in self.texts:
+            problem = bad_name(text) if path[1] == ".name" else unprintable(text)
+            if problem:
+                self.fail(f"{_render_path(path)}: string refused: {problem}", at)
         return end
 
     def _walk(self, root: _Table) -> int:
@@ -305,6 +313,7 @@ class _Verifier:
         # vector, so that a second reference costs nothing to verify but still counts.
         visited: dict[int, tuple[_Table, int]] = {}
         strings: dict[int, int] = {}
+        texts = self.texts
         vectors: dict[tuple[int, int], int] = {}
         vtables: list[dict[int, tuple[int, int, tuple[tuple[int, int, Any, _Field], ...]]]] = [
             {} for _ in _TABLES
@@ -439,9 +448,10 @@ class _Verifier:
                 fail(f"{_render_path(path)}: string is not NUL-terminated", stop)
             spend(length + 4, path, pos)
             try:
-                str(mv[pos + 4 : stop], "utf-8")
+                text = str(mv[pos + 4 : stop], "utf-8")
             except UnicodeDecodeError as exc:
                 fail(f"{_render_path(path)}: string is not UTF-8", pos + 4 + exc.start)
+            texts.append((text, path, pos + 4))
             strings[pos] = length + 4
             return length + 4
 

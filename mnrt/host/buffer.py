@@ -23,8 +23,8 @@ class Buffer:
     """A DRAM allocation. Create with `Device.create_buffer`; free with `deallocate()`."""
 
     __slots__ = (
-        "_bits", "_unfilled", "address", "device", "dtype", "name", "nbytes", "shape", "spec",
-        "tag", "uid",
+        "_bits", "_live", "_unfilled", "address", "device", "dtype", "name", "nbytes", "shape",
+        "spec", "tag", "uid",
     )  # fmt: skip
 
     def __init__(self, device: Device, shape: tuple[int, ...], dtype: DType, name: str) -> None:
@@ -36,24 +36,31 @@ class Buffer:
         self.spec = TensorSpec(shape, dtype)
         self.uid = next(_uids)  # process-unique; never reused, unlike addresses
         self.tag = 0  # an observer's id for this buffer (see host/observe.py); 0: none
-        self.address, self._bits = device._backend.allocate(
-            shape, dtype, f"buffer '{name}'", filled=False
-        )
+        self.address = device._backend.allocate(shape, dtype, f"buffer '{name}'")
+        self._live = True
+        # Host memory comes with the first command that uses the buffer (`_storage`): DRAM
+        # costs the host only what is touched, whatever size a binary asks for.
+        self._bits: np.ndarray | None = None
         # The device's fill is put in by the first command that reads the memory or writes
         # part of it (`_fill_in`); one that writes it whole makes the fill moot.
         self._unfilled = True
 
     @property
     def is_allocated(self) -> bool:
-        return self._bits is not None
+        return self._live
 
     @api("deallocate")
     def deallocate(self) -> None:
         """Free the DRAM. Waits for queued commands first, as cudaFree does."""
         self.device._before_memory_change(f"deallocate buffer '{self.name}'")
-        if self._bits is None:
+        if not self._live:
             raise UseAfterFreeError(f"buffer '{self.name}' was already deallocated")
         self.device._release_buffer(self)
+        self._forget()
+
+    def _forget(self) -> None:
+        """Mark the buffer freed (its DRAM was given back)."""
+        self._live = False
         self._bits = None
 
     def _fill_in(self) -> None:
@@ -62,18 +69,23 @@ class Buffer:
         meanwhile puts the fill in too (the same bytes) instead of reading it half-filled,
         and a fill cut short by Ctrl-C is put in again."""
         if self._unfilled:
-            bits = self._bits
-            if bits is not None:
-                self.device._backend.fill_in(bits, self.address)
+            if self._live:
+                self.device._backend.fill_in(self._storage(), self.address)
             self._unfilled = False
 
     def _storage(self) -> np.ndarray:
-        """The live storage view; raises if the buffer was freed."""
-        if self._bits is None:
+        """The live storage view, backed by host memory on first use; raises if the buffer
+        was freed, OutOfMemoryError if the host cannot back it."""
+        bits = self._bits
+        if bits is not None:
+            return bits
+        if not self._live:
             raise UseAfterFreeError(
                 f"buffer '{self.name}' was deallocated; create a new buffer instead"
             )
-        return self._bits
+        bits = self.device._backend.storage(self.address, self.shape, self.dtype)
+        self._bits = bits
+        return bits
 
     def _check_device(self, device: Device, role: str) -> None:
         if self.device is not device:
@@ -86,12 +98,12 @@ class Buffer:
             )
         if self._bits is None:
             # A close racing this call marks the device closed before freeing its buffers.
-            if not device.is_open:
+            if not self._live and not device.is_open:
                 raise device._closed_error()
             self._storage()
 
     def __repr__(self) -> str:
-        state = f"@{self.address:#x}" if self._bits is not None else "freed"
+        state = f"@{self.address:#x}" if self._live else "freed"
         return f"Buffer('{self.name}', {self.dtype.name}{list(self.shape)}, {state})"
 
 

@@ -27,6 +27,7 @@ from ..errors import (
     ShapeError,
     TraceError,
 )
+from ..format.text import bad_name
 from .buffer import Buffer
 from .observe import api
 from .program import Kernel, Program
@@ -71,10 +72,17 @@ def _as_index(value: Any) -> Any:
 
 
 def _check_name(what: str, name: Any) -> None:
-    """Names end up in light binaries as strings: anything else would only fail when a
-    capture is saved, long after the call that passed it."""
+    """Names end up in light binaries as strings, printable and of bounded length (see
+    format/text.py): anything else would only fail when a capture is saved or replayed,
+    long after the call that passed it."""
     if name is not None and not isinstance(name, str):
         raise InvalidArgumentError(f"{what} name must be a string, got {name!r}")
+    problem = None if name is None else bad_name(name)
+    if problem:
+        raise InvalidArgumentError(
+            f"{what} name {name[:80]!r} cannot be stored in a light binary: {problem}; "
+            "use a shorter name of printable characters"
+        )
 
 
 def _check_trace_id(call: str, trace_id: Any) -> None:
@@ -165,7 +173,7 @@ class Device:
 
     def _free_all(self) -> None:
         for buf in self._buffers.values():
-            buf._bits = None
+            buf._forget()
         self._buffers.clear()
         for prog in self._programs:
             prog._forget(None)
@@ -196,8 +204,10 @@ class Device:
         boards.save_fill(self.index, fill)  # first: if it cannot be kept, nothing changes
         # The buffers the clear fills, taken before it: one another thread creates
         # meanwhile may miss the clear, so it keeps waiting for the fill.
+        # Only the backed ones: the rest get the fill when first touched.
         for buf in list(self._buffers.values()):
-            buf._unfilled = False
+            if buf._bits is not None:
+                buf._unfilled = False
         self._backend.memory.clear(fill)
 
     # --- objects ------------------------------------------------------------------

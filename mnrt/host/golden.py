@@ -233,11 +233,15 @@ def _indices(bad: np.ndarray, shape: tuple[int, ...]) -> list[tuple[int, ...]]:
 
 
 def _pcc(a: np.ndarray, b: np.ndarray, finite: bool = False) -> float:
-    """Pearson correlation of the finite values; 1.0 for identical constant arrays."""
+    """Pearson correlation of the finite values; 1.0 for identical constant arrays, and 0.0
+    when the non-finite values differ (a NaN where the golden has a number, say): the
+    finite values alone would correlate perfectly and hide the mismatch."""
     if finite:
         x, y = a.ravel(), b.ravel()
     else:
         keep = np.isfinite(a) & np.isfinite(b)
+        if not keep.all() and not np.array_equal(a[~keep], b[~keep], equal_nan=True):
+            return 0.0
         x, y = (a.ravel(), b.ravel()) if keep.all() else (a[keep], b[keep])
     if x.size == 0:  # nothing finite to correlate: perfect only if nothing differs
         return 1.0 if np.array_equal(a, b, equal_nan=True) else 0.0

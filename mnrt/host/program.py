@@ -28,6 +28,7 @@ from ..errors import (
     KernelAttributeError,
     ShapeError,
 )
+from ..format.text import bad_name
 from .buffer import Buffer
 
 if TYPE_CHECKING:
@@ -74,6 +75,13 @@ class Kernel:
                 raise InvalidArgumentError(
                     f"kernel '{self.op}': {role} must be a list of slot names, got {given!r}"
                 )
+            for s in slots:  # they are stored in light binaries as names (format/text.py)
+                problem = bad_name(s)
+                if problem:
+                    raise InvalidArgumentError(
+                        f"kernel '{self.op}': slot name {s[:80]!r} cannot be stored in a light "
+                        f"binary: {problem}; use a shorter name of printable characters"
+                    )
             object.__setattr__(self, role, slots)
         if self.attrs is not None and not isinstance(self.attrs, Mapping):
             raise KernelAttributeError(
@@ -248,7 +256,7 @@ class Program:
                     f"program '{self.name}': slot '{slot}' is bound to "
                     f"{type(buf).__name__}, expected a Buffer"
                 )
-            if buf.device is not device or buf._bits is None:
+            if buf.device is not device or not buf._live:
                 buf._check_device(device, f"slot '{slot}': ")
         backend = device._backend
         bufs = [bindings[s] for s in self.slots]
@@ -261,8 +269,8 @@ class Program:
             bound = backend.bind(
                 kdef,
                 k.attrs,
-                [(b._bits, b.dtype) for b in ins],
-                [(b._bits, b.dtype) for b in outs],
+                [(b._storage(), b.dtype) for b in ins],
+                [(b._storage(), b.dtype) for b in outs],
             )
             steps.append(Step(kdef, ins, outs, bound, modelled))
         return Plan.of(steps, tuple(bufs))

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..device.emulator import Scratch, use_scratch
+from ..device.memory import host_empty
 from ..errors import (
     DeviceError,
     DeviceExecutionError,
@@ -162,13 +163,17 @@ class CommandQueue:
         time finish() returns."""
         self._check_host_transfer("enqueue_read_buffer")
         self._check_buffer(buffer)
-        out = np.empty(buffer.shape, buffer.dtype.read_dtype)
+        out = host_empty(buffer.shape, buffer.dtype.read_dtype, f"reading buffer '{buffer.name}'")
         hot = observe.hot
         if hot is not None and observe.nested_depth.n:
             hot = None
         # An observer that records goldens gets a copy made when the read runs: the
         # caller may change the returned array as soon as the read has run.
-        keep = np.empty(out.shape, out.dtype) if hot is not None and hot.goldens else None
+        keep = (
+            host_empty(out.shape, out.dtype, f"the golden of buffer '{buffer.name}'")
+            if hot is not None and hot.goldens
+            else None
+        )
         cmd = ReadBuffer(buffer, out, keep)
         if hot is None:
             self._submit(cmd, blocking)

@@ -38,6 +38,9 @@ class ReplayReport:
     # no golden was compared.
     verified: bool = True
     new_inputs: list[str] = field(default_factory=list)  # inputs the caller replaced
+    # Verification was asked for but the binary records no golden (and nothing was
+    # expected): nothing was compared, so the verdict is NO GOLDENS, never PASS.
+    no_goldens: bool = False
     error: MnrtError | None = None  # what stopped the replay (then `passed` is False)
 
     def add_loop(
@@ -71,6 +74,8 @@ class ReplayReport:
             return "FAIL"
         if self.verified:
             return "PASS"
+        if self.no_goldens:
+            return "NO GOLDENS (the binary records none, so nothing was verified)"
         if self.new_inputs:
             return (
                 "RAN WITH NEW INPUTS, NOT VERIFIED (the recorded goldens are for the recorded "
@@ -104,6 +109,7 @@ class ReplayReport:
         return {
             "passed": self.passed,
             "verified": self.verified,
+            "no_goldens": self.no_goldens,
             "verdict": self.verdict,
             "error": None if self.error is None else self.error.to_dict(),
             "binary": str(self.binary.path) if self.binary.path else None,

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
 
+from ..errors import InvalidArgumentError
 from ..format import IDENTIFIER, LightBinary, jsonio
 from ..format.files import open_regular, write_atomically, write_with_folder
 from ..replay.info import info as binary_info
@@ -94,6 +96,11 @@ def verify(file, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 def convert(source, dest, blob_files, as_json) -> None:
     """Convert a binary to JSON or JSON to a binary (chosen by SOURCE's contents)."""
+    if dest.exists() and source.exists() and os.path.samefile(source, dest):
+        raise InvalidArgumentError(
+            f"convert {source} {dest}: the source and the destination are the same file; "
+            "give another destination"
+        )
     with open_regular(source, "a light binary or its JSON form") as f:
         # A size-prefixed FlatBuffer: size, root offset, then the file identifier.
         head = f.read(12)
@@ -113,6 +120,11 @@ def convert(source, dest, blob_files, as_json) -> None:
             write_atomically(dest, json.dumps(jsonio.to_json(binary), indent=1).encode())
         _converted(source, dest, "json", len(binary), dest.stat().st_size, as_json)
         return
+    if blob_files:
+        raise InvalidArgumentError(
+            "--blob-files applies to binary -> JSON only: a JSON document names its own blob "
+            "files (blob_dir), which converting it back reads"
+        )
     doc = jsonio.loads(text, source)
     base = jsonio.blob_base(doc, Path(source).parent)
     binary = jsonio.from_json(doc, base)

@@ -16,7 +16,7 @@ from .. import errors
 from ..format import LightBinary
 from ..format.files import write_atomically
 from ..format.npy import load_npy
-from ..replay import replay
+from ..replay import MAX_LOOPS, replay
 from ..replay.io import header_check
 from ..replay.report import check_dict, error_document
 from .args import named_sources
@@ -141,7 +141,12 @@ def _failed(e: errors.MnrtError, file: Path, report_path: Path | None, as_json: 
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--device", default="auto", show_default=True, help="Device index or 'auto'.")
-@click.option("--loops", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--loops", type=click.IntRange(1, MAX_LOOPS), default=1, show_default=True)
+@click.option(
+    "--allow-no-goldens",
+    is_flag=True,
+    help="Exit 0 for a binary that records no golden (verdict NO GOLDENS); else exit 4.",
+)
 @click.option("--rtol", type=float, default=None, help="Override every check's rtol.")
 @click.option("--atol", type=float, default=None, help="Override every check's atol.")
 @click.option("--no-verify", is_flag=True, help="Run without comparing goldens.")
@@ -185,6 +190,7 @@ def run(
     file,
     device,
     loops,
+    allow_no_goldens,
     rtol,
     atol,
     no_verify,
@@ -198,7 +204,8 @@ def run(
     """Replay FILE and verify it against its goldens, or run it on new inputs.
 
     Exit codes: 0 pass (or ran, not verified), 1 golden mismatch, 2 invalid binary or
-    usage, 3 device error, 130 interrupted."""
+    usage, 3 device error, 4 no goldens to verify (0 with --allow-no-goldens), 130
+    interrupted."""
     _check_outputs(file, {"--report": report_path, "--profile": profile_path}, save_outputs)
     try:
         binary = LightBinary.load(file)
@@ -231,11 +238,13 @@ def run(
     click.echo(report.to_json() if as_json else report.summary())
     if not report.passed:
         sys.exit(errors.EXIT_GOLDEN_MISMATCH)
+    if report.no_goldens and not allow_no_goldens:
+        sys.exit(errors.EXIT_NO_GOLDENS)
 
 
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--loops", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--loops", type=click.IntRange(1, MAX_LOOPS), default=10, show_default=True)
 @click.option("--device", default="auto", show_default=True, help="Device index or 'auto'.")
 @click.option("--no-verify", is_flag=True, help="Do not compare goldens (exit 0 whatever).")
 @click.option("--json", "as_json", is_flag=True, help="Print the timings as JSON.")

@@ -429,3 +429,20 @@ def test_a_device_still_referenced_stays_open():
     finally:
         dev.close()
     assert 2 not in open_indices()
+
+
+@pytest.mark.parametrize("name", ["x\nFAKE LINE: PASS", "x\x1b[2J", "nul\x00", "n" * 1025])
+def test_names_a_binary_would_refuse_are_refused_at_the_call(dev, name):
+    with pytest.raises(mnrt.InvalidArgumentError, match="cannot be stored in a light binary"):
+        dev.create_buffer((2,), "float", name=name)
+    with pytest.raises(mnrt.InvalidArgumentError, match="cannot be stored in a light binary"):
+        dev.create_program([mnrt.Kernel("exp", ["a"], ["y"])], name=name)
+    with pytest.raises(mnrt.InvalidArgumentError, match="cannot be stored in a light binary"):
+        mnrt.Kernel("exp", [name], ["y"])
+
+
+def test_a_capture_description_must_be_printable():
+    mnrt.begin_capture()
+    with pytest.raises(mnrt.InvalidArgumentError, match="not printable"):
+        mnrt.end_capture(description="line one\nPASS")
+    mnrt.end_capture()

@@ -158,7 +158,7 @@ def test_the_correlation_does_not_depend_on_the_values_magnitude(scale):
         warnings.simplefilter("error")  # no overflow in the sums of squares
         check = compare("y", a * scale, b * scale, mnrt.float64)
         nan_check = general(
-            "y", np.append(a * scale, np.nan), np.append(b * scale, 1.0), mnrt.float64
+            "y", np.append(a * scale, np.nan), np.append(b * scale, np.nan), mnrt.float64
         )
     assert check.pcc == pytest.approx(want, rel=1e-12)
     assert nan_check.pcc == pytest.approx(want, rel=1e-12)  # the general path's too
@@ -185,3 +185,12 @@ def test_the_fast_path_reports_what_the_general_path_does(actual, expected, dtyp
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert compare("y", actual, expected, dtype) == general("y", actual, expected, dtype)
+
+
+def test_pcc_of_a_nan_mismatch_is_zero():
+    expected = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    actual = np.array([1.0, 2.0, 3.0, np.nan], np.float32)
+    check = compare("y", actual, expected, mnrt.float32)
+    assert not check.passed and check.pcc == 0.0  # before: 1.0, from the finite three alone
+    both = np.array([1.0, 2.0, 3.0, np.nan], np.float32)
+    assert compare("y", both, both.copy(), mnrt.float32).pcc == 1.0

@@ -10,7 +10,7 @@ import flatbuffers
 import mnrt
 from mnrt.format import jsonio
 from mnrt.format import schema_info as si
-from mnrt.format.binary import IDENTIFIER
+from mnrt.format.binary import IDENTIFIER, stamp_integrity
 from mnrt.format.fb import LightBinary as lb
 from mnrt.format.fb.Version import CreateVersion
 from mnrt.format.pack import pack_commands
@@ -32,5 +32,9 @@ def raw_binary(binary: mnrt.LightBinary, version=None, schema_hash=None) -> byte
     lb.LightBinaryAddVersion(b, CreateVersion(b, major, minor))
     lb.LightBinaryAddSchemaHash(b, si.SCHEMA_HASH if schema_hash is None else schema_hash)
     lb.LightBinaryAddCommands(b, commands)
+    b.forceDefaults = True
+    lb.LightBinaryAddIntegrity(b, 0)
     b.FinishSizePrefixed(lb.LightBinaryEnd(b), file_identifier=IDENTIFIER)
-    return bytes(b.Output())
+    data = bytearray(b.Output())
+    stamp_integrity(data)
+    return bytes(data)

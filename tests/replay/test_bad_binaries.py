@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import importlib
+import json
 import re
 import struct
 import time
@@ -22,13 +23,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mnrt
-from mnrt.format import LightBinary
+from mnrt.format import LightBinary, jsonio
 from mnrt.format import schema_info as si
+from mnrt.format.binary import stamp_integrity
 from mnrt.format.blobs import ZSTD, BlobInfo
 from mnrt.format.fb import Command, CreateProgram, KernelDesc, ProgramDesc
 from mnrt.format.fb import LightBinary as lb
 from mnrt.format.fb.CommandUnion import CommandUnion
+from mnrt.format.fb.ReadBuffer import ReadBuffer
 from mnrt.format.fb.Version import CreateVersion
+from mnrt.format.pack import pack_commands
 from mnrt.replay.plan import validate
 from mnrt.runner.cli import cli
 
@@ -275,8 +279,12 @@ def shared_program(kernels: int, inputs: int, length: int) -> bytes:
     lb.AddVersion(b, CreateVersion(b, *si.FORMAT_VERSION))
     lb.AddSchemaHash(b, si.SCHEMA_HASH)
     lb.AddCommands(b, commands)
+    b.forceDefaults = True
+    lb.AddIntegrity(b, 0)
     b.FinishSizePrefixed(lb.End(b), file_identifier=b"MNLB")
-    return bytes(b.Output())
+    data = bytearray(b.Output())
+    stamp_integrity(data)
+    return bytes(data)
 
 
 def test_shared_strings_and_tables_that_decode_to_gigabytes_are_refused():
@@ -472,7 +480,7 @@ def test_run_report_and_outputs_that_cannot_be_written_are_one_line_errors(small
 
 def test_buffer_names_are_made_safe_file_names(small_binary, tmp_path):
     def rename(doc: dict) -> None:
-        doc["commands"][2]["cmd"]["desc"]["name"] = "../y\x00" + "z" * 300
+        doc["commands"][2]["cmd"]["desc"]["name"] = "../y/" + "z" * 300  # a NUL is refused
 
     path = tmp_path / "b.mnlb"
     edited(small_binary, rename).save(path)
@@ -480,3 +488,102 @@ def test_buffer_names_are_made_safe_file_names(small_binary, tmp_path):
     assert code == 0, out
     [saved] = (tmp_path / "out").iterdir()
     assert saved.name.startswith(".._y_zzz") and saved.suffix == ".npy" and len(saved.name) < 210
+
+
+# --- integrity: the FlatBuffer (header, commands, blob table) is hashed as a whole -------
+
+
+def _golden_field(binary: LightBinary) -> int:
+    """The file offset of the first ReadBuffer's `golden` (a blob id, u32)."""
+    root = binary._root
+    for k in range(root.CommandsLength()):
+        cmd = root.Commands(k)
+        if cmd.CmdType() == CommandUnion.ReadBuffer:
+            table = cmd.Cmd()
+            read = ReadBuffer()
+            read.Init(table.Bytes, table.Pos)
+            return read._tab.Pos + read._tab.Offset(10)
+    raise AssertionError("no ReadBuffer")
+
+
+def test_a_golden_dropped_by_editing_bytes_is_refused(small_binary, tmp_path):
+    data = bytearray(small_binary.to_bytes())
+    at = _golden_field(small_binary)
+    assert struct.unpack_from("<I", data, at)[0] != 0
+    struct.pack_into("<I", data, at, 0)  # before: PASS with 0/0 goldens, exit 0
+    with pytest.raises(mnrt.InvalidBinaryError, match="integrity hash mismatch"):
+        LightBinary(bytes(data))
+    path = tmp_path / "dropped.mnlb"
+    path.write_bytes(data)
+    code, out = run_cli(path)
+    assert code == 2 and "integrity hash mismatch" in out
+
+
+def test_every_byte_change_in_the_flatbuffer_is_refused(small_binary):
+    data = small_binary.to_bytes()
+    for i in range(small_binary.flatbuffer_size):
+        for flip in (0x01, 0x80):
+            mutant = bytearray(data)
+            mutant[i] ^= flip
+            with pytest.raises(mnrt.MnrtError):
+                LightBinary(bytes(mutant))
+
+
+def test_a_current_binary_without_its_integrity_field_is_refused(small_binary):
+    b = flatbuffers.Builder(1024)
+    commands = pack_commands(b, small_binary.commands)
+    lb.LightBinaryStart(b)
+    lb.LightBinaryAddVersion(b, CreateVersion(b, *si.FORMAT_VERSION))
+    lb.LightBinaryAddSchemaHash(b, si.SCHEMA_HASH)
+    lb.LightBinaryAddCommands(b, commands)
+    b.FinishSizePrefixed(lb.LightBinaryEnd(b), file_identifier=b"MNLB")
+    with pytest.raises(mnrt.InvalidBinaryError, match="no integrity hash"):
+        LightBinary(bytes(b.Output()))
+
+
+def test_format_1_0_binaries_have_no_integrity_field_and_still_load():
+    for path in sorted((Path(__file__).parents[2] / "samples").glob("*.mnlb")):
+        binary = LightBinary.load(path)
+        assert binary.version == (1, 0) and binary._root.Integrity() == 0
+
+
+# --- strings from a binary never reach a terminal raw ------------------------------------
+
+FORGED = "a\x1b]0;owned\x07\nFAKE LINE: PASS"
+
+
+def _renamed(doc: dict, name: str) -> None:
+    doc["commands"][1]["cmd"]["desc"]["name"] = name  # buffer 'a'
+
+
+@pytest.mark.parametrize("char", ["\x1b", "\x07", "\n", "\x00", "\x9b", "\u202e"])
+def test_names_with_control_characters_are_refused(small_binary, char):
+    with pytest.raises(mnrt.InvalidBinaryError, match="not printable"):
+        edited(small_binary, lambda doc: _renamed(doc, f"a{char}b"))
+
+
+def test_a_binary_whose_bytes_name_a_buffer_with_an_escape_is_refused(small_binary, tmp_path):
+    data = bytearray(small_binary.to_bytes())
+    at = data.index(b"\x01\x00\x00\x00a\x00")  # the string "a": length, byte, NUL
+    data[at + 4] = 0x1B
+    stamp_integrity(data)  # as a hostile writer would
+    path = tmp_path / "escape.mnlb"
+    path.write_bytes(data)
+    code, out = run_cli(path)
+    assert code == 2 and out.count("\n") == 1 and "not printable" in out
+    assert "\x1b" not in out
+
+
+def test_a_name_forging_output_lines_is_refused_by_convert(small_binary, tmp_path):
+    doc = json.loads(jsonio.dumps(small_binary))
+    _renamed(doc, FORGED)
+    src, out = tmp_path / "forged.json", tmp_path / "forged.mnlb"
+    src.write_text(json.dumps(doc))
+    code, text = invoke_cli("convert", str(src), str(out))
+    assert code == 2 and "not printable" in text and "FAKE LINE" not in text
+    assert "\x1b" not in text and not out.exists()
+
+
+def test_overlong_names_are_refused(small_binary):
+    with pytest.raises(mnrt.InvalidBinaryError, match="more than 1024"):
+        edited(small_binary, lambda doc: _renamed(doc, "n" * 5000))

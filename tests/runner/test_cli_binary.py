@@ -118,9 +118,9 @@ def test_replay_times_the_host_per_command_type():
 
 
 def _restamped(doc: dict) -> dict:
-    """A binary's JSON form but its version and schema hash, which converting a JSON
-    document back stamps anew (this mnrt's)."""
-    return {k: v for k, v in doc.items() if k not in ("version", "schema_hash")}
+    """A binary's JSON form but its version, schema hash and integrity hash, which
+    converting a JSON document back stamps anew (this mnrt's)."""
+    return {k: v for k, v in doc.items() if k not in ("version", "schema_hash", "integrity")}
 
 
 def test_convert_round_trip_inline_and_side_files(tmp_path):
@@ -246,3 +246,35 @@ def test_a_run_without_verification_does_not_say_pass(mlp):
     assert code == 0 and out.startswith("RAN, NOT VERIFIED"), out
     report = mnrt.replay(mlp, verify=False)
     assert report.to_dict()["verified"] is False
+
+
+def _without_goldens(path) -> None:
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture(goldens=False)
+        x = dev.create_buffer((4,), "float32", name="x")
+        q.enqueue_write_buffer(x, np.arange(4, dtype=np.float32))
+        q.enqueue_read_buffer(x)
+        mnrt.end_capture().save(path)
+
+
+def test_a_binary_without_goldens_is_not_a_pass(tmp_path):
+    path = tmp_path / "nogold.mnlb"
+    _without_goldens(path)
+    report = mnrt.replay(path)
+    assert report.passed and not report.verified and report.no_goldens
+    assert report.verdict.startswith("NO GOLDENS")
+    r = invoke("run", path)  # before: "PASS ... 0/0 goldens", exit 0
+    assert r.exit_code == 4 and r.output.startswith("NO GOLDENS") and "PASS" not in r.output
+    r = invoke("run", path, "--allow-no-goldens")
+    assert r.exit_code == 0 and r.output.startswith("NO GOLDENS")
+    r = invoke("run", path, "--json")
+    assert r.exit_code == 4 and json.loads(r.output)["no_goldens"] is True
+
+
+@pytest.mark.parametrize("loops", ["100000000000000000000000", "1e23", "0"])
+def test_loops_are_bounded(loops):
+    r = invoke("run", SAMPLE, "--loops", loops)
+    assert r.exit_code == 2 and "--loops" in r.output
+    with pytest.raises(mnrt.InvalidArgumentError, match="loops must be an integer from 1 to"):
+        mnrt.replay(SAMPLE, loops=10**23)

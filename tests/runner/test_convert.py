@@ -9,8 +9,11 @@ import os
 import stat
 from pathlib import Path
 
+import numpy as np
 import pytest
 from cli_harness import assert_one_line_error, invoke_cli, one_line_error, run
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mnrt.errors import MnrtError
 from mnrt.format import LightBinary, jsonio
@@ -106,7 +109,8 @@ def test_a_blob_entry_says_what_its_data_is(sample_doc, key, value, message):
 
 
 def test_a_document_built_in_python_with_other_keys_is_an_mnrt_error():
-    doc = {"format": jsonio.JSON_FORMAT, "version": {"major": 1, "minor": 0}, 1: 2}
+    doc = {"format": jsonio.JSON_FORMAT, "version": {"major": 1, "minor": 0}, "commands": []}
+    doc[1] = 2
     with pytest.raises(MnrtError, match="keys must be strings"):
         jsonio.from_json(doc)
 
@@ -123,8 +127,9 @@ def test_convert_leaves_its_input_and_nothing_else_when_it_fails(small_binary, t
     source = tmp_path / "doc.json"
     source.write_text(json.dumps({**_doc(small_binary), "blobs": 5}))
     before = source.read_bytes()
-    assert_one_line_error(*invoke_cli("convert", source, source), "$.blobs: expected a list")
-    assert source.read_bytes() == before
+    out = tmp_path / "out.mnlb"
+    assert_one_line_error(*invoke_cli("convert", source, out), "$.blobs: expected a list")
+    assert source.read_bytes() == before and not out.exists()
     binary = tmp_path / "b.mnlb"
     small_binary.save(binary)
     locked = tmp_path / "locked"
@@ -225,3 +230,102 @@ def test_blob_files_and_folders_must_not_be_links_out_of_the_folder(small_binary
         *invoke_cli("convert", work / "doc.json", tmp_path / "o.mnlb"), "must be the plain name"
     )
     assert not (tmp_path / "o.mnlb").exists()
+
+
+def test_converting_a_file_onto_itself_is_refused(tmp_path):
+    path = tmp_path / "t.mnlb"
+    path.write_bytes(SAMPLE.read_bytes())
+    link = tmp_path / "link.mnlb"
+    os.link(path, link)
+    for dest in (path, link):
+        code, out = invoke_cli("convert", path, dest)  # before: replaced by its JSON, exit 0
+        assert_one_line_error(code, out, "the same file")
+        assert path.read_bytes() == SAMPLE.read_bytes()
+
+
+def test_blob_files_for_json_to_binary_is_an_error(tmp_path, sample_doc):
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps(sample_doc))
+    code, out = invoke_cli("convert", src, tmp_path / "t.mnlb", "--blob-files")
+    assert_one_line_error(code, out, "--blob-files applies to binary -> JSON only")
+    assert not (tmp_path / "t.mnlb").exists()
+
+
+@pytest.mark.parametrize("version", [{"major": 99, "minor": 0}, {"major": 1, "minor": 99}])
+def test_a_json_of_a_version_this_mnrt_cannot_read_is_refused(tmp_path, sample_doc, version):
+    doc = copy.deepcopy(sample_doc)
+    doc["version"] = version  # before: restamped 1.0 and written
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps(doc))
+    code, out = invoke_cli("convert", src, tmp_path / "t.mnlb")
+    assert_one_line_error(code, out, "is not readable by this mnrt")
+
+
+@pytest.mark.parametrize("missing", ["commands", "version"])
+def test_a_json_that_is_not_a_whole_binary_is_refused(tmp_path, sample_doc, missing):
+    doc = {k: v for k, v in sample_doc.items() if k != missing}
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps(doc))
+    code, out = invoke_cli("convert", src, tmp_path / "t.mnlb")  # before: an empty binary
+    assert_one_line_error(code, out, f'no "{missing}"')
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**65), 2**65) | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+def _paths(doc, prefix=()):
+    """Every (path) to a value inside a JSON document."""
+    yield prefix
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _paths(v, (*prefix, i))
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_fuzzed_json_documents_convert_cleanly_or_round_trip(data, small_doc):
+    doc = copy.deepcopy(small_doc)
+    paths = [p for p in _paths(doc) if p and p[0] not in ("format",)]
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(paths))
+        parent = doc
+        try:
+            for key in path[:-1]:
+                parent = parent[key]
+            if data.draw(st.booleans()) and isinstance(parent, dict):
+                parent.pop(path[-1], None)
+            else:
+                parent[path[-1]] = data.draw(_JSON_VALUES)
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier change removed or replaced the path
+    try:
+        binary = jsonio.from_json(doc)
+    except MnrtError:
+        return
+    again = LightBinary(binary.to_bytes())  # a binary convert writes loads and verifies
+    assert jsonio.to_json(again) == jsonio.to_json(binary)
+
+
+@pytest.fixture(scope="module")
+def small_doc():
+    import mnrt
+
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        a = dev.create_buffer((2, 3), "float", name="a")
+        y = dev.create_buffer((2, 3), "float", name="y")
+        prog = dev.create_program([mnrt.Kernel("exp", ["a"], ["y"])], name="e")
+        q.enqueue_write_buffer(a, np.arange(6, dtype=np.float32).reshape(2, 3) / 10)
+        q.enqueue_program(prog, {"a": a, "y": y})
+        q.enqueue_read_buffer(y)
+        return json.loads(jsonio.dumps(mnrt.end_capture()))

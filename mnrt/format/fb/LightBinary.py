@@ -179,8 +179,15 @@ class LightBinary(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
         return o == 0
 
+    # LightBinary
+    def Integrity(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
 def LightBinaryStart(builder):
-    builder.StartObject(9)
+    builder.StartObject(10)
 
 def Start(builder):
     LightBinaryStart(builder)
@@ -263,6 +270,12 @@ def LightBinaryStartOutputsVector(builder, numElems):
 def StartOutputsVector(builder, numElems):
     return LightBinaryStartOutputsVector(builder, numElems)
 
+def LightBinaryAddIntegrity(builder, integrity):
+    builder.PrependUint64Slot(9, integrity, 0)
+
+def AddIntegrity(builder, integrity):
+    LightBinaryAddIntegrity(builder, integrity)
+
 def LightBinaryEnd(builder):
     return builder.EndObject()
 
@@ -293,6 +306,7 @@ class LightBinaryT(object):
         blobs = None,
         inputs = None,
         outputs = None,
+        integrity = 0,
     ):
         self.version = version  # type: Optional[mnrt.format.fb.Version.VersionT]
         self.schemaHash = schemaHash  # type: int
@@ -303,6 +317,7 @@ class LightBinaryT(object):
         self.blobs = blobs  # type: Optional[List[mnrt.format.fb.Blob.BlobT]]
         self.inputs = inputs  # type: Optional[List[int]]
         self.outputs = outputs  # type: Optional[List[int]]
+        self.integrity = integrity  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -363,6 +378,7 @@ class LightBinaryT(object):
                     self.outputs.append(lightBinary.Outputs(i))
             else:
                 self.outputs = lightBinary.OutputsAsNumpy()
+        self.integrity = lightBinary.Integrity()
 
     # LightBinaryT
     def Pack(self, builder):
@@ -423,5 +439,6 @@ class LightBinaryT(object):
             LightBinaryAddInputs(builder, inputs)
         if self.outputs is not None:
             LightBinaryAddOutputs(builder, outputs)
+        LightBinaryAddIntegrity(builder, self.integrity)
         lightBinary = LightBinaryEnd(builder)
         return lightBinary

@@ -1,0 +1,24 @@
+"""`mnrt clean`: list or remove what writers killed mid-write left behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..format.files import leftovers, remove_leftovers
+
+
+@click.command()
+@click.argument("folders", nargs=-1, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--list", "list_only", is_flag=True, help="Only list them; remove nothing.")
+def clean(folders: tuple[Path, ...], list_only: bool) -> None:
+    """Remove temporary files and staging folders (.mnrt-<pid>-<hex>.tmp) that mnrt
+    writers killed mid-write left in FOLDERS (default: the current folder). Those of a
+    process still running are kept. The next write to a folder removes them too."""
+    found = [p for folder in folders or (Path("."),) for p in leftovers(folder)]
+    done = found if list_only else remove_leftovers(found)
+    for path in done:
+        click.echo(str(path))
+    verb = "left behind" if list_only else "removed"
+    click.echo(f"{len(done)} leftover(s) {verb}", err=True)
