@@ -6,15 +6,13 @@ ConstantOfShape nodes that both sides fold at load):
   mnrt compile without a codegen_dir / onnxruntime session + one run: target <= 1.5x
   mnrt compile with a codegen_dir    / onnxruntime session + one run: target <= 3x
 
-A codegen_dir holds the model's light binary, whose goldens save_binary computes. Those
-goldens are moving from ONNX's pure-Python reference evaluator (or a float64 run of the
-graph) to the compiled program itself or onnxruntime; `--goldens compiled` times that path
-(the goldens are the compiled function's own outputs), `--goldens reference` (the default)
-times the reference the code base computes today. Each side is timed in alternating rounds,
+A codegen_dir holds the model's light binary: its goldens are the compiled program's own
+results, checked against onnxruntime's (compiler/goldens.py), so that compile runs the
+network on the device and onnxruntime once each. Each side is timed in alternating rounds,
 fastest of all.
 
     pip install onnxruntime   # for this benchmark only
-    python benchmarks/bench_compile_time.py [--model vgg19] [--rounds 3] [--goldens compiled]
+    python benchmarks/bench_compile_time.py [--model vgg19] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ import numpy as np
 from _common import verdict
 
 import mnrt
-from mnrt.compiler import compiled as compiled_module
 
 
 def light_model(name: str) -> tuple[object, dict[str, np.ndarray]]:
@@ -57,11 +54,6 @@ def light_model(name: str) -> tuple[object, dict[str, np.ndarray]]:
     return model, inputs
 
 
-def own_outputs(self: compiled_module.CompiledFunction, inputs: dict) -> dict[str, np.ndarray]:
-    """Goldens from the compiled program itself (--goldens compiled)."""
-    return {name: proxy.cpu().copy() for name, proxy in self(inputs).items()}
-
-
 def fastest(sides: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
     """Each side's fastest wall time over `rounds` alternating rounds (a slow spell on a
     shared machine hits every side alike), after one untimed round."""
@@ -80,7 +72,6 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="vgg19", help="a light model of the onnx wheel")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--goldens", choices=("reference", "compiled"), default="reference")
     args = parser.parse_args()
     try:
         import onnxruntime as ort
@@ -88,8 +79,6 @@ def main() -> None:
         raise SystemExit(
             "this benchmark compares with onnxruntime: pip install onnxruntime"
         ) from None
-    if args.goldens == "compiled":
-        compiled_module.CompiledFunction.reference = own_outputs
     model, inputs = light_model(args.model)
     data = model.SerializeToString()
     folder = Path(tempfile.mkdtemp(prefix="bench-compile-"))
@@ -116,8 +105,7 @@ def main() -> None:
         shutil.rmtree(folder, ignore_errors=True)
     print(
         f"light {args.model}: compile vs onnxruntime {ort.__version__} session + one run "
-        f"(CPU, {os.cpu_count()} cores), fastest of {args.rounds} alternating rounds; "
-        f"goldens: {args.goldens}"
+        f"(CPU, {os.cpu_count()} cores), fastest of {args.rounds} alternating rounds"
     )
     print(f"  onnxruntime session + run            {best['ort']:8.2f} s")
     for key, label, target in (

@@ -18,11 +18,11 @@ import numpy as np
 
 from ..device.dtypes import DType
 from ..device.dtypes import dtype as resolve_dtype
-from ..device.kernels import TensorSpec, lookup
+from ..device.kernels import TensorSpec, lookup, matrix_kernels
 from ..errors import DTypeError, InvalidArgumentError, MnrtError, ShapeError
 
 INPUT, PARAM, TEMP = "input", "param", "temp"
-MATRIX_OPS = frozenset({"gemm", "conv2d"})  # kernels on the matrix unit (MAU)
+MATRIX_OPS = matrix_kernels()  # kernels on the matrix unit (MAU), as the registry says
 
 
 class GraphError(InvalidArgumentError):

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..device import dtypes as dt
+from ..device.kernels import lookup
 from ..device.spec import MNCORE2
 from .ir import MATRIX_OPS, PARAM, TEMP, Graph, GraphError, Node, Value
 
@@ -257,7 +258,7 @@ def _absorb_into_matrix_kernels(graph: Graph, absorb: Callable[[Graph, Node, Nod
             continue
         base = g.nodes[src]
         # Once its result is activated in the epilogue, nothing more folds into a kernel.
-        if base.op not in MATRIX_OPS or base.attrs.get("epilogue", "none") != "none":
+        if "epilogue" not in lookup(base.op).attrs or base.attrs.get("epilogue", "none") != "none":
             continue
         if not absorb(g, node, base):
             continue

@@ -48,3 +48,13 @@ def element_type(field: dict) -> str:
     if field["element"] == "enum":
         return LAYOUT["enums"][field["type"]]["type"]
     return field["type"]
+
+
+# The fields of each command (CommandUnion member code -> field names) that hold blob ids:
+# a WriteBuffer's data, a read's or golden check's golden (the schema's comments say so).
+BLOB_FIELDS: dict[int, tuple[str, ...]] = {
+    i + 1: names
+    for i, m in enumerate(LAYOUT["unions"]["CommandUnion"]["members"])
+    if (names := tuple(f["name"] for f in LAYOUT["tables"][m]["fields"]
+                       if f["name"] in ("data", "golden")))
+}  # fmt: skip

@@ -21,7 +21,14 @@ import numpy as np
 from .fb import Command as fb_command
 from .fb.Blob import BlobT
 from .fb.Command import CommandT
-from .fields import NUMPY_TYPES, STRUCT_CODES, attr_name, element_type, scalar_type
+from .fields import (
+    BLOB_FIELDS,
+    NUMPY_TYPES,
+    STRUCT_CODES,
+    attr_name,
+    element_type,
+    scalar_type,
+)
 from .schema_info import LAYOUT
 
 _NUMPY_CODES = {"?": "?", "b": "i1", "B": "u1", "h": "<i2", "H": "<u2", "i": "<i4",
@@ -192,11 +199,7 @@ def _fast_table(table: str) -> bool:
 _MEMBERS = LAYOUT["unions"]["CommandUnion"]["members"]
 _FAST_MEMBER = {i + 1: _fast_table(m) for i, m in enumerate(_MEMBERS)}
 # Commands that carry a payload name their own blob, so they rarely repeat: not worth a key.
-_UNIQUE = {
-    i + 1
-    for i, m in enumerate(_MEMBERS)
-    if any(f["name"] in ("data", "golden") for f in LAYOUT["tables"][m]["fields"])
-}
+_UNIQUE = set(BLOB_FIELDS)
 
 
 # Per member: the attributes of its vector fields.

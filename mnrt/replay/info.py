@@ -7,12 +7,11 @@ from collections import Counter
 from ..device.dtypes import BY_CODE
 from ..format import LightBinary
 from ..format.fb.CommandUnion import CommandUnion as U
+from ..format.fields import BLOB_FIELDS
 from ..format.io import IoBuffer
 from .plan import validate
 
 _NAMES = {v: k for k, v in vars(U).items() if not k.startswith("_") and isinstance(v, int)}
-# Fields of each command type that refer to blobs.
-_BLOB_FIELDS = {U.WriteBuffer: ("data",), U.ReadBuffer: ("golden",), U.GoldenCheck: ("golden",)}
 
 
 def info(binary: LightBinary) -> dict:
@@ -21,7 +20,7 @@ def info(binary: LightBinary) -> dict:
     counts = Counter(_NAMES.get(c.cmdType, str(c.cmdType)) for c in binary.commands)
     referenced = 0
     for c in binary.commands:
-        for name in _BLOB_FIELDS.get(c.cmdType, ()):
+        for name in BLOB_FIELDS.get(c.cmdType, ()):
             blob = getattr(c.cmd, name)
             if blob:
                 referenced += binary.blobs.info(blob).size

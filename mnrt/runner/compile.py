@@ -26,9 +26,10 @@ def _preset_options(command):
     )(command)
     command = click.option(
         "--float-dtype",
-        type=click.Choice(["mixed", "half", "float", "double"]),
         default=None,
-        help="Float precision (default: the preset's).",
+        metavar="D",
+        help="Float precision, the compile option float_dtype (default: the preset's); an "
+        "unknown one is refused with the list of valid ones.",
     )(command)
     return click.option(
         "-O",

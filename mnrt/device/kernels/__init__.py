@@ -31,6 +31,7 @@ from .registry import (
     TensorSpec,
     all_kernels,
     lookup,
+    matrix_kernels,
 )
 
 __all__ = [
@@ -43,4 +44,5 @@ __all__ = [
     "TensorSpec",
     "all_kernels",
     "lookup",
+    "matrix_kernels",
 ]

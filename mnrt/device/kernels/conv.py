@@ -154,6 +154,7 @@ def _cost(ins, outs, attrs):
 register(
     KernelDef(
         name="conv2d",
+        matrix=True,
         doc="2-D convolution of NCHW x by [O, C/groups, kH, kW] w, plus bias; half sums in f32",
         inputs=("x", "w", "bias?"),
         outputs=("y",),

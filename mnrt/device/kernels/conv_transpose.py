@@ -113,6 +113,7 @@ def _cost(ins, outs, attrs):
 register(
     KernelDef(
         name=_NAME,
+        matrix=True,
         doc="transposed 2-D convolution (ONNX ConvTranspose) of NCHW x by [C, O/g, kH, kW] w",
         inputs=("x", "w", "bias?"),
         outputs=("y",),

@@ -143,6 +143,7 @@ def _cost(ins, outs, attrs):
 register(
     KernelDef(
         name="gemm",
+        matrix=True,
         doc="y = alpha * op(a) @ op(b) + beta * c, batched; half/mixed accumulate in float32",
         inputs=("a", "b", "c?"),
         outputs=("y",),

@@ -180,6 +180,9 @@ class KernelDef:
     compute: ComputeFn
     cost: CostFn
     reduction: ReductionFn | None = None
+    # Runs on the MAU (matrix unit): what the compiler's mixed precision puts in half and
+    # the layout planner lays out for it (its cost says so per launch, in Cost.matrix).
+    matrix: bool = False
     _min_inputs: int = field(init=False, repr=False)
     _max_inputs: float = field(init=False, repr=False)
 
@@ -278,6 +281,11 @@ def lookup(name: str) -> KernelDef:
         raise UnknownKernelError(
             f"unknown kernel {name!r}: known kernels are {', '.join(sorted(_REGISTRY))}"
         ) from None
+
+
+def matrix_kernels() -> frozenset[str]:
+    """Names of the kernels that run on the matrix unit."""
+    return frozenset(k.name for k in _REGISTRY.values() if k.matrix)
 
 
 def all_kernels() -> list[KernelDef]:
