@@ -58,12 +58,15 @@ class GraphBuilder:
         self.graph.inputs.append(name)
         return Symbol(name)
 
-    def param(self, name: str, data: np.ndarray, dtype: Any = None) -> Symbol:
-        """A weight: uploaded to the device once and kept there across calls."""
+    def param(self, name: str, data: np.ndarray, dtype: Any = None, copy: bool = True) -> Symbol:
+        """A weight: uploaded to the device once and kept there across calls. It is copied,
+        so the caller may change its array afterwards; copy=False is for arrays nobody else
+        holds (an importer's own), which the graph then owns and never changes."""
         if not isinstance(data, np.ndarray):
             raise InvalidArgumentError(f"param '{name}' takes a numpy array")
         dt = resolve_dtype(dtype if dtype is not None else data.dtype)
-        self.graph.values[self._new(name)] = value(name, data.shape, dt, PARAM, data=data.copy())
+        data = data.copy() if copy else data
+        self.graph.values[self._new(name)] = value(name, data.shape, dt, PARAM, data=data)
         return Symbol(name)
 
     def node(self, op: str, *inputs: str, outputs: int | None = None, **attrs: Any) -> Any:

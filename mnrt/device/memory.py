@@ -17,6 +17,7 @@ never wrote behave the same from run to run.
 from __future__ import annotations
 
 import bisect
+import mmap
 import threading
 from dataclasses import dataclass
 
@@ -233,8 +234,8 @@ class DeviceMemory:
             if data is None:
                 nbytes, what = self._reserved[address]
                 try:
-                    data = np.empty(nbytes, np.uint8)
-                except MemoryError:
+                    data = _host_bytes(nbytes)
+                except (MemoryError, OSError):
                     touched = sum(d.nbytes for d in self._backing.values())
                     raise OutOfMemoryError(
                         f"out of host memory backing {what} of {_fmt_bytes(nbytes)} "
@@ -281,3 +282,16 @@ class DeviceMemory:
             self.allocator.reset()
             self._reserved.clear()
             self._backing.clear()
+
+
+# From this size numpy asks the kernel for transparent huge pages (madvise), and where THP
+# is "madvise" with defrag on fault, first touching such memory compacts pages as it goes:
+# a 548 MB upload took 1.46 s instead of 0.34 s. Anonymous mmap memory is not advised.
+_MMAP_FROM = 4 << 20
+
+
+def _host_bytes(nbytes: int) -> np.ndarray:
+    """Uninitialised host bytes for `nbytes` of DRAM: mapped anonymously when large."""
+    if nbytes < _MMAP_FROM:
+        return np.empty(nbytes, np.uint8)
+    return np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)

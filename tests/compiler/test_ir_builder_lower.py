@@ -175,3 +175,14 @@ def test_passes_leave_the_source_graphs_weights_as_they_were():
             ctx.compile(graph, {"x": np.ones((2, 4), np.float32)},
                         options={"option_json": "O3", "float_dtype": float_dtype})  # fmt: skip
     assert all(np.array_equal(graph.values[n].data, weights[n]) for n in graph.params)
+
+
+def test_a_param_is_copied_unless_its_owner_gives_it_away():
+    from mnrt.compiler import GraphBuilder
+
+    b = GraphBuilder("own")
+    mine, theirs = np.ones(3, np.float32), np.ones(3, np.float32)
+    b.param("w", mine)
+    b.param("v", theirs, copy=False)  # an importer's own array: taken as it is
+    mine[0] = theirs[0] = 7.0
+    assert b.graph.values["w"].data[0] == 1.0 and b.graph.values["v"].data is theirs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import mmap
 import subprocess
 import sys
 import textwrap
@@ -249,3 +250,15 @@ def test_a_binary_filling_every_devices_dram_replays_on_a_few_gib(tmp_path):
     )
     assert done.returncode == 0, done.stderr  # before: refused, 128 GiB > 4 GiB of RAM
     assert done.stdout.strip() == "PASS"
+
+
+def test_large_allocations_are_backed_by_anonymous_maps_small_ones_by_numpy():
+    # Large backing memory avoids numpy's huge-page advice (slow first touch here); both
+    # kinds are writable uint8 arrays of the requested size.
+    from mnrt.device import memory
+
+    small, large = memory._host_bytes(64), memory._host_bytes(memory._MMAP_FROM)
+    assert small.size == 64 and large.size == memory._MMAP_FROM
+    assert small.flags.writeable and large.flags.writeable
+    assert isinstance(large.base, memoryview) and isinstance(large.base.obj, mmap.mmap)
+    assert small.base is None
