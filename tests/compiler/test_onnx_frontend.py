@@ -556,7 +556,7 @@ def test_invalid_and_unsupported_nodes_are_listed_together():
     nodes = [
         helper.make_node("Foo", ["x"], ["a"], name="foo"),
         helper.make_node("Concat", ["x", "x"], ["b"], name="cat"),
-        helper.make_node("Hardmax", ["x"], ["c"], name="hm"),
+        helper.make_node("RandomUniformLike", ["x"], ["c"], name="hm"),
     ]
     model = onnx_model(
         nodes,
@@ -567,7 +567,7 @@ def test_invalid_and_unsupported_nodes_are_listed_together():
         from_onnx(model)
     msg = str(info.value)
     assert "1 invalid and 2 unsupported node(s)" in msg
-    assert "cat (Concat)" in msg and "foo (Foo)" in msg and "hm (Hardmax)" in msg
+    assert "cat (Concat)" in msg and "foo (Foo)" in msg and "hm (RandomUniformLike)" in msg
 
 
 def test_a_subgraph_reading_an_outer_value_is_not_called_invalid():
@@ -1074,3 +1074,11 @@ def test_resize_crop_and_resize_is_refused():
     model = make_model([node], [vi("x", F, [3, 4])], [vi("y", F, None)], inits, 19)
     with pytest.raises(UnsupportedModelError, match=r"rs \(Resize\): coordinate_trans"):
         from_onnx(model)
+
+
+def test_hardmax_marks_the_first_maximum_and_the_first_nan(dev, q):
+    node = helper.make_node("Hardmax", ["x"], ["y"], axis=1)
+    model = make_model([node], [vi("x", F, [3, 4])], [vi("y", F, None)])
+    x = np.array([[1, 3, 3, 0], [2, np.nan, 5, np.nan], [-1, -1, -1, -1]], np.float32)
+    (y,) = run_on_device(dev, q, from_onnx(model), [x])
+    np.testing.assert_array_equal(y, np.eye(4, dtype=np.float32)[np.argmax(x, axis=1)])

@@ -70,6 +70,7 @@ register("ReduceLogSum", reduce.reduce("sum", post="log"))
 register("ReduceLogSumExp", reduce.reduce_log_sum_exp)
 register("Softmax", reduce.softmax("softmax"))
 register("LogSoftmax", reduce.softmax("log_softmax"))
+register("Hardmax", reduce.hardmax)
 # linear algebra, convolution, pooling
 register("MatMul", linalg.matmul)
 register("Gemm", linalg.gemm)
