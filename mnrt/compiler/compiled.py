@@ -70,6 +70,14 @@ class CompiledFunction:
         # ONNX inputs the import folded into constants (an op needed their values then):
         # name -> the example value compiled in. Calls may pass them only with that value.
         self.folded: dict[str, np.ndarray] = {}
+        # Outputs the model computes in a wider float than this function: name -> that dtype.
+        self._wider = {
+            name: want.name
+            for name in graph.outputs
+            if (v := source.values.get(name)) is not None
+            and (want := v.dtype).is_float
+            and want.itemsize > graph.values[name].dtype.itemsize
+        }
         self.onnx_model: Any = None  # the ONNX model it came from, if it did
         self.stages: list[tuple[str, str]] = []  # (phase, graph dump) of the compile
         unbound = [n for n in graph.outputs if graph.values[n].role in (INPUT, PARAM)]
@@ -192,7 +200,8 @@ class CompiledFunction:
             q.enqueue_write_buffer(buf, _call_input(name, data, buf))
         q.enqueue_program(self.lowered.program, self.lowered.bindings)
         return {
-            name: TensorProxy(q, self.lowered.bindings[name], self) for name in self.graph.outputs
+            name: TensorProxy(q, self.lowered.bindings[name], self, self._wider.get(name, ""))
+            for name in self.graph.outputs
         }
 
     def reference(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -3,6 +3,7 @@ inputs and outputs take: checked against the graph and converted to the buffers'
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,9 +20,14 @@ class TensorProxy:
     A compiled function's outputs are proxies of its output buffers, which its next call
     overwrites: copy a result with `cpu()` before calling again to keep it."""
 
-    def __init__(self, queue: CommandQueue, buffer: Buffer, owner: object = None) -> None:
+    def __init__(
+        self, queue: CommandQueue, buffer: Buffer, owner: object = None, wider: str = ""
+    ) -> None:
         self.queue = queue
         self.buffer = buffer
+        # The model's dtype for this output when float_dtype computed it narrower (a double
+        # output compiled at float): a value beyond the narrower range is said, not hidden.
+        self._wider = wider
         # What keeps the device open while this proxy is referenced (the compiled function,
         # and through it its Context): `ctx.compile(...)(x)["y"].cpu()` must not find the
         # device closed because the function was dropped before the read.
@@ -36,7 +42,15 @@ class TensorProxy:
         return self.buffer.dtype.name
 
     def cpu(self) -> np.ndarray:
-        return self.queue.enqueue_read_buffer(self.buffer, blocking=True)
+        data = self.queue.enqueue_read_buffer(self.buffer, blocking=True)
+        if self._wider and data.dtype.kind == "f" and not np.isfinite(data).all():
+            warnings.warn(
+                f"output '{self.buffer.name}' holds inf or nan: the model computes it in "
+                f"{self._wider}, float_dtype computed it in {self.dtype}, and a value may have "
+                f"left {self.dtype}'s range; compile with float_dtype='{self._wider}' to keep it",
+                stacklevel=2,
+            )
+        return data
 
     def load_from(self, array: np.ndarray, clone: bool = True) -> None:
         """Copy host data in. With clone=False the array is used as it is: do not change it

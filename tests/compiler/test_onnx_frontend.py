@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -1082,3 +1083,19 @@ def test_hardmax_marks_the_first_maximum_and_the_first_nan(dev, q):
     x = np.array([[1, 3, 3, 0], [2, np.nan, 5, np.nan], [-1, -1, -1, -1]], np.float32)
     (y,) = run_on_device(dev, q, from_onnx(model), [x])
     np.testing.assert_array_equal(y, np.eye(4, dtype=np.float32)[np.argmax(x, axis=1)])
+
+
+def test_a_double_output_beyond_float_range_warns_under_float():
+    node = helper.make_node("Mul", ["x", "x"], ["y"])
+    model = make_model(
+        [node], [vi("x", TensorProto.DOUBLE, [2])], [vi("y", TensorProto.DOUBLE, None)]
+    )
+    x = np.array([1e30, 2.0])
+    with mnrt.Context() as ctx:
+        f = ctx.compile(model, {"x": x}, options={"float_dtype": "float"})
+        with pytest.warns(UserWarning, match="left float's range; compile with float_dtype='d"):
+            assert f({"x": x})["y"].cpu().tolist() == [np.inf, 4.0]
+        exact = ctx.compile(model, {"x": x}, options={"float_dtype": "double"})
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            np.testing.assert_allclose(exact({"x": x})["y"].cpu(), [1e60, 4.0], rtol=1e-15)
