@@ -198,9 +198,14 @@ def _onnxruntime(ort: Any, compiled: Any, inputs: Mapping[str, np.ndarray]) -> d
         for i in model.graph.input
         if i.name in inputs
     }
+    options = ort.SessionOptions()
+    # Its worker threads would spin for a while after the run, taking the cores from the
+    # compile's own work that follows.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     try:
         session = ort.InferenceSession(
-            model.SerializeToString(), providers=["CPUExecutionProvider"]
+            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
         )
         results = session.run(None, feeds)
     except Exception:  # whatever onnxruntime raises on a model it cannot take

@@ -36,3 +36,18 @@ def test_opening_a_device_tunes_malloc_once(tmp_path):
 
 def test_the_tuning_can_be_turned_off(tmp_path):
     assert probe(MNRT_HOME=str(tmp_path), MNRT_KEEP_HOST_PAGES="0") == ["None", "False"]
+
+
+def test_numpys_huge_page_advice_is_turned_off_with_mallocs_tuning(monkeypatch):
+    from mnrt.device import host_pages
+
+    calls = []
+    monkeypatch.setattr(host_pages, "_tuned", None)
+    monkeypatch.setattr(host_pages, "_mallopt", lambda: True)
+    try:
+        from numpy._core import multiarray
+    except ImportError:
+        from numpy.core import multiarray
+    monkeypatch.setattr(multiarray, "_set_madvise_hugepage", calls.append, raising=False)
+    assert host_pages.keep_freed_pages()
+    assert calls == [False]
