@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InvalidArgumentError, OutOfMemoryError, UseAfterFreeError
+from . import host_pages
 
 
 def _fmt_bytes(n: int) -> str:
@@ -284,10 +285,13 @@ class DeviceMemory:
             self._backing.clear()
 
 
-# From this size numpy asks the kernel for transparent huge pages (madvise), and where THP
-# is "madvise" with defrag on fault, first touching such memory compacts pages as it goes:
-# a 548 MB upload took 1.46 s instead of 0.34 s. Anonymous mmap memory is not advised.
-_MMAP_FROM = 4 << 20
+# Below this, backing memory comes from malloc's arenas, which keep freed blocks for reuse
+# (host_pages.MMAP_THRESHOLD): a replay that opens its devices again every loop reuses
+# pages already touched (mapping each buffer from 4 MiB made a 512x512 transformer's replay
+# 40% slower). From it, glibc would map the block anyway, and numpy would advise huge
+# pages for it, whose first touch compacts memory where THP is "madvise" (a 548 MB upload
+# took 1.46 s instead of 0.34 s): an anonymous map of our own is not advised.
+_MMAP_FROM = host_pages.MMAP_THRESHOLD
 
 
 def _host_bytes(nbytes: int) -> np.ndarray:
