@@ -10,6 +10,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+from binaries import small_capture
 from hypothesis import settings
 
 import mnrt
@@ -112,16 +113,7 @@ def _assert_nested(slices: list[dict]) -> None:
 @pytest.fixture
 def small_binary():
     """A short valid capture: one program, one write, one read with a golden."""
-    with mnrt.open_device(0) as dev:
-        q = dev.command_queue(0)
-        mnrt.begin_capture()
-        a = dev.create_buffer((2, 3), "float", name="a")
-        y = dev.create_buffer((2, 3), "float", name="y")
-        prog = dev.create_program([mnrt.Kernel("exp", ["a"], ["y"])], name="e")
-        q.enqueue_write_buffer(a, np.arange(6, dtype=np.float32).reshape(2, 3) / 10)
-        q.enqueue_program(prog, {"a": a, "y": y})
-        q.enqueue_read_buffer(y)
-        return mnrt.end_capture()
+    return small_capture()
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import os
 import stat
 from pathlib import Path
 
-import numpy as np
 import pytest
+from binaries import small_capture
 from cli_harness import assert_one_line_error, invoke_cli, one_line_error, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -317,15 +317,4 @@ def test_fuzzed_json_documents_convert_cleanly_or_round_trip(data, small_doc):
 
 @pytest.fixture(scope="module")
 def small_doc():
-    import mnrt
-
-    with mnrt.open_device(0) as dev:
-        q = dev.command_queue(0)
-        mnrt.begin_capture()
-        a = dev.create_buffer((2, 3), "float", name="a")
-        y = dev.create_buffer((2, 3), "float", name="y")
-        prog = dev.create_program([mnrt.Kernel("exp", ["a"], ["y"])], name="e")
-        q.enqueue_write_buffer(a, np.arange(6, dtype=np.float32).reshape(2, 3) / 10)
-        q.enqueue_program(prog, {"a": a, "y": y})
-        q.enqueue_read_buffer(y)
-        return json.loads(jsonio.dumps(mnrt.end_capture()))
+    return json.loads(jsonio.dumps(small_capture()))

@@ -14,7 +14,7 @@ import numpy as np
 from ...errors import DTypeError, ShapeError
 from .. import dtypes as dt
 from .common import normalize_axis, streaming_cost
-from .registry import REQUIRED, Attr, Cost, KernelDef, OutSpec, register
+from .registry import REQUIRED, Attr, Cost, KernelDef, OutSpec, exact, register
 
 _ORDERED = (*dt.NUMERIC, dt.BOOL)
 
@@ -131,6 +131,7 @@ def _topk_cost(ins, outs, attrs):
 register(
     KernelDef(
         name="topk",
+        reduction=exact,  # moves or selects values: no rounding of its own
         doc="the k largest (or smallest) values along axis, sorted, and their int64 positions",
         inputs=("x",),
         outputs=("values", "indices"),

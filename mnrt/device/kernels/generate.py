@@ -13,7 +13,7 @@ import numpy as np
 from ...errors import KernelAttributeError, ShapeError
 from .. import dtypes as dt
 from .common import MAX_TEMPORARY_ELEMENTS, streaming_cost
-from .registry import REQUIRED, Attr, KernelDef, OutSpec, register
+from .registry import REQUIRED, Attr, KernelDef, OutSpec, exact, register
 
 _NUMERIC_NAMES = tuple(d.name for d in dt.NUMERIC)
 
@@ -111,6 +111,7 @@ def _eye_cost(ins, outs, attrs):
 register(
     KernelDef(
         name="eye_like",
+        reduction=exact,  # moves or selects values: no rounding of its own
         doc="ones on diagonal k and zeros elsewhere, of x's 2-D shape (x is not read)",
         inputs=("x",),
         outputs=("y",),

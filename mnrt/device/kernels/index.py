@@ -22,7 +22,7 @@ from .common import (
     same_dtype,
     streaming_cost,
 )
-from .registry import REQUIRED, Attr, Cost, KernelDef, OutSpec, register
+from .registry import REQUIRED, Attr, Cost, KernelDef, OutSpec, exact, register
 
 # reduction name: how repeated or existing values combine (None: assignment, last wins).
 _REDUCTIONS = {
@@ -244,6 +244,7 @@ def _onehot_compute(ins, attrs, outs):
 register(
     KernelDef(
         name="gather_elements",
+        reduction=exact,  # moves or selects values: no rounding of its own
         doc="y[i][j]... = data at i, j, ... with the axis coordinate taken from indices",
         inputs=("data", "indices"),
         outputs=("y",),
@@ -257,6 +258,7 @@ register(
 register(
     KernelDef(
         name="gather_nd",
+        reduction=exact,  # moves or selects values: no rounding of its own
         doc="slices of data at index tuples (indices' last dimension), after batch_dims",
         inputs=("data", "indices"),
         outputs=("y",),
@@ -299,6 +301,7 @@ register(
 register(
     KernelDef(
         name="onehot",
+        reduction=exact,  # moves or selects values: no rounding of its own
         doc="values[1] where the new axis' position equals the index, else values[0]",
         inputs=("indices", "values"),
         outputs=("y",),

@@ -16,7 +16,7 @@ from .common import (
     require_rank,
     streaming_cost,
 )
-from .registry import REQUIRED, Attr, KernelDef, OutSpec, register
+from .registry import REQUIRED, Attr, KernelDef, OutSpec, exact, register
 
 
 def _moving_cost(ins, outs, attrs):
@@ -44,6 +44,7 @@ def _trilu_compute(ins, attrs, outs):
 register(
     KernelDef(
         name="trilu",
+        reduction=exact,  # moves or selects values: no rounding of its own
         doc="the upper (or lower) triangle of the last two axes from diagonal k; zeros elsewhere",
         inputs=("x",),
         outputs=("y",),
@@ -120,6 +121,7 @@ def _s2d_compute(ins, attrs, outs):
 register(
     KernelDef(
         name="depth_to_space",
+        reduction=exact,  # moves or selects values: no rounding of its own
         doc="NCHW: channel blocks moved into blocksize x blocksize spatial tiles",
         inputs=("x",),
         outputs=("y",),
@@ -136,6 +138,7 @@ register(
 register(
     KernelDef(
         name="space_to_depth",
+        reduction=exact,  # moves or selects values: no rounding of its own
         doc="NCHW: blocksize x blocksize spatial tiles moved into channels (undoes depth_to_space)",
         inputs=("x",),
         outputs=("y",),
@@ -193,6 +196,7 @@ def _reverse_compute(ins, attrs, outs):
 register(
     KernelDef(
         name="reverse_sequence",
+        reduction=exact,  # moves or selects values: no rounding of its own
         doc="each batch entry's first sequence_lens[i] steps along time_axis reversed",
         inputs=("x", "sequence_lens"),
         outputs=("y",),
@@ -257,6 +261,7 @@ def _pad_compute(ins, attrs, outs):
 register(
     KernelDef(
         name="pad",
+        reduction=exact,  # moves or selects values: no rounding of its own
         doc="x padded (or, by negative amounts, cropped) per axis; ONNX Pad's modes",
         inputs=("x",),
         outputs=("y",),
@@ -295,6 +300,7 @@ def _tile_infer(ins, attrs):
 register(
     KernelDef(
         name="tile",
+        reduction=exact,  # moves or selects values: no rounding of its own
         doc="x repeated repeats[i] times along each axis i",
         inputs=("x",),
         outputs=("y",),
