@@ -7,14 +7,13 @@ reduced in float32, then rounded once by the store; integer sums wrap in their o
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 
 from ...errors import DTypeError, KernelAttributeError
 from .. import dtypes as dt
-from .common import normalize_axis, streaming_cost
+from .common import normalize_axis, per_input_cost
 from .registry import Attr, KernelDef, OutSpec, register
 
 
@@ -137,8 +136,7 @@ def _make(name: str, fn, allowed: tuple, doc: str) -> KernelDef:
         return [np.asarray(fn(x, axes, attrs["keepdims"]))]
 
     def cost(ins, outs, attrs):
-        # One operation per input element, however small the output.
-        return dataclasses.replace(streaming_cost(ins, outs), flops=float(ins[0].size))
+        return per_input_cost(ins, outs)
 
     return KernelDef(
         name=name,

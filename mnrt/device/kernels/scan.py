@@ -6,13 +6,11 @@ wrap; half, bfloat16 and float16 accumulate in float32 and are rounded once by t
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from ...errors import DTypeError
 from .. import dtypes as dt
-from .common import normalize_axis, streaming_cost
+from .common import normalize_axis, per_input_cost
 from .registry import Attr, KernelDef, OutSpec, register
 
 _ATTRS = {
@@ -48,7 +46,7 @@ def _make(name: str, ufunc: np.ufunc, identity: int, doc: str) -> KernelDef:
         return [np.flip(y, axis) if attrs["reverse"] else y]
 
     def cost(ins, outs, attrs):
-        return dataclasses.replace(streaming_cost(ins, outs), flops=float(ins[0].size))
+        return per_input_cost(ins, outs)
 
     return KernelDef(
         name=name,
