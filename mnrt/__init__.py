@@ -24,7 +24,7 @@ from .device.dtypes import UINT32 as uint32
 from .device.dtypes import UINT64 as uint64
 from .device.dtypes import DType, dtype
 from .device.kernels import all_kernels as _all_kernels
-from .device.spec import MNCORE2, DeviceSpec
+from .device.spec import MNCORE2, DeviceSpec, LinkSpec
 from .errors import (
     BindingError,
     DeviceBusyError,
@@ -48,6 +48,7 @@ from .errors import (
 from .format import LightBinary
 from .host import Buffer, CommandQueue, Device, Kernel, Program, list_devices, open_device
 from .host.golden import Check
+from .host.timeline import Span, Timeline
 from .replay import ReplayReport, replay
 
 # The compiler's entry points, imported on first use: `mnrt run` never loads the compiler.
@@ -91,11 +92,14 @@ __all__ = [
     "Kernel",
     "KernelAttributeError",
     "LightBinary",
+    "LinkSpec",
     "MnrtError",
     "OutOfMemoryError",
     "Program",
     "ReplayReport",
     "ShapeError",
+    "Span",
+    "Timeline",
     "TraceError",
     "UnknownKernelError",
     "UnsupportedVersionError",
