@@ -33,8 +33,9 @@ from typing import NamedTuple
 from ..device.spec import MNCORE2, DeviceSpec
 from ..errors import InvalidArgumentError
 
-# Span kinds that occupy their device's PE array.
-COMPUTE_KINDS = frozenset({"program", "trace"})
+# Span kinds that occupy their device's PE array (a queue command's `kind` names a device
+# trace's replay "replay_trace").
+COMPUTE_KINDS = frozenset({"program", "trace", "replay_trace"})
 
 
 @dataclass(frozen=True)
