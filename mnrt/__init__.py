@@ -24,7 +24,7 @@ from .device.dtypes import UINT32 as uint32
 from .device.dtypes import UINT64 as uint64
 from .device.dtypes import DType, dtype
 from .device.kernels import all_kernels as _all_kernels
-from .device.spec import MNCORE2, DeviceSpec
+from .device.spec import MNCORE2, DeviceSpec, LinkSpec
 from .errors import (
     BindingError,
     DeviceBusyError,
@@ -34,6 +34,7 @@ from .errors import (
     DeviceMismatchError,
     DeviceNotFoundError,
     DTypeError,
+    EventTimeoutError,
     InvalidArgumentError,
     InvalidBinaryError,
     KernelAttributeError,
@@ -46,8 +47,18 @@ from .errors import (
     UseAfterFreeError,
 )
 from .format import LightBinary
-from .host import Buffer, CommandQueue, Device, Kernel, Program, list_devices, open_device
+from .host import (
+    Buffer,
+    CommandQueue,
+    Device,
+    Event,
+    Kernel,
+    Program,
+    list_devices,
+    open_device,
+)
 from .host.golden import Check
+from .host.timeline import Span, Timeline
 from .replay import ReplayReport, replay
 
 # The compiler's entry points, imported on first use: `mnrt run` never loads the compiler.
@@ -86,16 +97,21 @@ __all__ = [
     "DeviceMismatchError",
     "DeviceNotFoundError",
     "DeviceSpec",
+    "Event",
+    "EventTimeoutError",
     "InvalidArgumentError",
     "InvalidBinaryError",
     "Kernel",
     "KernelAttributeError",
     "LightBinary",
+    "LinkSpec",
     "MnrtError",
     "OutOfMemoryError",
     "Program",
     "ReplayReport",
     "ShapeError",
+    "Span",
+    "Timeline",
     "TraceError",
     "UnknownKernelError",
     "UnsupportedVersionError",

@@ -123,6 +123,10 @@ class DeviceExecutionError(DeviceError):
     blocking call."""
 
 
+class EventTimeoutError(DeviceError, TimeoutError):
+    """Event.wait(timeout=...) returned before the event completed."""
+
+
 class TransportError(DeviceError):
     """A message between the ranks of a distributed replay failed or did not come in time
     (`mpiexec ... mnrt run --mpi`); the other ranks are ended with it."""

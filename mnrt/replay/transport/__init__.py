@@ -1,33 +1,35 @@
-"""Transports of a replay: by name, each a factory of a `Transport`. Adding one = one module
-and one line here; a transport whose package is an optional extra is imported only when
-asked for, so `mnrt run` works without it."""
+"""Transports of distributed replay, found by name: adding one is a module and a line here.
+
+Implementations are imported when first asked for, so `mnrt run` never loads mpi4py unless
+`--mpi` names it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import importlib
 
 from ...errors import InvalidArgumentError
 from .base import Transport
-from .local import LocalTransport
 
-__all__ = ["TRANSPORTS", "LocalTransport", "Transport", "open_transport"]
+# name -> "module:class" (relative to this package)
+TRANSPORTS = {
+    "local": ".local:LocalTransport",
+    "mpi": ".mpi:MpiTransport",
+}
 
-
-def _mpi(**options: Any) -> Transport:
-    from .mpi import MpiTransport
-
-    return MpiTransport(**options)
-
-
-TRANSPORTS: dict[str, Callable[..., Transport]] = {"local": LocalTransport, "mpi": _mpi}
+__all__ = ["TRANSPORTS", "Transport", "transport_class"]
 
 
-def open_transport(name: str, **options: Any) -> Transport:
-    """The transport called `name`, opened with `options`."""
-    factory = TRANSPORTS.get(name)
-    if factory is None:
+def transport_class(name: str) -> type[Transport]:
+    """The Transport class registered as `name`."""
+    where = TRANSPORTS.get(name)
+    if where is None:
         raise InvalidArgumentError(
-            f"unknown transport {name!r}; known transports are {', '.join(sorted(TRANSPORTS))}"
+            f"unknown transport {name!r}: known transports are {', '.join(sorted(TRANSPORTS))}"
         )
-    return factory(**options)
+    module, cls = where.split(":")
+    try:
+        return getattr(importlib.import_module(module, __name__), cls)
+    except ImportError as e:
+        raise InvalidArgumentError(
+            f"transport {name!r} is not available here ({e}); for mpi install mnrt[mpi]"
+        ) from None

@@ -1,8 +1,10 @@
-"""The transport between the processes of a distributed replay: how one rank's copy reaches
-another rank's device, how an event crosses ranks, and how rank 0 collects the report.
+"""The transport interface of distributed replay: how ranks that each replay some of a
+binary's devices move copies and event signals between them, and agree on the outcome.
 
-Replay code talks to this interface only (never to mpi4py), so another transport (Ray, a
-socket one) is one module and one registry line (see `mnrt.replay.transport.TRANSPORTS`).
+Replay code talks to a Transport only; an implementation is one module (local.py for one
+process, mpi.py for MPI) and one line in the registry (__init__.py). Message tags are capture
+global ids (a copy's `copy_id`, an event's `event_id`), so a mismatch between ranks shows up
+as a named message, not a hang. Every method is called from the replaying thread only.
 """
 
 from __future__ import annotations
@@ -14,25 +16,24 @@ import numpy as np
 
 
 class Transport(ABC):
-    """`size` processes (ranks) that together replay one binary; this one is `rank`."""
+    """One rank's view of the ranks replaying a binary together."""
 
-    rank: int = 0
-    size: int = 1
+    rank: int
+    size: int
 
     def owner(self, logical_device: int, n_devices: int) -> int:
-        """The rank that replays `logical_device` (0 .. n_devices-1): a block distribution,
-        so neighbouring devices (pipeline stages next to each other) share a rank and their
-        copies stay local. With size <= n_devices every rank owns at least one device."""
+        """The rank that replays logical device `logical_device` (its position, 0..n-1,
+        among the binary's devices in captured-index order): a block distribution, so
+        neighbouring pipeline stages share a rank when there are fewer ranks than devices."""
         return logical_device * self.size // n_devices
 
     @abstractmethod
     def send(self, array: np.ndarray, dest: int, tag: int) -> None:
-        """Send `array` to rank `dest`; `tag` is the copy's global id. Returns at once: the
-        array may be changed afterwards (the transport keeps what it must)."""
+        """Send a contiguous array to rank `dest`; `tag` is the copy's global id."""
 
     @abstractmethod
     def recv(self, out: np.ndarray, source: int, tag: int) -> None:
-        """Fill `out` in place with what rank `source` sent under `tag`; blocks until then."""
+        """Receive the array rank `source` sent with `tag` into `out`, in place."""
 
     @abstractmethod
     def signal(self, dest: int, tag: int) -> None:
@@ -40,21 +41,20 @@ class Transport(ABC):
 
     @abstractmethod
     def wait_signal(self, source: int, tag: int) -> None:
-        """Block until rank `source` signals the event with global id `tag`."""
+        """Block until rank `source` has signalled the event with global id `tag`."""
 
     @abstractmethod
     def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
-        """Every rank's `obj` on `root`, in rank order (None on the other ranks)."""
+        """Every rank's `obj`, by rank, on `root`; None on the other ranks."""
 
     @abstractmethod
     def agree(self, code: int) -> int:
-        """The largest of every rank's `code`, on every rank: one exit code for all."""
+        """The largest of every rank's exit `code`, on every rank."""
 
     @abstractmethod
     def abort(self, code: int) -> NoReturn:
-        """End every rank now, with a non-zero exit status: for a failure that leaves the
-        other ranks waiting on messages this one will never send."""
+        """End every rank now with a non-zero exit code (a rank failed)."""
 
     @abstractmethod
     def close(self) -> None:
-        """Finish what is in flight and release the transport's resources."""
+        """Release the transport (idempotent)."""

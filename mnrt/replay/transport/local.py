@@ -1,4 +1,4 @@
-"""The transport of a replay in one process: one rank, so no device is remote."""
+"""The one-process transport: a single rank that owns every device, so nothing is remote."""
 
 from __future__ import annotations
 
@@ -12,28 +12,31 @@ from .base import Transport
 
 
 class LocalTransport(Transport):
-    """Rank 0 of 1: every device is local, so a message to another rank is a caller's bug."""
+    """Rank 0 of 1. Replay never sends or waits on it (every device is local); a call that
+    names another rank is a caller's mistake and says so."""
 
-    rank, size = 0, 1
+    rank = 0
+    size = 1
 
-    def _no_peer(self, peer: int) -> NoReturn:
-        raise InvalidArgumentError(f"rank {peer} does not exist: a local replay has rank 0 only")
+    def _no_peer(self, what: str, peer: int) -> NoReturn:
+        raise InvalidArgumentError(
+            f"{what} rank {peer}: the local transport has rank 0 only; run with --mpi under "
+            "mpiexec for several ranks"
+        )
 
     def send(self, array: np.ndarray, dest: int, tag: int) -> None:
-        self._no_peer(dest)
+        self._no_peer("send to", dest)
 
     def recv(self, out: np.ndarray, source: int, tag: int) -> None:
-        self._no_peer(source)
+        self._no_peer("receive from", source)
 
     def signal(self, dest: int, tag: int) -> None:
-        self._no_peer(dest)
+        self._no_peer("signal", dest)
 
     def wait_signal(self, source: int, tag: int) -> None:
-        self._no_peer(source)
+        self._no_peer("wait for a signal from", source)
 
     def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
-        if root != 0:
-            self._no_peer(root)
         return [obj]
 
     def agree(self, code: int) -> int:
@@ -43,4 +46,4 @@ class LocalTransport(Transport):
         sys.exit(code or 1)
 
     def close(self) -> None:
-        """Nothing is held."""
+        """Nothing to release."""
