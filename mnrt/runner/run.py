@@ -8,6 +8,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 import numpy as np
@@ -200,6 +201,21 @@ def _failed(e: errors.MnrtError, file: Path, report_path: Path | None, as_json: 
     help="Write a Perfetto trace of every loop here (open it at ui.perfetto.dev).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--mpi",
+    is_flag=True,
+    help="Distributed replay under mpiexec (mpiexec -n N mnrt run --mpi FILE): each rank "
+    "replays its block of the binary's logical devices, at most one rank per device; rank 0 "
+    "writes the report and outputs; every rank exits with one code. Needs mnrt[mpi].",
+)
+@click.option(
+    "--mpi-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="With --mpi: end the job when a rank waits this long for another's message "
+    "(default: no limit; a rank that fails or dies ends the job at once anyway).",
+)
 def run(
     file,
     device,
@@ -216,48 +232,110 @@ def run(
     save_outputs,
     profile_path,
     as_json,
+    mpi,
+    mpi_timeout,
 ) -> None:
     """Replay FILE and verify it against its goldens, or run it on new inputs.
 
     Exit codes: 0 pass (or ran, not verified), 1 golden mismatch, 2 invalid binary or
     usage, 3 device error, 4 no goldens to verify (0 with --allow-no-goldens), 130
     interrupted."""
-    _check_outputs(file, {"--report": report_path, "--profile": profile_path}, save_outputs)
-    try:
+    if mpi_timeout is not None and not mpi:
+        raise errors.InvalidArgumentError("--mpi-timeout applies to --mpi runs only")
+    if mpi and profile_path is not None:
+        raise errors.InvalidArgumentError(
+            "--profile is not available with --mpi (each rank holds only its own devices' "
+            "trace); profile the same binary in one process: mnrt run FILE --profile"
+        )
+
+    def check_outputs() -> None:
+        _check_outputs(file, {"--report": report_path, "--profile": profile_path}, save_outputs)
+
+    def prepare() -> tuple[LightBinary, dict, dict]:
         binary = LightBinary.load(file)
-        inputs = _arrays(binary, "input", input_specs)
-        expected = _arrays(binary, "output", expected_specs)
-        report = replay(
+        return (
+            binary,
+            _arrays(binary, "input", input_specs),
+            _arrays(binary, "output", expected_specs),
+        )
+
+    def execute(prepared, transport=None):
+        binary, inputs, expected = prepared
+        return replay(
             binary,
             device=_device(device),
             verify=not no_verify,
             loops=loops,
             rtol=rtol,
             atol=atol,
-            progress=_progress(loops),
+            progress=_progress(loops) if transport is None or transport.rank == 0 else None,
             profile=profile_path is not None,
             inputs=inputs if input_specs else None,
             expected=expected if expected_specs else None,
             device_map=None if device_map is None else parse_device_map(device_map),
             devices=devices,
+            transport=transport,
         )
+
+    def finish(report) -> int:
+        """Write what was asked for, print the verdict; the exit code."""
+        if report_path is not None:
+            write_atomically(report_path, report.to_json().encode())
+        if profile_path is not None:
+            report.profile.save(profile_path)
+        if save_outputs is not None:
+            _save_outputs(save_outputs, report.outputs)
+        click.echo(report.to_json() if as_json else report.summary())
+        if not report.passed:
+            return errors.EXIT_GOLDEN_MISMATCH
+        if report.no_goldens and not allow_no_goldens:
+            return errors.EXIT_NO_GOLDENS
+        return errors.EXIT_OK
+
+    if mpi:
+        _run_mpi(file, mpi_timeout, check_outputs, prepare, execute, finish, report_path, as_json)
+    check_outputs()
+    try:
+        report = execute(prepare())
     except errors.MnrtError as e:
         partial = getattr(e, "profile", None)
         if profile_path is not None and partial is not None:
             partial.save(profile_path)  # up to the failure: where and after what it stopped
         _failed(e, file, report_path, as_json)
         raise
-    if report_path is not None:
-        write_atomically(report_path, report.to_json().encode())
-    if profile_path is not None:
-        report.profile.save(profile_path)
-    if save_outputs is not None:
-        _save_outputs(save_outputs, report.outputs)
-    click.echo(report.to_json() if as_json else report.summary())
-    if not report.passed:
-        sys.exit(errors.EXIT_GOLDEN_MISMATCH)
-    if report.no_goldens and not allow_no_goldens:
-        sys.exit(errors.EXIT_NO_GOLDENS)
+    sys.exit(finish(report))
+
+
+def _run_mpi(
+    file, timeout, check_outputs, prepare, execute, finish, report_path, as_json
+) -> NoReturn:
+    """One rank of `mpiexec -n N mnrt run --mpi FILE` (see distributed.py for the rules):
+    rank 0, which writes the outputs, checks where they go."""
+    from . import distributed
+
+    transport = distributed.open_mpi(timeout)
+    unwritable: list[errors.MnrtError] = []
+
+    def prepare_rank():
+        if transport.rank == 0:
+            try:
+                check_outputs()
+            except errors.MnrtError as e:
+                unwritable.append(e)
+                raise
+        return prepare()
+
+    try:
+        prepared = distributed.agree_to_start(transport, file, prepare_rank)
+    except errors.MnrtError as e:  # rank 0: the job stops before the replay
+        if not unwritable:  # (a report path that failed its check is not written)
+            _failed(e, file, report_path, as_json)
+        raise
+    report = distributed.replay_or_abort(transport, lambda: execute(prepared, transport))
+    code = (
+        distributed.replay_or_abort(transport, lambda: finish(report)) if transport.rank == 0 else 0
+    )
+    distributed.finish(transport, code)
 
 
 @click.command()

@@ -1,6 +1,7 @@
 """One rank of a transport scenario, run by tests/replay/test_mpi_transport.py under
-`mpiexec -n N python mpi_worker.py SCENARIO`. Each rank writes what it saw as JSON to $MPI_WORKER_OUT/rank<N>.json
-and exits with the code every rank agreed on; a failing scenario ends through abort."""
+`mpiexec -n N python mpi_worker.py SCENARIO`. Each rank writes what it saw as JSON to
+$MPI_WORKER_OUT/rank<N>.json and exits with the code every rank agreed on; a failing
+scenario ends through abort."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sys
 import numpy as np
 
 from mnrt.errors import MnrtError
-from mnrt.replay.transport import open_transport
+from mnrt.replay.transport import transport_class
 
 
 def exchange(t) -> dict:
@@ -52,7 +53,7 @@ def exchange(t) -> dict:
 def main() -> None:
     scenario = sys.argv[1]
     timeout = float(os.environ.get("MPI_WORKER_TIMEOUT", "0")) or None
-    t = open_transport("mpi", timeout=timeout)
+    t = transport_class("mpi")(timeout=timeout)
     try:
         if scenario == "exchange":
             doc = exchange(t)

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from mpi_harness import run_mpi
 
 from mnrt.errors import InvalidArgumentError
-from mnrt.replay.transport import TRANSPORTS, LocalTransport, open_transport
 from mnrt.replay.transport.tags import ID_LIMIT, wire_tag
 
 WORKER = Path(__file__).with_name("mpi_worker.py")
@@ -36,13 +35,6 @@ def test_every_id_gets_a_tag_mpi_allows(gid, tag_ub):
 def test_a_tag_that_is_no_global_id_is_refused(bad):
     with pytest.raises(InvalidArgumentError, match="global id"):
         wire_tag(bad, 32767)
-
-
-def test_the_registry_names_its_transports():
-    assert set(TRANSPORTS) >= {"local", "mpi"}
-    assert isinstance(open_transport("local"), LocalTransport)
-    with pytest.raises(InvalidArgumentError, match="known transports are local, mpi"):
-        open_transport("carrier-pigeon")
 
 
 @pytest.mark.parametrize("ranks", [2, 4])

@@ -1,9 +1,10 @@
 """The MPI transport: `mpiexec -n N mnrt run --mpi FILE` (extra `mnrt[mpi]`: mpi4py and the
 `mpich` wheel, whose `mpiexec` lands in the environment's bin).
 
-Messages. A cross-rank copy is one point-to-point message of the array's bytes, sent
-zero-copy from a snapshot (so the sender never waits for the receiver: two ranks that copy
-to each other cannot deadlock) and received in place. A cross-rank event is an empty
+Messages. A cross-rank copy is one point-to-point message of the array's bytes: the sender
+snapshots the array and sends the snapshot through the buffer protocol without waiting for
+the receiver (so two ranks that copy to each other at once cannot deadlock); the receiver
+fills the destination in place. A cross-rank event is an empty
 message. Copies, events and the report's collectives each have their own communicator (a
 `Dup` of the world), so their tags never meet.
 
@@ -11,9 +12,9 @@ Tags. A message is tagged by the global id the executor gives (the copy's, the e
 mapped by tags.py: an id up to MPI_TAG_UB is the tag itself; a larger id travels on a second
 communicator, tagged `id % (MPI_TAG_UB + 1)` with the full 64-bit id in an 8-byte header
 before the payload; the receiver takes the messages of that tag from that rank in order and
-keeps one meant for another id until that id is asked for. Messages of one id from one rank arrive in the order
-they were sent (MPI's non-overtaking rule), so a copy replayed in every loop or trace replay
-pairs each send with its receive.
+keeps one meant for another id until that id is asked for. Messages of one id from one rank
+arrive in the order they were sent (MPI's non-overtaking rule), so a copy replayed in every
+loop, or in every replay of a trace, pairs each send with its receive.
 
 Failures. Every wait polls its request with a short sleep (an MPI library's own blocking
 wait spins a core, which starves the ranks sharing it) and, with `timeout`, gives up with a
@@ -39,13 +40,10 @@ from .base import Transport
 from .tags import wire_tag
 
 try:
-    import mpi4py
-
-    mpi4py.rc.thread_level = "multiple"  # queue workers send and receive too
     from mpi4py import MPI
 except (ImportError, RuntimeError, OSError) as e:  # no mpi4py, or no MPI library under it
     raise InvalidArgumentError(
-        f"--mpi needs mpi4py and an MPI library ({e}): pip install 'mnrt[mpi]'"
+        f"--mpi needs mpi4py and an MPI library ({e}): pip install mnrt[mpi]"
     ) from None
 
 _HEADER = 8  # bytes of the full id before a wide message's payload
@@ -141,11 +139,6 @@ class MpiTransport(Transport):
     def __init__(self, comm: Any = None, timeout: float | None = None) -> None:
         if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
             raise InvalidArgumentError(f"timeout must be a number of seconds > 0, got {timeout!r}")
-        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
-            raise TransportError(
-                "the MPI library was started without MPI_THREAD_MULTIPLE, which mnrt's queue "
-                "workers need; use the mpich wheel of mnrt[mpi] or an MPI built with threads"
-            )
         self.world = MPI.COMM_WORLD if comm is None else comm
         self.rank, self.size = self.world.Get_rank(), self.world.Get_size()
         self.timeout = timeout
@@ -177,7 +170,9 @@ class MpiTransport(Transport):
                 time.sleep(pause)
                 pause = min(2 * pause, _MAX_PAUSE_S)
         except MPI.Exception as e:
-            raise TransportError(f"rank {self.rank}: MPI failed while waiting for {what}: {e}")
+            raise TransportError(
+                f"rank {self.rank}: MPI failed while waiting for {what}: {e}"
+            ) from None
 
     def _check_peer(self, peer: int) -> None:
         if self.closed:
@@ -228,7 +223,9 @@ class MpiTransport(Transport):
     def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
         """Pickled objects, point to point to `root`, each wait polled like a message."""
         if not 0 <= root < self.size:
-            raise InvalidArgumentError(f"gather's root must be a rank below {self.size}, got {root}")
+            raise InvalidArgumentError(
+                f"gather's root must be a rank below {self.size}, got {root}"
+            )
         comm = self.collective
         if self.rank != root:
             request = comm.isend(obj, root, _GATHER)
