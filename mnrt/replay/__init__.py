@@ -251,13 +251,14 @@ def _add_timelines(
     gathered = transport.gather(mine) if transport.size > 1 else [mine]
     if gathered is None:
         return
-    # Runner devices of different ranks are different devices (each rank opens its own,
-    # from index 0): as run, they are numbered across ranks in rank order.
-    runner: dict[tuple[int, int], int] = {}
-    placed: dict[int, int] = {}
-    for rank, (_, p) in enumerate(gathered):
-        for logical, index in sorted(p.items()):
-            placed[logical] = runner.setdefault((rank, index), len(runner))
+    placed: dict[int, int] = dict(gathered[0][1])
+    if len(gathered) > 1:
+        # Runner devices of different ranks are different devices (each rank opens its
+        # own, from index 0): as run, they are numbered across ranks in rank order.
+        runner: dict[tuple[int, int], int] = {}
+        for rank, (_, p) in enumerate(gathered):
+            for logical, index in sorted(p.items()):
+                placed[logical] = runner.setdefault((rank, index), len(runner))
     captured, as_run = timelines([s for g in gathered for s in g[0]], placed)
     report.timeline, report.timeline_as_run = captured, as_run
     report.modelled, report.modelled_as_run = captured.to_dict(), as_run.to_dict()

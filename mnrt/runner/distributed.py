@@ -57,19 +57,28 @@ def _rank_error(code: int, message: str) -> errors.MnrtError:
 
 
 def agree_to_start(transport: Transport, file: Path, prepare: Callable[[], T]) -> T:
-    """`prepare()` on every rank, then the job's checks (same binary, ranks <= logical
-    devices). Any failure ends every rank with the same code: rank 0 raises it (for the
-    CLI's one line or --json document), the others exit quietly."""
-    mine: tuple[int, str, int, int] = (0, "", 0, 0)
+    """`prepare()` on every rank (it returns a tuple, the binary first), then the job's
+    checks (the binary verifies, is the same on every rank, has no fewer logical devices
+    than there are ranks). An MnrtError anywhere ends every rank with the same code: rank
+    0 raises it (for the CLI's one line or --json document), the others exit quietly."""
     own_error: errors.MnrtError | None = None
     prepared: Any = None
-    try:
-        prepared = prepare()
-        binary = prepared[0]
-        mine = (0, "", binary_identity(file, binary), len(logical_devices(validate(binary))))
-    except errors.MnrtError as e:
-        own_error = e
-        mine = (e.exit_code, str(e), 0, 0)
+
+    def step() -> tuple[int, str, int, int]:
+        nonlocal own_error, prepared
+        try:
+            prepared = prepare()
+            binary = prepared[0]
+            devices = len(logical_devices(validate(binary, blobs=False)))  # blobs: replay's
+            return 0, "", binary_identity(file, binary), devices
+        except errors.MnrtError as e:
+            own_error = e
+            return e.exit_code, str(e), 0, 0
+        except OSError as e:  # the file vanished or became unreadable since it was loaded
+            own_error = errors.InvalidArgumentError(f"cannot read {file}: {e.strerror}")
+            return own_error.exit_code, str(own_error), 0, 0
+
+    mine = replay_or_abort(transport, step)  # anything else (a bug, Ctrl-C) ends the job
     gathered = transport.gather(mine)
     verdict: errors.MnrtError | None = None
     if gathered is not None:

@@ -22,7 +22,7 @@ def ring_binary(path: Path, devices: int = 4) -> Path:
     """Each device computes, pushes its result to the next device (copy on the sender's
     queue) and pulls the previous device's result (copy on the receiver's queue), in both
     directions around a ring, with events ordering every hand-over; goldens on each device.
-    Captured through the host API with a device trace holding a copy, replayed twice."""
+    Captured through the host API; the last step is a device trace, replayed twice."""
     rng = np.random.default_rng(11)
     with mnrt.capture(path):
         devs = [mnrt.open_device(i) for i in range(devices)]

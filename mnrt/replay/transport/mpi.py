@@ -151,6 +151,11 @@ class MpiTransport(Transport):
             raise TransportError(f"cannot set up MPI communicators: {e}") from None
         self.in_flight: list[tuple[Any, np.ndarray]] = []  # sends not known complete
         self.lock = threading.Lock()
+        # A large message moves only while its sender calls into MPI; the replaying thread
+        # is mostly waiting on its devices, so a helper thread polls the sends in flight
+        # (where the library allows calls from two threads).
+        self.threaded = MPI.Query_thread() == MPI.THREAD_MULTIPLE
+        self.progress: threading.Thread | None = None
         self.closed = False
 
     # --- waiting --------------------------------------------------------------------
@@ -191,12 +196,34 @@ class MpiTransport(Transport):
             with self.lock:
                 self.in_flight.append(request)
                 self._prune()
+                if self.in_flight and self.threaded and self.progress is None:
+                    self.progress = threading.Thread(
+                        target=self._progress, name="mnrt-mpi-progress", daemon=True
+                    )
+                    self.progress.start()
         except MPI.Exception as e:
             raise TransportError(f"rank {self.rank}: cannot send to rank {dest}: {e}") from None
 
     def _prune(self) -> None:
         """Forget the sends that have completed (their snapshots are freed)."""
         self.in_flight = [r for r in self.in_flight if not r[0].Test()]
+
+    def _progress(self) -> None:
+        """The helper thread: poll the sends in flight until none is left (a failing one
+        is left for the replaying thread's next call or `close` to raise)."""
+        pause = _FIRST_PAUSE_S
+        while True:
+            with self.lock:
+                try:
+                    self._prune()
+                except MPI.Exception:
+                    self.progress = None
+                    return
+                if not self.in_flight:
+                    self.progress = None
+                    return
+            time.sleep(pause)
+            pause = min(2 * pause, _MAX_PAUSE_S)
 
     # --- Transport ------------------------------------------------------------------
     def send(self, array: np.ndarray, dest: int, tag: int) -> None:
