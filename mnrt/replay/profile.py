@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..format.files import write_atomically
 from ..host.commands import FAILED, RunProgram
+from ..host.device import MAX_QUEUES
 from .executor import COMMAND_NAMES
 from .plan import BUFFER, DEVICE, PROGRAM, QUEUE, Plan
 from .report import check_dict, json_value
@@ -41,8 +42,9 @@ if TYPE_CHECKING:
     from .executor import Executor
 
 HOST_PID, HOST_TID = 0, 0
-# A device's link track: the modelled copies another device's queue ran to or from it.
-LINK_TID = 0
+# A device's link tracks, after its queues' (two tracks a queue): the modelled copies another
+# device's queue ran into it and out of it (each direction of its link runs one at a time).
+LINK_TIDS = {"in": 2 * MAX_QUEUES + 1, "out": 2 * MAX_QUEUES + 2}
 
 
 def _describe(buf: Buffer) -> str:
@@ -89,7 +91,7 @@ class Profile:
         self._pids: dict[int, int] = {}  # device id -> trace process id
         # queue id -> (process, wall-time thread, modelled-time thread)
         self._tids: dict[int, tuple[int, int, int]] = {}
-        self._link_tracks: set[int] = set()  # processes with a link track
+        self._link_tracks: set[tuple[int, int]] = set()  # (pid, tid) of named link tracks
         self._flows = itertools.count(1)
         self._name(HOST_PID, None, "mnrt replay (host)")
         self._name(HOST_PID, HOST_TID, "replayed commands")
@@ -249,9 +251,10 @@ class Profile:
                 src, dst = span.link
                 other = dst if span.device == src else src
                 other_pid = pid_of[other]
-                args = {"queue_command": cmd.index, "device": other, "from_device": span.device}
-                self._slice(cmd.label, other_pid, self._link_tid(other_pid), t0, t1, args)
-                here, there = (pid, tid, t0), (other_pid, LINK_TID, t0)
+                link_tid = self._link_tid(other_pid, "in" if other == dst else "out")
+                args = {"queue_command": cmd.index, "device": other, "queue_device": span.device}
+                self._slice(cmd.label, other_pid, link_tid, t0, t1, args)
+                here, there = (pid, tid, t0), (other_pid, link_tid, t0)
                 self._flow("copy", *((here, there) if span.device == src else (there, here)))
         for flow in timeline.flows:
             if flow.kind == "event":
@@ -260,7 +263,14 @@ class Profile:
     def _modelled(
         self, cmd: Command, span: Span, pid: int, tid: int, start: float, end: float
     ) -> None:
-        args = {"queue_command": cmd.index, "device": span.device, **_modelled_args(cmd.modelled)}
+        args = {
+            "queue_command": cmd.index,
+            "device": span.device,
+            **_modelled_args(cmd.modelled),
+            # What the timeline charged (a copy as priced for the captured devices).
+            "modelled_us": span.duration_s * 1e6,
+            "energy_uj": span.energy_j * 1e6,
+        }
         self._slice(cmd.label, pid, tid, start, end, args)
         if isinstance(cmd, RunProgram):
             at = start
@@ -270,11 +280,13 @@ class Profile:
                 self._slice(step.kdef.name, pid, tid, at, step_end, self._kernel_args(i, step))
                 at = step_end
 
-    def _link_tid(self, pid: int) -> int:
-        if pid not in self._link_tracks:
-            self._link_tracks.add(pid)
-            self._name(pid, LINK_TID, "link: copies from and to other devices (modelled)")
-        return LINK_TID
+    def _link_tid(self, pid: int, direction: str) -> int:
+        tid = LINK_TIDS[direction]
+        if (pid, tid) not in self._link_tracks:
+            self._link_tracks.add((pid, tid))
+            where = "into this device" if direction == "in" else "out of this device"
+            self._name(pid, tid, f"link {direction}: copies {where} (modelled)")
+        return tid
 
     def _flow(self, cat: str, source: tuple[int, int, float], sink: tuple[int, int, float]) -> None:
         """An arrow from the slice at `source` to the one at `sink`, each (pid, tid, us)."""

@@ -3,7 +3,8 @@
 
 Spans sit on the devices and queues the binary captured (logical devices): each queue's
 commands in the order they ran, a wait listing the record of its event, a copy between
-two devices carrying its (src, dst) devices. `as_run` folds them onto the devices the
+two devices carrying its (src, dst) devices and priced for them (a replay that folded them
+onto one device ran a local copy instead). `as_run` folds the spans onto the devices the
 replay ran on (`mnrt.host.timeline.fold`).
 """
 
@@ -51,8 +52,7 @@ def replay_spans(executor: Executor) -> ReplaySpans:
     plan = executor.plan
     logical = {gid: plan.device_index[gid] for gid in executor.tables[DEVICE]}
     device_of_buffer = {
-        id(buf): logical.get(plan.buffers[gid].device)
-        for gid, buf in executor.tables[BUFFER].items()
+        id(buf): logical[plan.buffers[gid].device] for gid, buf in executor.tables[BUFFER].items()
     }
     keys = itertools.count()
     placed: list[tuple[int, int, int, Command]] = []  # (key, queue gid, device, command)
@@ -66,33 +66,34 @@ def replay_spans(executor: Executor) -> ReplaySpans:
             placed.append((key, queue_id, device, cmd))
             if cmd.kind == "record_event":
                 recorded[cmd.event.id] = key
+    spec = next((d.spec for d in executor.tables[DEVICE].values()), MNCORE2)
     spans = []
     for key, queue_id, device, cmd in placed:
         after: tuple[int, ...] = ()
         link = None
         nbytes = 0
+        cost = cmd.modelled
         if cmd.kind == "wait_event" and cmd.event.id in recorded:
             after = (recorded[cmd.event.id],)
         elif cmd.kind == "copy":
-            ends = (device_of_buffer.get(id(cmd.src)), device_of_buffer.get(id(cmd.dst)))
+            src, dst = device_of_buffer[id(cmd.src)], device_of_buffer[id(cmd.dst)]
             nbytes = cmd.dst.nbytes
-            if None not in ends and ends[0] != ends[1]:
-                link = ends
+            cost = spec.copy_cost(src, dst, nbytes)
+            link = None if src == dst else (src, dst)
         spans.append(
             Span(
                 key=key,
                 device=device,
-                queue=executor.tables[QUEUE][queue_id].index,
+                queue=plan.queue_index[queue_id],
                 kind=SPAN_KINDS.get(cmd.kind, cmd.kind),
                 name=cmd.label,
-                duration_s=cmd.modelled.time_s,
-                energy_j=cmd.modelled.energy_j,
+                duration_s=cost.time_s,
+                energy_j=cost.energy_j,
                 after=after,
                 link=link,
                 nbytes=nbytes,
             )
         )
-    spec = next((d.spec for d in executor.tables[DEVICE].values()), MNCORE2)
     return ReplaySpans(
         spans,
         {key: queue_id for key, queue_id, _, _ in placed},

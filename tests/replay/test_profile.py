@@ -333,3 +333,120 @@ def test_every_track_name_is_on_the_track_whose_events_it_names(traced_binary, b
             assert "status" not in s["args"] and "modelled_us" in s["args"], (name, s)
         else:
             assert s["pid"] == 0 and name == "replayed commands", (name, s)
+
+
+@pytest.fixture
+def three_device_binary():
+    """Copies both ways between devices and events between them: device 0 computes and
+    pushes its result to device 1 (copy on the sender's queue, then an event); device 2
+    records an event that device 1's second queue waits on before pulling device 2's
+    buffer (copy on the receiver's queue); device 1 computes on both."""
+    devices = [mnrt.open_device(i) for i in range(3)]
+    d0, d1, d2 = devices
+    q0, q1, q1b, q2 = (
+        d0.command_queue(0),
+        d1.command_queue(0),
+        d1.command_queue(1),
+        d2.command_queue(0),
+    )
+    mnrt.begin_capture()
+    x = d0.create_buffer((64, 64), "float", name="x")
+    h = d0.create_buffer((64, 64), "float", name="h")
+    h1 = d1.create_buffer((64, 64), "float", name="h_on_1")
+    z = d2.create_buffer((64, 64), "float", name="z")
+    z1 = d1.create_buffer((64, 64), "float", name="z_on_1")
+    y = d1.create_buffer((64, 64), "float", name="y")
+    q0.enqueue_write_buffer(x, np.linspace(-1, 1, 64 * 64, dtype=np.float32).reshape(64, 64))
+    q0.enqueue_program(d0.create_program([mnrt.Kernel("exp", ["a"], ["b"])]), {"a": x, "b": h})
+    q0.enqueue_copy_buffer(h, h1)
+    pushed = q0.record_event()
+    q2.enqueue_write_buffer(z, np.ones((64, 64), np.float32))
+    written = q2.record_event()
+    q1b.wait_event(written)
+    q1b.enqueue_copy_buffer(z, z1)
+    pulled = q1b.record_event()
+    q1.wait_event(pushed)
+    q1.wait_event(pulled)
+    add = d1.create_program([mnrt.Kernel("add", ["a", "b"], ["c"])])
+    q1.enqueue_program(add, {"a": h1, "b": z1, "c": y})
+    q1.enqueue_read_buffer(y)
+    binary = mnrt.end_capture()
+    for d in devices:
+        d.close()
+    return binary
+
+
+def _enclosing(slices, pid, tid, ts):
+    return [
+        s for s in slices
+        if (s["pid"], s["tid"]) == (pid, tid) and s["ts"] <= ts <= s["ts"] + s["dur"]
+    ]  # fmt: skip
+
+
+def test_every_modelled_event_sits_on_its_devices_track_and_every_flow_has_both_ends(
+    three_device_binary, assert_nested
+):
+    report = mnrt.replay(three_device_binary, loops=2, profile=True)
+    assert report.passed
+    trace = json.loads(json.dumps(report.profile.to_trace(), allow_nan=False))
+    events, slices = trace["traceEvents"], _slices(trace)
+    assert_nested(slices)
+    meta = [e for e in events if e["ph"] == "M"]
+    process = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
+    thread = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    assert sorted(n for p, n in process.items() if p) == [
+        f"device {i} (mnc2emu{i})" for i in range(3)
+    ]
+    # One process per device, a modelled and a wall track per queue, named where they sit.
+    for s in slices:
+        assert (s["pid"], s["tid"]) in thread, s
+        if "device" in s["args"]:  # a modelled slice: on the device it ran on
+            assert process[s["pid"]].startswith(f"device {s['args']['device']} "), s
+    modelled = [s for s in slices if "modelled" in thread[s["pid"], s["tid"]]]
+    assert {thread[s["pid"], s["tid"]] for s in modelled} == {
+        "queue 0: modelled MN-Core time",
+        "queue 1: modelled MN-Core time",
+        "link in: copies into this device (modelled)",
+        "link out: copies out of this device (modelled)",
+    }
+    # Every flow has one start and one end, each on a slice of a named track.
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert starts.keys() == ends.keys()
+    assert len(starts) == sum(e["ph"] == "s" for e in events)
+    for flow_id, s in starts.items():
+        f = ends[flow_id]
+        assert s["cat"] == f["cat"]
+        for end in (s, f):
+            assert _enclosing(slices, end["pid"], end["tid"], end["ts"]), end
+    # Per loop: two copies, from the sender's device to the receiver's, and three waits.
+    device_pid = {int(n.split()[1]): p for p, n in process.items() if p}
+    copies = [(starts[i], ends[i]) for i in starts if starts[i]["cat"] == "copy"]
+    assert sorted((s["pid"], f["pid"]) for s, f in copies) == sorted(
+        2 * [(device_pid[0], device_pid[1]), (device_pid[2], device_pid[1])]
+    )
+    waits = [(starts[i], ends[i]) for i in starts if starts[i]["cat"] == "event"]
+    assert len(waits) == 2 * 3
+    for s, f in waits:
+        source = {x["name"] for x in _enclosing(slices, s["pid"], s["tid"], s["ts"])}
+        sink = {x["name"] for x in _enclosing(slices, f["pid"], f["tid"], f["ts"])}
+        assert any(n.startswith("record_event") for n in source), source
+        assert any(n.startswith("wait_event") for n in sink), sink
+        assert f["ts"] >= s["ts"]
+
+
+def test_the_modelled_tracks_follow_the_timeline_across_devices(three_device_binary):
+    trace = mnrt.replay(three_device_binary, profile=True).profile.to_trace()
+    slices = _slices(trace)
+    modelled = [s for s in slices if "device" in s["args"] and "queue_command" in s["args"]]
+    first = {s["name"]: s for s in modelled if s["tid"] % 2 == 0}
+    add = next(s for n, s in first.items() if n.startswith("program"))
+    copies = [s for n, s in first.items() if n.startswith("copy_buffer")]
+    assert len(copies) == 2
+    # Device 1's program starts only once both copies have landed; the copy pulled from
+    # device 2 waited for device 2's write.
+    assert all(add["ts"] >= c["ts"] + c["dur"] - 1e-3 for c in copies)
+    write_z = next(s for n, s in first.items() if n == "write_buffer 'z'")
+    pulled = next(c for c in copies if "'z'" in c["name"])
+    assert pulled["ts"] >= write_z["ts"] + write_z["dur"] - 1e-3
+    assert min(c["dur"] for c in copies) * 1e-6 >= mnrt.MNCORE2.link.latency_s - 1e-12
