@@ -177,7 +177,7 @@ def replay(
             inputs=new_inputs,
             expected=wanted,
             transport=transport,
-            timeline=last,
+            timeline=last or profile,
         )
         t0 = time.perf_counter()
         try:
