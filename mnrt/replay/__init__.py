@@ -251,6 +251,13 @@ def _add_timelines(
         report.keep_spans(lambda: span_list(plan, submitted), executor.placed)
         return
     gathered = transport.gather((span_list(plan, submitted), dict(executor.placed)))
-    if gathered is not None:
-        placed = {k: v for _, p in gathered for k, v in p.items()}
-        report.keep_spans([s for spans, _ in gathered for s in spans], placed)
+    if gathered is None:
+        return
+    # Runner devices of different ranks are different devices (each rank opens its own,
+    # from index 0): as run, they are numbered across ranks in rank order.
+    runner: dict[tuple[int, int], int] = {}
+    placed: dict[int, int] = {}
+    for rank, (_, p) in enumerate(gathered):
+        for logical, index in sorted(p.items()):
+            placed[logical] = runner.setdefault((rank, index), len(runner))
+    report.keep_spans([s for spans, _ in gathered for s in spans], placed)

@@ -268,3 +268,21 @@ def test_mnrt_run_folds_and_reports_both_timelines(tmp_path):
     doc = json.loads(out)
     assert doc["passed"] and len(doc["modelled"]["devices"]) == 4
     assert len(doc["modelled_as_run"]["devices"]) == 2
+
+
+def test_info_and_dump_show_copies_and_events(tmp_path, two_device_binary):
+    binary, _ = two_device_binary
+    path = tmp_path / "two.mnlb"
+    binary.save(path)
+    code, out = invoke_cli("info", path)
+    assert code == 0 and "captured as 0, 1" in out
+    assert "copies:    0 on one device, 1 between devices (512 B); events: 1" in out
+    code, out = invoke_cli("info", path, "--json")
+    assert json.loads(out)["copies"] == {"local": 0, "cross_device": 1, "cross_device_bytes": 512}
+    code, out = invoke_cli("dump", path, "--json")
+    commands = [c["cmd"] for c in json.loads(out)["commands"]]
+    copy = next(c for c in commands if c["type"] == "CopyBuffer")
+    record = next(c for c in commands if c["type"] == "RecordEvent")
+    wait = next(c for c in commands if c["type"] == "WaitEvent")
+    assert set(copy) == {"type", "queue_id", "src_id", "dst_id", "blocking", "copy_id"}
+    assert wait["event_id"] == record["event_id"] and wait["queue_id"] != record["queue_id"]
