@@ -14,6 +14,8 @@ Rules (README "Distributed replay"):
   a rank killed by a signal is ended the same way by the launcher.
 - After the replay, rank 0 (which gathered every rank's checks, outputs and spans) writes
   the report and outputs and prints the summary, and every rank exits with rank 0's code.
+  A --profile trace is per rank (its own devices): rank 0's at the path given, rank r's
+  beside it as <stem>.rank<r><suffix>.
 """
 
 from __future__ import annotations
@@ -48,6 +50,12 @@ def binary_identity(file: Path, binary: LightBinary) -> int:
     blob's hash): equal on two ranks exactly when they replay the same binary."""
     with open(file, "rb") as f:
         return xxhash.xxh3_64_intdigest(f.read(binary.flatbuffer_size))
+
+
+def rank_file(path: Path, rank: int) -> Path:
+    """Where rank `rank` writes its own file of `path` (a --profile trace): rank 0 at
+    `path`, rank r at `<stem>.rank<r><suffix>` beside it."""
+    return path if rank == 0 else path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
 
 
 def _rank_error(code: int, message: str) -> errors.MnrtError:

@@ -242,11 +242,6 @@ def run(
     interrupted."""
     if mpi_timeout is not None and not mpi:
         raise errors.InvalidArgumentError("--mpi-timeout applies to --mpi runs only")
-    if mpi and profile_path is not None:
-        raise errors.InvalidArgumentError(
-            "--profile is not available with --mpi (each rank holds only its own devices' "
-            "trace); profile the same binary in one process: mnrt run FILE --profile"
-        )
 
     def check_outputs() -> None:
         _check_outputs(file, {"--report": report_path, "--profile": profile_path}, save_outputs)
@@ -293,7 +288,17 @@ def run(
         return errors.EXIT_OK
 
     if mpi:
-        _run_mpi(file, mpi_timeout, check_outputs, prepare, execute, finish, report_path, as_json)
+        _run_mpi(
+            file,
+            mpi_timeout,
+            check_outputs,
+            prepare,
+            execute,
+            finish,
+            report_path,
+            as_json,
+            profile_path,
+        )
     check_outputs()
     try:
         report = execute(prepare())
@@ -307,10 +312,11 @@ def run(
 
 
 def _run_mpi(
-    file, timeout, check_outputs, prepare, execute, finish, report_path, as_json
+    file, timeout, check_outputs, prepare, execute, finish, report_path, as_json, profile_path
 ) -> NoReturn:
     """One rank of `mpiexec -n N mnrt run --mpi FILE` (see distributed.py for the rules):
-    rank 0, which writes the outputs, checks where they go."""
+    rank 0, which writes the outputs, checks where they go; with --profile every rank
+    writes the trace of its own devices (rank 0 at the path given, rank r beside it)."""
     from . import distributed
 
     transport = distributed.open_mpi(timeout)
@@ -332,6 +338,9 @@ def _run_mpi(
             _failed(e, file, report_path, as_json)
         raise
     report = distributed.replay_or_abort(transport, lambda: execute(prepared, transport))
+    if profile_path is not None and transport.rank != 0:
+        own = distributed.rank_file(profile_path, transport.rank)
+        distributed.replay_or_abort(transport, lambda: report.profile.save(own))
     code = (
         distributed.replay_or_abort(transport, lambda: finish(report)) if transport.rank == 0 else 0
     )

@@ -4,6 +4,7 @@ error mid-replay, a kill) ends every rank, never a hang (tests/mpi_harness.py gu
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -94,7 +95,7 @@ def test_distributed_replay_equals_the_in_process_one_bit_for_bit(ring, tmp_path
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("PASS") == 1  # rank 0 alone prints the verdict
     assert saved(tmp_path / "mpi") == expected and len(expected) == 4
-    doc = __import__("json").loads(report.read_text())
+    doc = json.loads(report.read_text())
     assert doc["ranks"] == ranks and doc["passed"] and len(doc["checks"]) == 4
     assert len(doc["modelled_as_run"]["devices"]) == 4  # each rank's devices are its own
 
@@ -107,6 +108,19 @@ def test_a_pipeline_sample_replays_on_two_ranks(tmp_path):
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert saved(tmp_path / "mpi") == expected
+
+
+def test_each_rank_writes_the_profile_of_its_own_devices(tmp_path):
+    trace = tmp_path / "trace.json"
+    r = run_mpi(
+        2, *mnrt_command(), "run", "--mpi", SAMPLES / "two_devices.mnlb", "--profile", trace
+    )
+    assert r.returncode == 0, r.stderr
+    for path, device in ((trace, "device 0"), (tmp_path / "trace.rank1.json", "device 1")):
+        events = json.loads(path.read_text())["traceEvents"]
+        processes = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
+        assert any(p.startswith(device) for p in processes), processes
+        assert not any(p.startswith("device") and not p.startswith(device) for p in processes)
 
 
 def per_rank_exit(folder: Path, *command) -> list[str]:
@@ -239,7 +253,6 @@ finally:
     ("args", "message"),
     [
         (["--mpi-timeout", "5"], "--mpi-timeout applies to --mpi runs only"),
-        (["--mpi", "--profile", "p.json"], "--profile is not available with --mpi"),
         (["--mpi", "--mpi-timeout", "0"], "--mpi-timeout"),
     ],
 )
