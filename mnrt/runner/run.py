@@ -30,7 +30,9 @@ def _device(value: str) -> int | str:
     try:
         return int(value)
     except ValueError:
-        raise click.BadParameter(f"{value!r}: use 'auto' or a device index") from None
+        raise errors.InvalidArgumentError(
+            f"--device {value!r}: use 'auto' or a device index"
+        ) from None
 
 
 def _progress(total_loops: int):
@@ -246,19 +248,22 @@ def run(
     def check_outputs() -> None:
         _check_outputs(file, {"--report": report_path, "--profile": profile_path}, save_outputs)
 
-    def prepare() -> tuple[LightBinary, dict, dict]:
+    def prepare() -> tuple[LightBinary, dict, dict, int | str, dict | None]:
+        """Everything that can be refused before the replay (on every rank, with --mpi)."""
         binary = LightBinary.load(file)
         return (
             binary,
             _arrays(binary, "input", input_specs),
             _arrays(binary, "output", expected_specs),
+            _device(device),
+            None if device_map is None else parse_device_map(device_map),
         )
 
     def execute(prepared, transport=None):
-        binary, inputs, expected = prepared
+        binary, inputs, expected, first_device, placement = prepared
         return replay(
             binary,
-            device=_device(device),
+            device=first_device,
             verify=not no_verify,
             loops=loops,
             rtol=rtol,
@@ -267,7 +272,7 @@ def run(
             profile=profile_path is not None,
             inputs=inputs if input_specs else None,
             expected=expected if expected_specs else None,
-            device_map=None if device_map is None else parse_device_map(device_map),
+            device_map=placement,
             devices=devices,
             transport=transport,
         )
