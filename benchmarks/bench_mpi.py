@@ -11,17 +11,24 @@ size where each stage's GEMM is real work. It is replayed by
 Figures, each against the baseline measured in the same run (sides alternate, fastest of
 `--repeat` rounds): outputs bitwise equal (every output's .npy, byte for byte); the whole
 command's wall time (process start, MPI start, load, replay, report); and the replay's own
-steady-state wall per loop (the report's fastest loop: rank 0's loop, which ends when every
-rank's results have been gathered).
+wall per loop: the report's wall over all loops / loops (rank 0's: its first loop begins
+with the job's and its last ends once every rank's results are gathered; a single loop is
+no measure, as the other ranks start their next loop before rank 0 ends its).
 
     python benchmarks/bench_mpi.py [--microbatches 8] [--batch 256] [--width 512]
-                                   [--loops 5] [--repeat 3]
+                                   [--loops 5] [--repeat 3] [--blas-threads N]
+
+`--blas-threads N` sets OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / MKL_NUM_THREADS for every
+side alike: in one process the four devices' queue workers each call a BLAS that starts its
+own threads, which on a machine of few cores oversubscribes it (every rank of a job has
+fewer queue workers).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -49,9 +56,9 @@ def side(ranks: int, binary: Path, loops: int, folder: Path) -> list[str]:
     return run if ranks == 0 else [mpiexec(), "-n", str(ranks), *run, "--mpi"]
 
 
-def timed(command: list[str]) -> float:
+def timed(command: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({done.returncode}): {done.stderr}")
@@ -69,7 +76,12 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--loops", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--blas-threads", type=int, default=None)
     args = parser.parse_args()
+    env = dict(os.environ)
+    if args.blas_threads is not None:
+        for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[name] = str(args.blas_threads)
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -92,17 +104,19 @@ def main() -> None:
         )
         names = {0: "in-process", 2: "2 ranks", 4: "4 ranks"}
         walls: dict[int, list[float]] = {r: [] for r in names}
+        loops: dict[int, list[float]] = {r: [] for r in names}
         for _ in range(args.repeat):  # sides alternate: a slow spell hits each alike
             for ranks in names:
-                walls[ranks].append(timed(side(ranks, binary, args.loops, work / str(ranks))))
-        per_loop = {
-            r: json.loads((work / str(r) / "report.json").read_text())["timings"]["wall_min_s"]
-            for r in names
-        }
+                folder = work / str(ranks)
+                walls[ranks].append(timed(side(ranks, binary, args.loops, folder), env))
+                report = json.loads((folder / "report.json").read_text())
+                loops[ranks].append(report["timings"]["wall_s"] / args.loops)
+        per_loop = {r: min(loops[r]) for r in names}
         baseline = outputs(work / "0")
         print(
             f"pipeline: 4 stages, {args.microbatches} microbatches of {args.batch}x{args.width}"
-            f" float32, {args.loops} loops per command, fastest of {args.repeat} rounds"
+            f" float32, {args.loops} loops per command, fastest of {args.repeat} rounds, BLAS"
+            f" threads {args.blas_threads or 'default'}"
         )
         print(
             f"{'replay':<12} {'bitwise equal':>13} {'command s':>10} {'ratio':>6}"
