@@ -127,12 +127,24 @@ def _job_error(
     return None
 
 
-def replay_or_abort(transport: Transport, step: Callable[[], T]) -> T:
+def replay_or_abort(
+    transport: Transport,
+    step: Callable[[], T],
+    reported: Callable[[errors.MnrtError], bool] | None = None,
+) -> T:
     """`step()` (the replay); an error ends every rank, since the others may be waiting for
-    this rank's messages: it is printed on one line naming this rank, then `abort`."""
+    this rank's messages: `reported(error)` may write it (True when it printed it as
+    --json's document), else it is printed on one line naming this rank; then `abort`."""
     try:
         return step()
     except errors.MnrtError as e:
+        printed = False
+        try:
+            printed = reported is not None and reported(e)
+        except Exception as failure:  # the job must end all the same
+            click.echo(f"mnrt: error: rank {transport.rank}: no report: {failure}", err=True)
+        if printed:
+            transport.abort(e.exit_code)
         _abort(transport, e.exit_code, " ".join(str(e).split()))
     except KeyboardInterrupt:
         _abort(transport, errors.EXIT_INTERRUPTED, "interrupted")

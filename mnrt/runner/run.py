@@ -132,6 +132,14 @@ def _failed(e: errors.MnrtError, file: Path, report_path: Path | None, as_json: 
     replay had begun, else what is known) and, with --json, prints it as its one document
     and exits with the error's code; otherwise the caller lets the error go on to the CLI's
     one-line handler."""
+    if _failure_written(e, file, report_path, as_json):
+        sys.exit(e.exit_code)
+
+
+def _failure_written(
+    e: errors.MnrtError, file: Path, report_path: Path | None, as_json: bool
+) -> bool:
+    """Write the failed run's --report; with --json print it too and say so (True)."""
     report = getattr(e, "report", None)
     doc = report.to_dict() if report is not None else error_document(e, str(file))
     text = json.dumps(doc, indent=1)
@@ -139,7 +147,7 @@ def _failed(e: errors.MnrtError, file: Path, report_path: Path | None, as_json: 
         write_atomically(report_path, text.encode())
     if as_json:
         click.echo(text)
-        sys.exit(e.exit_code)
+    return as_json
 
 
 @click.command()
@@ -342,13 +350,26 @@ def _run_mpi(
         if not unwritable:  # (a report path that failed its check is not written)
             _failed(e, file, report_path, as_json)
         raise
-    report = distributed.replay_or_abort(transport, lambda: execute(prepared, transport))
+
+    def reported(e: errors.MnrtError) -> bool:
+        """A rank's failure mid-replay, before the job ends: rank 0 writes its --report
+        (the report so far); with --json the failing rank prints its document."""
+        if transport.rank == 0:
+            return _failure_written(e, file, report_path, as_json)
+        if as_json:
+            doc = {"error": errors.error_dict(type(e).__name__, str(e), e.exit_code)}
+            doc["error"]["rank"] = transport.rank
+            click.echo(json.dumps(doc, indent=1))
+        return as_json
+
+    def guarded(step):
+        return distributed.replay_or_abort(transport, step, reported)
+
+    report = guarded(lambda: execute(prepared, transport))
     if profile_path is not None and transport.rank != 0:
         own = distributed.rank_file(profile_path, transport.rank)
-        distributed.replay_or_abort(transport, lambda: report.profile.save(own))
-    code = (
-        distributed.replay_or_abort(transport, lambda: finish(report)) if transport.rank == 0 else 0
-    )
+        guarded(lambda: report.profile.save(own))
+    code = guarded(lambda: finish(report)) if transport.rank == 0 else 0
     distributed.finish(transport, code)
 
 

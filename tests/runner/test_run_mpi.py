@@ -223,6 +223,22 @@ def test_an_error_mid_replay_on_one_rank_ends_every_rank(ring):
     assert "mnrt: error: rank 1: the PE array of this rank failed" in r.stderr
 
 
+def test_a_failure_mid_replay_is_a_json_document_and_rank_0_writes_its_report(ring, tmp_path):
+    report = tmp_path / "report.json"
+    args = ["run", "--mpi", ring, "--loops", "1000000", "--json", "--report", report]
+    failing = [sys.executable, "-c", FAIL_MID_REPLAY, *map(str, args)]
+    r = run_mpmd([*mnrt_command(), *args], failing)  # rank 1 fails: its document
+    assert r.returncode == 3, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["error"]["rank"] == 1 and doc["error"]["type"] == "DeviceExecutionError"
+    r = run_mpmd(failing, [*mnrt_command(), *args])  # rank 0 fails: the report so far
+    assert r.returncode == 3, r.stderr
+    written = json.loads(report.read_text())
+    assert written == json.loads(r.stdout)
+    assert written["error"]["message"] == "the PE array of this rank failed"
+    assert written["rank"] == 0 and written["ranks"] == 2
+
+
 def test_a_rank_killed_mid_replay_ends_every_rank(ring):
     args = ["run", "--mpi", ring, "--loops", "1000000"]
     r = run_mpmd(
