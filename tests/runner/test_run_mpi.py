@@ -207,6 +207,19 @@ sys.argv = ["mnrt", *sys.argv[1:]]
 main()
 """
 
+STUCK_MID_REPLAY = """
+import sys, time
+from mnrt.replay import executor
+from mnrt.runner.cli import main
+real = executor.Executor.enqueue_program
+def stuck(self, c):
+    time.sleep(60)
+    return real(self, c)
+executor.Executor.enqueue_program = stuck
+sys.argv = ["mnrt", *sys.argv[1:]]
+main()
+"""
+
 KILLED_MID_REPLAY = """
 import os, signal, sys, threading
 from mnrt.runner.cli import main
@@ -237,6 +250,14 @@ def test_a_failure_mid_replay_is_a_json_document_and_rank_0_writes_its_report(ri
     assert written == json.loads(r.stdout)
     assert written["error"]["message"] == "the PE array of this rank failed"
     assert written["rank"] == 0 and written["ranks"] == 2
+
+
+def test_a_wait_past_mpi_timeout_ends_the_job(ring):
+    """Rank 1 hangs in its first program; rank 0 gives up waiting for its copy after 1 s."""
+    args = ["run", "--mpi", ring, "--mpi-timeout", "1"]
+    r = run_mpmd([*mnrt_command(), *args], [sys.executable, "-c", STUCK_MID_REPLAY, *args])
+    assert r.returncode == 3, r.stderr
+    assert "mnrt: error: rank 0: waited 1 s for copy" in r.stderr
 
 
 def test_a_rank_killed_mid_replay_ends_every_rank(ring):

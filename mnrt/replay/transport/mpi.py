@@ -168,20 +168,18 @@ class MpiTransport(Transport):
             while not done():
                 if self.timeout is not None and time.monotonic() - start > self.timeout:
                     raise TransportError(
-                        f"rank {self.rank} waited {self.timeout:g} s for {what} and gave up: "
+                        f"waited {self.timeout:g} s for {what} and gave up: "
                         "that rank is stuck or the ranks replay different binaries (raise "
                         "--mpi-timeout for longer work)"
                     )
                 time.sleep(pause)
                 pause = min(2 * pause, _MAX_PAUSE_S)
         except MPI.Exception as e:
-            raise TransportError(
-                f"rank {self.rank}: MPI failed while waiting for {what}: {e}"
-            ) from None
+            raise TransportError(f"MPI failed while waiting for {what}: {e}") from None
 
     def _check_peer(self, peer: int) -> None:
         if self.closed:
-            raise TransportError(f"rank {self.rank}: the MPI transport is closed")
+            raise TransportError("the MPI transport is closed")
         if isinstance(peer, bool) or not isinstance(peer, (int, np.integer)):
             raise InvalidArgumentError(f"a rank is an integer, got {peer!r}")
         if not 0 <= peer < self.size or peer == self.rank:
@@ -202,7 +200,7 @@ class MpiTransport(Transport):
                     )
                     self.progress.start()
         except MPI.Exception as e:
-            raise TransportError(f"rank {self.rank}: cannot send to rank {dest}: {e}") from None
+            raise TransportError(f"cannot send to rank {dest}: {e}") from None
 
     def _prune(self) -> None:
         """Forget the sends that have completed (their snapshots are freed)."""
