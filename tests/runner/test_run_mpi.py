@@ -79,7 +79,7 @@ def ring(tmp_path_factory):
 
 
 def in_process_outputs(binary: Path, folder: Path) -> dict[str, bytes]:
-    code, out = invoke_cli("run", binary, "--save-outputs", folder)
+    code, out = invoke_cli("run", binary, "--save-outputs", folder, "--report", f"{folder}.json")
     assert code == 0, out
     return saved(folder)
 
@@ -96,7 +96,10 @@ def test_distributed_replay_equals_the_in_process_one_bit_for_bit(ring, tmp_path
     assert r.stdout.count("PASS") == 1  # rank 0 alone prints the verdict
     assert saved(tmp_path / "mpi") == expected and len(expected) == 4
     doc = json.loads(report.read_text())
+    local = json.loads((tmp_path / "local.json").read_text())
     assert doc["ranks"] == ranks and doc["passed"] and len(doc["checks"]) == 4
+    assert [c["name"] for c in doc["checks"]] == [c["name"] for c in local["checks"]]
+    assert doc["modelled"] == local["modelled"]  # the captured topology's timeline
     assert len(doc["modelled_as_run"]["devices"]) == 4  # each rank's devices are its own
 
 
