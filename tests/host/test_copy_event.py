@@ -43,7 +43,7 @@ def test_copy_between_devices_seen_through_an_event(pair):
     q0.enqueue_write_buffer(a, data)
     q0.enqueue_copy_buffer(a, b)
     ev = q0.record_event()
-    assert (ev.device, ev.queue_index) == (d0, 0) and isinstance(ev.id, int)
+    assert (ev.device, ev.queue_index, ev.queue) == (d0, 0, q0) and isinstance(ev.id, int)
     q1.wait_event(ev)
     q1.enqueue_program(double, {"b": b, "c": c})
     np.testing.assert_array_equal(q1.enqueue_read_buffer(c), 2 * data)
