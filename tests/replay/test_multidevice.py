@@ -347,3 +347,12 @@ def test_devices_that_allocate_while_another_captures_a_trace_are_not_folded_tog
     with pytest.raises(mnrt.InvalidArgumentError, match="cannot share runner device 0"):
         mnrt.replay(inside, devices=1)
     assert mnrt.replay(inside, device_map={0: 1, 1: 0}).passed
+
+
+def test_mnrt_bench_folds_too(tmp_path):
+    path = tmp_path / "pipe.mnlb"
+    pipeline_binary().save(path)
+    code, out = invoke_cli("bench", path, "--devices", "1", "--loops", "2", "--json")
+    assert code == 0, out
+    assert json.loads(out)["passed"]
+    assert invoke_cli("bench", path, "--device-map", "0:0")[0] == 2
