@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from ..device.boards import ENV_DEVICE_COUNT, check_index, device_count
 from ..errors import DeviceBusyError, InvalidArgumentError
+from ..format.fb.CommandUnion import CommandUnion as U
 from ..host.device import open_indices, release_dropped
 from .plan import Plan
 
@@ -78,6 +79,7 @@ def place(
         if device_map is not None and devices is not None:
             raise InvalidArgumentError("give either device_map or devices, not both")
         fold = _checked_map(plan, device_map) if device_map is not None else _spread(plan, devices)
+        _check_traces(plan, fold)
         return Placement(fold.__getitem__, frozenset(fold.values()), folded=True)
     return _one_each(plan, device)
 
@@ -110,6 +112,31 @@ def _checked_map(plan: Plan, device_map: Mapping[int, int]) -> dict[int, int]:
     for index in fold.values():
         check_index(index)  # a device this runner does not have: DeviceNotFoundError
     return fold
+
+
+def _check_traces(plan: Plan, fold: Mapping[int, int]) -> None:
+    """A device may not allocate or create programs while one of its queues captures a
+    device trace: logical devices that did so while another captured one cannot share a
+    runner device with it."""
+    capturing: dict[int, int] = {}  # trace gid -> logical device capturing it
+    where = plan.device_index
+    for index, command in enumerate(plan.binary.commands):
+        kind, c = command.cmdType, command.cmd
+        if kind == U.BeginTraceCapture:
+            capturing[c.traceId] = where[plan.queue_device[c.queueId]]
+        elif kind in (U.EndTraceCapture, U.ReleaseTrace):
+            capturing.pop(c.traceId, None)
+        elif capturing and kind in (U.CreateBuffer, U.CreateProgram, U.DeallocateBuffer):
+            device = c.deviceId if kind != U.DeallocateBuffer else plan.buffers[c.bufferId].device
+            logical = where[device]
+            for other in capturing.values():
+                if other != logical and fold[other] == fold[logical]:
+                    raise InvalidArgumentError(
+                        f"logical devices {other} and {logical} cannot share runner device "
+                        f"{fold[logical]}: device {logical} allocates (command {index}) while "
+                        f"device {other} captures a device trace, which one device does not "
+                        "allow; place them on different devices"
+                    )
 
 
 def _spread(plan: Plan, devices: object) -> dict[int, int]:
@@ -180,7 +207,8 @@ def _one_each(plan: Plan, device: int | str | Mapping[int, int | str]) -> Placem
                     f"the binary uses {len(captured)} devices (captured as {captured}); no "
                     f"device of this runner's {device_count()} is left for its device {index} "
                     "(each is open in this process or given to another captured device); "
-                    f"close devices or set {ENV_DEVICE_COUNT}"
+                    f"close devices, set {ENV_DEVICE_COUNT}, or fold the binary's devices onto "
+                    "fewer (mnrt run --devices N, replay(..., devices=N))"
                 )
             assignment[index] = runner
     return Placement(lambda index: chosen.get(index, "auto"), frozenset(chosen.values()))

@@ -377,9 +377,11 @@ def _run_mpi(
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--loops", type=click.IntRange(1, MAX_LOOPS), default=10, show_default=True)
 @click.option("--device", default="auto", show_default=True, help="Device index or 'auto'.")
+@click.option("--device-map", "device_map", metavar="L:D,...", help="As for mnrt run.")
+@click.option("--devices", type=int, default=None, help="As for mnrt run.")
 @click.option("--no-verify", is_flag=True, help="Do not compare goldens (exit 0 whatever).")
 @click.option("--json", "as_json", is_flag=True, help="Print the timings as JSON.")
-def bench(file, loops, device, no_verify, as_json) -> None:
+def bench(file, loops, device, device_map, devices, no_verify, as_json) -> None:
     """Steady-state replay time of FILE over N loops (load excluded). Goldens are checked
     after each loop, outside its time: a failed one makes the exit code 1."""
     report = replay(
@@ -388,6 +390,8 @@ def bench(file, loops, device, no_verify, as_json) -> None:
         verify=not no_verify,
         loops=loops,
         progress=_progress(loops),
+        device_map=None if device_map is None else parse_device_map(device_map),
+        devices=devices,
     )
     t = report.timings
     failed = [c for c in report.checks if not c.passed]

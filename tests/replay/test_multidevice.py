@@ -306,3 +306,53 @@ def test_a_snapshot_another_devices_queue_copies_from_lands_before_the_copy():
     assert len(writes) == 1 and writes[0]["blocking"]
     for _ in range(5):
         assert mnrt.replay(binary).passed
+
+
+def test_a_runner_with_fewer_devices_than_the_binary_folds_it(monkeypatch):
+    binary = pipeline_binary()
+    monkeypatch.setenv("MNRT_DEVICE_COUNT", "2")
+    with pytest.raises(mnrt.DeviceBusyError, match="--devices N"):
+        mnrt.replay(binary)
+    report = mnrt.replay(binary, devices=2)
+    assert report.passed and [d["index"] for d in report.modelled_as_run["devices"]] == [0, 1]
+
+
+def test_devices_that_allocate_while_another_captures_a_trace_are_not_folded_together():
+    """Capture puts allocations ahead of a trace being captured; a binary made otherwise
+    (device 1 allocating while device 0 captures) replays on two devices, not on one."""
+    mnrt.begin_capture()
+    with mnrt.open_device(0) as d0, mnrt.open_device(1) as d1:
+        q0 = d0.command_queue(0)
+        x = d0.create_buffer((2,), "float", name="x")
+        inc = d0.create_program([mnrt.Kernel("add", ["x", "x"], ["x"])])
+        q0.enqueue_write_buffer(x, np.ones(2, np.float32))
+        y = d1.create_buffer((2,), "float", name="y")
+        tid = q0.begin_trace_capture()
+        q0.enqueue_program(inc, {"x": x})
+        q0.end_trace_capture(tid)
+        q0.replay_trace(tid)
+        d1.command_queue(0).enqueue_write_buffer(y, np.ones(2, np.float32))
+        q0.enqueue_read_buffer(x)
+    binary = mnrt.end_capture()
+
+    def allocate_inside(doc):
+        cmds = doc["commands"]
+        at = next(i for i, c in enumerate(cmds) if c["cmd"].get("desc", {}).get("name") == "y")
+        create = cmds.pop(at)
+        begin = next(i for i, c in enumerate(cmds) if c["cmd"]["type"] == "BeginTraceCapture")
+        cmds.insert(begin + 1, create)
+
+    inside = edited(binary, allocate_inside)
+    assert mnrt.replay(inside).passed
+    with pytest.raises(mnrt.InvalidArgumentError, match="cannot share runner device 0"):
+        mnrt.replay(inside, devices=1)
+    assert mnrt.replay(inside, device_map={0: 1, 1: 0}).passed
+
+
+def test_mnrt_bench_folds_too(tmp_path):
+    path = tmp_path / "pipe.mnlb"
+    pipeline_binary().save(path)
+    code, out = invoke_cli("bench", path, "--devices", "1", "--loops", "2", "--json")
+    assert code == 0, out
+    assert json.loads(out)["passed"]
+    assert invoke_cli("bench", path, "--device-map", "0:0")[0] == 2
