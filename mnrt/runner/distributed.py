@@ -24,7 +24,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import click
 import xxhash
@@ -58,10 +58,27 @@ def rank_file(path: Path, rank: int) -> Path:
     return path if rank == 0 else path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
 
 
-def _rank_error(code: int, message: str) -> errors.MnrtError:
-    error = errors.InvalidArgumentError(message)
-    error.exit_code = code
-    return error
+class _Start(NamedTuple):
+    """What one rank tells rank 0 before the replay."""
+
+    code: int  # its error's exit code, 0 when ready
+    kind: str  # its error's type name
+    message: str
+    identity: int  # of its binary (see binary_identity)
+    devices: int  # the binary's logical devices
+
+    @classmethod
+    def failed(cls, e: errors.MnrtError) -> _Start:
+        return cls(e.exit_code, type(e).__name__, str(e), 0, 0)
+
+    def error(self, rank: int) -> errors.MnrtError:
+        """This rank's error, as rank 0 raises it: of its type where mnrt has it."""
+        kind = getattr(errors, self.kind, None)
+        if not (isinstance(kind, type) and issubclass(kind, errors.MnrtError)):
+            kind = errors.MnrtError
+        error = kind(f"rank {rank}: {self.message}")
+        error.exit_code = self.code
+        return error
 
 
 def agree_to_start(transport: Transport, file: Path, prepare: Callable[[], T]) -> T:
@@ -72,19 +89,18 @@ def agree_to_start(transport: Transport, file: Path, prepare: Callable[[], T]) -
     own_error: errors.MnrtError | None = None
     prepared: Any = None
 
-    def step() -> tuple[int, str, int, int]:
+    def step() -> _Start:
         nonlocal own_error, prepared
         try:
             prepared = prepare()
             binary = prepared[0]
             devices = len(logical_devices(validate(binary, blobs=False)))  # blobs: replay's
-            return 0, "", binary_identity(file, binary), devices
+            return _Start(0, "", "", binary_identity(file, binary), devices)
         except errors.MnrtError as e:
             own_error = e
-            return e.exit_code, str(e), 0, 0
         except OSError as e:  # the file vanished or became unreadable since it was loaded
             own_error = errors.InvalidArgumentError(f"cannot read {file}: {e.strerror}")
-            return own_error.exit_code, str(own_error), 0, 0
+        return _Start.failed(own_error)
 
     mine = replay_or_abort(transport, step)  # anything else (a bug, Ctrl-C) ends the job
     gathered = transport.gather(mine)
@@ -101,24 +117,23 @@ def agree_to_start(transport: Transport, file: Path, prepare: Callable[[], T]) -
 
 
 def _job_error(
-    gathered: list[tuple[int, str, int, int]], size: int, own: errors.MnrtError | None
+    gathered: list[_Start], size: int, own: errors.MnrtError | None
 ) -> errors.MnrtError | None:
     """On rank 0: the error the job stops with, if any: of the failed ranks, the first with
     the largest code (so rank 0 exits with the code every rank agrees on)."""
-    code = max(code for code, _, _, _ in gathered)
+    code = max(start.code for start in gathered)
     if code:
-        rank = next(r for r, g in enumerate(gathered) if g[0] == code)
-        return own if rank == 0 else _rank_error(code, f"rank {rank}: {gathered[rank][1]}")
-    identities = {identity for _, _, identity, _ in gathered}
-    if len(identities) > 1:
-        groups = {}
-        for rank, (_, _, identity, _) in enumerate(gathered):
-            groups.setdefault(identity, []).append(rank)
+        rank = next(r for r, start in enumerate(gathered) if start.code == code)
+        return own if rank == 0 else gathered[rank].error(rank)
+    groups: dict[int, list[int]] = {}
+    for rank, start in enumerate(gathered):
+        groups.setdefault(start.identity, []).append(rank)
+    if len(groups) > 1:
         listed = "; ".join(f"ranks {r} one ({identity:016x})" for identity, r in groups.items())
         return errors.InvalidArgumentError(
             f"the ranks were given different binaries ({listed}); give every rank the same file"
         )
-    devices = gathered[0][3]
+    devices = gathered[0].devices
     if size > devices:
         return errors.InvalidArgumentError(
             f"{size} ranks for a binary of {devices} logical device(s): each rank replays at "

@@ -166,12 +166,15 @@ def test_a_job_refused_before_the_replay_ends_every_rank_with_one_line(
 def test_a_bad_file_on_one_rank_ends_every_rank_with_its_code(ring, tmp_path):
     bad = tmp_path / "bad.mnlb"
     bad.write_bytes(ring.read_bytes()[:100])
-    good = per_rank_exit(tmp_path, *mnrt_command(), "run", "--mpi", ring)
-    broken = per_rank_exit(tmp_path, *mnrt_command(), "run", "--mpi", bad)
-    r = run_mpmd(good, broken)
+    good, broken = ([*mnrt_command(), "run", "--mpi", path] for path in (ring, bad))
+    r = run_mpmd(per_rank_exit(tmp_path, *good), per_rank_exit(tmp_path, *broken))
     assert exits(tmp_path, 2) == [2, 2], r.stderr
     line = next(x for x in r.stderr.splitlines() if x.startswith("mnrt: error:"))
     assert line.startswith("mnrt: error: rank 1: ")
+    r = run_mpmd([*good, "--json"], [*broken, "--json"])
+    assert r.returncode == 2, r.stderr
+    error = json.loads(r.stdout)["error"]  # rank 0's one document names rank 1's error
+    assert error["type"] == "InvalidBinaryError" and error["message"].startswith("rank 1: ")
 
 
 def test_ranks_given_different_binaries_are_refused(ring, tmp_path):
