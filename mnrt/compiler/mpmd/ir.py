@@ -179,7 +179,12 @@ class MpmdProgram:
                 raise MpmdError(f"{self.name}: returned %{name} is never defined")
 
     def _verify_transfer(self, op: Transfer, where: dict[str, int], defined: set[str]) -> None:
-        if where.get(op.source) != op.src:
+        if op.source not in where:
+            raise MpmdError(
+                f"transfer @{op.name}: %{op.source} is not defined before it (or not a "
+                "result of the fragment that makes it)"
+            )
+        if where[op.source] != op.src:
             raise MpmdError(f"transfer @{op.name}: %{op.source} is not on device {op.src}")
         if op.result in where or op.result in defined or op.result not in self.values:
             raise MpmdError(f"transfer @{op.name}: %{op.result} is defined twice or untyped")
