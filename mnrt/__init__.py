@@ -34,6 +34,7 @@ from .errors import (
     DeviceMismatchError,
     DeviceNotFoundError,
     DTypeError,
+    EventTimeoutError,
     InvalidArgumentError,
     InvalidBinaryError,
     KernelAttributeError,
@@ -46,7 +47,16 @@ from .errors import (
     UseAfterFreeError,
 )
 from .format import LightBinary
-from .host import Buffer, CommandQueue, Device, Kernel, Program, list_devices, open_device
+from .host import (
+    Buffer,
+    CommandQueue,
+    Device,
+    Event,
+    Kernel,
+    Program,
+    list_devices,
+    open_device,
+)
 from .host.golden import Check
 from .replay import ReplayReport, replay
 
@@ -86,6 +96,8 @@ __all__ = [
     "DeviceMismatchError",
     "DeviceNotFoundError",
     "DeviceSpec",
+    "Event",
+    "EventTimeoutError",
     "InvalidArgumentError",
     "InvalidBinaryError",
     "Kernel",

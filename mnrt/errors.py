@@ -121,3 +121,7 @@ class OutOfMemoryError(DeviceError, MemoryError):
 class DeviceExecutionError(DeviceError):
     """A command failed while the device executed it; raised by the next finish() or
     blocking call."""
+
+
+class EventTimeoutError(DeviceError, TimeoutError):
+    """Event.wait(timeout=...) returned before the event completed."""

@@ -17,6 +17,7 @@ from ..format.fb.BeginTraceCapture import BeginTraceCaptureT
 from ..format.fb.BufferDesc import BufferDescT
 from ..format.fb.Command import CommandT
 from ..format.fb.CommandUnion import CommandUnion as U
+from ..format.fb.CopyBuffer import CopyBufferT
 from ..format.fb.CreateBuffer import CreateBufferT
 from ..format.fb.CreateProgram import CreateProgramT
 from ..format.fb.DeallocateBuffer import DeallocateBufferT
@@ -31,8 +32,10 @@ from ..format.fb.OpenDevice import OpenDeviceT
 from ..format.fb.OpenQueue import OpenQueueT
 from ..format.fb.ProgramDesc import ProgramDescT
 from ..format.fb.ReadBuffer import ReadBufferT
+from ..format.fb.RecordEvent import RecordEventT
 from ..format.fb.ReleaseTrace import ReleaseTraceT
 from ..format.fb.ReplayTrace import ReplayTraceT
+from ..format.fb.WaitEvent import WaitEventT
 from ..format.fb.WriteBuffer import WriteBufferT
 from ..format.values import attribute
 from ..host import Program
@@ -145,6 +148,9 @@ _CONVERTERS = {
     r.REPLAY_TRACE: lambda e, ctx: CommandT(U.ReplayTrace, ReplayTraceT(e[1], e[2], e[3])),
     r.RELEASE_TRACE: lambda e, ctx: CommandT(U.ReleaseTrace, ReleaseTraceT(e[1], e[2])),
     r.GOLDEN: _golden,
+    r.COPY: lambda e, ctx: CommandT(U.CopyBuffer, CopyBufferT(e[1], e[2], e[3], e[4], e[5])),
+    r.RECORD_EVENT: lambda e, ctx: CommandT(U.RecordEvent, RecordEventT(e[1], e[2])),
+    r.WAIT_EVENT: lambda e, ctx: CommandT(U.WaitEvent, WaitEventT(e[1], e[2])),
 }
 
 

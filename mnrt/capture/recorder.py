@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..host import Buffer, CommandQueue, Device, Program, observe
+from ..host import Buffer, CommandQueue, Device, Event, Program, observe
 from ..host.commands import ReadBuffer, RunProgram
 
 # Log entry kinds; build.py turns each into one command table.
@@ -36,6 +36,9 @@ END_TRACE = "end_trace"
 REPLAY_TRACE = "replay_trace"
 RELEASE_TRACE = "release_trace"
 GOLDEN = "golden"
+COPY = "copy"
+RECORD_EVENT = "record_event"
+WAIT_EVENT = "wait_event"
 
 
 _SLOW = object()  # a fast handler's answer: take the general path instead
@@ -107,6 +110,7 @@ class Recorder:
         self._skipped: dict[int, int] = {}  # id(queue) -> its skipped count when first seen
         self._closed = False
         self._lock = threading.Lock()
+        self._recording = threading.local()  # .event: the id record_event's event gets
         self._before: dict[str, Callable[[str, tuple, dict], None]] = {
             "deallocate": self._known_buffer_no_data,
             "finish": self._before_queue,
@@ -127,11 +131,17 @@ class Recorder:
             "begin_trace_capture": self._after_begin_trace,
             "end_trace_capture": self._after_end_trace,
             "release_trace": self._after_release_trace,
+            "record_event": self._after_record_event,
+            "event_wait": self._after_event_wait,
+            "event_query": self._after_event_wait,
         }
         # Calls that put a command on a queue: their log cells, which the queue logs as it
         # puts the command on (see host/observe.py: pending).
         self._at_put: dict[str, Callable[[tuple, dict], tuple | None]] = {
             "replay_trace": self._replay_record,
+            "enqueue_copy_buffer": self._copy_record,
+            "record_event": self._record_event_record,
+            "wait_event": self._wait_event_record,
         }
         # The calls a hot loop makes, recorded without the lock while every object they
         # touch is already known; anything else takes the general path.
@@ -428,6 +438,61 @@ class Recorder:
         if gid is None:  # the call itself will reject the id
             return None
         return _cells((REPLAY_TRACE, q.tag, gid, blocking))
+
+    def _copy_record(self, args: tuple, kwargs: dict) -> tuple:
+        """The log cells of a copy. Its arguments are checked first, so that a copy the call
+        refuses snapshots nothing; a first-seen src is snapshotted with its contents, a dst
+        without (the copy replaces all of it). The copy gets a global id of its own."""
+        q, src, dst = args[0], _arg(args, kwargs, 1, "src"), _arg(args, kwargs, 2, "dst")
+        q._check_copy(src, dst)
+        qid = self._queue(q)
+        sid = self._buffer(src, q if src.device is q.device else None)
+        did = self._buffer(dst, q if dst.device is q.device else None, with_data=False)
+        blocking = _arg(args, kwargs, 3, "blocking", False)
+        cid = self._next
+        self._next += 1
+        return _cells((COPY, qid, sid, did, blocking is True, cid))
+
+    def _record_event_record(self, args: tuple, kwargs: dict) -> tuple:
+        """The log cells of a record_event, with the id its event will get (see
+        _after_record_event: the event exists only once the call has run)."""
+        q = args[0]
+        q._check_queue_command("record_event")
+        qid = self._queue(q)
+        self._recording.event = gid = self._next
+        self._next += 1
+        return _cells((RECORD_EVENT, qid, gid))
+
+    def _after_record_event(self, args: tuple, kwargs: dict, event: Event) -> None:
+        gid = self._recording.event
+        if not self._closed:
+            event.tag = gid
+            self._keep.append(event)
+
+    def _event(self, event: Event) -> int:
+        """The event's id; one recorded before capture began is recorded now, on its queue,
+        as a snapshot: on replay it completes no earlier than it did live."""
+        gid = event.tag
+        if not gid:
+            qid = self._queue(event._queue)
+            gid = self._new_id(event)
+            if gid:
+                self._emit((RECORD_EVENT, qid, gid))
+        return gid
+
+    def _wait_event_record(self, args: tuple, kwargs: dict) -> tuple:
+        q, event = args[0], _arg(args, kwargs, 1, "event")
+        q._check_wait(event)
+        qid = self._queue(q)
+        return _cells((WAIT_EVENT, qid, self._event(event)))
+
+    def _after_event_wait(self, args: tuple, kwargs: dict, result: bool | None) -> None:
+        """The host waited for an event (or found it complete): replay must not issue what
+        follows before the event's queue has got that far, so the wait is recorded as a
+        finish of that queue (which waits for no less)."""
+        event = args[0]
+        if result is not False and event.tag and event._queue.tag:
+            self.log.append((FINISH, event._queue.tag))
 
     def _after_release_trace(self, args: tuple, kwargs: dict, result: None) -> None:
         dev = args[0]

@@ -114,7 +114,8 @@ def _touched_bytes(plan: Plan, binary: LightBinary) -> int:
         ids = getattr(command.cmd, "bufferIds", None)
         if ids is not None:
             touched.update(int(i) for i in ids)
-        touched.add(getattr(command.cmd, "bufferId", 0))
+        for name in ("bufferId", "srcId", "dstId"):
+            touched.add(getattr(command.cmd, name, 0))
     return sum(plan.buffers[g].nbytes for g in touched if g in plan.buffers)
 
 

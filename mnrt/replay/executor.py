@@ -24,7 +24,7 @@ from ..format.io import Namer
 from ..host import Device
 from ..host.device import open_device_with_fill
 from ..host.golden import Check, compare
-from .plan import BUFFER, DEVICE, PROGRAM, QUEUE, TRACE, Plan
+from .plan import BUFFER, DEVICE, EVENT, PROGRAM, QUEUE, TRACE, Plan
 
 # Command type -> the host API name it replays, for timings and profiles.
 COMMAND_NAMES = {
@@ -66,7 +66,7 @@ class Executor:
         self.placed: dict[int, int] = {}  # captured device index -> runner index, once open
         self.rtol, self.atol = rtol, atol
         self.tables: dict[str, dict[int, Any]] = {
-            k: {} for k in (DEVICE, QUEUE, BUFFER, PROGRAM, TRACE)
+            k: {} for k in (DEVICE, QUEUE, BUFFER, PROGRAM, TRACE, EVENT)
         }
         self.inputs = inputs or {}
         self.expected = expected or {}
@@ -101,6 +101,9 @@ class Executor:
             U.ReplayTrace: self.replay_trace,
             U.ReleaseTrace: self.release_trace,
             U.GoldenCheck: self.golden,
+            U.CopyBuffer: self.copy,
+            U.RecordEvent: self.record_event,
+            U.WaitEvent: self.wait_event,
         }
 
     def lookup(self, kind: str, gid: int) -> Any:
@@ -255,6 +258,17 @@ class Executor:
 
     def release_trace(self, c) -> None:
         self.lookup(DEVICE, c.deviceId).release_trace(self.lookup(TRACE, c.traceId))
+
+    def copy(self, c) -> None:
+        q = self.lookup(QUEUE, c.queueId)
+        src, dst = self.lookup(BUFFER, c.srcId), self.lookup(BUFFER, c.dstId)
+        q.enqueue_copy_buffer(src, dst, blocking=c.blocking)
+
+    def record_event(self, c) -> None:
+        self.tables[EVENT][c.eventId] = self.lookup(QUEUE, c.queueId).record_event()
+
+    def wait_event(self, c) -> None:
+        self.lookup(QUEUE, c.queueId).wait_event(self.lookup(EVENT, c.eventId))
 
     # --- verdicts -------------------------------------------------------------------
     def checks(self) -> list[Check]:

@@ -1,0 +1,173 @@
+"""Binaries that span devices: copies and events captured, verified and replayed."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import edited
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import mnrt
+from mnrt.format import jsonio
+from mnrt.replay.plan import validate
+
+
+def two_device_session() -> np.ndarray:
+    """Device 0 computes, copies to device 1, which waits on the copy's event and computes
+    on; the host reads device 1's result. Returns it."""
+    rng = np.random.default_rng(3)
+    with mnrt.open_device(0) as d0, mnrt.open_device(1) as d1:
+        q0, q1 = d0.command_queue(0), d1.command_queue(0)
+        x = d0.create_buffer((8, 16), "float", name="x")
+        w = d0.create_buffer((16, 16), "float", name="w")
+        h = d0.create_buffer((8, 16), "float", name="h")
+        h1 = d1.create_buffer((8, 16), "float", name="h_on_1")
+        y = d1.create_buffer((8, 16), "float", name="y")
+        first = d0.create_program([mnrt.Kernel("gemm", ["x", "w"], ["h"])], name="stage0")
+        second = d1.create_program([mnrt.Kernel("tanh", ["h"], ["y"])], name="stage1")
+        q0.enqueue_write_buffer(x, rng.standard_normal((8, 16)).astype(np.float32))
+        q0.enqueue_write_buffer(w, rng.standard_normal((16, 16)).astype(np.float32))
+        q0.enqueue_program(first, {"x": x, "w": w, "h": h})
+        q0.enqueue_copy_buffer(h, h1)
+        q1.wait_event(q0.record_event())
+        q1.enqueue_program(second, {"h": h1, "y": y})
+        return q1.enqueue_read_buffer(y)
+
+
+@pytest.fixture
+def two_device_binary():
+    mnrt.begin_capture()
+    live = two_device_session()
+    return mnrt.end_capture(), live
+
+
+def types(binary) -> list[str]:
+    return [
+        json.loads(jsonio.dumps(binary))["commands"][i]["cmd"]["type"] for i in range(len(binary))
+    ]
+
+
+def test_two_device_capture_replays_bit_for_bit(two_device_binary):
+    binary, live = two_device_binary
+    assert binary.version == (1, 2) and binary.device["device_count"] == 2
+    kinds = types(binary)
+    assert {"CopyBuffer", "RecordEvent", "WaitEvent"} <= set(kinds)
+    assert kinds.index("CopyBuffer") < kinds.index("RecordEvent") < kinds.index("WaitEvent")
+    report = mnrt.replay(binary)
+    assert report.passed
+    np.testing.assert_array_equal(report.outputs["y"], live)
+
+
+def test_an_event_recorded_before_capture_began_is_recorded_at_its_first_use():
+    with mnrt.open_device(0) as d0, mnrt.open_device(1) as d1:
+        q0, q1 = d0.command_queue(0), d1.command_queue(0)
+        a = d0.create_buffer((4,), "float", name="a")
+        b = d1.create_buffer((4,), "float", name="b")
+        q0.enqueue_write_buffer(a, np.arange(4, dtype=np.float32))
+        ev = q0.record_event()
+        mnrt.begin_capture()
+        q1.wait_event(ev)
+        q1.enqueue_copy_buffer(a, b)
+        ev.wait()
+        out = q1.enqueue_read_buffer(b)
+        binary = mnrt.end_capture()
+    kinds = types(binary)
+    assert kinds.index("RecordEvent") < kinds.index("WaitEvent") < kinds.index("CopyBuffer")
+    assert "Finish" in kinds  # the host's ev.wait()
+    report = mnrt.replay(binary)
+    assert report.passed
+    np.testing.assert_array_equal(report.outputs["b"], out)
+
+
+def _command(doc: dict, kind: str) -> dict:
+    return next(c["cmd"] for c in doc["commands"] if c["cmd"]["type"] == kind)
+
+
+def _ids(doc: dict, kind: str, field: str) -> int:
+    return next(c["cmd"][field] for c in doc["commands"] if c["cmd"]["type"] == kind)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: _command(d, "WaitEvent").update(event_id=9999), "event id 9999 is used before"),
+        (
+            lambda d: _command(d, "WaitEvent").update(event_id=_ids(d, "CopyBuffer", "src_id")),
+            "is a buffer, not a event",
+        ),
+        (
+            lambda d: _command(d, "CopyBuffer").update(dst_id=_ids(d, "CopyBuffer", "src_id") - 1),
+            "needs equal shapes and dtypes",
+        ),
+        (lambda d: _command(d, "CopyBuffer").update(copy_id=0), "copy id 0 is reserved"),
+        (
+            lambda d: _command(d, "CopyBuffer").update(copy_id=_ids(d, "RecordEvent", "event_id")),
+            "defined twice",
+        ),
+        (
+            lambda d: _command(d, "RecordEvent").update(event_id=_ids(d, "CopyBuffer", "src_id")),
+            "defined twice",
+        ),
+    ],
+)
+def test_the_verifier_checks_every_id_of_the_new_commands(two_device_binary, edit, message):
+    binary, _ = two_device_binary
+    bad = edited(binary, edit)
+    with pytest.raises(mnrt.InvalidBinaryError, match=message) as info:
+        validate(bad)
+    assert info.value.command is not None
+
+
+def test_a_copy_on_a_third_devices_queue_is_refused(two_device_binary):
+    binary, _ = two_device_binary
+
+    def third_device(doc):
+        cmds = doc["commands"]
+        top = max(c["cmd"].get(k, 0) for c in cmds for k in c["cmd"] if k.endswith("_id"))
+        extra = [
+            {"cmd": {"type": "OpenDevice", "device_id": top + 1, "index": 2}},
+            {"cmd": {"type": "OpenQueue", "queue_id": top + 2, "device_id": top + 1, "index": 0}},
+        ]
+        at = next(i for i, c in enumerate(cmds) if c["cmd"]["type"] == "CopyBuffer")
+        cmds[at:at] = extra
+        cmds[at + 2]["cmd"]["queue_id"] = top + 2
+
+    with pytest.raises(mnrt.InvalidBinaryError, match="src buffer id .* dst buffer id"):
+        validate(edited(binary, third_device))
+
+
+def test_waiting_on_an_event_of_a_device_the_capture_closed_is_refused(two_device_binary):
+    binary, _ = two_device_binary
+
+    def reopen(doc):
+        cmds = doc["commands"]
+        at = next(i for i, c in enumerate(cmds) if c["cmd"]["type"] == "WaitEvent")
+        cmds.insert(at, {"cmd": {"type": "OpenDevice", "device_id": 9000, "index": 0}})
+
+    with pytest.raises(mnrt.InvalidBinaryError, match="closed before this wait"):
+        validate(edited(binary, reopen))
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_any_id_in_the_new_commands_verifies_or_is_refused_cleanly(two_device_binary, data):
+    """Whatever ids a hostile file puts in the new commands, replay either runs or raises an
+    MnrtError: never another exception, never a hang."""
+    binary, _ = two_device_binary
+    kind = data.draw(st.sampled_from(["CopyBuffer", "RecordEvent", "WaitEvent"]))
+    fields = {"CopyBuffer": ["queue_id", "src_id", "dst_id", "copy_id"]}.get(
+        kind, ["queue_id", "event_id"]
+    )
+    field = data.draw(st.sampled_from(fields))
+    value = data.draw(st.integers(0, 20) | st.integers(0, 2**32 - 1))
+    bad = edited(binary, lambda d: _command(d, kind).update({field: value}))
+    try:
+        report = mnrt.replay(bad)
+    except mnrt.MnrtError:
+        return
+    assert isinstance(report.passed, bool)
