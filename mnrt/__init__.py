@@ -24,7 +24,7 @@ from .device.dtypes import UINT32 as uint32
 from .device.dtypes import UINT64 as uint64
 from .device.dtypes import DType, dtype
 from .device.kernels import all_kernels as _all_kernels
-from .device.spec import MNCORE2, DeviceSpec
+from .device.spec import MNCORE2, DeviceSpec, LinkSpec
 from .errors import (
     BindingError,
     DeviceBusyError,
@@ -58,6 +58,7 @@ from .host import (
     open_device,
 )
 from .host.golden import Check
+from .host.timeline import Span, Timeline
 from .replay import ReplayReport, replay
 
 # The compiler's entry points, imported on first use: `mnrt run` never loads the compiler.
@@ -103,11 +104,14 @@ __all__ = [
     "Kernel",
     "KernelAttributeError",
     "LightBinary",
+    "LinkSpec",
     "MnrtError",
     "OutOfMemoryError",
     "Program",
     "ReplayReport",
     "ShapeError",
+    "Span",
+    "Timeline",
     "TraceError",
     "UnknownKernelError",
     "UnsupportedVersionError",
