@@ -140,6 +140,9 @@ class Context:
             inputs = {k: v for k, v in inputs.items() if k not in names}
         inputs = _input_arrays(graph, inputs)
         opts = resolve(options)
+        if opts["mpmd"]:
+            return self._compile_pipelined(graph, opts, inputs, phases, codegen_dir,
+                                           cache_options, start)  # fmt: skip
         cached = None
         if cache_options is not None:
             cached = cache_options.cache_dir / _cache_key(graph, opts, inputs)
@@ -171,6 +174,34 @@ class Context:
             _store_cached(compiled, cached, phases)
         if opts["out_onnx"]:
             codegen.export_onnx(compiled.graph, Path(opts["out_onnx"]), phases, required=True)
+        self.last_compile_s = time.perf_counter() - start
+        return compiled
+
+    def _compile_pipelined(
+        self,
+        graph: Graph,
+        opts: Any,
+        inputs: Mapping[str, np.ndarray],
+        phases: list[dict],
+        codegen_dir: str | os.PathLike | None,
+        cache_options: CacheOptions | None,
+        start: float,
+    ) -> Any:
+        """The `mpmd` option's compile: a PipelinedFunction over its devices."""
+        from .mpmd import codegen as mpmd_codegen
+        from .mpmd.compile import compile_pipelined
+
+        if cache_options is not None:
+            raise InvalidArgumentError(
+                "cache_options do not hold pipelined (mpmd) compiles; compile it without them"
+            )
+        optimised, stages = pipeline.optimise(graph, opts, phases)
+        compiled = compile_pipelined(self, optimised, opts, inputs, phases)
+        compiled.stages = stages
+        if codegen_dir is not None:
+            mpmd_codegen.write(compiled, codegen_dir, list(phases))
+        if opts["out_onnx"]:
+            codegen.export_onnx(optimised, Path(opts["out_onnx"]), phases, required=True)
         self.last_compile_s = time.perf_counter() - start
         return compiled
 
