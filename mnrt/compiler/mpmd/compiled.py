@@ -21,7 +21,7 @@ import math
 import os
 import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from ..tensors import as_host
 from .cost import program_cost
 from .ir import Fragment, MpmdProgram, Transfer
 from .options import MpmdOptions
-from .schedule import Plan, Task
+from .schedule import Plan
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -109,11 +109,9 @@ class PipelinedFunction:
                         lowered.bindings[name], as_host(sub.values[name].data, lowered.bindings[name])
                     )
         self._buffers: dict[tuple[str, int], Buffer] = {}
-        self._outgoing = {
-            f.name: [t for t in program.transfers if t.source in f.defines()]
-            for f in program.fragments
-        }
-        self._inputs_moved = [t for t in program.transfers if t.source in program.homes]
+        self._copy_queues: dict[tuple[int, int], Any] = {}  # (device, queue index) -> queue
+        self._commands: list[Command] | None = None
+        self.program_of = {f.name: f for f in program.fragments}
         for q in self.queues.values():
             q.finish()
 
@@ -177,98 +175,84 @@ class PipelinedFunction:
 
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Run every microbatch through the pipeline; each output stacked (M, *shape)."""
-        arrays = self._check_inputs(inputs)
-        self._enqueue(arrays)
-        return self._read_outputs()
+        reads = self._enqueue(self._check_inputs(inputs))
+        self._finish()
+        return {
+            name: np.stack([reads[(name, m)] for m in range(self.microbatches)])
+            for name in self.program.outputs
+        }
 
-    def _enqueue(self, arrays: Mapping[str, np.ndarray]) -> None:
-        events: dict[tuple[str, int], Event] = {}
-        written: set[tuple[str, int]] = set()
-        for task in self.plan.order:
-            fragment = self.plan.fragments[task.stage]
-            q = self.queues[fragment.device]
-            m = task.microbatch
-            for name in fragment.inputs:
-                if name in self.program.homes and (name, m) not in written:
-                    self._write_input(name, m, arrays[name], events)
-                    written.add((name, m))
-            for name in fragment.inputs:
-                if (name, m) in events:
-                    q.wait_event(events[(name, m)])
-            bindings = dict(self.lowered[fragment.name].bindings)
-            for name in (*fragment.inputs, *fragment.outputs):
-                bindings[name] = self.buffer(name, m)
-            q.enqueue_program(self.lowered[fragment.name].program, bindings)
-            for t in self._outgoing[fragment.name]:
-                self._transfer(t, m, events)
+    def commands(self) -> list[Command]:
+        """What one call enqueues, in order (see Command); the same list is run and priced."""
+        if self._commands is None:
+            self._commands = _commands(self.program, self.plan)
+        return self._commands
 
-    def _write_input(self, name: str, m: int, array: np.ndarray, events: dict) -> None:
-        """Write one microbatch of an input where it lives, and move it to the devices that
-        read it there by transfer."""
-        buf = self.buffer(name, m)
-        self.queues[self.where[name]].enqueue_write_buffer(buf, as_host(array[m], buf))
-        for t in self._inputs_moved:
-            if t.source == name:
-                self._transfer(t, m, events)
+    def _enqueue(self, arrays: Mapping[str, np.ndarray]) -> dict[tuple[str, int], np.ndarray]:
+        """Enqueue one run; the arrays the output reads fill by finish(), by (name, m)."""
+        events: dict[tuple, Event] = {}
+        reads: dict[tuple[str, int], np.ndarray] = {}
+        for c in self.commands():
+            q = self._queue(c.device, c.queue)
+            if c.kind == "write":
+                buf = self.buffer(c.value, c.microbatch)
+                q.enqueue_write_buffer(buf, as_host(arrays[c.value][c.microbatch], buf))
+            elif c.kind == "copy":
+                t = c.transfer
+                q.enqueue_copy_buffer(self.buffer(t.source, c.microbatch),
+                                      self.buffer(t.result, c.microbatch))  # fmt: skip
+            elif c.kind == "record_event":
+                events[c.event] = q.record_event()
+            elif c.kind == "wait_event":
+                q.wait_event(events[c.event])
+            elif c.kind == "read":
+                reads[(c.value, c.microbatch)] = q.enqueue_read_buffer(
+                    self.buffer(c.value, c.microbatch), blocking=False
+                )
+            else:
+                fragment = self.program_of[c.value]
+                bindings = dict(self.lowered[fragment.name].bindings)
+                for name in (*fragment.inputs, *fragment.outputs):
+                    bindings[name] = self.buffer(name, c.microbatch)
+                q.enqueue_program(self.lowered[fragment.name].program, bindings)
+        return reads
 
-    def _transfer(self, t: Transfer, m: int, events: dict) -> None:
-        q = self.queues[t.src]
-        q.enqueue_copy_buffer(self.buffer(t.source, m), self.buffer(t.result, m))
-        events[(t.result, m)] = q.record_event()
+    def _queue(self, device: int, index: int) -> Any:
+        if index == COMPUTE:
+            return self.queues[device]
+        if (device, index) not in self._copy_queues:
+            self._copy_queues[(device, index)] = self.devices[device].command_queue(index)
+        return self._copy_queues[(device, index)]
 
-    def _read_outputs(self) -> dict[str, np.ndarray]:
-        for q in self.queues.values():
+    def _finish(self) -> None:
+        for q in (*self._copy_queues.values(), *self.queues.values()):
             q.finish()
-        out = {}
-        for name in self.program.outputs:
-            q = self.queues[self.where[name]]
-            out[name] = np.stack(
-                [q.enqueue_read_buffer(self.buffer(name, m)) for m in range(self.microbatches)]
-            )
-        return out
 
     # --- the modelled timeline ------------------------------------------------------------
     def spans(self) -> list[Span]:
-        """The commands one call enqueues, as mnrt.host.timeline spans (writes of the
-        inputs, programs, copies, events and the reads of the outputs), each priced as the
-        device prices it."""
+        """One call as mnrt.host.timeline spans (inputs written, programs, copies, events,
+        outputs read), each priced as the device prices it."""
         spec = MNCORE2
         spans: list[Span] = []
-        recorded: dict[tuple[str, int], int] = {}
-        written: set[tuple[str, int]] = set()
-
-        def add(device: int, kind: str, name: str, cost: Any = None, **kw: Any) -> int:
+        recorded: dict[tuple, int] = {}
+        for c in self.commands():
+            cost, kw = None, {}
+            if c.kind in ("write", "read"):
+                cost = model_transfer(spec, self._nbytes(c.value))
+            elif c.kind == "copy":
+                nbytes = self._nbytes(c.transfer.source)
+                cost = spec.copy_cost(c.transfer.src, c.transfer.dst, nbytes)
+                kw = {"link": (c.transfer.src, c.transfer.dst), "nbytes": nbytes}
+            elif c.kind == "wait_event":
+                kw = {"after": (recorded[c.event],)}
+            elif c.kind == "program":
+                lowered = self.lowered[c.value]
+                cost = program_cost(lowered.program, lowered.bindings)
+            key = len(spans)
+            if c.kind == "record_event":
+                recorded[c.event] = key
             time_s, energy = (cost.time_s, cost.energy_j) if cost is not None else (0.0, 0.0)
-            spans.append(Span(len(spans), device, 0, kind, name, time_s, energy, **kw))
-            return len(spans) - 1
-
-        def transfer(t: Transfer, m: int) -> None:
-            nbytes = self._nbytes(t.source)
-            copy = add(t.src, "copy", f"{t.name}#{m}", spec.copy_cost(t.src, t.dst, nbytes),
-                       link=(t.src, t.dst), nbytes=nbytes)  # fmt: skip
-            recorded[(t.result, m)] = add(t.src, "record_event", f"{t.name}#{m}", after=(copy,))
-
-        for task in self.plan.order:
-            fragment = self.plan.fragments[task.stage]
-            d, m = fragment.device, task.microbatch
-            for name in fragment.inputs:
-                if name in self.program.homes and (name, m) not in written:
-                    written.add((name, m))
-                    add(d, "write", f"{name}#{m}", model_transfer(spec, self._nbytes(name)))
-                    for t in self._inputs_moved:
-                        if t.source == name:
-                            transfer(t, m)
-            for name in fragment.inputs:
-                if (name, m) in recorded:
-                    add(d, "wait_event", f"{name}#{m}", after=(recorded[(name, m)],))
-            lowered = self.lowered[fragment.name]
-            add(d, "program", f"{fragment.name}#{m}", program_cost(lowered.program, lowered.bindings))
-            for t in self._outgoing[fragment.name]:
-                transfer(t, m)
-        for name in self.program.outputs:
-            for m in range(self.microbatches):
-                add(self.where[name], "read", f"{name}#{m}",
-                    model_transfer(spec, self._nbytes(name)))  # fmt: skip
+            spans.append(Span(key, c.device, c.queue, c.kind, c.name, time_s, energy, **kw))
         return spans
 
     def timeline(self) -> Timeline:
@@ -294,8 +278,7 @@ class PipelinedFunction:
                     "cannot save_binary: a capture is running; call it after end_capture()"
                 )
             self._enqueue(arrays)
-            for q in self.queues.values():
-                q.finish()
+            self._finish()
             for name in self.program.outputs:
                 q = self.queues[self.where[name]]
                 error = errors.get(name, 0.0)
@@ -317,3 +300,76 @@ def _close_all(devices: list[Device]) -> None:
             device.close()
         except MnrtError:
             pass  # a device error not yet reported: the device is released all the same
+
+
+# Queue indices on each device: programs; outgoing copies; the host's writes of inputs and
+# reads of outputs.
+COMPUTE, TRANSFERS, HOST = 0, 1, 2
+
+
+class Command(NamedTuple):
+    """One host call of a pipelined run. `value`: the input written or the fragment run;
+    `event`: the key of the event a record_event makes or a wait_event waits for."""
+
+    kind: str  # "write" | "program" | "copy" | "record_event" | "wait_event" | "read"
+    device: int
+    queue: int
+    name: str
+    microbatch: int
+    value: str = ""
+    transfer: Transfer | None = None
+    event: tuple = ()
+
+
+def _commands(program: MpmdProgram, plan: Plan) -> list[Command]:
+    """The calls of one run. Every microbatch's inputs are written first, on their device's
+    host queue (the host has them all), each followed by an event (and by its copies to
+    other devices, on that queue). Then, in the
+    schedule's global order, per (stage, microbatch): on the compute queue a wait for each
+    operand that was written or moved there, the program, and (when another device reads
+    a result) an event the transfer queue waits for before its copies, each copy followed
+    by the event the reader waits for; the host queue reads the function's results of that
+    microbatch once the program is done. Copies and reads on queues of their own overlap
+    the next program, as DMA engines do."""
+    out: list[Command] = []
+    M = len({t.microbatch for t in plan.order})
+    outgoing: dict[str, list[Transfer]] = {}
+    for t in program.transfers:
+        outgoing.setdefault(t.source, []).append(t)
+    ready: set[tuple] = set()  # (value, microbatch) whose arrival an event marks
+
+    def move(t: Transfer, m: int, queue: int = TRANSFERS) -> None:
+        out.append(Command("copy", t.src, queue, f"{t.name}#{m}", m, transfer=t))
+        out.append(Command("record_event", t.src, queue, f"{t.name}#{m}", m,
+                           event=(t.result, m)))  # fmt: skip
+        ready.add((t.result, m))
+
+    for m in range(M):
+        for name in program.inputs:
+            d = program.homes[name]
+            out.append(Command("write", d, HOST, f"{name}#{m}", m, value=name))
+            out.append(Command("record_event", d, HOST, f"{name}#{m}", m,
+                               event=(name, m)))  # fmt: skip
+            ready.add((name, m))
+            for t in outgoing.get(name, ()):
+                move(t, m, HOST)
+    for task in plan.order:
+        f, m = plan.fragments[task.stage], task.microbatch
+        for name in f.inputs:
+            if (name, m) in ready:
+                out.append(Command("wait_event", f.device, COMPUTE, f"{name}#{m}", m,
+                                   event=(name, m)))  # fmt: skip
+        out.append(Command("program", f.device, COMPUTE, f"{f.name}#{m}", m, value=f.name))
+        moves = [t for name in f.outputs for t in outgoing.get(name, ())]
+        results = [name for name in f.outputs if name in program.outputs]
+        if moves or results:
+            done = (f.name, m)
+            out.append(Command("record_event", f.device, COMPUTE, f"{f.name}#{m}", m, event=done))
+        if moves:
+            out.append(Command("wait_event", f.device, TRANSFERS, f"{f.name}#{m}", m, event=done))
+            for t in moves:
+                move(t, m)
+        if results:
+            out.append(Command("wait_event", f.device, HOST, f"{f.name}#{m}", m, event=done))
+            out += [Command("read", f.device, HOST, f"{n}#{m}", m, value=n) for n in results]
+    return out
