@@ -93,6 +93,7 @@ class Context:
         self._finalizer = weakref.finalize(self, self.device._close_quietly)
         self.queue = self.device.command_queue(0)
         self._registered: dict[str, TensorProxy] = {}
+        self._pipelined: weakref.WeakSet = weakref.WeakSet()  # its functions' other devices
         self.last_compile_s = 0.0
 
     def register_param(self, name: str, array: np.ndarray, dtype: Any = None) -> TensorProxy:
@@ -197,6 +198,7 @@ class Context:
             )
         optimised, stages = pipeline.optimise(graph, opts, phases)
         compiled = compile_pipelined(self, optimised, opts, inputs, phases)
+        self._pipelined.add(compiled)
         compiled.stages = stages
         if codegen_dir is not None:
             mpmd_codegen.write(compiled, codegen_dir, list(phases))
@@ -225,6 +227,8 @@ class Context:
         """Release the device: wait for its queue, free its memory and index, and raise a
         device error not yet reported. Its compiled functions cannot run afterwards."""
         self._finalizer.detach()
+        for compiled in list(self._pipelined):
+            compiled.close()
         self.device.close()
 
     def __enter__(self) -> Context:

@@ -97,6 +97,12 @@ def assign(
             came = [out[producer[n]][0] for n in node.inputs if n in producer]
             out[i] = (max(came, default=0), "")
     done: list[tuple[int, str]] = [o for o in out if o is not None]
+    empty = sorted(set(range(stages)) - {s for s, _ in done})
+    if empty:
+        raise MpmdError(
+            f"stage_assignment leaves stage(s) {', '.join(map(str, empty))} without nodes; "
+            f"assign prefixes to every stage 0..{stages - 1}, or use fewer stages"
+        )
     for i, node in enumerate(nodes):
         for name in node.inputs:
             j = producer.get(name)

@@ -136,6 +136,8 @@ def test_assignment_errors_name_prefixes_and_stages():
         partition(graph, opts, {"layer0": 2})
     with pytest.raises(MpmdError, match="no node name starts with"):
         partition(graph, opts, {"nothing": 0})
+    with pytest.raises(MpmdError, match=r"leaves stage\(s\) 1 without nodes"):
+        partition(graph, opts, {"layer": 0})
 
 
 def test_without_assignment_stages_are_balanced_by_modelled_cost():
