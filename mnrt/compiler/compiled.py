@@ -19,7 +19,7 @@ from .codegen import _CAPTURE_RUNNING
 from .ir import INPUT, PARAM, Graph
 from .lower import Lowered, lower
 from .options import CompileOptions
-from .tensors import TensorProxy, _as_array, as_host, _call_input, _input_arrays
+from .tensors import TensorProxy, _as_array, _call_input, _input_arrays, as_host
 
 if TYPE_CHECKING:
     from .context import Context

@@ -268,7 +268,9 @@ def _pipeline_options(
     for spec in assignment_specs:
         prefix, stage = pair(spec, "PREFIX=STAGE, e.g. /layer0/=0")
         if not stage.isdigit():
-            raise click.BadParameter(f"{spec!r}: STAGE is a number", param_hint="--stage-assignment")
+            raise click.BadParameter(
+                f"{spec!r}: STAGE is a number", param_hint="--stage-assignment"
+            )
         assignment[prefix] = int(stage)
     if assignment:
         options["stage_assignment"] = assignment

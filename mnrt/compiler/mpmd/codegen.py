@@ -24,15 +24,27 @@ def report(compiled: PipelinedFunction, phases: list[dict]) -> dict:
         "phases": phases,
         "mpmd": mpmd.to_json(),
         "fragments": [
-            {"name": f.name, "stage": f.stage, "device": f.device, "origin": list(f.origin),
-             "ops": [n.name or n.op for n in f.ops], "inputs": f.inputs, "outputs": f.outputs}
+            {
+                "name": f.name,
+                "stage": f.stage,
+                "device": f.device,
+                "origin": list(f.origin),
+                "ops": [n.name or n.op for n in f.ops],
+                "inputs": f.inputs,
+                "outputs": f.outputs,
+            }
             for f in compiled.fragments
-        ],  # fmt: skip
+        ],
         "transfers": [
-            {"name": t.name, "value": t.source, "src": t.src, "dst": t.dst,
-             "nbytes": compiled._nbytes(t.source)}
+            {
+                "name": t.name,
+                "value": t.source,
+                "src": t.src,
+                "dst": t.dst,
+                "nbytes": compiled._nbytes(t.source),
+            }
             for t in compiled.transfers
-        ],  # fmt: skip
+        ],
         "schedule": {
             str(d): [[t.stage, t.microbatch] for t in tasks]
             for d, tasks in compiled.plan.per_device.items()
@@ -50,6 +62,10 @@ def write(compiled: PipelinedFunction, folder: str | os.PathLike, phases: list[d
     for i, (name, text) in enumerate(compiled.passes):
         write_atomically(irs / f"{i:02d}_{name}.txt", text.encode())
     write_atomically(folder / "l3ir.txt", (compiled.graph.dump() + "\n").encode())
-    write_atomically(folder / "option.json", json.dumps(compiled.options.to_json(), indent=1).encode())
+    write_atomically(
+        folder / "option.json", json.dumps(compiled.options.to_json(), indent=1).encode()
+    )
     compiled.save_binary(folder / "model.mnlb")
-    write_atomically(folder / "report.json", json.dumps(report(compiled, phases), indent=1).encode())
+    write_atomically(
+        folder / "report.json", json.dumps(report(compiled, phases), indent=1).encode()
+    )

@@ -17,6 +17,7 @@ them; `timeline()` schedules them: makespan, bubble fraction, per-device busy ti
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import weakref
@@ -56,9 +57,12 @@ def fragment_graph(program: MpmdProgram, fragment: Fragment, sram_budget: int) -
             role = INPUT if name in fragment.inputs else PARAM if v.role == PARAM else TEMP
             values[name] = Value(name, v.shape, v.dtype, role, "dram", v.layout, v.data)
     graph = Graph(
-        fragment.name, values, list(fragment.nodes), list(fragment.inputs),
+        fragment.name,
+        values,
+        list(fragment.nodes),
+        list(fragment.inputs),
         list(fragment.outputs),
-    )  # fmt: skip
+    )
     graph.verify()
     return placement.place(graph, sram_budget)
 
@@ -106,7 +110,8 @@ class PipelinedFunction:
             for name in sub.params:
                 if name in lowered.bindings:
                     q.enqueue_write_buffer(
-                        lowered.bindings[name], as_host(sub.values[name].data, lowered.bindings[name])
+                        lowered.bindings[name],
+                        as_host(sub.values[name].data, lowered.bindings[name]),
                     )
         self._buffers: dict[tuple[str, int], Buffer] = {}
         self._copy_queues: dict[tuple[int, int], Any] = {}  # (device, queue index) -> queue
@@ -199,8 +204,9 @@ class PipelinedFunction:
                 q.enqueue_write_buffer(buf, as_host(arrays[c.value][c.microbatch], buf))
             elif c.kind == "copy":
                 t = c.transfer
-                q.enqueue_copy_buffer(self.buffer(t.source, c.microbatch),
-                                      self.buffer(t.result, c.microbatch))  # fmt: skip
+                q.enqueue_copy_buffer(
+                    self.buffer(t.source, c.microbatch), self.buffer(t.result, c.microbatch)
+                )
             elif c.kind == "record_event":
                 events[c.event] = q.record_event()
             elif c.kind == "wait_event":
@@ -295,11 +301,9 @@ class PipelinedFunction:
 
 def _close_all(devices: list[Device]) -> None:
     """Close every device, each even when closing another reported an error."""
-    for device in devices:
-        try:
+    for device in devices:  # a device error not yet reported: released all the same
+        with contextlib.suppress(MnrtError):
             device.close()
-        except MnrtError:
-            pass  # a device error not yet reported: the device is released all the same
 
 
 # Queue indices on each device: programs; outgoing copies; the host's writes of inputs and
@@ -340,16 +344,14 @@ def _commands(program: MpmdProgram, plan: Plan) -> list[Command]:
 
     def move(t: Transfer, m: int, queue: int = TRANSFERS) -> None:
         out.append(Command("copy", t.src, queue, f"{t.name}#{m}", m, transfer=t))
-        out.append(Command("record_event", t.src, queue, f"{t.name}#{m}", m,
-                           event=(t.result, m)))  # fmt: skip
+        out.append(Command("record_event", t.src, queue, f"{t.name}#{m}", m, event=(t.result, m)))
         ready.add((t.result, m))
 
     for m in range(M):
         for name in program.inputs:
             d = program.homes[name]
             out.append(Command("write", d, HOST, f"{name}#{m}", m, value=name))
-            out.append(Command("record_event", d, HOST, f"{name}#{m}", m,
-                               event=(name, m)))  # fmt: skip
+            out.append(Command("record_event", d, HOST, f"{name}#{m}", m, event=(name, m)))
             ready.add((name, m))
             for t in outgoing.get(name, ()):
                 move(t, m, HOST)
@@ -357,8 +359,9 @@ def _commands(program: MpmdProgram, plan: Plan) -> list[Command]:
         f, m = plan.fragments[task.stage], task.microbatch
         for name in f.inputs:
             if (name, m) in ready:
-                out.append(Command("wait_event", f.device, COMPUTE, f"{name}#{m}", m,
-                                   event=(name, m)))  # fmt: skip
+                out.append(
+                    Command("wait_event", f.device, COMPUTE, f"{name}#{m}", m, event=(name, m))
+                )
         out.append(Command("program", f.device, COMPUTE, f"{f.name}#{m}", m, value=f.name))
         moves = [t for name in f.outputs for t in outgoing.get(name, ())]
         results = [name for name in f.outputs if name in program.outputs]

@@ -13,8 +13,9 @@ from ...host import Buffer, Program
 from ..ir import Node, Value
 
 
-def _kernel(op: str, ins: list[TensorSpec], outs: list[TensorSpec], attrs: Mapping,
-            spec: DeviceSpec) -> Modelled:  # fmt: skip
+def _kernel(
+    op: str, ins: list[TensorSpec], outs: list[TensorSpec], attrs: Mapping, spec: DeviceSpec
+) -> Modelled:
     cost = lookup(op).cost(ins, outs, attrs)
     return model_call(spec, cost, ins, outs, attrs.get("onchip", ()))
 

@@ -99,9 +99,14 @@ class MpmdProgram:
                 ]
                 ops.append(
                     Fragment(
-                        op.name, op.stage, op.device, nodes, list(op.inputs),
-                        list(op.outputs), op.origin,
-                    )  # fmt: skip
+                        op.name,
+                        op.stage,
+                        op.device,
+                        nodes,
+                        list(op.inputs),
+                        list(op.outputs),
+                        op.origin,
+                    )
                 )
             else:
                 ops.append(dataclasses.replace(op))

@@ -90,9 +90,7 @@ def parse_mpmd(value: Any, what: str = "option mpmd") -> MpmdOptions:
         )
     p = len(devices)
     stages = _count(value.get("stages", p), f"{what} stages", 1, 1 << 12)
-    microbatches = _count(
-        value.get("microbatches", p), f"{what} microbatches", 1, MAX_MICROBATCHES
-    )
+    microbatches = _count(value.get("microbatches", p), f"{what} microbatches", 1, MAX_MICROBATCHES)
     if schedule == "gpipe" and stages != p:
         raise InvalidArgumentError(
             f"{what}: gpipe runs one stage per device, so stages ({stages}) must equal the "

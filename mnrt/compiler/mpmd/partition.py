@@ -124,8 +124,9 @@ def partition(
     """The import step: fragments and transfers of `graph` (see the module docstring)."""
     stages = assign(graph, opts.stages, assignment, spec)
     graph = graph.copy()  # its nodes become the fragments': the caller's graph stays as is
-    program = MpmdProgram(graph.name, dict(graph.values), list(graph.inputs),
-                          list(graph.outputs), [], {})  # fmt: skip
+    program = MpmdProgram(
+        graph.name, dict(graph.values), list(graph.inputs), list(graph.outputs), [], {}
+    )
     runs: list[tuple[tuple[int, str], list[int]]] = []
     for i, key in enumerate(stages):
         if runs and runs[-1][0] == key:
@@ -135,8 +136,9 @@ def partition(
     fragments = []
     for k, ((stage, origin), members) in enumerate(runs):
         nodes = [graph.nodes[i] for i in members]
-        fragment = Fragment(f"s{stage}_{k}", stage, opts.device_of(stage), nodes,
-                            origin=(origin,) if origin else ())  # fmt: skip
+        fragment = Fragment(
+            f"s{stage}_{k}", stage, opts.device_of(stage), nodes, origin=(origin,) if origin else ()
+        )
         fragment.inputs = [n for n in fragment.reads() if graph.values[n].role != PARAM]
         fragments.append(fragment)
     used = set(graph.outputs)
@@ -151,8 +153,9 @@ def partition(
         for name in list(fragment.inputs):
             if where[name] != fragment.device:
                 moved = program.fresh(f"{name}.to{fragment.device}.")
-                program.values[moved] = Value(moved, graph.values[name].shape,
-                                              graph.values[name].dtype)  # fmt: skip
+                program.values[moved] = Value(
+                    moved, graph.values[name].shape, graph.values[name].dtype
+                )
                 program.ops.append(
                     Transfer(program.fresh("t"), name, moved, where[name], fragment.device)
                 )

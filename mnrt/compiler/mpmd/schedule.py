@@ -82,8 +82,9 @@ def stage_needs(program: MpmdProgram) -> dict[int, tuple[int, ...]]:
     return {s: tuple(sorted(n)) for s, n in needs.items()}
 
 
-def plan(program: MpmdProgram, devices: tuple[int, ...], stages: int, schedule: str,
-         microbatches: int) -> Plan:  # fmt: skip
+def plan(
+    program: MpmdProgram, devices: tuple[int, ...], stages: int, schedule: str, microbatches: int
+) -> Plan:
     fragments = {f.stage: f for f in program.fragments}
     missing = sorted(set(range(stages)) - set(fragments))
     if missing:
@@ -109,7 +110,8 @@ def plan(program: MpmdProgram, devices: tuple[int, ...], stages: int, schedule: 
                 cursor[d] += 1
                 progressed = True
         if not progressed:
-            stuck = {d: tasks[cursor[d]] for d, tasks in per_device.items()
-                     if cursor[d] < len(tasks)}  # fmt: skip
+            stuck = {
+                d: tasks[cursor[d]] for d, tasks in per_device.items() if cursor[d] < len(tasks)
+            }
             raise MpmdError(f"schedule {schedule} waits forever: next tasks {stuck}")
     return Plan(schedule, per_device, fragments, needs, tuple(order))

@@ -10,8 +10,9 @@
       return %y
 
 Pass tests are written in it (text in, one pass, text out), and the codegen_dir holds the
-program after each pass in it. Parameters print without their data: a parsed program's
-parameters hold none (passes never need it).
+program after each pass in it. Node attributes print where they differ from the kernel's
+defaults. Parameters print without their data: a parsed program's parameters hold none
+(passes never need it).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 import re
 
 from ...device.dtypes import dtype as resolve_dtype
+from ...device.kernels import lookup
 from ...errors import MnrtError
 from ..ir import INPUT, PARAM, TEMP, Node, Value
 from .ir import Fragment, MpmdError, MpmdProgram, Transfer
@@ -64,12 +66,18 @@ def dump(program: MpmdProgram) -> str:
         for node in op.nodes:
             outs = ", ".join(f"{ref(o)}: {_type(values[o])}" for o in node.outputs)
             lines.append(
-                f"    {outs} = {node.op}({_refs(node.inputs)}) {node.attrs!r} "
+                f"    {outs} = {node.op}({_refs(node.inputs)}) {_attrs(node)!r} "
                 f"name={json.dumps(node.name)}"
             )
         lines.append("  }")
     lines.append(f"  return {_refs(program.outputs)}")
     return "\n".join(lines) + "\n"
+
+
+def _attrs(node: Node) -> dict:
+    """The attributes that differ from the kernel's defaults (parse fills those back in)."""
+    schema = lookup(node.op).attrs
+    return {k: v for k, v in node.attrs.items() if k not in schema or schema[k].default != v}
 
 
 def _names(text: str) -> list[str]:
@@ -133,8 +141,10 @@ def _parse_line(
             name = _unref(out.group(1))
             values[name] = _value(name, out.group(2), TEMP, where)
             outs.append(name)
-        attrs = ast.literal_eval(m.group(4))
-        fragment.nodes.append(Node(m.group(2), _names(m.group(3)), outs, attrs, json.loads(m.group(5))))
+        attrs = lookup(m.group(2)).check_attrs(ast.literal_eval(m.group(4)))
+        fragment.nodes.append(
+            Node(m.group(2), _names(m.group(3)), outs, attrs, json.loads(m.group(5)))
+        )
         return fragment
     if m := _INPUT.fullmatch(line):
         name = _unref(m.group(1))
@@ -147,9 +157,14 @@ def _parse_line(
     elif m := _FRAGMENT.fullmatch(line):
         origin = tuple(json.loads(m.group(4)))
         return Fragment(
-            m.group(1), int(m.group(2)), int(m.group(3)), [],
-            _names(m.group(5)), _names(m.group(6)), origin,
-        )  # fmt: skip
+            m.group(1),
+            int(m.group(2)),
+            int(m.group(3)),
+            [],
+            _names(m.group(5)),
+            _names(m.group(6)),
+            origin,
+        )
     elif m := _TRANSFER.fullmatch(line):
         source, result = _unref(m.group(2)), _unref(m.group(3))
         if source not in values:

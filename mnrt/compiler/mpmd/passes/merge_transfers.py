@@ -70,13 +70,10 @@ def _merge(p: MpmdProgram, group: list[Transfer]) -> None:
     for t, n in zip(group, sizes):
         part = p.fresh(f"{t.result}.part.")
         p.values[part] = Value(part, (n,), dtype)
-        unpacked.append(_node("slice", [moved], [part], part, starts=(offset,),
-                              ends=(offset + n,), axes=(0,)))  # fmt: skip
+        unpacked.append(_node("slice", [moved], [part], part, starts=(offset,), ends=(offset + n,)))
         whole = p.fresh(f"{t.result}.")
         p.values[whole] = Value(whole, p.values[t.result].shape, dtype)
-        unpacked.append(
-            _node("reshape", [part], [whole], whole, shape=p.values[t.result].shape)
-        )
+        unpacked.append(_node("reshape", [part], [whole], whole, shape=p.values[t.result].shape))
         for node in consumer.nodes:
             node.inputs = [whole if x == t.result else x for x in node.inputs]
         replace_uses(p, t.result, whole)

@@ -116,8 +116,14 @@ def test_use_sets_infer_the_unassigned_nodes():
     program = partition(graph, opts, {"layer0": 0, "layer1": 1})
     stages = {n.name: f.stage for f in program.fragments for n in f.nodes}
     # relu feeds only layer1: stage 1; neg reads layer1 and is only returned: stage 1.
-    assert stages == {"layer0/gemm0": 0, "layer0/gelu1": 0, "relu2": 1,
-                      "layer1/gemm3": 1, "layer1/gelu4": 1, "neg5": 1}  # fmt: skip
+    assert stages == {
+        "layer0/gemm0": 0,
+        "layer0/gelu1": 0,
+        "relu2": 1,
+        "layer1/gemm3": 1,
+        "layer1/gelu4": 1,
+        "neg5": 1,
+    }
     assert [f.inferred for f in program.fragments] == [False, True, False, True]
     assert len(program.transfers) == 1
 

@@ -43,8 +43,10 @@ def _single(ctx, builder, inputs, stacked):
     [
         (mlp, {"devices": [0, 1], "microbatches": 3}),
         (transformer_block, {"devices": [0, 1, 2, 3], "microbatches": 8}),
-        (transformer_block, {"devices": [0, 1], "stages": 4, "schedule": "circular",
-                             "microbatches": 5}),  # fmt: skip
+        (
+            transformer_block,
+            {"devices": [0, 1], "stages": 4, "schedule": "circular", "microbatches": 5},
+        ),
         (mlp, {"devices": [2], "microbatches": 2}),
     ],
 )
@@ -80,26 +82,33 @@ def _random_chain(draw_layers, width):
 
 @settings(max_examples=12, deadline=None)
 @given(
-    layers=st.lists(st.tuples(st.sampled_from(["relu", "gelu", "tanh"]), st.booleans()),
-                    min_size=2, max_size=6),  # fmt: skip
+    layers=st.lists(
+        st.tuples(st.sampled_from(["relu", "gelu", "tanh"]), st.booleans()), min_size=2, max_size=6
+    ),
     devices=st.integers(1, 3),
     circular=st.booleans(),
     assign=st.booleans(),
     m=st.integers(1, 4),
 )
-def test_any_pipeline_of_a_chain_computes_what_one_device_does(layers, devices, circular,
-                                                                assign, m):  # fmt: skip
+def test_any_pipeline_of_a_chain_computes_what_one_device_does(
+    layers, devices, circular, assign, m
+):
     builder, inputs = _random_chain(layers, 8)
     v = 2 if circular and len(layers) >= 2 * devices else 1
     stages = devices * v
     if len(layers) < stages:
         return
-    mpmd = {"devices": list(range(devices)), "stages": stages, "microbatches": m,
-            "schedule": "circular" if v > 1 else "gpipe"}  # fmt: skip
+    mpmd = {
+        "devices": list(range(devices)),
+        "stages": stages,
+        "microbatches": m,
+        "schedule": "circular" if v > 1 else "gpipe",
+    }
     options = {"mpmd": mpmd}
     if assign:  # contiguous layers per stage; the softmax is left to use sets
-        options["stage_assignment"] = {f"l{i}/": i * stages // len(layers)
-                                       for i in range(len(layers))}  # fmt: skip
+        options["stage_assignment"] = {
+            f"l{i}/": i * stages // len(layers) for i in range(len(layers))
+        }
     stacked = _microbatches(inputs, m)
     with mnrt.Context() as ctx:
         got = ctx.compile(builder, inputs, options=options)(stacked)
@@ -110,8 +119,11 @@ def test_any_pipeline_of_a_chain_computes_what_one_device_does(layers, devices, 
 def test_stage_assignment_puts_each_layer_in_its_stage(ctx):
     builder, inputs = encoder_stack(layers=4, seq=8, dim=16, heads=2)
     assignment = {"layer0/": 0, "layer1/": 0, "layer2/": 1, "layer3/": 1}
-    compiled = ctx.compile(builder, inputs, options={
-        "mpmd": {"devices": [0, 1], "microbatches": 2}, "stage_assignment": assignment})  # fmt: skip
+    compiled = ctx.compile(
+        builder,
+        inputs,
+        options={"mpmd": {"devices": [0, 1], "microbatches": 2}, "stage_assignment": assignment},
+    )
     first, second = compiled.fragments
     assert (first.stage, first.device, first.origin) == (0, 0, ("layer0/", "layer1/"))
     assert (second.stage, second.device) == (1, 1)
@@ -169,8 +181,12 @@ def test_pipelined_call_and_compile_errors(ctx, tmp_path):
     with pytest.raises(InvalidArgumentError, match="no backward pass"):
         ctx.compile(builder, inputs, options={"mpmd": {"devices": [0, 1], "schedule": "1f1b"}})
     with pytest.raises(InvalidArgumentError, match="cache_options"):
-        ctx.compile(builder, inputs, options={"mpmd": {"devices": [0, 1]}},
-                    cache_options=CacheOptions(tmp_path))  # fmt: skip
+        ctx.compile(
+            builder,
+            inputs,
+            options={"mpmd": {"devices": [0, 1]}},
+            cache_options=CacheOptions(tmp_path),
+        )
     with pytest.raises(InvalidArgumentError, match="expected a dict"):
         ctx.compile(builder, inputs, options={"mpmd": [0, 1]})
 

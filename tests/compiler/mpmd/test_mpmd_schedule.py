@@ -72,8 +72,14 @@ def test_a_stage_left_empty_is_refused():
 
 def test_an_order_that_waits_forever_is_refused(monkeypatch):
     def backwards(devices, stages, microbatches):
-        return [[Task(s, m) for s in range(stages - devices + d, -1, -devices)
-                 for m in range(microbatches)] for d in range(devices)]  # fmt: skip
+        return [
+            [
+                Task(s, m)
+                for s in range(stages - devices + d, -1, -devices)
+                for m in range(microbatches)
+            ]
+            for d in range(devices)
+        ]
 
     monkeypatch.setitem(schedules.SCHEDULES, "circular", backwards)
     with pytest.raises(MpmdError, match="waits forever"):

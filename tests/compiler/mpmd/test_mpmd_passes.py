@@ -10,7 +10,7 @@ from mnrt.compiler.mpmd import MpmdError, dump, parse, run_pass
 
 CASES: dict[str, tuple[str, str]] = {}
 
-CASES['absorb-inferred-fragments'] = (
+CASES["absorb-inferred-fragments"] = (
     """func @f
   input %x: float[4] device=0
   fragment @a stage=0 device=0 origin=[] (%x) -> (%a1) {
@@ -43,7 +43,7 @@ CASES['absorb-inferred-fragments'] = (
 """,
 )
 
-CASES['merge-inferred-fragments'] = (
+CASES["merge-inferred-fragments"] = (
     """func @f
   input %x: float[4] device=0
   fragment @p stage=0 device=0 origin=[] (%x) -> (%p1) {
@@ -68,7 +68,7 @@ CASES['merge-inferred-fragments'] = (
 """,
 )
 
-CASES['merge-user-fragments-into-scheduling-units'] = (
+CASES["merge-user-fragments-into-scheduling-units"] = (
     """func @f
   input %x: float[4] device=0
   fragment @l0 stage=0 device=0 origin=["layer0"] (%x) -> (%a) {
@@ -97,7 +97,7 @@ CASES['merge-user-fragments-into-scheduling-units'] = (
 """,
 )
 
-CASES['fragment-dce'] = (
+CASES["fragment-dce"] = (
     """func @f
   input %x: float[4] device=0
   input %z: float[4] device=0
@@ -121,7 +121,7 @@ CASES['fragment-dce'] = (
 """,
 )
 
-CASES['fragment-dedup'] = (
+CASES["fragment-dedup"] = (
     """func @f
   input %x: float[4] device=0
   fragment @f stage=0 device=0 origin=[] (%x, %x) -> (%a, %a, %x) {
@@ -138,7 +138,7 @@ CASES['fragment-dedup'] = (
 """,
 )
 
-CASES['copy-constants'] = (
+CASES["copy-constants"] = (
     """func @f
   input %x: float[4] device=0
   param %w: float[4]
@@ -170,7 +170,7 @@ CASES['copy-constants'] = (
 """,
 )
 
-CASES['move-transfers-to-producer'] = (
+CASES["move-transfers-to-producer"] = (
     """func @f
   input %x: float[4] device=0
   fragment @f stage=0 device=0 origin=[] (%x) -> (%a) {
@@ -203,7 +203,7 @@ CASES['move-transfers-to-producer'] = (
 """,
 )
 
-CASES['merge-transfers'] = (
+CASES["merge-transfers"] = (
     """func @f
   input %x: float[2x2] device=0
   fragment @f stage=0 device=0 origin=[] (%x) -> (%a, %b) {
@@ -228,9 +228,9 @@ CASES['merge-transfers'] = (
   }
   transfer @t2 %packed.0 -> %packed.0.to1.0 device 0 -> 1
   fragment @g stage=1 device=1 origin=[] (%packed.0.to1.0) -> (%y) {
-    %a.t.part.0: float[4] = slice(%packed.0.to1.0) {'starts': (0,), 'ends': (4,), 'axes': (0,), 'steps': ()} name="a.t.part.0"
+    %a.t.part.0: float[4] = slice(%packed.0.to1.0) {'starts': (0,), 'ends': (4,)} name="a.t.part.0"
     %a.t.0: float[2x2] = reshape(%a.t.part.0) {'shape': (2, 2)} name="a.t.0"
-    %b.t.part.0: float[4] = slice(%packed.0.to1.0) {'starts': (4,), 'ends': (8,), 'axes': (0,), 'steps': ()} name="b.t.part.0"
+    %b.t.part.0: float[4] = slice(%packed.0.to1.0) {'starts': (4,), 'ends': (8,)} name="b.t.part.0"
     %b.t.0: float[2x2] = reshape(%b.t.part.0) {'shape': (2, 2)} name="b.t.0"
     %y: float[2x2] = add(%a.t.0, %b.t.0) {} name="y"
   }
@@ -238,7 +238,7 @@ CASES['merge-transfers'] = (
 """,
 )
 
-CASES['remove-transfer-cycles'] = (
+CASES["remove-transfer-cycles"] = (
     """func @f
   input %x: float[4] device=0
   fragment @f stage=0 device=0 origin=[] (%x) -> (%a) {
@@ -273,7 +273,7 @@ CASES['remove-transfer-cycles'] = (
 """,
 )
 
-CASES['uniquify-function-inputs-outputs'] = (
+CASES["uniquify-function-inputs-outputs"] = (
     """func @f
   input %x: float[4] device=0
   fragment @f stage=0 device=0 origin=[] (%x) -> (%a) {
