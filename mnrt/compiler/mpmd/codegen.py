@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
+from ...capture import CaptureError
 from ...format.files import write_atomically
-from ..codegen import _make_dir
+from ..codegen import make_dir
 from .compiled import PipelinedFunction
 from .schedule import analytic_bubble
 
@@ -57,15 +59,25 @@ def report(compiled: PipelinedFunction, phases: list[dict]) -> dict:
 
 
 def write(compiled: PipelinedFunction, folder: str | os.PathLike, phases: list[dict]) -> None:
-    folder = _make_dir(Path(folder), "codegen_dir")
-    irs = _make_dir(folder / "mpmd", "codegen_dir")
+    """Write the codegen_dir (see the module docstring). While a capture of the user's
+    runs, model.mnlb is left out and report.json's "light binary" phase says why."""
+    folder = make_dir(Path(folder), "codegen_dir")
+    irs = make_dir(folder / "mpmd", "codegen_dir")
     for i, (name, text) in enumerate(compiled.passes):
         write_atomically(irs / f"{i:02d}_{name}.txt", text.encode())
     write_atomically(folder / "l3ir.txt", (compiled.graph.dump() + "\n").encode())
     write_atomically(
         folder / "option.json", json.dumps(compiled.options.to_json(), indent=1).encode()
     )
-    compiled.save_binary(folder / "model.mnlb")
+    start = time.perf_counter()
+    try:
+        compiled.save_binary(folder / "model.mnlb")
+        status = "ok"
+    except CaptureError as e:  # a capture of the user's runs: an older binary must not stay
+        (folder / "model.mnlb").unlink(missing_ok=True)
+        status = f"skipped: {e}"
+    seconds = time.perf_counter() - start
+    phases = [*phases, {"name": "light binary", "status": status, "seconds": seconds}]
     write_atomically(
         folder / "report.json", json.dumps(report(compiled, phases), indent=1).encode()
     )

@@ -93,30 +93,36 @@ class PipelinedFunction:
         self.devices: dict[int, Device] = {}
         owned: list[Device] = []
         self._finalizer = weakref.finalize(self, _close_all, owned)
-        for index in mpmd.devices:
-            if index == ctx.device.index:
-                self.devices[index] = ctx.device
-            else:
-                self.devices[index] = open_device(index)
-                owned.append(self.devices[index])
-        self.queues = {i: d.command_queue(0) for i, d in self.devices.items()}
+        self._buffers: dict[tuple[str, int], Buffer] = {}
+        self._copy_queues: dict[tuple[int, int], Any] = {}  # (device, queue index) -> queue
+        self._commands: list[Command] | None = None
+        self.program_of = {f.name: f for f in program.fragments}
         self.where = program.device_of()
         self.lowered: dict[str, Lowered] = {}
-        for fragment in program.fragments:
-            sub = fragment_graph(program, fragment, options["sram_budget"])
+        try:
+            for index in mpmd.devices:
+                if index == ctx.device.index:
+                    self.devices[index] = ctx.device
+                else:
+                    self.devices[index] = open_device(index)
+                    owned.append(self.devices[index])
+            self.queues = {i: d.command_queue(COMPUTE) for i, d in self.devices.items()}
+            self._load(options["sram_budget"])
+        except BaseException:
+            self._finalizer()  # a device that would not open, a model too big: none kept
+            raise
+
+    def _load(self, sram_budget: int) -> None:
+        """Each fragment lowered onto its device, its weights uploaded."""
+        for fragment in self.program.fragments:
+            sub = fragment_graph(self.program, fragment, sram_budget)
             lowered = lower(sub, self.devices[fragment.device])
             self.lowered[fragment.name] = lowered
             q = self.queues[fragment.device]
             for name in sub.params:
                 if name in lowered.bindings:
-                    q.enqueue_write_buffer(
-                        lowered.bindings[name],
-                        as_host(sub.values[name].data, lowered.bindings[name]),
-                    )
-        self._buffers: dict[tuple[str, int], Buffer] = {}
-        self._copy_queues: dict[tuple[int, int], Any] = {}  # (device, queue index) -> queue
-        self._commands: list[Command] | None = None
-        self.program_of = {f.name: f for f in program.fragments}
+                    buf = lowered.bindings[name]
+                    q.enqueue_write_buffer(buf, as_host(sub.values[name].data, buf))
         for q in self.queues.values():
             q.finish()
 

@@ -206,3 +206,27 @@ def test_closing_the_context_closes_the_pipelines_devices():
     with mnrt.Context(mnrt.MNDevice("mncore2:0")) as ctx:
         ctx.compile(builder, inputs, options={"mpmd": {"devices": [0, 1]}})
     mnrt.open_device(1).close()  # free again
+
+
+def test_a_device_that_will_not_open_leaves_none_open(ctx):
+    builder, inputs = mlp()
+    with pytest.raises(mnrt.DeviceNotFoundError, match="no emulated device 99"):
+        ctx.compile(builder, inputs, options={"mpmd": {"devices": [1, 2, 99]}})
+    for index in (1, 2):
+        mnrt.open_device(index).close()  # released, so free again
+
+
+def test_codegen_dir_during_a_users_capture_leaves_the_binary_out(ctx, tmp_path):
+    builder, inputs = mlp()
+    (tmp_path / "cg").mkdir()
+    (tmp_path / "cg" / "model.mnlb").write_bytes(b"an older compile's")
+    mnrt.begin_capture()
+    try:
+        ctx.compile(builder, inputs, codegen_dir=tmp_path / "cg",
+                    options={"mpmd": {"devices": [0, 1]}})  # fmt: skip
+    finally:
+        mnrt.end_capture()
+    assert not (tmp_path / "cg" / "model.mnlb").exists()
+    phases = json.loads((tmp_path / "cg" / "report.json").read_text())["phases"]
+    assert phases[-1]["name"] == "light binary"
+    assert phases[-1]["status"].startswith("skipped: ")
