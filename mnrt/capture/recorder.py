@@ -110,7 +110,6 @@ class Recorder:
         self._skipped: dict[int, int] = {}  # id(queue) -> its skipped count when first seen
         self._closed = False
         self._lock = threading.Lock()
-        self._recording = threading.local()  # .event: the id record_event's event gets
         self._before: dict[str, Callable[[str, tuple, dict], None]] = {
             "deallocate": self._known_buffer_no_data,
             "finish": self._before_queue,
@@ -131,7 +130,6 @@ class Recorder:
             "begin_trace_capture": self._after_begin_trace,
             "end_trace_capture": self._after_end_trace,
             "release_trace": self._after_release_trace,
-            "record_event": self._after_record_event,
             "event_wait": self._after_event_wait,
             "event_query": self._after_event_wait,
         }
@@ -139,9 +137,6 @@ class Recorder:
         # puts the command on (see host/observe.py: pending).
         self._at_put: dict[str, Callable[[tuple, dict], tuple | None]] = {
             "replay_trace": self._replay_record,
-            "enqueue_copy_buffer": self._copy_record,
-            "record_event": self._record_event_record,
-            "wait_event": self._wait_event_record,
         }
         # The calls a hot loop makes, recorded without the lock while every object they
         # touch is already known; anything else takes the general path.
@@ -439,35 +434,41 @@ class Recorder:
             return None
         return _cells((REPLAY_TRACE, q.tag, gid, blocking))
 
-    def _copy_record(self, args: tuple, kwargs: dict) -> tuple:
-        """The log cells of a copy. Its arguments are checked first, so that a copy the call
-        refuses snapshots nothing; a first-seen src is snapshotted with its contents, a dst
-        without (the copy replaces all of it). The copy gets a global id of its own."""
-        q, src, dst = args[0], _arg(args, kwargs, 1, "src"), _arg(args, kwargs, 2, "dst")
-        q._check_copy(src, dst)
-        qid = self._queue(q)
-        sid = self._buffer(src, q if src.device is q.device else None)
-        did = self._buffer(dst, q if dst.device is q.device else None, with_data=False)
-        blocking = _arg(args, kwargs, 3, "blocking", False)
-        cid = self._next
-        self._next += 1
-        return _cells((COPY, qid, sid, did, blocking is True, cid))
+    def copy(self, q: CommandQueue, src: Buffer, dst: Buffer, blocking: bool) -> tuple:
+        """enqueue_copy_buffer's hook (see host/observe.py), after the call checked its
+        arguments: the log cells of the copy, which gets a global id of its own. A
+        first-seen src is snapshotted with its contents, a dst without (the copy replaces
+        all of it)."""
+        qid, sid, did = q.tag, src.tag, dst.tag
+        with self._lock:  # the id counter is shared with other threads' calls
+            if not (qid and sid and did):
+                with observe.unobserved():
+                    qid = self._queue(q)
+                    sid = self._buffer(src, q if src.device is q.device else None)
+                    did = self._buffer(dst, q if dst.device is q.device else None, False)
+            cid = self._next
+            self._next += 1
+        return (6, COPY, qid, sid, did, blocking, cid, None)
 
-    def _record_event_record(self, args: tuple, kwargs: dict) -> tuple:
-        """The log cells of a record_event, with the id its event will get (see
-        _after_record_event: the event exists only once the call has run)."""
-        q = args[0]
-        q._check_queue_command("record_event")
-        qid = self._queue(q)
-        self._recording.event = gid = self._next
-        self._next += 1
-        return _cells((RECORD_EVENT, qid, gid))
+    def record_event(self, q: CommandQueue, event: Event) -> tuple:
+        """record_event's hook: the new event's id (in its tag) and the log cells."""
+        qid = q.tag
+        with self._lock:
+            if not qid:
+                with observe.unobserved():
+                    qid = self._queue(q)
+            gid = self._new_id(event)
+        return (3, RECORD_EVENT, qid, gid, None, None, None, None)
 
-    def _after_record_event(self, args: tuple, kwargs: dict, event: Event) -> None:
-        gid = self._recording.event
-        if not self._closed:
-            event.tag = gid
-            self._keep.append(event)
+    def wait_event(self, q: CommandQueue, event: Event) -> tuple:
+        """wait_event's hook: the log cells; an event recorded before capture began is
+        recorded first (see _event)."""
+        qid, eid = q.tag, event.tag
+        if not (qid and eid):
+            with observe.unobserved(), self._lock:
+                qid = self._queue(q)
+                eid = self._event(event)
+        return (3, WAIT_EVENT, qid, eid, None, None, None, None)
 
     def _event(self, event: Event) -> int:
         """The event's id; one recorded before capture began is recorded now, on its queue,
@@ -479,12 +480,6 @@ class Recorder:
             if gid:
                 self._emit((RECORD_EVENT, qid, gid))
         return gid
-
-    def _wait_event_record(self, args: tuple, kwargs: dict) -> tuple:
-        q, event = args[0], _arg(args, kwargs, 1, "event")
-        q._check_wait(event)
-        qid = self._queue(q)
-        return _cells((WAIT_EVENT, qid, self._event(event)))
 
     def _after_event_wait(self, args: tuple, kwargs: dict, result: bool | None) -> None:
         """The host waited for an event (or found it complete): replay must not issue what

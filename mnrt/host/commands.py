@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..device.cost import Modelled, model_transfer
+from ..device.cost import Modelled
 
 if TYPE_CHECKING:
     from ..device.emulator import EmulatedDevice
-    from ..device.spec import DeviceSpec
     from .buffer import Buffer
     from .event import Event
     from .program import Plan, Program, Step
@@ -230,7 +229,7 @@ class CopyBuffer(Command):
         src._fill_in()
         np.copyto(dst._storage(), src._storage())
         dst._unfilled = False  # written whole
-        return copy_cost(backend.spec, src.device.index, dst.device.index, dst.nbytes)
+        return backend.spec.copy_cost(src.device.index, dst.device.index, dst.nbytes)
 
 
 class RecordEvent(Command):
@@ -278,14 +277,3 @@ class WaitEvent(Command):
 
 
 _NOTHING = Modelled(0.0, 0.0)
-
-
-def copy_cost(spec: DeviceSpec, src_device: int, dst_device: int, nbytes: int) -> Modelled:
-    """Modelled time and energy of a copy between two devices (or within one): the one place
-    replay's timeline and the live queue both price copies."""
-    if src_device == dst_device:
-        # DRAM to DRAM: every byte read once and written once.
-        time_s = 2 * nbytes / spec.dram_bandwidth
-        energy = 2 * nbytes * spec.energy_pj_per_byte_dram * 1e-12 + spec.static_power_w * time_s
-        return Modelled(time_s, energy, dram_bytes=2.0 * nbytes, bound="dram")
-    return model_transfer(spec, nbytes)

@@ -231,33 +231,40 @@ class CommandQueue:
             return
         self._submit(cmd, blocking, log, cells)
 
-    @api("enqueue_copy_buffer")
     def enqueue_copy_buffer(self, src: Buffer, dst: Buffer, blocking: bool = False) -> None:
         """Copy all of `src` into `dst` (same shape and dtype), between two devices or within
         one. This queue must belong to src's or dst's device; the copy runs after this
         queue's earlier commands. Another device's queues see it complete through an event
         (record_event here, wait_event there)."""
         self._check_copy(src, dst)
-        record, observe.pending.record = observe.pending.record, None
-        self._submit(CopyBuffer(src, dst), blocking, *(record or ()))
+        _check_blocking(blocking)
+        hot = observe.hot
+        log = cells = None
+        if hot is not None and not observe.nested_depth.n:  # see host/observe.py
+            log, cells = hot.log_cells, hot.copy(self, src, dst, blocking)
+        self._submit(CopyBuffer(src, dst), blocking, log, cells)
 
-    @api("record_event")
     def record_event(self) -> Event:
         """An Event that completes once every command enqueued on this queue so far has run."""
         self._check_queue_command("record_event")
         event = Event(self)
         event._record = RecordEvent(event)
-        record, observe.pending.record = observe.pending.record, None
-        self._submit(event._record, False, *(record or ()))
+        hot = observe.hot
+        log = cells = None
+        if hot is not None and not observe.nested_depth.n:  # see host/observe.py
+            log, cells = hot.log_cells, hot.record_event(self, event)
+        self._submit(event._record, False, log, cells)
         return event
 
-    @api("wait_event")
     def wait_event(self, event: Event) -> None:
         """Run nothing enqueued on this queue after this call until `event` has completed
         (the host does not wait). An event that fails fails this queue's next finish()."""
         self._check_wait(event)
-        record, observe.pending.record = observe.pending.record, None
-        self._submit(WaitEvent(event), False, *(record or ()))
+        hot = observe.hot
+        log = cells = None
+        if hot is not None and not observe.nested_depth.n:  # see host/observe.py
+            log, cells = hot.log_cells, hot.wait_event(self, event)
+        self._submit(WaitEvent(event), False, log, cells)
 
     def _check_queue_command(self, what: str) -> None:
         self.device._check_open()

@@ -79,6 +79,7 @@ class Plan:
     golden_errors: dict[int, float] = field(default_factory=dict)
     queue_index: dict[int, int] = field(default_factory=dict)  # queue gid -> its index
     event_queue: dict[int, int] = field(default_factory=dict)  # event gid -> recording queue
+    event_record: dict[int, int] = field(default_factory=dict)  # event gid -> command index
     # event gid -> the device gids of the queues that wait for it (distributed replay
     # signals the ranks that own them).
     event_waiters: dict[int, set[int]] = field(default_factory=dict)
@@ -294,6 +295,7 @@ class _Validator:
         self.host_queue(c.queueId, "record_event")
         self.define(c.eventId, EVENT)
         self.plan.event_queue[c.eventId] = c.queueId
+        self.plan.event_record[c.eventId] = self.index
 
     def wait_event(self, c) -> None:
         device = self.host_queue(c.queueId, "wait_event")

@@ -15,6 +15,7 @@ from ..format import LightBinary
 from ..host.golden import Check
 
 if TYPE_CHECKING:
+    from ..host.timeline import Timeline
     from .profile import Profile
 
 
@@ -42,6 +43,15 @@ class ReplayReport:
     # expected): nothing was compared, so the verdict is NO GOLDENS, never PASS.
     no_goldens: bool = False
     error: MnrtError | None = None  # what stopped the replay (then `passed` is False)
+    # The modelled timeline (DESIGN.md section 11) of the captured topology and of the
+    # placement that ran: makespan_s, energy_j, bubble_fraction, devices [{index, busy_s,
+    # energy_j}]; the Timeline objects behind them for profiles. Of the last loop.
+    modelled: dict | None = None
+    modelled_as_run: dict | None = None
+    timeline: Timeline | None = None
+    timeline_as_run: Timeline | None = None
+    rank: int = 0  # of a distributed replay: rank 0's report holds every rank's results
+    ranks: int = 1
 
     def add_loop(
         self,
@@ -123,6 +133,10 @@ class ReplayReport:
                 k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in self.outputs.items()
             },
             "timings": self.timings,
+            "modelled": self.modelled,
+            "modelled_as_run": self.modelled_as_run,
+            "rank": self.rank,
+            "ranks": self.ranks,
         }
 
     def to_json(self, indent: int | None = 1) -> str:
@@ -151,6 +165,13 @@ class ReplayReport:
                     f"       at {tuple(w['index'])}: expected {w['expected']:.7g}, actual "
                     f"{w['actual']:.7g}, abs err {w['abs_err']:.3g}, rel err {w['rel_err']:.3g}"
                     for w in c.worst
+                )
+        for label, m in (("captured", self.modelled), ("as run", self.modelled_as_run)):
+            if m is not None and len(self.modelled["devices"]) > 1:
+                lines.append(
+                    f"modelled timeline ({label}): makespan {m['makespan_s'] * 1e6:.2f} us on "
+                    f"{len(m['devices'])} device(s), bubble {m['bubble_fraction']:.3f}, energy "
+                    f"{m['energy_j'] * 1e3:.3f} mJ"
                 )
         t = self.timings
         lines.append(

@@ -18,6 +18,7 @@ from ..format.files import write_atomically
 from ..format.npy import load_npy
 from ..replay import MAX_LOOPS, replay
 from ..replay.io import header_check
+from ..replay.placement import parse_device_map
 from ..replay.report import check_dict, error_document
 from .args import named_sources
 
@@ -141,6 +142,19 @@ def _failed(e: errors.MnrtError, file: Path, report_path: Path | None, as_json: 
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--device", default="auto", show_default=True, help="Device index or 'auto'.")
+@click.option(
+    "--device-map",
+    "device_map",
+    metavar="L:D,...",
+    help="Fold the binary's logical devices onto runner devices, e.g. 0:0,1:0,2:1,3:1 "
+    "(every logical device placed; copies that land on one device run as local copies).",
+)
+@click.option(
+    "--devices",
+    type=int,
+    default=None,
+    help="Fold the binary's logical devices onto this many runner devices, in blocks.",
+)
 @click.option("--loops", type=click.IntRange(1, MAX_LOOPS), default=1, show_default=True)
 @click.option(
     "--allow-no-goldens",
@@ -189,6 +203,8 @@ def _failed(e: errors.MnrtError, file: Path, report_path: Path | None, as_json: 
 def run(
     file,
     device,
+    device_map,
+    devices,
     loops,
     allow_no_goldens,
     rtol,
@@ -222,6 +238,8 @@ def run(
             profile=profile_path is not None,
             inputs=inputs if input_specs else None,
             expected=expected if expected_specs else None,
+            device_map=None if device_map is None else parse_device_map(device_map),
+            devices=devices,
         )
     except errors.MnrtError as e:
         partial = getattr(e, "profile", None)

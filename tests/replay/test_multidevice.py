@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from cli_harness import assert_one_line_error, invoke_cli
 from conftest import edited
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -35,6 +36,29 @@ def two_device_session() -> np.ndarray:
         q1.wait_event(q0.record_event())
         q1.enqueue_program(second, {"h": h1, "y": y})
         return q1.enqueue_read_buffer(y)
+
+
+def pipeline_binary() -> mnrt.LightBinary:
+    """Four devices in a chain, each adding one and copying on, the last read back."""
+    mnrt.begin_capture()
+    devs = [mnrt.open_device(i) for i in range(4)]
+    try:
+        bufs = [d.create_buffer((6,), "float", name=f"x{i}") for i, d in enumerate(devs)]
+        qs = [d.command_queue(0) for d in devs]
+        one = [d.create_buffer((6,), "float", name=f"one{i}") for i, d in enumerate(devs)]
+        progs = [d.create_program([mnrt.Kernel("add", ["x", "one"], ["x"])]) for d in devs]
+        qs[0].enqueue_write_buffer(bufs[0], np.arange(6, dtype=np.float32))
+        for i in range(4):
+            qs[i].enqueue_write_buffer(one[i], np.ones(6, np.float32))
+            qs[i].enqueue_program(progs[i], {"x": bufs[i], "one": one[i]})
+            if i < 3:
+                qs[i].enqueue_copy_buffer(bufs[i], bufs[i + 1])
+                qs[i + 1].wait_event(qs[i].record_event())
+        qs[3].enqueue_read_buffer(bufs[3])
+    finally:
+        for d in devs:
+            d.close()
+    return mnrt.end_capture()
 
 
 @pytest.fixture
@@ -171,3 +195,76 @@ def test_any_id_in_the_new_commands_verifies_or_is_refused_cleanly(two_device_bi
     except mnrt.MnrtError:
         return
     assert isinstance(report.passed, bool)
+
+
+@pytest.mark.parametrize(
+    ("placement", "runner_devices"),
+    [
+        ({"device_map": {0: 0, 1: 0, 2: 1, 3: 1}}, [0, 1]),
+        ({"devices": 2}, [0, 1]),
+        ({"devices": 1}, [0]),
+        ({"device_map": {0: 5, 1: 2, 2: 5, 3: 2}}, [2, 5]),
+    ],
+)
+def test_folded_placements_give_the_same_goldens_and_both_timelines(placement, runner_devices):
+    binary = pipeline_binary()
+    alone = mnrt.replay(binary)
+    folded = mnrt.replay(binary, **placement)
+    assert folded.passed and alone.passed
+    np.testing.assert_array_equal(folded.outputs["x3"], alone.outputs["x3"])
+    np.testing.assert_array_equal(folded.outputs["x3"], np.arange(6) + 4)
+    assert folded.modelled == alone.modelled
+    assert [d["index"] for d in alone.modelled["devices"]] == [0, 1, 2, 3]
+    as_run = folded.modelled_as_run
+    assert [d["index"] for d in as_run["devices"]] == runner_devices
+    assert set(as_run) == {"makespan_s", "energy_j", "bubble_fraction", "devices"}
+    assert set(as_run["devices"][0]) == {"index", "busy_s", "energy_j"}
+    doc = json.loads(folded.to_json())
+    assert doc["modelled"] == json.loads(json.dumps(folded.modelled))
+    assert doc["modelled_as_run"]["devices"][0]["index"] == runner_devices[0]
+
+
+def test_a_fold_keeps_folded_queues_apart():
+    """Two logical devices on one runner device get two of its queues."""
+    binary = pipeline_binary()
+    seen = []
+    real = mnrt.Device.command_queue
+
+    def spy(self, index=0, *args, **kwargs):
+        seen.append((self.index, index))
+        return real(self, index, *args, **kwargs)
+
+    mnrt.Device.command_queue = spy
+    try:
+        assert mnrt.replay(binary, devices=1).passed
+    finally:
+        mnrt.Device.command_queue = real
+    assert sorted(set(seen)) == [(0, 0), (0, 1), (0, 2), (0, 3)]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--device-map", "0:0,1:0"], "leaves logical device 2, 3 unplaced"),
+        (["--device-map", "0:0,1:0,2:1,3:99"], "no emulated device 99"),
+        (["--device-map", "0:0,1:0,2:1,3:1,7:1"], "names logical device 7"),
+        (["--device-map", "0-0"], "not LOGICAL:DEVICE"),
+        (["--devices", "5"], "only 4 logical device"),
+        (["--devices", "0"], "devices must be a whole number >= 1"),
+        (["--devices", "2", "--device", "1"], "either device"),
+    ],
+)
+def test_a_bad_placement_is_exit_2_with_one_line(tmp_path, args, message):
+    path = tmp_path / "pipe.mnlb"
+    pipeline_binary().save(path)
+    assert_one_line_error(*invoke_cli("run", path, *args), message)
+
+
+def test_mnrt_run_folds_and_reports_both_timelines(tmp_path):
+    path = tmp_path / "pipe.mnlb"
+    pipeline_binary().save(path)
+    code, out = invoke_cli("run", path, "--device-map", "0:0,1:0,2:1,3:1", "--json")
+    assert code == 0, out
+    doc = json.loads(out)
+    assert doc["passed"] and len(doc["modelled"]["devices"]) == 4
+    assert len(doc["modelled_as_run"]["devices"]) == 2
