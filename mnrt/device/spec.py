@@ -290,10 +290,11 @@ class DeviceSpec:
         return self.energy_pj_per_flop_half * self.peak_tflops["half"] / self.peak_tflops[precision]
 
     def local_copy_cost(self, nbytes: int) -> Modelled:
-        """A copy within one device, DRAM to DRAM: a dispatch, then every byte read and
-        written once at the device's DRAM bandwidth."""
+        """A copy within one device, DRAM to DRAM: the same DMA set-up as a copy over the
+        link (`link.latency_s`), then every byte read and written once at the device's
+        DRAM bandwidth; so it never costs more than a copy between two devices."""
         moved = 2 * _byte_count(nbytes)
-        time_s = self.kernel_launch_s + moved / self.dram_bandwidth
+        time_s = self.link.latency_s + moved / self.dram_bandwidth
         return Modelled(
             time_s=time_s,
             energy_j=moved * self.energy_pj_per_byte_dram * 1e-12 + self.static_power_w * time_s,

@@ -106,26 +106,30 @@ def schedule(spans: Sequence[Span], spec: DeviceSpec = MNCORE2) -> Timeline:
     dependents: list[list[int]] = [[] for _ in range(n)]
     last_on_queue: dict[tuple[int, int], int] = {}
     for i, s in enumerate(spans):
-        before = [index[k] for k in s.after]
+        before = {index[k] for k in s.after}
         prev = last_on_queue.get((s.device, s.queue))
         if prev is not None:
-            before.append(prev)
+            before.add(prev)
         last_on_queue[(s.device, s.queue)] = i
-        for j in set(before):
+        for j in before:
             dependents[j].append(i)
-            waiting[i] += 1
-    uses = [_resources(s, spec) for s in spans]
-    free_at: dict[str, float] = {}
+        waiting[i] = len(before)
+    uses, resources = _resources(spans, spec)
+    free_at = [0.0] * resources
     ready_at = [0.0] * n
     start = [math.nan] * n
     heap = [(0.0, i) for i in range(n) if waiting[i] == 0]
     heapq.heapify(heap)
+    push, pop = heapq.heappush, heapq.heappop
     placed = 0
     while heap:
-        bound, i = heapq.heappop(heap)
-        t = max([ready_at[i], *(free_at.get(r, 0.0) for r in uses[i])])
+        bound, i = pop(heap)
+        t = ready_at[i]
+        for r in uses[i]:
+            if free_at[r] > t:
+                t = free_at[r]
         if t > bound:  # a resource was taken since it was queued: try again later
-            heapq.heappush(heap, (t, i))
+            push(heap, (t, i))
             continue
         start[i] = t
         end = t + spans[i].duration_s
@@ -133,10 +137,11 @@ def schedule(spans: Sequence[Span], spec: DeviceSpec = MNCORE2) -> Timeline:
         for r in uses[i]:
             free_at[r] = end
         for j in dependents[i]:
-            ready_at[j] = max(ready_at[j], end)
+            if end > ready_at[j]:
+                ready_at[j] = end
             waiting[j] -= 1
             if waiting[j] == 0:
-                heapq.heappush(heap, (ready_at[j], j))
+                push(heap, (ready_at[j], j))
     if placed < n:
         raise _never_starts(spans, [i for i in range(n) if math.isnan(start[i])])
     return _timeline(spans, start)
@@ -187,12 +192,28 @@ def _fold_span(
     )
 
 
-def _resources(s: Span, spec: DeviceSpec) -> tuple[str, ...]:
-    if s.kind in COMPUTE_KINDS:
-        return (f"dev{s.device}.compute",)
-    if s.link is not None:
-        return spec.link.route(*s.link)
-    return ()
+def _resources(spans: Sequence[Span], spec: DeviceSpec) -> tuple[list[tuple[int, ...]], int]:
+    """Per span, the numbers of the exclusive resources it holds while it runs (its
+    device's PE array, the link directions of its route), and how many there are."""
+    ids: dict[str, int] = {}
+    by_where: dict[tuple, tuple[int, ...]] = {}  # ("compute", device) | ("link", src, dst)
+    uses = []
+    for s in spans:
+        if s.kind in COMPUTE_KINDS:
+            where: tuple = ("compute", s.device)
+        elif s.link is not None:
+            where = ("link", *s.link)
+        else:
+            uses.append(())
+            continue
+        held = by_where.get(where)
+        if held is None:
+            names = (
+                (f"dev{s.device}.compute",) if where[0] == "compute" else spec.link.route(*s.link)
+            )
+            held = by_where[where] = tuple(ids.setdefault(r, len(ids)) for r in names)
+        uses.append(held)
+    return uses, len(ids)
 
 
 def _timeline(spans: Sequence[Span], start: list[float]) -> Timeline:
@@ -243,10 +264,12 @@ def _check(spans: Sequence[Span]) -> dict[int, int]:
         if s.key in index:
             raise InvalidArgumentError(f"span key {s.key} is used twice: give each span its own")
         index[s.key] = i
-        _check_index(s.device, f"span {s.key}'s device")
-        _check_index(s.queue, f"span {s.key}'s queue")
+        if type(s.device) is not int or s.device < 0:
+            _check_index(s.device, f"span {s.key}'s device")
+        if type(s.queue) is not int or s.queue < 0:
+            _check_index(s.queue, f"span {s.key}'s queue")
         for what, value in (("duration_s", s.duration_s), ("energy_j", s.energy_j)):
-            if not (isinstance(value, (int, float)) and 0 <= value < math.inf):
+            if not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise InvalidArgumentError(
                     f"span {s.key} ({s.name}) has {what}={value!r}: it must be finite and >= 0"
                 )
@@ -255,12 +278,12 @@ def _check(spans: Sequence[Span]) -> dict[int, int]:
                 f"span {s.key} ({s.name}) has link={s.link!r}: give (src, dst) devices"
             )
     for s in spans:
-        unknown = [k for k in s.after if k not in index]
-        if unknown:
-            raise InvalidArgumentError(
-                f"span {s.key} ({s.name}) waits on unknown span {unknown[0]}: "
-                "after names keys of spans in the same schedule"
-            )
+        for k in s.after:
+            if k not in index:
+                raise InvalidArgumentError(
+                    f"span {s.key} ({s.name}) waits on unknown span {k}: "
+                    "after names keys of spans in the same schedule"
+                )
     return index
 
 

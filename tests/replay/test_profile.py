@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from binaries import three_device_capture
 from click.testing import CliRunner
 
 import mnrt
@@ -333,3 +334,84 @@ def test_every_track_name_is_on_the_track_whose_events_it_names(traced_binary, b
             assert "status" not in s["args"] and "modelled_us" in s["args"], (name, s)
         else:
             assert s["pid"] == 0 and name == "replayed commands", (name, s)
+
+
+@pytest.fixture
+def three_device_binary():
+    return three_device_capture()
+
+
+def _enclosing(slices, pid, tid, ts):
+    return [
+        s for s in slices
+        if (s["pid"], s["tid"]) == (pid, tid) and s["ts"] <= ts <= s["ts"] + s["dur"]
+    ]  # fmt: skip
+
+
+def test_every_modelled_event_sits_on_its_devices_track_and_every_flow_has_both_ends(
+    three_device_binary, assert_nested
+):
+    report = mnrt.replay(three_device_binary, loops=2, profile=True)
+    assert report.passed
+    trace = json.loads(json.dumps(report.profile.to_trace(), allow_nan=False))
+    events, slices = trace["traceEvents"], _slices(trace)
+    assert_nested(slices)
+    meta = [e for e in events if e["ph"] == "M"]
+    process = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
+    thread = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    assert sorted(n for p, n in process.items() if p) == [
+        f"device {i} (mnc2emu{i})" for i in range(3)
+    ]
+    # One process per device, a modelled and a wall track per queue, named where they sit.
+    for s in slices:
+        assert (s["pid"], s["tid"]) in thread, s
+        if "device" in s["args"]:  # a modelled slice: on the device it ran on
+            assert process[s["pid"]].startswith(f"device {s['args']['device']} "), s
+    modelled = [s for s in slices if "modelled" in thread[s["pid"], s["tid"]]]
+    assert {thread[s["pid"], s["tid"]] for s in modelled} == {
+        "queue 0: modelled MN-Core time",
+        "queue 1: modelled MN-Core time",
+        "link in: copies into this device (modelled)",
+        "link out: copies out of this device (modelled)",
+    }
+    # Every flow has one start and one end, each on a slice of a named track.
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert starts.keys() == ends.keys()
+    assert len(starts) == sum(e["ph"] == "s" for e in events)
+    for flow_id, s in starts.items():
+        f = ends[flow_id]
+        assert s["cat"] == f["cat"]
+        for end in (s, f):
+            assert _enclosing(slices, end["pid"], end["tid"], end["ts"]), end
+    # Per loop: two copies, from the sender's device to the receiver's, and three waits.
+    device_pid = {int(n.split()[1]): p for p, n in process.items() if p}
+    copies = [(starts[i], ends[i]) for i in starts if starts[i]["cat"] == "copy"]
+    assert sorted((s["pid"], f["pid"]) for s, f in copies) == sorted(
+        2 * [(device_pid[0], device_pid[1]), (device_pid[2], device_pid[1])]
+    )
+    waits = [(starts[i], ends[i]) for i in starts if starts[i]["cat"] == "event"]
+    assert len(waits) == 2 * 3
+    for s, f in waits:
+        source = {x["name"] for x in _enclosing(slices, s["pid"], s["tid"], s["ts"])}
+        sink = {x["name"] for x in _enclosing(slices, f["pid"], f["tid"], f["ts"])}
+        assert any(n.startswith("record_event") for n in source), source
+        assert any(n.startswith("wait_event") for n in sink), sink
+        assert f["ts"] >= s["ts"]
+
+
+def test_the_modelled_tracks_follow_the_timeline_across_devices(three_device_binary):
+    trace = mnrt.replay(three_device_binary, profile=True).profile.to_trace()
+    slices = _slices(trace)
+    modelled = [s for s in slices if "device" in s["args"] and "queue_command" in s["args"]]
+    first = {s["name"]: s for s in modelled if s["tid"] % 2 == 0}
+    add = next(s for n, s in first.items() if n.startswith("program"))
+    copies = [s for n, s in first.items() if n.startswith("copy_buffer")]
+    assert len(copies) == 2
+    # Device 1's program starts only once both copies have landed; the copy pulled from
+    # device 2 waited for device 2's write.
+    assert all(add["ts"] >= c["ts"] + c["dur"] - 1e-3 for c in copies)
+    write_z = next(s for n, s in first.items() if n == "write_buffer 'z'")
+    pulled = next(c for c in copies if "'z'" in c["name"])
+    assert pulled["ts"] >= write_z["ts"] + write_z["dur"] - 1e-3
+    assert min(c["dur"] for c in copies) * 1e-6 >= mnrt.MNCORE2.link.latency_s - 1e-12
