@@ -141,7 +141,9 @@ class PipelinedFunction:
 
     @property
     def output_names(self) -> list[str]:
-        return list(self.program.outputs)
+        """The graph's output names: a call's results are keyed by them (the program may
+        return a copy under another name, see uniquify-function-inputs-outputs)."""
+        return list(self.graph.outputs)
 
     @property
     def microbatches(self) -> int:
@@ -189,8 +191,8 @@ class PipelinedFunction:
         reads = self._enqueue(self._check_inputs(inputs))
         self._finish()
         return {
-            name: np.stack([reads[(name, m)] for m in range(self.microbatches)])
-            for name in self.program.outputs
+            out: np.stack([reads[(name, m)] for m in range(self.microbatches)])
+            for out, name in zip(self.graph.outputs, self.program.outputs)
         }
 
     def commands(self) -> list[Command]:
@@ -291,14 +293,13 @@ class PipelinedFunction:
                 )
             self._enqueue(arrays)
             self._finish()
-            for name in self.program.outputs:
+            for out, name in zip(self.graph.outputs, self.program.outputs):
                 q = self.queues[self.where[name]]
-                error = errors.get(name, 0.0)
                 for m in range(self.microbatches):
                     buf = self.buffer(name, m)
                     golden = q.enqueue_read_buffer(buf)
-                    rtol, atol = golden_tolerance(buf.dtype, error, golden)
-                    compare_to_golden(q, buf, golden, rtol=rtol, atol=atol, name=f"{name}#{m}")
+                    rtol, atol = golden_tolerance(buf.dtype, errors[out], golden)
+                    compare_to_golden(q, buf, golden, rtol=rtol, atol=atol, name=f"{out}#{m}")
 
     def close(self) -> None:
         """Close the devices this function opened (the Context's own stays open)."""

@@ -230,3 +230,22 @@ def test_codegen_dir_during_a_users_capture_leaves_the_binary_out(ctx, tmp_path)
     phases = json.loads((tmp_path / "cg" / "report.json").read_text())["phases"]
     assert phases[-1]["name"] == "light binary"
     assert phases[-1]["status"].startswith("skipped: ")
+
+
+def test_an_input_returned_as_is_comes_back_as_its_own_copy(ctx, tmp_path):
+    b = GraphBuilder("g")
+    x = b.input("x", (4, 4))
+    b.output(b.neg(b.relu(x)), "y")
+    b.output(x)
+    compiled = ctx.compile(b, {"x": np.ones((4, 4), np.float32)},
+                           options={"mpmd": {"devices": [0, 1], "microbatches": 2}})  # fmt: skip
+    assert compiled.program.outputs[1] != "x"  # uniquify-function-inputs-outputs' copy
+    xs = np.arange(32, dtype=np.float32).reshape(2, 4, 4) - 10
+    out = compiled({"x": xs})
+    assert list(out) == ["y", "x"] == compiled.output_names
+    np.testing.assert_array_equal(out["x"], xs)
+    np.testing.assert_array_equal(out["y"], -np.maximum(xs, 0))
+    compiled.save_binary(tmp_path / "g.mnlb")
+    report = replay(tmp_path / "g.mnlb")
+    assert report.passed and {c.name for c in report.checks} >= {"x#0", "y#1"}
+    compiled.close()
