@@ -11,8 +11,10 @@ whole layers:
   bubble = Timeline.bubble_fraction (idle share of devices x makespan) against the
     analytic figure with equal stages and free transfers: GPipe (p-1)/(m+p-1) = 3/11,
     circular with v virtual stages per device (p-1)/(v m + p-1) = 3/19;
-  copies = the share of the makespan the devices' copies take on their own queues
-    (overlapped with compute, but each stage boundary adds one to the fill);
+  copies = the share of devices x makespan the copies take on their own queues (overlapped
+    with compute, but each stage boundary adds one to the fill);
+  bubble free = the bubble of the same run with every copy free: what the stages' own
+    imbalance (max/mean stage time, "imbal") leaves;
   max |pipelined - one device| over every output element of the 8 microbatches.
 
     python benchmarks/bench_pipeline.py
@@ -20,11 +22,14 @@ whole layers:
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 import mnrt
 from mnrt.compiler.models import deep_mlp, encoder_stack
 from mnrt.compiler.mpmd import analytic_bubble
+from mnrt.host.timeline import schedule as place
 
 DEVICES, MICROBATCHES = 4, 8
 MODELS = {
@@ -46,7 +51,8 @@ def run() -> None:
     )
     print(
         f"{'model':<11} {'schedule':<9} {'stages by':<10} {'1 dev us':>9} {'pipe us':>8} "
-        f"{'thru':>6} {'bubble':>7} {'analytic':>8} {'diff':>6} {'copies':>7} {'max err':>8}"
+        f"{'thru':>6} {'bubble':>7} {'analytic':>8} {'diff':>6} {'copies':>7} {'free':>6} "
+        f"{'imbal':>6} {'max err':>8}"
     )
     with mnrt.Context() as ctx:
         for label, (model, kw, layers) in MODELS.items():
@@ -82,12 +88,22 @@ def run() -> None:
                         if s.kind == "copy"
                     )
                     analytic = analytic_bubble(schedule, DEVICES, stages, MICROBATCHES)
+                    spans = pipe.spans()
+                    free = place(
+                        [
+                            dataclasses.replace(s, duration_s=0.0) if s.kind == "copy" else s
+                            for s in spans
+                        ]
+                    )
+                    stage_s = [s.duration_s for s in spans if s.kind == "program"]
                     print(
                         f"{label:<11} {schedule:<9} {by:<10} {base * 1e6:>9.1f} "
                         f"{timeline.makespan_s * 1e6:>8.1f} {base / timeline.makespan_s:>5.2f}x "
                         f"{timeline.bubble_fraction:>7.3f} {analytic:>8.3f} "
                         f"{timeline.bubble_fraction - analytic:>+6.3f} "
-                        f"{copies / (DEVICES * timeline.makespan_s):>7.1%} {err:>8.1e}"
+                        f"{copies / (DEVICES * timeline.makespan_s):>7.1%} "
+                        f"{free.bubble_fraction:>6.3f} "
+                        f"{max(stage_s) / (sum(stage_s) / len(stage_s)):>6.2f} {err:>8.1e}"
                     )
                     pipe.close()
     p, m = DEVICES, MICROBATCHES

@@ -3,11 +3,11 @@
 - gpipe: one stage per device; each device runs its stage for microbatch 0, 1, ... M-1.
   With p stages of equal time t and M microbatches the makespan is (M + p - 1) t, so the
   bubble (idle share of devices x makespan) is (p - 1) / (M + p - 1).
-- circular: v = stages / p virtual stages per device, stage s on device s mod p; the
-  microbatches go round the devices v times in rounds of p: for each round, each of the
-  device's stages in turn runs the round's microbatches. With stages of equal time t/v
-  (the same model, cut finer) and M a multiple of p, the makespan is (v M + p - 1) t / v,
-  so the bubble is (p - 1) / (v M + p - 1): v times smaller a startup than gpipe's.
+- circular: v = stages / p virtual stages per device, stage s on device s mod p: the
+  microbatches go round the devices v times; each device runs its first stage for every
+  microbatch, then its second, and so on. With stages of equal time t/v (the same model,
+  cut finer) and M >= p, the makespan is (v M + p - 1) t / v, so the bubble is
+  (p - 1) / (v M + p - 1): v times smaller a startup than gpipe's.
 
 Each schedule is a function registered in SCHEDULES; `plan` adds the dependencies between
 stages the program has and a global order that respects them (the order the host enqueues
@@ -34,13 +34,15 @@ def gpipe(devices: int, stages: int, microbatches: int) -> list[list[Task]]:
 
 
 def circular(devices: int, stages: int, microbatches: int) -> list[list[Task]]:
+    """Each device runs its first stage for every microbatch, then its second, ... (the
+    breadth-first order): the last device's results loop back to the first device while it
+    still works through its earlier stage, so that copy has M - p stage times of slack,
+    where rounds of p microbatches (Megatron's interleaved order) leave it none."""
     v = stages // devices
-    out: list[list[Task]] = [[] for _ in range(devices)]
-    for start in range(0, microbatches, devices):
-        batch = range(start, min(start + devices, microbatches))
-        for d in range(devices):
-            out[d] += [Task(j * devices + d, m) for j in range(v) for m in batch]
-    return out
+    return [
+        [Task(j * devices + d, m) for j in range(v) for m in range(microbatches)]
+        for d in range(devices)
+    ]
 
 
 SCHEDULES: dict[str, Callable[[int, int, int], list[list[Task]]]] = {
