@@ -43,7 +43,7 @@ def report(compiled: PipelinedFunction, phases: list[dict]) -> dict:
                 "value": t.source,
                 "src": t.src,
                 "dst": t.dst,
-                "nbytes": compiled._nbytes(t.source),
+                "nbytes": compiled.nbytes(t.source),
             }
             for t in compiled.transfers
         ],

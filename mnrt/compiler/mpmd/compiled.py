@@ -31,7 +31,7 @@ from ...device.cost import model_transfer
 from ...device.spec import MNCORE2
 from ...device.tolerance import golden_tolerance
 from ...errors import InvalidArgumentError, MnrtError
-from ...host import Buffer, Device, Event, open_device
+from ...host import Buffer, CommandQueue, Device, Event, open_device
 from ...host.timeline import Span, Timeline, schedule
 from .. import goldens, placement
 from ..ir import INPUT, PARAM, TEMP, Graph, Value
@@ -86,7 +86,6 @@ class PipelinedFunction:
         self.mpmd = mpmd
         self.options = options
         self.graph = graph  # the optimised graph of one microbatch, before partitioning
-        self.source = graph
         self.stages: list[tuple[str, str]] = []  # (phase, graph dump) of the compile
         self.passes: list[tuple[str, str]] = []  # (pass, MPMD IR text) after each
         self.example_inputs = {k: np.array(v) for k, v in inputs.items()}
@@ -94,7 +93,7 @@ class PipelinedFunction:
         owned: list[Device] = []
         self._finalizer = weakref.finalize(self, _close_all, owned)
         self._buffers: dict[tuple[str, int], Buffer] = {}
-        self._copy_queues: dict[tuple[int, int], Any] = {}  # (device, queue index) -> queue
+        self._copy_queues: dict[tuple[int, int], CommandQueue] = {}  # by (device, index)
         self._commands: list[Command] | None = None
         self.program_of = {f.name: f for f in program.fragments}
         self.where = program.device_of()
@@ -206,7 +205,7 @@ class PipelinedFunction:
         events: dict[tuple, Event] = {}
         reads: dict[tuple[str, int], np.ndarray] = {}
         for c in self.commands():
-            q = self._queue(c.device, c.queue)
+            q = self.queue(c.device, c.queue)
             if c.kind == "write":
                 buf = self.buffer(c.value, c.microbatch)
                 q.enqueue_write_buffer(buf, as_host(arrays[c.value][c.microbatch], buf))
@@ -231,7 +230,8 @@ class PipelinedFunction:
                 q.enqueue_program(self.lowered[fragment.name].program, bindings)
         return reads
 
-    def _queue(self, device: int, index: int) -> Any:
+    def queue(self, device: int, index: int) -> CommandQueue:
+        """Queue `index` of `device` (COMPUTE, TRANSFERS or HOST), opened on first use."""
         if index == COMPUTE:
             return self.queues[device]
         if (device, index) not in self._copy_queues:
@@ -252,9 +252,9 @@ class PipelinedFunction:
         for c in self.commands():
             cost, kw = None, {}
             if c.kind in ("write", "read"):
-                cost = model_transfer(spec, self._nbytes(c.value))
+                cost = model_transfer(spec, self.nbytes(c.value))
             elif c.kind == "copy":
-                nbytes = self._nbytes(c.transfer.source)
+                nbytes = self.nbytes(c.transfer.source)
                 cost = spec.copy_cost(c.transfer.src, c.transfer.dst, nbytes)
                 kw = {"link": (c.transfer.src, c.transfer.dst), "nbytes": nbytes}
             elif c.kind == "wait_event":
@@ -273,7 +273,8 @@ class PipelinedFunction:
         """One call on the modelled timeline: makespan, bubble fraction, per-device use."""
         return schedule(self.spans(), MNCORE2)
 
-    def _nbytes(self, name: str) -> int:
+    def nbytes(self, name: str) -> int:
+        """Bytes of one microbatch's value `name` (what a transfer of it moves)."""
         v = self.program.values[name]
         return math.prod(v.shape) * v.dtype.itemsize
 

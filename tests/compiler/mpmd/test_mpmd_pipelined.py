@@ -162,7 +162,7 @@ def test_program_cost_is_what_the_device_prices(ctx):
     compiled(_microbatches(inputs, 2))
     for fragment in compiled.fragments:
         lowered = compiled.lowered[fragment.name]
-        q = compiled._queue(fragment.device, COMPUTE)
+        q = compiled.queue(fragment.device, COMPUTE)
         ran = [c for c in q.history if c.kind == "program"][-1]
         want = program_cost(lowered.program, lowered.bindings)
         assert ran.modelled.time_s == pytest.approx(want.time_s, rel=1e-12)
