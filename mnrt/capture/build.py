@@ -72,7 +72,19 @@ class _Context:
         # command there, so a snapshot write on one need not block (see _write).
         devices = {e[1]: e[2] for e in log if e[0] == r.OPEN_QUEUE}
         per_device = Counter(devices.values())
-        self.sole_queues = {q for q, dev in devices.items() if per_device[dev] == 1}
+        # A copy run by another device's queue reads (or writes) a buffer without its own
+        # device's queue ordering it: such a device's queues are never sole.
+        buffer_device = {e[1]: e[2] for e in log if e[0] == r.CREATE_BUFFER}
+        shared = {
+            buffer_device[bid]
+            for e in log
+            if e[0] == r.COPY
+            for bid in (e[2], e[3])
+            if buffer_device.get(bid) != devices.get(e[1])
+        }
+        self.sole_queues = {
+            q for q, dev in devices.items() if per_device[dev] == 1 and dev not in shared
+        }
         self.blobs = BlobStore()
         self.dtype_of: dict[int, int] = {}  # buffer gid -> dtype code
         # One command object per distinct enqueue (a loop enqueues the same one again and

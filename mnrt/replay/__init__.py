@@ -30,7 +30,6 @@ from ..format.fb.CommandUnion import CommandUnion
 from . import io
 from .executor import Executor
 from .modelled import spans as span_list
-from .modelled import timelines
 from .placement import place
 from .plan import Plan, validate
 from .profile import Profile
@@ -178,7 +177,7 @@ def replay(
             inputs=new_inputs,
             expected=wanted,
             transport=transport,
-            timeline=last,
+            timeline=last or profile,
         )
         t0 = time.perf_counter()
         try:
@@ -245,15 +244,20 @@ def gather_loop(
 def _add_timelines(
     report: ReplayReport, plan: Plan, executor: Executor, transport: Transport
 ) -> None:
-    """The modelled timelines of the captured topology and of the placement that ran, from
-    every rank's spans (scheduled on rank 0)."""
-    mine = (span_list(plan, executor.submitted or ()), dict(executor.placed))
-    gathered = transport.gather(mine) if transport.size > 1 else [mine]
+    """What the modelled timelines of the captured topology and of the placement that ran
+    are scheduled from (on first use): every rank's spans and placement, on rank 0."""
+    submitted = executor.submitted or []
+    if transport.size == 1:
+        report.keep_spans(lambda: span_list(plan, submitted), executor.placed)
+        return
+    gathered = transport.gather((span_list(plan, submitted), dict(executor.placed)))
     if gathered is None:
         return
+    # Runner devices of different ranks are different devices (each rank opens its own,
+    # from index 0): as run, they are numbered across ranks in rank order.
+    runner: dict[tuple[int, int], int] = {}
     placed: dict[int, int] = {}
-    for _, p in gathered:
-        placed.update(p)
-    captured, as_run = timelines([s for g in gathered for s in g[0]], placed)
-    report.timeline, report.timeline_as_run = captured, as_run
-    report.modelled, report.modelled_as_run = captured.to_dict(), as_run.to_dict()
+    for rank, (_, p) in enumerate(gathered):
+        for logical, index in sorted(p.items()):
+            placed[logical] = runner.setdefault((rank, index), len(runner))
+    report.keep_spans([s for spans, _ in gathered for s in spans], placed)

@@ -4,6 +4,11 @@ Objects live in one table per kind, keyed by the binary's global ids; `lookup` i
 way in, so a missing object is always reported the same way. Reads and golden checks are
 compared once every queue has finished. A profiling executor also keeps when each command
 ran and how much device memory was in use after each allocation (see profile.py).
+
+Logical devices folded onto one runner device (a placement's `folded`) share it, each of
+their queues on a queue of its own. With a transport of several ranks, a rank carries out
+only the commands of the devices it owns (see ranks.py): the far end of a copy is a send or
+a receive tagged with the copy's id, and an event that crosses ranks is a signal.
 """
 
 from __future__ import annotations

@@ -84,6 +84,10 @@ def timelines(
     all_spans: list[Span], placed: Mapping[int, int], spec: DeviceSpec = MNCORE2
 ) -> tuple[Timeline, Timeline]:
     """The captured topology's timeline and the placement's (`placed`: captured device
-    index -> runner device index) for the same spans."""
+    index -> runner device index) for the same spans: one and the same when every device
+    ran on the index it was captured on."""
     ordered = sorted(all_spans, key=lambda s: s.key)
-    return schedule(ordered, spec), schedule(fold(ordered, placed, spec), spec)
+    captured = schedule(ordered, spec)
+    if all(placed.get(s.device, s.device) == s.device for s in ordered):
+        return captured, captured
+    return captured, schedule(fold(ordered, placed, spec), spec)

@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Any
 from ..format.files import write_atomically
 from ..host.commands import FAILED, RunProgram
 from ..host.device import MAX_QUEUES
+from ..host.timeline import schedule
 from .executor import COMMAND_NAMES
+from .modelled import spans as span_list
 from .plan import BUFFER, DEVICE, PROGRAM, QUEUE, Plan
 from .report import check_dict, json_value
-from .timing import ReplaySpans, replay_spans
 
 if TYPE_CHECKING:
     from ..host import Buffer, CommandQueue
@@ -133,12 +134,11 @@ class Profile:
         checks: list[Check],
         checked: float,
         error: str | None = None,
-        spans: ReplaySpans | None = None,
     ) -> None:
         """Record one loop: `start`/`end` bound its commands, the golden checks ran from
-        `end` to `checked`. A loop stopped by `error` is recorded up to the failure.
-        `spans`: the loop's `replay_spans`, when the caller has them already. Call before
-        the executor's devices are closed."""
+        `end` to `checked`. A loop stopped by `error` is recorded up to the failure. Call
+        before the executor's devices are closed; the modelled tracks need an executor
+        that kept its queue commands (`Executor(..., timeline=True)`)."""
         self.loops += 1
         if self.loops > MAX_TRACED_LOOPS and error is None and all(c.passed for c in checks):
             self.untraced += 1  # a loop like the ones traced: counted, not kept
@@ -163,7 +163,8 @@ class Profile:
             self._counter(pid, checked, 0)  # every device closes when its loop ends
         for queue_id, q in executor.tables[QUEUE].items():
             self._queue(queue_id, q)
-        self._timeline(replay_spans(executor) if spans is None else spans, start)
+        if executor.submitted is not None:
+            self._timeline(executor.submitted, start)
 
     def _host_commands(self, executor: Executor) -> None:
         commands = self.plan.binary.commands
@@ -199,8 +200,9 @@ class Profile:
         if tids is None:
             base = 2 * sum(1 for other_pid, _, _ in self._tids.values() if other_pid == pid)
             tids = self._tids[queue_id] = (pid, base + 1, base + 2)
-            self._name(pid, base + 1, f"queue {q.index}: emulator (host wall time)")
-            self._name(pid, base + 2, f"queue {q.index}: modelled MN-Core time")
+            index = self.plan.queue_index[queue_id]  # as captured (folding may move it)
+            self._name(pid, base + 1, f"queue {index}: emulator (host wall time)")
+            self._name(pid, base + 2, f"queue {index}: modelled MN-Core time")
         for cmd in q.history:
             if cmd.start_s:  # it ran (skipped commands did not)
                 self._wall(cmd, pid, tids[1])
@@ -231,18 +233,20 @@ class Profile:
                 self._span(step.kdef.name, pid, tid, t0, t1, args)
 
     # --- the modelled timeline -------------------------------------------------------------
-    def _timeline(self, rs: ReplaySpans, start: float) -> None:
+    def _timeline(self, submitted: list[tuple[int, int, Command | None]], start: float) -> None:
         """Each queue command on its queue's modelled track where the multi-device timeline
         placed it (from the loop's start), a program's kernels inside it; a copy between
         devices also on the other end's link track, with an arrow from the end that sends
         to the end that receives; an arrow from each event's record to each wait on it."""
-        timeline = rs.modelled()
+        spans = span_list(self.plan, submitted)
+        timeline = schedule(spans)
         origin = self._us(start)
         pid_of = {self.plan.device_index[gid]: pid for gid, pid in self._pids.items()}
         at: dict[int, tuple[int, int, float]] = {}  # span key -> (pid, tid, start us)
-        for span in rs.spans:
-            cmd = rs.command_of[span.key]
-            pid, _, tid = self._tids[rs.queue_of[span.key]]
+        for span, (_, queue_id, cmd) in zip(spans, submitted):
+            if cmd is not None and cmd.modelled is None:  # failed or skipped: never ran
+                continue
+            pid, _, tid = self._tids[queue_id]
             t0 = origin + timeline.start_s[span.key] * 1e6
             t1 = origin + timeline.end_s[span.key] * 1e6
             self._modelled(cmd, span, pid, tid, t0, t1)
@@ -252,26 +256,28 @@ class Profile:
                 other = dst if span.device == src else src
                 other_pid = pid_of[other]
                 link_tid = self._link_tid(other_pid, "in" if other == dst else "out")
-                args = {"queue_command": cmd.index, "device": other, "queue_device": span.device}
-                self._slice(cmd.label, other_pid, link_tid, t0, t1, args)
+                args = {"queue_command": span.key, "device": other, "queue_device": span.device}
+                self._slice(span.name, other_pid, link_tid, t0, t1, args)
                 here, there = (pid, tid, t0), (other_pid, link_tid, t0)
                 self._flow("copy", *((here, there) if span.device == src else (there, here)))
         for flow in timeline.flows:
-            if flow.kind == "event":
+            if flow.kind == "event" and flow.from_key in at and flow.to_key in at:
                 self._flow("event", at[flow.from_key], at[flow.to_key])
 
     def _modelled(
-        self, cmd: Command, span: Span, pid: int, tid: int, start: float, end: float
+        self, cmd: Command | None, span: Span, pid: int, tid: int, start: float, end: float
     ) -> None:
         args = {
-            "queue_command": cmd.index,
+            "command": span.key,
             "device": span.device,
-            **_modelled_args(cmd.modelled),
+            **_modelled_args(cmd.modelled if cmd is not None else None),
             # What the timeline charged (a copy as priced for the captured devices).
             "modelled_us": span.duration_s * 1e6,
             "energy_uj": span.energy_j * 1e6,
         }
-        self._slice(cmd.label, pid, tid, start, end, args)
+        if cmd is not None:
+            args["queue_command"] = cmd.index
+        self._slice(span.name, pid, tid, start, end, args)
         if isinstance(cmd, RunProgram):
             at = start
             for i, step in enumerate(cmd.plan.steps):

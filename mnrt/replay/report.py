@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -13,9 +14,10 @@ import numpy as np
 from ..errors import MnrtError
 from ..format import LightBinary
 from ..host.golden import Check
+from .modelled import timelines
 
 if TYPE_CHECKING:
-    from ..host.timeline import Timeline
+    from ..host.timeline import Span, Timeline
     from .profile import Profile
 
 
@@ -43,13 +45,13 @@ class ReplayReport:
     # expected): nothing was compared, so the verdict is NO GOLDENS, never PASS.
     no_goldens: bool = False
     error: MnrtError | None = None  # what stopped the replay (then `passed` is False)
-    # The modelled timeline (DESIGN.md section 11) of the captured topology and of the
-    # placement that ran: makespan_s, energy_j, bubble_fraction, devices [{index, busy_s,
-    # energy_j}]; the Timeline objects behind them for profiles. Of the last loop.
-    modelled: dict | None = None
-    modelled_as_run: dict | None = None
-    timeline: Timeline | None = None
-    timeline_as_run: Timeline | None = None
+    # The last loop's queue commands as timeline spans (every rank's, on rank 0) and where
+    # each captured device ran: what `modelled` and `modelled_as_run` are scheduled from,
+    # when first asked for (a large binary's timeline costs as much as its replay).
+    placed: dict[int, int] = field(default_factory=dict)
+    # The spans, or what makes them on first use (a replay on one rank keeps its commands).
+    _spans: list[Span] | Callable[[], list[Span]] | None = None
+    _timelines: tuple[Timeline, Timeline] | None = None
     rank: int = 0  # of a distributed replay: rank 0's report holds every rank's results
     ranks: int = 1
 
@@ -70,6 +72,53 @@ class ReplayReport:
             self.checks, self.outputs = checks, outputs
         if not all(c.passed for c in checks):
             self.failed_loops += 1
+
+    def keep_spans(
+        self, spans: list[Span] | Callable[[], list[Span]], placed: dict[int, int]
+    ) -> None:
+        """Keep the last loop's spans (or what makes them) and where each captured device
+        ran, for the modelled timelines."""
+        self._spans, self.placed = spans, dict(placed)
+        self._timelines = None
+
+    @property
+    def spans(self) -> list[Span] | None:
+        """The last loop's queue commands as timeline spans, every rank's (None on ranks
+        other than 0, or when no loop finished)."""
+        if callable(self._spans):
+            self._spans = self._spans()
+        return self._spans
+
+    def _scheduled(self) -> tuple[Timeline, Timeline] | None:
+        spans = self.spans
+        if self._timelines is None and spans is not None:
+            self._timelines = timelines(spans, self.placed)
+        return self._timelines
+
+    @property
+    def timeline(self) -> Timeline | None:
+        """The modelled timeline of the captured topology (host/timeline.py)."""
+        scheduled = self._scheduled()
+        return None if scheduled is None else scheduled[0]
+
+    @property
+    def timeline_as_run(self) -> Timeline | None:
+        """The same work's modelled timeline on the placement that ran."""
+        scheduled = self._scheduled()
+        return None if scheduled is None else scheduled[1]
+
+    @property
+    def modelled(self) -> dict | None:
+        """DESIGN.md section 11: makespan_s, energy_j, bubble_fraction and devices [{index,
+        busy_s, energy_j}] of the captured topology (None on ranks other than 0)."""
+        timeline = self.timeline
+        return None if timeline is None else timeline.to_dict()
+
+    @property
+    def modelled_as_run(self) -> dict | None:
+        """`modelled`, for the placement that ran (devices are runner device indices)."""
+        timeline = self.timeline_as_run
+        return None if timeline is None else timeline.to_dict()
 
     @property
     def passed(self) -> bool:
@@ -166,8 +215,9 @@ class ReplayReport:
                     f"{w['actual']:.7g}, abs err {w['abs_err']:.3g}, rel err {w['rel_err']:.3g}"
                     for w in c.worst
                 )
+        several = self.spans is not None and len({s.device for s in self.spans}) > 1
         for label, m in (("captured", self.modelled), ("as run", self.modelled_as_run)):
-            if m is not None and len(self.modelled["devices"]) > 1:
+            if several:
                 lines.append(
                     f"modelled timeline ({label}): makespan {m['makespan_s'] * 1e6:.2f} us on "
                     f"{len(m['devices'])} device(s), bubble {m['bubble_fraction']:.3f}, energy "

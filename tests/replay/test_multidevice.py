@@ -268,3 +268,41 @@ def test_mnrt_run_folds_and_reports_both_timelines(tmp_path):
     doc = json.loads(out)
     assert doc["passed"] and len(doc["modelled"]["devices"]) == 4
     assert len(doc["modelled_as_run"]["devices"]) == 2
+
+
+def test_info_and_dump_show_copies_and_events(tmp_path, two_device_binary):
+    binary, _ = two_device_binary
+    path = tmp_path / "two.mnlb"
+    binary.save(path)
+    code, out = invoke_cli("info", path)
+    assert code == 0 and "captured as 0, 1" in out
+    assert "copies:    0 on one device, 1 between devices (512 B); events: 1" in out
+    code, out = invoke_cli("info", path, "--json")
+    assert json.loads(out)["copies"] == {"local": 0, "cross_device": 1, "cross_device_bytes": 512}
+    code, out = invoke_cli("dump", path, "--json")
+    commands = [c["cmd"] for c in json.loads(out)["commands"]]
+    copy = next(c for c in commands if c["type"] == "CopyBuffer")
+    record = next(c for c in commands if c["type"] == "RecordEvent")
+    wait = next(c for c in commands if c["type"] == "WaitEvent")
+    assert set(copy) == {"type", "queue_id", "src_id", "dst_id", "blocking", "copy_id"}
+    assert wait["event_id"] == record["event_id"] and wait["queue_id"] != record["queue_id"]
+
+
+def test_a_snapshot_another_devices_queue_copies_from_lands_before_the_copy():
+    """A buffer made before capture began is snapshotted through its device's queue; when
+    only another device's queue uses it (a pulling copy), the snapshot must block on replay
+    or the copy could read the buffer before it."""
+    with mnrt.open_device(0) as d0, mnrt.open_device(1) as d1:
+        a = d0.create_buffer((1024,), "float", name="a")
+        d0.command_queue(0).enqueue_write_buffer(a, np.arange(1024, dtype=np.float32))
+        mnrt.begin_capture()
+        b = d1.create_buffer((1024,), "float", name="b")
+        q1 = d1.command_queue(0)
+        q1.enqueue_copy_buffer(a, b)
+        q1.enqueue_read_buffer(b)
+        binary = mnrt.end_capture()
+    doc = json.loads(jsonio.dumps(binary))
+    writes = [c["cmd"] for c in doc["commands"] if c["cmd"]["type"] == "WriteBuffer"]
+    assert len(writes) == 1 and writes[0]["blocking"]
+    for _ in range(5):
+        assert mnrt.replay(binary).passed

@@ -348,10 +348,11 @@ def _enclosing(slices, pid, tid, ts):
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize("devices", [None, 1], ids=["three devices", "folded onto one"])
 def test_every_modelled_event_sits_on_its_devices_track_and_every_flow_has_both_ends(
-    three_device_binary, assert_nested
+    three_device_binary, assert_nested, devices
 ):
-    report = mnrt.replay(three_device_binary, loops=2, profile=True)
+    report = mnrt.replay(three_device_binary, loops=2, profile=True, devices=devices)
     assert report.passed
     trace = json.loads(json.dumps(report.profile.to_trace(), allow_nan=False))
     events, slices = trace["traceEvents"], _slices(trace)
@@ -359,8 +360,10 @@ def test_every_modelled_event_sits_on_its_devices_track_and_every_flow_has_both_
     meta = [e for e in events if e["ph"] == "M"]
     process = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
     thread = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    # One process per captured device, named for the runner device it replayed on.
+    runner = [report.modelled_as_run["devices"][0]["index"]] * 3 if devices else range(3)
     assert sorted(n for p, n in process.items() if p) == [
-        f"device {i} (mnc2emu{i})" for i in range(3)
+        f"device {i} (mnc2emu{r})" for i, r in zip(range(3), runner)
     ]
     # One process per device, a modelled and a wall track per queue, named where they sit.
     for s in slices:
