@@ -24,6 +24,7 @@ import itertools
 import json
 import os
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..format.files import write_atomically
@@ -239,6 +240,13 @@ class Profile:
         devices also on the other end's link track, with an arrow from the end that sends
         to the end that receives; an arrow from each event's record to each wait on it."""
         spans = span_list(self.plan, submitted)
+        # A rank of a distributed replay has only its own commands: a wait on another
+        # rank's event starts, here, when its queue lets it.
+        keys = {s.key for s in spans}
+        spans = [
+            s if set(s.after) <= keys else replace(s, after=tuple(k for k in s.after if k in keys))
+            for s in spans
+        ]
         timeline = schedule(spans)
         origin = self._us(start)
         pid_of = {self.plan.device_index[gid]: pid for gid, pid in self._pids.items()}
@@ -251,15 +259,18 @@ class Profile:
             t1 = origin + timeline.end_s[span.key] * 1e6
             self._modelled(cmd, span, pid, tid, t0, t1)
             at[span.key] = (pid, tid, t0)
-            if span.link is not None:
-                src, dst = span.link
-                other = dst if span.device == src else src
-                other_pid = pid_of[other]
-                link_tid = self._link_tid(other_pid, "in" if other == dst else "out")
-                args = {"queue_command": span.key, "device": other, "queue_device": span.device}
-                self._slice(span.name, other_pid, link_tid, t0, t1, args)
-                here, there = (pid, tid, t0), (other_pid, link_tid, t0)
-                self._flow("copy", *((here, there) if span.device == src else (there, here)))
+            if span.link is None:
+                continue
+            src, dst = span.link
+            other = dst if span.device == src else src
+            if other not in pid_of:  # another rank's device: not in this trace
+                continue
+            other_pid = pid_of[other]
+            link_tid = self._link_tid(other_pid, "in" if other == dst else "out")
+            args = {"command": span.key, "device": other, "queue_device": span.device}
+            self._slice(span.name, other_pid, link_tid, t0, t1, args)
+            here, there = (pid, tid, t0), (other_pid, link_tid, t0)
+            self._flow("copy", *((here, there) if span.device == src else (there, here)))
         for flow in timeline.flows:
             if flow.kind == "event" and flow.from_key in at and flow.to_key in at:
                 self._flow("event", at[flow.from_key], at[flow.to_key])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -418,3 +419,38 @@ def test_the_modelled_tracks_follow_the_timeline_across_devices(three_device_bin
     pulled = next(c for c in copies if "'z'" in c["name"])
     assert pulled["ts"] >= write_z["ts"] + write_z["dur"] - 1e-3
     assert min(c["dur"] for c in copies) * 1e-6 >= mnrt.MNCORE2.link.latency_s - 1e-12
+
+
+def test_each_rank_of_a_distributed_replay_profiles_its_own_devices(assert_nested):
+    from test_multidevice import pipeline_binary
+    from test_ranks import TIMEOUT_S, ThreadTransport
+
+    binary = pipeline_binary()
+    wires: dict = {}
+    transports = [ThreadTransport(r, 2, wires, threading.Barrier(2)) for r in range(2)]
+    reports: list = [None, None]
+
+    def rank_main(r):
+        reports[r] = mnrt.replay(binary, transport=transports[r], profile=True)
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT_S * 2)
+    assert reports[0].passed
+    for rank, report in enumerate(reports):
+        trace = json.loads(json.dumps(report.profile.to_trace(), allow_nan=False))
+        slices = _slices(trace)
+        assert_nested(slices)
+        names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+        # Block distribution: devices 0, 1 on rank 0 and 2, 3 on rank 1.
+        assert sorted(n.split(" (")[0] for n in names if n.startswith("device")) == [
+            f"device {d}" for d in (2 * rank, 2 * rank + 1)
+        ]
+        starts = {e["id"]: e for e in trace["traceEvents"] if e["ph"] == "s"}
+        ends = {e["id"]: e for e in trace["traceEvents"] if e["ph"] == "f"}
+        assert starts.keys() == ends.keys()
+        assert any(e["cat"] == "copy" for e in starts.values())  # between its own devices
+        for end in [*starts.values(), *ends.values()]:
+            assert _enclosing(slices, end["pid"], end["tid"], end["ts"]), end
