@@ -118,7 +118,7 @@ def parse(text: str) -> MpmdProgram:
         where = f"line {number} ({line!r})"
         try:
             fragment = _parse_line(program, fragment, line, where)
-        except (MnrtError, ValueError, SyntaxError) as e:
+        except (MnrtError, ValueError, SyntaxError, TypeError, RecursionError) as e:
             raise MpmdError(e if str(e).startswith("line ") else f"{where}: {e}") from None
     if fragment is not None:
         raise MpmdError(f"fragment @{fragment.name} is not closed with '}}'")

@@ -3,6 +3,7 @@ use-set inference) and the options."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import numpy as np
@@ -19,6 +20,7 @@ from mnrt.compiler.mpmd import (
     parse_assignment,
     parse_mpmd,
     partition,
+    run_pipeline,
 )
 from mnrt.compiler.mpmd.partition import balanced_cuts
 from mnrt.errors import InvalidArgumentError
@@ -181,3 +183,31 @@ def test_mpmd_options_defaults_and_json_text():
     assert parse_assignment({"a": 1}) == {"a": 1}
     with pytest.raises(InvalidArgumentError):
         parse_assignment({"a": -1})
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_damaged_ir_text_is_refused_with_mpmd_error(data):
+    lines = TEXT.splitlines()
+    i = data.draw(st.integers(0, len(lines) - 1))
+    cut = data.draw(st.integers(0, len(lines[i])))
+    junk = data.draw(st.text(alphabet="%@{}()[]'\",:=x0123 abc-\\", max_size=12))
+    lines[i] = lines[i][:cut] + junk + lines[i][cut + len(junk) :]
+    with contextlib.suppress(MpmdError):  # anything else (a traceback) fails the test
+        parse("\n".join(lines)).verify()
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(2, 6), st.integers(1, 3), st.booleans())
+def test_the_ir_after_every_pass_round_trips_through_its_text(layers, stages, assign):
+    b = GraphBuilder("chain")
+    h = b.input("x", (2, 4))
+    for i in range(layers):
+        with b.scope(f"l{i}"):
+            h = b.add(h, b.relu(b.gemm(h, b.param(f"w{i}", np.eye(4, dtype=np.float32)))))
+    b.output(b.softmax(h), "y")
+    stages = min(stages, layers)
+    assignment = {f"l{i}/": i * stages // layers for i in range(layers)} if assign else {}
+    opts = parse_mpmd({"devices": list(range(stages)), "microbatches": 1})
+    for _, program in run_pipeline(partition(b.build(), opts, assignment)):
+        assert dump(parse(dump(program))) == dump(program)
