@@ -209,6 +209,11 @@ class Context:
 
     def load_codegen_dir(self, path: str | os.PathLike) -> CompiledFunction:
         """A compiled graph from a codegen_dir, without compiling it again."""
+        if (Path(path) / "mpmd").is_dir():
+            raise InvalidArgumentError(
+                f"{path} holds a pipelined (mpmd) compile, which load_codegen_dir does not "
+                "load: compile the model again, or replay its model.mnlb with mnrt run"
+            )
         graph, opts, inputs = codegen.load(Path(path))
         return CompiledFunction(self, graph, opts, graph, inputs)
 

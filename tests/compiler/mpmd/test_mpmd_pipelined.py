@@ -150,6 +150,8 @@ def test_codegen_dir_holds_the_ir_after_each_pass_and_a_replayable_binary(ctx, t
     assert [f["stage"] for f in doc["fragments"]] == [0, 1]
     report = replay(tmp_path / "model.mnlb")
     assert report.passed and len(report.checks) == 3
+    with pytest.raises(InvalidArgumentError, match="holds a pipelined"):
+        ctx.load_codegen_dir(tmp_path)
     counts = info(LightBinary.load(tmp_path / "model.mnlb"))["commands_by_type"]
     assert counts["CopyBuffer"] == 3 * len(compiled.transfers)
     assert counts["OpenDevice"] == 2 and counts["WaitEvent"] > 0
