@@ -200,10 +200,14 @@ class Context:
         compiled = compile_pipelined(self, optimised, opts, inputs, phases)
         self._pipelined.add(compiled)
         compiled.stages = stages
-        if codegen_dir is not None:
-            mpmd_codegen.write(compiled, codegen_dir, list(phases))
-        if opts["out_onnx"]:
-            codegen.export_onnx(optimised, Path(opts["out_onnx"]), phases, required=True)
+        try:
+            if codegen_dir is not None:
+                mpmd_codegen.write(compiled, codegen_dir, list(phases))
+            if opts["out_onnx"]:
+                codegen.export_onnx(optimised, Path(opts["out_onnx"]), phases, required=True)
+        except BaseException:
+            compiled.close()  # its devices, now: the caller never gets the function
+            raise
         self.last_compile_s = time.perf_counter() - start
         return compiled
 

@@ -251,3 +251,12 @@ def test_an_input_returned_as_is_comes_back_as_its_own_copy(ctx, tmp_path):
     report = replay(tmp_path / "g.mnlb")
     assert report.passed and {c.name for c in report.checks} >= {"x#0", "y#1"}
     compiled.close()
+
+
+def test_an_unwritable_codegen_dir_leaves_no_device_open(ctx, tmp_path):
+    builder, inputs = mlp()
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(InvalidArgumentError, match="codegen_dir"):
+        ctx.compile(builder, inputs, codegen_dir=tmp_path / "file",
+                    options={"mpmd": {"devices": [0, 1]}})  # fmt: skip
+    mnrt.open_device(1).close()  # released, so free again
