@@ -475,7 +475,7 @@ class Recorder:
         as a snapshot: on replay it completes no earlier than it did live."""
         gid = event.tag
         if not gid:
-            qid = self._queue(event._queue)
+            qid = self._queue(event.queue)
             gid = self._new_id(event)
             if gid:
                 self._emit((RECORD_EVENT, qid, gid))
@@ -486,8 +486,8 @@ class Recorder:
         follows before the event's queue has got that far, so the wait is recorded as a
         finish of that queue (which waits for no less)."""
         event = args[0]
-        if result is not False and event.tag and event._queue.tag:
-            self.log.append((FINISH, event._queue.tag))
+        if result is not False and event.tag and event.queue.tag:
+            self.log.append((FINISH, event.queue.tag))
 
     def _after_release_trace(self, args: tuple, kwargs: dict, result: None) -> None:
         dev = args[0]

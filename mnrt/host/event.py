@@ -57,6 +57,11 @@ class Event:
         self._done.set()
 
     @property
+    def queue(self) -> CommandQueue:
+        """The queue the event was recorded on."""
+        return self._queue
+
+    @property
     def where(self) -> str:
         return f"event {self.id} of device {self.device.index} queue {self.queue_index}"
 

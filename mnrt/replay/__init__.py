@@ -29,6 +29,7 @@ from ..format import LightBinary
 from ..format.fb.CommandUnion import CommandUnion
 from . import io
 from .executor import Executor
+from .modelled import ran
 from .modelled import spans as span_list
 from .placement import place
 from .plan import Plan, validate
@@ -248,7 +249,8 @@ def _add_timelines(
     are scheduled from (on first use): every rank's spans and placement, on rank 0."""
     submitted = executor.submitted or []
     if transport.size == 1:
-        report.keep_spans(lambda: span_list(plan, submitted), executor.placed)
+        kept = ran(submitted)
+        report.keep_spans(lambda: span_list(plan, kept), executor.placed)
         return
     gathered = transport.gather((span_list(plan, submitted), dict(executor.placed)))
     if gathered is None:

@@ -11,7 +11,9 @@ ends (the link between two captured devices, even when the replay folded them on
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
+from ..device.cost import Modelled
 from ..device.spec import MNCORE2, DeviceSpec
 from ..format.fb.CommandUnion import CommandUnion as U
 from ..host.commands import DONE, Command
@@ -30,11 +32,30 @@ SPAN_KINDS = {
 }
 
 
+class Ran(NamedTuple):
+    """What a span needs of a host command that ran: a report keeps these rather than the
+    commands, which hold their buffers' (and so the closed devices') memory."""
+
+    label: str
+    status: str
+    modelled: Modelled | None
+
+
+def ran(submitted: Iterable[tuple[int, int, Command | None]]) -> list[tuple[int, int, Ran | None]]:
+    return [
+        (index, qid, None if cmd is None else Ran(cmd.label, cmd.status, cmd.modelled))
+        for index, qid, cmd in submitted
+    ]
+
+
 def spans(
-    plan: Plan, submitted: Iterable[tuple[int, int, Command | None]], spec: DeviceSpec = MNCORE2
+    plan: Plan,
+    submitted: Iterable[tuple[int, int, Command | Ran | None]],
+    spec: DeviceSpec = MNCORE2,
 ) -> list[Span]:
     """A span per queue command this rank issued: (command index, queue id, the host
-    command it put on the queue, or None when the rank did the work itself)."""
+    command it put on the queue or what `ran` kept of it, or None when the rank did the
+    work itself)."""
     out = []
     commands = plan.binary.commands
     for index, qid, cmd in submitted:

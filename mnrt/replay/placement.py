@@ -180,7 +180,8 @@ def _one_each(plan: Plan, device: int | str | Mapping[int, int | str]) -> Placem
                     f"the binary uses {len(captured)} devices (captured as {captured}); no "
                     f"device of this runner's {device_count()} is left for its device {index} "
                     "(each is open in this process or given to another captured device); "
-                    f"close devices or set {ENV_DEVICE_COUNT}"
+                    f"close devices, set {ENV_DEVICE_COUNT}, or fold the binary's devices onto "
+                    "fewer (mnrt run --devices N, replay(..., devices=N))"
                 )
             assignment[index] = runner
     return Placement(lambda index: chosen.get(index, "auto"), frozenset(chosen.values()))

@@ -7,6 +7,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mnrt
 
@@ -41,7 +43,7 @@ def test_copy_between_devices_seen_through_an_event(pair):
     q0.enqueue_write_buffer(a, data)
     q0.enqueue_copy_buffer(a, b)
     ev = q0.record_event()
-    assert (ev.device, ev.queue_index) == (d0, 0) and isinstance(ev.id, int)
+    assert (ev.device, ev.queue_index, ev.queue) == (d0, 0, q0) and isinstance(ev.id, int)
     q1.wait_event(ev)
     q1.enqueue_program(double, {"b": b, "c": c})
     np.testing.assert_array_equal(q1.enqueue_read_buffer(c), 2 * data)
@@ -216,3 +218,58 @@ def test_eight_threads_copy_and_wait_for_a_while_and_lose_nothing(pair):
     total = sum(rounds)
     assert q0.commands_done == 3 * total  # write, copy, record per round
     assert q1.commands_done == 3 * total  # wait, program, read per round
+
+
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["write", "copy", "record", "wait", "program"]),
+        st.integers(0, 2),  # device
+        st.integers(0, 1),  # queue
+        st.integers(0, 2),  # other device
+        st.integers(0, 99),  # event pick / value
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(ops=_OPS)
+def test_any_mix_of_copies_and_events_completes(ops):
+    """Whatever copies, records and waits three devices' queues get, in any order, every
+    queue finishes (a wait can only name an event already recorded) and every command ran."""
+    devs = [mnrt.open_device(i) for i in range(3)]
+    try:
+        bufs = [d.create_buffer((8,), "float", name=f"b{i}") for i, d in enumerate(devs)]
+        progs = [d.create_program([mnrt.Kernel("add", ["x", "x"], ["x"])]) for d in devs]
+        events: list[mnrt.Event] = []
+        enqueued = 0
+        for op, dev, queue, other, pick in ops:
+            q = devs[dev].command_queue(queue)
+            if op == "write":
+                q.enqueue_write_buffer(bufs[dev], np.full(8, pick, np.float32))
+            elif op == "copy":
+                q.enqueue_copy_buffer(bufs[other], bufs[dev])
+            elif op == "record":
+                events.append(q.record_event())
+            elif op == "wait" and events:
+                q.wait_event(events[pick % len(events)])
+            elif op == "program":
+                q.enqueue_program(progs[dev], {"x": bufs[dev]})
+            else:
+                continue
+            enqueued += 1
+        done = threading.Event()
+        threading.Thread(
+            target=lambda: (
+                [d.command_queue(i).finish() for d in devs for i in (0, 1)],
+                done.set(),
+            ),
+            daemon=True,
+        ).start()
+        assert done.wait(20), "queues did not finish"
+        assert all(ev.query() for ev in events)
+        ran = sum(d.command_queue(i).commands_done for d in devs for i in (0, 1))
+        assert ran == enqueued
+    finally:
+        for d in devs:
+            d._close_quietly()

@@ -306,3 +306,12 @@ def test_a_snapshot_another_devices_queue_copies_from_lands_before_the_copy():
     assert len(writes) == 1 and writes[0]["blocking"]
     for _ in range(5):
         assert mnrt.replay(binary).passed
+
+
+def test_a_runner_with_fewer_devices_than_the_binary_folds_it(monkeypatch):
+    binary = pipeline_binary()
+    monkeypatch.setenv("MNRT_DEVICE_COUNT", "2")
+    with pytest.raises(mnrt.DeviceBusyError, match="--devices N"):
+        mnrt.replay(binary)
+    report = mnrt.replay(binary, devices=2)
+    assert report.passed and [d["index"] for d in report.modelled_as_run["devices"]] == [0, 1]
