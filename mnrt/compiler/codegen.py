@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 _CAPTURE_RUNNING = "a capture is running, and recording the light binary takes a capture of its own"
 
 
-def _make_dir(folder: Path, what: str) -> Path:
+def make_dir(folder: Path, what: str) -> Path:
     """Create a directory the compiler writes into, or say why it cannot be."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -51,7 +51,7 @@ def write(
 ) -> None:
     """option.json (usable as option_json), l3ir.txt (the graph as scheduled, one node a
     line), report.json, model.mnlb, and the graph and inputs for load_codegen_dir."""
-    folder = _make_dir(Path(folder), what)
+    folder = make_dir(Path(folder), what)
     if compiled.options.envs.get("CODEGEN_DEBUG", "0") not in ("", "0"):
         # CODEGEN_DEBUG (an option_json env): the graph after every compile phase.
         for i, (phase, dump) in enumerate(compiled.stages):

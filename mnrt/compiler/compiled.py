@@ -19,7 +19,7 @@ from .codegen import _CAPTURE_RUNNING
 from .ir import INPUT, PARAM, Graph
 from .lower import Lowered, lower
 from .options import CompileOptions
-from .tensors import TensorProxy, _as_array, _as_host, _call_input, _input_arrays
+from .tensors import TensorProxy, _as_array, _call_input, _input_arrays, as_host
 
 if TYPE_CHECKING:
     from .context import Context
@@ -108,7 +108,7 @@ class CompiledFunction:
                 self.shared[name] = shared
                 buf.deallocate()
             else:
-                q.enqueue_write_buffer(buf, _as_host(graph.values[name].data, buf))
+                q.enqueue_write_buffer(buf, as_host(graph.values[name].data, buf))
         q.finish()
         if share:
             self._warn_unbound(ctx, source)
@@ -272,7 +272,7 @@ class CompiledFunction:
 
 def _put_back(q: CommandQueue, held: dict[str, tuple[Buffer, np.ndarray]]) -> None:
     for buf, data in held.values():
-        q.enqueue_write_buffer(buf, _as_host(data, buf))
+        q.enqueue_write_buffer(buf, as_host(data, buf))
     q.finish()
 
 
