@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -233,6 +233,19 @@ class CompiledFunction:
                 f"cannot save_binary: {_CAPTURE_RUNNING}; call save_binary after end_capture()"
             )
 
+    def _weights_as_stored(self) -> dict[int, tuple[Buffer, Callable[[], np.ndarray]]]:
+        """What the buffers of the parameters this function uploaded hold, in their stored
+        form, for the capture of its binary to record instead of a copy (see
+        capture_if_idle): they were written from the graph's arrays, which nothing changes
+        (passes replace arrays, never write into them), and no kernel writes a parameter.
+        Registered values are left out: their owner may change them."""
+        weights = {}
+        for name in self.graph.params:
+            buf = self.lowered.bindings.get(name)
+            if buf is not None and name not in self.shared:
+                weights[id(buf)] = (buf, _stored(self.graph.values[name].data, buf))
+        return weights
+
     def _save(
         self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None
     ) -> dict | None:
@@ -252,7 +265,8 @@ class CompiledFunction:
         held = None  # what the inputs hold, put back once the capture has ended, however
         with _recording:
             try:
-                with capture_if_idle(path, False, description, owner) as recording:
+                weights = self._weights_as_stored()
+                with capture_if_idle(path, False, description, owner, weights) as recording:
                     if not recording:
                         return None
                     with observe.unobserved():
@@ -268,6 +282,10 @@ class CompiledFunction:
                     with observe.unobserved():
                         _put_back(q, held)
         return goldens.accuracy(self, results, source, expected)
+
+
+def _stored(data: np.ndarray, buf: Buffer) -> Callable[[], np.ndarray]:
+    return lambda: buf.dtype.to_storage(_as_host(data, buf))
 
 
 def _put_back(q: CommandQueue, held: dict[str, tuple[Buffer, np.ndarray]]) -> None:

@@ -14,6 +14,8 @@ import pytest
 import mnrt
 from mnrt.compiler import goldens, models
 from mnrt.compiler.ir import MATRIX_OPS
+from mnrt.format import LightBinary
+from mnrt.format.jsonio import to_json
 
 FLOAT_DTYPES = ["double", "float", "mixed", "half"]
 
@@ -126,3 +128,53 @@ def test_a_result_clipped_at_halfs_largest_magnitude_warns(ctx, tmp_path):
     compiled = ctx.compile(b, inputs, options={"float_dtype": "mixed"})
     with pytest.warns(UserWarning, match=r"'y' has 8 of 8 elements.* at half's largest"):
         compiled.save_binary(tmp_path / "big.mnlb")
+
+
+def _content(path: Path) -> dict:
+    """A binary's commands, blobs and lists, without what differs between two recordings
+    of the same run (the time it was made, and the integrity hash that covers it)."""
+    doc = to_json(LightBinary.load(path))
+    del doc["metadata"], doc["integrity"]
+    return doc
+
+
+@pytest.mark.parametrize("float_dtype", ["float", "mixed", "half"])
+def test_a_binary_records_the_uploaded_weights_as_they_are_without_copying_them(
+    ctx, tmp_path, monkeypatch, float_dtype
+):
+    """save_binary's capture records each parameter from the array it was uploaded from
+    (compiled._weights_as_stored), not from a copy of the device memory: the binary holds
+    the same bytes either way."""
+    builder, inputs = models.MODELS["cnn"]()
+    compiled = ctx.compile(builder, inputs, options={"float_dtype": float_dtype})
+    vouched = type(compiled)._weights_as_stored
+    used = []
+
+    def counted(self):
+        return {k: (buf, lambda f=f: used.append(buf) or f())
+                for k, (buf, f) in vouched(self).items()}  # fmt: skip
+
+    monkeypatch.setattr(type(compiled), "_weights_as_stored", counted)
+    compiled.save_binary(tmp_path / "vouched.mnlb")
+    assert len(used) == len(compiled.graph.params)
+    monkeypatch.setattr(type(compiled), "_weights_as_stored", lambda self: {})
+    compiled.save_binary(tmp_path / "copied.mnlb")
+    assert _content(tmp_path / "vouched.mnlb") == _content(tmp_path / "copied.mnlb")
+    assert mnrt.replay(tmp_path / "vouched.mnlb", rtol=0, atol=0).passed
+
+
+def test_a_registered_weight_changed_after_the_compile_is_recorded_as_it_is_now(ctx, tmp_path):
+    """A registered value is its owner's to change: the binary records what its buffer
+    holds when it is saved, not what the graph was compiled with."""
+    builder, inputs = models.MODELS["mlp"]()
+    compiled = ctx.compile(builder, inputs)
+    name = next(n for n in compiled.graph.params if compiled.graph.values[n].shape)
+    data = np.asarray(compiled.graph.values[name].data, np.float32)
+    proxy = ctx.register_param(name, data)
+    bound = ctx.compile(builder, inputs)
+    assert name in bound.shared
+    proxy.load_from(data * 2)
+    bound.save_binary(tmp_path / "m.mnlb")
+    doubled = np.ascontiguousarray(data * 2).tobytes()
+    binary = LightBinary.load(tmp_path / "m.mnlb")
+    assert any(bytes(binary.blobs.read(i)) == doubled for i in range(1, len(binary.blobs) + 1))
