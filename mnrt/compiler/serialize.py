@@ -106,9 +106,7 @@ def _write_npy(f: BinaryIO, array: np.ndarray) -> None:
     548 MB copied into fresh memory for nothing)."""
     if array.flags.c_contiguous and array.dtype.isbuiltin == 1 and array.itemsize:
         try:
-            np.lib.format.write_array_header_1_0(
-                f, np.lib.format.header_data_from_array_1_0(array)
-            )
+            np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(array))
         except ValueError:  # a header too long for version 1.0: write_array picks one
             pass
         else:

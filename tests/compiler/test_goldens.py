@@ -151,7 +151,7 @@ def test_a_binary_records_the_uploaded_weights_as_they_are_without_copying_them(
     used = []
 
     def counted(self):
-        return {k: (buf, lambda f=f: used.append(buf) or f())
+        return {k: (buf, lambda f=f, buf=buf: used.append(buf) or f())
                 for k, (buf, f) in vouched(self).items()}  # fmt: skip
 
     monkeypatch.setattr(type(compiled), "_weights_as_stored", counted)
