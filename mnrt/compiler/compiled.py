@@ -3,6 +3,7 @@ called like a function, and saved as a light binary with goldens."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import warnings
@@ -256,9 +257,26 @@ class CompiledFunction:
         else:  # the reference needs every input, as the replay will
             inputs = _input_arrays(self.graph, self._without_folded(dict(inputs)), "save_binary")
         # Outside the lock, so that other compiles need not wait for it, and unobserved: a
-        # capture of the user's may be running, and this is none of its business.
+        # capture of the user's may be running, and this is none of its business. From
+        # onnxruntime, it runs while the binary is recorded (see start_reference).
         with observe.unobserved():
-            source, expected = goldens.reference(self, inputs)
+            reference = goldens.start_reference(self, inputs)
+        try:
+            results = self._record(path, inputs)
+        except BaseException:
+            with contextlib.suppress(Exception):  # not left running; the first error stands
+                reference()
+            raise
+        source, expected = reference()
+        if results is None:
+            return None
+        return goldens.accuracy(self, results, source, expected)
+
+    def _record(
+        self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray]
+    ) -> dict[str, np.ndarray] | None:
+        """Record one run on `inputs` into a light binary at `path`; the values its goldens
+        check, or None when a capture (of the user's) is running."""
         q = self.ctx.queue
         description = f"compiled graph {self.graph.name}"
         owner = f"compiled graph '{self.graph.name}' is recording its light binary"
@@ -281,7 +299,7 @@ class CompiledFunction:
                 if held is not None:  # before another thread records: none of its business
                     with observe.unobserved():
                         _put_back(q, held)
-        return goldens.accuracy(self, results, source, expected)
+        return results
 
 
 def _stored(data: np.ndarray, buf: Buffer) -> Callable[[], np.ndarray]:

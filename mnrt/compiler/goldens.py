@@ -24,8 +24,9 @@ naming the output and its error.
 
 from __future__ import annotations
 
+import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -161,15 +162,13 @@ def reference(compiled: Any, inputs: Mapping[str, np.ndarray]) -> tuple[str, dic
     when it is installed (and no parameter is bound to a registered value, which an
     onnxruntime session cannot take), else the graph as imported run in double precision,
     with the current values of registered parameters."""
-    if compiled.onnx_model is not None and not compiled.shared:
-        try:
-            import onnxruntime
-        except ImportError:
-            onnxruntime = None
-        if onnxruntime is not None:
-            outputs = _onnxruntime(onnxruntime, compiled, inputs)
-            if outputs is not None:
-                return "onnxruntime", outputs
+    onnxruntime = _onnxruntime_for(compiled)
+    if onnxruntime is not None:
+        outputs = _onnxruntime(onnxruntime, compiled, inputs)
+        if outputs is not None:
+            return "onnxruntime", outputs
+    if _off_device.active:
+        raise _NeedsDevice
     graph = apply_float_dtype(compiled.source, "double")
     for name, proxy in compiled.shared.items():
         value = graph.values.get(name)
@@ -183,6 +182,67 @@ def reference(compiled: Any, inputs: Mapping[str, np.ndarray]) -> tuple[str, dic
     finally:
         for buf in {id(b): b for b in ref.lowered.bindings.values()}.values():
             buf.deallocate()
+
+
+def _onnxruntime_for(compiled: Any) -> Any:
+    """The onnxruntime module when it computes `compiled`'s reference (see reference)."""
+    if compiled.onnx_model is None or compiled.shared:
+        return None
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    return onnxruntime
+
+
+class _OffDevice(threading.local):
+    active = False  # this thread computes a reference while the device records a binary
+
+
+_off_device = _OffDevice()
+
+
+class _NeedsDevice(Exception):
+    """The reference computed off the device found it needs the device after all."""
+
+
+def start_reference(
+    compiled: Any, inputs: Mapping[str, np.ndarray]
+) -> Callable[[], tuple[str, dict]]:
+    """`reference(compiled, inputs)`, begun now; returns what waits for it and gives its
+    result. A reference from onnxruntime needs no device, so it runs on a thread of its own
+    while the compile records its binary on the device (VGG-19: half a second of the
+    compile's). One that needs the device (the float64 graph, also when onnxruntime cannot
+    take the model) runs on the calling thread, before the binary's capture or after it,
+    never during: it is no part of it."""
+    if _onnxruntime_for(compiled) is None:
+        result = reference(compiled, inputs)
+        return lambda: result
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        _off_device.active = True
+        try:
+            with observe.unobserved():
+                outcome["result"] = reference(compiled, inputs)
+        except _NeedsDevice:
+            pass
+        except BaseException as e:  # raised by wait(), on the thread that waits
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, name="mnrt-reference", daemon=True)
+    thread.start()
+
+    def wait() -> tuple[str, dict]:
+        thread.join()
+        if "error" in outcome:
+            raise outcome.pop("error")
+        if "result" not in outcome:
+            with observe.unobserved():
+                return reference(compiled, inputs)
+        return outcome["result"]
+
+    return wait
 
 
 def _onnxruntime(ort: Any, compiled: Any, inputs: Mapping[str, np.ndarray]) -> dict | None:

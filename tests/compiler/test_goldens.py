@@ -6,10 +6,12 @@ convolution is off by 1%; and the compile's accuracy check against the reference
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx_harness import initializer, onnx_model, onnx_module, value_info
 
 import mnrt
 from mnrt.compiler import goldens, models
@@ -178,3 +180,81 @@ def test_a_registered_weight_changed_after_the_compile_is_recorded_as_it_is_now(
     doubled = np.ascontiguousarray(data * 2).tobytes()
     binary = LightBinary.load(tmp_path / "m.mnlb")
     assert any(bytes(binary.blobs.read(i)) == doubled for i in range(1, len(binary.blobs) + 1))
+
+
+def _gemm_relu_model():
+    helper = onnx_module().helper
+    w = np.random.default_rng(3).standard_normal((8, 4)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
+    model = onnx_model(nodes, [value_info("x", [3, 8])], [value_info("y", [3, 4])],
+                       [initializer("w", w)])  # fmt: skip
+    return model, {"x": np.random.default_rng(4).standard_normal((3, 8)).astype(np.float32)}
+
+
+def test_the_onnxruntime_reference_runs_beside_the_recording_and_gives_the_verdict(
+    tmp_path, monkeypatch
+):
+    """The reference from onnxruntime runs on a thread of its own while the binary is
+    recorded: the verdict is still onnxruntime's, and the binary the same as when the
+    reference is computed first."""
+    pytest.importorskip("onnxruntime")
+    model, inputs = _gemm_relu_model()
+    threads = []
+    reference = goldens.reference
+
+    def noted(compiled, feeds):
+        threads.append(threading.current_thread())
+        return reference(compiled, feeds)
+
+    monkeypatch.setattr(goldens, "reference", noted)
+    with mnrt.Context() as ctx:
+        ctx.compile(model, inputs, codegen_dir=tmp_path / "beside")
+    assert threads and threads[0] is not threading.main_thread()
+    report = json.loads((tmp_path / "beside" / "report.json").read_text())
+    (binary,) = [p for p in report["phases"] if p["name"] == "light binary"]
+    assert binary["accuracy"]["reference"] == "onnxruntime"
+    assert binary["accuracy"]["outputs"]["y"]["passed"]
+    # Computed first, on this thread (as when onnxruntime is absent, with its result).
+    result = reference
+
+    def first(compiled, feeds):
+        done = result(compiled, feeds)
+        return lambda: done
+
+    monkeypatch.setattr(goldens, "start_reference", first)
+    with mnrt.Context() as ctx:
+        ctx.compile(model, inputs, codegen_dir=tmp_path / "first")
+    assert _content(tmp_path / "beside" / "model.mnlb") == _content(
+        tmp_path / "first" / "model.mnlb"
+    )
+
+
+def test_a_model_onnxruntime_cannot_run_gets_the_float64_reference_outside_the_binary(
+    tmp_path, monkeypatch
+):
+    """When onnxruntime turns the model down, the float64 graph runs on the device after
+    the binary's capture has ended, not during it: the binary holds only the compiled run."""
+    pytest.importorskip("onnxruntime")
+    model, inputs = _gemm_relu_model()
+    monkeypatch.setattr(goldens, "_onnxruntime", lambda *args: None)
+    on_device = []
+    float64 = goldens.apply_float_dtype
+
+    def noted(graph, float_dtype):
+        on_device.append(threading.current_thread())
+        return float64(graph, float_dtype)
+
+    monkeypatch.setattr(goldens, "apply_float_dtype", noted)
+    with mnrt.Context() as ctx:
+        ctx.compile(model, inputs, codegen_dir=tmp_path / "fallback")
+    assert on_device == [threading.main_thread()]
+    report = json.loads((tmp_path / "fallback" / "report.json").read_text())
+    (binary,) = [p for p in report["phases"] if p["name"] == "light binary"]
+    assert binary["accuracy"]["reference"] == "float64 graph"
+    monkeypatch.setattr(goldens, "_onnxruntime_for", lambda compiled: None)
+    with mnrt.Context() as ctx:
+        ctx.compile(model, inputs, codegen_dir=tmp_path / "no-ort")
+    assert _content(tmp_path / "fallback" / "model.mnlb") == _content(
+        tmp_path / "no-ort" / "model.mnlb"
+    )
+    assert mnrt.replay(tmp_path / "fallback" / "model.mnlb", rtol=0, atol=0).passed
