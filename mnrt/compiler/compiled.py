@@ -258,25 +258,26 @@ class CompiledFunction:
             inputs = _input_arrays(self.graph, self._without_folded(dict(inputs)), "save_binary")
         # Outside the lock, so that other compiles need not wait for it, and unobserved: a
         # capture of the user's may be running, and this is none of its business. From
-        # onnxruntime, it runs while the binary is recorded (see start_reference).
+        # onnxruntime, it runs once the recorded run is done (see PendingReference).
         with observe.unobserved():
-            reference = goldens.start_reference(self, inputs)
+            reference = goldens.PendingReference(self, inputs)
         try:
-            results = self._record(path, inputs)
+            results = self._record(path, inputs, reference.start)
         except BaseException:
             with contextlib.suppress(Exception):  # not left running; the first error stands
-                reference()
+                reference.result()
             raise
-        source, expected = reference()
+        source, expected = reference.result()
         if results is None:
             return None
         return goldens.accuracy(self, results, source, expected)
 
     def _record(
-        self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray]
+        self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray], ran: Callable[[], None]
     ) -> dict[str, np.ndarray] | None:
-        """Record one run on `inputs` into a light binary at `path`; the values its goldens
-        check, or None when a capture (of the user's) is running."""
+        """Record one run on `inputs` into a light binary at `path`, calling `ran` once the
+        device has run it; the values its goldens check, or None when a capture (of the
+        user's) is running."""
         q = self.ctx.queue
         description = f"compiled graph {self.graph.name}"
         owner = f"compiled graph '{self.graph.name}' is recording its light binary"
@@ -294,7 +295,8 @@ class CompiledFunction:
                             if (buf := self.lowered.bindings.get(name)) is not None
                         }
                     self(inputs)
-                    results = goldens.record_goldens(self, q)
+                    results = goldens.record_goldens(self, q)  # reads: the run is done
+                    ran()
             finally:
                 if held is not None:  # before another thread records: none of its business
                     with observe.unobserved():

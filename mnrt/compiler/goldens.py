@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -206,43 +206,52 @@ class _NeedsDevice(Exception):
     """The reference computed off the device found it needs the device after all."""
 
 
-def start_reference(
-    compiled: Any, inputs: Mapping[str, np.ndarray]
-) -> Callable[[], tuple[str, dict]]:
-    """`reference(compiled, inputs)`, begun now; returns what waits for it and gives its
-    result. A reference from onnxruntime needs no device, so it runs on a thread of its own
-    while the compile records its binary on the device (VGG-19: half a second of the
-    compile's). One that needs the device (the float64 graph, also when onnxruntime cannot
-    take the model) runs on the calling thread, before the binary's capture or after it,
-    never during: it is no part of it."""
-    if _onnxruntime_for(compiled) is None:
-        result = reference(compiled, inputs)
-        return lambda: result
-    outcome: dict[str, Any] = {}
+class PendingReference:
+    """`reference(compiled, inputs)` for a compile that records a binary meanwhile. A
+    reference from onnxruntime needs no device: it runs on a thread of its own from
+    `start()`, which the compile calls once its run on the device is done (beside that run,
+    the two would fight for the same cores), while the binary is built and its files
+    written (VGG-19: half a second of the compile's). One that needs the device (the
+    float64 graph, also when onnxruntime cannot take the model) runs on the calling thread,
+    before the binary's capture (here) or after it (in `result()`), never during: it is no
+    part of it."""
 
-    def run() -> None:
+    def __init__(self, compiled: Any, inputs: Mapping[str, np.ndarray]) -> None:
+        self._compiled, self._inputs = compiled, inputs
+        self._outcome: dict[str, Any] = {}
+        self._thread: threading.Thread | None = None
+        if _onnxruntime_for(compiled) is None:
+            self._outcome["result"] = reference(compiled, inputs)
+        else:
+            self._thread = threading.Thread(target=self._run, name="mnrt-reference", daemon=True)
+
+    def _run(self) -> None:
         _off_device.active = True
         try:
             with observe.unobserved():
-                outcome["result"] = reference(compiled, inputs)
+                self._outcome["result"] = reference(self._compiled, self._inputs)
         except _NeedsDevice:
             pass
-        except BaseException as e:  # raised by wait(), on the thread that waits
-            outcome["error"] = e
+        except BaseException as e:  # raised by result(), on the thread that waits
+            self._outcome["error"] = e
 
-    thread = threading.Thread(target=run, name="mnrt-reference", daemon=True)
-    thread.start()
+    def start(self) -> None:
+        """Begin the onnxruntime reference on its thread (once; nothing to begin else)."""
+        if self._thread is not None and self._thread.ident is None:
+            self._thread.start()
 
-    def wait() -> tuple[str, dict]:
-        thread.join()
-        if "error" in outcome:
-            raise outcome.pop("error")
-        if "result" not in outcome:
+    def result(self) -> tuple[str, dict]:
+        """The reference's source and outputs, once it is done."""
+        if self._thread is not None:
+            if self._thread.ident is None:  # no run was recorded: not started
+                self._thread.start()
+            self._thread.join()
+        if "error" in self._outcome:
+            raise self._outcome.pop("error")
+        if "result" not in self._outcome:
             with observe.unobserved():
-                return reference(compiled, inputs)
-        return outcome["result"]
-
-    return wait
+                self._outcome["result"] = reference(self._compiled, self._inputs)
+        return self._outcome["result"]
 
 
 def _onnxruntime(ort: Any, compiled: Any, inputs: Mapping[str, np.ndarray]) -> dict | None:

@@ -214,18 +214,12 @@ def test_the_onnxruntime_reference_runs_beside_the_recording_and_gives_the_verdi
     (binary,) = [p for p in report["phases"] if p["name"] == "light binary"]
     assert binary["accuracy"]["reference"] == "onnxruntime"
     assert binary["accuracy"]["outputs"]["y"]["passed"]
-    # Computed first, on this thread (as when onnxruntime is absent, with its result).
-    result = reference
-
-    def first(compiled, feeds):
-        done = result(compiled, feeds)
-        return lambda: done
-
-    monkeypatch.setattr(goldens, "start_reference", first)
+    # Begun only once the capture has ended.
+    monkeypatch.setattr(goldens.PendingReference, "start", lambda self: None)
     with mnrt.Context() as ctx:
-        ctx.compile(model, inputs, codegen_dir=tmp_path / "first")
+        ctx.compile(model, inputs, codegen_dir=tmp_path / "after")
     assert _content(tmp_path / "beside" / "model.mnlb") == _content(
-        tmp_path / "first" / "model.mnlb"
+        tmp_path / "after" / "model.mnlb"
     )
 
 
