@@ -16,7 +16,7 @@ import itertools
 import math
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -39,9 +39,15 @@ def begin_capture(goldens: bool = True) -> None:
     _begin(goldens, if_idle=False)
 
 
-def _begin(goldens: bool, if_idle: bool, owner: str = "") -> Recorder | None:
+def _begin(
+    goldens: bool,
+    if_idle: bool,
+    owner: str = "",
+    contents: Mapping[int, tuple[Buffer, Callable[[], np.ndarray]]] | None = None,
+) -> Recorder | None:
     """Install a new recorder and return it; with `if_idle`, None instead of an error when
-    a capture is already running (the check and the start are one step)."""
+    a capture is already running (the check and the start are one step). `contents`: see
+    Recorder."""
     if not isinstance(goldens, bool):
         raise InvalidArgumentError(f"goldens must be True or False, got {goldens!r}")
     with _lock:
@@ -55,7 +61,7 @@ def _begin(goldens: bool, if_idle: bool, owner: str = "") -> Recorder | None:
                     "whole process, one at a time, so begin yours once it has finished"
                 )
             raise CaptureError("a capture is already running; end_capture() it first")
-        rec = Recorder(goldens=goldens, owner=owner)
+        rec = Recorder(goldens=goldens, owner=owner, contents=contents)
         observe.install(rec)
         return rec
 
@@ -172,18 +178,25 @@ def capture(path: str | os.PathLike, goldens: bool = True, description: str = ""
 
 @contextlib.contextmanager
 def capture_if_idle(
-    path: str | os.PathLike, goldens: bool = True, description: str = "", owner: str = ""
+    path: str | os.PathLike,
+    goldens: bool = True,
+    description: str = "",
+    owner: str = "",
+    contents: Mapping[int, tuple[Buffer, Callable[[], np.ndarray]]] | None = None,
 ) -> Iterator[bool]:
     """`capture`, unless a capture is already running: then nothing is recorded and the
     block is told so (it gets False) rather than failing. For code that records a binary
     of its own (a compile's codegen_dir) and must neither fail nor run its work inside the
     user's capture, whichever thread began it, and whenever. `owner` names that code in
-    the error of a begin_capture made meanwhile."""
+    the error of a begin_capture made meanwhile. `contents` (id(buffer) -> (buffer, a
+    function giving its contents as the device stores them)): buffers whose contents that
+    code vouches for, from arrays nothing changes while the capture runs; their snapshots
+    record those arrays instead of copying the device memory."""
     path = _check_path(path)
     _check_description(description)
     rec = None
     try:
-        rec = _begin(goldens, if_idle=True, owner=owner)
+        rec = _begin(goldens, if_idle=True, owner=owner, contents=contents)
         if rec is None:
             yield False
             return
