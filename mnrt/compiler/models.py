@@ -113,15 +113,17 @@ def encoder_stack(
 def deep_mlp(
     seed: int = 0, layers: int = 16, batch: int = 64, width: int = 256
 ) -> tuple[GraphBuilder, dict[str, np.ndarray]]:
-    """`layers` GEMM + GELU layers of one width, each in scope `layer<i>`, and a softmax."""
+    """`layers` GEMM layers of one width, each in scope `layer<i>`: GELU between them and a
+    softmax over the last one's logits, as a classifier puts it (no activation clips logits)."""
     rng = np.random.default_rng(seed)
     b = GraphBuilder("deep_mlp")
     h = b.input("x", (batch, width))
     for i in range(layers):
         with b.scope(f"layer{i}"):
-            h = b.gelu(b.gemm(h, b.param(f"layer{i}.w", _weight(rng, width, width)),
-                              b.param(f"layer{i}.b", np.zeros(width, np.float32))))  # fmt: skip
-    b.output(b.softmax(h), "probs")
+            h = b.gemm(h, b.param(f"layer{i}.w", _weight(rng, width, width)),
+                       b.param(f"layer{i}.b", np.zeros(width, np.float32)))  # fmt: skip
+            h = b.gelu(h) if i < layers - 1 else b.softmax(h)
+    b.output(h, "probs")
     return b, {"x": rng.standard_normal((batch, width)).astype(np.float32)}
 
 
