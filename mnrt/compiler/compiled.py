@@ -305,7 +305,7 @@ class CompiledFunction:
 
 
 def _stored(data: np.ndarray, buf: Buffer) -> Callable[[], np.ndarray]:
-    return lambda: buf.dtype.to_storage(_as_host(data, buf))
+    return lambda: buf.dtype.to_storage(as_host(data, buf))
 
 
 def _put_back(q: CommandQueue, held: dict[str, tuple[Buffer, np.ndarray]]) -> None:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from ..device.parallel import sharing_cores
 from ..errors import InvalidArgumentError, MnrtError, OutOfMemoryError
 from ..format import LightBinary
 from ..format.fb.CommandUnion import CommandUnion
@@ -31,7 +32,7 @@ from . import io
 from .executor import Executor
 from .modelled import ran
 from .modelled import spans as span_list
-from .placement import place
+from .placement import Placement, logical_devices, place
 from .plan import Plan, validate
 from .profile import Profile
 from .report import ReplayReport
@@ -166,6 +167,33 @@ def replay(
         report.verified = verify and bool(wanted)
     if profile:
         report.profile = Profile(plan)
+    logical = logical_devices(plan)
+    owned = sum(transport.owner(d, len(logical)) == transport.rank for d in logical)
+    with sharing_cores(owned):
+        _run_loops(report, plan, placement, transport, loops, verify, rtol, atol, profile,
+                   new_inputs, wanted, progress)  # fmt: skip
+    if report.rank != 0:
+        report.verified = False  # rank 0 verifies every rank's reads
+    elif report.verified and not report.checks:  # a PASS needs evidence
+        report.verified, report.no_goldens = False, True
+    return report
+
+
+def _run_loops(
+    report: ReplayReport,
+    plan: Plan,
+    placement: Placement,
+    transport: Transport,
+    loops: int,
+    verify: bool,
+    rtol: float | None,
+    atol: float | None,
+    profile: bool,
+    new_inputs: dict,
+    wanted: dict,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """Replay the plan `loops` times into `report`."""
     for loop in range(loops):
         last = loop == loops - 1
         executor = Executor(
@@ -212,11 +240,6 @@ def replay(
         report.add_loop(wall, device_time, energy, checks, outputs, executor.host_s)
         if progress is not None:
             progress(loop + 1, loops)
-    if report.rank != 0:
-        report.verified = False  # rank 0 verifies every rank's reads
-    elif report.verified and not report.checks:  # a PASS needs evidence
-        report.verified, report.no_goldens = False, True
-    return report
 
 
 def gather_loop(

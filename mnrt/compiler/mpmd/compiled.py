@@ -28,6 +28,7 @@ import numpy as np
 
 from ...capture import CaptureError, capture_if_idle, compare_to_golden
 from ...device.cost import model_transfer
+from ...device.parallel import sharing_cores
 from ...device.spec import MNCORE2
 from ...device.tolerance import golden_tolerance
 from ...errors import InvalidArgumentError, MnrtError
@@ -187,8 +188,9 @@ class PipelinedFunction:
 
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Run every microbatch through the pipeline; each output stacked (M, *shape)."""
-        reads = self._enqueue(self._check_inputs(inputs))
-        self._finish()
+        with sharing_cores(len(self.devices)):
+            reads = self._enqueue(self._check_inputs(inputs))
+            self._finish()
         return {
             out: np.stack([reads[(name, m)] for m in range(self.microbatches)])
             for out, name in zip(self.graph.outputs, self.program.outputs)
