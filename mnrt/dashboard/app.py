@@ -22,7 +22,7 @@ from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
 from ..errors import InvalidBinaryError, MnrtError
-from .artifacts import Artifacts, ArtifactMissingError, PathRefusedError
+from .artifacts import ArtifactMissingError, Artifacts, PathRefusedError
 from .assets import asset_path, netron_dir
 from .pages import PAGES
 
@@ -75,7 +75,9 @@ def status_of(e: Exception) -> int:
     return getattr(e, "status", 500 if not isinstance(e, MnrtError) else 422)
 
 
-def render_page(env: jinja2.Environment, art: Artifacts, slug: str, static: bool) -> tuple[str, int]:
+def render_page(
+    env: jinja2.Environment, art: Artifacts, slug: str, static: bool
+) -> tuple[str, int]:
     """One page's HTML and HTTP status: an error page (never a traceback) when its data
     cannot be read."""
     page = PAGES[slug]
@@ -115,9 +117,7 @@ def _netron_index() -> str:
     text = (netron_dir() / "index.html").read_text()
     today = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
     values = {"version": "0.0.0", "date": today}
-    return _NETRON_META.sub(
-        lambda m: f'<meta name="{m[1]}" content="{values[m[1]]}">', text
-    )
+    return _NETRON_META.sub(lambda m: f'<meta name="{m[1]}" content="{values[m[1]]}">', text)
 
 
 def create_app(art: Artifacts) -> Starlette:

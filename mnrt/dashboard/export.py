@@ -3,11 +3,12 @@ with the assets they load, the Perfetto trace and the small files they link to."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, MnrtError
 from ..format.files import write_atomically
 from .app import environment, render_page
 from .artifacts import Artifacts
@@ -41,10 +42,9 @@ def export(art: Artifacts, folder: str | os.PathLike) -> dict[str, int]:
     for asset in [*own_assets(), plotly_js()]:
         write_atomically(out / "static" / asset.name, asset.read_bytes())
     if art.binary_path is not None:
-        try:
+        # A binary that cannot be replayed has no trace: its timeline page says why.
+        with contextlib.suppress(MnrtError):
             write_atomically(out / "trace.json", json.dumps(art.trace, default=str).encode())
-        except Exception:  # the timeline page already says why there is no trace
-            pass
     for f in art.files():
         if f["bytes"] <= COPY_LIMIT and not f["name"].endswith((".npz", ".mnlb")):
             target = out / "files" / f["name"]

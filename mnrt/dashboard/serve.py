@@ -30,7 +30,9 @@ def bind(host: str, port: int) -> socket.socket:
     except OSError as e:
         sock.close()
         hint = "choose another --port" if e.errno == errno.EADDRINUSE else "check --host/--port"
-        raise InvalidArgumentError(f"cannot listen on {host}:{port} ({e.strerror}); {hint}") from None
+        raise InvalidArgumentError(
+            f"cannot listen on {host}:{port} ({e.strerror}); {hint}"
+        ) from None
     sock.listen(128)
     return sock
 

@@ -18,8 +18,7 @@ def _load():
         from .. import dashboard
     except ImportError as e:
         raise InvalidArgumentError(
-            f"mnrt dashboard needs the dashboard extra ({e.name or e} is not installed): "
-            f"{_EXTRA}"
+            f"mnrt dashboard needs the dashboard extra ({e.name or e} is not installed): {_EXTRA}"
         ) from None
     return dashboard
 

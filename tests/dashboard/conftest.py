@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 
-import mnrt  # noqa: E402
-from mnrt.compiler.models import MODELS  # noqa: E402
+import mnrt
+from mnrt.compiler.models import MODELS
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 

@@ -61,9 +61,7 @@ class Visit:
         self.url = url
         self.page = browser.new_page(viewport={"width": 1400, "height": 900})
         self.errors: list[str] = []
-        self.page.on(
-            "console", lambda m: self.errors.append(m.text) if m.type == "error" else None
-        )
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
 
     def open(self, slug: str):
@@ -113,8 +111,10 @@ def test_every_page_of_the_cnn_codegen_dir(browser, cnn_dir, shots):
         visit.page.fill("#node-search", "max_pool2d")
         assert 0 < visit.visible_rows("nodes") == mention < layers
         page = visit.open("perf")
-        assert page.locator("table#perf > tbody > tr:not([hidden])").first.inner_text().startswith(
-            "ALL"
+        assert (
+            page.locator("table#perf > tbody > tr:not([hidden])")
+            .first.inner_text()
+            .startswith("ALL")
         )
         page = visit.open("summary")
         commands = open_dashboard(cnn_dir).dump["commands"]
@@ -134,9 +134,7 @@ def test_every_page_of_a_multi_device_binary(browser, pipeline, shots):
         page = visit.open("timeline")
         assert visit.rows("devices") == 4
         # one bar trace per kind of command, and the copy and event arrows
-        names = page.evaluate(
-            "Array.from(document.getElementById('timeline').data, t => t.name)"
-        )
+        names = page.evaluate("Array.from(document.getElementById('timeline').data, t => t.name)")
         assert {"program", "copy", "copy arrows", "event arrows"} <= set(names)
         rows = page.evaluate("document.getElementById('timeline').layout.yaxis.categoryarray")
         assert "device 3 / queue 0" in rows and "device 1 / link in" in rows

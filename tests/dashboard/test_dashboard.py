@@ -15,14 +15,14 @@ import pytest
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 
-from starlette.testclient import TestClient  # noqa: E402
+from starlette.testclient import TestClient
 
-from mnrt.dashboard import PAGES, Artifacts, create_app, export, open_dashboard  # noqa: E402
-from mnrt.dashboard.pages.binary import side_by_side  # noqa: E402
-from mnrt.dashboard.pages.common import kernels  # noqa: E402
-from mnrt.dashboard.pages.perf import ALL, stats  # noqa: E402
-from mnrt.dashboard.serve import bind  # noqa: E402
-from mnrt.errors import InvalidArgumentError  # noqa: E402
+from mnrt.dashboard import PAGES, Artifacts, create_app, export, open_dashboard
+from mnrt.dashboard.pages.binary import side_by_side
+from mnrt.dashboard.pages.common import kernels
+from mnrt.dashboard.pages.perf import ALL, stats
+from mnrt.dashboard.serve import bind
+from mnrt.errors import InvalidArgumentError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -198,7 +198,7 @@ def test_export_writes_every_page_offline(tmp_path, cnn_dir):
     assert statuses == {slug: 200 for slug in PAGES}
     for slug in PAGES:
         html = (tmp_path / "out" / f"{slug}.html").read_text()
-        assert "src=\"http" not in html and "href=\"http" not in html  # no CDN
+        assert 'src="http' not in html and 'href="http' not in html  # no CDN
     assert (tmp_path / "out" / "static" / "plotly.min.js").stat().st_size > 1 << 20
     assert (tmp_path / "out" / "files" / "report.json").exists()
     assert json.loads((tmp_path / "out" / "trace.json").read_text())["traceEvents"]

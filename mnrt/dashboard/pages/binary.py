@@ -99,7 +99,15 @@ def side_by_side(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[
         for k in range(max(len(left), len(right))):
             ca = left[k] if k < len(left) else None
             cb = right[k] if k < len(right) else None
-            status = "same" if tag == "equal" else "changed" if ca and cb else "only A" if ca else "only B"
+            status = (
+                "same"
+                if tag == "equal"
+                else "changed"
+                if ca and cb
+                else "only A"
+                if ca
+                else "only B"
+            )
             rows.append({"a": ca, "b": cb, "status": status})
     return rows
 

@@ -41,7 +41,9 @@ def _goldens(art: Artifacts) -> list[dict[str, Any]]:
                     **results.pop(name, {}),
                 }
             )
-    rows += [{"name": n, "command": None, "rtol": None, "atol": None, **r} for n, r in results.items()]
+    rows += [
+        {"name": n, "command": None, "rtol": None, "atol": None, **r} for n, r in results.items()
+    ]
     return rows
 
 
