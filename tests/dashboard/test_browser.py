@@ -110,12 +110,16 @@ def test_every_page_of_the_cnn_codegen_dir(browser, cnn_dir, shots):
         mention = sum("max_pool2d" in json.dumps(n) for n in nodes)  # the op or an operand
         visit.page.fill("#node-search", "max_pool2d")
         assert 0 < visit.visible_rows("nodes") == mention < layers
-        page = visit.open("perf")
-        assert (
-            page.locator("table#perf > tbody > tr:not([hidden])")
-            .first.inner_text()
-            .startswith("ALL")
-        )
+        page = visit.open("perf")  # by default: the total and each op's total
+        ops = {layer["op"] for layer in report["layers"]}
+        shown = page.locator("table#perf > tbody > tr:not([hidden])")
+        assert shown.count() == len(ops) + 1
+        assert shown.first.inner_text().startswith("ALL\tALL\tALL")
+        page.select_option("select[data-column='op']", "conv2d")
+        page.select_option("select[data-column='attribute']", "*")
+        texts = shown.all_inner_texts()
+        assert len(texts) > 2 and all(t.startswith("conv2d") for t in texts)
+        assert any("\tstride\t" in t for t in texts)
         page = visit.open("summary")
         commands = open_dashboard(cnn_dir).dump["commands"]
         assert visit.rows("goldens") == sum(bool(c["cmd"].get("golden")) for c in commands) > 0

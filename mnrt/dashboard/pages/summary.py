@@ -38,6 +38,8 @@ def _goldens(art: Artifacts) -> list[dict[str, Any]]:
                     "command": i,
                     "rtol": cmd.get("rtol"),
                     "atol": cmd.get("atol"),
+                    "passed": None,  # not checked by anything PATH holds
+                    "max_abs_err": None,
                     **results.pop(name, {}),
                 }
             )
