@@ -121,10 +121,12 @@ def _netron_index() -> str:
 
 
 def create_app(art: Artifacts) -> Starlette:
-    """The ASGI application serving `art`'s pages."""
+    """The ASGI application serving `art`'s pages. Handlers are plain functions, which
+    Starlette runs on its thread pool: a page that replays the binary does not hold up the
+    others."""
     env = environment()
 
-    async def page(request: Request) -> Response:
+    def page(request: Request) -> Response:
         slug = request.path_params.get("slug", "summary").removesuffix(".html")
         if slug == "index":
             slug = "summary"
@@ -133,14 +135,14 @@ def create_app(art: Artifacts) -> Starlette:
         html, status = render_page(env, art, slug, static=False)
         return HTMLResponse(html, status_code=status)
 
-    async def files(request: Request) -> Response:
+    def files(request: Request) -> Response:
         try:
             path = art.resolve(request.path_params["name"])
         except MnrtError as e:
             return _error(env, art, e)
         return FileResponse(path, media_type=mimetypes.guess_type(path.name)[0])
 
-    async def trace(request: Request) -> Response:
+    def trace(request: Request) -> Response:
         try:
             body = json.dumps(art.trace, default=str)
         except Exception as e:
@@ -148,7 +150,7 @@ def create_app(art: Artifacts) -> Starlette:
         headers = {"Content-Disposition": 'attachment; filename="trace.json"'}
         return Response(body, media_type="application/json", headers=headers)
 
-    async def static(request: Request) -> Response:
+    def static(request: Request) -> Response:
         try:
             path = asset_path(request.path_params["name"])
         except MnrtError as e:
@@ -156,7 +158,7 @@ def create_app(art: Artifacts) -> Starlette:
         headers = {"Cache-Control": "max-age=3600"}
         return FileResponse(path, media_type=mimetypes.guess_type(path.name)[0], headers=headers)
 
-    async def netron(request: Request) -> Response:
+    def netron(request: Request) -> Response:
         name = request.path_params["name"] or "index.html"
         if name == "index.html":
             response = HTMLResponse(_netron_index())

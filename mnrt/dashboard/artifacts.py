@@ -97,7 +97,8 @@ class Artifacts:
             raise InvalidArgumentError(
                 f"{other}: holds no light binary to compare with; give a .mnlb or a codegen_dir"
             )
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
+        self._making: dict[str, threading.Lock] = {}
         self._cache: dict[str, Any] = {}
 
     # --- files ----------------------------------------------------------------------------
@@ -133,10 +134,20 @@ class Artifacts:
         return out
 
     def cached(self, key: str, make: Callable[[], T]) -> T:
+        """`make()`'s value, made once per key even when pages ask on several threads; a
+        slow one (the replay) holds up only the pages that need it."""
         with self._lock:
-            if key not in self._cache:
-                self._cache[key] = make()
-            return self._cache[key]
+            if key in self._cache:
+                return self._cache[key]
+            lock = self._making.setdefault(key, threading.Lock())
+        with lock:
+            with self._lock:
+                if key in self._cache:
+                    return self._cache[key]
+            value = make()
+            with self._lock:
+                self._cache[key] = value
+            return value
 
     def _json_files(self) -> list[tuple[str, Any]]:
         """Small JSON files of a codegen_dir other than the compiler's own, parsed (files
