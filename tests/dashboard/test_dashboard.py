@@ -12,12 +12,22 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 
 from starlette.testclient import TestClient
 
-from mnrt.dashboard import PAGES, Artifacts, create_app, export, open_dashboard
+from mnrt.dashboard import (
+    PAGES,
+    ArtifactMissingError,
+    Artifacts,
+    PathRefusedError,
+    create_app,
+    export,
+    open_dashboard,
+)
 from mnrt.dashboard.pages.binary import side_by_side
 from mnrt.dashboard.pages.common import kernels
 from mnrt.dashboard.pages.perf import ALL, stats
@@ -253,3 +263,29 @@ def test_without_the_extra_run_works_and_dashboard_says_what_to_install(tmp_path
     )
     assert board.returncode == 2
     assert "pip install mnrt[dashboard]" in board.stderr and "Traceback" not in board.stderr
+
+
+def test_netron_is_served_offline(cnn_dir):
+    r = client(cnn_dir).get("/netron/index.html")
+    assert r.status_code == 200
+    # marked unpackaged and dated today: no telemetry, no update nag; consent already given
+    assert '<meta name="version" content="0.0.0">' in r.text
+    assert "consent=" in r.headers["set-cookie"]
+    assert client(cnn_dir).get("/netron/browser.js").status_code == 200
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["..", ".", "", "a", "option.json", "/", "\\\\", "%2e", "x:"])))
+def test_resolve_never_leaves_path(tmp_path_factory, parts):
+    folder = tmp_path_factory.mktemp("cg")
+    (folder / "a").mkdir()
+    (folder / "option.json").write_text("{}")
+    (folder / "a" / "option.json").write_text("{}")
+    art = Artifacts.__new__(Artifacts)  # only resolve() is exercised: no report needed
+    art.path, art.kind, art.root = folder, "codegen_dir", folder.resolve()
+    name = "/".join(parts)
+    try:
+        got = art.resolve(name)
+    except (PathRefusedError, ArtifactMissingError):
+        return
+    assert got.is_relative_to(folder.resolve()) and got.is_file()
