@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -289,3 +290,20 @@ def test_resolve_never_leaves_path(tmp_path_factory, parts):
     except (PathRefusedError, ArtifactMissingError):
         return
     assert got.is_relative_to(folder.resolve()) and got.is_file()
+
+
+def test_cli_serves_on_localhost(cnn_dir):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mnrt", "dashboard", str(cnn_dir), "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stderr.readline()
+        assert line.startswith("mnrt dashboard: http://127.0.0.1:"), line
+        url = line.split(": ", 1)[1].strip()
+        with urllib.request.urlopen(url + "compile.html", timeout=60) as r:
+            assert r.status == 200 and b'<table id="phases">' in r.read()
+    finally:
+        proc.terminate()
+        proc.wait(30)
