@@ -18,6 +18,7 @@ _SUBCOMMANDS = {
     "clean": "clean:clean",
     "compile": "compile:compile_cmd",
     "convert": "inspect:convert",
+    "dashboard": "dashboard:dashboard",
     "demo": "compile:demo",
     "dump": "inspect:dump",
     "info": "inspect:info",

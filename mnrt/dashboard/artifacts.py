@@ -1,0 +1,301 @@
+"""What one dashboard shows: the artefacts found at PATH (a codegen_dir, a `.mnlb` binary or a
+run report), read through mnrt's public readers and kept once read.
+
+Pages ask for what they need; nothing is read before a page asks, so the first page of a
+large codegen_dir costs only its small JSON files. Replaying the binary (for kernel costs, the
+modelled timeline and the Perfetto trace) happens once, for the first page that needs it.
+Every file a page or a download names goes through `resolve`, which refuses anything outside
+PATH."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..errors import InvalidArgumentError
+from ..format import IDENTIFIER, LightBinary, jsonio
+from ..replay import replay
+from ..replay.info import info as binary_info
+
+T = TypeVar("T")
+
+KINDS = ("codegen_dir", "binary", "report")
+# JSON files a codegen_dir holds for other purposes: never taken for a run report or trace.
+_COMPILER_JSON = {"report.json", "option.json", "graph.json"}
+_SCAN_BYTES = 64 << 20  # larger JSON files are not opened while looking for reports/traces
+_LAYOUT_WORDS = ("layout", "slice", "slicing", "plan")
+_LAYOUT_SUFFIXES = {".json", ".html", ".htm", ".txt"}
+
+
+class ArtifactMissingError(InvalidArgumentError):
+    """A file the page needs is not there (HTTP 404)."""
+
+    status = 404
+
+
+class PathRefusedError(InvalidArgumentError):
+    """A request named a file outside PATH (HTTP 403)."""
+
+    status = 403
+
+
+class CorruptArtifactError(InvalidArgumentError):
+    """A file is there but cannot be read as what it claims to be (HTTP 422)."""
+
+    status = 422
+
+
+def _kind(path: Path) -> str:
+    """What PATH is, from its contents (not only its name)."""
+    if path.is_dir():
+        return "codegen_dir"
+    try:
+        with path.open("rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise ArtifactMissingError(f"{path}: cannot read it ({e.strerror or e})") from None
+    if head[4:8] == IDENTIFIER or path.suffix == ".mnlb":
+        return "binary"
+    if path.suffix == ".json":
+        return "report"
+    raise InvalidArgumentError(
+        f"{path}: not a codegen_dir, a .mnlb light binary or a run report (.json from "
+        "`mnrt run --report`); give one of those"
+    )
+
+
+def _load_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise ArtifactMissingError(f"{path}: {what} is missing") from None
+    except OSError as e:
+        raise ArtifactMissingError(f"{path}: cannot read {what} ({e.strerror or e})") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CorruptArtifactError(
+            f"{path}: {what} is not valid JSON ({e}); write it again (compile or run again)"
+        ) from None
+
+
+class Artifacts:
+    """The artefacts at `path`, and at `other` (a second binary to compare with)."""
+
+    def __init__(self, path: str | Path, other: str | Path | None = None) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            raise ArtifactMissingError(
+                f"{self.path}: no such file or directory; give a codegen_dir, a .mnlb binary "
+                "or a run report"
+            )
+        self.kind = _kind(self.path)
+        self.root = (self.path if self.kind == "codegen_dir" else self.path.parent).resolve()
+        self.other = Artifacts(other) if other is not None else None
+        if self.other is not None and self.other.binary_path is None:
+            raise InvalidArgumentError(
+                f"{other}: holds no light binary to compare with; give a .mnlb or a codegen_dir"
+            )
+        self._lock = threading.Lock()
+        self._making: dict[str, threading.Lock] = {}
+        self._cache: dict[str, Any] = {}
+
+    # --- files ----------------------------------------------------------------------------
+    def resolve(self, name: str) -> Path:
+        """The file `name` (relative to PATH) names, refusing absolute paths, `..` and links
+        that lead out of PATH; a file PATH serves that file only."""
+        parts = name.replace("\\", "/").split("/")
+        if not name or name.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
+            raise PathRefusedError(f"{name!r}: only files under {self.path} are served")
+        target = (self.root / name).resolve()
+        allowed = (
+            target.is_relative_to(self.root)
+            if self.kind == "codegen_dir"
+            else target == self.path.resolve()
+        )
+        if not allowed:
+            raise PathRefusedError(f"{name!r}: only files under {self.path} are served")
+        if not target.is_file():
+            raise ArtifactMissingError(f"{name}: no such file under {self.path}")
+        return target
+
+    def files(self) -> list[dict]:
+        """Every file under PATH (name relative to it, bytes), sorted by name."""
+        return self.cached("files", self._files)
+
+    def _files(self) -> list[dict]:
+        if self.kind != "codegen_dir":
+            return [{"name": self.path.name, "bytes": self.path.stat().st_size}]
+        out = []
+        for p in sorted(self.root.rglob("*")):
+            if p.is_file() and not p.is_symlink():
+                out.append({"name": p.relative_to(self.root).as_posix(), "bytes": p.stat().st_size})
+        return out
+
+    def cached(self, key: str, make: Callable[[], T]) -> T:
+        """`make()`'s value, made once per key even when pages ask on several threads; a
+        slow one (the replay) holds up only the pages that need it."""
+        with self._lock:
+            if key in self._cache:
+                return self._cache[key]
+            lock = self._making.setdefault(key, threading.Lock())
+        with lock:
+            with self._lock:
+                if key in self._cache:
+                    return self._cache[key]
+            value = make()
+            with self._lock:
+                self._cache[key] = value
+            return value
+
+    def _json_files(self) -> list[tuple[str, Any]]:
+        """Small JSON files of a codegen_dir other than the compiler's own, parsed (files
+        that do not parse are left out: they are somebody else's)."""
+
+        def scan() -> list[tuple[str, Any]]:
+            found = []
+            for f in self.files():
+                if not f["name"].endswith(".json") or f["name"] in _COMPILER_JSON:
+                    continue
+                if f["bytes"] > _SCAN_BYTES:
+                    continue
+                try:
+                    found.append((f["name"], json.loads((self.root / f["name"]).read_bytes())))
+                except (OSError, ValueError, UnicodeDecodeError):
+                    continue
+            return found
+
+        return self.cached("json_files", scan) if self.kind == "codegen_dir" else []
+
+    # --- compile artefacts -------------------------------------------------------------------
+    @property
+    def compile_report(self) -> dict | None:
+        """report.json of a codegen_dir (None for a binary or a run report)."""
+        if self.kind != "codegen_dir":
+            return None
+
+        def load() -> dict:
+            doc = _load_json(self.root / "report.json", "the compile report (report.json)")
+            if not isinstance(doc, dict) or not isinstance(doc.get("phases"), list):
+                raise CorruptArtifactError(
+                    f"{self.root / 'report.json'}: not a compile report (no phases); "
+                    "compile with codegen_dir= again"
+                )
+            return doc
+
+        return self.cached("compile_report", load)
+
+    @property
+    def options(self) -> dict | None:
+        """option.json of a codegen_dir (the resolved compile options)."""
+        if self.kind != "codegen_dir":
+            return None
+        path = self.root / "option.json"
+        if not path.exists():
+            return (self.compile_report or {}).get("options")
+        return self.cached("options", lambda: _load_json(path, "option.json"))
+
+    @property
+    def graph(self) -> dict | None:
+        """graph.json of a codegen_dir: the graph as compiled (nodes with ops, operands and
+        attributes)."""
+        if self.kind != "codegen_dir" or not (self.root / "graph.json").exists():
+            return None
+        return self.cached("graph", lambda: _load_json(self.root / "graph.json", "graph.json"))
+
+    @property
+    def onnx_files(self) -> list[str]:
+        return [f["name"] for f in self.files() if f["name"].endswith(".onnx")]
+
+    @property
+    def layout_files(self) -> list[dict]:
+        """Files whose names speak of layouts, plans or time slices (the mapping work
+        writes them), with their parsed JSON where they are JSON."""
+        out = []
+        for f in self.files() if self.kind == "codegen_dir" else []:
+            p = Path(f["name"])
+            if p.suffix not in _LAYOUT_SUFFIXES or f["name"] in _COMPILER_JSON:
+                continue
+            if any(word in p.stem.lower() for word in _LAYOUT_WORDS):
+                out.append(f)
+        return out
+
+    # --- run report and profile ---------------------------------------------------------------
+    @property
+    def run_report(self) -> dict | None:
+        """The run report at PATH, or the first one in a codegen_dir (`--report` JSON)."""
+        if self.kind == "report":
+
+            def load() -> dict:
+                doc = _load_json(self.path, "the run report")
+                if not isinstance(doc, dict) or "verdict" not in doc:
+                    raise CorruptArtifactError(
+                        f"{self.path}: not a run report (no verdict); write one with "
+                        "`mnrt run FILE --report report.json`"
+                    )
+                return doc
+
+            return self.cached("run_report", load)
+        for _, doc in self._json_files():
+            if isinstance(doc, dict) and "verdict" in doc and "checks" in doc:
+                return doc
+        return None
+
+    @property
+    def binary_path(self) -> Path | None:
+        """The light binary shown: PATH, the codegen_dir's model.mnlb, or the binary a run
+        report names when it is still there."""
+        if self.kind == "binary":
+            return self.path
+        if self.kind == "codegen_dir":
+            path = self.root / "model.mnlb"
+            return path if path.exists() else None
+        named = self.run_report.get("binary")
+        if isinstance(named, str) and Path(named).is_file():
+            return Path(named)
+        return None
+
+    @property
+    def binary(self) -> LightBinary:
+        path = self.binary_path
+        if path is None:
+            raise ArtifactMissingError(f"{self.path}: holds no light binary (model.mnlb)")
+        return self.cached("binary", lambda: LightBinary.load(path))
+
+    @property
+    def info(self) -> dict:
+        """`mnrt info --json` of the binary."""
+        return self.cached("info", lambda: binary_info(self.binary))
+
+    @property
+    def dump(self) -> dict:
+        """`mnrt dump --json` of the binary."""
+        return self.cached("dump", lambda: jsonio.describe(self.binary))
+
+    @property
+    def replayed(self) -> Replayed:
+        """The binary replayed once, verified and profiled (the first page that needs
+        kernel costs or the timeline pays for it)."""
+        return self.cached("replayed", lambda: Replayed.of(self.binary))
+
+    @property
+    def trace(self) -> dict:
+        """The Perfetto trace: a profile in the codegen_dir, else that of a replay."""
+        for _, doc in self._json_files():
+            if isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
+                return doc
+        return self.replayed.trace
+
+
+class Replayed:
+    """One verified, profiled replay of a binary: the report, its modelled timeline and trace."""
+
+    def __init__(self, report: Any) -> None:
+        self.report = report.to_dict()
+        self.timeline = report.timeline
+        self.trace = report.profile.to_trace()
+
+    @classmethod
+    def of(cls, binary: LightBinary) -> Replayed:
+        return cls(replay(binary, profile=True))

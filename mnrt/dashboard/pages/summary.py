@@ -1,0 +1,109 @@
+"""Summary: what was compiled or captured, with which options, for which hardware, its FLOPs,
+modelled time and energy, and its goldens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...device.spec import MNCORE2
+from ..artifacts import Artifacts
+from .common import kernels
+
+TITLE = "Summary"
+
+
+def _goldens(art: Artifacts) -> list[dict[str, Any]]:
+    """Each golden the binary records (name, tolerances), with its result where a run or
+    the compile's accuracy check gave one."""
+    results: dict[str, dict] = {}
+    report = art.compile_report or {}
+    for phase in report.get("phases", []):
+        for name, out in ((phase.get("accuracy") or {}).get("outputs") or {}).items():
+            results[name] = {"passed": out.get("passed"), "max_abs_err": out.get("max_abs_err")}
+    for check in (art.run_report or {}).get("checks", []):
+        results[check.get("name")] = {
+            "passed": check.get("passed"),
+            "max_abs_err": check.get("max_abs_err"),
+        }
+    rows = []
+    if art.binary_path is not None:
+        for i, c in enumerate(art.dump["commands"]):
+            cmd = c["cmd"]
+            if "golden" not in cmd or not cmd["golden"]:
+                continue
+            name = cmd.get("name") or f"command {i}"
+            rows.append(
+                {
+                    "name": name,
+                    "command": i,
+                    "rtol": cmd.get("rtol"),
+                    "atol": cmd.get("atol"),
+                    "passed": None,  # not checked by anything PATH holds
+                    "max_abs_err": None,
+                    **results.pop(name, {}),
+                }
+            )
+    rows += [
+        {"name": n, "command": None, "rtol": None, "atol": None, **r} for n, r in results.items()
+    ]
+    return rows
+
+
+def build(art: Artifacts) -> dict[str, Any]:
+    report = art.compile_report
+    run = art.run_report
+    facts: list[tuple[str, Any]] = [("shows", f"{art.kind} {art.path}")]
+    if report:
+        facts.append(("model", report.get("name")))
+        total = report.get("total", {})
+        facts += [
+            ("FLOPs", total.get("flops")),
+            ("modelled device time (s)", total.get("device_time_s")),
+            ("modelled energy (J)", total.get("energy_j")),
+        ]
+    elif art.binary_path is not None and run is None:
+        rows = kernels(art)
+        timings = art.replayed.report["timings"]
+        facts += [
+            ("FLOPs", sum(r["flops"] for r in rows)),
+            ("modelled device time (s)", timings["device_time_s"]),
+            ("modelled energy (J)", timings["energy_j"]),
+        ]
+        run = art.replayed.report
+    if run:
+        facts.append(("verdict", run.get("verdict")))
+        modelled = run.get("modelled") or {}
+        if modelled:
+            facts += [
+                ("modelled makespan (s)", modelled.get("makespan_s")),
+                ("modelled energy, all devices (J)", modelled.get("energy_j")),
+                ("bubble fraction", modelled.get("bubble_fraction")),
+            ]
+    binary = None
+    if art.binary_path is not None:
+        info = art.info
+        binary = {
+            "path": str(art.binary_path),
+            "producer": info["producer"],
+            "version": info["version"],
+            "metadata": info["metadata"],
+            "device": info["device"],
+            "devices": info["devices"],
+            "commands": info["commands"],
+            "file_bytes": info["file_bytes"],
+        }
+    hardware = {
+        "arch": "MN-Core 2 (emulated, GPFN3)",
+        "clock (MHz)": MNCORE2.clock_hz / 1e6,
+        **{f"peak {k} (TFLOPS)": v for k, v in MNCORE2.peak_tflops.items()},
+        "DRAM bandwidth (GB/s)": MNCORE2.dram_bandwidth / 1e9,
+        "board power (W)": MNCORE2.board_power_w,
+    }
+    return {
+        "facts": facts,
+        "options": art.options or {},
+        "binary": binary,
+        "hardware": hardware,
+        "goldens": _goldens(art),
+        "files": art.files(),
+    }

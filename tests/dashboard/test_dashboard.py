@@ -1,0 +1,309 @@
+"""The dashboard's server, pages, export and CLI, without a browser (Starlette's test
+client): every page for a codegen_dir, a multi-device binary and a run report; files outside
+PATH refused; missing and corrupt files shown as a page, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("starlette", reason="the dashboard extra is not installed")
+
+from starlette.testclient import TestClient
+
+from mnrt.dashboard import (
+    PAGES,
+    ArtifactMissingError,
+    Artifacts,
+    PathRefusedError,
+    create_app,
+    export,
+    open_dashboard,
+)
+from mnrt.dashboard.pages.binary import side_by_side
+from mnrt.dashboard.pages.common import kernels
+from mnrt.dashboard.pages.perf import ALL, stats
+from mnrt.dashboard.serve import bind
+from mnrt.errors import InvalidArgumentError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def client(path: Path, other: Path | None = None) -> TestClient:
+    return TestClient(create_app(open_dashboard(path, other)))
+
+
+def rows(html: str, table: str) -> int:
+    body = html.split(f'<table id="{table}">', 1)[1].split("</table>", 1)[0]
+    return body.split("<tbody>", 1)[1].count("<tr")
+
+
+def test_every_page_of_a_codegen_dir(cnn_dir):
+    c = client(cnn_dir)
+    report = json.loads((cnn_dir / "report.json").read_text())
+    for slug in PAGES:
+        r = c.get(f"/{slug}.html")
+        assert r.status_code == 200, (slug, r.text[:500])
+        assert "cannot be shown" not in r.text
+    assert c.get("/").text == c.get("/summary.html").text
+    assert rows(c.get("/compile").text, "phases") == len(report["phases"])
+    assert rows(c.get("/layers").text, "layers") == len(report["layers"])
+    assert rows(c.get("/nodes").text, "nodes") == len(report["layers"])
+    summary = c.get("/summary").text
+    assert "probs" in summary and "passed" in summary  # the golden and its accuracy check
+    # an output the compile's accuracy check does not cover is not checked, not failed
+    assert "FAILED" not in summary and "not checked here" in summary
+    assert 'src="netron/index.html?url=../files/model.onnx' in c.get("/graph").text
+
+
+def test_layers_carry_the_compile_reports_costs(cnn_dir):
+    art = Artifacts(cnn_dir)
+    report = json.loads((cnn_dir / "report.json").read_text())
+    got = kernels(art)
+    assert [k["name"] for k in got] == [layer["name"] for layer in report["layers"]]
+    for k, layer in zip(got, report["layers"]):
+        assert k["op"] == layer["op"]
+        assert k["time_s"] == pytest.approx(layer["device_time_s"], rel=1e-6)
+        assert k["flops"] == pytest.approx(layer["flops"])
+        assert 0.0 <= k["utilisation"] <= 1.0
+        assert k["energy_j"] > 0
+
+
+def test_perf_stats_all_rows_are_the_totals(cnn_dir):
+    ks = kernels(Artifacts(cnn_dir))
+    table = stats(ks)
+    top = table[0]
+    assert (top["op"], top["attribute"], top["value"]) == (ALL, ALL, ALL)
+    assert top["count"] == len(ks)
+    assert top["time_s"] == pytest.approx(sum(k["time_s"] for k in ks))
+    per_op = [s for s in table if s["op"] != ALL and s["attribute"] == ALL]
+    assert sum(s["count"] for s in per_op) == len(ks)
+    assert sum(s["share"] for s in per_op) == pytest.approx(1.0)
+    conv = [s for s in table if s["op"] == "conv2d" and s["attribute"] == "stride"]
+    assert sum(s["count"] for s in conv) == sum(k["op"] == "conv2d" for k in ks)
+
+
+def test_multi_device_binary(pipeline):
+    c = client(pipeline)
+    for slug in PAGES:
+        assert c.get(f"/{slug}").status_code == 200, slug
+    timeline = c.get("/timeline").text
+    assert rows(timeline, "devices") == 4
+    for row in ("device 1 / link in", "copy arrows", "event arrows"):
+        assert row in timeline
+    binary = c.get("/binary").text
+    assert "CopyBuffer" in binary and "WaitEvent" in binary
+    assert "no layout data in this binary" in c.get("/layouts").text
+    trace = c.get("/trace.json")
+    assert trace.headers["content-disposition"].startswith("attachment")
+    assert any(e.get("cat") == "copy" for e in trace.json()["traceEvents"])
+
+
+def test_run_report(tmp_path, pipeline):
+    report = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "mnrt", "run", str(pipeline), "--report", str(report)]
+    assert subprocess.run(cmd, capture_output=True).returncode == 0
+    c = client(report)
+    for slug in PAGES:
+        assert c.get(f"/{slug}").status_code == 200, slug
+    assert "PASS" in c.get("/summary").text
+    # the binary the report names is gone: totals only, said plainly
+    doc = json.loads(report.read_text())
+    doc["binary"] = str(tmp_path / "gone.mnlb")
+    report.write_text(json.dumps(doc))
+    c = client(report)
+    timeline = c.get("/timeline").text
+    assert "is not there" in timeline and rows(timeline, "devices") == 4
+    assert c.get("/binary").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/files/..%2F..%2Fetc%2Fpasswd",
+        "/files/%2Fetc%2Fpasswd",
+        "/files//etc/passwd",
+        "/files/a/../../outside.txt",
+        "/files/%2e%2e/outside.txt",
+        "/files/link_out",
+        "/netron/..%2F..%2F__init__.py",
+        "/static/..%2Fapp.py",
+    ],
+)
+def test_paths_outside_path_are_refused(tmp_path, cnn_dir, url):
+    folder = tmp_path / "cg"
+    shutil.copytree(cnn_dir, folder)
+    (tmp_path / "outside.txt").write_text("secret")
+    os.symlink(tmp_path / "outside.txt", folder / "link_out")
+    r = client(folder).get(url)
+    assert r.status_code in (403, 404)
+    assert "secret" not in r.text and "root:" not in r.text
+    assert any(why in r.text for why in ("only files under", "not a", "no such", "no page"))
+
+
+def test_files_under_path_are_served_and_a_file_path_serves_itself_only(cnn_dir, pipeline):
+    c = client(cnn_dir)
+    assert c.get("/files/option.json").json() == json.loads((cnn_dir / "option.json").read_text())
+    assert c.get("/files/nothing.json").status_code == 404
+    c = client(pipeline)
+    assert c.get("/files/pipeline.mnlb").content == pipeline.read_bytes()
+    assert c.get("/files/mlp.mnlb").status_code == 403  # its neighbour is not PATH
+
+
+def test_corrupt_and_missing_files_are_pages_not_tracebacks(tmp_path, cnn_dir):
+    folder = tmp_path / "cg"
+    shutil.copytree(cnn_dir, folder)
+    (folder / "report.json").write_text("{not json")
+    (folder / "model.mnlb").write_bytes(b"\0\0\0\0MNLB" + b"\xff" * 64)
+    c = client(folder)
+    for slug in ("summary", "compile", "binary"):
+        r = c.get(f"/{slug}")
+        assert r.status_code == 422, slug
+        assert "cannot be shown" in r.text and "Traceback" not in r.text
+    assert "report.json" in c.get("/compile").text
+    (folder / "model.mnlb").unlink()
+    r = c.get("/layers")
+    assert r.status_code in (404, 422) and "Traceback" not in r.text
+    assert client(folder).get("/binary").status_code == 404
+    assert "no page" in c.get("/nosuchpage").text
+
+
+def test_two_binaries_side_by_side(pipeline):
+    two = ROOT / "samples" / "two_devices.mnlb"
+    c = client(two, pipeline)
+    html = c.get("/binary").text
+    assert "Side by side" in html and rows(html, "diff") >= 1
+    art = Artifacts(pipeline, pipeline)
+    from mnrt.dashboard.pages.binary import build
+
+    same = build(art)["diff"]
+    assert same["differ"] == 0 and len(same["rows"]) == len(art.dump["commands"])
+    a = [{"index": 0, "type": "X", "details": "1"}, {"index": 1, "type": "Y", "details": "2"}]
+    b = [{"index": 0, "type": "X", "details": "1"}, {"index": 1, "type": "Z", "details": "2"}]
+    assert [r["status"] for r in side_by_side(a, b)] == ["same", "changed"]
+    assert [r["status"] for r in side_by_side(a, a[:1])] == ["same", "only A"]
+
+
+def test_layout_files_are_shown(tmp_path, cnn_dir):
+    folder = tmp_path / "cg"
+    shutil.copytree(cnn_dir, folder)
+    html = client(folder).get("/layouts").text
+    assert "Final layouts" in html and "No layout plan history" in html
+    plan = [{"step": 0, "value": "relu_1", "layout": "((8_L2B:1), (4_PE:1))"}]
+    (folder / "layout_plan.json").write_text(json.dumps(plan))
+    (folder / "time_slices.txt").write_text("slice 0: conv2d0\n")
+    html = client(folder).get("/layouts").text
+    assert "layout_plan.json" in html and "((8_L2B:1), (4_PE:1))" in html
+    assert "slice 0: conv2d0" in html
+
+
+def test_export_writes_every_page_offline(tmp_path, cnn_dir):
+    statuses = export(Artifacts(cnn_dir), tmp_path / "out")
+    assert statuses == {slug: 200 for slug in PAGES}
+    for slug in PAGES:
+        html = (tmp_path / "out" / f"{slug}.html").read_text()
+        assert 'src="http' not in html and 'href="http' not in html  # no CDN
+    assert (tmp_path / "out" / "static" / "plotly.min.js").stat().st_size > 1 << 20
+    assert (tmp_path / "out" / "files" / "report.json").exists()
+    assert json.loads((tmp_path / "out" / "trace.json").read_text())["traceEvents"]
+
+
+def test_cli(tmp_path, cnn_dir):
+    def mnrt(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "mnrt", *args], capture_output=True, text=True, timeout=120
+        )
+
+    r = mnrt("dashboard", str(tmp_path / "missing"))
+    assert r.returncode == 2 and "no such file or directory" in r.stderr
+    assert "Traceback" not in r.stderr
+    (tmp_path / "x.txt").write_text("hello")
+    r = mnrt("dashboard", str(tmp_path / "x.txt"))
+    assert r.returncode == 2 and "not a codegen_dir" in r.stderr
+    r = mnrt("dashboard", str(cnn_dir), "--export", str(tmp_path / "pages"))
+    assert r.returncode == 0 and "wrote 9 pages" in r.stdout
+    r = mnrt("dashboard", "--help")
+    assert "127.0.0.1" in r.stdout and "8327" in r.stdout
+
+
+def test_port_in_use_is_a_clear_error():
+    sock = bind("127.0.0.1", 0)
+    try:
+        with pytest.raises(InvalidArgumentError, match="choose another --port"):
+            bind("127.0.0.1", sock.getsockname()[1])
+    finally:
+        sock.close()
+
+
+_BLOCK = (
+    "import sys\n"
+    "for m in ('starlette', 'jinja2', 'uvicorn', 'plotly', 'netron'):\n"
+    "    sys.modules[m] = None\n"
+    "from mnrt.runner.cli import main\n"
+    "sys.argv = ['mnrt', *sys.argv[1:]]\n"
+    "main()\n"
+)
+
+
+def test_without_the_extra_run_works_and_dashboard_says_what_to_install(tmp_path, pipeline):
+    run = subprocess.run(
+        [sys.executable, "-c", _BLOCK, "run", str(pipeline)], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    board = subprocess.run(
+        [sys.executable, "-c", _BLOCK, "dashboard", str(pipeline)], capture_output=True, text=True
+    )
+    assert board.returncode == 2
+    assert "pip install mnrt[dashboard]" in board.stderr and "Traceback" not in board.stderr
+
+
+def test_netron_is_served_offline(cnn_dir):
+    r = client(cnn_dir).get("/netron/index.html")
+    assert r.status_code == 200
+    # marked unpackaged and dated today: no telemetry, no update nag; consent already given
+    assert '<meta name="version" content="0.0.0">' in r.text
+    assert "consent=" in r.headers["set-cookie"]
+    assert client(cnn_dir).get("/netron/browser.js").status_code == 200
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["..", ".", "", "a", "option.json", "/", "\\\\", "%2e", "x:"])))
+def test_resolve_never_leaves_path(tmp_path_factory, parts):
+    folder = tmp_path_factory.mktemp("cg")
+    (folder / "a").mkdir()
+    (folder / "option.json").write_text("{}")
+    (folder / "a" / "option.json").write_text("{}")
+    art = Artifacts.__new__(Artifacts)  # only resolve() is exercised: no report needed
+    art.path, art.kind, art.root = folder, "codegen_dir", folder.resolve()
+    name = "/".join(parts)
+    try:
+        got = art.resolve(name)
+    except (PathRefusedError, ArtifactMissingError):
+        return
+    assert got.is_relative_to(folder.resolve()) and got.is_file()
+
+
+def test_cli_serves_on_localhost(cnn_dir):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mnrt", "dashboard", str(cnn_dir), "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stderr.readline()
+        assert line.startswith("mnrt dashboard: http://127.0.0.1:"), line
+        url = line.split(": ", 1)[1].strip()
+        with urllib.request.urlopen(url + "compile.html", timeout=60) as r:
+            assert r.status == 200 and b'<table id="phases">' in r.read()
+    finally:
+        proc.terminate()
+        proc.wait(30)
