@@ -252,7 +252,9 @@ class CompiledFunction:
         held = None  # what the inputs hold, put back once the capture has ended, however
         with _recording:
             try:
-                with capture_if_idle(path, False, description, owner) as recording:
+                with capture_if_idle(
+                    path, False, description, owner, fingerprints=True
+                ) as recording:
                     if not recording:
                         return None
                     with observe.unobserved():

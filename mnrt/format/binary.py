@@ -29,6 +29,7 @@ from .fb.LightBinary import LightBinary as FbLightBinary
 from .fb.Metadata import MetadataT
 from .fb.Version import CreateVersion
 from .files import open_regular, write_atomically
+from .fingerprints import Fingerprint, Stats, to_tables
 from .io import IoBuffer, derive, describe
 from .pack import pack_commands, pack_tables
 from .schema_info import FORMAT_VERSION, KNOWN_SCHEMAS, LAYOUT, SCHEMA_HASH
@@ -97,10 +98,12 @@ class LightBinary:
         device: DeviceDescriptionT,
         inputs: Sequence[int] | None = None,
         outputs: Sequence[int] | None = None,
+        fingerprints: Sequence[Fingerprint] = (),
     ) -> LightBinary:
         """Serialise commands and blobs into a new binary (the writer's one entry point).
         `inputs` and `outputs` are buffer ids (see io.py); without them the binary lists
-        none, and readers derive them from the commands."""
+        none, and readers derive them from the commands. `fingerprints` (see
+        fingerprints.py) are written when there are any."""
         b = flatbuffers.Builder(1024 + 32 * len(commands))
         commands_vec = pack_commands(b, commands)
         infos = blobs.infos
@@ -113,7 +116,10 @@ class LightBinary:
         }
         blobs_vec = pack_tables(b, "Blob", columns)
         io_vecs = [None if v is None else _io_vector(b, v) for v in (inputs, outputs)]
-        fb_root = _pack_root(b, producer, metadata, device, commands_vec, blobs_vec, *io_vecs)
+        prints_vec = _fingerprints_vector(b, fingerprints) if fingerprints else None
+        fb_root = _pack_root(
+            b, producer, metadata, device, commands_vec, blobs_vec, *io_vecs, prints_vec
+        )
         b.FinishSizePrefixed(fb_root, file_identifier=IDENTIFIER)
         content = bytearray(b.Output())
         stamp_integrity(content)
@@ -215,6 +221,18 @@ class LightBinary:
     def outputs(self) -> list[IoBuffer]:
         """The buffers the host read back or checked against a golden, by unique name."""
         return self._io_lists()[1]
+
+    @property
+    def fingerprints(self) -> list[Fingerprint]:
+        """The per-kernel fingerprints the capture recorded (none before format 1.2, or
+        when it recorded none), in (command, kernel, output) order as written."""
+        root = self._root
+        out = []
+        for i in range(root.FingerprintsLength()):
+            f = root.Fingerprints(i)
+            stats = Stats(f.Hash(), f.Min(), f.Max(), f.Mean(), f.Nonfinite())
+            out.append(Fingerprint(f.Command(), f.Kernel(), f.Output(), stats))
+        return out
 
     def __len__(self) -> int:
         return self._root.CommandsLength()
@@ -321,6 +339,7 @@ def _pack_root(
     blobs_vec: int,
     inputs_vec: int | None = None,
     outputs_vec: int | None = None,
+    fingerprints_vec: int | None = None,
 ) -> int:
     producer_off = b.CreateString(producer)
     metadata_off = metadata.Pack(b)
@@ -340,6 +359,8 @@ def _pack_root(
     b.forceDefaults = True  # the integrity field is always written: 0 until stamped
     fb_root.LightBinaryAddIntegrity(b, 0)
     b.forceDefaults = False
+    if fingerprints_vec is not None:
+        fb_root.LightBinaryAddFingerprints(b, fingerprints_vec)
     return fb_root.LightBinaryEnd(b)
 
 
@@ -401,6 +422,15 @@ def _check_integrity(fb: memoryview, root: FbLightBinary) -> None:
             "is corrupted: write or copy it again",
             offset=at,
         )
+
+
+def _fingerprints_vector(b: flatbuffers.Builder, fingerprints: Sequence[Fingerprint]) -> int:
+    tables = to_tables(fingerprints)
+    columns = {
+        name: [getattr(t, name) for t in tables]
+        for name in ("command", "kernel", "output", "hash", "min", "max", "mean", "nonfinite")
+    }
+    return pack_tables(b, "KernelFingerprint", columns)
 
 
 def _io_vector(b: flatbuffers.Builder, ids: Sequence[int]) -> int:

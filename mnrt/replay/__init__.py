@@ -31,11 +31,12 @@ from ..format.fb.CommandUnion import CommandUnion
 from ..host.device import open_indices, release_dropped
 from . import io
 from .executor import Executor, Placement
+from .locate import Locator
 from .plan import Plan, validate
 from .profile import Profile
 from .report import ReplayReport
 
-__all__ = ["Profile", "ReplayReport", "replay"]
+__all__ = ["Profile", "ReplayReport", "replay", "verify_capture"]
 
 
 def _free_indices(chosen: set[int]) -> list[int]:
@@ -152,6 +153,8 @@ def replay(
     profile: bool = False,
     inputs: Mapping[str, np.ndarray] | None = None,
     expected: Mapping[str, np.ndarray] | None = None,
+    locate: bool = False,
+    locate_dir: str | os.PathLike | None = None,
 ) -> ReplayReport:
     """Replay a binary `loops` times; goldens are checked on every loop with `verify`.
     `device` places the binary's devices: "auto", an index for its first device, or a
@@ -164,6 +167,10 @@ def replay(
     by output name) is compared, with each output's last read, at the recorded check's
     tolerances (or rtol/atol). `report.outputs` holds every output's last read by name.
 
+    With `locate` (or a `locate_dir`), the first loop compares every kernel's output with
+    the fingerprints the capture recorded: `report.locate` names the first divergent and
+    the first wrong kernel, whose inputs and outputs go to `locate_dir` as .npy.
+
     An MnrtError raised once the replay has begun carries the report so far as `.report`
     (with `.error` set), for a runner to write anyway."""
     if isinstance(loops, bool) or not isinstance(loops, int) or not 1 <= loops <= MAX_LOOPS:
@@ -175,7 +182,7 @@ def replay(
             and 0 <= value < math.inf
         ):
             raise InvalidArgumentError(f"{name} must be a finite number >= 0, got {value!r}")
-    for name, flag in (("verify", verify), ("profile", profile)):
+    for name, flag in (("verify", verify), ("profile", profile), ("locate", locate)):
         if not isinstance(flag, bool):
             raise InvalidArgumentError(f"{name} must be True or False, got {flag!r}")
     if progress is not None and not callable(progress):
@@ -205,9 +212,21 @@ def replay(
         report.verified = verify and bool(wanted)
     if profile:
         report.profile = Profile(plan)
+    locate = locate or locate_dir is not None
     for loop in range(loops):
+        locator = Locator(plan, locate_dir) if locate and loop == 0 else None
+        if locator is not None:
+            report.locate = locator.result
         executor = Executor(
-            plan, device_map, verify, rtol, atol, profile, inputs=new_inputs, expected=wanted
+            plan,
+            device_map,
+            verify,
+            rtol,
+            atol,
+            profile,
+            inputs=new_inputs,
+            expected=wanted,
+            locator=locator,
         )
         t0 = time.perf_counter()
         try:
@@ -236,3 +255,22 @@ def replay(
     if report.verified and not report.checks:  # a PASS needs evidence
         report.verified, report.no_goldens = False, True
     return report
+
+
+def verify_capture(binary: LightBinary) -> str | None:
+    """None when a fresh capture replays to its own goldens; else why not, naming the first
+    divergent kernel when the capture has fingerprints (`capture(..., verify=True)`)."""
+    try:
+        report = replay(binary, locate=True)
+    except MnrtError as e:
+        return f"replay failed: {e}"
+    if report.passed:
+        return None
+    failed = [c.name for c in report.checks if not c.passed]
+    located = report.locate.located if report.locate is not None else None
+    where = (
+        f"first divergent kernel: {located.describe()} ({located.verdict})"
+        if located is not None
+        else "every kernel matched its fingerprint (a read or write differed)"
+    )
+    return f"golden(s) {', '.join(failed)} did not match; {where}"

@@ -76,6 +76,18 @@ class Plan:
     # Command index of each golden and read -> the error model's bound on its buffer's
     # contents (device/tolerance.py): what a golden recorded without tolerances is allowed.
     golden_errors: dict[int, float] = field(default_factory=dict)
+    trace_programs: dict[int, list[int]] = field(default_factory=dict)  # trace gid -> programs
+
+
+def program_sequence(plan: Plan, command: int) -> list[ProgramInfo]:
+    """The programs command `command` runs, in order: an EnqueueProgram's one, a
+    ReplayTrace's trace's; none for any other command."""
+    c = plan.binary.commands[command]
+    if c.cmdType == U.EnqueueProgram:
+        return [plan.programs[c.cmd.programId]]
+    if c.cmdType == U.ReplayTrace:
+        return [plan.programs[p] for p in plan.trace_programs.get(c.cmd.traceId, ())]
+    return []
 
 
 def _text(value: bytes | str | None) -> str:
@@ -380,6 +392,7 @@ class _Validator:
             raise self.fail(f"queue id {c.queueId} is not capturing trace id {c.traceId}")
         del self.capturing[queue]
         self.traces[c.traceId].state = "ready"
+        self.plan.trace_programs[c.traceId] = [p for p, _ in self.traces[c.traceId].enqueued]
 
     def replay_trace(self, c) -> None:
         self.host_queue(c.queueId, "replay_trace")

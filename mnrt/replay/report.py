@@ -15,6 +15,7 @@ from ..format import LightBinary
 from ..host.golden import Check
 
 if TYPE_CHECKING:
+    from .locate import LocateResult
     from .profile import Profile
 
 
@@ -42,6 +43,7 @@ class ReplayReport:
     # expected): nothing was compared, so the verdict is NO GOLDENS, never PASS.
     no_goldens: bool = False
     error: MnrtError | None = None  # what stopped the replay (then `passed` is False)
+    locate: LocateResult | None = None  # with replay(..., locate=True)
 
     def add_loop(
         self,
@@ -123,6 +125,7 @@ class ReplayReport:
                 k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in self.outputs.items()
             },
             "timings": self.timings,
+            **({"locate": self.locate.to_dict()} if self.locate is not None else {}),
         }
 
     def to_json(self, indent: int | None = 1) -> str:
@@ -152,6 +155,8 @@ class ReplayReport:
                     f"{w['actual']:.7g}, abs err {w['abs_err']:.3g}, rel err {w['rel_err']:.3g}"
                     for w in c.worst
                 )
+        if self.locate is not None:
+            lines.append(self.locate.summary())
         t = self.timings
         lines.append(
             f"modelled device time {t['device_time_s'] * 1e6:.2f} us, energy "

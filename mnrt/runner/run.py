@@ -185,6 +185,18 @@ def _failed(e: errors.MnrtError, file: Path, report_path: Path | None, as_json: 
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write a Perfetto trace of every loop here (open it at ui.perfetto.dev).",
 )
+@click.option(
+    "--locate",
+    is_flag=True,
+    help="Compare every kernel's output with the fingerprints the capture recorded; name the "
+    "first divergent and the first wrong kernel and save its inputs and outputs as .npy.",
+)
+@click.option(
+    "--locate-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where --locate saves the kernel's arrays (default: FILE's name + '.locate' in the "
+    "current directory).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def run(
     file,
@@ -199,14 +211,18 @@ def run(
     report_path,
     save_outputs,
     profile_path,
+    locate,
+    locate_dir,
     as_json,
 ) -> None:
     """Replay FILE and verify it against its goldens, or run it on new inputs.
 
-    Exit codes: 0 pass (or ran, not verified), 1 golden mismatch, 2 invalid binary or
-    usage, 3 device error, 4 no goldens to verify (0 with --allow-no-goldens), 130
-    interrupted."""
+    Exit codes: 0 pass (or ran, not verified), 1 golden mismatch (or, with --locate, a
+    kernel whose output is wrong), 2 invalid binary or usage, 3 device error, 4 no goldens
+    to verify (0 with --allow-no-goldens), 130 interrupted."""
     _check_outputs(file, {"--report": report_path, "--profile": profile_path}, save_outputs)
+    if locate and locate_dir is None:
+        locate_dir = Path(f"{_file_name(file.name)}.locate")
     try:
         binary = LightBinary.load(file)
         inputs = _arrays(binary, "input", input_specs)
@@ -222,6 +238,7 @@ def run(
             profile=profile_path is not None,
             inputs=inputs if input_specs else None,
             expected=expected if expected_specs else None,
+            locate_dir=locate_dir,
         )
     except errors.MnrtError as e:
         partial = getattr(e, "profile", None)
@@ -236,7 +253,8 @@ def run(
     if save_outputs is not None:
         _save_outputs(save_outputs, report.outputs)
     click.echo(report.to_json() if as_json else report.summary())
-    if not report.passed:
+    wrong = report.locate is not None and report.locate.first_wrong is not None
+    if not report.passed or wrong:
         sys.exit(errors.EXIT_GOLDEN_MISMATCH)
     if report.no_goldens and not allow_no_goldens:
         sys.exit(errors.EXIT_NO_GOLDENS)

@@ -1,0 +1,110 @@
+"""Per-kernel fingerprints: what a capture remembers of each kernel's outputs (since 1.2).
+
+A fingerprint is xxh3-64 of an output's stored bits plus summary statistics of its values
+(min, max and mean of the finite ones, and how many are not finite). The hash tells
+whether a replay computed exactly the same bits; the statistics let a tolerant comparison
+tell "rounded differently" (same statistics within tolerance) from "wrong". Recording one
+costs a pass or two over the output, a few percent of the kernel that made it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+import xxhash
+
+from .fb.KernelFingerprint import KernelFingerprintT
+
+_NAN = float("nan")
+
+
+class Stats(NamedTuple):
+    """One output's fingerprint without its place."""
+
+    hash: int
+    min: float
+    max: float
+    mean: float
+    nonfinite: int
+
+    def to_dict(self) -> dict:
+        return {
+            "hash": f"{self.hash:016x}",
+            "min": _json_float(self.min),
+            "max": _json_float(self.max),
+            "mean": _json_float(self.mean),
+            "nonfinite": self.nonfinite,
+        }
+
+
+class Fingerprint(NamedTuple):
+    """Where one fingerprint belongs: the command that ran the kernel (an EnqueueProgram or
+    ReplayTrace index), the kernel's position among the kernels that command ran, and the
+    output's position among the kernel's outputs."""
+
+    command: int
+    kernel: int
+    output: int
+    stats: Stats
+
+
+def stats_of(bits: np.ndarray, values: np.ndarray) -> Stats:
+    """The fingerprint of an output: `bits` as stored, `values` as computed. min and max
+    propagate NaN and show infinities, so the non-finite count costs a pass only for the
+    rare output that has any."""
+    digest = xxhash.xxh3_64_intdigest(np.ascontiguousarray(bits).view(np.uint8))
+    if values.size == 0:
+        return Stats(digest, _NAN, _NAN, _NAN, 0)
+    if values.dtype.kind == "b":
+        values = values.view(np.uint8)
+    lo, hi = values.min(), values.max()
+    if values.dtype.kind != "f" or (math.isfinite(lo) and math.isfinite(hi)):
+        return Stats(digest, float(lo), float(hi), _mean(values), 0)
+    finite = values[np.isfinite(values)]
+    bad = int(values.size - finite.size)
+    if finite.size == 0:
+        return Stats(digest, _NAN, _NAN, _NAN, bad)
+    return Stats(digest, float(finite.min()), float(finite.max()), _mean(finite), bad)
+
+
+def _mean(values: np.ndarray) -> float:
+    # float32 pairwise sums are accurate to a few ulps of the total: plenty for a summary.
+    total = values.sum(dtype=np.float64 if values.dtype.kind in "iub" else None)
+    return float(total) / values.size
+
+
+def _json_float(v: float) -> float | str:
+    return v if math.isfinite(v) else str(v)
+
+
+def to_tables(fingerprints: Sequence[Fingerprint]) -> list[KernelFingerprintT]:
+    """Object-API tables for `LightBinary.build`, in (command, kernel, output) order."""
+    out = []
+    for f in sorted(fingerprints, key=lambda f: (f.command, f.kernel, f.output)):
+        s = f.stats
+        t = KernelFingerprintT()
+        t.command, t.kernel, t.output = f.command, f.kernel, f.output
+        t.hash, t.min, t.max, t.mean, t.nonfinite = s.hash, s.min, s.max, s.mean, s.nonfinite
+        out.append(t)
+    return out
+
+
+def close(a: Stats, b: Stats, rtol: float, atol: float) -> bool:
+    """Whether two fingerprints' statistics agree within tolerance: the same number of
+    non-finite elements, and min, max and mean each within `atol + rtol * scale` where
+    the scale is the captured output's largest magnitude (so a mean near zero of values
+    near one is not held to a relative error it cannot meet)."""
+    if a.nonfinite != b.nonfinite:
+        return False
+    scale = max(abs(b.min), abs(b.max)) if math.isfinite(b.min) else 0.0
+    for x, y in ((a.min, b.min), (a.max, b.max), (a.mean, b.mean)):
+        if math.isnan(x) or math.isnan(y):
+            if math.isnan(x) != math.isnan(y):
+                return False
+            continue
+        if abs(x - y) > atol + rtol * scale:
+            return False
+    return True
