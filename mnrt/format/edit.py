@@ -19,6 +19,7 @@ from .fb.DeviceDescription import DeviceDescriptionT
 from .fb.Metadata import MetadataT
 from .fields import BLOB_FIELDS, attr_name
 from .fingerprints import Fingerprint
+from .io import derive
 
 # zstd's usual default (what captures use) and its strongest ordinary level.
 DEFAULT_LEVEL, STRONG_LEVEL = 3, 19
@@ -57,7 +58,13 @@ class Editor:
         producer: str | None = None,
     ) -> LightBinary:
         """A binary of `commands` (blob ids as above), with the source's header. Without
-        `inputs`/`outputs` the binary lists none and readers derive them."""
+        `inputs`/`outputs`, the source's lists are kept, less the buffers the commands no
+        longer write or read (a source without lists gives none: readers derive them)."""
+        if inputs is None and outputs is None and self.source.io_recorded:
+            written, read = derive(commands)
+            src_in, src_out = self.source.io_ids
+            inputs = [i for i in src_in if i in set(written)]
+            outputs = [o for o in src_out if o in set(read)]
         store = BlobStore(level)
         moved: dict[int, int] = {}
         out = []

@@ -113,8 +113,9 @@ class Executor:
         except KeyError:
             raise InvalidBinaryError(f"no {kind} with id {gid}", command=self.index) from None
 
-    def run(self) -> None:
-        """Every command in order, then wait for every queue. `host_s` adds up the host's
+    def run(self, stop: int | None = None) -> None:
+        """Every command in order (those before index `stop` only, if given: a prefix, for
+        a trim's state snapshot), then wait for every queue. `host_s` adds up the host's
         time per command type (a blocking call's includes its wait for the device), and the
         wait after the last command as `final_finish`."""
         spent = dict.fromkeys(self.handlers, 0.0)
@@ -124,7 +125,8 @@ class Executor:
         before = clock()
         kind = None
         try:
-            for index, command in enumerate(self.plan.binary.commands):
+            commands = self.plan.binary.commands
+            for index, command in enumerate(commands if stop is None else commands[:stop]):
                 self.index = index
                 kind = command.cmdType
                 handlers[kind](command.cmd)

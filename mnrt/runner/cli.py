@@ -19,16 +19,19 @@ _SUBCOMMANDS = {
     "compile": "compile:compile_cmd",
     "convert": "inspect:convert",
     "demo": "compile:demo",
+    "diff": "diff:diff_cmd",
     "dump": "inspect:dump",
     "info": "inspect:info",
+    "optimize": "edit:optimize_cmd",
     "run": "run:run",
     "smi": "smi:smi",
+    "trim": "edit:trim_cmd",
     "verify": "inspect:verify",
 }
 
 # Subcommands whose --json makes every error a JSON document on stdout too (dump's output
 # is always JSON and smi's is short: their errors stay one line on stderr).
-_JSON_ERRORS = {"bench", "compile", "convert", "info", "run", "verify"}
+_JSON_ERRORS = {"bench", "compile", "convert", "diff", "info", "optimize", "run", "verify"}
 _MAX_MESSAGE = 2000  # characters of an error message the CLI prints
 # A group called with no command shows its help (click >= 8.2 raises this for it).
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
