@@ -58,7 +58,9 @@ from .host import Buffer, CommandQueue, Device, Kernel, Program, list_devices, o
 from .host.golden import Check
 from .replay import ReplayReport, replay, verify_capture
 
-_use_verifier(verify_capture)  # capture(verify=True) replays through replay (never imported by capture)
+_use_verifier(
+    verify_capture
+)  # capture(verify=True) replays through replay (never imported by capture)
 
 # The compiler's entry points, imported on first use: `mnrt run` never loads the compiler.
 _LAZY = ("CacheOptions", "Context", "MNDevice", "TensorProxy")

@@ -125,3 +125,55 @@ def perturbed(binary: mnrt.LightBinary, buffer_id: int, scale: float = 1.25) -> 
             c = CommandT(c.cmdType, body)
         commands.append(c)
     return editor.build(commands, fingerprints=binary.fingerprints)
+
+
+def chain_capture(kernels: int = 200, gather_at: int | None = None) -> mnrt.LightBinary:
+    """A program of `kernels` kernels on one running value (4x4): h = h * w_i, h = h + w_i,
+    in turn, each weight its own buffer; then a read of the value (its golden). Captured
+    with fingerprints. With `gather_at`, kernel `gather_at` gathers the value's rows by an
+    index buffer `idx` (in range: 3, 2, 1, 0) into a second buffer, where the chain goes on."""
+    rng = np.random.default_rng(1)
+    with mnrt.open_device("auto") as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture(fingerprints=True)
+        bindings = {"h": dev.create_buffer((4, 4), "float", name="h")}
+        q.enqueue_write_buffer(bindings["h"], rng.standard_normal((4, 4)).astype(np.float32))
+        program, value = [], "h"
+        for i in range(kernels):
+            if i == gather_at:
+                bindings["idx"] = dev.create_buffer((4,), "int32", name="idx")
+                bindings["g"] = dev.create_buffer((4, 4), "float", name="g")
+                q.enqueue_write_buffer(bindings["idx"], np.array([3, 2, 1, 0], np.int32))
+                program.append(mnrt.Kernel("gather", [value, "idx"], ["g"]))
+                value = "g"
+                continue
+            w = bindings[f"w{i}"] = dev.create_buffer((4, 4), "float", name=f"w{i}")
+            q.enqueue_write_buffer(w, 1 + rng.standard_normal((4, 4)).astype(np.float32) / 8)
+            program.append(mnrt.Kernel("mul" if i % 2 == 0 else "add", [value, f"w{i}"], [value]))
+        q.enqueue_program(dev.create_program(program, name="chain"), bindings)
+        q.enqueue_read_buffer(bindings[value])
+        return mnrt.end_capture()
+
+
+def with_written(binary: mnrt.LightBinary, buffer_name: str, data: np.ndarray) -> mnrt.LightBinary:
+    """`binary` with what it writes to the buffer named `buffer_name` replaced by `data`."""
+    import copy
+
+    from mnrt.format.edit import Editor
+    from mnrt.format.fb.Command import CommandT
+    from mnrt.format.fb.CommandUnion import CommandUnion as U
+
+    names = {
+        c.cmd.bufferId: c.cmd.desc.name.decode()
+        for c in binary.commands
+        if c.cmdType == U.CreateBuffer
+    }
+    editor = Editor(binary)
+    commands = []
+    for c in binary.commands:
+        if c.cmdType == U.WriteBuffer and names[c.cmd.bufferId] == buffer_name:
+            body = copy.copy(c.cmd)
+            body.data = editor.add_blob(data)
+            c = CommandT(c.cmdType, body)
+        commands.append(c)
+    return editor.build(commands, fingerprints=binary.fingerprints)

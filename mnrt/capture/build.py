@@ -13,7 +13,6 @@ from .._version import __version__
 from ..device.dtypes import BY_CODE
 from ..device.spec import MNCORE2
 from ..format import BlobStore, LightBinary
-from ..format.fingerprints import Fingerprint, Stats
 from ..format.fb.BeginTraceCapture import BeginTraceCaptureT
 from ..format.fb.BufferDesc import BufferDescT
 from ..format.fb.Command import CommandT
@@ -35,6 +34,7 @@ from ..format.fb.ReadBuffer import ReadBufferT
 from ..format.fb.ReleaseTrace import ReleaseTraceT
 from ..format.fb.ReplayTrace import ReplayTraceT
 from ..format.fb.WriteBuffer import WriteBufferT
+from ..format.fingerprints import Fingerprint, Stats
 from ..format.values import attribute
 from ..host import Program
 from . import recorder as r

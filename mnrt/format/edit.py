@@ -107,5 +107,7 @@ def _metadata(src: LightBinary) -> MetadataT:
 def _device(src: LightBinary) -> DeviceDescriptionT:
     d = src.device
     return DeviceDescriptionT(
-        arch=d.get("arch", ""), deviceCount=d.get("device_count", 0), dramBytes=d.get("dram_bytes", 0)
+        arch=d.get("arch", ""),
+        deviceCount=d.get("device_count", 0),
+        dramBytes=d.get("dram_bytes", 0),
     )

@@ -288,9 +288,7 @@ class CommandQueue:
             "energy_j": self.energy_j,
         }
 
-    def watch_kernels(
-        self, watch: Callable[[Command, bool], KernelWatch | None] | None
-    ) -> None:
+    def watch_kernels(self, watch: Callable[[Command, bool], KernelWatch | None] | None) -> None:
         """For tools (capture's fingerprints, replay's --locate): from now on, every command
         put on this queue that runs kernels (a program, a trace replay) gets
         `watch(command, logged)` as its KernelWatch (`logged`: an observer logged the call

@@ -226,7 +226,7 @@ def replay(
             profile,
             inputs=new_inputs,
             expected=wanted,
-            locator=locator,
+            watch=None if locator is None else locator.watch,
         )
         t0 = time.perf_counter()
         try:
@@ -239,6 +239,8 @@ def replay(
             if report.profile is not None:
                 report.profile.add_loop(executor, t0, t1, checks, time.perf_counter())
         except MnrtError as e:
+            if locator is not None:
+                locator.stopped()  # the kernel that was running, if any, failed
             if report.profile is not None:
                 # What ran up to the failure, for `mnrt run --profile` to save anyway.
                 end = time.perf_counter()

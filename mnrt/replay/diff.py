@@ -98,13 +98,15 @@ def _program_changes(a: dict, b: dict) -> list[dict]:
     sig = lambda k: json.dumps([k.get("op"), k.get("inputs"), k.get("outputs")])  # noqa: E731
     matcher = difflib.SequenceMatcher(None, [sig(k) for k in ka], [sig(k) for k in kb], False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            pairs = zip(range(i1, i2), range(j1, j2))
-        elif tag == "replace" and i2 - i1 == j2 - j1:
+        if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
             pairs = zip(range(i1, i2), range(j1, j2))
         else:
-            out += [{"field": f"program.kernels[{i}]", "a": ka[i], "b": None} for i in range(i1, i2)]
-            out += [{"field": f"program.kernels[{j}]", "a": None, "b": kb[j]} for j in range(j1, j2)]
+            out += [
+                {"field": f"program.kernels[{i}]", "a": ka[i], "b": None} for i in range(i1, i2)
+            ]
+            out += [
+                {"field": f"program.kernels[{j}]", "a": None, "b": kb[j]} for j in range(j1, j2)
+            ]
             continue
         for i, j in pairs:
             attrs_a = {x["name"]: x for x in ka[i].get("attrs") or []}
@@ -204,8 +206,10 @@ def diff(a: LightBinary, b: LightBinary) -> dict:
         ]
     prints_a = {(f.command, f.kernel, f.output): f.stats for f in a.fingerprints}
     prints_b = {(f.command, f.kernel, f.output): f.stats for f in b.fingerprints}
-    differing = sorted(k for k in set(prints_a) | set(prints_b)
-                       if getattr(prints_a.get(k), "hash", None) != getattr(prints_b.get(k), "hash", None))  # fmt: skip
+    hash_of = lambda prints, k: getattr(prints.get(k), "hash", None)  # noqa: E731
+    differing = sorted(
+        k for k in set(prints_a) | set(prints_b) if hash_of(prints_a, k) != hash_of(prints_b, k)
+    )
     return {
         "equal": not (header or io or commands or differing),
         "a": {"path": str(a.path) if a.path else None, "commands": len(a), "blobs": len(a.blobs)},
@@ -239,7 +243,9 @@ def to_text(d: dict, limit: int = 200) -> str:
             lines.append(f"! [{c['a']}] {c['type'][0]} -> [{c['b']}] {c['type'][1]}")
         else:
             lines.append(f"~ [{c['a']}] -> [{c['b']}] {c['type']}")
-            lines += [f"    {f['field']}: {_short(f['a'])} -> {_short(f['b'])}" for f in c["fields"]]
+            lines += [
+                f"    {f['field']}: {_short(f['a'])} -> {_short(f['b'])}" for f in c["fields"]
+            ]
             g = c.get("golden")
             if g and g.get("comparable"):
                 lines.append(

@@ -22,9 +22,9 @@ from ..errors import InvalidBinaryError
 from ..format.fb.CommandUnion import CommandUnion as U
 from ..format.io import Namer
 from ..host import Device
+from ..host.commands import KernelWatch
 from ..host.device import open_device_with_fill
 from ..host.golden import Check, compare
-from .locate import Locator
 from .plan import BUFFER, DEVICE, PROGRAM, QUEUE, TRACE, Plan
 
 # Command type -> the host API name it replays, for timings and profiles.
@@ -57,14 +57,14 @@ class Executor:
         profiling: bool = False,
         inputs: dict[int, np.ndarray] | None = None,
         expected: dict[int, np.ndarray] | None = None,
-        locator: Locator | None = None,
+        watch: Callable[[int], KernelWatch | None] | None = None,
     ) -> None:
         """`inputs` (stored data by buffer id) replace every recorded write of those
         buffers, and the recorded goldens then no longer apply: only `expected` (values
-        by buffer id) is compared, with each output's last read value. A `locator`
-        watches every kernel (see locate.py)."""
+        by buffer id) is compared, with each output's last read value. `watch(command
+        index)` gives the KernelWatch of each command that runs kernels (see locate.py)."""
         self.plan = plan
-        self.locator = locator
+        self.watch = watch
         self.blobs = plan.binary.blobs
         self.device_map = device_map
         self.placed: dict[int, int] = {}  # captured device index -> runner index, once open
@@ -148,7 +148,7 @@ class Executor:
         self.host_s["final_finish"] = (clock() - before, 1)
 
     def close(self) -> None:
-        if self.locator is not None:
+        if self.watch is not None:
             for q in self.tables[QUEUE].values():
                 q.watch_kernels(None)
         for dev in self.tables[DEVICE].values():
@@ -173,9 +173,9 @@ class Executor:
     def open_queue(self, c) -> None:
         dev: Device = self.lookup(DEVICE, c.deviceId)
         q = self.tables[QUEUE][c.queueId] = dev.command_queue(c.index)
-        if self.locator is not None:
+        if self.watch is not None:
             # Called as each command is put on the queue: by this thread, in its handler.
-            q.watch_kernels(lambda cmd, logged: self.locator.watch(self.index))
+            q.watch_kernels(lambda cmd, logged: self.watch(self.index))
         if self.profiling:
             q._start_profiling()
 

@@ -26,8 +26,8 @@ from ..device.dtypes import DOUBLE
 from ..device.kernels import Out, TensorSpec
 from ..errors import InvalidBinaryError, MnrtError
 from ..format import LightBinary
-from ..format.fingerprints import Stats, close, stats_of
 from ..format.files import write_atomically
+from ..format.fingerprints import Stats, close, stats_of
 
 if TYPE_CHECKING:
     from ..host.program import Step
@@ -93,6 +93,7 @@ class LocateResult:
     divergent: int = 0
     first_divergent: KernelSite | None = None
     first_wrong: KernelSite | None = None
+    failed: KernelSite | None = None  # the kernel a device error stopped, if one did
     saved_to: str | None = None  # the first divergent kernel's arrays
     wrong_saved_to: str | None = None  # the first wrong kernel's
 
@@ -102,10 +103,16 @@ class LocateResult:
         return self.first_divergent
 
     def summary(self) -> str:
+        if self.failed is not None:
+            return f"locate: the device failed in {self.failed.describe()}"
         if not self.fingerprints:
-            return "locate: the binary records no kernel fingerprints (capture with fingerprints=True)"
+            return (
+                "locate: the binary records no kernel fingerprints (capture with fingerprints=True)"
+            )
         if self.first_divergent is None:
-            return f"locate: all {self.compared} kernel outputs match their fingerprints bit for bit"
+            return (
+                f"locate: all {self.compared} kernel outputs match their fingerprints bit for bit"
+            )
         first = self.first_divergent
         lines = [
             f"locate: {self.divergent} of {self.compared} kernel outputs differ from the capture",
@@ -126,6 +133,7 @@ class LocateResult:
             "divergent": self.divergent,
             "first_divergent": self.first_divergent and self.first_divergent.to_dict(),
             "first_wrong": self.first_wrong and self.first_wrong.to_dict(),
+            "failed": self.failed and self.failed.to_dict(),
             "saved_to": self.saved_to,
             "wrong_saved_to": self.wrong_saved_to,
         }
@@ -174,9 +182,18 @@ class Locator:
         self.result = LocateResult(len(plan.binary.fingerprints))
         self.save_dir = Path(save_dir) if save_dir is not None else None
         self.rtol, self.atol = rtol, atol
+        self.running: tuple[int, int, Step] | None = None  # (command, kernel, step) now
 
     def watch(self, command: int) -> _Watch:
         return _Watch(self, command)
+
+    def stopped(self) -> None:
+        """The replay stopped on an error: the kernel still running is the one that failed
+        (a device error is raised by the kernel it happened in)."""
+        if self.running is not None:
+            command, kernel, step = self.running
+            self.result.failed = self._site(command, kernel, step)
+            self.running = None
 
     def _site(self, command: int, kernel: int, step: Step) -> KernelSite:
         program, position = self._program_kernel(command, kernel)
@@ -278,6 +295,7 @@ class _Watch:
     def before(self, step: Step) -> None:
         """An in-place kernel overwrites an input: keep the inputs while it may be one to
         save (until a wrong kernel has been found)."""
+        self.locator.running = (self.command, self.kernel, step)
         self.inputs_before = None
         if self.locator.result.first_wrong is None and self.locator.save_dir is not None:
             outs = {id(b) for b in step.outs}
@@ -285,6 +303,7 @@ class _Watch:
                 self.inputs_before = [_values(b) for b in step.ins]
 
     def after(self, step: Step, results: Sequence[np.ndarray]) -> None:
+        self.locator.running = None
         try:
             self.locator.check(self, step, results)
         finally:
@@ -307,14 +326,10 @@ def _reference(step: Step, inputs: list[np.ndarray]) -> tuple[list[np.ndarray] |
     and why not (a kernel without a double form)."""
     kdef, attrs = step.kdef, step.bound.attrs
     wide = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in inputs]
-    specs = [
-        TensorSpec(b.shape, DOUBLE if b.dtype.is_float else b.dtype) for b in step.ins
-    ]
+    specs = [TensorSpec(b.shape, DOUBLE if b.dtype.is_float else b.dtype) for b in step.ins]
     try:
         outs = kdef.infer(specs, attrs)
-        targets = [
-            Out(o.shape, DOUBLE if DOUBLE in o.dtypes else o.dtypes[0], None) for o in outs
-        ]
+        targets = [Out(o.shape, DOUBLE if DOUBLE in o.dtypes else o.dtypes[0], None) for o in outs]
         results = kdef.compute(wide, attrs, targets)
     except MnrtError as e:
         return None, f"no float64 reference: {e}"

@@ -94,12 +94,12 @@ def live_commands(binary: LightBinary, plan: Plan) -> list[int]:
             keep.add(i)
             needed |= referenced_ids(cmd)
     used = set().union(*(referenced_ids(commands[i].cmd) for i in keep))
+    defines = {U.CreateBuffer: "bufferId", U.DeallocateBuffer: "bufferId",
+               U.CreateProgram: "programId"}  # fmt: skip
     for i, c in enumerate(commands):
-        if c.cmdType in (U.CreateBuffer, U.DeallocateBuffer) and c.cmd.bufferId in used:
-            keep.add(i)
-        elif c.cmdType == U.CreateProgram and c.cmd.programId in used:
-            keep.add(i)
-        elif c.cmdType == U.ReleaseTrace and c.cmd.traceId in replayed:
+        if (c.cmdType in defines and getattr(c.cmd, defines[c.cmdType]) in used) or (
+            c.cmdType == U.ReleaseTrace and c.cmd.traceId in replayed
+        ):
             keep.add(i)
     return sorted(keep)
 

@@ -40,7 +40,9 @@ def parse_range(text: str, count: int) -> tuple[int, int]:
     try:
         start, stop, _ = slice(*(int(p) if p.strip() else None for p in parts)).indices(count)
     except ValueError:
-        raise InvalidArgumentError(f"--commands {text!r}: START and STOP must be integers") from None
+        raise InvalidArgumentError(
+            f"--commands {text!r}: START and STOP must be integers"
+        ) from None
     if start >= stop:
         raise InvalidArgumentError(
             f"--commands {text!r} selects no command of the binary's {count}; give START < STOP"

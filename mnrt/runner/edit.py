@@ -13,7 +13,8 @@ from ..replay.optimize import optimize
 from ..replay.trim import parse_range, trim
 
 
-def _check_out(file: Path, out: Path) -> None:
+def check_output_path(file: Path, out: Path) -> None:
+    """Refuse an output path that is the input or cannot be a new file."""
     if out.resolve() == file.resolve():
         raise InvalidArgumentError(f"-o {out} is the input binary; write the result elsewhere")
     if out.is_dir() or not out.resolve().parent.is_dir():
@@ -22,13 +23,20 @@ def _check_out(file: Path, out: Path) -> None:
 
 @click.command("trim")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--commands", "commands", required=True, metavar="START:STOP",
-              help="The commands to keep, as a Python slice of command indices (see mnrt dump).")
-@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--commands",
+    "commands",
+    required=True,
+    metavar="START:STOP",
+    help="The commands to keep, as a Python slice of command indices (see mnrt dump).",
+)
+@click.option(
+    "-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path)
+)
 def trim_cmd(file: Path, commands: str, out: Path) -> None:
     """Write commands START..STOP-1 of FILE as a replayable binary: a state snapshot of the
     live objects they use first. The slice is replayed before it is written."""
-    _check_out(file, out)
+    check_output_path(file, out)
     binary = LightBinary.load(file)
     start, stop = parse_range(commands, len(binary))
     result = trim(binary, start, stop)
@@ -41,12 +49,14 @@ def trim_cmd(file: Path, commands: str, out: Path) -> None:
 
 @click.command("optimize")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path)
+)
 @click.option("--json", "as_json", is_flag=True, help="Print what changed as JSON.")
 def optimize_cmd(file: Path, out: Path, as_json: bool) -> None:
     """Drop dead commands and buffers, create identical programs once, store payloads once
     and recompress them. The result is replayed (and must pass) before it is written."""
-    _check_out(file, out)
+    check_output_path(file, out)
     result, stats = optimize(LightBinary.load(file))
     result.save(out)
     if as_json:

@@ -41,7 +41,9 @@ def _mlp_capture(fingerprints: bool = True, trace: bool = False) -> mnrt.LightBi
             name="mlp",
         )
         for name in ("x", "w1", "w2", "s"):
-            q.enqueue_write_buffer(bufs[name], rng.standard_normal((bufs[name].shape)).astype(np.float32))
+            q.enqueue_write_buffer(
+                bufs[name], rng.standard_normal(bufs[name].shape).astype(np.float32)
+            )
         q.enqueue_program(prog, bufs)
         if trace:
             tid = q.begin_trace_capture()
@@ -174,18 +176,20 @@ def test_capture_verify_keeps_a_capture_that_reproduces(tmp_path):
 def test_capture_verify_refuses_a_capture_that_does_not_reproduce(tmp_path, monkeypatch):
     path = tmp_path / "bad.mnlb"
     exp = registry.lookup("exp")
-    with pytest.raises(mnrt.CaptureVerificationError, match=r"kernel 0 'exp'.*nothing was saved"):
-        with mnrt.open_device("auto") as dev, mnrt.capture(path, verify=True):
-            q = dev.command_queue(0)
-            a = dev.create_buffer((3,), "float", name="a")
-            y = dev.create_buffer((3,), "float", name="y")
-            prog = dev.create_program([mnrt.Kernel("exp", ["a"], ["y"])], name="e")
-            q.enqueue_write_buffer(a, np.ones(3, np.float32))
-            q.enqueue_program(prog, {"a": a, "y": y})
-            q.enqueue_read_buffer(y)
-            # The replay that checks the capture computes exp otherwise.
-            wrong = dataclasses.replace(exp, compute=lambda ins, attrs, outs: [ins[0] * 2])
-            monkeypatch.setitem(registry._REGISTRY, "exp", wrong)
+    refused = pytest.raises(
+        mnrt.CaptureVerificationError, match=r"kernel 0 'exp'.*nothing was saved"
+    )
+    with refused, mnrt.open_device("auto") as dev, mnrt.capture(path, verify=True):
+        q = dev.command_queue(0)
+        a = dev.create_buffer((3,), "float", name="a")
+        y = dev.create_buffer((3,), "float", name="y")
+        prog = dev.create_program([mnrt.Kernel("exp", ["a"], ["y"])], name="e")
+        q.enqueue_write_buffer(a, np.ones(3, np.float32))
+        q.enqueue_program(prog, {"a": a, "y": y})
+        q.enqueue_read_buffer(y)
+        # The replay that checks the capture computes exp otherwise.
+        wrong = dataclasses.replace(exp, compute=lambda ins, attrs, outs: [ins[0] * 2])
+        monkeypatch.setitem(registry._REGISTRY, "exp", wrong)
     assert not path.exists()
 
 
