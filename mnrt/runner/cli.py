@@ -14,7 +14,7 @@ from ..errors import EXIT_INTERRUPTED, MnrtError, error_dict
 
 # name -> "module:attribute", relative to mnrt.runner
 _SUBCOMMANDS = {
-    "bench": "run:bench",
+    "bench": "bench:bench",
     "clean": "clean:clean",
     "compile": "compile:compile_cmd",
     "convert": "inspect:convert",

@@ -18,7 +18,7 @@ from ..format.files import write_atomically
 from ..format.npy import load_npy
 from ..replay import MAX_LOOPS, replay
 from ..replay.io import header_check
-from ..replay.report import check_dict, error_document
+from ..replay.report import error_document
 from .args import named_sources
 
 
@@ -258,42 +258,3 @@ def run(
         sys.exit(errors.EXIT_GOLDEN_MISMATCH)
     if report.no_goldens and not allow_no_goldens:
         sys.exit(errors.EXIT_NO_GOLDENS)
-
-
-@click.command()
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--loops", type=click.IntRange(1, MAX_LOOPS), default=10, show_default=True)
-@click.option("--device", default="auto", show_default=True, help="Device index or 'auto'.")
-@click.option("--no-verify", is_flag=True, help="Do not compare goldens (exit 0 whatever).")
-@click.option("--json", "as_json", is_flag=True, help="Print the timings as JSON.")
-def bench(file, loops, device, no_verify, as_json) -> None:
-    """Steady-state replay time of FILE over N loops (load excluded). Goldens are checked
-    after each loop, outside its time: a failed one makes the exit code 1."""
-    report = replay(
-        file,
-        device=_device(device),
-        verify=not no_verify,
-        loops=loops,
-        progress=_progress(loops),
-    )
-    t = report.timings
-    failed = [c for c in report.checks if not c.passed]
-    if as_json:
-        doc = {**t, "passed": report.passed, "verdict": report.verdict}
-        doc["failed_checks"] = [check_dict(c) for c in failed]
-        click.echo(json.dumps(doc, indent=1))
-    else:
-        click.echo(
-            f"{len(report.binary)} commands, {loops} loops: wall min "
-            f"{t['wall_min_s'] * 1e3:.3f} ms, median {t['wall_median_s'] * 1e3:.3f} ms, max "
-            f"{t['wall_max_s'] * 1e3:.3f} ms per loop; load {t['load_s'] * 1e3:.2f} ms; "
-            f"modelled device time {t['device_time_s'] * 1e6:.2f} us"
-        )
-        click.echo(f"fastest loop, host time by command: {report.host_breakdown()}")
-        if not report.passed:
-            click.echo(
-                f"FAIL: {report.failed_loops} of {loops} loops failed their goldens: "
-                + ", ".join(f"{c.name} ({c.message})" for c in failed)
-            )
-    if not report.passed:
-        sys.exit(errors.EXIT_GOLDEN_MISMATCH)

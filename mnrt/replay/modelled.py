@@ -1,0 +1,133 @@
+"""The modelled figures a performance gate compares (`mnrt bench`): device time and energy
+of a binary's replay, overall and kernel by kernel. The timing model is deterministic, so
+two runs of one binary give the same figures on any machine: a gate that needs no hardware.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import MnrtError
+from ..format import LightBinary
+from .executor import Executor
+from .plan import program_sequence, validate
+from .report import ReplayReport
+
+
+def modelled_totals(report: ReplayReport) -> dict[str, float]:
+    """The replay's modelled `makespan_s` and `energy_j` (DESIGN.md section 11's names).
+    The one place they come from: a report that carries section 11's `modelled` dict gives
+    them as it computed them (a timeline over queues and devices); otherwise the queues'
+    summed device time stands in for the makespan, which it is for one queue."""
+    m = getattr(report, "modelled", None)
+    if isinstance(m, dict) and "makespan_s" in m and "energy_j" in m:
+        return {"makespan_s": float(m["makespan_s"]), "energy_j": float(m["energy_j"])}
+    t = report.timings
+    return {"makespan_s": t["device_time_s"], "energy_j": t["energy_j"]}
+
+
+@dataclass
+class KernelCost:
+    """One kernel execution's modelled cost, where it ran: command index, position among
+    the kernels the command ran, program, position in it, op."""
+
+    command: int
+    kernel: int
+    program: str
+    program_kernel: int
+    op: str
+    time_s: float
+    energy_j: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+class _Costs:
+    """KernelWatch factory collecting each kernel's modelled cost as it runs."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, int, Any]] = []  # (command, kernel, Modelled)
+
+    def __call__(self, command: int) -> _CostWatch:
+        return _CostWatch(self, command)
+
+
+class _CostWatch:
+    def __init__(self, owner: _Costs, command: int) -> None:
+        self.owner, self.command, self.kernel = owner, command, 0
+
+    def before(self, step: Any) -> None:
+        pass
+
+    def after(self, step: Any, results: Any) -> None:
+        self.owner.rows.append((self.command, self.kernel, step.modelled))
+        self.kernel += 1
+
+
+def kernel_costs(binary: LightBinary) -> list[KernelCost]:
+    """Every kernel execution of one replay of `binary` (goldens not compared), in order."""
+    from . import _device_map
+
+    plan = validate(binary)
+    costs = _Costs()
+    executor = Executor(plan, _device_map(plan, "auto"), verify=False, watch=costs)
+    try:
+        executor.run()
+    finally:
+        executor.close()
+    out = []
+    for command, kernel, m in costs.rows:
+        program, position = "", kernel
+        for p in program_sequence(plan, command):
+            if position < len(p.kernels):
+                program = p
+                break
+            position -= len(p.kernels)
+        if not program:
+            raise MnrtError(f"command {command} ran a kernel its programs do not hold")
+        out.append(
+            KernelCost(
+                command,
+                kernel,
+                program.name,
+                position,
+                program.kernels[position].op,
+                m.time_s,
+                m.energy_j,
+            )  # fmt: skip
+        )
+    return out
+
+
+def regressions(
+    current: dict[str, Any], baseline: dict[str, Any], tolerance: float
+) -> tuple[list[str], list[dict]]:
+    """(totals that regressed beyond `tolerance` as lines, kernels that got slower) of two
+    `mnrt bench --json` documents' `modelled` parts. Kernels are matched by program, op
+    and occurrence (the n-th 'gemm' of program 'mlp'), so commands added elsewhere do not
+    misalign them."""
+    lines = []
+    for name, unit in (("makespan_s", "s"), ("energy_j", "J")):
+        old, new = float(baseline[name]), float(current[name])
+        if new > old * (1 + tolerance):
+            change = (new - old) / old if old else float("inf")
+            lines.append(f"{name} {old:.6g} {unit} -> {new:.6g} {unit} ({change:+.1%})")
+
+    def keyed(kernels: list[dict]) -> dict[tuple, dict]:
+        seen: dict[tuple, int] = {}
+        out = {}
+        for k in kernels:
+            base = (k["program"], k["program_kernel"], k["op"])
+            n = seen[base] = seen.get(base, 0) + 1
+            out[(*base, n)] = k
+        return out
+
+    old_k, new_k = keyed(baseline.get("kernels", [])), keyed(current.get("kernels", []))
+    slower = [
+        {**new_k[key], "baseline_time_s": old_k[key]["time_s"]}
+        for key in new_k
+        if key in old_k and new_k[key]["time_s"] > old_k[key]["time_s"] * (1 + tolerance)
+    ]
+    return lines, slower
