@@ -79,25 +79,16 @@ def kernel_costs(binary: LightBinary) -> list[KernelCost]:
         executor.close()
     out = []
     for command, kernel, m in costs.rows:
-        program, position = "", kernel
+        program, position = None, kernel
         for p in program_sequence(plan, command):
             if position < len(p.kernels):
                 program = p
                 break
             position -= len(p.kernels)
-        if not program:
+        if program is None:
             raise MnrtError(f"command {command} ran a kernel its programs do not hold")
-        out.append(
-            KernelCost(
-                command,
-                kernel,
-                program.name,
-                position,
-                program.kernels[position].op,
-                m.time_s,
-                m.energy_j,
-            )  # fmt: skip
-        )
+        op = program.kernels[position].op
+        out.append(KernelCost(command, kernel, program.name, position, op, m.time_s, m.energy_j))
     return out
 
 
