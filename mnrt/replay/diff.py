@@ -173,6 +173,36 @@ def _pair(sa: _Side, sb: _Side, i: int, j: int) -> dict:
     return entry
 
 
+def _pairs_by_type(
+    names_a: list[str], names_b: list[str], range_a: range, range_b: range
+) -> dict[int, int]:
+    """In a changed stretch, each command of `a` paired with the next unpaired command of
+    `b` of the same type, in order (the rest were removed or added)."""
+    pairs, next_j = {}, range_b.start
+    for i in range_a:
+        for j in range(next_j, range_b.stop):
+            if names_b[j] == names_a[i]:
+                pairs[i], next_j = j, j + 1
+                break
+    return pairs
+
+
+def _fingerprint_changes(a: LightBinary, b: LightBinary, partner: dict[int, int]) -> list[dict]:
+    """Kernel outputs whose fingerprints differ between commands that line up."""
+    prints_b: dict[tuple[int, int, int], int] = {
+        (f.command, f.kernel, f.output): f.stats.hash for f in b.fingerprints
+    }
+    out = []
+    for f in a.fingerprints:
+        j = partner.get(f.command)
+        if j is None:
+            continue
+        other = prints_b.get((j, f.kernel, f.output))
+        if other != f.stats.hash:
+            out.append({"a": f.command, "b": j, "kernel": f.kernel, "output": f.output})
+    return out
+
+
 def diff(a: LightBinary, b: LightBinary) -> dict:
     """Every difference between `a` and `b` as a JSON-ready dict; `equal` says whether
     there is any (creation metadata aside)."""
@@ -188,28 +218,29 @@ def diff(a: LightBinary, b: LightBinary) -> dict:
         if ids_a != ids_b
     ]
     commands = []
+    partner: dict[int, int] = {}  # command of a -> the command of b it lines up with
     matcher = difflib.SequenceMatcher(None, sa.keys, sb.keys, autojunk=False)
     same = 0
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             same += i2 - i1
+            partner.update(zip(range(i1, i2), range(j1, j2)))
             continue
-        paired = min(i2 - i1, j2 - j1) if tag == "replace" else 0
-        commands += [_pair(sa, sb, i1 + k, j1 + k) for k in range(paired)]
-        commands += [
-            {"change": "removed", "a": i, "b": None, "type": sa.names[i], "value": sa.values[i]}
-            for i in range(i1 + paired, i2)
-        ]
+        pairs = _pairs_by_type(sa.names, sb.names, range(i1, i2), range(j1, j2))
+        partner.update(pairs)
+        paired_b = set(pairs.values())
+        for i in range(i1, i2):
+            if i in pairs:
+                commands.append(_pair(sa, sb, i, pairs[i]))
+            else:
+                commands.append({"change": "removed", "a": i, "b": None, "type": sa.names[i],
+                                 "value": sa.values[i]})  # fmt: skip
         commands += [
             {"change": "added", "a": None, "b": j, "type": sb.names[j], "value": sb.values[j]}
-            for j in range(j1 + paired, j2)
+            for j in range(j1, j2)
+            if j not in paired_b
         ]
-    prints_a = {(f.command, f.kernel, f.output): f.stats for f in a.fingerprints}
-    prints_b = {(f.command, f.kernel, f.output): f.stats for f in b.fingerprints}
-    hash_of = lambda prints, k: getattr(prints.get(k), "hash", None)  # noqa: E731
-    differing = sorted(
-        k for k in set(prints_a) | set(prints_b) if hash_of(prints_a, k) != hash_of(prints_b, k)
-    )
+    differing = _fingerprint_changes(a, b, partner)
     return {
         "equal": not (header or io or commands or differing),
         "a": {"path": str(a.path) if a.path else None, "commands": len(a), "blobs": len(a.blobs)},
@@ -218,11 +249,7 @@ def diff(a: LightBinary, b: LightBinary) -> dict:
         "io": io,
         "commands_equal": same,
         "commands": commands,
-        "fingerprints": {
-            "a": len(prints_a),
-            "b": len(prints_b),
-            "differ": [{"command": c, "kernel": k, "output": o} for c, k, o in differing],
-        },
+        "fingerprints": {"a": len(a.fingerprints), "b": len(b.fingerprints), "differ": differing},
     }
 
 
