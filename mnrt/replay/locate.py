@@ -26,6 +26,7 @@ from ..device.dtypes import DOUBLE
 from ..device.kernels import Out, TensorSpec
 from ..errors import InvalidBinaryError, MnrtError
 from ..format import LightBinary
+from ..format.fb.CommandUnion import CommandUnion as U
 from ..format.files import write_atomically
 from ..format.fingerprints import Stats, close, stats_of
 
@@ -141,9 +142,8 @@ class LocateResult:
 
 def expected_prints(binary: LightBinary) -> dict[tuple[int, int], list[Stats]]:
     """The binary's fingerprints by (command, kernel), outputs in order. Fingerprints that
-    name a command which runs no kernels, or leave an output out, make the binary invalid."""
-    from ..format.fb.CommandUnion import CommandUnion as U
-
+    name a command which runs no kernels, or leave an output out, make the binary invalid
+    (replay's validation checks them here)."""
     commands = binary.commands
     by_kernel: dict[tuple[int, int], dict[int, Stats]] = {}
     for f in binary.fingerprints:
@@ -178,7 +178,7 @@ class Locator:
         atol: float | None = None,
     ) -> None:
         self.plan = plan
-        self.expected = expected_prints(plan.binary)
+        self.expected = plan.fingerprints
         self.result = LocateResult(len(plan.binary.fingerprints))
         self.save_dir = Path(save_dir) if save_dir is not None else None
         self.rtol, self.atol = rtol, atol

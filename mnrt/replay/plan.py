@@ -30,6 +30,7 @@ from ..format.values import attribute_value
 from ..host import Kernel
 from ..host.device import MAX_QUEUES, extent_bytes
 from .io import check_lists as check_io_lists
+from .locate import expected_prints
 
 MAX_RANK = 16
 DEVICE, QUEUE, BUFFER, PROGRAM, TRACE = "device", "queue", "buffer", "program", "trace"
@@ -77,6 +78,8 @@ class Plan:
     # contents (device/tolerance.py): what a golden recorded without tolerances is allowed.
     golden_errors: dict[int, float] = field(default_factory=dict)
     trace_programs: dict[int, list[int]] = field(default_factory=dict)  # trace gid -> programs
+    # The kernel fingerprints by (command, kernel): each output's, in order (see locate.py).
+    fingerprints: dict[tuple[int, int], list] = field(default_factory=dict)
 
 
 def program_sequence(plan: Plan, command: int) -> list[ProgramInfo]:
@@ -432,6 +435,7 @@ def validate(binary: LightBinary, spec: DeviceSpec = MNCORE2, blobs: bool = True
     """Check a binary end to end (and every blob's checksum, with `blobs`)."""
     plan = _Validator(binary, spec).run()
     check_io_lists(plan)
+    plan.fingerprints = expected_prints(binary)
     if blobs:
         binary.blobs.verify_all()
     return plan
