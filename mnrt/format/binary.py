@@ -28,6 +28,7 @@ from .fb.DeviceDescription import DeviceDescriptionT
 from .fb.LightBinary import LightBinary as FbLightBinary
 from .fb.Metadata import MetadataT
 from .fb.Version import CreateVersion
+from .fields import STRUCT_CODES, scalar_type
 from .files import open_regular, write_atomically
 from .fingerprints import Fingerprint, Stats, to_tables
 from .io import IoBuffer, derive, describe
@@ -226,13 +227,10 @@ class LightBinary:
     def fingerprints(self) -> list[Fingerprint]:
         """The per-kernel fingerprints the capture recorded (none before format 1.2, or
         when it recorded none), in (command, kernel, output) order as written."""
-        root = self._root
-        out = []
-        for i in range(root.FingerprintsLength()):
-            f = root.Fingerprints(i)
-            stats = Stats(f.Hash(), f.Min(), f.Max(), f.Mean(), f.Nonfinite())
-            out.append(Fingerprint(f.Command(), f.Kernel(), f.Output(), stats))
-        return out
+        return [
+            Fingerprint(c, k, o, Stats(*rest))
+            for c, k, o, *rest in _rows(self._root, self._fb, _PRINTS_SLOT, _PRINT_FIELDS)
+        ]
 
     def __len__(self) -> int:
         return self._root.CommandsLength()
@@ -275,20 +273,33 @@ def check_readable(major: int, minor: int) -> None:
         )
 
 
-_BLOBS_SLOT = next(
-    f["slot"] for f in LAYOUT["tables"]["LightBinary"]["fields"] if f["name"] == "blobs"
-)
-_BLOB_FIELDS = [
-    (f["slot"], "<B" if f["kind"] == "enum" else "<Q") for f in LAYOUT["tables"]["Blob"]["fields"]
-]
+def _slot(table: str, field: str) -> int:
+    return next(f["slot"] for f in LAYOUT["tables"][table]["fields"] if f["name"] == field)
+
+
+def _scalar_fields(table: str) -> list[tuple[int, str]]:
+    """(slot, struct format) of each field of a table of scalars, in schema order."""
+    return [
+        (f["slot"], "<" + STRUCT_CODES[scalar_type(f)]) for f in LAYOUT["tables"][table]["fields"]
+    ]
+
+
+_BLOBS_SLOT, _BLOB_FIELDS = _slot("LightBinary", "blobs"), _scalar_fields("Blob")
+_PRINTS_SLOT = _slot("LightBinary", "fingerprints")
+_PRINT_FIELDS = _scalar_fields("KernelFingerprint")
 
 
 def _blob_infos(root: FbLightBinary, fb: memoryview) -> list[BlobInfo]:
-    """Every Blob entry. Blob tables written by mnrt share one vtable, so all of them are
+    return [BlobInfo(*row) for row in _rows(root, fb, _BLOBS_SLOT, _BLOB_FIELDS)]
+
+
+def _rows(root: FbLightBinary, fb: memoryview, slot: int, fields: list[tuple[int, str]]) -> list:
+    """The field values of every table in a root vector of scalar-only tables (the blob
+    list, the fingerprints). Tables written by mnrt share one vtable, so all of them are
     read with a few numpy gathers; others are read one by one. The verifier has already
-    checked every offset used here (and that 8-byte fields are 8-aligned)."""
+    checked every offset used here (and that each field is aligned to its size)."""
     tab = root._tab
-    at = tab.Offset(4 + 2 * _BLOBS_SLOT)
+    at = tab.Offset(4 + 2 * slot)
     if at == 0:
         return []
     vec, n = tab.Vector(at), tab.VectorLen(at)
@@ -297,33 +308,31 @@ def _blob_infos(root: FbLightBinary, fb: memoryview) -> list[BlobInfo]:
     words = np.frombuffer(fb, "<i4", len(fb) // 4)
     vtables = pos - words[pos // 4]
     if n == 0 or not np.all(vtables == vtables[0]):
-        return [_blob_info(fb, int(p)) for p in pos]
+        return [_row(fb, int(p), fields) for p in pos]
     vt = int(vtables[0])
     vsize = struct.unpack_from("<H", fb, vt)[0]
-    u8 = np.frombuffer(fb, np.uint8)
-    u64 = np.frombuffer(fb, "<u8", len(fb) // 8)
     columns = []
-    for slot, fmt in _BLOB_FIELDS:
-        entry = 4 + 2 * slot
+    for field_slot, fmt in fields:
+        entry = 4 + 2 * field_slot
         off = struct.unpack_from("<H", fb, vt + entry)[0] if entry < vsize else 0
         if off == 0:
             columns.append([0] * n)
-        elif fmt == "<B":
-            columns.append(u8[pos + off].tolist())
-        else:
-            columns.append(u64[(pos + off) // 8].tolist())
-    return [BlobInfo(*row) for row in zip(*columns)]
+            continue
+        size = struct.calcsize(fmt)
+        view = np.frombuffer(fb, fmt.replace("<", "<" if size > 1 else "="), len(fb) // size)
+        columns.append(view[(pos + off) // size].tolist())
+    return list(zip(*columns))
 
 
-def _blob_info(fb: memoryview, pos: int) -> BlobInfo:
+def _row(fb: memoryview, pos: int, fields: list[tuple[int, str]]) -> tuple:
     vt = pos - struct.unpack_from("<i", fb, pos)[0]
     vsize = struct.unpack_from("<H", fb, vt)[0]
     values = []
-    for slot, fmt in _BLOB_FIELDS:
-        entry = 4 + 2 * slot
+    for field_slot, fmt in fields:
+        entry = 4 + 2 * field_slot
         off = struct.unpack_from("<H", fb, vt + entry)[0] if entry < vsize else 0
         values.append(struct.unpack_from(fmt, fb, pos + off)[0] if off else 0)
-    return BlobInfo(*values)
+    return tuple(values)
 
 
 def _text(value: bytes | None) -> str:
