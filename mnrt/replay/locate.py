@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -270,14 +271,14 @@ class Locator:
         inputs = before if before is not None else [_values(b) for b in step.ins]
         outputs = [_values(b) for b in step.outs]
         for o, a in zip(site.inputs, inputs):
-            _save_npy(folder / f"input.{o['slot']}.npy", a)
+            _save_npy(folder / f"input.{_file_part(o['slot'])}.npy", a)
         for o, a in zip(site.outputs, outputs):
-            _save_npy(folder / f"output.{o['slot']}.replayed.npy", a)
+            _save_npy(folder / f"output.{_file_part(o['slot'])}.replayed.npy", a)
         reference, why = _reference(step, inputs)
         doc = site.to_dict()
         doc["reference"] = why
         for o, a in zip(site.outputs, reference or ()):
-            _save_npy(folder / f"output.{o['slot']}.reference.npy", a)
+            _save_npy(folder / f"output.{_file_part(o['slot'])}.reference.npy", a)
         write_atomically(folder / "site.json", json.dumps(doc, indent=1).encode())
         return folder
 
@@ -313,6 +314,12 @@ class _Watch:
 def _values(buf: Any) -> np.ndarray:
     """A buffer's contents as a host read returns them (half as float32)."""
     return buf.dtype.from_storage(np.array(buf.peek()))
+
+
+def _file_part(name: str) -> str:
+    """A slot name (the binary chose it) as part of a file name: no separators or dots
+    runs, short enough for any file system."""
+    return re.sub(r"[^\w#+=-]", "_", name)[:100] or "_"
 
 
 def _save_npy(path: Path, array: np.ndarray) -> None:

@@ -220,3 +220,23 @@ def test_a_scaled_output_is_wrong_and_one_ulp_is_rounding(values):
     if np.abs(values).max() > 1e-2:
         moved = values * np.float32(1.5) + np.float32(1.0)
         assert not close(stats_of(moved, moved), base, 1e-5 * 64, 1e-6 * 64)
+
+
+def test_saved_file_names_stay_inside_the_directory(tmp_path):
+    with mnrt.open_device("auto") as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture(fingerprints=True)
+        a = dev.create_buffer((3,), "float", name="a")
+        y = dev.create_buffer((3,), "float", name="y")
+        prog = dev.create_program([mnrt.Kernel("exp", ["../../a"], ["y/../../y"])], name="e")
+        q.enqueue_write_buffer(a, np.ones(3, np.float32))
+        q.enqueue_program(prog, {"../../a": a, "y/../../y": y})
+        q.enqueue_read_buffer(y)
+        binary = mnrt.end_capture()
+    report = mnrt.replay(perturbed(binary, weight_sites(binary, min_rank=1)[0][2]),
+                         locate_dir=tmp_path / "loc")  # fmt: skip
+    folder = tmp_path / "loc" / f"command{report.locate.first_wrong.command}_kernel0_exp"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "input.______a.npy", "output.y_______y.reference.npy", "output.y_______y.replayed.npy",
+        "site.json",
+    ]  # fmt: skip
