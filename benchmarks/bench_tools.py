@@ -38,6 +38,7 @@ from bench_goldens import example_inputs, light_models
 from binaries import chain_capture, perturbed, weight_sites, with_written
 
 import mnrt
+from mnrt.capture import recorder
 from mnrt.replay.diff import diff
 from mnrt.replay.optimize import optimize
 from mnrt.replay.reduce import kernel_count, reduce
@@ -59,27 +60,51 @@ def locate_figures(ctx: mnrt.Context, path: str, folder: Path, rounds: int) -> d
     for command, kernel, gid in picked:
         located = mnrt.replay(perturbed(binary, gid), locate=True).locate.located
         named += located is not None and (located.command, located.kernel) == (command, kernel)
-    t = {False: [], True: []}
-    for _ in range(rounds):
-        for prints in (False, True):
-            # A block of three captures of one kind, the first not counted: a capture runs
-            # measurably slower after one of the other kind (what its predecessor left to
-            # the allocator differs), which would otherwise be charged to one side.
-            for i in range(3):
-                start = time.perf_counter()
-                mnrt.begin_capture(fingerprints=prints)
-                compiled(inputs)
-                mnrt.end_capture()
-                if i:
-                    t[prints].append(time.perf_counter() - start)
+    wall, cpu = overhead(compiled, inputs, rounds)
     return {
         "model": name,
         "kernels": len(binary.fingerprints),
         "named": f"{named}/{len(picked)}",
-        "capture_s": min(t[False]),
-        "with_prints_s": min(t[True]),
+        "capture_s": min(wall[False]),
+        "with_prints_s": min(wall[True]),
+        "cpu_s": min(cpu[False]),
+        "with_prints_cpu_s": min(cpu[True]),
+        "stats_share": min(cpu["stats"]) / min(cpu[False]),
         "path": out,
     }
+
+
+def overhead(compiled, inputs: dict, rounds: int) -> tuple[dict, dict]:
+    """Capture times (wall and this process's CPU time, which a loaded machine disturbs
+    less) with fingerprints and without, in alternating blocks of three captures of each
+    kind, the first of a block not counted: a capture runs measurably slower after one of
+    the other kind (what its predecessor left to the allocator differs). `cpu["stats"]`:
+    the CPU time spent in the fingerprint computation itself, per capture."""
+    stats_of, spent = recorder.stats_of, [0.0]
+
+    def timed(bits, values):
+        start = time.process_time()
+        try:
+            return stats_of(bits, values)
+        finally:
+            spent[0] += time.process_time() - start
+
+    wall, cpu = {False: [], True: []}, {False: [], True: [], "stats": []}
+    for _ in range(rounds):
+        for prints in (False, True):
+            for i in range(3):
+                recorder.stats_of, spent[0] = timed, 0.0
+                start, start_cpu = time.perf_counter(), time.process_time()
+                mnrt.begin_capture(fingerprints=prints)
+                compiled(inputs)
+                mnrt.end_capture()
+                if i:
+                    wall[prints].append(time.perf_counter() - start)
+                    cpu[prints].append(time.process_time() - start_cpu)
+                    if prints:
+                        cpu["stats"].append(spent[0])
+    recorder.stats_of = stats_of
+    return wall, cpu
 
 
 def reduce_figures() -> list[tuple[str, int, int, float, str]]:
@@ -102,8 +127,15 @@ def reduce_figures() -> list[tuple[str, int, int, float, str]]:
     return rows
 
 
-def diff_figures(ctx: mnrt.Context, vgg: Path, folder: Path) -> list[tuple[str, float, float, int]]:
-    """(pair, in-process seconds, whole-process seconds, exit code) of `mnrt diff`."""
+def _process_s(*args: str) -> tuple[float, int]:
+    start = time.perf_counter()
+    code = subprocess.run([sys.executable, "-m", "mnrt", *args], capture_output=True).returncode
+    return time.perf_counter() - start, code
+
+
+def diff_figures(ctx: mnrt.Context, vgg: Path, folder: Path) -> list[tuple]:
+    """(pair, in-process seconds, whole `mnrt diff` process seconds, exit code, `mnrt
+    --version` process seconds: the start-up every mnrt command pays), fastest of three."""
     model = onnx.load(str(Path(onnx.__file__).parent / "backend/test/data/light/light_vgg19.onnx"))
     inputs = example_inputs(model)
     again = folder / "vgg19_again.mnlb"
@@ -113,14 +145,15 @@ def diff_figures(ctx: mnrt.Context, vgg: Path, folder: Path) -> list[tuple[str, 
     perturbed(binary, weight_sites(binary)[5][2]).save(edited)
     rows = []
     for what, other in (("recaptured", again), ("one weight perturbed", edited)):
-        start = time.perf_counter()
-        diff(mnrt.LightBinary.load(vgg), mnrt.LightBinary.load(other))
-        inside = time.perf_counter() - start
-        start = time.perf_counter()
-        code = subprocess.run(
-            [sys.executable, "-m", "mnrt", "diff", str(vgg), str(other)], capture_output=True
-        ).returncode
-        rows.append((what, inside, time.perf_counter() - start, code))
+        inside, whole, startup = [], [], []
+        for _ in range(3):
+            start = time.perf_counter()
+            diff(mnrt.LightBinary.load(vgg), mnrt.LightBinary.load(other))
+            inside.append(time.perf_counter() - start)
+            seconds, code = _process_s("diff", str(vgg), str(other))
+            whole.append(seconds)
+            startup.append(_process_s("--version")[0])
+        rows.append((what, min(inside), min(whole), code, min(startup)))
     return rows
 
 
@@ -139,7 +172,10 @@ def main() -> None:
             "locate and fingerprint overhead (light models, float; capture: fastest of "
             f"{args.rounds} alternating rounds)"
         )
-        print(f"  {'model':<22} {'kernels':>7} {'named':>6} {'capture':>10} {'+prints':>10} ratio")
+        print(
+            f"  {'model':<22} {'kernels':>7} {'named':>6} {'capture':>10} {'+prints':>10} "
+            f"{'wall':>6} {'cpu':>6} {'stats/capture cpu':>17}"
+        )
         vgg = None
         for path in paths:
             r = locate_figures(ctx, path, folder, args.rounds)
@@ -147,17 +183,19 @@ def main() -> None:
             print(
                 f"  {r['model']:<22} {r['kernels']:>7} {r['named']:>6} "
                 f"{r['capture_s'] * 1e3:>8.1f}ms {r['with_prints_s'] * 1e3:>8.1f}ms "
-                f"{r['with_prints_s'] / r['capture_s']:.3f}x"
+                f"{r['with_prints_s'] / r['capture_s']:>5.3f}x "
+                f"{r['with_prints_cpu_s'] / r['cpu_s']:>5.3f}x {r['stats_share']:>16.1%}"
             )
         print("reduce (mnrt reduce, 200-kernel binaries)")
         for what, before, after, seconds, steps in reduce_figures():
             print(f"  {what}: {before} -> {after} kernels in {seconds:.2f} s [{steps}]")
         if vgg is not None:
             print("diff (two VGG-19 binaries)")
-            for what, inside, whole, code in diff_figures(ctx, vgg, folder):
+            for what, inside, whole, code, startup in diff_figures(ctx, vgg, folder):
                 print(
-                    f"  {what}: {inside * 1e3:.1f} ms in process, {whole * 1e3:.0f} ms as "
-                    f"`mnrt diff` (exit {code})"
+                    f"  {what}: {inside * 1e3:.1f} ms in process; {whole * 1e3:.0f} ms as a "
+                    f"`mnrt diff` process (exit {code}); `mnrt --version` alone: "
+                    f"{startup * 1e3:.0f} ms"
                 )
             binary = mnrt.LightBinary.load(vgg)
             start = time.perf_counter()

@@ -1,10 +1,10 @@
 """Per-kernel fingerprints: what a capture remembers of each kernel's outputs (since 1.2).
 
 A fingerprint is xxh3-64 of an output's stored bits plus summary statistics of its values
-(min, max and mean of the finite ones, and how many are not finite). The hash tells
-whether a replay computed exactly the same bits; the statistics let a tolerant comparison
-tell "rounded differently" (same statistics within tolerance) from "wrong". Recording one
-costs a pass or two over the output, a few percent of the kernel that made it.
+(min, max and mean of the finite ones, and how many are not finite; of a large output, over
+a fixed sample). The hash tells whether a replay computed exactly the same bits; the
+statistics let a tolerant comparison tell "rounded differently" (same statistics within
+tolerance) from "wrong". Recording one costs one pass over the output (the hash).
 """
 
 from __future__ import annotations
@@ -51,38 +51,43 @@ class Fingerprint(NamedTuple):
     stats: Stats
 
 
-# The mean is taken over a sample of a large output: MEAN_BLOCKS runs of MEAN_RUN
-# consecutive elements, evenly spaced. A summary needs no more, and summing every element
-# was most of what fingerprinting cost at capture (min and max run three times faster than
-# a sum; a strided sample touches every cache line, runs do not).
-MEAN_BLOCKS, MEAN_RUN = 64, 1024
+# The statistics of a large output are taken over a sample: SAMPLE_RUNS runs of RUN
+# consecutive elements, evenly spaced (the same elements on capture and replay). The hash
+# covers every bit, and is the one full pass over the output: min, max and a sum over all
+# of it were three more, which made fingerprinting cost more than its budget of capture
+# time (5%) on models of cheap kernels; a summary to tell rounding from a wrong result
+# needs no more than a sample.
+SAMPLE_RUNS, RUN = 64, 1024
 
 
 def stats_of(bits: np.ndarray, values: np.ndarray) -> Stats:
-    """The fingerprint of an output: `bits` as stored, `values` as computed. min and max
-    (of every element) propagate NaN and show infinities, so the non-finite count costs a
-    pass only for the rare output that has any; the mean is of a sample of a large output
-    (MEAN_BLOCKS runs of MEAN_RUN elements), the same elements on capture and replay."""
+    """The fingerprint of an output: `bits` as stored (hashed whole), `values` as computed
+    (summarised: min, max and mean of the finite ones and the count of the others, over all
+    of them or, past SAMPLE_RUNS * RUN elements, the sample described above)."""
     digest = xxhash.xxh3_64_intdigest(np.ascontiguousarray(bits).view(np.uint8))
     if values.size == 0:
         return Stats(digest, _NAN, _NAN, _NAN, 0)
-    values = values.reshape(-1)
-    if values.dtype.kind == "b":
-        values = values.view(np.uint8)
-    lo, hi = values.min(), values.max()
-    if values.dtype.kind != "f" or (math.isfinite(lo) and math.isfinite(hi)):
-        return Stats(digest, float(lo), float(hi), _mean(values), 0)
-    finite = values[np.isfinite(values)]
-    bad = int(values.size - finite.size)
+    sample = _sample(values.reshape(-1))
+    if sample.dtype.kind == "b":
+        sample = sample.view(np.uint8)
+    lo, hi = sample.min(), sample.max()  # NaN propagates and infinities show
+    if sample.dtype.kind != "f" or (math.isfinite(lo) and math.isfinite(hi)):
+        return Stats(digest, float(lo), float(hi), _mean(sample), 0)
+    finite = sample[np.isfinite(sample)]
+    bad = int(sample.size - finite.size)
     if finite.size == 0:
         return Stats(digest, _NAN, _NAN, _NAN, bad)
     return Stats(digest, float(finite.min()), float(finite.max()), _mean(finite), bad)
 
 
+def _sample(flat: np.ndarray) -> np.ndarray:
+    step = flat.size // SAMPLE_RUNS
+    if step <= RUN:
+        return flat
+    return flat[: step * SAMPLE_RUNS].reshape(SAMPLE_RUNS, step)[:, :RUN]
+
+
 def _mean(values: np.ndarray) -> float:
-    step = values.size // MEAN_BLOCKS
-    if step > MEAN_RUN:
-        values = values[: step * MEAN_BLOCKS].reshape(MEAN_BLOCKS, step)[:, :MEAN_RUN]
     return float(values.sum(dtype=np.float64)) / values.size
 
 

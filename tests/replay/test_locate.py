@@ -240,3 +240,17 @@ def test_saved_file_names_stay_inside_the_directory(tmp_path):
         "input.______a.npy", "output.y_______y.reference.npy", "output.y_______y.replayed.npy",
         "site.json",
     ]  # fmt: skip
+
+
+def test_a_large_output_is_summarised_over_a_fixed_sample_and_hashed_whole():
+    values = np.arange(1 << 20, dtype=np.float32)
+    s = stats_of(values, values)
+    step = values.size // 64
+    sample = values[: step * 64].reshape(64, step)[:, :1024]
+    assert (s.min, s.max) == (sample.min(), sample.max()) and s.mean == sample.mean()
+    changed = values.copy()
+    changed[1500] = -1.0  # outside the sample: the summary is the same, the hash is not
+    t = stats_of(changed, changed)
+    assert t.hash != s.hash and (t.min, t.max, t.mean) == (s.min, s.max, s.mean)
+    changed[5] = np.nan  # inside it: counted
+    assert stats_of(changed, changed).nonfinite == 1
