@@ -64,13 +64,15 @@ def stats_of(bits: np.ndarray, values: np.ndarray) -> Stats:
     """The fingerprint of an output: `bits` as stored (hashed whole), `values` as computed
     (summarised: min, max and mean of the finite ones and the count of the others, over all
     of them or, past SAMPLE_RUNS * RUN elements, the sample described above)."""
-    digest = xxhash.xxh3_64_intdigest(np.ascontiguousarray(bits).view(np.uint8))
+    digest = xxhash.xxh3_64_intdigest(bits if bits.flags.c_contiguous else bits.copy())
     if values.size == 0:
         return Stats(digest, _NAN, _NAN, _NAN, 0)
     sample = _sample(values.reshape(-1))
     if sample.dtype.kind == "b":
         sample = sample.view(np.uint8)
-    lo, hi = sample.min(), sample.max()  # NaN propagates and infinities show
+    # The ufuncs' own reductions: ndarray.min and friends add a Python call each, which
+    # tells on a model of many small kernels. NaN propagates and infinities show.
+    lo, hi = np.minimum.reduce(sample), np.maximum.reduce(sample)
     if sample.dtype.kind != "f" or (math.isfinite(lo) and math.isfinite(hi)):
         return Stats(digest, float(lo), float(hi), _mean(sample), 0)
     finite = sample[np.isfinite(sample)]
@@ -81,18 +83,19 @@ def stats_of(bits: np.ndarray, values: np.ndarray) -> Stats:
 
 
 def _sample(flat: np.ndarray) -> np.ndarray:
-    """The elements summarised, as one contiguous array (numpy reduces a strided 2-D view
-    several times slower than a copy of it)."""
+    """The elements summarised, as one contiguous 1-D array (numpy reduces a strided 2-D
+    view several times slower than a copy of it)."""
     step = flat.size // SAMPLE_RUNS
     if step <= RUN:
         return flat
-    return np.ascontiguousarray(flat[: step * SAMPLE_RUNS].reshape(SAMPLE_RUNS, step)[:, :RUN])
+    runs = flat[: step * SAMPLE_RUNS].reshape(SAMPLE_RUNS, step)[:, :RUN]
+    return np.ascontiguousarray(runs).reshape(-1)
 
 
 def _mean(values: np.ndarray) -> float:
     # Floats sum pairwise in their own precision (a few ulps over the sample: plenty for a
     # summary, and faster than widening); integers in float64, which cannot wrap.
-    total = values.sum() if values.dtype.kind == "f" else values.sum(dtype=np.float64)
+    total = np.add.reduce(values, dtype=None if values.dtype.kind == "f" else np.float64)
     return float(total) / values.size
 
 
