@@ -1,8 +1,8 @@
 """A replayable slice of a binary (`mnrt trim FILE --commands a:b`).
 
-The slice is commands a..b-1 preceded by a state snapshot: the objects live at command a
-that the slice uses (devices, queues, buffers, programs, device traces ready to replay),
-and every such buffer's contents at that point, which a replay of commands 0..a-1 gives.
+The slice is commands a..b-1 preceded by a state snapshot: every object live at command a
+(devices, queues, buffers, programs, device traces ready to replay) and every live
+buffer's contents at that point, which a replay of commands 0..a-1 gives.
 Goldens and fingerprints of the slice's commands come along; the result is replayed
 before it is handed back, so a slice that does not reproduce is never written.
 """
@@ -140,7 +140,9 @@ def trim(binary: LightBinary, start: int, stop: int, verify: bool = True) -> Lig
             f"{live.traces[trace][0]}); start the slice before or after it"
         )
     body = commands[start:stop]
-    used = _closure(commands, set().union(*(referenced_ids(c.cmd) for c in body)), live)
+    # Every live object, as a GFXReconstruct trim snapshots all state at its first frame:
+    # the slice may be edited or extended later (`mnrt optimize` drops what it never uses).
+    used = _closure(commands, set(live.creates) | set(live.traces), live)
     editor = Editor(binary)
     out: list[CommandT] = []
     kept = sorted(i for gid, i in live.creates.items() if gid in used)
