@@ -213,6 +213,11 @@ def replay(
     if profile:
         report.profile = Profile(plan)
     locate = locate or locate_dir is not None
+    if locate and new_inputs:
+        raise InvalidArgumentError(
+            "locate compares kernels with the fingerprints the capture recorded, which hold "
+            "for the recorded inputs only; replay without new inputs to locate"
+        )
     for loop in range(loops):
         locator = Locator(plan, locate_dir) if locate and loop == 0 else None
         if locator is not None:

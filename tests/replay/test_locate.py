@@ -255,3 +255,10 @@ def test_a_large_output_is_summarised_over_a_fixed_sample_and_hashed_whole():
     assert t.hash != s.hash and (t.min, t.max, t.mean) == (s.min, s.max, s.mean)
     changed[5] = np.nan  # inside it: counted
     assert stats_of(changed, changed).nonfinite == 1
+
+
+def test_locate_with_new_inputs_is_refused():
+    binary = _mlp_capture()
+    x = np.zeros((4, 8), np.float32)
+    with pytest.raises(mnrt.InvalidArgumentError, match="recorded inputs only"):
+        mnrt.replay(binary, inputs={"x": x}, locate=True)
