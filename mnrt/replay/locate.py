@@ -25,15 +25,13 @@ import numpy as np
 
 from ..device.dtypes import DOUBLE
 from ..device.kernels import Out, TensorSpec
-from ..errors import InvalidBinaryError, MnrtError
-from ..format import LightBinary
-from ..format.fb.CommandUnion import CommandUnion as U
+from ..errors import MnrtError
 from ..format.files import write_atomically
 from ..format.fingerprints import Stats, close, stats_of
+from .plan import Plan, program_kernel
 
 if TYPE_CHECKING:
     from ..host.program import Step
-    from .plan import Plan
 
 ROUNDING, WRONG = "different rounding", "wrong"
 # Rounding differences grow as they pass through kernels: the statistics of an output are
@@ -141,32 +139,6 @@ class LocateResult:
         }
 
 
-def expected_prints(binary: LightBinary) -> dict[tuple[int, int], list[Stats]]:
-    """The binary's fingerprints by (command, kernel), outputs in order. Fingerprints that
-    name a command which runs no kernels, or leave an output out, make the binary invalid
-    (replay's validation checks them here)."""
-    commands = binary.commands
-    by_kernel: dict[tuple[int, int], dict[int, Stats]] = {}
-    for f in binary.fingerprints:
-        if f.command >= len(commands) or commands[f.command].cmdType not in (
-            U.EnqueueProgram,
-            U.ReplayTrace,
-        ):
-            raise InvalidBinaryError(
-                f"a kernel fingerprint names command {f.command}, which runs no kernels",
-                command=f.command,
-            )
-        by_kernel.setdefault((f.command, f.kernel), {})[f.output] = f.stats
-    out = {}
-    for key, outputs in by_kernel.items():
-        if sorted(outputs) != list(range(len(outputs))):
-            raise InvalidBinaryError(
-                f"kernel {key[1]}'s fingerprints skip an output", command=key[0]
-            )
-        out[key] = [outputs[j] for j in range(len(outputs))]
-    return out
-
-
 class Locator:
     """Compares every kernel a replay runs with the binary's fingerprints. One per loop;
     `watch(command index)` is the queue's KernelWatch factory (see Executor)."""
@@ -197,9 +169,7 @@ class Locator:
             self.running = None
 
     def _site(self, command: int, kernel: int, step: Step) -> KernelSite:
-        program, position = self._program_kernel(command, kernel)
-        operand = lambda slot, b: {"slot": slot, "buffer": b.name, "shape": list(b.shape),  # noqa: E731
-                                   "dtype": b.dtype.name}  # fmt: skip
+        program, position = program_kernel(self.plan, command, kernel)
         k = program.kernels[position] if program is not None else None
         in_slots = list(k.inputs) if k is not None else [f"in{i}" for i in range(len(step.ins))]
         out_slots = list(k.outputs) if k is not None else [f"out{i}" for i in range(len(step.outs))]
@@ -209,19 +179,9 @@ class Locator:
             program.name if program is not None else "",
             position,
             step.kdef.name,
-            [operand(s, b) for s, b in zip(in_slots, step.ins)],
-            [operand(s, b) for s, b in zip(out_slots, step.outs)],
+            [_operand(s, b) for s, b in zip(in_slots, step.ins)],
+            [_operand(s, b) for s, b in zip(out_slots, step.outs)],
         )
-
-    def _program_kernel(self, command: int, kernel: int):
-        """The program and position in it of the `kernel`-th kernel `command` ran."""
-        from .plan import program_sequence
-
-        for program in program_sequence(self.plan, command):
-            if kernel < len(program.kernels):
-                return program, kernel
-            kernel -= len(program.kernels)
-        return None, kernel
 
     def _tolerance(self, step: Step, j: int) -> tuple[float, float]:
         d = step.outs[j].dtype
@@ -309,6 +269,10 @@ class _Watch:
             self.locator.check(self, step, results)
         finally:
             self.kernel += 1
+
+
+def _operand(slot: str, buf: Any) -> dict:
+    return {"slot": slot, "buffer": buf.name, "shape": list(buf.shape), "dtype": buf.dtype.name}
 
 
 def _values(buf: Any) -> np.ndarray:

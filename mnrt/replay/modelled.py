@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import MnrtError
 from ..format import LightBinary
 from .executor import Executor
-from .plan import program_sequence, validate
+from .plan import program_kernel, validate
 from .report import ReplayReport
 
 
@@ -79,12 +79,7 @@ def kernel_costs(binary: LightBinary) -> list[KernelCost]:
         executor.close()
     out = []
     for command, kernel, m in costs.rows:
-        program, position = None, kernel
-        for p in program_sequence(plan, command):
-            if position < len(p.kernels):
-                program = p
-                break
-            position -= len(p.kernels)
+        program, position = program_kernel(plan, command, kernel)
         if program is None:
             raise MnrtError(f"command {command} ran a kernel its programs do not hold")
         op = program.kernels[position].op

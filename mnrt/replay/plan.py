@@ -26,11 +26,11 @@ from ..device.tolerance import kernel_errors
 from ..errors import InvalidBinaryError, MnrtError
 from ..format import LightBinary
 from ..format.fb.CommandUnion import CommandUnion as U
+from ..format.fingerprints import Stats
 from ..format.values import attribute_value
 from ..host import Kernel
 from ..host.device import MAX_QUEUES, extent_bytes
 from .io import check_lists as check_io_lists
-from .locate import expected_prints
 
 MAX_RANK = 16
 DEVICE, QUEUE, BUFFER, PROGRAM, TRACE = "device", "queue", "buffer", "program", "trace"
@@ -79,7 +79,17 @@ class Plan:
     golden_errors: dict[int, float] = field(default_factory=dict)
     trace_programs: dict[int, list[int]] = field(default_factory=dict)  # trace gid -> programs
     # The kernel fingerprints by (command, kernel): each output's, in order (see locate.py).
-    fingerprints: dict[tuple[int, int], list] = field(default_factory=dict)
+    fingerprints: dict[tuple[int, int], list[Stats]] = field(default_factory=dict)
+
+
+def program_kernel(plan: Plan, command: int, kernel: int) -> tuple[ProgramInfo | None, int]:
+    """The program that holds the `kernel`-th kernel command `command` ran (a trace runs
+    its programs one after another), and the kernel's position in it; None if none does."""
+    for program in program_sequence(plan, command):
+        if kernel < len(program.kernels):
+            return program, kernel
+        kernel -= len(program.kernels)
+    return None, kernel
 
 
 def program_sequence(plan: Plan, command: int) -> list[ProgramInfo]:
@@ -439,3 +449,29 @@ def validate(binary: LightBinary, spec: DeviceSpec = MNCORE2, blobs: bool = True
     if blobs:
         binary.blobs.verify_all()
     return plan
+
+
+def expected_prints(binary: LightBinary) -> dict[tuple[int, int], list[Stats]]:
+    """The binary's fingerprints by (command, kernel), outputs in order. Fingerprints that
+    name a command which runs no kernels, or leave an output out, make the binary invalid
+    (validate checks them here)."""
+    commands = binary.commands
+    by_kernel: dict[tuple[int, int], dict[int, Stats]] = {}
+    for f in binary.fingerprints:
+        if f.command >= len(commands) or commands[f.command].cmdType not in (
+            U.EnqueueProgram,
+            U.ReplayTrace,
+        ):
+            raise InvalidBinaryError(
+                f"a kernel fingerprint names command {f.command}, which runs no kernels",
+                command=f.command,
+            )
+        by_kernel.setdefault((f.command, f.kernel), {})[f.output] = f.stats
+    out = {}
+    for key, outputs in by_kernel.items():
+        if sorted(outputs) != list(range(len(outputs))):
+            raise InvalidBinaryError(
+                f"kernel {key[1]}'s fingerprints skip an output", command=key[0]
+            )
+        out[key] = [outputs[j] for j in range(len(outputs))]
+    return out
