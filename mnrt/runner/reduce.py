@@ -15,7 +15,11 @@ from .edit import check_output_path
 @click.command("reduce")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
-    "-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path)
+    "-o",
+    "--output",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the reduced binary (default: FILE's name with .reduced.mnlb).",
 )
 @click.option(
     "--failing",
@@ -31,12 +35,16 @@ from .edit import check_output_path
     help="Seconds to spend; the smallest binary found by then is written.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the steps as JSON.")
-def reduce_cmd(file: Path, out: Path, failing: bool, time_limit: float, as_json: bool) -> None:
+def reduce_cmd(
+    file: Path, out: Path | None, failing: bool, time_limit: float, as_json: bool
+) -> None:
     """Shrink FILE, a binary that fails (golden mismatch or device error), to a minimal
     binary that fails the same way: the kernel the failure names, alone on the data it had
     (when it names one), then delta debugging over commands and kernels. Prints each step.
 
     Exit codes: 0 reduced and written, 2 FILE does not fail (or is unreadable)."""
+    if out is None:
+        out = file.with_name(f"{file.stem}.reduced.mnlb")
     check_output_path(file, out)
     result = reduce(LightBinary.load(file), time_limit_s=time_limit)
     result.binary.save(out)

@@ -94,3 +94,5 @@ def test_cli_reduce_reports_its_steps(tmp_path):
     good = tmp_path / "good.mnlb"
     binary.save(good)
     assert invoke_cli("reduce", good, "-o", out)[0] == 2
+    code, text = invoke_cli("reduce", bad, "--failing")  # as DESIGN.md spells it
+    assert code == 0 and (tmp_path / "bad.reduced.mnlb").exists(), text
