@@ -5,6 +5,7 @@ in the same run:
   capture overhead: 10k tiny host calls, capture on / off        target <= 1.10
     (a) inference loop: write 16 floats, 2-kernel program, blocking read, x 3334
     (b) enqueue stream: 10k non-blocking 1-element enqueue_program, then finish()
+    (c) two devices: copy 16 floats, record_event, wait_event on the other device, x 3334
   end_capture serialisation of those 10k-command logs, commands/s target >= 200k/s
   open a binary with 1 GiB of payload: LightBinary.load            target <= 20 ms
     (and a 1 MiB-payload one: the cost must not grow with payload), vs pickle.load
@@ -109,6 +110,34 @@ class EnqueueStream:
         q.finish()
 
 
+class CopyEvents:
+    """Per iteration: copy 16 floats from device A to device B on A's queue, record an event
+    there and have B's queue wait on it (issue 13's commands), x 3334; then finish both."""
+
+    label = "(c) copy, record_event, wait_event"
+
+    def __init__(self, dev: mnrt.Device, rng: np.random.Generator) -> None:
+        self.iters = -(-CALLS // 3)
+        self.calls = 3 * self.iters
+        self.other = mnrt.open_device("auto")
+        self.q0, self.q1 = dev.command_queue(2), self.other.command_queue(0)
+        self.a = dev.create_buffer((16,), mnrt.float32, name="a")
+        self.b = self.other.create_buffer((16,), mnrt.float32, name="b")
+        self.q0.enqueue_write_buffer(self.a, rng.standard_normal(16, np.float32))
+        self.q0.finish()
+
+    def __call__(self) -> None:
+        q0, q1, a, b = self.q0, self.q1, self.a, self.b
+        for _ in range(self.iters):
+            q0.enqueue_copy_buffer(a, b)
+            q1.wait_event(q0.record_event())
+        q0.finish()
+        q1.finish()
+
+    def close(self) -> None:
+        self.other.close()
+
+
 class GcClock:
     """Time spent in the cyclic garbage collector while active (via gc.callbacks)."""
 
@@ -198,7 +227,7 @@ def section_overhead(dev, rng, repeat: int, results: dict) -> None:
         f"{'workload':<38} {'calls':>6} {'off ms':>7} {'on ms':>7} {'on/off':>7} {'median':>7} "
         f"{'us/call':>7} {'gc ms off/on':>12} {'cpu on/off':>10}  target (wall; cpu)"
     )
-    for cls in (InferenceLoop, EnqueueStream):
+    for cls in (InferenceLoop, EnqueueStream, CopyEvents):
         work = cls(dev, rng)
         timed(work)  # warm up both paths
         timed_capture(work)
@@ -222,6 +251,8 @@ def section_overhead(dev, rng, repeat: int, results: dict) -> None:
             f"{verdict(ratio, 1.10, False)}; {verdict(cpu_ratio, 1.10, False)}"
         )
         results[cls.__name__] = (min(ends), binary)
+        if hasattr(work, "close"):
+            work.close()
     print(
         "   (on/off and us/call from the fastest runs; median: ratio of the medians; gc ms: time"
         " in Python's cyclic garbage collector inside the fastest runs; cpu: fastest process"

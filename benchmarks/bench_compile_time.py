@@ -8,8 +8,8 @@ ConstantOfShape nodes that both sides fold at load):
 
 A codegen_dir holds the model's light binary: its goldens are the compiled program's own
 results, checked against onnxruntime's (compiler/goldens.py), so that compile runs the
-network on the device and onnxruntime once each. Each side is timed in alternating rounds,
-fastest of all.
+network on the device and onnxruntime (unoptimised: one run) once each. Each side is timed
+in alternating rounds, fastest of all.
 
     pip install onnxruntime   # for this benchmark only
     python benchmarks/bench_compile_time.py [--model vgg19] [--rounds 3]

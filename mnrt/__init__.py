@@ -32,7 +32,7 @@ from .device.dtypes import UINT32 as uint32
 from .device.dtypes import UINT64 as uint64
 from .device.dtypes import DType, dtype
 from .device.kernels import all_kernels as _all_kernels
-from .device.spec import MNCORE2, DeviceSpec
+from .device.spec import MNCORE2, DeviceSpec, LinkSpec
 from .errors import (
     BindingError,
     DeviceBusyError,
@@ -42,6 +42,7 @@ from .errors import (
     DeviceMismatchError,
     DeviceNotFoundError,
     DTypeError,
+    EventTimeoutError,
     InvalidArgumentError,
     InvalidBinaryError,
     KernelAttributeError,
@@ -49,13 +50,24 @@ from .errors import (
     OutOfMemoryError,
     ShapeError,
     TraceError,
+    TransportError,
     UnknownKernelError,
     UnsupportedVersionError,
     UseAfterFreeError,
 )
 from .format import LightBinary
-from .host import Buffer, CommandQueue, Device, Kernel, Program, list_devices, open_device
+from .host import (
+    Buffer,
+    CommandQueue,
+    Device,
+    Event,
+    Kernel,
+    Program,
+    list_devices,
+    open_device,
+)
 from .host.golden import Check
+from .host.timeline import Span, Timeline
 from .replay import ReplayReport, replay, verify_capture
 
 _use_verifier(
@@ -99,17 +111,23 @@ __all__ = [
     "DeviceMismatchError",
     "DeviceNotFoundError",
     "DeviceSpec",
+    "Event",
+    "EventTimeoutError",
     "InvalidArgumentError",
     "InvalidBinaryError",
     "Kernel",
     "KernelAttributeError",
     "LightBinary",
+    "LinkSpec",
     "MnrtError",
     "OutOfMemoryError",
     "Program",
     "ReplayReport",
     "ShapeError",
+    "Span",
+    "Timeline",
     "TraceError",
+    "TransportError",
     "UnknownKernelError",
     "UnsupportedVersionError",
     "UseAfterFreeError",

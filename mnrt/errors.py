@@ -121,3 +121,12 @@ class OutOfMemoryError(DeviceError, MemoryError):
 class DeviceExecutionError(DeviceError):
     """A command failed while the device executed it; raised by the next finish() or
     blocking call."""
+
+
+class EventTimeoutError(DeviceError, TimeoutError):
+    """Event.wait(timeout=...) returned before the event completed."""
+
+
+class TransportError(DeviceError):
+    """A message between the ranks of a distributed replay failed or did not come in time
+    (`mpiexec ... mnrt run --mpi`); the other ranks are ended with it."""

@@ -14,7 +14,12 @@ SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
 @pytest.mark.parametrize(
     ("script", "expect"),
-    [("mlp.py", "max |error| vs float64 reference"), ("traced_loop.py", "100 trace replays")],
+    [
+        ("mlp.py", "max |error| vs float64 reference"),
+        ("traced_loop.py", "100 trace replays"),
+        ("two_devices.py", "copy + event"),
+        ("pipeline.py", "4 stages on 4 devices"),
+    ],
 )
 def test_sample_runs(tmp_path, script, expect):
     env = {**os.environ, "MNRT_HOME": str(tmp_path)}

@@ -16,7 +16,7 @@ import itertools
 import math
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -49,10 +49,15 @@ def begin_capture(goldens: bool = True, fingerprints: bool = False) -> None:
 
 
 def _begin(
-    goldens: bool, if_idle: bool, owner: str = "", fingerprints: bool = False
+    goldens: bool,
+    if_idle: bool,
+    owner: str = "",
+    fingerprints: bool = False,
+    contents: Mapping[int, tuple[Buffer, Callable[[], np.ndarray]]] | None = None,
 ) -> Recorder | None:
     """Install a new recorder and return it; with `if_idle`, None instead of an error when
-    a capture is already running (the check and the start are one step)."""
+    a capture is already running (the check and the start are one step). `contents`: see
+    Recorder."""
     for name, flag in (("goldens", goldens), ("fingerprints", fingerprints)):
         if not isinstance(flag, bool):
             raise InvalidArgumentError(f"{name} must be True or False, got {flag!r}")
@@ -67,7 +72,7 @@ def _begin(
                     "whole process, one at a time, so begin yours once it has finished"
                 )
             raise CaptureError("a capture is already running; end_capture() it first")
-        rec = Recorder(goldens=goldens, owner=owner, fingerprints=fingerprints)
+        rec = Recorder(goldens=goldens, owner=owner, fingerprints=fingerprints, contents=contents)
         observe.install(rec)
         return rec
 
@@ -226,17 +231,23 @@ def capture_if_idle(
     description: str = "",
     owner: str = "",
     fingerprints: bool = False,
+    contents: Mapping[int, tuple[Buffer, Callable[[], np.ndarray]]] | None = None,
 ) -> Iterator[bool]:
     """`capture`, unless a capture is already running: then nothing is recorded and the
     block is told so (it gets False) rather than failing. For code that records a binary
     of its own (a compile's codegen_dir) and must neither fail nor run its work inside the
     user's capture, whichever thread began it, and whenever. `owner` names that code in
-    the error of a begin_capture made meanwhile."""
+    the error of a begin_capture made meanwhile. `contents` (id(buffer) -> (buffer, a
+    function giving its contents as the device stores them)): buffers whose contents that
+    code vouches for, from arrays nothing changes while the capture runs; their snapshots
+    record those arrays instead of copying the device memory."""
     path = _check_path(path)
     _check_description(description)
     rec = None
     try:
-        rec = _begin(goldens, if_idle=True, owner=owner, fingerprints=fingerprints)
+        rec = _begin(
+            goldens, if_idle=True, owner=owner, fingerprints=fingerprints, contents=contents
+        )
         if rec is None:
             yield False
             return

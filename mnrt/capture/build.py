@@ -17,6 +17,7 @@ from ..format.fb.BeginTraceCapture import BeginTraceCaptureT
 from ..format.fb.BufferDesc import BufferDescT
 from ..format.fb.Command import CommandT
 from ..format.fb.CommandUnion import CommandUnion as U
+from ..format.fb.CopyBuffer import CopyBufferT
 from ..format.fb.CreateBuffer import CreateBufferT
 from ..format.fb.CreateProgram import CreateProgramT
 from ..format.fb.DeallocateBuffer import DeallocateBufferT
@@ -31,8 +32,10 @@ from ..format.fb.OpenDevice import OpenDeviceT
 from ..format.fb.OpenQueue import OpenQueueT
 from ..format.fb.ProgramDesc import ProgramDescT
 from ..format.fb.ReadBuffer import ReadBufferT
+from ..format.fb.RecordEvent import RecordEventT
 from ..format.fb.ReleaseTrace import ReleaseTraceT
 from ..format.fb.ReplayTrace import ReplayTraceT
+from ..format.fb.WaitEvent import WaitEventT
 from ..format.fb.WriteBuffer import WriteBufferT
 from ..format.fingerprints import Fingerprint, Stats
 from ..format.values import attribute
@@ -70,7 +73,19 @@ class _Context:
         # command there, so a snapshot write on one need not block (see _write).
         devices = {e[1]: e[2] for e in log if e[0] == r.OPEN_QUEUE}
         per_device = Counter(devices.values())
-        self.sole_queues = {q for q, dev in devices.items() if per_device[dev] == 1}
+        # A copy run by another device's queue reads (or writes) a buffer without its own
+        # device's queue ordering it: such a device's queues are never sole.
+        buffer_device = {e[1]: e[2] for e in log if e[0] == r.CREATE_BUFFER}
+        shared = {
+            buffer_device[bid]
+            for e in log
+            if e[0] == r.COPY
+            for bid in (e[2], e[3])
+            if buffer_device.get(bid) != devices.get(e[1])
+        }
+        self.sole_queues = {
+            q for q, dev in devices.items() if per_device[dev] == 1 and dev not in shared
+        }
         self.blobs = BlobStore()
         self.dtype_of: dict[int, int] = {}  # buffer gid -> dtype code
         # One command object per distinct enqueue (a loop enqueues the same one again and
@@ -146,6 +161,9 @@ _CONVERTERS = {
     r.REPLAY_TRACE: lambda e, ctx: CommandT(U.ReplayTrace, ReplayTraceT(e[1], e[2], e[3])),
     r.RELEASE_TRACE: lambda e, ctx: CommandT(U.ReleaseTrace, ReleaseTraceT(e[1], e[2])),
     r.GOLDEN: _golden,
+    r.COPY: lambda e, ctx: CommandT(U.CopyBuffer, CopyBufferT(e[1], e[2], e[3], e[4], e[5])),
+    r.RECORD_EVENT: lambda e, ctx: CommandT(U.RecordEvent, RecordEventT(e[1], e[2])),
+    r.WAIT_EVENT: lambda e, ctx: CommandT(U.WaitEvent, WaitEventT(e[1], e[2])),
 }
 
 

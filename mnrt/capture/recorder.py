@@ -12,14 +12,14 @@ capture can start in the middle of a program.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..format.fingerprints import Stats, stats_of
-from ..host import Buffer, CommandQueue, Device, Program, observe
+from ..host import Buffer, CommandQueue, Device, Event, Program, observe
 from ..host.commands import Command, ReadBuffer, RunProgram
 from ..host.program import Step
 
@@ -38,6 +38,9 @@ END_TRACE = "end_trace"
 REPLAY_TRACE = "replay_trace"
 RELEASE_TRACE = "release_trace"
 GOLDEN = "golden"
+COPY = "copy"
+RECORD_EVENT = "record_event"
+WAIT_EVENT = "wait_event"
 
 
 _SLOW = object()  # a fast handler's answer: take the general path instead
@@ -90,13 +93,24 @@ def _arg(args: tuple, kwargs: dict, i: int, name: str, default: Any = None) -> A
 class Recorder:
     """Observer installed by begin_capture; see mnrt.host.observe."""
 
-    def __init__(self, goldens: bool = True, owner: str = "", fingerprints: bool = False) -> None:
+    def __init__(
+        self,
+        goldens: bool = True,
+        owner: str = "",
+        fingerprints: bool = False,
+        contents: Mapping[int, tuple[Buffer, Callable[[], np.ndarray]]] | None = None,
+    ) -> None:
         self.goldens = goldens
         self.fingerprints = fingerprints
         # Queue gid -> the fingerprints of each command it ran that runs kernels, in the
         # order they were put on it (build.py pairs them with the log's rows of that queue).
         self.printed: dict[int, list[list[list[Stats]]]] = {}
         self.owner = owner  # who began it, when not the user (a compile recording a binary)
+        # id(buffer) -> (buffer, what gives its contents in stored form): buffers whose
+        # contents the one who began the capture vouches for (a compiled function's weights,
+        # uploaded from arrays nothing changes). Their snapshot records that array, not a
+        # copy of the device memory: the same bytes, without copying hundreds of megabytes.
+        self._contents = dict(contents or {})
         self.log = _Log()
         # What the queue calls with the cells a hook returned, as it puts the command on
         # (see host/observe.py): one call, allocating nothing, per enqueue.
@@ -133,6 +147,8 @@ class Recorder:
             "begin_trace_capture": self._after_begin_trace,
             "end_trace_capture": self._after_end_trace,
             "release_trace": self._after_release_trace,
+            "event_wait": self._after_event_wait,
+            "event_query": self._after_event_wait,
         }
         # Calls that put a command on a queue: their log cells, which the queue logs as it
         # puts the command on (see host/observe.py: pending).
@@ -219,6 +235,7 @@ class Recorder:
                 self.log.append((END_TRACE, self._trace_queue[gid], gid))
             self._open_traces.clear()
             self._closed = True
+            self._contents.clear()
             for obj in self._keep:
                 obj.tag = 0
                 if self.fingerprints and isinstance(obj, CommandQueue):
@@ -288,11 +305,25 @@ class Recorder:
             q = q if q is not None else buf.device.command_queue(0)
             qid = self._queue(q)
             buf.device._sync()  # contents as of now, after everything enqueued before
-            buf._fill_in()
+            data = self._vouched(buf)
+            if data is None:
+                buf._fill_in()
+                data = np.array(buf._storage())
             # Blocking: on replay the contents are in place before the next command is
             # issued, as they were live, whichever queue uses the buffer next.
-            self._emit((WRITE, qid, gid, np.array(buf._storage()), True, True))
+            self._emit((WRITE, qid, gid, data, True, True))
         return gid
+
+    def _vouched(self, buf: Buffer) -> np.ndarray | None:
+        """The contents vouched for `buf` (see __init__), when they have its stored form."""
+        known = self._contents.pop(id(buf), None)
+        if known is None or known[0] is not buf:
+            return None
+        data = known[1]()
+        storage = buf._storage()
+        if data.dtype != storage.dtype or data.shape != storage.shape:
+            return None
+        return data
 
     def _program(self, prog: Program) -> int:
         gid = prog.tag
@@ -438,6 +469,61 @@ class Recorder:
         if gid is None:  # the call itself will reject the id
             return None
         return _cells((REPLAY_TRACE, q.tag, gid, blocking))
+
+    def copy(self, q: CommandQueue, src: Buffer, dst: Buffer, blocking: bool) -> tuple:
+        """enqueue_copy_buffer's hook (see host/observe.py), after the call checked its
+        arguments: the log cells of the copy, which gets a global id of its own. A
+        first-seen src is snapshotted with its contents, a dst without (the copy replaces
+        all of it)."""
+        qid, sid, did = q.tag, src.tag, dst.tag
+        with self._lock:  # the id counter is shared with other threads' calls
+            if not (qid and sid and did):
+                with observe.unobserved():
+                    qid = self._queue(q)
+                    sid = self._buffer(src, q if src.device is q.device else None)
+                    did = self._buffer(dst, q if dst.device is q.device else None, False)
+            cid = self._next
+            self._next += 1
+        return (6, COPY, qid, sid, did, blocking, cid, None)
+
+    def record_event(self, q: CommandQueue, event: Event) -> tuple:
+        """record_event's hook: the new event's id (in its tag) and the log cells."""
+        qid = q.tag
+        with self._lock:
+            if not qid:
+                with observe.unobserved():
+                    qid = self._queue(q)
+            gid = self._new_id(event)
+        return (3, RECORD_EVENT, qid, gid, None, None, None, None)
+
+    def wait_event(self, q: CommandQueue, event: Event) -> tuple:
+        """wait_event's hook: the log cells; an event recorded before capture began is
+        recorded first (see _event)."""
+        qid, eid = q.tag, event.tag
+        if not (qid and eid):
+            with observe.unobserved(), self._lock:
+                qid = self._queue(q)
+                eid = self._event(event)
+        return (3, WAIT_EVENT, qid, eid, None, None, None, None)
+
+    def _event(self, event: Event) -> int:
+        """The event's id; one recorded before capture began is recorded now, on its queue,
+        as a snapshot: on replay it completes no earlier than it did live."""
+        gid = event.tag
+        if not gid:
+            qid = self._queue(event.queue)
+            gid = self._new_id(event)
+            if gid:
+                self._emit((RECORD_EVENT, qid, gid))
+        return gid
+
+    def _after_event_wait(self, args: tuple, kwargs: dict, result: bool | None) -> None:
+        """The host waited for an event (or found it complete): replay must not issue what
+        follows before the event's queue has got that far, so the wait is recorded as a
+        finish of that queue (which waits for no less)."""
+        event = args[0]
+        if result is not False and event.tag and event.queue.tag:
+            self.log.append((FINISH, event.queue.tag))
 
     def _after_release_trace(self, args: tuple, kwargs: dict, result: None) -> None:
         dev = args[0]

@@ -9,6 +9,8 @@ from .builder import GraphBuilder, Symbol
 from .context import CacheOptions, CompiledFunction, Context, MNDevice, TensorProxy
 from .ir import Graph, GraphError, Node, Value
 from .lower import Lowered, lower, plan_buffers
+from .mpmd import MpmdError
+from .mpmd.compiled import PipelinedFunction
 from .onnx import InvalidModelError, UnsupportedModelError, from_onnx, load_model
 
 __all__ = [
@@ -21,7 +23,9 @@ __all__ = [
     "InvalidModelError",
     "Lowered",
     "MNDevice",
+    "MpmdError",
     "Node",
+    "PipelinedFunction",
     "Symbol",
     "TensorProxy",
     "UnsupportedModelError",

@@ -13,8 +13,9 @@ are added, so a mistake is reported at the line that makes it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -34,10 +35,24 @@ class GraphBuilder:
         self.graph = Graph(name)
         self._ids = itertools.count()
         self._reserved: set[str] = set()
+        self._scopes: list[str] = []
 
     def reserve(self, names: Iterable[str]) -> None:
         """Keep generated value names off `names`: ones an importer will give outputs."""
         self._reserved.update(names)
+
+    @contextlib.contextmanager
+    def scope(self, name: str) -> Iterator[None]:
+        """Nodes added inside are named `name/<op><index>` (nested scopes join with '/'),
+        as ONNX exporters name a module's nodes: what the `stage_assignment` compile option
+        matches node-name prefixes against."""
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"a scope name is a non-empty string, got {name!r}")
+        self._scopes.append(name)
+        try:
+            yield
+        finally:
+            self._scopes.pop()
 
     def _fresh(self, stem: str) -> str:
         while True:
@@ -78,7 +93,8 @@ class GraphBuilder:
             raise GraphError(f"{op}: operands are values of this builder, got {bad[0]!r}")
         count = outputs if outputs is not None else len(kdef.outputs)
         names = [self._fresh(f"{op}_") for _ in range(count)]
-        node = Node(op, list(inputs), names, attrs, name=f"{op}{len(self.graph.nodes)}")
+        prefix = "".join(f"{s}/" for s in self._scopes)
+        node = Node(op, list(inputs), names, attrs, name=f"{prefix}{op}{len(self.graph.nodes)}")
         for name in inputs:
             if name not in self.graph.values:
                 raise GraphError(f"{op}: '{name}' is not a value of graph '{self.graph.name}'")

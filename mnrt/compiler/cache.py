@@ -20,7 +20,7 @@ from .._version import __version__
 from ..errors import InvalidArgumentError, MnrtError
 from ..format.files import open_regular
 from . import serialize
-from .codegen import _make_dir
+from .codegen import make_dir
 from .ir import Graph
 from .options import CompileOptions
 
@@ -96,7 +96,7 @@ def _store_cached(compiled: CompiledFunction, entry: Path, phases: list[dict]) -
             stacklevel=3,
         )
         return
-    _make_dir(entry.parent, "cache directory")
+    make_dir(entry.parent, "cache directory")
     staging = entry.parent / f".{entry.name}.{uuid.uuid4().hex}.tmp"
     try:
         compiled.write_codegen_dir(staging, list(phases), "cache directory")

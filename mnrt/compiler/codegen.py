@@ -9,6 +9,7 @@ import os
 import time
 import zipfile
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 _CAPTURE_RUNNING = "a capture is running, and recording the light binary takes a capture of its own"
 
 
-def _make_dir(folder: Path, what: str) -> Path:
+def make_dir(folder: Path, what: str) -> Path:
     """Create a directory the compiler writes into, or say why it cannot be."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -51,25 +52,26 @@ def write(
 ) -> None:
     """option.json (usable as option_json), l3ir.txt (the graph as scheduled, one node a
     line), report.json, model.mnlb, and the graph and inputs for load_codegen_dir."""
-    folder = _make_dir(Path(folder), what)
+    folder = make_dir(Path(folder), what)
     if compiled.options.envs.get("CODEGEN_DEBUG", "0") not in ("", "0"):
         # CODEGEN_DEBUG (an option_json env): the graph after every compile phase.
         for i, (phase, dump) in enumerate(compiled.stages):
             write_atomically(folder / f"debug_{i:02d}_{phase}.txt", (dump + "\n").encode())
-    start = time.perf_counter()
-    accuracy = compiled._save(folder / "model.mnlb")
-    if accuracy is None:  # an earlier compile's binary must not pass for this one's
-        _remove_stale(folder / "model.mnlb", what)
+    # The graph and its weights (VGG-19: 548 MB) are written while the binary is recorded:
+    # a thread that mostly waits for the disk, beside one that mostly computes. Leaving the
+    # block waits for it, whatever happens (an error of the binary's stands).
+    with ThreadPoolExecutor(1, thread_name_prefix="mnrt-codegen") as writer:
+        written = writer.submit(_write_graph, compiled, folder)
+        start = time.perf_counter()
+        accuracy = compiled._save(folder / "model.mnlb")
+        if accuracy is None:  # an earlier compile's binary must not pass for this one's
+            _remove_stale(folder / "model.mnlb", what)
+        seconds = time.perf_counter() - start
     status = "ok" if accuracy is not None else f"skipped: {_CAPTURE_RUNNING}"
-    seconds = time.perf_counter() - start
     binary = {"name": "light binary", "status": status, "seconds": seconds}
     phases = [*phases, {**binary, "accuracy": accuracy} if accuracy else binary]
     try:
-        options = json.dumps(compiled.options.to_json(), indent=1)
-        write_atomically(folder / "option.json", options.encode())
-        write_atomically(folder / "l3ir.txt", (compiled.graph.dump() + "\n").encode())
-        weights = serialize.save(compiled.graph, folder, "graph")
-        serialize.save_arrays(folder / "inputs.npz", compiled.example_inputs)
+        weights = written.result()
         # model.onnx's weights are those of graph.params.npz, where they lie: not a copy.
         export_onnx(
             compiled.graph,
@@ -87,6 +89,17 @@ def write(
             f"{what} {folder}: cannot write {Path(e.filename or '').name or 'a file'} "
             f"({e.strerror or e}); give a writable directory with room to spare"
         ) from None
+
+
+def _write_graph(compiled: CompiledFunction, folder: Path) -> dict[str, tuple[int, int]]:
+    """option.json, l3ir.txt, the graph and its weights, and the example inputs; returns
+    where each weight lies in graph.params.npz (see serialize.save)."""
+    options = json.dumps(compiled.options.to_json(), indent=1)
+    write_atomically(folder / "option.json", options.encode())
+    write_atomically(folder / "l3ir.txt", (compiled.graph.dump() + "\n").encode())
+    weights = serialize.save(compiled.graph, folder, "graph")
+    serialize.save_arrays(folder / "inputs.npz", compiled.example_inputs)
+    return weights
 
 
 def report(compiled: CompiledFunction, phases: list[dict]) -> dict:

@@ -3,10 +3,11 @@ called like a function, and saved as a light binary with goldens."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from .codegen import _CAPTURE_RUNNING
 from .ir import INPUT, PARAM, Graph
 from .lower import Lowered, lower
 from .options import CompileOptions
-from .tensors import TensorProxy, _as_array, _as_host, _call_input, _input_arrays
+from .tensors import TensorProxy, _as_array, _call_input, _input_arrays, as_host
 
 if TYPE_CHECKING:
     from .context import Context
@@ -108,7 +109,7 @@ class CompiledFunction:
                 self.shared[name] = shared
                 buf.deallocate()
             else:
-                q.enqueue_write_buffer(buf, _as_host(graph.values[name].data, buf))
+                q.enqueue_write_buffer(buf, as_host(graph.values[name].data, buf))
         q.finish()
         if share:
             self._warn_unbound(ctx, source)
@@ -233,6 +234,19 @@ class CompiledFunction:
                 f"cannot save_binary: {_CAPTURE_RUNNING}; call save_binary after end_capture()"
             )
 
+    def _weights_as_stored(self) -> dict[int, tuple[Buffer, Callable[[], np.ndarray]]]:
+        """What the buffers of the parameters this function uploaded hold, in their stored
+        form, for the capture of its binary to record instead of a copy (see
+        capture_if_idle): they were written from the graph's arrays, which nothing changes
+        (passes replace arrays, never write into them), and no kernel writes a parameter.
+        Registered values are left out: their owner may change them."""
+        weights = {}
+        for name in self.graph.params:
+            buf = self.lowered.bindings.get(name)
+            if buf is not None and name not in self.shared:
+                weights[id(buf)] = (buf, _stored(self.graph.values[name].data, buf))
+        return weights
+
     def _save(
         self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None
     ) -> dict | None:
@@ -243,17 +257,36 @@ class CompiledFunction:
         else:  # the reference needs every input, as the replay will
             inputs = _input_arrays(self.graph, self._without_folded(dict(inputs)), "save_binary")
         # Outside the lock, so that other compiles need not wait for it, and unobserved: a
-        # capture of the user's may be running, and this is none of its business.
+        # capture of the user's may be running, and this is none of its business. From
+        # onnxruntime, it runs once the recorded run is done (see PendingReference).
         with observe.unobserved():
-            source, expected = goldens.reference(self, inputs)
+            reference = goldens.PendingReference(self, inputs)
+        try:
+            results = self._record(path, inputs, reference.start)
+        except BaseException:
+            with contextlib.suppress(Exception):  # not left running; the first error stands
+                reference.result()
+            raise
+        source, expected = reference.result()
+        if results is None:
+            return None
+        return goldens.accuracy(self, results, source, expected)
+
+    def _record(
+        self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray], ran: Callable[[], None]
+    ) -> dict[str, np.ndarray] | None:
+        """Record one run on `inputs` into a light binary at `path`, calling `ran` once the
+        device has run it; the values its goldens check, or None when a capture (of the
+        user's) is running."""
         q = self.ctx.queue
         description = f"compiled graph {self.graph.name}"
         owner = f"compiled graph '{self.graph.name}' is recording its light binary"
         held = None  # what the inputs hold, put back once the capture has ended, however
         with _recording:
             try:
+                weights = self._weights_as_stored()
                 with capture_if_idle(
-                    path, False, description, owner, fingerprints=True
+                    path, False, description, owner, fingerprints=True, contents=weights
                 ) as recording:
                     if not recording:
                         return None
@@ -264,17 +297,22 @@ class CompiledFunction:
                             if (buf := self.lowered.bindings.get(name)) is not None
                         }
                     self(inputs)
-                    results = goldens.record_goldens(self, q)
+                    results = goldens.record_goldens(self, q)  # reads: the run is done
+                    ran()
             finally:
                 if held is not None:  # before another thread records: none of its business
                     with observe.unobserved():
                         _put_back(q, held)
-        return goldens.accuracy(self, results, source, expected)
+        return results
+
+
+def _stored(data: np.ndarray, buf: Buffer) -> Callable[[], np.ndarray]:
+    return lambda: buf.dtype.to_storage(as_host(data, buf))
 
 
 def _put_back(q: CommandQueue, held: dict[str, tuple[Buffer, np.ndarray]]) -> None:
     for buf, data in held.values():
-        q.enqueue_write_buffer(buf, _as_host(data, buf))
+        q.enqueue_write_buffer(buf, as_host(data, buf))
     q.finish()
 
 

@@ -93,6 +93,7 @@ class Context:
         self._finalizer = weakref.finalize(self, self.device._close_quietly)
         self.queue = self.device.command_queue(0)
         self._registered: dict[str, TensorProxy] = {}
+        self._pipelined: weakref.WeakSet = weakref.WeakSet()  # its functions' other devices
         self.last_compile_s = 0.0
 
     def register_param(self, name: str, array: np.ndarray, dtype: Any = None) -> TensorProxy:
@@ -140,6 +141,9 @@ class Context:
             inputs = {k: v for k, v in inputs.items() if k not in names}
         inputs = _input_arrays(graph, inputs)
         opts = resolve(options)
+        if opts["mpmd"]:
+            return self._compile_pipelined(graph, opts, inputs, phases, codegen_dir,
+                                           cache_options, start)  # fmt: skip
         cached = None
         if cache_options is not None:
             cached = cache_options.cache_dir / _cache_key(graph, opts, inputs)
@@ -174,8 +178,46 @@ class Context:
         self.last_compile_s = time.perf_counter() - start
         return compiled
 
+    def _compile_pipelined(
+        self,
+        graph: Graph,
+        opts: Any,
+        inputs: Mapping[str, np.ndarray],
+        phases: list[dict],
+        codegen_dir: str | os.PathLike | None,
+        cache_options: CacheOptions | None,
+        start: float,
+    ) -> Any:
+        """The `mpmd` option's compile: a PipelinedFunction over its devices."""
+        from .mpmd import codegen as mpmd_codegen
+        from .mpmd.compile import compile_pipelined
+
+        if cache_options is not None:
+            raise InvalidArgumentError(
+                "cache_options do not hold pipelined (mpmd) compiles; compile it without them"
+            )
+        optimised, stages = pipeline.optimise(graph, opts, phases)
+        compiled = compile_pipelined(self, optimised, opts, inputs, phases)
+        self._pipelined.add(compiled)
+        compiled.stages = stages
+        try:
+            if codegen_dir is not None:
+                mpmd_codegen.write(compiled, codegen_dir, list(phases))
+            if opts["out_onnx"]:
+                codegen.export_onnx(optimised, Path(opts["out_onnx"]), phases, required=True)
+        except BaseException:
+            compiled.close()  # its devices, now: the caller never gets the function
+            raise
+        self.last_compile_s = time.perf_counter() - start
+        return compiled
+
     def load_codegen_dir(self, path: str | os.PathLike) -> CompiledFunction:
         """A compiled graph from a codegen_dir, without compiling it again."""
+        if (Path(path) / "mpmd").is_dir():
+            raise InvalidArgumentError(
+                f"{path} holds a pipelined (mpmd) compile, which load_codegen_dir does not "
+                "load: compile the model again, or replay its model.mnlb with mnrt run"
+            )
         graph, opts, inputs = codegen.load(Path(path))
         return CompiledFunction(self, graph, opts, graph, inputs)
 
@@ -194,6 +236,8 @@ class Context:
         """Release the device: wait for its queue, free its memory and index, and raise a
         device error not yet reported. Its compiled functions cannot run afterwards."""
         self._finalizer.detach()
+        for compiled in list(self._pipelined):
+            compiled.close()
         self.device.close()
 
     def __enter__(self) -> Context:

@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import InvalidArgumentError, MnrtError
 from ..format.files import open_regular
 from .layout import parse as parse_layout
+from .mpmd.options import parse_assignment, parse_mpmd
 from .placement import on_chip_bytes
 from .schedule import SCHEDULERS
 
@@ -96,6 +97,19 @@ OPTIONS: dict[str, Option] = {
     "gemm_layout_spec": Option(
         "", "MN-Core layout of GEMM/conv operands of its shape", parse=parse_layout
     ),
+    "mpmd": Option(
+        "",
+        'pipeline over devices: {"devices": [0, 1, 2, 3], "stages": 4, "microbatches": 8, '
+        '"schedule": "gpipe" | "circular"} (a dict or its JSON text; empty: one device)',
+        kind=dict,
+        parse=parse_mpmd,
+    ),
+    "stage_assignment": Option(
+        "",
+        "{node-name prefix: stage} for an mpmd compile; other nodes' stages are inferred",
+        kind=dict,
+        parse=parse_assignment,
+    ),
 }
 
 
@@ -116,6 +130,14 @@ def _check(name: str, value: Any) -> Any:
             raise OptionError(f"option {name}={value!r}: expected an integer") from None
         if value < 0:
             raise OptionError(f"option {name}={value}: must not be negative")
+    elif spec.kind is dict and isinstance(value, Mapping):
+        try:  # its own keys, before JSON makes them strings
+            spec.parse(value, what=f"option {name}") if value else None
+        except InvalidArgumentError as e:
+            raise OptionError(str(e)) from None
+        value = json.dumps(dict(value), sort_keys=True) if value else ""
+    elif spec.kind is dict and not isinstance(value, str):
+        raise OptionError(f"option {name}={value!r}: expected a dict or its JSON text")
     elif not isinstance(value, str):
         raise OptionError(f"option {name}={value!r}: expected a string")
     if spec.choices is not None and value not in spec.choices:

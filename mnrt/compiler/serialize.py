@@ -91,13 +91,28 @@ def save_arrays(path: Path, arrays: Mapping[str, np.ndarray]) -> dict[str, tuple
             for name, array in arrays.items():
                 array = np.asanyarray(array)
                 with z.open(f"{name}.npy", "w", force_zip64=True) as f:
-                    np.lib.format.write_array(f, array, allow_pickle=False)
+                    _write_npy(f, array)
                     # The data is the last thing written, straight through (ZIP_STORED).
                     if array.flags.c_contiguous or not array.flags.f_contiguous:
                         where[name] = (file.tell() - array.nbytes, array.nbytes)
 
     write_atomically_with(path, fill)  # streamed: the weights are not copied into memory
     return where
+
+
+def _write_npy(f: BinaryIO, array: np.ndarray) -> None:
+    """np.lib.format.write_array, the same bytes; a C-contiguous array of a plain dtype is
+    written from its own memory, where write_array copies it chunk by chunk first (VGG-19:
+    548 MB copied into fresh memory for nothing)."""
+    if array.flags.c_contiguous and array.dtype.isbuiltin == 1 and array.itemsize:
+        try:
+            np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(array))
+        except ValueError:  # a header too long for version 1.0: write_array picks one
+            pass
+        else:
+            f.write(array.reshape(-1).view(np.uint8))
+            return
+    np.lib.format.write_array(f, array, allow_pickle=False)
 
 
 _MAX_GRAPH_JSON = 1 << 28  # bytes: a graph's structure; its weights are in the .npz

@@ -58,13 +58,13 @@ class TensorProxy:
         data = _as_array(self.buffer.name, array)
         if clone and data is array:
             data = data.copy()
-        self.queue.enqueue_write_buffer(self.buffer, _as_host(data, self.buffer))
+        self.queue.enqueue_write_buffer(self.buffer, as_host(data, self.buffer))
 
     def __repr__(self) -> str:
         return f"TensorProxy({self.buffer.name}, {self.dtype}{list(self.shape)})"
 
 
-def _as_host(data: np.ndarray, buf: Buffer) -> np.ndarray:
+def as_host(data: np.ndarray, buf: Buffer) -> np.ndarray:
     """Host data in the dtype the buffer takes. Floats are converted to the compiled
     precision (which the user chose with float_dtype); anything else must already match."""
     host = buf.dtype.host
@@ -82,7 +82,7 @@ def _call_input(name: str, data: Any, buf: Buffer) -> np.ndarray:
     """An input of a call, as the buffer takes it and owned by the call: the queue writes it
     after the call has returned, when the caller may already be refilling its array."""
     array = _as_array(name, data)
-    host = _as_host(array, buf)
+    host = as_host(array, buf)
     return host.copy() if host is array else host
 
 

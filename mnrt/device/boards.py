@@ -1,11 +1,13 @@
 """The set of emulated boards on this machine, as `gpfn3-smi list` would show them.
 
-How many boards there are comes from MNRT_DEVICE_COUNT (default 8); each is named
-`mnc2emu<index>`. What a board's DRAM holds before anything writes it (zeros, a pattern,
-seeded noise) outlives a process, as real DRAM contents outlive the program that wrote
-them: it is kept in a small JSON file under MNRT_HOME (default ~/.cache/mnrt), which
-`mnrt smi clear` and `smi reset` change and `open_device` reads. Writers take a lock, so
-concurrent processes lose no change; a device already open keeps what it read at open.
+How many boards there are comes from MNRT_DEVICE_COUNT (default: the boards of one
+MN-Server 2, `DeviceSpec.link.boards`); each is named `mnc2emu<index>` and sits behind the
+host PCIe switch `DeviceSpec.link.switch_of` gives. What a board's DRAM holds before
+anything writes it (zeros, a pattern, seeded noise) outlives a process, as real DRAM
+contents outlive the program that wrote them: it is kept in a small JSON file under
+MNRT_HOME (default ~/.cache/mnrt), which `mnrt smi clear` and `smi reset` change and
+`open_device` reads. Writers take a lock, so concurrent processes lose no change; a device
+already open keeps what it read at open.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ..errors import DeviceError, DeviceNotFoundError, InvalidArgumentError
 from .memory import Fill
 from .spec import MNCORE2
 
-DEFAULT_DEVICE_COUNT = 8
+DEFAULT_DEVICE_COUNT = MNCORE2.link.boards
 MAX_DEVICE_COUNT = 64
 ENV_DEVICE_COUNT = "MNRT_DEVICE_COUNT"
 ENV_HOME = "MNRT_HOME"
@@ -42,6 +44,7 @@ class DeviceInfo:
     arch: str
     dram_bytes: int
     fill: str  # what unwritten DRAM reads as: "zero", "pattern 0x...", "seed N"
+    switch: int = 0  # the host PCIe switch it sits behind (boards on one share its uplink)
 
     def __str__(self) -> str:
         return f"{self.index}: {self.name}"
@@ -195,7 +198,12 @@ def list_devices() -> list[DeviceInfo]:
     state = _load_state()  # once: a list is one snapshot, even while another process writes
     return [
         DeviceInfo(
-            i, device_name(i), MNCORE2.arch, MNCORE2.dram_bytes, _fill_in(state, i).describe()
+            i,
+            device_name(i),
+            MNCORE2.arch,
+            MNCORE2.dram_bytes,
+            _fill_in(state, i).describe(),
+            MNCORE2.link.switch_of(i),
         )
         for i in range(device_count())
     ]

@@ -25,6 +25,9 @@ byte, so keeping an operand on chip never costs more time or energy than leaving
 
 Host transfers (write/read buffer) move bytes over the host link and through DRAM:
     time_s = nbytes / host_link_bandwidth, energy from the DRAM bytes and static power.
+
+Copies between buffers (`DeviceSpec.copy_cost`) are priced in spec.py beside the link they
+cross: `LinkSpec.copy_cost` between boards, `DeviceSpec.local_copy_cost` within one.
 """
 
 from __future__ import annotations
@@ -32,25 +35,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 
 from .dtypes import BOOL
 from .kernels.registry import Cost, TensorSpec
+from .modelled import Modelled
 from .spec import DeviceSpec
-
-
-@dataclass(frozen=True)
-class Modelled:
-    """Modelled device time and energy of one command, with the terms that made it."""
-
-    time_s: float
-    energy_j: float
-    flops: float = 0.0
-    dram_bytes: float = 0.0
-    bound: str = "launch"  # which term dominated: compute | dram | sram | lm | link | launch
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def utilisation(spec: DeviceSpec, parallel: int, fill: float = 1.0) -> float:

@@ -8,6 +8,10 @@ Sources, cited per field below:
            (projects.preferred.jp/mn-core/en/, 2022-12-14): clock, peak TFLOPS, power.
   [ISA]    MN-Core 2 software developer manual, section "word length and precision":
            the 1-6-9 half format (1.0 == 0x3e00).
+  [SRV]    Preferred Networks, MN-Server 2 (MN-Core 2 server) product material: 8 MN-Core 2
+           boards per server, each on a PCIe Gen5 x16 slot of the host.
+  [PCIE5]  PCI-SIG, PCI Express Base Specification 5.0: 32 GT/s per lane, 128b/130b
+           encoding, so an x16 link carries 64 GB/s raw per direction (63.0 GB/s encoded).
   [MODEL]  Not published. A modelling assumption of mnrt, chosen to be plausible and kept
            here so the timing model has one place to change; reported in profiles as such.
 """
@@ -18,6 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
+from ..errors import InvalidArgumentError
+from .modelled import Modelled
+
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
@@ -25,6 +32,138 @@ GiB = 1024 * MiB
 
 def _frozen(d: dict) -> Mapping:
     return MappingProxyType(dict(d))
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """The links between the boards of one server, and what a copy across them costs.
+
+    Each board sits on its own PCIe x16 link to a host PCIe switch; `boards_per_switch`
+    boards share a switch, whose own x16 uplink goes to the host's root complex. A copy
+    between two boards of one switch crosses two links (board -> switch -> board); between
+    switches it crosses four (board -> switch -> host -> switch -> board). PCIe is full
+    duplex, so each direction of each link is a resource of its own: `route` names those a
+    copy occupies, and two copies that share one (two copies out of one board, or two
+    copies whose boards sit behind one switch uplink) take turns on it.
+    """
+
+    name: str = "PCIe Gen5 x16"
+    boards: int = 8  # boards in one server [SRV]
+    # Two boards per host switch, four switches [MODEL]: the usual shape of 8-accelerator
+    # PCIe servers (a switch per pair of x16 slots, two switches per CPU socket); the
+    # MN-Server 2 block diagram is not published.
+    boards_per_switch: int = 2
+    lanes: int = 16  # [SRV]
+    transfer_rate_gt_s: float = 32.0  # per lane [PCIE5]
+    encoding_efficiency: float = 128 / 130  # [PCIE5]
+    # Data share of the encoded bytes [MODEL]: 256-byte write payloads, each with about
+    # 24 bytes of TLP header, framing, sequence number and LCRC, plus flow-control DLLPs.
+    payload_efficiency: float = 256 / (256 + 24)
+    # Fixed cost of one DMA copy [MODEL]: descriptor fetch, doorbell and completion write.
+    latency_s: float = 1.0e-6
+    # Store-and-forward-free (cut-through) latency of one PCIe switch [MODEL], the order
+    # Gen5 switch datasheets give for port to port.
+    switch_hop_s: float = 150e-9
+    # Peer-to-peer through the host's root complex between switches [MODEL].
+    root_hop_s: float = 500e-9
+    # Energy per byte over each x16 link crossed [MODEL]: about 5 pJ/bit for a Gen5
+    # SerDes pair (transmitter and receiver).
+    energy_pj_per_byte: float = 40.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name != "name" and not value > 0:
+                raise InvalidArgumentError(
+                    f"LinkSpec.{f.name}={value!r}: it must be a positive number"
+                )
+
+    # ---- derived facts ---------------------------------------------------------------
+    @property
+    def published_bandwidth(self) -> float:
+        """The headline figure per direction in bytes/s (64 GB/s for Gen5 x16), before
+        encoding and packet overhead."""
+        return self.lanes * self.transfer_rate_gt_s * 1e9 / 8
+
+    @property
+    def bandwidth(self) -> float:
+        """Payload bytes/s one direction of a link carries: what a copy gets."""
+        return self.published_bandwidth * self.encoding_efficiency * self.payload_efficiency
+
+    @property
+    def switches(self) -> int:
+        return -(-self.boards // self.boards_per_switch)
+
+    def switch_of(self, device: int) -> int:
+        """The host switch a board sits behind. Devices past `boards` (MNRT_DEVICE_COUNT
+        may name more) are modelled as further switches on the same host."""
+        return _device_index(device) // self.boards_per_switch
+
+    def route(self, src_device: int, dst_device: int) -> tuple[str, ...]:
+        """The link directions a copy from `src_device` to `dst_device` occupies while it
+        runs, in the order its bytes cross them; empty within one device."""
+        src, dst = _device_index(src_device), _device_index(dst_device)
+        if src == dst:
+            return ()
+        s, t = self.switch_of(src), self.switch_of(dst)
+        if s == t:
+            return (f"b{src}->sw{s}", f"sw{s}->b{dst}")
+        return (f"b{src}->sw{s}", f"sw{s}->host", f"host->sw{t}", f"sw{t}->b{dst}")
+
+    def copy_cost(self, src_device: int, dst_device: int, nbytes: int) -> Modelled:
+        """The link's share of a copy between two boards: its time (latency of the DMA and
+        of each switch and root-complex hop, then the bytes at `bandwidth`) and the energy
+        of moving its bytes over every link crossed. `DeviceSpec.copy_cost` adds the DRAM
+        reads and writes at both ends."""
+        hops = self.route(src_device, dst_device)
+        if not hops:
+            raise InvalidArgumentError(
+                f"a copy within device {src_device} does not cross the link: price it with "
+                "DeviceSpec.local_copy_cost (or DeviceSpec.copy_cost, which picks)"
+            )
+        nbytes = _byte_count(nbytes)
+        crosses_host = len(hops) > 2
+        latency = (
+            self.latency_s
+            + self.switch_hop_s * (2 if crosses_host else 1)
+            + (self.root_hop_s if crosses_host else 0.0)
+        )
+        return Modelled(
+            time_s=latency + nbytes / self.bandwidth,
+            energy_j=nbytes * self.energy_pj_per_byte * len(hops) * 1e-12,
+            bound="link",
+        )
+
+    def describe(self) -> dict:
+        """The link's figures and topology, JSON-ready (for `mnrt smi list`)."""
+        return {
+            "name": self.name,
+            "boards": self.boards,
+            "boards_per_switch": self.boards_per_switch,
+            "published_bandwidth": self.published_bandwidth,
+            "bandwidth": self.bandwidth,
+            "latency_s": {
+                "same_switch": self.copy_cost(0, 1, 0).time_s
+                if self.boards_per_switch > 1
+                else None,
+                "across_switches": self.copy_cost(0, self.boards_per_switch, 0).time_s,
+            },
+            "energy_pj_per_byte_per_link": self.energy_pj_per_byte,
+        }
+
+
+def _device_index(device: int) -> int:
+    if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+        raise InvalidArgumentError(
+            f"device {device!r} is not a device index: use a whole number from 0"
+        )
+    return device
+
+
+def _byte_count(nbytes: int) -> int:
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+        raise InvalidArgumentError(f"nbytes={nbytes!r}: give a whole number of bytes from 0")
+    return nbytes
 
 
 @dataclass(frozen=True)
@@ -88,6 +227,9 @@ class DeviceSpec:
     # DRAM allocation granule [MODEL]: the data engines move 64-bit long words in bursts.
     dram_alignment: int = 256
 
+    # The links to the other boards of the server [SRV], [PCIE5], [MODEL]: see LinkSpec.
+    link: LinkSpec = field(default_factory=LinkSpec)
+
     def __hash__(self) -> int:
         # Hashable like any frozen dataclass, its read-only mappings as item tuples: the
         # host keys kernel prices by the spec they were computed for, once per kernel run,
@@ -146,6 +288,38 @@ class DeviceSpec:
 
     def energy_pj_per_flop(self, precision: str) -> float:
         return self.energy_pj_per_flop_half * self.peak_tflops["half"] / self.peak_tflops[precision]
+
+    def local_copy_cost(self, nbytes: int) -> Modelled:
+        """A copy within one device, DRAM to DRAM: the same DMA set-up as a copy over the
+        link (`link.latency_s`), then every byte read and written once at the device's
+        DRAM bandwidth; so it never costs more than a copy between two devices."""
+        moved = 2 * _byte_count(nbytes)
+        time_s = self.link.latency_s + moved / self.dram_bandwidth
+        return Modelled(
+            time_s=time_s,
+            energy_j=moved * self.energy_pj_per_byte_dram * 1e-12 + self.static_power_w * time_s,
+            dram_bytes=float(moved),
+            bound="dram",
+        )
+
+    def copy_cost(self, src_device: int, dst_device: int, nbytes: int) -> Modelled:
+        """A copy command's whole cost, as a queue on one of its ends pays it: within one
+        device `local_copy_cost`; between two, the link's time and energy
+        (`link.copy_cost`) plus reading the source's DRAM, writing the destination's and
+        the static power of the enqueuing device for the copy's time."""
+        if src_device == dst_device:
+            _device_index(src_device)
+            return self.local_copy_cost(nbytes)
+        link = self.link.copy_cost(src_device, dst_device, nbytes)
+        moved = 2 * nbytes
+        return Modelled(
+            time_s=link.time_s,
+            energy_j=link.energy_j
+            + moved * self.energy_pj_per_byte_dram * 1e-12
+            + self.static_power_w * link.time_s,
+            dram_bytes=float(moved),
+            bound="link",
+        )
 
     def describe(self) -> dict:
         """A flat JSON-ready summary of the main figures (arch, PEs, clock, DRAM, peaks, power)."""

@@ -5,13 +5,13 @@ after changing the schema (or FORMAT_VERSION in that script).
 """
 
 # xxh3-64 of the schema sources (sorted by name; each file's name, NUL, LF-normalised bytes).
-SCHEMA_HASH = 0x3CB00637120D5832
+SCHEMA_HASH = 0x631776C0D671D125
 
 # The version writers stamp into new files.
 FORMAT_VERSION = (1, 2)
 
 # Schema hash of every released format version; readers accept any of them.
-KNOWN_SCHEMAS = {(1, 0): 0x05FBFD28B6935A21, (1, 1): 0x4A73E15A5A2C2B51, (1, 2): 0x3CB00637120D5832}
+KNOWN_SCHEMAS = {(1, 0): 0x05FBFD28B6935A21, (1, 1): 0x4A73E15A5A2C2B51, (1, 2): 0x631776C0D671D125}
 
 # Every table (fields in vtable-slot order), struct, enum and union of the schema.
 LAYOUT = {
@@ -80,6 +80,9 @@ LAYOUT = {
                 "ReplayTrace",
                 "ReleaseTrace",
                 "GoldenCheck",
+                "CopyBuffer",
+                "RecordEvent",
+                "WaitEvent",
             ),
         },
     },
@@ -727,6 +730,108 @@ LAYOUT = {
                     "name": "name",
                     "slot": 5,
                     "kind": "string",
+                    "required": False,
+                    "deprecated": False,
+                },
+            ),
+        },
+        "CopyBuffer": {
+            "fields": (
+                {
+                    "name": "queue_id",
+                    "slot": 0,
+                    "kind": "scalar",
+                    "type": "uint",
+                    "size": 4,
+                    "signed": False,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "src_id",
+                    "slot": 1,
+                    "kind": "scalar",
+                    "type": "uint",
+                    "size": 4,
+                    "signed": False,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "dst_id",
+                    "slot": 2,
+                    "kind": "scalar",
+                    "type": "uint",
+                    "size": 4,
+                    "signed": False,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "blocking",
+                    "slot": 3,
+                    "kind": "scalar",
+                    "type": "bool",
+                    "size": 1,
+                    "signed": False,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "copy_id",
+                    "slot": 4,
+                    "kind": "scalar",
+                    "type": "uint",
+                    "size": 4,
+                    "signed": False,
+                    "required": False,
+                    "deprecated": False,
+                },
+            ),
+        },
+        "RecordEvent": {
+            "fields": (
+                {
+                    "name": "queue_id",
+                    "slot": 0,
+                    "kind": "scalar",
+                    "type": "uint",
+                    "size": 4,
+                    "signed": False,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "event_id",
+                    "slot": 1,
+                    "kind": "scalar",
+                    "type": "uint",
+                    "size": 4,
+                    "signed": False,
+                    "required": False,
+                    "deprecated": False,
+                },
+            ),
+        },
+        "WaitEvent": {
+            "fields": (
+                {
+                    "name": "queue_id",
+                    "slot": 0,
+                    "kind": "scalar",
+                    "type": "uint",
+                    "size": 4,
+                    "signed": False,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "event_id",
+                    "slot": 1,
+                    "kind": "scalar",
+                    "type": "uint",
+                    "size": 4,
+                    "signed": False,
                     "required": False,
                     "deprecated": False,
                 },

@@ -2,7 +2,17 @@
 
 from .buffer import Buffer
 from .device import Device, list_devices, open_device
+from .event import Event
 from .program import Kernel, Program
 from .queue import CommandQueue
 
-__all__ = ["Buffer", "CommandQueue", "Device", "Kernel", "Program", "list_devices", "open_device"]
+__all__ = [
+    "Buffer",
+    "CommandQueue",
+    "Device",
+    "Event",
+    "Kernel",
+    "Program",
+    "list_devices",
+    "open_device",
+]

@@ -17,6 +17,7 @@ from ..device.cost import Modelled
 if TYPE_CHECKING:
     from ..device.emulator import EmulatedDevice
     from .buffer import Buffer
+    from .event import Event
     from .program import Plan, Program, Step
 
 PENDING, DONE, FAILED, SKIPPED = "pending", "done", "failed", "skipped"
@@ -57,6 +58,9 @@ class Command:
 
     def run(self, backend: EmulatedDevice) -> Modelled:
         raise NotImplementedError
+
+    def skipped(self, error: Exception) -> None:
+        """Called instead of running when the queue skips this command behind `error`."""
 
     def execute(self, backend: EmulatedDevice) -> None:
         self.start_s = start = time.perf_counter()
@@ -220,3 +224,77 @@ def _unwritten(fresh: list[Buffer], ran: Sequence[Step]) -> None:
     for buf in fresh:
         if buf.uid not in written:
             buf._unfilled = True
+
+
+class CopyBuffer(Command):
+    """A device-to-device (or same-device) copy: reads `src` and writes all of `dst` when it
+    runs, ordered after the earlier commands of the queue that enqueued it."""
+
+    __slots__ = ("dst", "src")
+    kind = "copy"
+
+    def __init__(self, src: Buffer, dst: Buffer) -> None:
+        super().__init__()
+        self.src = src
+        self.dst = dst
+
+    @property
+    def label(self) -> str:
+        return (
+            f"copy_buffer '{self.src.name}' (device {self.src.device.index}) -> "
+            f"'{self.dst.name}' (device {self.dst.device.index})"
+        )
+
+    def run(self, backend: EmulatedDevice) -> Modelled:
+        src, dst = self.src, self.dst
+        src._fill_in()
+        np.copyto(dst._storage(), src._storage())
+        dst._unfilled = False  # written whole
+        return backend.spec.copy_cost(src.device.index, dst.device.index, dst.nbytes)
+
+
+class RecordEvent(Command):
+    """Completes its event once every earlier command of the queue has run; skipped behind a
+    failed command, it fails the event with that command's error."""
+
+    __slots__ = ("event",)
+    kind = "record_event"
+
+    def __init__(self, event: Event) -> None:
+        super().__init__()
+        self.event = event
+
+    @property
+    def label(self) -> str:
+        return f"record_event {self.event.id}"
+
+    def run(self, backend: EmulatedDevice) -> Modelled:
+        self.event._complete(None)
+        return _NOTHING
+
+    def skipped(self, error: Exception) -> None:
+        self.event._complete(error)
+
+
+class WaitEvent(Command):
+    """Holds its queue (not the host) until the event has completed; an event that failed
+    fails this command, naming it, so the failure travels to the waiting queue's finish()."""
+
+    __slots__ = ("event",)
+    kind = "wait_event"
+
+    def __init__(self, event: Event) -> None:
+        super().__init__()
+        self.event = event
+
+    @property
+    def label(self) -> str:
+        ev = self.event
+        return f"wait_event {ev.id} (recorded on device {ev.device.index} queue {ev.queue_index})"
+
+    def run(self, backend: EmulatedDevice) -> Modelled:
+        self.event._await_from_queue()
+        return _NOTHING
+
+
+_NOTHING = Modelled(0.0, 0.0)

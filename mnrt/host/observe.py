@@ -36,9 +36,10 @@ class _Depth(threading.local):
 
 _observer: Observer | None = None
 _depth = nested_depth = _Depth()  # nested_depth: the same guard, read by the hot calls
-# The hottest calls (enqueue_program, enqueue_write_buffer, enqueue_read_buffer) are not
-# wrapped by `api`: when they are outermost calls they report to the observer's `program`,
-# `write` and `read` methods directly, before the command is submitted, so capturing a loop
+# The hottest calls (enqueue_program, enqueue_write_buffer, enqueue_read_buffer, and the
+# copy and event calls) are not wrapped by `api`: when they are outermost calls they report
+# to the observer's `program`, `write`, `read`, `copy`, `record_event` and `wait_event`
+# methods directly, before the command is submitted, so capturing a loop
 # of them costs one call and one append each. Each returns the call's log cells (a tuple,
 # or None), which the queue passes to the observer's `log_cells` under its lock as it puts
 # the command on, so that the log holds each queue's commands in the order they run even
@@ -50,7 +51,16 @@ _depth = nested_depth = _Depth()  # nested_depth: the same guard, read by the ho
 # command; when the observer's `goldens` is true, the read copies its data as it runs into
 # `cmd.keep`, since the caller may change the array it got as soon as the read has run.
 hot: Any = None
-HOT_PROTOCOL = ("program", "write", "read", "goldens", "log_cells")  # makes an observer hot
+HOT_PROTOCOL = (
+    "program",
+    "write",
+    "read",
+    "copy",
+    "record_event",
+    "wait_event",
+    "goldens",
+    "log_cells",
+)  # makes an observer hot; fmt: skip
 
 
 class _Pending(threading.local):

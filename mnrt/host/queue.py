@@ -29,6 +29,7 @@ from ..device.memory import host_empty
 from ..errors import (
     DeviceError,
     DeviceExecutionError,
+    DeviceMismatchError,
     DTypeError,
     InvalidArgumentError,
     MnrtError,
@@ -43,12 +44,16 @@ from .commands import (
     PENDING,
     SKIPPED,
     Command,
+    CopyBuffer,
     KernelWatch,
     ReadBuffer,
+    RecordEvent,
     ReplayTrace,
     RunProgram,
+    WaitEvent,
     WriteBuffer,
 )
+from .event import Event
 from .observe import api
 from .program import Program
 from .trace import Trace
@@ -115,6 +120,7 @@ class CommandQueue:
         self._stopped = False
         self.skipped = 0  # commands skipped behind a failed one (capture checks it)
         self._watch: Callable[[Command, bool], KernelWatch | None] | None = None
+        self._last: Command | None = None  # the command submitted last (replay's timeline)
         # The worker's loop (see _work), holding this queue weakly.
         self._work: Callable[[], None] = functools.partial(_work, weakref.ref(self))
 
@@ -228,6 +234,86 @@ class CommandQueue:
             return
         self._submit(cmd, blocking, log, cells)
 
+    def enqueue_copy_buffer(self, src: Buffer, dst: Buffer, blocking: bool = False) -> None:
+        """Copy all of `src` into `dst` (same shape and dtype), between two devices or within
+        one. This queue must belong to src's or dst's device; the copy runs after this
+        queue's earlier commands. Another device's queues see it complete through an event
+        (record_event here, wait_event there)."""
+        self._check_copy(src, dst)
+        _check_blocking(blocking)
+        hot = observe.hot
+        log = cells = None
+        if hot is not None and not observe.nested_depth.n:  # see host/observe.py
+            log, cells = hot.log_cells, hot.copy(self, src, dst, blocking)
+        self._submit(CopyBuffer(src, dst), blocking, log, cells)
+
+    def record_event(self) -> Event:
+        """An Event that completes once every command enqueued on this queue so far has run."""
+        self._check_queue_command("record_event")
+        event = Event(self)
+        event._record = RecordEvent(event)
+        hot = observe.hot
+        log = cells = None
+        if hot is not None and not observe.nested_depth.n:  # see host/observe.py
+            log, cells = hot.log_cells, hot.record_event(self, event)
+        self._submit(event._record, False, log, cells)
+        return event
+
+    def wait_event(self, event: Event) -> None:
+        """Run nothing enqueued on this queue after this call until `event` has completed
+        (the host does not wait). An event that fails fails this queue's next finish()."""
+        self._check_wait(event)
+        hot = observe.hot
+        log = cells = None
+        if hot is not None and not observe.nested_depth.n:  # see host/observe.py
+            log, cells = hot.log_cells, hot.wait_event(self, event)
+        self._submit(WaitEvent(event), False, log, cells)
+
+    def _check_queue_command(self, what: str) -> None:
+        self.device._check_open()
+        if self._capture is not None:
+            raise TraceError(
+                f"{what} is not allowed inside a device trace (queue {self.index} is capturing "
+                f"trace {self._capture.id}); only programs are recorded into a trace"
+            )
+
+    def _check_copy(self, src: Buffer, dst: Buffer) -> None:
+        """Every argument error of a copy, raised at the call (capture checks first too)."""
+        self._check_queue_command("enqueue_copy_buffer")
+        for role, buf in (("src", src), ("dst", dst)):
+            if not isinstance(buf, Buffer):
+                raise InvalidArgumentError(
+                    f"enqueue_copy_buffer: {role} must be a Buffer, got {type(buf).__name__}"
+                )
+        if self.device is not src.device and self.device is not dst.device:
+            raise DeviceMismatchError(
+                f"enqueue_copy_buffer on device {self.device.index} queue {self.index}: src "
+                f"buffer '{src.name}' is on device {src.device.index} and dst buffer "
+                f"'{dst.name}' on device {dst.device.index}; enqueue the copy on a queue of "
+                "one of those two devices"
+            )
+        for role, buf in (("src ", src), ("dst ", dst)):
+            buf._check_device(buf.device, role)  # freed, or its device closed
+        if src.shape != dst.shape:
+            raise ShapeError(
+                f"enqueue_copy_buffer: src buffer '{src.name}' has shape {src.shape} but dst "
+                f"buffer '{dst.name}' has shape {dst.shape}; a copy needs equal shapes"
+            )
+        if src.dtype != dst.dtype:
+            raise DTypeError(
+                f"enqueue_copy_buffer: src buffer '{src.name}' is {src.dtype.name} but dst "
+                f"buffer '{dst.name}' is {dst.dtype.name}; a copy needs equal dtypes (convert "
+                "with a program's cast kernel)"
+            )
+
+    def _check_wait(self, event: Event) -> None:
+        self._check_queue_command("wait_event")
+        if not isinstance(event, Event):
+            raise InvalidArgumentError(
+                f"wait_event takes an Event (from record_event()), got {type(event).__name__}"
+            )
+        event._check_waitable(f"wait_event on device {self.device.index} queue {self.index}")
+
     @api("finish", leaf=True)
     def finish(self) -> None:
         """Wait until every enqueued command has run; raise the first device error, if any."""
@@ -331,6 +417,7 @@ class CommandQueue:
         if self._profiling:
             cmd.profile()
         cmd.index = next(self._seq)
+        self._last = cmd
         if not self._put(cmd, log, cells):
             # The device was closed (by another thread) after this call checked it.
             raise self.device._closed_error()
@@ -387,6 +474,37 @@ class CommandQueue:
             finally:
                 use_scratch(before)
 
+    def _run_until(self, cmd: Command) -> None:
+        """Run this queue's commands on this thread until `cmd` (put on it already) has run:
+        what a host thread waiting for an event does instead of sleeping."""
+        with self._run_lock, np.errstate(all="ignore"):
+            before = use_scratch(self._scratch)
+            try:
+                pending = self._pending
+                while cmd.status == PENDING and pending:
+                    self._run_next()
+            finally:
+                use_scratch(before)
+
+    def _try_run_until(self, cmd: Command) -> bool:
+        """`_run_until` if no other thread runs this queue now, else nothing; never blocks on
+        the queue's lock (a queue command waiting for an event calls it while it holds its
+        own queue's). Returns whether `cmd` has run."""
+        if not self._run_lock.acquire(blocking=False):
+            return False
+        try:
+            with np.errstate(all="ignore"):
+                before = use_scratch(self._scratch)
+                try:
+                    pending = self._pending
+                    while cmd.status == PENDING and pending:
+                        self._run_next()
+                finally:
+                    use_scratch(before)
+        finally:
+            self._run_lock.release()
+        return cmd.status != PENDING
+
     def _run_next(self) -> None:
         """Run the first pending command, then take it off (under _run_lock). Python raises
         a Ctrl-C on a host thread between any two steps: one raised after the run leaves
@@ -421,6 +539,7 @@ class CommandQueue:
         else:
             cmd.status = SKIPPED
             self.skipped += 1
+            cmd.skipped(self._error)
         self.history.append(cmd)
 
     def _wrap_error(self, cmd: Command, e: Exception) -> DeviceExecutionError:

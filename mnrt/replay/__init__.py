@@ -24,76 +24,23 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..device.boards import ENV_DEVICE_COUNT, check_index, device_count
-from ..errors import DeviceBusyError, InvalidArgumentError, MnrtError, OutOfMemoryError
+from ..device.parallel import sharing_cores
+from ..errors import InvalidArgumentError, MnrtError, OutOfMemoryError
 from ..format import LightBinary
 from ..format.fb.CommandUnion import CommandUnion
-from ..host.device import open_indices, release_dropped
 from . import io
-from .executor import Executor, Placement
-from .locate import Locator
+from .executor import Executor
+from .locate import Locator, can_locate
+from .modelled import ran
+from .modelled import spans as span_list
+from .placement import Placement, logical_devices, place
 from .plan import Plan, validate
 from .profile import Profile
 from .report import ReplayReport
+from .transport.base import Transport
+from .transport.local import LocalTransport
 
 __all__ = ["Profile", "ReplayReport", "replay", "verify_capture"]
-
-
-def _free_indices(chosen: set[int]) -> list[int]:
-    """The device indices neither open in this process nor chosen by the caller, in order."""
-    taken = chosen | open_indices()
-    return [i for i in range(device_count()) if i not in taken]
-
-
-def _device_map(plan: Plan, device: int | str | Mapping[int, int | str]) -> Placement:
-    """Which runner device each captured device index replays on: the chosen ones (`device`
-    for the binary's first device, or a mapping by captured index), and every other one,
-    as the binary opens it, the lowest-numbered device neither chosen nor open in this
-    process, picked as it is opened (so replays on several threads never pick the same
-    one). No two captured devices land on one runner device, and a runner with too few
-    devices is refused before anything runs."""
-    captured = list(dict.fromkeys(plan.device_index.values()))
-    if isinstance(device, Mapping):
-        stray = [k for k in device if k not in captured]
-        if stray:
-            raise InvalidArgumentError(
-                f"device mapping has {', '.join(map(repr, stray))}, which the binary did not "
-                f"capture; its devices were captured as {captured}"
-            )
-        chosen = {i: device[i] for i in captured if i in device and device[i] != "auto"}
-    elif device == "auto":
-        chosen = {}
-    elif isinstance(device, bool) or not isinstance(device, int):
-        raise InvalidArgumentError(f"device must be 'auto', an index or a mapping, got {device!r}")
-    else:
-        check_index(device)
-        chosen = {captured[0]: device} if captured else {}
-    for index in chosen.values():
-        check_index(index)
-    if len(set(chosen.values())) < len(chosen):
-        raise InvalidArgumentError(
-            f"device mapping {dict(device)} puts two captured devices on one device; "
-            "give each its own"
-        )
-    wanted = sum(index not in chosen for index in captured)
-    free = _free_indices(set(chosen.values()))
-    if len(free) < wanted:
-        release_dropped()  # devices dropped without close() may hold the rest
-        free = _free_indices(set(chosen.values()))
-    free = iter(free)
-    assignment = dict(chosen)
-    for index in captured:
-        if index not in assignment:
-            runner = next(free, None)
-            if runner is None:
-                raise DeviceBusyError(
-                    f"the binary uses {len(captured)} devices (captured as {captured}); no "
-                    f"device of this runner's {device_count()} is left for its device {index} "
-                    "(each is open in this process or given to another captured device); "
-                    f"close devices or set {ENV_DEVICE_COUNT}"
-                )
-            assignment[index] = runner
-    return Placement(lambda index: chosen.get(index, "auto"), frozenset(chosen.values()))
 
 
 def host_memory_bytes() -> int | None:
@@ -115,7 +62,8 @@ def _touched_bytes(plan: Plan, binary: LightBinary) -> int:
         ids = getattr(command.cmd, "bufferIds", None)
         if ids is not None:
             touched.update(int(i) for i in ids)
-        touched.add(getattr(command.cmd, "bufferId", 0))
+        for name in ("bufferId", "srcId", "dstId"):
+            touched.add(getattr(command.cmd, name, 0))
     return sum(plan.buffers[g].nbytes for g in touched if g in plan.buffers)
 
 
@@ -153,13 +101,25 @@ def replay(
     profile: bool = False,
     inputs: Mapping[str, np.ndarray] | None = None,
     expected: Mapping[str, np.ndarray] | None = None,
+    device_map: Mapping[int, int] | None = None,
+    devices: int | None = None,
+    transport: Transport | None = None,
     locate: bool = False,
     locate_dir: str | os.PathLike | None = None,
 ) -> ReplayReport:
     """Replay a binary `loops` times; goldens are checked on every loop with `verify`.
     `device` places the binary's devices: "auto", an index for its first device, or a
     mapping from captured index to index or "auto"; the others go to the lowest-numbered
-    devices neither chosen nor open in this process, one each.
+    devices neither chosen nor open in this process, one each. Instead, `device_map`
+    ({logical device: runner device}, every logical device placed) or `devices` (a count)
+    fold the binary's logical devices onto fewer runner devices: copies between devices
+    that land on one become local copies, and the goldens stay the same. The report's
+    `modelled` is the modelled timeline of the captured topology, `modelled_as_run` that
+    of the placement that ran.
+    With a `transport` of several ranks (see replay/transport), each rank replays the
+    devices it owns and rank 0's report holds every rank's checks, outputs and spans;
+    another rank's holds its own only (`report.rank`). A rank whose replay raises must end
+    every rank (`transport.abort`): the others may be waiting for it.
     `rtol`/`atol` override every check's tolerances for this run. With `profile`, the
     report's `profile` holds a Perfetto trace of every loop (timestamps cost a little).
     `inputs` (arrays by input name, see `binary.inputs`) replace what the binary wrote to
@@ -205,8 +165,10 @@ def replay(
     wanted = {} if expected is None else io.expected_outputs(plan, expected)
     _check_host_memory(plan, binary)
     load_s = time.perf_counter() - start
-    device_map = _device_map(plan, device)
+    placement = place(plan, device, device_map, devices)
+    transport = transport if transport is not None else LocalTransport()
     report = ReplayReport(binary=binary, load_s=load_s, verified=verify)
+    report.rank, report.ranks = transport.rank, transport.size
     if new_inputs:  # the recorded goldens no longer apply (see Executor)
         report.new_inputs = list(inputs)
         report.verified = verify and bool(wanted)
@@ -218,34 +180,82 @@ def replay(
             "locate compares kernels with the fingerprints the capture recorded, which hold "
             "for the recorded inputs only; replay without new inputs to locate"
         )
+    logical = logical_devices(plan)
+    if locate and (not can_locate(plan) or transport.size > 1):
+        raise InvalidArgumentError(
+            f"locate follows the kernels of one device in one process; this binary uses "
+            f"{len(logical)} devices (on {transport.size} rank(s)), whose queues run at once. "
+            "Replay it without locate (its goldens still give the verdict), or locate a "
+            "capture of the failing device's work alone"
+        )
+    locator = Locator(plan, locate_dir) if locate else None
+    if locator is not None:
+        report.locate = locator.result
+    owned = sum(transport.owner(d, len(logical)) == transport.rank for d in logical)
+    with sharing_cores(owned):
+        _run_loops(report, plan, placement, transport, loops, verify, rtol, atol, profile,
+                   new_inputs, wanted, progress, locator)  # fmt: skip
+    if report.rank != 0:
+        report.verified = False  # rank 0 verifies every rank's reads
+    elif report.verified and not report.checks:  # a PASS needs evidence
+        report.verified, report.no_goldens = False, True
+    return report
+
+
+def _run_loops(
+    report: ReplayReport,
+    plan: Plan,
+    placement: Placement,
+    transport: Transport,
+    loops: int,
+    verify: bool,
+    rtol: float | None,
+    atol: float | None,
+    profile: bool,
+    new_inputs: dict,
+    wanted: dict,
+    progress: Callable[[int, int], None] | None,
+    locator: Locator | None,
+) -> None:
+    """Replay the plan `loops` times into `report`; `locator` watches the first loop's
+    kernels."""
     for loop in range(loops):
-        locator = Locator(plan, locate_dir) if locate and loop == 0 else None
-        if locator is not None:
-            report.locate = locator.result
+        last = loop == loops - 1
+        watching = locator if loop == 0 else None
         executor = Executor(
             plan,
-            device_map,
+            placement,
             verify,
             rtol,
             atol,
             profile,
             inputs=new_inputs,
             expected=wanted,
-            watch=None if locator is None else locator.watch,
+            transport=transport,
+            timeline=last or profile,
+            watch=None if watching is None else watching.watch,
         )
         t0 = time.perf_counter()
         try:
             executor.run()
             t1 = time.perf_counter()
             wall = t1 - t0
-            device_time = sum(q.device_time_s for q in executor.tables["queue"].values())
-            energy = sum(q.energy_j for q in executor.tables["queue"].values())
+            queues = {id(q): q for q in executor.tables["queue"].values()}.values()
+            device_time = sum(q.device_time_s for q in queues)
+            energy = sum(q.energy_j for q in queues)
             checks = executor.checks()
             if report.profile is not None:
                 report.profile.add_loop(executor, t0, t1, checks, time.perf_counter())
+            outputs = executor.outputs
+            if transport.size > 1:
+                device_time, energy, checks, outputs = gather_loop(
+                    transport, executor, device_time, energy, checks, outputs
+                )
+            if last:
+                _add_timelines(report, plan, executor, transport)
         except MnrtError as e:
-            if locator is not None:
-                locator.stopped()  # the kernel that was running, if any, failed
+            if watching is not None:
+                watching.stopped()  # the kernel that was running, if any, failed
             if report.profile is not None:
                 # What ran up to the failure, for `mnrt run --profile` to save anyway.
                 end = time.perf_counter()
@@ -256,19 +266,63 @@ def replay(
             raise
         finally:
             executor.close()
-        report.add_loop(wall, device_time, energy, checks, executor.outputs, executor.host_s)
+        report.add_loop(wall, device_time, energy, checks, outputs, executor.host_s)
         if progress is not None:
             progress(loop + 1, loops)
-    if report.verified and not report.checks:  # a PASS needs evidence
-        report.verified, report.no_goldens = False, True
-    return report
+
+
+def gather_loop(
+    transport: Transport,
+    executor: Executor,
+    device_time: float,
+    energy: float,
+    checks: list,
+    outputs: dict[str, np.ndarray],
+) -> tuple[float, float, list, dict[str, np.ndarray]]:
+    """One loop's results of every rank, on rank 0, in command order; another rank keeps
+    its own."""
+    mine = (device_time, energy, list(zip(executor.check_indices, checks)), outputs)
+    gathered = transport.gather(mine)
+    if gathered is None:
+        return device_time, energy, checks, outputs
+    merged = sorted((pair for g in gathered for pair in g[2]), key=lambda p: p[0])
+    return (
+        sum(g[0] for g in gathered),
+        sum(g[1] for g in gathered),
+        [check for _, check in merged],
+        {name: array for g in gathered for name, array in g[3].items()},
+    )
+
+
+def _add_timelines(
+    report: ReplayReport, plan: Plan, executor: Executor, transport: Transport
+) -> None:
+    """What the modelled timelines of the captured topology and of the placement that ran
+    are scheduled from (on first use): every rank's spans and placement, on rank 0."""
+    submitted = executor.submitted or []
+    if transport.size == 1:
+        kept = ran(submitted)
+        report.keep_spans(lambda: span_list(plan, kept), executor.placed)
+        return
+    gathered = transport.gather((span_list(plan, submitted), dict(executor.placed)))
+    if gathered is None:
+        return
+    # Runner devices of different ranks are different devices (each rank opens its own,
+    # from index 0): as run, they are numbered across ranks in rank order.
+    runner: dict[tuple[int, int], int] = {}
+    placed: dict[int, int] = {}
+    for rank, (_, p) in enumerate(gathered):
+        for logical, index in sorted(p.items()):
+            placed[logical] = runner.setdefault((rank, index), len(runner))
+    report.keep_spans([s for spans, _ in gathered for s in spans], placed)
 
 
 def verify_capture(binary: LightBinary) -> str | None:
     """None when a fresh capture replays to its own goldens; else why not, naming the first
-    divergent kernel when the capture has fingerprints (`capture(..., verify=True)`)."""
+    divergent kernel when the capture has fingerprints and one device (locate follows one
+    device's kernels; `capture(..., verify=True)`)."""
     try:
-        report = replay(binary, locate=True)
+        report = replay(binary, locate=can_locate(validate(binary, blobs=False)))
     except MnrtError as e:
         return f"replay failed: {e}"
     if report.passed:

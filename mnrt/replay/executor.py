@@ -4,6 +4,11 @@ Objects live in one table per kind, keyed by the binary's global ids; `lookup` i
 way in, so a missing object is always reported the same way. Reads and golden checks are
 compared once every queue has finished. A profiling executor also keeps when each command
 ran and how much device memory was in use after each allocation (see profile.py).
+
+Logical devices folded onto one runner device (a placement's `folded`) share it, each of
+their queues on a queue of its own. With a transport of several ranks, a rank carries out
+only the commands of the devices it owns (see ranks.py): the far end of a copy is a send or
+a receive tagged with the copy's id, and an event that crosses ranks is a signal.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import math
 import re
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -22,10 +27,14 @@ from ..errors import InvalidBinaryError
 from ..format.fb.CommandUnion import CommandUnion as U
 from ..format.io import Namer
 from ..host import Device
-from ..host.commands import KernelWatch
-from ..host.device import open_device_with_fill
+from ..host.commands import Command, KernelWatch
+from ..host.device import MAX_QUEUES, open_device_with_fill
 from ..host.golden import Check, compare
-from .plan import BUFFER, DEVICE, PROGRAM, QUEUE, TRACE, Plan
+from .placement import Placement
+from .plan import BUFFER, DEVICE, EVENT, PROGRAM, QUEUE, TRACE, Plan
+from .ranks import Ranks
+from .transport.base import Transport
+from .transport.local import LocalTransport
 
 # Command type -> the host API name it replays, for timings and profiles.
 COMMAND_NAMES = {
@@ -35,13 +44,14 @@ COMMAND_NAMES = {
 }
 
 
-class Placement(NamedTuple):
-    """Where a replay puts each captured device: `which` gives a runner index, or "auto"
-    for the lowest-numbered one free as it is opened, which must not be `reserved` (the
-    indices chosen for the binary's other devices)."""
-
-    which: Callable[[int], int | str]
-    reserved: frozenset[int]
+# Commands that put a command on a queue (and so are a span of the modelled timeline).
+QUEUE_COMMANDS = frozenset({
+    U.WriteBuffer, U.ReadBuffer, U.EnqueueProgram, U.ReplayTrace, U.GoldenCheck,
+    U.CopyBuffer, U.RecordEvent, U.WaitEvent,
+})  # fmt: skip
+# Of those, the ones a rank may carry out itself, without its queue (the far end of a copy,
+# a wait for another rank's event): still a span of that queue.
+HOST_SIDE = frozenset({U.CopyBuffer, U.WaitEvent})
 
 
 class Executor:
@@ -57,20 +67,32 @@ class Executor:
         profiling: bool = False,
         inputs: dict[int, np.ndarray] | None = None,
         expected: dict[int, np.ndarray] | None = None,
+        transport: Transport | None = None,
+        timeline: bool = False,
         watch: Callable[[int], KernelWatch | None] | None = None,
     ) -> None:
         """`inputs` (stored data by buffer id) replace every recorded write of those
         buffers, and the recorded goldens then no longer apply: only `expected` (values
-        by buffer id) is compared, with each output's last read value. `watch(command
-        index)` gives the KernelWatch of each command that runs kernels (see locate.py)."""
+        by buffer id) is compared, with each output's last read value. With a `transport`
+        of several ranks, only the devices this rank owns are opened (see ranks.py). With
+        `timeline`, each queue command is kept for the modelled timeline (`submitted`).
+        `watch(command index)` gives the KernelWatch of each command that runs kernels
+        (see locate.py)."""
         self.plan = plan
         self.watch = watch
+        self.ranks = Ranks(plan, transport or LocalTransport())
+        self.transport = self.ranks.transport
+        # (command index, queue id, the host command it put on the queue or None) per
+        # queue command of this rank's devices, when keeping the timeline.
+        self.submitted: list[tuple[int, int, Command | None]] | None = [] if timeline else None
+        self.users: dict[int, set[int]] = {}  # runner index -> captured indices on it
+        self.slots: dict[int, dict[tuple[int, int], int]] = {}  # runner index -> queue slots
         self.blobs = plan.binary.blobs
         self.device_map = device_map
         self.placed: dict[int, int] = {}  # captured device index -> runner index, once open
         self.rtol, self.atol = rtol, atol
         self.tables: dict[str, dict[int, Any]] = {
-            k: {} for k in (DEVICE, QUEUE, BUFFER, PROGRAM, TRACE)
+            k: {} for k in (DEVICE, QUEUE, BUFFER, PROGRAM, TRACE, EVENT)
         }
         self.inputs = inputs or {}
         self.expected = expected or {}
@@ -83,6 +105,7 @@ class Executor:
         self.read_at: dict[int, int] = {}  # buffer id -> the command index of its last read
         self.names = {e.buffer_id: e.name for e in plan.binary.outputs}
         self.check_name = Namer()  # check names, unique in the replay
+        self.signalled: set[int] = set()  # events of other ranks this rank has waited for
         self.index = 0
         self.host_s: dict[str, tuple[float, int]] = {}  # by command type: (seconds, count)
         # When profiling: (command index, type, start, end) per command, and
@@ -105,6 +128,9 @@ class Executor:
             U.ReplayTrace: self.replay_trace,
             U.ReleaseTrace: self.release_trace,
             U.GoldenCheck: self.golden,
+            U.CopyBuffer: self.copy,
+            U.RecordEvent: self.record_event,
+            U.WaitEvent: self.wait_event,
         }
 
     def lookup(self, kind: str, gid: int) -> Any:
@@ -122,6 +148,10 @@ class Executor:
         counts = dict.fromkeys(self.handlers, 0)
         handlers, clock = self.handlers, time.perf_counter
         spans = self.spans.append if self.profiling else None
+        skip = self.ranks.remote_commands()
+        submitted = self.submitted
+        queues = self.tables[QUEUE]
+        seen: dict[int, Command | None] = {}  # queue id -> the command last noted
         before = clock()
         kind = None
         try:
@@ -129,7 +159,18 @@ class Executor:
             for index, command in enumerate(commands if stop is None else commands[:stop]):
                 self.index = index
                 kind = command.cmdType
+                if skip is not None and index in skip:
+                    continue
                 handlers[kind](command.cmd)
+                if submitted is not None and kind in QUEUE_COMMANDS:
+                    qid = command.cmd.queueId
+                    q = queues.get(qid)
+                    last = q._last if q is not None else None
+                    if last is not seen.get(qid):
+                        seen[qid] = last
+                        submitted.append((index, qid, last))
+                    elif kind in HOST_SIDE and q is not None:  # done without a queue command
+                        submitted.append((index, qid, None))
                 now = clock()
                 spent[kind] += now - before
                 counts[kind] += 1
@@ -160,24 +201,48 @@ class Executor:
         if index is None:
             index = self.device_map.which(c.index)
         for dev in self.tables[DEVICE].values():
-            if dev.index == index:
+            if dev.index == index and dev.is_open:
+                users = self.users[index]
+                if users - {c.index}:
+                    # Another logical device folded onto it uses it: share it (a reopened
+                    # folded device keeps the runner device open).
+                    users.add(c.index)
+                    self.tables[DEVICE][c.deviceId] = dev
+                    self.placed[c.index] = index
+                    return
                 # The capture closed this device and opened it again (a device is open once
                 # in a process): so does replay, raising a device error still unseen.
                 dev.close()
+                self.slots.pop(index, None)
         # Fresh buffers hold zeros, as the capture took them to (it records any other fill
         # as data), whatever `mnrt smi clear` left this runner's device holding.
         dev = open_device_with_fill(index, Fill(), self.device_map.reserved)
         self.tables[DEVICE][c.deviceId] = dev
         self.placed[c.index] = dev.index
+        self.users[dev.index] = {c.index}
 
     def open_queue(self, c) -> None:
         dev: Device = self.lookup(DEVICE, c.deviceId)
-        q = self.tables[QUEUE][c.queueId] = dev.command_queue(c.index)
+        index = self._queue_slot(dev.index, self.plan.device_index[c.deviceId], c.index)
+        q = self.tables[QUEUE][c.queueId] = dev.command_queue(index)
         if self.watch is not None:
             # Called as each command is put on the queue: by this thread, in its handler.
             q.watch_kernels(lambda cmd, logged: self.watch(self.index))
         if self.profiling:
             q._start_profiling()
+
+    def _queue_slot(self, runner: int, logical: int, index: int) -> int:
+        """The runner device's queue for queue `index` of logical device `logical`: its own
+        index when free, else the lowest free one, so logical devices folded onto one
+        device keep their queues apart; with all taken, the queues share (in-order queues
+        merged in issue order still honour every wait, as each names an earlier record)."""
+        slots = self.slots.setdefault(runner, {})
+        key = (logical, index)
+        if key not in slots:
+            taken = set(slots.values())
+            free = [i for i in range(MAX_QUEUES) if i not in taken]
+            slots[key] = index if index not in taken else (free[0] if free else index)
+        return slots[key]
 
     def create_buffer(self, c) -> None:
         info = self.plan.buffers[c.bufferId]
@@ -268,6 +333,66 @@ class Executor:
     def release_trace(self, c) -> None:
         self.lookup(DEVICE, c.deviceId).release_trace(self.lookup(TRACE, c.traceId))
 
+    def copy(self, c) -> None:
+        ranks = self.ranks
+        src_local = ranks.local_buffer(c.srcId)
+        dst_local = ranks.local_buffer(c.dstId)
+        if src_local and dst_local:
+            q = self.lookup(QUEUE, c.queueId)
+            src, dst = self.lookup(BUFFER, c.srcId), self.lookup(BUFFER, c.dstId)
+            q.enqueue_copy_buffer(src, dst, blocking=c.blocking)
+        elif src_local:
+            self._send(c)
+        elif dst_local:
+            self._receive(c)
+
+    def _send(self, c) -> None:
+        """The src end of a copy to another rank: src as of this point of the command
+        stream (the copying queue drained, or src's whole device when the other end's
+        queue copies), sent tagged with the copy's id."""
+        src = self.lookup(BUFFER, c.srcId)
+        q = self.tables[QUEUE].get(c.queueId)
+        if q is not None:
+            q.finish()
+        else:
+            src.device._sync()
+        src._fill_in()
+        data = np.ascontiguousarray(src._storage())
+        self.transport.send(data, self.ranks.owner_of_buffer(c.dstId), c.copyId)
+
+    def _receive(self, c) -> None:
+        """The dst end of a copy from another rank: received, then written through the
+        copying queue (in its order) or, when the other end's queue copied, once every
+        queue of dst's device has finished with dst's old contents."""
+        dst = self.lookup(BUFFER, c.dstId)
+        data = np.empty(dst.shape, dst.dtype.storage)
+        self.transport.recv(data, self.ranks.owner_of_buffer(c.srcId), c.copyId)
+        q = self.tables[QUEUE].get(c.queueId)
+        if q is not None:
+            q._write_stored(dst, data, c.blocking)
+            return
+        dst.device._sync()
+        np.copyto(dst._storage(), data)
+        dst._unfilled = False
+
+    def record_event(self, c) -> None:
+        event = self.tables[EVENT][c.eventId] = self.lookup(QUEUE, c.queueId).record_event()
+        ranks = self.ranks.waiting_ranks(c.eventId)
+        if ranks:
+            event.wait()
+            for rank in ranks:
+                self.transport.signal(rank, c.eventId)
+
+    def wait_event(self, c) -> None:
+        event = self.tables[EVENT].get(c.eventId)
+        if event is not None:
+            self.lookup(QUEUE, c.queueId).wait_event(event)
+        elif c.eventId not in self.signalled:
+            # Recorded on another rank: it signals once the event has completed there;
+            # what this rank issues after the wait is issued after that.
+            self.transport.wait_signal(self.ranks.recording_rank(c.eventId), c.eventId)
+            self.signalled.add(c.eventId)
+
     # --- verdicts -------------------------------------------------------------------
     def checks(self) -> list[Check]:
         """Compare every read with its golden, then each expected output with the output's
@@ -275,6 +400,10 @@ class Executor:
         then the recorded one; a golden recorded without one gets the tolerance model's
         default for the computation that produced it."""
         results = []
+        # Every listed output is read by some command (see io.check_lists), on the rank that
+        # owns its device: each rank compares those it read.
+        wanted = {gid: e for gid, e in self.expected.items() if gid in self.read_at}
+        self.check_indices = [p[-1] for p in self.pending] + [self.read_at[g] for g in wanted]
         for name, gid, actual, blob, rtol, atol, index in self.pending:
             dtype = self.plan.buffers[gid].dtype
             expected = dtype.from_storage(
@@ -282,8 +411,7 @@ class Executor:
             )
             results.append(self._compare(name, gid, actual, expected, rtol, atol, index))
         nan = float("nan")
-        for gid, expected in self.expected.items():
-            # Every listed output is read by some command (see io.check_lists).
+        for gid, expected in wanted.items():
             actual, name = self.last_read[gid], self.check_name(self.names[gid])
             rtol, atol = self.recorded_tol.get(gid, (nan, nan))
             index = self.read_at[gid]

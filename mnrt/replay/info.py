@@ -9,7 +9,7 @@ from ..format import LightBinary
 from ..format.fb.CommandUnion import CommandUnion as U
 from ..format.fields import BLOB_FIELDS
 from ..format.io import IoBuffer
-from .plan import validate
+from .plan import Plan, validate
 
 _NAMES = {v: k for k, v in vars(U).items() if not k.startswith("_") and isinstance(v, int)}
 
@@ -50,10 +50,28 @@ def info(binary: LightBinary) -> dict:
         "payload_bytes_stored": stored,
         "dedup_ratio": referenced / unique if unique else 1.0,
         "compression_ratio": unique / stored if stored else 1.0,
+        "devices": sorted(set(plan.device_index.values())),
+        "copies": _copies(binary, plan),
+        "events": len(plan.event_queue),
         "io_recorded": binary.io_recorded,
         "inputs": [io_dict(e) for e in binary.inputs],
         "outputs": [io_dict(e) for e in binary.outputs],
     }
+
+
+def _copies(binary: LightBinary, plan: Plan) -> dict:
+    """How many copies stay on one device and how many cross between devices, and their
+    bytes: what a placement that folds devices turns from link traffic into local copies."""
+    local = cross = cross_bytes = 0
+    for c in binary.commands:
+        if c.cmdType == U.CopyBuffer:
+            src, dst = plan.buffers[c.cmd.srcId], plan.buffers[c.cmd.dstId]
+            if plan.device_index[src.device] == plan.device_index[dst.device]:
+                local += 1
+            else:
+                cross += 1
+                cross_bytes += src.nbytes
+    return {"local": local, "cross_device": cross, "cross_device_bytes": cross_bytes}
 
 
 def io_dict(e: IoBuffer) -> dict:

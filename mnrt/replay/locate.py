@@ -28,6 +28,7 @@ from ..device.kernels import Out, TensorSpec
 from ..errors import MnrtError
 from ..format.files import write_atomically
 from ..format.fingerprints import Stats, close, stats_of
+from .placement import logical_devices
 from .plan import Plan, program_kernel
 
 if TYPE_CHECKING:
@@ -37,6 +38,13 @@ ROUNDING, WRONG = "different rounding", "wrong"
 # Rounding differences grow as they pass through kernels: the statistics of an output are
 # held to this many times its dtype's default tolerance before it counts as wrong.
 ROUNDING_SLACK = 64.0
+
+
+def can_locate(plan: Plan) -> bool:
+    """Whether a locating replay can follow the plan's kernels: those of one device, which
+    run in its queues' order (several devices' queues run at once, so "first" has no
+    meaning across them)."""
+    return len(logical_devices(plan)) <= 1
 
 
 @dataclass

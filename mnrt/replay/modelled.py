@@ -1,119 +1,114 @@
-"""The modelled figures a performance gate compares (`mnrt bench`): device time and energy
-of a binary's replay, overall and kernel by kernel. The timing model is deterministic, so
-two runs of one binary give the same figures on any machine: a gate that needs no hardware.
+"""The report's modelled timelines: the binary's queue commands as spans (host/timeline.py),
+scheduled on the captured topology (`modelled`) and on the placement that ran
+(`modelled_as_run`, the same spans folded onto the runner devices).
+
+Spans are in logical terms (captured device and queue indices, keyed by command index), so
+every rank of a distributed replay builds its own and rank 0 schedules them together. A
+command's cost is what the device modelled when it ran; a copy's is priced for its logical
+ends (the link between two captured devices, even when the replay folded them onto one).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
-from ..errors import MnrtError
-from ..format import LightBinary
-from .executor import Executor
-from .plan import program_kernel, validate
-from .report import ReplayReport
+from ..device.cost import Modelled
+from ..device.spec import MNCORE2, DeviceSpec
+from ..format.fb.CommandUnion import CommandUnion as U
+from ..host.commands import DONE, Command
+from ..host.timeline import Span, Timeline, fold, schedule
+from .plan import Plan
 
-
-def modelled_totals(report: ReplayReport) -> dict[str, float]:
-    """The replay's modelled `makespan_s` and `energy_j` (DESIGN.md section 11's names).
-    The one place they come from: a report that carries section 11's `modelled` dict gives
-    them as it computed them (a timeline over queues and devices); otherwise the queues'
-    summed device time stands in for the makespan, which it is for one queue."""
-    m = getattr(report, "modelled", None)
-    if isinstance(m, dict) and "makespan_s" in m and "energy_j" in m:
-        return {"makespan_s": float(m["makespan_s"]), "energy_j": float(m["energy_j"])}
-    t = report.timings
-    return {"makespan_s": t["device_time_s"], "energy_j": t["energy_j"]}
-
-
-@dataclass
-class KernelCost:
-    """One kernel execution's modelled cost, where it ran: command index, position among
-    the kernels the command ran, program, position in it, op."""
-
-    command: int
-    kernel: int
-    program: str
-    program_kernel: int
-    op: str
-    time_s: float
-    energy_j: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
+SPAN_KINDS = {
+    U.WriteBuffer: "write",
+    U.ReadBuffer: "read",
+    U.GoldenCheck: "read",
+    U.EnqueueProgram: "program",
+    U.ReplayTrace: "trace",
+    U.CopyBuffer: "copy",
+    U.RecordEvent: "record_event",
+    U.WaitEvent: "wait_event",
+}
 
 
-class _Costs:
-    """KernelWatch factory collecting each kernel's modelled cost as it runs."""
+class Ran(NamedTuple):
+    """What a span needs of a host command that ran: a report keeps these rather than the
+    commands, which hold their buffers' (and so the closed devices') memory."""
 
-    def __init__(self) -> None:
-        self.rows: list[tuple[int, int, Any]] = []  # (command, kernel, Modelled)
-
-    def __call__(self, command: int) -> _CostWatch:
-        return _CostWatch(self, command)
-
-
-class _CostWatch:
-    def __init__(self, owner: _Costs, command: int) -> None:
-        self.owner, self.command, self.kernel = owner, command, 0
-
-    def before(self, step: Any) -> None:
-        pass
-
-    def after(self, step: Any, results: Any) -> None:
-        self.owner.rows.append((self.command, self.kernel, step.modelled))
-        self.kernel += 1
+    label: str
+    status: str
+    modelled: Modelled | None
 
 
-def kernel_costs(binary: LightBinary) -> list[KernelCost]:
-    """Every kernel execution of one replay of `binary` (goldens not compared), in order."""
-    from . import _device_map
+def ran(submitted: Iterable[tuple[int, int, Command | None]]) -> list[tuple[int, int, Ran | None]]:
+    return [
+        (index, qid, None if cmd is None else Ran(cmd.label, cmd.status, cmd.modelled))
+        for index, qid, cmd in submitted
+    ]
 
-    plan = validate(binary)
-    costs = _Costs()
-    executor = Executor(plan, _device_map(plan, "auto"), verify=False, watch=costs)
-    try:
-        executor.run()
-    finally:
-        executor.close()
+
+def spans(
+    plan: Plan,
+    submitted: Iterable[tuple[int, int, Command | Ran | None]],
+    spec: DeviceSpec = MNCORE2,
+) -> list[Span]:
+    """A span per queue command this rank issued: (command index, queue id, the host
+    command it put on the queue or what `ran` kept of it, or None when the rank did the
+    work itself)."""
     out = []
-    for command, kernel, m in costs.rows:
-        program, position = program_kernel(plan, command, kernel)
-        if program is None:
-            raise MnrtError(f"command {command} ran a kernel its programs do not hold")
-        op = program.kernels[position].op
-        out.append(KernelCost(command, kernel, program.name, position, op, m.time_s, m.energy_j))
+    commands = plan.binary.commands
+    for index, qid, cmd in submitted:
+        command = commands[index]
+        c = command.cmd
+        device = plan.device_index[plan.queue_device[qid]]
+        kind = SPAN_KINDS[command.cmdType]
+        name = cmd.label if cmd is not None else kind
+        after: tuple[int, ...] = ()
+        link = None
+        nbytes = 0
+        if command.cmdType == U.CopyBuffer:
+            src, dst = plan.buffers[c.srcId], plan.buffers[c.dstId]
+            ends = (plan.device_index[src.device], plan.device_index[dst.device])
+            nbytes = src.nbytes
+            cost = spec.copy_cost(ends[0], ends[1], nbytes)
+            time_s, energy_j = cost.time_s, cost.energy_j
+            link = ends if ends[0] != ends[1] else None
+            if cmd is None:
+                name = f"copy_buffer '{src.name}' -> '{dst.name}'"
+        else:
+            done = cmd is not None and cmd.status == DONE and cmd.modelled is not None
+            time_s = cmd.modelled.time_s if done else 0.0
+            energy_j = cmd.modelled.energy_j if done else 0.0
+            if command.cmdType == U.WaitEvent:
+                after = (plan.event_record[c.eventId],)
+                if cmd is None:
+                    name = f"wait_event {c.eventId}"
+        out.append(
+            Span(
+                key=index,
+                device=device,
+                queue=plan.queue_index[qid],
+                kind=kind,
+                name=name,
+                duration_s=time_s,
+                energy_j=energy_j,
+                after=after,
+                link=link,
+                nbytes=nbytes,
+            )
+        )
     return out
 
 
-def regressions(
-    current: dict[str, Any], baseline: dict[str, Any], tolerance: float
-) -> tuple[list[str], list[dict]]:
-    """(totals that regressed beyond `tolerance` as lines, kernels that got slower) of two
-    `mnrt bench --json` documents' `modelled` parts. Kernels are matched by program, op
-    and occurrence (the n-th 'gemm' of program 'mlp'), so commands added elsewhere do not
-    misalign them."""
-    lines = []
-    for name, unit in (("makespan_s", "s"), ("energy_j", "J")):
-        old, new = float(baseline[name]), float(current[name])
-        if new > old * (1 + tolerance):
-            change = (new - old) / old if old else float("inf")
-            lines.append(f"{name} {old:.6g} {unit} -> {new:.6g} {unit} ({change:+.1%})")
-
-    def keyed(kernels: list[dict]) -> dict[tuple, dict]:
-        seen: dict[tuple, int] = {}
-        out = {}
-        for k in kernels:
-            base = (k["program"], k["program_kernel"], k["op"])
-            n = seen[base] = seen.get(base, 0) + 1
-            out[(*base, n)] = k
-        return out
-
-    old_k, new_k = keyed(baseline.get("kernels", [])), keyed(current.get("kernels", []))
-    slower = [
-        {**new_k[key], "baseline_time_s": old_k[key]["time_s"]}
-        for key in new_k
-        if key in old_k and new_k[key]["time_s"] > old_k[key]["time_s"] * (1 + tolerance)
-    ]
-    return lines, slower
+def timelines(
+    all_spans: list[Span], placed: Mapping[int, int], spec: DeviceSpec = MNCORE2
+) -> tuple[Timeline, Timeline]:
+    """The captured topology's timeline and the placement's (`placed`: captured device
+    index -> runner device index) for the same spans: one and the same when every device
+    ran on the index it was captured on."""
+    ordered = sorted(all_spans, key=lambda s: s.key)
+    captured = schedule(ordered, spec)
+    if all(placed.get(s.device, s.device) == s.device for s in ordered):
+        return captured, captured
+    return captured, schedule(fold(ordered, placed, spec), spec)

@@ -1,7 +1,7 @@
 """A smaller binary that replays the same (`mnrt optimize FILE -o OUT`).
 
-Three steps: dead commands go (writes whose data nothing later reads, programs whose
-outputs nothing later needs, device traces never replayed, then the buffers and programs
+Three steps: dead commands go (writes and copies whose data nothing later reads, programs
+whose outputs nothing later needs, device traces never replayed, then the buffers and programs
 no kept command uses); identical programs of one device are created once; payloads are
 stored once and recompressed at zstd's strong level. Reads and golden checks are what the
 binary is for, so they and everything they depend on stay. The result is replayed before
@@ -81,6 +81,13 @@ def live_commands(binary: LightBinary, plan: Plan) -> list[int]:
                 for reads, writes in reversed(kernels):
                     needed -= writes - reads
                     needed |= reads
+        elif kind == U.CopyBuffer:  # writes all of dst from src
+            if cmd.dstId in needed:
+                keep.add(i)
+                needed.discard(cmd.dstId)
+                needed.add(cmd.srcId)
+        elif kind in (U.RecordEvent, U.WaitEvent):
+            keep.add(i)  # order between queues (cheap), and a kept wait needs its record
         elif kind == U.ReplayTrace:
             keep.add(i)
             replayed.add(cmd.traceId)

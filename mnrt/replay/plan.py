@@ -34,6 +34,7 @@ from .io import check_lists as check_io_lists
 
 MAX_RANK = 16
 DEVICE, QUEUE, BUFFER, PROGRAM, TRACE = "device", "queue", "buffer", "program", "trace"
+EVENT, COPY = "event", "copy"
 
 
 @dataclass
@@ -80,6 +81,12 @@ class Plan:
     trace_programs: dict[int, list[int]] = field(default_factory=dict)  # trace gid -> programs
     # The kernel fingerprints by (command, kernel): each output's, in order (see locate.py).
     fingerprints: dict[tuple[int, int], list[Stats]] = field(default_factory=dict)
+    queue_index: dict[int, int] = field(default_factory=dict)  # queue gid -> its index
+    event_queue: dict[int, int] = field(default_factory=dict)  # event gid -> recording queue
+    event_record: dict[int, int] = field(default_factory=dict)  # event gid -> command index
+    # event gid -> the device gids of the queues that wait for it (distributed replay
+    # signals the ranks that own them).
+    event_waiters: dict[int, set[int]] = field(default_factory=dict)
 
 
 def program_kernel(plan: Plan, command: int, kernel: int) -> tuple[ProgramInfo | None, int]:
@@ -123,6 +130,8 @@ class _Validator:
         self.shapes_checked: set[tuple] = set()  # (program gid, bound specs) found valid
         self.errors: dict[int, float] = {}  # buffer gid -> error bound of what it holds
         self.index = 0
+        self.current: dict[int, int] = {}  # captured device index -> the gid open on it now
+        self.closed: set[int] = set()  # device gids the capture closed (opened again since)
         self.checks: dict[int, Callable[[Any], None]] = {
             U.OpenDevice: self.open_device,
             U.OpenQueue: self.open_queue,
@@ -138,6 +147,9 @@ class _Validator:
             U.ReplayTrace: self.replay_trace,
             U.ReleaseTrace: self.release_trace,
             U.GoldenCheck: self.golden,
+            U.CopyBuffer: self.copy,
+            U.RecordEvent: self.record_event,
+            U.WaitEvent: self.wait_event,
         }
 
     def fail(self, message: str) -> InvalidBinaryError:
@@ -205,6 +217,10 @@ class _Validator:
     # --- one method per command type ------------------------------------------------
     def open_device(self, c) -> None:
         self.define(c.deviceId, DEVICE)
+        before = self.current.get(c.index)
+        if before is not None:  # the capture closed that device and opened it again
+            self.closed.add(before)
+        self.current[c.index] = c.deviceId
         self.plan.device_index[c.deviceId] = c.index
         self.used[c.deviceId] = 0
         self.plan.peak_bytes[c.deviceId] = 0
@@ -217,6 +233,7 @@ class _Validator:
                 f"queue id {c.queueId} has index {c.index}; a device has 0..{MAX_QUEUES - 1}"
             )
         self.plan.queue_device[c.queueId] = c.deviceId
+        self.plan.queue_index[c.queueId] = c.index
         self.queues[c.queueId] = (c.deviceId, c.index)
 
     def create_buffer(self, c) -> None:
@@ -280,6 +297,41 @@ class _Validator:
         self.blob_of_size(c.golden, info.nbytes, "golden")
         self.tolerances(c)
         self.plan.golden_errors[self.index] = self.errors[c.bufferId]
+
+    def copy(self, c) -> None:
+        device = self.host_queue(c.queueId, "copy_buffer")
+        self.define(c.copyId, COPY)
+        src, dst = self.live_buffer(c.srcId), self.live_buffer(c.dstId)
+        if device not in (src.device, dst.device):
+            raise self.fail(
+                f"copy id {c.copyId} runs on queue id {c.queueId} of device id {device}, but "
+                f"its src buffer id {c.srcId} is on device id {src.device} and its dst buffer "
+                f"id {c.dstId} on device id {dst.device}"
+            )
+        if src.shape != dst.shape or src.dtype != dst.dtype:
+            raise self.fail(
+                f"copy id {c.copyId}: src buffer id {c.srcId} is {src.dtype.name}{list(src.shape)}"
+                f" but dst buffer id {c.dstId} is {dst.dtype.name}{list(dst.shape)}; a copy "
+                "needs equal shapes and dtypes"
+            )
+        self.errors[c.dstId] = self.errors[c.srcId]
+
+    def record_event(self, c) -> None:
+        self.host_queue(c.queueId, "record_event")
+        self.define(c.eventId, EVENT)
+        self.plan.event_queue[c.eventId] = c.queueId
+        self.plan.event_record[c.eventId] = self.index
+
+    def wait_event(self, c) -> None:
+        device = self.host_queue(c.queueId, "wait_event")
+        self.ref(c.eventId, EVENT)
+        recorder = self.plan.queue_device[self.plan.event_queue[c.eventId]]
+        if recorder in self.closed:
+            raise self.fail(
+                f"queue id {c.queueId} waits for event id {c.eventId} of device id {recorder}, "
+                "which was closed before this wait (it can never complete)"
+            )
+        self.plan.event_waiters.setdefault(c.eventId, set()).add(device)
 
     def create_program(self, c) -> None:
         self.ref(c.deviceId, DEVICE)

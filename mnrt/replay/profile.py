@@ -4,10 +4,15 @@ chrome://tracing open as they are.
 Two clocks meet in one trace, so each gets its own tracks:
 
 - the host: one slice per loop, the replayed commands inside it, and the golden checks;
-- each device, per queue: what the emulator did, on host wall time (each queue command as
-  its worker ran it, a program's kernels nested inside, an arrow from the command that
-  enqueued it); and what the modelled MN-Core 2 would take, the same commands and kernels
-  laid end to end from the loop's start at their modelled device time;
+- one process per device the binary captured, and per queue two tracks: what the emulator
+  did, on host wall time (each queue command as its worker ran it, a program's kernels
+  nested inside, an arrow from the command that enqueued it); and what the modelled
+  MN-Core 2 boards would take, each command where the multi-device timeline
+  (mnrt.host.timeline) places it from the loop's start, given its queue, the events it
+  waits on, the device's PE array and the link;
+- on the modelled tracks, an arrow for each copy between devices, from the end that sends
+  to the end that receives (a copy enqueued on one device also shows on the other
+  device's link track), and one from each event's record to each wait on it;
 - a counter per device: DRAM in use after each allocation and free.
 
 Events are built as each loop ends, so a profile keeps no buffers or arrays alive.
@@ -19,11 +24,15 @@ import itertools
 import json
 import os
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..format.files import write_atomically
 from ..host.commands import FAILED, RunProgram
+from ..host.device import MAX_QUEUES
+from ..host.timeline import schedule
 from .executor import COMMAND_NAMES
+from .modelled import spans as span_list
 from .plan import BUFFER, DEVICE, PROGRAM, QUEUE, Plan
 from .report import check_dict, json_value
 
@@ -31,9 +40,13 @@ if TYPE_CHECKING:
     from ..host import Buffer, CommandQueue
     from ..host.commands import Command
     from ..host.golden import Check
+    from ..host.timeline import Span
     from .executor import Executor
 
 HOST_PID, HOST_TID = 0, 0
+# A device's link tracks, after its queues' (two tracks a queue): the modelled copies another
+# device's queue ran into it and out of it (each direction of its link runs one at a time).
+LINK_TIDS = {"in": 2 * MAX_QUEUES + 1, "out": 2 * MAX_QUEUES + 2}
 
 
 def _describe(buf: Buffer) -> str:
@@ -80,6 +93,7 @@ class Profile:
         self._pids: dict[int, int] = {}  # device id -> trace process id
         # queue id -> (process, wall-time thread, modelled-time thread)
         self._tids: dict[int, tuple[int, int, int]] = {}
+        self._link_tracks: set[tuple[int, int]] = set()  # (pid, tid) of named link tracks
         self._flows = itertools.count(1)
         self._name(HOST_PID, None, "mnrt replay (host)")
         self._name(HOST_PID, HOST_TID, "replayed commands")
@@ -124,7 +138,8 @@ class Profile:
     ) -> None:
         """Record one loop: `start`/`end` bound its commands, the golden checks ran from
         `end` to `checked`. A loop stopped by `error` is recorded up to the failure. Call
-        before the executor's devices are closed."""
+        before the executor's devices are closed; the modelled tracks need an executor
+        that kept its queue commands (`Executor(..., timeline=True)`)."""
         self.loops += 1
         if self.loops > MAX_TRACED_LOOPS and error is None and all(c.passed for c in checks):
             self.untraced += 1  # a loop like the ones traced: counted, not kept
@@ -141,13 +156,16 @@ class Profile:
             checks_args = {c.name: check_dict(c) for c in checks}
             self._span("verify goldens", HOST_PID, HOST_TID, end, checked, checks_args)
         for device_id, dev in executor.tables[DEVICE].items():
-            pid = self._device_pid(device_id, f"device {dev.index} ({dev.name})")
+            index = self.plan.device_index[device_id]
+            pid = self._device_pid(device_id, f"device {index} ({dev.name})")
             for t, dev_id, used in executor.memory:
                 if dev_id == device_id:
                     self._counter(pid, t, used)
             self._counter(pid, checked, 0)  # every device closes when its loop ends
         for queue_id, q in executor.tables[QUEUE].items():
-            self._queue(queue_id, q, start)
+            self._queue(queue_id, q)
+        if executor.submitted is not None:
+            self._timeline(executor.submitted, start)
 
     def _host_commands(self, executor: Executor) -> None:
         commands = self.plan.binary.commands
@@ -176,21 +194,19 @@ class Profile:
             {"ph": "C", "name": "DRAM in use", "pid": pid, "ts": self._us(t), "args": args}
         )
 
-    def _queue(self, queue_id: int, q: CommandQueue, start: float) -> None:
+    def _queue(self, queue_id: int, q: CommandQueue) -> None:
+        """The queue's tracks, and what the emulator did on it on host wall time."""
         pid = self._pids[self.plan.queue_device[queue_id]]
         tids = self._tids.get(queue_id)
         if tids is None:
             base = 2 * sum(1 for other_pid, _, _ in self._tids.values() if other_pid == pid)
             tids = self._tids[queue_id] = (pid, base + 1, base + 2)
-            self._name(pid, base + 1, f"queue {q.index}: emulator (host wall time)")
-            self._name(pid, base + 2, f"queue {q.index}: modelled MN-Core time")
-        _, wall_tid, modelled_tid = tids
-        cursor = self._us(start)  # the modelled device starts with the loop, never idles
+            index = self.plan.queue_index[queue_id]  # as captured (folding may move it)
+            self._name(pid, base + 1, f"queue {index}: emulator (host wall time)")
+            self._name(pid, base + 2, f"queue {index}: modelled MN-Core time")
         for cmd in q.history:
             if cmd.start_s:  # it ran (skipped commands did not)
-                self._wall(cmd, pid, wall_tid)
-            if cmd.modelled is not None:  # it finished, so it has a modelled time
-                cursor = self._modelled(cmd, pid, modelled_tid, cursor)
+                self._wall(cmd, pid, tids[1])
 
     def _wall(self, cmd: Command, pid: int, tid: int) -> None:
         args = {"queue_command": cmd.index, "status": cmd.status, **_modelled_args(cmd.modelled)}
@@ -217,18 +233,86 @@ class Profile:
                     args["status"] = FAILED  # the kernel the program stopped at
                 self._span(step.kdef.name, pid, tid, t0, t1, args)
 
-    def _modelled(self, cmd: Command, pid: int, tid: int, cursor: float) -> float:
-        end = cursor + cmd.modelled.time_s * 1e6
-        args = {"queue_command": cmd.index, **_modelled_args(cmd.modelled)}
-        self._slice(cmd.label, pid, tid, cursor, end, args)
+    # --- the modelled timeline -------------------------------------------------------------
+    def _timeline(self, submitted: list[tuple[int, int, Command | None]], start: float) -> None:
+        """Each queue command on its queue's modelled track where the multi-device timeline
+        placed it (from the loop's start), a program's kernels inside it; a copy between
+        devices also on the other end's link track, with an arrow from the end that sends
+        to the end that receives; an arrow from each event's record to each wait on it."""
+        spans = span_list(self.plan, submitted)
+        # A rank of a distributed replay has only its own commands: a wait on another
+        # rank's event starts, here, when its queue lets it.
+        keys = {s.key for s in spans}
+        spans = [
+            s if set(s.after) <= keys else replace(s, after=tuple(k for k in s.after if k in keys))
+            for s in spans
+        ]
+        timeline = schedule(spans)
+        origin = self._us(start)
+        pid_of = {self.plan.device_index[gid]: pid for gid, pid in self._pids.items()}
+        at: dict[int, tuple[int, int, float]] = {}  # span key -> (pid, tid, start us)
+        for span, (_, queue_id, cmd) in zip(spans, submitted):
+            if cmd is not None and cmd.modelled is None:  # failed or skipped: never ran
+                continue
+            pid, _, tid = self._tids[queue_id]
+            t0 = origin + timeline.start_s[span.key] * 1e6
+            t1 = origin + timeline.end_s[span.key] * 1e6
+            self._modelled(cmd, span, pid, tid, t0, t1)
+            at[span.key] = (pid, tid, t0)
+            if span.link is None:
+                continue
+            src, dst = span.link
+            other = dst if span.device == src else src
+            if other not in pid_of:  # another rank's device: not in this trace
+                continue
+            other_pid = pid_of[other]
+            link_tid = self._link_tid(other_pid, "in" if other == dst else "out")
+            args = {"command": span.key, "device": other, "queue_device": span.device}
+            self._slice(span.name, other_pid, link_tid, t0, t1, args)
+            here, there = (pid, tid, t0), (other_pid, link_tid, t0)
+            self._flow("copy", *((here, there) if span.device == src else (there, here)))
+        for flow in timeline.flows:
+            if flow.kind == "event" and flow.from_key in at and flow.to_key in at:
+                self._flow("event", at[flow.from_key], at[flow.to_key])
+
+    def _modelled(
+        self, cmd: Command | None, span: Span, pid: int, tid: int, start: float, end: float
+    ) -> None:
+        args = {
+            "command": span.key,
+            "device": span.device,
+            **_modelled_args(cmd.modelled if cmd is not None else None),
+            # What the timeline charged (a copy as priced for the captured devices).
+            "modelled_us": span.duration_s * 1e6,
+            "energy_uj": span.energy_j * 1e6,
+        }
+        if cmd is not None:
+            args["queue_command"] = cmd.index
+        self._slice(span.name, pid, tid, start, end, args)
         if isinstance(cmd, RunProgram):
-            at = cursor
+            at = start
             for i, step in enumerate(cmd.plan.steps):
                 # Clamped: the kernels' sum may pass the program's total by a rounding error.
                 step_end = min(at + step.modelled.time_s * 1e6, end)
                 self._slice(step.kdef.name, pid, tid, at, step_end, self._kernel_args(i, step))
                 at = step_end
-        return end
+
+    def _link_tid(self, pid: int, direction: str) -> int:
+        tid = LINK_TIDS[direction]
+        if (pid, tid) not in self._link_tracks:
+            self._link_tracks.add((pid, tid))
+            where = "into this device" if direction == "in" else "out of this device"
+            self._name(pid, tid, f"link {direction}: copies {where} (modelled)")
+        return tid
+
+    def _flow(self, cat: str, source: tuple[int, int, float], sink: tuple[int, int, float]) -> None:
+        """An arrow from the slice at `source` to the one at `sink`, each (pid, tid, us)."""
+        common = {"name": cat, "cat": cat, "id": next(self._flows)}
+        (pid0, tid0, t0), (pid1, tid1, t1) = source, sink
+        self.events += [
+            {"ph": "s", "pid": pid0, "tid": tid0, "ts": round(t0, 3), **common},
+            {"ph": "f", "bp": "e", "pid": pid1, "tid": tid1, "ts": round(t1, 3), **common},
+        ]
 
     @staticmethod
     def _kernel_args(i: int, step: Any) -> dict[str, Any]:

@@ -12,7 +12,8 @@ Steps, each kept only if the result still fails the same way:
    what they held just before it ran in the failing replay (and its fingerprint); the
    kernels before it matched the capture bit for bit, so this is the failure itself;
 2. commands: delta debugging (ddmin) over the commands that do work (writes, reads,
-   program enqueues, trace replays, finishes), buffers and programs nothing uses dropped;
+   program enqueues, trace replays, finishes, copies), buffers and programs nothing uses
+   dropped; events stay (a candidate without them could race and fail by chance);
 3. kernels: ddmin over each remaining program's kernels, enqueues rebound to the slots left.
 """
 
@@ -43,11 +44,17 @@ from ..format.fb.ReadBuffer import ReadBufferT
 from ..format.fb.WriteBuffer import WriteBufferT
 from ..format.fingerprints import Fingerprint
 from .executor import Executor
-from .locate import KernelSite
+from .locate import KernelSite, can_locate
+from .placement import place
 from .plan import validate
 from .trim import referenced_ids
 
-_WORK = (U.WriteBuffer, U.ReadBuffer, U.GoldenCheck, U.EnqueueProgram, U.ReplayTrace, U.Finish)
+# Commands that do work (ddmin's units): any other command only defines what these use.
+_WORK = (U.WriteBuffer, U.ReadBuffer, U.GoldenCheck, U.EnqueueProgram, U.ReplayTrace, U.Finish,
+         U.CopyBuffer)  # fmt: skip
+# Commands that order queues: always kept (without them a candidate may race and fail by
+# chance), and what they name stays defined.
+_ORDER = (U.RecordEvent, U.WaitEvent)
 _NAN = float("nan")
 
 
@@ -73,12 +80,16 @@ def _specs(site: KernelSite) -> tuple:
     return (site.op, tuple((o["dtype"], tuple(o["shape"])) for o in site.inputs + site.outputs))
 
 
-def failure_of(binary: LightBinary) -> Failure | None:
-    """The binary's failure (None when it passes, or is not a valid binary at all)."""
+def failure_of(binary: LightBinary, locate: bool | None = None) -> Failure | None:
+    """The binary's failure (None when it passes, or is not a valid binary at all). With
+    `locate` (by default: when the binary has one device, see locate.can_locate), a
+    divergent kernel is the failure where the binary has fingerprints."""
     from . import replay
 
     try:
-        report = replay(binary, locate=True)
+        if locate is None:
+            locate = can_locate(validate(binary, blobs=False))
+        report = replay(binary, locate=locate)
     except DeviceError as e:
         located = getattr(getattr(e, "report", None), "locate", None)
         site = located.failed if located is not None else None
@@ -131,14 +142,15 @@ def kernel_count(binary: LightBinary) -> int:
 class _Tester:
     """Runs candidates, counting them, and says which fail the same way."""
 
-    def __init__(self, failure: Failure, deadline: float) -> None:
+    def __init__(self, failure: Failure, deadline: float, locate: bool) -> None:
         self.failure, self.deadline, self.tests = failure, deadline, 0
+        self.locate = locate  # as the original was replayed, so failures compare alike
 
     def __call__(self, candidate: LightBinary | None) -> bool:
         if candidate is None or time.monotonic() > self.deadline:
             return False
         self.tests += 1
-        return failure_of(candidate) == self.failure
+        return failure_of(candidate, self.locate) == self.failure
 
 
 def ddmin(units: Sequence[Any], fails: Callable[[list], bool]) -> list:
@@ -171,7 +183,7 @@ def without(binary: LightBinary, drop: set[int]) -> LightBinary | None:
     commands = binary.commands
     rest = [i for i in range(len(commands)) if i not in drop]
     used = set().union(*(referenced_ids(commands[i].cmd) for i in rest
-                         if commands[i].cmdType in _WORK))  # fmt: skip
+                         if commands[i].cmdType in (*_WORK, *_ORDER)))  # fmt: skip
     keep = [i for i in rest if _still_defined(commands[i], used)]
     index = {old: new for new, old in enumerate(keep)}
     prints = [
@@ -259,11 +271,10 @@ class _SnapshotWatch:
 def isolate(binary: LightBinary, site: KernelSite) -> LightBinary | None:
     """A binary of the kernel at `site` alone, on what its operands held just before it
     ran in a replay of `binary` (see the module doc), with its fingerprint."""
-    from . import _device_map
 
     plan = validate(binary, blobs=False)
     snap = _Snapshot(site.command, site.kernel)
-    executor = Executor(plan, _device_map(plan, "auto"), verify=False, watch=snap)
+    executor = Executor(plan, place(plan, "auto", None, None), verify=False, watch=snap)
     try:
         executor.run(site.command + 1)
     except MnrtError:
@@ -336,13 +347,17 @@ def reduce(binary: LightBinary, time_limit_s: float = 600.0) -> ReduceResult:
     """The smallest binary the steps find that fails as `binary` does (NotFailingError if
     it does not fail), with a record of each step."""
     start = time.monotonic()
-    failure = failure_of(binary)
+    try:
+        locate = can_locate(validate(binary, blobs=False))
+    except MnrtError:
+        locate = False  # not a valid binary: failure_of says so below
+    failure = failure_of(binary, locate)
     if failure is None:
         raise NotFailingError(
             "the binary does not fail (it replays and passes, or is not a valid binary: "
             "run `mnrt run` on it); there is nothing to reduce"
         )
-    test = _Tester(failure, start + time_limit_s)
+    test = _Tester(failure, start + time_limit_s, locate)
     steps: list[dict] = []
     current = binary
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -13,8 +14,10 @@ import numpy as np
 from ..errors import MnrtError
 from ..format import LightBinary
 from ..host.golden import Check
+from .modelled import timelines
 
 if TYPE_CHECKING:
+    from ..host.timeline import Span, Timeline
     from .locate import LocateResult
     from .profile import Profile
 
@@ -44,6 +47,15 @@ class ReplayReport:
     no_goldens: bool = False
     error: MnrtError | None = None  # what stopped the replay (then `passed` is False)
     locate: LocateResult | None = None  # with replay(..., locate=True)
+    # The last loop's queue commands as timeline spans (every rank's, on rank 0) and where
+    # each captured device ran: what `modelled` and `modelled_as_run` are scheduled from,
+    # when first asked for (a large binary's timeline costs as much as its replay).
+    placed: dict[int, int] = field(default_factory=dict)
+    # The spans, or what makes them on first use (a replay on one rank keeps its commands).
+    _spans: list[Span] | Callable[[], list[Span]] | None = None
+    _timelines: tuple[Timeline, Timeline] | None = None
+    rank: int = 0  # of a distributed replay: rank 0's report holds every rank's results
+    ranks: int = 1
 
     def add_loop(
         self,
@@ -62,6 +74,53 @@ class ReplayReport:
             self.checks, self.outputs = checks, outputs
         if not all(c.passed for c in checks):
             self.failed_loops += 1
+
+    def keep_spans(
+        self, spans: list[Span] | Callable[[], list[Span]], placed: dict[int, int]
+    ) -> None:
+        """Keep the last loop's spans (or what makes them) and where each captured device
+        ran, for the modelled timelines."""
+        self._spans, self.placed = spans, dict(placed)
+        self._timelines = None
+
+    @property
+    def spans(self) -> list[Span] | None:
+        """The last loop's queue commands as timeline spans, every rank's (None on ranks
+        other than 0, or when no loop finished)."""
+        if callable(self._spans):
+            self._spans = self._spans()
+        return self._spans
+
+    def _scheduled(self) -> tuple[Timeline, Timeline] | None:
+        spans = self.spans
+        if self._timelines is None and spans is not None:
+            self._timelines = timelines(spans, self.placed)
+        return self._timelines
+
+    @property
+    def timeline(self) -> Timeline | None:
+        """The modelled timeline of the captured topology (host/timeline.py)."""
+        scheduled = self._scheduled()
+        return None if scheduled is None else scheduled[0]
+
+    @property
+    def timeline_as_run(self) -> Timeline | None:
+        """The same work's modelled timeline on the placement that ran."""
+        scheduled = self._scheduled()
+        return None if scheduled is None else scheduled[1]
+
+    @property
+    def modelled(self) -> dict | None:
+        """DESIGN.md section 11: makespan_s, energy_j, bubble_fraction and devices [{index,
+        busy_s, energy_j}] of the captured topology (None on ranks other than 0)."""
+        timeline = self.timeline
+        return None if timeline is None else timeline.to_dict()
+
+    @property
+    def modelled_as_run(self) -> dict | None:
+        """`modelled`, for the placement that ran (devices are runner device indices)."""
+        timeline = self.timeline_as_run
+        return None if timeline is None else timeline.to_dict()
 
     @property
     def passed(self) -> bool:
@@ -125,6 +184,10 @@ class ReplayReport:
                 k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in self.outputs.items()
             },
             "timings": self.timings,
+            "modelled": self.modelled,
+            "modelled_as_run": self.modelled_as_run,
+            "rank": self.rank,
+            "ranks": self.ranks,
             **({"locate": self.locate.to_dict()} if self.locate is not None else {}),
         }
 
@@ -157,6 +220,14 @@ class ReplayReport:
                 )
         if self.locate is not None:
             lines.append(self.locate.summary())
+        several = self.spans is not None and len({s.device for s in self.spans}) > 1
+        for label, m in (("captured", self.modelled), ("as run", self.modelled_as_run)):
+            if several:
+                lines.append(
+                    f"modelled timeline ({label}): makespan {m['makespan_s'] * 1e6:.2f} us on "
+                    f"{len(m['devices'])} device(s), bubble {m['bubble_fraction']:.3f}, energy "
+                    f"{m['energy_j'] * 1e3:.3f} mJ"
+                )
         t = self.timings
         lines.append(
             f"modelled device time {t['device_time_s'] * 1e6:.2f} us, energy "

@@ -1,8 +1,9 @@
 """A replayable slice of a binary (`mnrt trim FILE --commands a:b`).
 
 The slice is commands a..b-1 preceded by a state snapshot: every object live at command a
-(devices, queues, buffers, programs, device traces ready to replay) and every live
-buffer's contents at that point, which a replay of commands 0..a-1 gives.
+(devices, queues, buffers, programs, device traces ready to replay), every live buffer's
+contents at that point, which a replay of commands 0..a-1 gives, and the events recorded
+before a that the slice waits for (recorded again once the snapshot is written).
 Goldens and fingerprints of the slice's commands come along; the result is replayed
 before it is handed back, so a slice that does not reproduce is never written.
 """
@@ -20,9 +21,11 @@ from ..format import LightBinary
 from ..format.edit import Editor
 from ..format.fb.Command import CommandT
 from ..format.fb.CommandUnion import CommandUnion as U
+from ..format.fb.RecordEvent import RecordEventT
 from ..format.fb.WriteBuffer import WriteBufferT
 from ..format.fingerprints import Fingerprint
 from .executor import Executor
+from .placement import place
 from .plan import BUFFER, Plan, validate
 
 
@@ -116,9 +119,8 @@ def _closure(commands: Sequence[CommandT], wanted: set[int], live: _Live) -> set
 
 def snapshot(plan: Plan, stop: int, buffers: set[int]) -> dict[int, np.ndarray]:
     """The stored bits of `buffers` once commands 0..stop-1 have run."""
-    from . import _device_map
 
-    executor = Executor(plan, _device_map(plan, "auto"), verify=False)
+    executor = Executor(plan, place(plan, "auto", None, None), verify=False)
     try:
         executor.run(stop)
         return {gid: np.array(executor.tables[BUFFER][gid].peek()) for gid in buffers}
@@ -161,6 +163,7 @@ def trim(binary: LightBinary, start: int, stop: int, verify: bool = True) -> Lig
         out.append(CommandT(U.WriteBuffer, write))
     for trace in sorted(t for t in live.traces if t in used):
         out += [commands[i] for i in live.traces[trace]]
+    out += _events_before(plan, body, start)
     first = len(out)
     out += list(body)
     prints = [
@@ -172,6 +175,17 @@ def trim(binary: LightBinary, start: int, stop: int, verify: bool = True) -> Lig
     if verify:
         check_replays(result, f"the slice {start}:{stop}", TrimError)
     return result
+
+
+def _events_before(plan: Plan, body: Sequence[CommandT], start: int) -> list[CommandT]:
+    """The slice's waits on events recorded before it, as records on their queues once the
+    snapshot is written: what they waited for has run by then (it is in the snapshot)."""
+    events = dict.fromkeys(c.cmd.eventId for c in body if c.cmdType == U.WaitEvent)
+    return [
+        CommandT(U.RecordEvent, RecordEventT(plan.event_queue[e], e))
+        for e in events
+        if plan.event_record[e] < start
+    ]
 
 
 def _queue_per_device(commands: Sequence[CommandT], kept: list[int]) -> dict[int, int]:

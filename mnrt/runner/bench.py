@@ -11,7 +11,8 @@ import click
 
 from .. import errors
 from ..replay import MAX_LOOPS, replay
-from ..replay.modelled import kernel_costs, modelled_totals, regressions
+from ..replay.costs import kernel_costs, modelled_totals, regressions
+from ..replay.placement import parse_device_map
 from ..replay.report import check_dict
 from .run import _device, _progress
 
@@ -40,6 +41,8 @@ def _baseline(path: Path) -> dict:
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--loops", type=click.IntRange(1, MAX_LOOPS), default=10, show_default=True)
 @click.option("--device", default="auto", show_default=True, help="Device index or 'auto'.")
+@click.option("--device-map", "device_map", metavar="L:D,...", help="As for mnrt run.")
+@click.option("--devices", type=int, default=None, help="As for mnrt run.")
 @click.option("--no-verify", is_flag=True, help="Do not compare goldens (exit 0 whatever).")
 @click.option(
     "--baseline",
@@ -55,7 +58,9 @@ def _baseline(path: Path) -> dict:
     help="Growth allowed against --baseline (0.02: 2%).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print timings and figures as JSON.")
-def bench(file, loops, device, no_verify, baseline, tolerance, as_json) -> None:
+def bench(
+    file, loops, device, device_map, devices, no_verify, baseline, tolerance, as_json
+) -> None:
     """Steady-state replay time of FILE over N loops (load excluded), and its modelled
     device time (makespan) and energy, overall and per kernel. Goldens are checked after
     each loop, outside its time.
@@ -64,7 +69,13 @@ def bench(file, loops, device, no_verify, baseline, tolerance, as_json) -> None:
     regressed, 2 invalid binary or usage, 3 device error."""
     base = _baseline(baseline) if baseline is not None else None
     report = replay(
-        file, device=_device(device), verify=not no_verify, loops=loops, progress=_progress(loops)
+        file,
+        device=_device(device),
+        verify=not no_verify,
+        loops=loops,
+        progress=_progress(loops),
+        device_map=None if device_map is None else parse_device_map(device_map),
+        devices=devices,
     )
     kernels = kernel_costs(report.binary)
     modelled = {**modelled_totals(report), "kernels": [k.to_dict() for k in kernels]}

@@ -148,9 +148,45 @@ def _check_fits(name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
     help="An input's data; inputs not given are random (integer ones zeros: valid indices).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print what was compiled as JSON.")
+@click.option(
+    "--devices",
+    type=click.IntRange(1),
+    default=None,
+    help="Pipeline the model over devices 0..N-1 (the compile option mpmd).",
+)
+@click.option(
+    "--microbatches",
+    type=click.IntRange(1),
+    default=None,
+    help="With --devices: microbatches per run (default: the number of devices); every "
+    "input gets a leading microbatch axis.",
+)
+@click.option(
+    "--schedule",
+    type=click.Choice(["gpipe", "circular", "1f1b"]),
+    default=None,
+    help="With --devices: the pipeline schedule (default gpipe; 1f1b needs a backward pass "
+    "and is refused).",
+)
+@click.option(
+    "--stages",
+    type=click.IntRange(1),
+    default=None,
+    help="With --devices: pipeline stages (default: one per device; circular takes a "
+    "multiple of the devices).",
+)
+@click.option(
+    "--stage-assignment",
+    "assignment_specs",
+    multiple=True,
+    metavar="PREFIX=STAGE",
+    help="With --devices: nodes whose name starts with PREFIX run in STAGE (repeatable); "
+    "the rest is inferred. Without any, stages are balanced by modelled cost.",
+)
 def compile_cmd(
-    model, output, preset, float_dtype, option_specs, codegen_dir, input_specs, as_json
-):
+    model, output, preset, float_dtype, option_specs, codegen_dir, input_specs, as_json,
+    devices, microbatches, schedule, stages, assignment_specs,
+):  # fmt: skip
     """Compile an ONNX model to a light binary (goldens from ONNX's reference evaluator).
 
     Models with ops that evaluator computes wrongly get goldens from a float64 run instead."""
@@ -176,9 +212,14 @@ def compile_cmd(
         else:
             inputs[name] = _load_npy(name, source)
     options = _options(preset, float_dtype, option_specs)
+    options.update(_pipeline_options(devices, microbatches, schedule, stages, assignment_specs))
     with Context() as ctx:
         compiled = ctx.compile(model, inputs, codegen_dir=codegen_dir, options=options)
         compiled.save_binary(output)
+        if devices is not None:
+            _report_pipeline(compiled, model, output, ctx.last_compile_s, as_json)
+            compiled.close()
+            return
     if as_json:
         from ..format import LightBinary
         from ..replay.info import io_dict
@@ -198,4 +239,67 @@ def compile_cmd(
     click.echo(
         f"{model} -> {output}: {len(compiled.graph.nodes)} kernels, "
         f"float_dtype={compiled.options['float_dtype']}, compiled in {ctx.last_compile_s:.2f} s"
+    )
+
+
+def _pipeline_options(
+    devices: int | None,
+    microbatches: int | None,
+    schedule: str | None,
+    stages: int | None,
+    assignment_specs: tuple[str, ...],
+) -> dict:
+    """The mpmd and stage_assignment options the pipeline flags give (none without
+    --devices; the other flags alone are a usage error)."""
+    if devices is None:
+        given = [f for f, v in (("--microbatches", microbatches), ("--schedule", schedule),
+                                ("--stages", stages), ("--stage-assignment", assignment_specs))
+                 if v]  # fmt: skip
+        if given:
+            raise click.UsageError(f"{', '.join(given)} pipeline(s) the model: give --devices N")
+        return {}
+    mpmd = {"devices": list(range(devices)), "schedule": schedule or "gpipe"}
+    if microbatches is not None:
+        mpmd["microbatches"] = microbatches
+    if stages is not None:
+        mpmd["stages"] = stages
+    options: dict = {"mpmd": mpmd}
+    assignment = {}
+    for spec in assignment_specs:
+        prefix, stage = pair(spec, "PREFIX=STAGE, e.g. /layer0/=0")
+        if not stage.isdigit():
+            raise click.BadParameter(
+                f"{spec!r}: STAGE is a number", param_hint="--stage-assignment"
+            )
+        assignment[prefix] = int(stage)
+    if assignment:
+        options["stage_assignment"] = assignment
+    return options
+
+
+def _report_pipeline(compiled, model, output, seconds: float, as_json: bool) -> None:
+    """What a pipelined compile made: its fragments, transfers and modelled timeline."""
+    timeline = compiled.timeline().to_dict()
+    doc = {
+        "model": str(model),
+        "output": str(output),
+        "mpmd": compiled.mpmd.to_json(),
+        "fragments": [
+            {"name": f.name, "stage": f.stage, "device": f.device, "ops": len(f.ops)}
+            for f in compiled.fragments
+        ],
+        "transfers": len(compiled.transfers),
+        "compile_s": seconds,
+        "modelled": timeline,
+    }
+    if as_json:
+        click.echo(json.dumps(doc, indent=1))
+        return
+    mpmd = compiled.mpmd
+    click.echo(
+        f"{model} -> {output}: {len(compiled.fragments)} fragments on {len(mpmd.devices)} "
+        f"devices, {len(compiled.transfers)} transfers, {mpmd.schedule} x "
+        f"{mpmd.microbatches} microbatches; modelled makespan "
+        f"{timeline['makespan_s'] * 1e6:.1f} us, bubble {timeline['bubble_fraction']:.3f}; "
+        f"compiled in {seconds:.2f} s"
     )

@@ -32,19 +32,22 @@ def info(file, as_json) -> None:
     if as_json:
         click.echo(json.dumps(d, indent=1))
         return
-    m, dev = d["metadata"], d["device"]
+    m, dev, copies = d["metadata"], d["device"], d["copies"]
     by_type = ", ".join(f"{k} {v}" for k, v in d["commands_by_type"].items())
     kernels = ", ".join(f"{k} {v}" for k, v in d["kernels_by_op"].items())
     click.echo(
         f"{d['path']}: {_gib(d['file_bytes'])}, format {d['version']} (schema {d['schema_hash']})\n"
         f"producer:  {d['producer']} (mnrt {m.get('mnrt_version', '?')}, "
         f"python {m.get('python', '?')}, host {m.get('hostname', '?')})\n"
-        f"device:    {dev.get('arch', '?')} x{dev.get('device_count', '?')}, "
+        f"device:    {dev.get('arch', '?')} x{dev.get('device_count', '?')} "
+        f"(captured as {', '.join(map(str, d['devices'])) or 'none'}), "
         f"peak {_gib(d['peak_device_bytes'])} of device memory\n"
         f"commands:  {d['commands']} ({by_type})\n"
         f"buffers:   {d['buffers']} ({_gib(d['buffer_bytes'])})\n"
         f"programs:  {d['programs']} (kernels: {kernels or 'none'}); "
         f"{d['kernel_fingerprints']} kernel output fingerprints\n"
+        f"copies:    {copies['local']} on one device, {copies['cross_device']} between devices "
+        f"({_gib(copies['cross_device_bytes'])}); events: {d['events']}\n"
         f"payload:   {d['blobs']} blobs; {_gib(d['payload_bytes_referenced'])} referenced, "
         f"{_gib(d['payload_bytes_unique'])} unique, {_gib(d['payload_bytes_stored'])} stored "
         f"(dedup {d['dedup_ratio']:.2f}x, zstd {d['compression_ratio']:.2f}x)"

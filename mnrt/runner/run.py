@@ -1,4 +1,4 @@
-"""`mnrt run`, `mnrt bench`: replay a binary and report."""
+"""`mnrt run`: replay a binary and report."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 import numpy as np
@@ -18,6 +19,7 @@ from ..format.files import write_atomically
 from ..format.npy import load_npy
 from ..replay import MAX_LOOPS, replay
 from ..replay.io import header_check
+from ..replay.placement import parse_device_map
 from ..replay.report import error_document
 from .args import named_sources
 
@@ -28,7 +30,9 @@ def _device(value: str) -> int | str:
     try:
         return int(value)
     except ValueError:
-        raise click.BadParameter(f"{value!r}: use 'auto' or a device index") from None
+        raise errors.InvalidArgumentError(
+            f"--device {value!r}: use 'auto' or a device index"
+        ) from None
 
 
 def _progress(total_loops: int):
@@ -128,6 +132,14 @@ def _failed(e: errors.MnrtError, file: Path, report_path: Path | None, as_json: 
     replay had begun, else what is known) and, with --json, prints it as its one document
     and exits with the error's code; otherwise the caller lets the error go on to the CLI's
     one-line handler."""
+    if _failure_written(e, file, report_path, as_json):
+        sys.exit(e.exit_code)
+
+
+def _failure_written(
+    e: errors.MnrtError, file: Path, report_path: Path | None, as_json: bool
+) -> bool:
+    """Write the failed run's --report; with --json print it too and say so (True)."""
     report = getattr(e, "report", None)
     doc = report.to_dict() if report is not None else error_document(e, str(file))
     text = json.dumps(doc, indent=1)
@@ -135,12 +147,25 @@ def _failed(e: errors.MnrtError, file: Path, report_path: Path | None, as_json: 
         write_atomically(report_path, text.encode())
     if as_json:
         click.echo(text)
-        sys.exit(e.exit_code)
+    return as_json
 
 
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--device", default="auto", show_default=True, help="Device index or 'auto'.")
+@click.option(
+    "--device-map",
+    "device_map",
+    metavar="L:D,...",
+    help="Fold the binary's logical devices onto runner devices, e.g. 0:0,1:0,2:1,3:1 "
+    "(every logical device placed; copies that land on one device run as local copies).",
+)
+@click.option(
+    "--devices",
+    type=int,
+    default=None,
+    help="Fold the binary's logical devices onto this many runner devices, in blocks.",
+)
 @click.option("--loops", type=click.IntRange(1, MAX_LOOPS), default=1, show_default=True)
 @click.option(
     "--allow-no-goldens",
@@ -198,9 +223,26 @@ def _failed(e: errors.MnrtError, file: Path, report_path: Path | None, as_json: 
     "current directory).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--mpi",
+    is_flag=True,
+    help="Distributed replay under mpiexec (mpiexec -n N mnrt run --mpi FILE): each rank "
+    "replays its block of the binary's logical devices, at most one rank per device; rank 0 "
+    "writes the report and outputs; every rank exits with one code. Needs mnrt[mpi].",
+)
+@click.option(
+    "--mpi-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="With --mpi: end the job when a rank waits this long for another's message "
+    "(default: no limit; a rank that fails or dies ends the job at once anyway).",
+)
 def run(
     file,
     device,
+    device_map,
+    devices,
     loops,
     allow_no_goldens,
     rtol,
@@ -214,47 +256,140 @@ def run(
     locate,
     locate_dir,
     as_json,
+    mpi,
+    mpi_timeout,
 ) -> None:
     """Replay FILE and verify it against its goldens, or run it on new inputs.
 
     Exit codes: 0 pass (or ran, not verified), 1 golden mismatch (or, with --locate, a
     kernel whose output is wrong), 2 invalid binary or usage, 3 device error, 4 no goldens
     to verify (0 with --allow-no-goldens), 130 interrupted."""
-    _check_outputs(file, {"--report": report_path, "--profile": profile_path}, save_outputs)
+    if mpi_timeout is not None and not mpi:
+        raise errors.InvalidArgumentError("--mpi-timeout applies to --mpi runs only")
+    if mpi and (locate or locate_dir is not None):
+        raise errors.InvalidArgumentError(
+            "--locate follows one process's kernels in order; run it without --mpi"
+        )
     if locate and locate_dir is None:
         locate_dir = Path(f"{_file_name(file.name)}.locate")
-    try:
+
+    def check_outputs() -> None:
+        _check_outputs(file, {"--report": report_path, "--profile": profile_path}, save_outputs)
+
+    def prepare() -> tuple[LightBinary, dict, dict, int | str, dict | None]:
+        """Everything that can be refused before the replay (on every rank, with --mpi)."""
         binary = LightBinary.load(file)
-        inputs = _arrays(binary, "input", input_specs)
-        expected = _arrays(binary, "output", expected_specs)
-        report = replay(
+        return (
             binary,
-            device=_device(device),
+            _arrays(binary, "input", input_specs),
+            _arrays(binary, "output", expected_specs),
+            _device(device),
+            None if device_map is None else parse_device_map(device_map),
+        )
+
+    def execute(prepared, transport=None):
+        binary, inputs, expected, first_device, placement = prepared
+        return replay(
+            binary,
+            device=first_device,
             verify=not no_verify,
             loops=loops,
             rtol=rtol,
             atol=atol,
-            progress=_progress(loops),
+            progress=_progress(loops) if transport is None or transport.rank == 0 else None,
             profile=profile_path is not None,
             inputs=inputs if input_specs else None,
             expected=expected if expected_specs else None,
+            device_map=placement,
+            devices=devices,
+            transport=transport,
             locate_dir=locate_dir,
         )
+
+    def finish(report) -> int:
+        """Write what was asked for, print the verdict; the exit code."""
+        if report_path is not None:
+            write_atomically(report_path, report.to_json().encode())
+        if profile_path is not None:
+            report.profile.save(profile_path)
+        if save_outputs is not None:
+            _save_outputs(save_outputs, report.outputs)
+        click.echo(report.to_json() if as_json else report.summary())
+        wrong = report.locate is not None and report.locate.first_wrong is not None
+        if not report.passed or wrong:
+            return errors.EXIT_GOLDEN_MISMATCH
+        if report.no_goldens and not allow_no_goldens:
+            return errors.EXIT_NO_GOLDENS
+        return errors.EXIT_OK
+
+    if mpi:
+        _run_mpi(
+            file,
+            mpi_timeout,
+            check_outputs,
+            prepare,
+            execute,
+            finish,
+            report_path,
+            as_json,
+            profile_path,
+        )
+    check_outputs()
+    try:
+        report = execute(prepare())
     except errors.MnrtError as e:
         partial = getattr(e, "profile", None)
         if profile_path is not None and partial is not None:
             partial.save(profile_path)  # up to the failure: where and after what it stopped
         _failed(e, file, report_path, as_json)
         raise
-    if report_path is not None:
-        write_atomically(report_path, report.to_json().encode())
-    if profile_path is not None:
-        report.profile.save(profile_path)
-    if save_outputs is not None:
-        _save_outputs(save_outputs, report.outputs)
-    click.echo(report.to_json() if as_json else report.summary())
-    wrong = report.locate is not None and report.locate.first_wrong is not None
-    if not report.passed or wrong:
-        sys.exit(errors.EXIT_GOLDEN_MISMATCH)
-    if report.no_goldens and not allow_no_goldens:
-        sys.exit(errors.EXIT_NO_GOLDENS)
+    sys.exit(finish(report))
+
+
+def _run_mpi(
+    file, timeout, check_outputs, prepare, execute, finish, report_path, as_json, profile_path
+) -> NoReturn:
+    """One rank of `mpiexec -n N mnrt run --mpi FILE` (see distributed.py for the rules):
+    rank 0, which writes the outputs, checks where they go; with --profile every rank
+    writes the trace of its own devices (rank 0 at the path given, rank r beside it)."""
+    from . import distributed
+
+    transport = distributed.open_mpi(timeout)
+    unwritable: list[errors.MnrtError] = []
+
+    def prepare_rank():
+        if transport.rank == 0:
+            try:
+                check_outputs()
+            except errors.MnrtError as e:
+                unwritable.append(e)
+                raise
+        return prepare()
+
+    try:
+        prepared = distributed.agree_to_start(transport, file, prepare_rank)
+    except errors.MnrtError as e:  # rank 0: the job stops before the replay
+        if not unwritable:  # (a report path that failed its check is not written)
+            _failed(e, file, report_path, as_json)
+        raise
+
+    def reported(e: errors.MnrtError) -> bool:
+        """A rank's failure mid-replay, before the job ends: rank 0 writes its --report
+        (the report so far); with --json the failing rank prints its document."""
+        if transport.rank == 0:
+            return _failure_written(e, file, report_path, as_json)
+        if as_json:
+            doc = {"error": errors.error_dict(type(e).__name__, str(e), e.exit_code)}
+            doc["error"]["rank"] = transport.rank
+            click.echo(json.dumps(doc, indent=1))
+        return as_json
+
+    def guarded(step):
+        return distributed.replay_or_abort(transport, step, reported)
+
+    report = guarded(lambda: execute(prepared, transport))
+    if profile_path is not None and transport.rank != 0:
+        own = distributed.rank_file(profile_path, transport.rank)
+        guarded(lambda: report.profile.save(own))
+    code = guarded(lambda: finish(report)) if transport.rank == 0 else 0
+    distributed.finish(transport, code)

@@ -9,6 +9,7 @@ import click
 
 from ..device import boards
 from ..device.memory import Fill, pattern_width
+from ..device.spec import MNCORE2
 
 
 def _int_auto_base(value: str, option: str) -> int:
@@ -45,13 +46,26 @@ def smi() -> None:
 @smi.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
 def list_cmd(as_json: bool) -> None:
-    """List devices as 'INDEX: NAME'."""
+    """List devices as 'INDEX: NAME', each with the host PCIe switch it sits behind, then
+    the link between them. With --json, a row per device, its `link` the figures of the
+    link that joins it to the others."""
     infos = boards.list_devices()
+    link = MNCORE2.link
     if as_json:
-        click.echo(json.dumps([asdict(i) for i in infos], indent=1))
+        figures = link.describe()
+        click.echo(json.dumps([{**asdict(i), "link": figures} for i in infos], indent=1))
         return
     for info in infos:
-        click.echo(str(info))
+        click.echo(f"{info}  switch {info.switch}")
+    latency = link.describe()["latency_s"]
+    same = latency["same_switch"]
+    click.echo(
+        f"link: {link.name}, {link.bandwidth / 1e9:.1f} GB/s per direction "
+        f"({link.published_bandwidth / 1e9:.0f} GB/s raw), {link.boards_per_switch} boards "
+        "per host switch; copy latency "
+        + (f"{same * 1e6:.2f} us on one switch, " if same is not None else "")
+        + f"{latency['across_switches'] * 1e6:.2f} us across switches"
+    )
 
 
 @smi.command()

@@ -68,6 +68,8 @@ def test_every_command_type_is_recorded_and_round_trips(dev, q, tmp_path):
         q.replay_trace(tid, blocking=True)
         dev.release_trace(tid)
         q.enqueue_program(inc, {"a": a, "b": b}, blocking=True)
+        q.enqueue_copy_buffer(a, b)
+        q1.wait_event(q.record_event())
         q.finish()
         result = q.enqueue_read_buffer(a)
         check = mnrt.compare_to_golden(q, a, np.full(4, 3.0, np.float32), name="three")

@@ -4,6 +4,7 @@ MnrtError, never another exception, a hang or an allocation the files do not jus
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -13,10 +14,13 @@ import zipfile
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx_harness import onnx_module, saved_relu_model
 
 import mnrt
 from mnrt.compiler.models import MODELS
+from mnrt.compiler.serialize import save_arrays
 
 
 @pytest.fixture
@@ -275,3 +279,38 @@ def test_inputs_named_like_savez_parameters_are_kept_in_the_codegen_dir(tmp_path
                     codegen_dir=tmp_path / "cg")  # fmt: skip
         again = ctx.load_codegen_dir(tmp_path / "cg")
     np.testing.assert_array_equal(again.example_inputs[name], x)
+
+
+_DTYPES = ["float32", "float64", "float16", "int8", "int32", "int64", "uint8", "bool", ">f4"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    dtype=st.sampled_from(_DTYPES),
+    shape=st.lists(st.integers(0, 5), max_size=4),
+    order=st.sampled_from(["C", "F", "strided", "broadcast"]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_params_npz_members_are_the_bytes_numpy_writes(tmp_path_factory, dtype, shape, order, seed):
+    """save_arrays writes contiguous arrays from their own memory: every member must still
+    be byte for byte what np.lib.format.write_array writes (np.load reads it back, and
+    model.onnx's external data points into it)."""
+    rng = np.random.default_rng(seed)
+    array = (rng.standard_normal([2 * d for d in shape]) * 100).astype(dtype)
+    array = {
+        "C": np.ascontiguousarray(array),
+        "F": np.asfortranarray(array),
+        "strided": array[(slice(None, None, 2),) * len(shape)],
+        "broadcast": np.broadcast_to(np.array(7).astype(dtype), shape),
+    }[order]
+    path = tmp_path_factory.mktemp("npz") / "a.npz"
+    where = save_arrays(path, {"a": array})
+    want = io.BytesIO()
+    np.lib.format.write_array(want, array, allow_pickle=False)
+    with zipfile.ZipFile(path) as z:
+        assert z.read("a.npy") == want.getvalue()
+    if "a" in where:
+        offset, length = where["a"]
+        data = path.read_bytes()[offset : offset + length]
+        assert data == np.ascontiguousarray(array).tobytes()
+    np.testing.assert_array_equal(np.load(path)["a"], array)

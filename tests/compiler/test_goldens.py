@@ -6,14 +6,18 @@ convolution is off by 1%; and the compile's accuracy check against the reference
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx_harness import initializer, onnx_model, onnx_module, value_info
 
 import mnrt
 from mnrt.compiler import goldens, models
 from mnrt.compiler.ir import MATRIX_OPS
+from mnrt.format import LightBinary
+from mnrt.format.jsonio import to_json
 
 FLOAT_DTYPES = ["double", "float", "mixed", "half"]
 
@@ -126,3 +130,125 @@ def test_a_result_clipped_at_halfs_largest_magnitude_warns(ctx, tmp_path):
     compiled = ctx.compile(b, inputs, options={"float_dtype": "mixed"})
     with pytest.warns(UserWarning, match=r"'y' has 8 of 8 elements.* at half's largest"):
         compiled.save_binary(tmp_path / "big.mnlb")
+
+
+def _content(path: Path) -> dict:
+    """A binary's commands, blobs and lists, without what differs between two recordings
+    of the same run (the time it was made, and the integrity hash that covers it)."""
+    doc = to_json(LightBinary.load(path))
+    del doc["metadata"], doc["integrity"]
+    return doc
+
+
+@pytest.mark.parametrize("float_dtype", ["float", "mixed", "half"])
+def test_a_binary_records_the_uploaded_weights_as_they_are_without_copying_them(
+    ctx, tmp_path, monkeypatch, float_dtype
+):
+    """save_binary's capture records each parameter from the array it was uploaded from
+    (compiled._weights_as_stored), not from a copy of the device memory: the binary holds
+    the same bytes either way."""
+    builder, inputs = models.MODELS["cnn"]()
+    compiled = ctx.compile(builder, inputs, options={"float_dtype": float_dtype})
+    vouched = type(compiled)._weights_as_stored
+    used = []
+
+    def counted(self):
+        return {k: (buf, lambda f=f, buf=buf: used.append(buf) or f())
+                for k, (buf, f) in vouched(self).items()}  # fmt: skip
+
+    monkeypatch.setattr(type(compiled), "_weights_as_stored", counted)
+    compiled.save_binary(tmp_path / "vouched.mnlb")
+    assert len(used) == len(compiled.graph.params)
+    monkeypatch.setattr(type(compiled), "_weights_as_stored", lambda self: {})
+    compiled.save_binary(tmp_path / "copied.mnlb")
+    assert _content(tmp_path / "vouched.mnlb") == _content(tmp_path / "copied.mnlb")
+    assert mnrt.replay(tmp_path / "vouched.mnlb", rtol=0, atol=0).passed
+
+
+def test_a_registered_weight_changed_after_the_compile_is_recorded_as_it_is_now(ctx, tmp_path):
+    """A registered value is its owner's to change: the binary records what its buffer
+    holds when it is saved, not what the graph was compiled with."""
+    builder, inputs = models.MODELS["mlp"]()
+    compiled = ctx.compile(builder, inputs)
+    name = next(n for n in compiled.graph.params if compiled.graph.values[n].shape)
+    data = np.asarray(compiled.graph.values[name].data, np.float32)
+    proxy = ctx.register_param(name, data)
+    bound = ctx.compile(builder, inputs)
+    assert name in bound.shared
+    proxy.load_from(data * 2)
+    bound.save_binary(tmp_path / "m.mnlb")
+    doubled = np.ascontiguousarray(data * 2).tobytes()
+    binary = LightBinary.load(tmp_path / "m.mnlb")
+    assert any(bytes(binary.blobs.read(i)) == doubled for i in range(1, len(binary.blobs) + 1))
+
+
+def _gemm_relu_model():
+    helper = onnx_module().helper
+    w = np.random.default_rng(3).standard_normal((8, 4)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
+    model = onnx_model(nodes, [value_info("x", [3, 8])], [value_info("y", [3, 4])],
+                       [initializer("w", w)])  # fmt: skip
+    return model, {"x": np.random.default_rng(4).standard_normal((3, 8)).astype(np.float32)}
+
+
+def test_the_onnxruntime_reference_runs_beside_the_recording_and_gives_the_verdict(
+    tmp_path, monkeypatch
+):
+    """The reference from onnxruntime runs on a thread of its own while the binary is
+    recorded: the verdict is still onnxruntime's, and the binary the same as when the
+    reference is computed first."""
+    pytest.importorskip("onnxruntime")
+    model, inputs = _gemm_relu_model()
+    threads = []
+    reference = goldens.reference
+
+    def noted(compiled, feeds):
+        threads.append(threading.current_thread())
+        return reference(compiled, feeds)
+
+    monkeypatch.setattr(goldens, "reference", noted)
+    with mnrt.Context() as ctx:
+        ctx.compile(model, inputs, codegen_dir=tmp_path / "beside")
+    assert threads and threads[0] is not threading.main_thread()
+    report = json.loads((tmp_path / "beside" / "report.json").read_text())
+    (binary,) = [p for p in report["phases"] if p["name"] == "light binary"]
+    assert binary["accuracy"]["reference"] == "onnxruntime"
+    assert binary["accuracy"]["outputs"]["y"]["passed"]
+    # Begun only once the capture has ended.
+    monkeypatch.setattr(goldens.PendingReference, "start", lambda self: None)
+    with mnrt.Context() as ctx:
+        ctx.compile(model, inputs, codegen_dir=tmp_path / "after")
+    assert _content(tmp_path / "beside" / "model.mnlb") == _content(
+        tmp_path / "after" / "model.mnlb"
+    )
+
+
+def test_a_model_onnxruntime_cannot_run_gets_the_float64_reference_outside_the_binary(
+    tmp_path, monkeypatch
+):
+    """When onnxruntime turns the model down, the float64 graph runs on the device after
+    the binary's capture has ended, not during it: the binary holds only the compiled run."""
+    pytest.importorskip("onnxruntime")
+    model, inputs = _gemm_relu_model()
+    monkeypatch.setattr(goldens, "_onnxruntime", lambda *args: None)
+    on_device = []
+    float64 = goldens.apply_float_dtype
+
+    def noted(graph, float_dtype):
+        on_device.append(threading.current_thread())
+        return float64(graph, float_dtype)
+
+    monkeypatch.setattr(goldens, "apply_float_dtype", noted)
+    with mnrt.Context() as ctx:
+        ctx.compile(model, inputs, codegen_dir=tmp_path / "fallback")
+    assert on_device == [threading.main_thread()]
+    report = json.loads((tmp_path / "fallback" / "report.json").read_text())
+    (binary,) = [p for p in report["phases"] if p["name"] == "light binary"]
+    assert binary["accuracy"]["reference"] == "float64 graph"
+    monkeypatch.setattr(goldens, "_onnxruntime_for", lambda compiled: None)
+    with mnrt.Context() as ctx:
+        ctx.compile(model, inputs, codegen_dir=tmp_path / "no-ort")
+    assert _content(tmp_path / "fallback" / "model.mnlb") == _content(
+        tmp_path / "no-ort" / "model.mnlb"
+    )
+    assert mnrt.replay(tmp_path / "fallback" / "model.mnlb", rtol=0, atol=0).passed

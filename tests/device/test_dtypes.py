@@ -17,7 +17,7 @@ import mnrt
 from mnrt.device import bfloat16 as bf
 from mnrt.device import dtypes as dt
 from mnrt.format import jsonio
-from mnrt.format.schema_info import LAYOUT
+from mnrt.format.schema_info import FORMAT_VERSION, LAYOUT
 
 _SCHEMA_NAMES = {v: k for k, v in LAYOUT["enums"]["DType"]["values"].items()}
 
@@ -117,7 +117,7 @@ def test_every_dtype_writes_reads_captures_and_replays_exactly(name, tmp_path):
     report = mnrt.replay(path)
     assert report.passed
     binary = mnrt.LightBinary.load(path)
-    assert binary.version == mnrt.format.FORMAT_VERSION
+    assert binary.version == FORMAT_VERSION
     doc = jsonio.to_json(binary)  # the JSON form names the dtype from the schema's enum
     assert json.dumps(doc).count(f'"{_SCHEMA_NAMES[d.code]}"') >= 1
     assert mnrt.replay(jsonio.from_json(doc)).passed

@@ -113,3 +113,26 @@ def test_a_forked_child_gets_a_pool_of_its_own(threads, in_forked_child):
         return 0 if (y == -x).all() else 1
 
     assert in_forked_child(split_in_child) == 0
+
+
+def _blas_threads() -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+
+
+@pytest.mark.parametrize("devices", [2, 4, 64])
+def test_devices_running_at_once_share_blas_threads_and_give_them_back(devices):
+    before = _blas_threads()
+    with parallel.sharing_cores(devices):
+        assert all(n == max(1, parallel.threads() // devices) for n in _blas_threads())
+        a = np.arange(64.0 * 64).reshape(64, 64)
+        inside = a @ a
+    assert _blas_threads() == before
+    np.testing.assert_array_equal(inside, a @ a)  # the count never changes a product
+
+
+def test_one_device_leaves_blas_alone():
+    before = _blas_threads()
+    with parallel.sharing_cores(1):
+        assert _blas_threads() == before

@@ -5,13 +5,20 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from binaries import chain_capture, light_model_binary, perturbed, weight_sites, with_written
+from binaries import (
+    chain_capture,
+    light_model_binary,
+    perturbed,
+    three_device_capture,
+    weight_sites,
+    with_written,
+)
 from cli_harness import invoke_cli
 
 import mnrt
 from mnrt.format.fb.CommandUnion import CommandUnion as U
 from mnrt.replay.diff import diff, to_text
-from mnrt.replay.reduce import with_kernels
+from mnrt.replay.reduce import with_kernels, without
 
 
 def test_a_binary_equals_itself_and_a_recapture_of_the_same_program():
@@ -87,3 +94,17 @@ def test_cli_exit_codes_and_json(tmp_path):
 def test_two_light_model_binaries(tmp_path):
     a = light_model_binary("light_squeezenet", tmp_path)
     assert diff(a, mnrt.LightBinary.load(a.path))["equal"]
+
+
+def test_copies_and_events_are_diffed_by_their_type_names():
+    a = three_device_capture()
+    assert diff(a, three_device_capture())["equal"]
+    waits = {i for i, c in enumerate(a.commands) if c.cmdType == U.WaitEvent}
+    b = without(a, waits)
+    d = diff(a, b)
+    removed = [c["type"] for c in d["commands"] if c["change"] == "removed"]
+    assert removed.count("WaitEvent") == len(waits) and "WaitEvent" in to_text(d)
+    copy = next(i for i, c in enumerate(a.commands) if c.cmdType == U.CopyBuffer)
+    d = diff(a, with_written(a, "z", np.zeros((64, 64), np.float32)))
+    assert [c["type"] for c in d["commands"]] == ["WriteBuffer"]
+    assert a.commands[copy].cmdType == U.CopyBuffer

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from binaries import light_model_binary, perturbed, weight_sites
+from binaries import light_model_binary, perturbed, three_device_capture, weight_sites
 from cli_harness import invoke_cli
 from hypothesis import given
 from hypothesis import strategies as st
@@ -262,3 +262,35 @@ def test_locate_with_new_inputs_is_refused():
     x = np.zeros((4, 8), np.float32)
     with pytest.raises(mnrt.InvalidArgumentError, match="recorded inputs only"):
         mnrt.replay(binary, inputs={"x": x}, locate=True)
+
+
+def test_locate_on_several_devices_is_refused_naming_the_devices():
+    binary = three_device_capture()
+    with pytest.raises(mnrt.InvalidArgumentError, match="uses 3 devices"):
+        mnrt.replay(binary, locate=True)
+    assert mnrt.replay(binary).passed
+
+
+def test_cli_locate_on_several_devices_exits_2(tmp_path):
+    path = tmp_path / "three.mnlb"
+    three_device_capture().save(path)
+    code, out = invoke_cli("run", path, "--locate")
+    assert code == 2 and "one device" in out
+
+
+def test_capture_verify_of_several_devices_replays_without_locating(tmp_path):
+    path = tmp_path / "two.mnlb"
+    d0, d1 = mnrt.open_device(0), mnrt.open_device(1)
+    try:
+        with mnrt.capture(path, verify=True):
+            q0, q1 = d0.command_queue(0), d1.command_queue(0)
+            a = d0.create_buffer((4,), "float", name="a")
+            b = d1.create_buffer((4,), "float", name="b")
+            q0.enqueue_write_buffer(a, np.arange(4, dtype=np.float32))
+            q0.enqueue_copy_buffer(a, b)
+            q1.wait_event(q0.record_event())
+            q1.enqueue_read_buffer(b)
+    finally:
+        d0.close()
+        d1.close()
+    assert mnrt.replay(path).passed

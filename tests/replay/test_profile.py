@@ -8,11 +8,13 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import threading
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
+from binaries import three_device_capture
 from click.testing import CliRunner
 
 import mnrt
@@ -333,3 +335,122 @@ def test_every_track_name_is_on_the_track_whose_events_it_names(traced_binary, b
             assert "status" not in s["args"] and "modelled_us" in s["args"], (name, s)
         else:
             assert s["pid"] == 0 and name == "replayed commands", (name, s)
+
+
+@pytest.fixture
+def three_device_binary():
+    return three_device_capture()
+
+
+def _enclosing(slices, pid, tid, ts):
+    return [
+        s for s in slices
+        if (s["pid"], s["tid"]) == (pid, tid) and s["ts"] <= ts <= s["ts"] + s["dur"]
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("devices", [None, 1], ids=["three devices", "folded onto one"])
+def test_every_modelled_event_sits_on_its_devices_track_and_every_flow_has_both_ends(
+    three_device_binary, assert_nested, devices
+):
+    report = mnrt.replay(three_device_binary, loops=2, profile=True, devices=devices)
+    assert report.passed
+    trace = json.loads(json.dumps(report.profile.to_trace(), allow_nan=False))
+    events, slices = trace["traceEvents"], _slices(trace)
+    assert_nested(slices)
+    meta = [e for e in events if e["ph"] == "M"]
+    process = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
+    thread = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    # One process per captured device, named for the runner device it replayed on.
+    runner = [report.modelled_as_run["devices"][0]["index"]] * 3 if devices else range(3)
+    assert sorted(n for p, n in process.items() if p) == [
+        f"device {i} (mnc2emu{r})" for i, r in zip(range(3), runner)
+    ]
+    # One process per device, a modelled and a wall track per queue, named where they sit.
+    for s in slices:
+        assert (s["pid"], s["tid"]) in thread, s
+        if "device" in s["args"]:  # a modelled slice: on the device it ran on
+            assert process[s["pid"]].startswith(f"device {s['args']['device']} "), s
+    modelled = [s for s in slices if "modelled" in thread[s["pid"], s["tid"]]]
+    assert {thread[s["pid"], s["tid"]] for s in modelled} == {
+        "queue 0: modelled MN-Core time",
+        "queue 1: modelled MN-Core time",
+        "link in: copies into this device (modelled)",
+        "link out: copies out of this device (modelled)",
+    }
+    # Every flow has one start and one end, each on a slice of a named track.
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert starts.keys() == ends.keys()
+    assert len(starts) == sum(e["ph"] == "s" for e in events)
+    for flow_id, s in starts.items():
+        f = ends[flow_id]
+        assert s["cat"] == f["cat"]
+        for end in (s, f):
+            assert _enclosing(slices, end["pid"], end["tid"], end["ts"]), end
+    # Per loop: two copies, from the sender's device to the receiver's, and three waits.
+    device_pid = {int(n.split()[1]): p for p, n in process.items() if p}
+    copies = [(starts[i], ends[i]) for i in starts if starts[i]["cat"] == "copy"]
+    assert sorted((s["pid"], f["pid"]) for s, f in copies) == sorted(
+        2 * [(device_pid[0], device_pid[1]), (device_pid[2], device_pid[1])]
+    )
+    waits = [(starts[i], ends[i]) for i in starts if starts[i]["cat"] == "event"]
+    assert len(waits) == 2 * 3
+    for s, f in waits:
+        source = {x["name"] for x in _enclosing(slices, s["pid"], s["tid"], s["ts"])}
+        sink = {x["name"] for x in _enclosing(slices, f["pid"], f["tid"], f["ts"])}
+        assert any(n.startswith("record_event") for n in source), source
+        assert any(n.startswith("wait_event") for n in sink), sink
+        assert f["ts"] >= s["ts"]
+
+
+def test_the_modelled_tracks_follow_the_timeline_across_devices(three_device_binary):
+    trace = mnrt.replay(three_device_binary, profile=True).profile.to_trace()
+    slices = _slices(trace)
+    modelled = [s for s in slices if "device" in s["args"] and "queue_command" in s["args"]]
+    first = {s["name"]: s for s in modelled if s["tid"] % 2 == 0}
+    add = next(s for n, s in first.items() if n.startswith("program"))
+    copies = [s for n, s in first.items() if n.startswith("copy_buffer")]
+    assert len(copies) == 2
+    # Device 1's program starts only once both copies have landed; the copy pulled from
+    # device 2 waited for device 2's write.
+    assert all(add["ts"] >= c["ts"] + c["dur"] - 1e-3 for c in copies)
+    write_z = next(s for n, s in first.items() if n == "write_buffer 'z'")
+    pulled = next(c for c in copies if "'z'" in c["name"])
+    assert pulled["ts"] >= write_z["ts"] + write_z["dur"] - 1e-3
+    assert min(c["dur"] for c in copies) * 1e-6 >= mnrt.MNCORE2.link.latency_s - 1e-12
+
+
+def test_each_rank_of_a_distributed_replay_profiles_its_own_devices(assert_nested):
+    from test_multidevice import pipeline_binary
+    from test_ranks import TIMEOUT_S, ThreadTransport
+
+    binary = pipeline_binary()
+    wires: dict = {}
+    transports = [ThreadTransport(r, 2, wires, threading.Barrier(2)) for r in range(2)]
+    reports: list = [None, None]
+
+    def rank_main(r):
+        reports[r] = mnrt.replay(binary, transport=transports[r], profile=True)
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT_S * 2)
+    assert reports[0].passed
+    for rank, report in enumerate(reports):
+        trace = json.loads(json.dumps(report.profile.to_trace(), allow_nan=False))
+        slices = _slices(trace)
+        assert_nested(slices)
+        names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+        # Block distribution: devices 0, 1 on rank 0 and 2, 3 on rank 1.
+        assert sorted(n.split(" (")[0] for n in names if n.startswith("device")) == [
+            f"device {d}" for d in (2 * rank, 2 * rank + 1)
+        ]
+        starts = {e["id"]: e for e in trace["traceEvents"] if e["ph"] == "s"}
+        ends = {e["id"]: e for e in trace["traceEvents"] if e["ph"] == "f"}
+        assert starts.keys() == ends.keys()
+        assert any(e["cat"] == "copy" for e in starts.values())  # between its own devices
+        for end in [*starts.values(), *ends.values()]:
+            assert _enclosing(slices, end["pid"], end["tid"], end["ts"]), end

@@ -6,10 +6,11 @@ import json
 
 import numpy as np
 import pytest
-from binaries import chain_capture, perturbed, weight_sites, with_written
+from binaries import chain_capture, perturbed, three_device_capture, weight_sites, with_written
 from cli_harness import invoke_cli
 
 import mnrt
+from mnrt.format.fb.CommandUnion import CommandUnion as U
 from mnrt.replay.reduce import NotFailingError, ddmin, failure_of, kernel_count, reduce
 
 
@@ -96,3 +97,14 @@ def test_cli_reduce_reports_its_steps(tmp_path):
     assert invoke_cli("reduce", good, "-o", out)[0] == 2
     code, text = invoke_cli("reduce", bad, "--failing")  # as DESIGN.md spells it
     assert code == 0 and (tmp_path / "bad.reduced.mnlb").exists(), text
+
+
+def test_a_multi_device_binary_reduces_keeping_the_copies_and_events_the_failure_needs():
+    binary = three_device_capture()
+    bad = with_written(binary, "z", np.full((64, 64), 3, np.float32))
+    failure = failure_of(bad)
+    assert failure is not None and failure.kind == "golden mismatch"
+    result = reduce(bad)
+    assert failure_of(result.binary) == failure and len(result.binary) <= len(bad)
+    kinds = [c.cmdType for c in result.binary.commands]
+    assert U.CopyBuffer in kinds and U.RecordEvent in kinds and U.WaitEvent in kinds

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from binaries import chain_capture, light_model_binary
+from binaries import chain_capture, light_model_binary, three_device_capture
 from cli_harness import invoke_cli
 
 import mnrt
@@ -117,3 +117,56 @@ def test_cli_trim_and_optimize(tmp_path):
     assert code == 2 and "is the input binary" in text
     code, text = invoke_cli("trim", path, "--commands", "9:2", "-o", out)
     assert code == 2 and "selects no command" in text
+
+
+def _first(binary: mnrt.LightBinary, kind: int) -> int:
+    return next(i for i, c in enumerate(binary.commands) if c.cmdType == kind)
+
+
+def test_a_slice_that_waits_on_an_earlier_event_records_it_again():
+    binary = three_device_capture()
+    wait = _first(binary, U.WaitEvent)
+    waited = binary.commands[wait].cmd.eventId
+    assert _first(binary, U.RecordEvent) < wait
+    sliced = trim(binary, wait, len(binary))
+    records = [c.cmd.eventId for c in sliced.commands if c.cmdType == U.RecordEvent]
+    assert waited in records
+    assert mnrt.replay(sliced).passed
+
+
+def test_every_slice_of_a_multi_device_binary_replays_or_is_refused_clearly():
+    binary = three_device_capture()
+    for start in range(len(binary)):
+        try:
+            sliced = trim(binary, start, len(binary))
+        except TrimError as e:
+            assert "start the slice" in str(e)
+            continue
+        assert mnrt.replay(sliced).passed
+
+
+def test_optimize_keeps_the_copies_and_events_a_read_depends_on():
+    binary = three_device_capture()
+    result, _ = optimize(binary)
+    kinds = [c.cmdType for c in result.commands]
+    assert kinds.count(U.CopyBuffer) == 2 and U.WaitEvent in kinds
+    assert mnrt.replay(result).passed
+
+
+def test_optimize_drops_a_copy_nothing_reads():
+    d0, d1 = mnrt.open_device(0), mnrt.open_device(1)
+    try:
+        q0 = d0.command_queue(0)
+        mnrt.begin_capture()
+        a = d0.create_buffer((4,), "float", name="a")
+        b = d1.create_buffer((4,), "float", name="b")
+        q0.enqueue_write_buffer(a, np.arange(4, dtype=np.float32))
+        q0.enqueue_copy_buffer(a, b)
+        q0.enqueue_read_buffer(a)
+        binary = mnrt.end_capture()
+    finally:
+        d0.close()
+        d1.close()
+    result, stats = optimize(binary)
+    assert U.CopyBuffer not in [c.cmdType for c in result.commands]
+    assert stats.buffers_dropped == 1 and mnrt.replay(result).passed

@@ -14,17 +14,26 @@ from cli_harness import one_line_error, run
 import mnrt
 
 
-def test_list_prints_index_and_name():
+def test_list_prints_index_name_and_switch_then_the_link():
     r = run("smi", "list")
     assert r.exit_code == 0
-    assert r.output.splitlines()[:2] == ["0: mnc2emu0", "1: mnc2emu1"]
-    assert len(r.output.splitlines()) == 8
+    lines = r.output.splitlines()
+    assert lines[:3] == ["0: mnc2emu0  switch 0", "1: mnc2emu1  switch 0", "2: mnc2emu2  switch 1"]
+    assert len(lines) == 9
+    assert lines[-1].startswith("link: PCIe Gen5 x16, 57.6 GB/s per direction (64 GB/s raw)")
+    assert "2 boards per host switch" in lines[-1]
 
 
 def test_list_json():
     r = run("smi", "list", "--json")
     rows = json.loads(r.output)
     assert rows[3]["name"] == "mnc2emu3" and rows[3]["fill"] == "zero"
+    assert [row["switch"] for row in rows] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert rows[0]["link"] == mnrt.MNCORE2.link.describe()
+    assert (
+        rows[0]["link"]["latency_s"]["same_switch"]
+        < rows[0]["link"]["latency_s"]["across_switches"]
+    )
 
 
 def test_clear_then_open_sees_the_pattern_and_reset_restores():
@@ -86,7 +95,7 @@ def test_python_dash_m_is_the_same_program(tmp_path):
         env={**os.environ, **env_home},
         check=True,
     )
-    assert out.stdout.startswith("0: mnc2emu0\n")
+    assert out.stdout.startswith("0: mnc2emu0  switch 0\n")
     bad = subprocess.run(
         [sys.executable, "-m", "mnrt", "smi", "clear", "9", "--zero"],
         capture_output=True,

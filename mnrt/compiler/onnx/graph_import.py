@@ -13,6 +13,7 @@ unsupported nodes with them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections.abc import Mapping
@@ -117,7 +118,10 @@ def _check_node(cx: Ctx, node: Any, problems: _Problems, poisoned: set[str]) -> 
         problems.unsupported.append(f"{label}: op {node.op_type} is not supported")
         poisoned.update(node.output)
         return
-    results = _run_converter(cx, node, converter, label, problems)
+    # Its kernels are named in the ONNX node's scope (`/layer0/MatMul/gemm3`): what a
+    # stage_assignment's node-name prefixes match.
+    with cx.b.scope(node.name) if node.name else contextlib.nullcontext():
+        results = _run_converter(cx, node, converter, label, problems)
     if results is None:
         poisoned.update(node.output)
         return

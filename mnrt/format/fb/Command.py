@@ -67,6 +67,7 @@ def End(builder):
 
 import mnrt.format.fb.BeginTraceCapture
 import mnrt.format.fb.CommandUnion
+import mnrt.format.fb.CopyBuffer
 import mnrt.format.fb.CreateBuffer
 import mnrt.format.fb.CreateProgram
 import mnrt.format.fb.DeallocateBuffer
@@ -77,8 +78,10 @@ import mnrt.format.fb.GoldenCheck
 import mnrt.format.fb.OpenDevice
 import mnrt.format.fb.OpenQueue
 import mnrt.format.fb.ReadBuffer
+import mnrt.format.fb.RecordEvent
 import mnrt.format.fb.ReleaseTrace
 import mnrt.format.fb.ReplayTrace
+import mnrt.format.fb.WaitEvent
 import mnrt.format.fb.WriteBuffer
 try:
     from typing import Union
@@ -94,7 +97,7 @@ class CommandT(object):
         cmd = None,
     ):
         self.cmdType = cmdType  # type: int
-        self.cmd = cmd  # type: Union[None, 'mnrt.format.fb.OpenDevice.OpenDeviceT', 'mnrt.format.fb.OpenQueue.OpenQueueT', 'mnrt.format.fb.CreateBuffer.CreateBufferT', 'mnrt.format.fb.DeallocateBuffer.DeallocateBufferT', 'mnrt.format.fb.WriteBuffer.WriteBufferT', 'mnrt.format.fb.ReadBuffer.ReadBufferT', 'mnrt.format.fb.CreateProgram.CreateProgramT', 'mnrt.format.fb.EnqueueProgram.EnqueueProgramT', 'mnrt.format.fb.Finish.FinishT', 'mnrt.format.fb.BeginTraceCapture.BeginTraceCaptureT', 'mnrt.format.fb.EndTraceCapture.EndTraceCaptureT', 'mnrt.format.fb.ReplayTrace.ReplayTraceT', 'mnrt.format.fb.ReleaseTrace.ReleaseTraceT', 'mnrt.format.fb.GoldenCheck.GoldenCheckT']
+        self.cmd = cmd  # type: Union[None, 'mnrt.format.fb.OpenDevice.OpenDeviceT', 'mnrt.format.fb.OpenQueue.OpenQueueT', 'mnrt.format.fb.CreateBuffer.CreateBufferT', 'mnrt.format.fb.DeallocateBuffer.DeallocateBufferT', 'mnrt.format.fb.WriteBuffer.WriteBufferT', 'mnrt.format.fb.ReadBuffer.ReadBufferT', 'mnrt.format.fb.CreateProgram.CreateProgramT', 'mnrt.format.fb.EnqueueProgram.EnqueueProgramT', 'mnrt.format.fb.Finish.FinishT', 'mnrt.format.fb.BeginTraceCapture.BeginTraceCaptureT', 'mnrt.format.fb.EndTraceCapture.EndTraceCaptureT', 'mnrt.format.fb.ReplayTrace.ReplayTraceT', 'mnrt.format.fb.ReleaseTrace.ReleaseTraceT', 'mnrt.format.fb.GoldenCheck.GoldenCheckT', 'mnrt.format.fb.CopyBuffer.CopyBufferT', 'mnrt.format.fb.RecordEvent.RecordEventT', 'mnrt.format.fb.WaitEvent.WaitEventT']
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

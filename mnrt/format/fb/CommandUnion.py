@@ -18,6 +18,9 @@ class CommandUnion(object):
     ReplayTrace = 12
     ReleaseTrace = 13
     GoldenCheck = 14
+    CopyBuffer = 15
+    RecordEvent = 16
+    WaitEvent = 17
 
 def CommandUnionCreator(unionType, table):
     from flatbuffers.table import Table
@@ -65,4 +68,13 @@ def CommandUnionCreator(unionType, table):
     if unionType == CommandUnion.GoldenCheck:
         import mnrt.format.fb.GoldenCheck
         return mnrt.format.fb.GoldenCheck.GoldenCheckT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == CommandUnion.CopyBuffer:
+        import mnrt.format.fb.CopyBuffer
+        return mnrt.format.fb.CopyBuffer.CopyBufferT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == CommandUnion.RecordEvent:
+        import mnrt.format.fb.RecordEvent
+        return mnrt.format.fb.RecordEvent.RecordEventT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == CommandUnion.WaitEvent:
+        import mnrt.format.fb.WaitEvent
+        return mnrt.format.fb.WaitEvent.WaitEventT.InitFromBuf(table.Bytes, table.Pos)
     return None

@@ -1,0 +1,83 @@
+"""The codegen_dir of a pipelined compile: option.json, l3ir.txt (the optimised graph of
+one microbatch), mpmd/NN_<pass>.txt (the MPMD IR after the import and after each pass),
+model.mnlb (a captured pipelined run, multi-device) and report.json (fragments, transfers,
+the schedule per device and the modelled timeline against the analytic bubble)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from ...capture import CaptureError
+from ...format.files import write_atomically
+from ..codegen import make_dir
+from .compiled import PipelinedFunction
+from .schedule import analytic_bubble
+
+
+def report(compiled: PipelinedFunction, phases: list[dict]) -> dict:
+    mpmd = compiled.mpmd
+    timeline = compiled.timeline()
+    return {
+        "name": compiled.program.name,
+        "options": compiled.options.to_json(),
+        "phases": phases,
+        "mpmd": mpmd.to_json(),
+        "fragments": [
+            {
+                "name": f.name,
+                "stage": f.stage,
+                "device": f.device,
+                "origin": list(f.origin),
+                "ops": [n.name or n.op for n in f.ops],
+                "inputs": f.inputs,
+                "outputs": f.outputs,
+            }
+            for f in compiled.fragments
+        ],
+        "transfers": [
+            {
+                "name": t.name,
+                "value": t.source,
+                "src": t.src,
+                "dst": t.dst,
+                "nbytes": compiled.nbytes(t.source),
+            }
+            for t in compiled.transfers
+        ],
+        "schedule": {
+            str(d): [[t.stage, t.microbatch] for t in tasks]
+            for d, tasks in compiled.plan.per_device.items()
+        },
+        "modelled": timeline.to_dict(),
+        "analytic_bubble_fraction": analytic_bubble(
+            mpmd.schedule, len(mpmd.devices), mpmd.stages, mpmd.microbatches
+        ),
+    }
+
+
+def write(compiled: PipelinedFunction, folder: str | os.PathLike, phases: list[dict]) -> None:
+    """Write the codegen_dir (see the module docstring). While a capture of the user's
+    runs, model.mnlb is left out and report.json's "light binary" phase says why."""
+    folder = make_dir(Path(folder), "codegen_dir")
+    irs = make_dir(folder / "mpmd", "codegen_dir")
+    for i, (name, text) in enumerate(compiled.passes):
+        write_atomically(irs / f"{i:02d}_{name}.txt", text.encode())
+    write_atomically(folder / "l3ir.txt", (compiled.graph.dump() + "\n").encode())
+    write_atomically(
+        folder / "option.json", json.dumps(compiled.options.to_json(), indent=1).encode()
+    )
+    start = time.perf_counter()
+    try:
+        compiled.save_binary(folder / "model.mnlb")
+        status = "ok"
+    except CaptureError as e:  # a capture of the user's runs: an older binary must not stay
+        (folder / "model.mnlb").unlink(missing_ok=True)
+        status = f"skipped: {e}"
+    seconds = time.perf_counter() - start
+    phases = [*phases, {"name": "light binary", "status": status, "seconds": seconds}]
+    write_atomically(
+        folder / "report.json", json.dumps(report(compiled, phases), indent=1).encode()
+    )

@@ -1,0 +1,262 @@
+"""Pipelined compiles run: the result equals the single-device one, the compile exposes its
+fragments and transfers, writes the IR after every pass, and a captured run replays."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mnrt
+from mnrt.compiler import CacheOptions, GraphBuilder
+from mnrt.compiler.models import encoder_stack, mlp, transformer_block
+from mnrt.compiler.mpmd import parse
+from mnrt.compiler.mpmd.compiled import COMPUTE
+from mnrt.compiler.mpmd.cost import program_cost
+from mnrt.errors import InvalidArgumentError
+from mnrt.format import LightBinary
+from mnrt.replay import replay
+from mnrt.replay.info import info
+
+
+def _microbatches(inputs, m, seed=1):
+    rng = np.random.default_rng(seed)
+    return {k: rng.standard_normal((m, *v.shape)).astype(v.dtype) for k, v in inputs.items()}
+
+
+def _single(ctx, builder, inputs, stacked):
+    """Each microbatch through the single-device compile of the same model."""
+    single = ctx.compile(builder, inputs)
+    m = len(next(iter(stacked.values())))
+    runs = [  # each read before the next call overwrites the output buffers
+        {n: p.cpu() for n, p in single({k: v[i] for k, v in stacked.items()}).items()}
+        for i in range(m)
+    ]
+    return {name: np.stack([r[name] for r in runs]) for name in single.output_names}
+
+
+@pytest.mark.parametrize(
+    "model, mpmd",
+    [
+        (mlp, {"devices": [0, 1], "microbatches": 3}),
+        (transformer_block, {"devices": [0, 1, 2, 3], "microbatches": 8}),
+        (
+            transformer_block,
+            {"devices": [0, 1], "stages": 4, "schedule": "circular", "microbatches": 5},
+        ),
+        (mlp, {"devices": [2], "microbatches": 2}),
+    ],
+)
+def test_pipelined_result_equals_the_single_device_one(ctx, model, mpmd):
+    builder, inputs = model()
+    stacked = _microbatches(inputs, mpmd["microbatches"])
+    compiled = ctx.compile(builder, inputs, options={"mpmd": mpmd})
+    got = compiled(stacked)
+    want = _single(ctx, builder, inputs, stacked)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=0, atol=1e-5)
+    assert {f.device for f in compiled.fragments} == set(mpmd["devices"])
+    stages = mpmd.get("stages", len(mpmd["devices"]))
+    assert sorted(f.stage for f in compiled.fragments) == list(range(stages))
+    assert all(t.src != t.dst for t in compiled.transfers)
+    compiled.close()
+
+
+def _random_chain(draw_layers, width):
+    """A residual chain of named layers: each gemm (+ relu or gelu), some adding the input
+    of the layer back."""
+    rng = np.random.default_rng(len(draw_layers))
+    b = GraphBuilder("chain")
+    h = b.input("x", (4, width))
+    for i, (act, residual) in enumerate(draw_layers):
+        with b.scope(f"l{i}"):
+            w = b.param(f"w{i}", (rng.standard_normal((width, width)) / width).astype(np.float32))
+            y = b.node(act, b.gemm(h, w))
+            h = b.add(h, y) if residual else y
+    b.output(b.softmax(h), "y")
+    return b, {"x": rng.standard_normal((4, width)).astype(np.float32)}
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    layers=st.lists(
+        st.tuples(st.sampled_from(["relu", "gelu", "tanh"]), st.booleans()), min_size=2, max_size=6
+    ),
+    devices=st.integers(1, 3),
+    circular=st.booleans(),
+    assign=st.booleans(),
+    m=st.integers(1, 4),
+)
+def test_any_pipeline_of_a_chain_computes_what_one_device_does(
+    layers, devices, circular, assign, m
+):
+    builder, inputs = _random_chain(layers, 8)
+    v = 2 if circular and len(layers) >= 2 * devices else 1
+    stages = devices * v
+    if len(layers) < stages:
+        return
+    mpmd = {
+        "devices": list(range(devices)),
+        "stages": stages,
+        "microbatches": m,
+        "schedule": "circular" if v > 1 else "gpipe",
+    }
+    options = {"mpmd": mpmd}
+    if assign:  # contiguous layers per stage; the softmax is left to use sets
+        options["stage_assignment"] = {
+            f"l{i}/": i * stages // len(layers) for i in range(len(layers))
+        }
+    stacked = _microbatches(inputs, m)
+    with mnrt.Context() as ctx:
+        got = ctx.compile(builder, inputs, options=options)(stacked)
+        want = _single(ctx, builder, inputs, stacked)
+    np.testing.assert_allclose(got["y"], want["y"], rtol=0, atol=1e-5)
+
+
+def test_stage_assignment_puts_each_layer_in_its_stage(ctx):
+    builder, inputs = encoder_stack(layers=4, seq=8, dim=16, heads=2)
+    assignment = {"layer0/": 0, "layer1/": 0, "layer2/": 1, "layer3/": 1}
+    compiled = ctx.compile(
+        builder,
+        inputs,
+        options={"mpmd": {"devices": [0, 1], "microbatches": 2}, "stage_assignment": assignment},
+    )
+    first, second = compiled.fragments
+    assert (first.stage, first.device, first.origin) == (0, 0, ("layer0/", "layer1/"))
+    assert (second.stage, second.device) == (1, 1)
+    assert second.origin == ("layer2/", "layer3/")
+    assert all(n.name.startswith(("layer0/", "layer1/")) for n in first.ops)
+    # The final LayerNorm belongs to no layer: its use set puts it with layer 3.
+    assert second.ops[-1].name == "layernorm88"
+    assert [(t.src, t.dst) for t in compiled.transfers] == [(0, 1)]
+    compiled.close()
+
+
+def test_codegen_dir_holds_the_ir_after_each_pass_and_a_replayable_binary(ctx, tmp_path):
+    builder, inputs = transformer_block(seq=8, dim=16, heads=2)
+    mpmd = {"devices": [0, 1], "microbatches": 3}
+    compiled = ctx.compile(builder, inputs, codegen_dir=tmp_path, options={"mpmd": mpmd})
+    files = sorted(p.name for p in (tmp_path / "mpmd").iterdir())
+    assert files[0] == "00_import.txt" and files[-1] == "11_verify-stage-merging.txt"
+    assert [name for name, _ in compiled.passes][1:] == [f[3:-4] for f in files[1:]]
+    for f in files:  # every stage of the IR parses back and is well formed
+        parse((tmp_path / "mpmd" / f).read_text()).verify()
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert doc["mpmd"]["devices"] == [0, 1]
+    assert set(doc["modelled"]) == {"makespan_s", "energy_j", "bubble_fraction", "devices"}
+    assert [f["stage"] for f in doc["fragments"]] == [0, 1]
+    report = replay(tmp_path / "model.mnlb")
+    assert report.passed and len(report.checks) == 3
+    with pytest.raises(InvalidArgumentError, match="holds a pipelined"):
+        ctx.load_codegen_dir(tmp_path)
+    counts = info(LightBinary.load(tmp_path / "model.mnlb"))["commands_by_type"]
+    assert counts["CopyBuffer"] == 3 * len(compiled.transfers)
+    assert counts["OpenDevice"] == 2 and counts["WaitEvent"] > 0
+    compiled.close()
+
+
+def test_program_cost_is_what_the_device_prices(ctx):
+    builder, inputs = mlp()
+    compiled = ctx.compile(builder, inputs, options={"mpmd": {"devices": [0, 1]}})
+    compiled(_microbatches(inputs, 2))
+    for fragment in compiled.fragments:
+        lowered = compiled.lowered[fragment.name]
+        q = compiled.queue(fragment.device, COMPUTE)
+        ran = [c for c in q.history if c.kind == "program"][-1]
+        want = program_cost(lowered.program, lowered.bindings)
+        assert ran.modelled.time_s == pytest.approx(want.time_s, rel=1e-12)
+        assert ran.modelled.energy_j == pytest.approx(want.energy_j, rel=1e-12)
+    compiled.close()
+
+
+def test_pipelined_call_and_compile_errors(ctx, tmp_path):
+    builder, inputs = mlp()
+    compiled = ctx.compile(builder, inputs, options={"mpmd": {"devices": [0, 1]}})
+    with pytest.raises(InvalidArgumentError, match=r"leading microbatch axis: \(2, 32, 64\)"):
+        compiled(inputs)
+    with pytest.raises(InvalidArgumentError, match="missing: x"):
+        compiled({})
+    compiled.close()
+    with pytest.raises(InvalidArgumentError, match="no backward pass"):
+        ctx.compile(builder, inputs, options={"mpmd": {"devices": [0, 1], "schedule": "1f1b"}})
+    with pytest.raises(InvalidArgumentError, match="cache_options"):
+        ctx.compile(
+            builder,
+            inputs,
+            options={"mpmd": {"devices": [0, 1]}},
+            cache_options=CacheOptions(tmp_path),
+        )
+    with pytest.raises(InvalidArgumentError, match="expected a dict"):
+        ctx.compile(builder, inputs, options={"mpmd": [0, 1]})
+
+
+def test_mpmd_option_as_json_text_and_in_an_option_json_file(ctx, tmp_path):
+    builder, inputs = mlp()
+    path = tmp_path / "opts.json"
+    path.write_text(json.dumps({"args": ['--mpmd={"devices": [0, 1], "microbatches": 2}']}))
+    compiled = ctx.compile(builder, inputs, options={"option_json": str(path)})
+    assert compiled.mpmd.microbatches == 2 and len(compiled.fragments) == 2
+    assert compiled.options.to_json()["args"][-2].startswith("--mpmd={")
+    compiled.close()
+
+
+def test_closing_the_context_closes_the_pipelines_devices():
+    builder, inputs = mlp()
+    with mnrt.Context(mnrt.MNDevice("mncore2:0")) as ctx:
+        ctx.compile(builder, inputs, options={"mpmd": {"devices": [0, 1]}})
+    mnrt.open_device(1).close()  # free again
+
+
+def test_a_device_that_will_not_open_leaves_none_open(ctx):
+    builder, inputs = mlp()
+    with pytest.raises(mnrt.DeviceNotFoundError, match="no emulated device 99"):
+        ctx.compile(builder, inputs, options={"mpmd": {"devices": [1, 2, 99]}})
+    for index in (1, 2):
+        mnrt.open_device(index).close()  # released, so free again
+
+
+def test_codegen_dir_during_a_users_capture_leaves_the_binary_out(ctx, tmp_path):
+    builder, inputs = mlp()
+    (tmp_path / "cg").mkdir()
+    (tmp_path / "cg" / "model.mnlb").write_bytes(b"an older compile's")
+    mnrt.begin_capture()
+    try:
+        ctx.compile(builder, inputs, codegen_dir=tmp_path / "cg",
+                    options={"mpmd": {"devices": [0, 1]}})  # fmt: skip
+    finally:
+        mnrt.end_capture()
+    assert not (tmp_path / "cg" / "model.mnlb").exists()
+    phases = json.loads((tmp_path / "cg" / "report.json").read_text())["phases"]
+    assert phases[-1]["name"] == "light binary"
+    assert phases[-1]["status"].startswith("skipped: ")
+
+
+def test_an_input_returned_as_is_comes_back_as_its_own_copy(ctx, tmp_path):
+    b = GraphBuilder("g")
+    x = b.input("x", (4, 4))
+    b.output(b.neg(b.relu(x)), "y")
+    b.output(x)
+    compiled = ctx.compile(b, {"x": np.ones((4, 4), np.float32)},
+                           options={"mpmd": {"devices": [0, 1], "microbatches": 2}})  # fmt: skip
+    assert compiled.program.outputs[1] != "x"  # uniquify-function-inputs-outputs' copy
+    xs = np.arange(32, dtype=np.float32).reshape(2, 4, 4) - 10
+    out = compiled({"x": xs})
+    assert list(out) == ["y", "x"] == compiled.output_names
+    np.testing.assert_array_equal(out["x"], xs)
+    np.testing.assert_array_equal(out["y"], -np.maximum(xs, 0))
+    compiled.save_binary(tmp_path / "g.mnlb")
+    report = replay(tmp_path / "g.mnlb")
+    assert report.passed and {c.name for c in report.checks} >= {"x#0", "y#1"}
+    compiled.close()
+
+
+def test_an_unwritable_codegen_dir_leaves_no_device_open(ctx, tmp_path):
+    builder, inputs = mlp()
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(InvalidArgumentError, match="codegen_dir"):
+        ctx.compile(builder, inputs, codegen_dir=tmp_path / "file",
+                    options={"mpmd": {"devices": [0, 1]}})  # fmt: skip
+    mnrt.open_device(1).close()  # released, so free again

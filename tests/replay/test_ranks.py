@@ -1,0 +1,148 @@
+"""Distributed replay's ownership rules, with two ranks in one process: a transport test
+double that passes messages between threads stands in for MPI."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import numpy as np
+import pytest
+from test_multidevice import pipeline_binary, two_device_session
+
+import mnrt
+from mnrt.replay import executor as executor_module
+from mnrt.replay.transport import TRANSPORTS, transport_class
+from mnrt.replay.transport.base import Transport
+from mnrt.replay.transport.local import LocalTransport
+
+TIMEOUT_S = 20  # a hang guard, not a timing
+
+
+class ThreadTransport(Transport):
+    """Rank `rank` of `size` ranks that are threads of this process."""
+
+    def __init__(self, rank: int, size: int, wires: dict, barrier: threading.Barrier) -> None:
+        self.rank, self.size = rank, size
+        self.wires, self.barrier = wires, barrier
+        self.sent: list[tuple[str, int, int]] = []
+
+    def _wire(self, src: int, dst: int, tag: object) -> queue.Queue:
+        return self.wires.setdefault((src, dst, tag), queue.Queue())
+
+    def send(self, array, dest, tag):
+        self.sent.append(("send", dest, tag))
+        self._wire(self.rank, dest, tag).put(array.copy())
+
+    def recv(self, out, source, tag):
+        out[...] = self._wire(source, self.rank, tag).get(timeout=TIMEOUT_S)
+
+    def signal(self, dest, tag):
+        self.sent.append(("signal", dest, tag))
+        self._wire(self.rank, dest, ("signal", tag)).put(None)
+
+    def wait_signal(self, source, tag):
+        self._wire(source, self.rank, ("signal", tag)).get(timeout=TIMEOUT_S)
+
+    def gather(self, obj, root=0):
+        self._wire(self.rank, root, "gather").put(obj)
+        if self.rank != root:
+            return None
+        return [self._wire(r, root, "gather").get(timeout=TIMEOUT_S) for r in range(self.size)]
+
+    def agree(self, code):
+        raise NotImplementedError  # not used by replay itself
+
+    def abort(self, code):
+        raise NotImplementedError
+
+    def close(self):
+        pass
+
+
+def _two_ranks(binary, monkeypatch):
+    """Replay `binary` on two thread ranks; returns (reports, transports, opened by rank)."""
+    wires: dict = {}
+    barrier = threading.Barrier(2)
+    transports = [ThreadTransport(r, 2, wires, barrier) for r in range(2)]
+    reports: list = [None, None]
+    opened: dict[int, list[int]] = {0: [], 1: []}
+    rank_of = threading.local()
+    real_open = executor_module.open_device_with_fill
+
+    def spy(index, fill, reserved=frozenset()):
+        opened[rank_of.rank].append(index)
+        return real_open(index, fill, reserved)
+
+    monkeypatch.setattr(executor_module, "open_device_with_fill", spy)
+
+    def rank_main(r):
+        rank_of.rank = r
+        reports[r] = mnrt.replay(binary, device_map={0: 0, 1: 1}, transport=transports[r])
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT_S * 2)
+    assert not any(t.is_alive() for t in threads)
+    return reports, transports, opened
+
+
+def test_each_rank_opens_its_devices_and_rank_0_gathers_everything(monkeypatch):
+    mnrt.begin_capture()
+    two_device_session()
+    binary = mnrt.end_capture()
+    alone = mnrt.replay(binary)
+    (root, other), transports, opened = _two_ranks(binary, monkeypatch)
+    assert opened == {0: [0], 1: [1]}
+    # The copy leaves rank 0 tagged with its id, the event crosses as a signal.
+    copy_id = next(c.cmd.copyId for c in binary.commands if hasattr(c.cmd, "copyId"))
+    event_id = next(c.cmd.eventId for c in binary.commands if hasattr(c.cmd, "eventId"))
+    assert transports[0].sent == [("send", 1, copy_id), ("signal", 1, event_id)]
+    assert transports[1].sent == []
+    assert root.passed and root.verified and [c.name for c in root.checks] == ["y"]
+    np.testing.assert_array_equal(root.outputs["y"], alone.outputs["y"])
+    assert root.modelled == alone.modelled
+    assert other.rank == 1 and other.modelled is None and not other.verified
+
+
+def test_a_pipeline_over_four_devices_on_two_ranks_matches_in_process(monkeypatch):
+    binary = pipeline_binary()
+    alone = mnrt.replay(binary)
+    wires: dict = {}
+    transports = [ThreadTransport(r, 2, wires, threading.Barrier(2)) for r in range(2)]
+    reports: list = [None, None]
+
+    def rank_main(r):
+        reports[r] = mnrt.replay(binary, transport=transports[r])
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT_S * 2)
+    assert reports[0].passed
+    for name, value in alone.outputs.items():
+        np.testing.assert_array_equal(reports[0].outputs[name], value)
+    # Block distribution: devices 0, 1 on rank 0 and 2, 3 on rank 1: one copy crosses.
+    assert [kind for kind, _, _ in transports[0].sent].count("send") == 1
+
+
+def test_the_local_transport_is_one_rank_with_no_peers():
+    t = transport_class("local")()
+    assert isinstance(t, LocalTransport) and (t.rank, t.size) == (0, 1)
+    assert t.owner(3, 4) == 0 and t.gather("x") == ["x"] and t.agree(3) == 3
+    with pytest.raises(mnrt.InvalidArgumentError, match="rank 0 only"):
+        t.send(np.zeros(1), 1, 5)
+    with pytest.raises(mnrt.InvalidArgumentError, match="known transports are local, mpi"):
+        transport_class("ray")
+    assert set(TRANSPORTS) >= {"local", "mpi"}
+
+
+@pytest.mark.parametrize(
+    ("size", "expect"), [(1, [0, 0, 0, 0]), (2, [0, 0, 1, 1]), (4, [0, 1, 2, 3]), (3, [0, 0, 1, 2])]
+)
+def test_owner_is_a_block_distribution(size, expect):
+    t = ThreadTransport(0, size, {}, threading.Barrier(1))
+    assert [t.owner(d, 4) for d in range(4)] == expect
