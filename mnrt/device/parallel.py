@@ -64,9 +64,12 @@ def sharing_cores(devices: int) -> Iterator[None]:
     """While `devices` emulated devices run kernels at once (a queue worker each), give
     BLAS only their share of the cores. OpenBLAS's threads spin while they wait for work, so
     four devices' products with two BLAS threads each on two cores ran a 4-stage pipeline's
-    replay 2.4x slower per loop (180 ms against 74 ms at 256x512 microbatches). OpenBLAS
-    splits a product's rows and columns over threads, never its sums, so results do not
-    change with the count."""
+    replay 2.4x slower per loop (180 ms against 74 ms at 256x512 microbatches).
+
+    OpenBLAS's float32 products round differently on another thread count, so callers pass
+    a count that the work fixes (a binary's logical devices), never one that depends on where
+    it runs: a replay folded onto fewer devices or spread over MPI ranks then computes the
+    same bits as the in-process one."""
     if devices <= 1:
         yield
         return

@@ -126,10 +126,7 @@ def test_devices_running_at_once_share_blas_threads_and_give_them_back(devices):
     before = _blas_threads()
     with parallel.sharing_cores(devices):
         assert all(n == max(1, parallel.threads() // devices) for n in _blas_threads())
-        a = np.arange(64.0 * 64).reshape(64, 64)
-        inside = a @ a
     assert _blas_threads() == before
-    np.testing.assert_array_equal(inside, a @ a)  # the count never changes a product
 
 
 def test_one_device_leaves_blas_alone():

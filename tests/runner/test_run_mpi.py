@@ -17,6 +17,9 @@ from mpi_harness import mnrt_command, run_mpi, run_mpmd
 import mnrt
 
 SAMPLES = Path(__file__).parents[2] / "samples"
+# The ring's matrices: from this size on, OpenBLAS rounds a float32 product differently on
+# another thread count, so a rank that chose its own count would not match bit for bit.
+SIDE = 128
 
 
 def ring_binary(path: Path, devices: int = 4) -> Path:
@@ -25,15 +28,16 @@ def ring_binary(path: Path, devices: int = 4) -> Path:
     directions around a ring, with events ordering every hand-over; goldens on each device.
     Captured through the host API; the last step is a device trace, replayed twice."""
     rng = np.random.default_rng(11)
+    shape = (SIDE, SIDE)
     with mnrt.capture(path):
         devs = [mnrt.open_device(i) for i in range(devices)]
         try:
             qs = [d.command_queue(0) for d in devs]
-            x = [d.create_buffer((8, 8), "float", name=f"x{i}") for i, d in enumerate(devs)]
-            y = [d.create_buffer((8, 8), "float", name=f"y{i}") for i, d in enumerate(devs)]
-            got = [d.create_buffer((8, 8), "float", name=f"in{i}") for i, d in enumerate(devs)]
-            pulled = [d.create_buffer((8, 8), "float", name=f"pull{i}") for i, d in enumerate(devs)]
-            out = [d.create_buffer((8, 8), "float", name=f"out{i}") for i, d in enumerate(devs)]
+            x = [d.create_buffer(shape, "float", name=f"x{i}") for i, d in enumerate(devs)]
+            y = [d.create_buffer(shape, "float", name=f"y{i}") for i, d in enumerate(devs)]
+            got = [d.create_buffer(shape, "float", name=f"in{i}") for i, d in enumerate(devs)]
+            pulled = [d.create_buffer(shape, "float", name=f"pull{i}") for i, d in enumerate(devs)]
+            out = [d.create_buffer(shape, "float", name=f"out{i}") for i, d in enumerate(devs)]
             step = [d.create_program([mnrt.Kernel("tanh", ["x"], ["y"])]) for d in devs]
             mix = [
                 d.create_program(
@@ -41,9 +45,9 @@ def ring_binary(path: Path, devices: int = 4) -> Path:
                 )
                 for d in devs
             ]
-            tmp = [d.create_buffer((8, 8), "float", name=f"t{i}") for i, d in enumerate(devs)]
+            tmp = [d.create_buffer(shape, "float", name=f"t{i}") for i, d in enumerate(devs)]
             for i in range(devices):
-                qs[i].enqueue_write_buffer(x[i], rng.standard_normal((8, 8)).astype(np.float32))
+                qs[i].enqueue_write_buffer(x[i], rng.standard_normal(shape).astype(np.float32))
                 qs[i].enqueue_program(step[i], {"x": x[i], "y": y[i]})
             ready = [q.record_event() for q in qs]
             for i in range(devices):
@@ -138,7 +142,7 @@ def exits(folder: Path, ranks: int) -> list[int]:
 
 def test_every_rank_exits_with_the_code_of_a_golden_mismatch(ring, tmp_path):
     wrong = tmp_path / "wrong.npy"
-    np.save(wrong, np.zeros((8, 8), np.float32))
+    np.save(wrong, np.zeros((SIDE, SIDE), np.float32))
     command = [*mnrt_command(), "run", "--mpi", ring, "--expected", f"out3={wrong}"]
     r = run_mpi(2, *per_rank_exit(tmp_path, *command))
     assert exits(tmp_path, 2) == [1, 1], r.stderr
