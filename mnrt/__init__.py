@@ -6,7 +6,15 @@ The public API is re-exported here; everything else is private unless a module s
 from __future__ import annotations
 
 from ._version import __version__
-from .capture import CaptureError, begin_capture, capture, compare_to_golden, end_capture
+from .capture import (
+    CaptureError,
+    CaptureVerificationError,
+    begin_capture,
+    capture,
+    compare_to_golden,
+    end_capture,
+)
+from .capture import use_verifier as _use_verifier
 from .device.boards import DeviceInfo
 from .device.dtypes import BFLOAT16 as bfloat16
 from .device.dtypes import BOOL as bool_
@@ -60,7 +68,11 @@ from .host import (
 )
 from .host.golden import Check
 from .host.timeline import Span, Timeline
-from .replay import ReplayReport, replay
+from .replay import ReplayReport, replay, verify_capture
+
+_use_verifier(
+    verify_capture
+)  # capture(verify=True) replays through replay (never imported by capture)
 
 # The compiler's entry points, imported on first use: `mnrt run` never loads the compiler.
 _LAZY = ("CacheOptions", "Context", "MNDevice", "TensorProxy")
@@ -85,6 +97,7 @@ __all__ = [
     "BindingError",
     "Buffer",
     "CaptureError",
+    "CaptureVerificationError",
     "Check",
     "CommandQueue",
     "DType",

@@ -21,6 +21,164 @@ def small_capture() -> mnrt.LightBinary:
         return mnrt.end_capture()
 
 
+def light_model_binary(name: str, folder) -> mnrt.LightBinary:
+    """One of the onnx wheel's light models (onnx/backend/test/data/light), compiled at
+    float and saved with `save_binary` (kernel fingerprints on, as for every compiled
+    binary); skipped where onnx is not installed."""
+    import pytest
+
+    onnx = pytest.importorskip("onnx")
+    from pathlib import Path
+
+    source = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"{name}.onnx"
+    model = onnx.load(str(source))
+    inits = {i.name for i in model.graph.initializer}
+    rng = np.random.default_rng(0)
+    inputs = {
+        i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(
+            np.float32
+        )
+        for i in model.graph.input
+        if i.name not in inits
+    }
+    ctx = mnrt.Context(mnrt.MNDevice("mncore2:auto"))
+    path = Path(folder) / f"{name}.mnlb"
+    ctx.compile(model, inputs, options={"float_dtype": "float"}).save_binary(path)
+    return mnrt.LightBinary.load(path)
+
+
+def weight_sites(binary: mnrt.LightBinary, min_rank: int = 2) -> list[tuple[int, int, int]]:
+    """(command, kernel, buffer id) of the first execution of every kernel that reads a
+    floating-point weight of at least `min_rank` dimensions (a bias changed by a little
+    vanishes in outputs of 1e9, as the light models' constant weights give) that no other
+    kernel of any program reads: a buffer the binary writes and no kernel writes.
+    `kernel` counts the kernels the command ran, as fingerprints do."""
+    from mnrt.format.fb.CommandUnion import CommandUnion as U
+    from mnrt.replay.plan import program_sequence, validate
+
+    plan = validate(binary)
+    written = {c.cmd.bufferId for c in binary.commands if c.cmdType == U.WriteBuffer}
+    reads: dict[int, list[tuple[int, int]]] = {}
+    readers: dict[int, set[tuple[int, int]]] = {}  # buffer -> (program, position) reading it
+    produced: set[int] = set()
+    traces: dict[int, list[list[int]]] = {}  # trace id -> buffers of each program it holds
+    capturing: dict[int, int] = {}  # queue id -> the trace it captures
+    for index, c in enumerate(binary.commands):
+        if c.cmdType == U.EnqueueProgram:
+            bound = [[int(b) for b in c.cmd.bufferIds]]
+        elif c.cmdType == U.ReplayTrace:
+            bound = traces.get(c.cmd.traceId, [])
+        else:
+            if c.cmdType == U.BeginTraceCapture:
+                capturing[c.cmd.queueId] = c.cmd.traceId
+                traces[c.cmd.traceId] = []
+            elif c.cmdType == U.EndTraceCapture:
+                capturing.pop(c.cmd.queueId, None)
+            continue
+        if c.cmdType == U.EnqueueProgram and c.cmd.queueId in capturing:
+            traces[capturing[c.cmd.queueId]].append(bound[0])
+            continue
+        kernel = 0
+        for program, ids in zip(program_sequence(plan, index), bound):
+            slots = dict(zip(program.slots, ids))
+            for position, k in enumerate(program.kernels):
+                for s in k.inputs:
+                    reads.setdefault(slots[s], []).append((index, kernel))
+                    readers.setdefault(slots[s], set()).add((id(program), position))
+                produced.update(slots[s] for s in k.outputs)
+                kernel += 1
+    return [
+        (*sites[0], gid)
+        for gid, sites in reads.items()
+        if gid in written
+        and gid not in produced
+        and len(readers[gid]) == 1
+        and plan.buffers[gid].dtype.is_float
+        and len(plan.buffers[gid].shape) >= min_rank
+    ]
+
+
+def perturbed(binary: mnrt.LightBinary, buffer_id: int, scale: float = 1.25) -> mnrt.LightBinary:
+    """`binary` with the data it writes to buffer `buffer_id` scaled (and offset, so that
+    zeros change too), its fingerprints and goldens as they were."""
+    import copy
+
+    from mnrt.format.edit import Editor
+    from mnrt.format.fb.Command import CommandT
+    from mnrt.format.fb.CommandUnion import CommandUnion as U
+    from mnrt.replay.plan import validate
+
+    dtype = validate(binary, blobs=False).buffers[buffer_id].dtype
+    editor = Editor(binary)
+    commands = []
+    for c in binary.commands:
+        if c.cmdType == U.WriteBuffer and c.cmd.bufferId == buffer_id:
+            bits = np.frombuffer(binary.blobs.read(c.cmd.data), dtype.storage)
+            values = dtype.from_storage(bits).astype(np.float64) * scale + 0.125
+            body = copy.copy(c.cmd)
+            stored = (
+                values.astype(dtype.storage)
+                if dtype.codec is None
+                else dtype.to_storage(values.astype(np.float32))
+            )
+            body.data = editor.add_blob(stored)
+            c = CommandT(c.cmdType, body)
+        commands.append(c)
+    return editor.build(commands, fingerprints=binary.fingerprints)
+
+
+def chain_capture(kernels: int = 200, gather_at: int | None = None) -> mnrt.LightBinary:
+    """A program of `kernels` kernels on one running value (4x4): h = h * w_i, h = h + w_i,
+    in turn, each weight its own buffer; then a read of the value (its golden). Captured
+    with fingerprints. With `gather_at`, kernel `gather_at` gathers the value's rows by an
+    index buffer `idx` (in range: 3, 2, 1, 0) into a second buffer, where the chain goes on."""
+    rng = np.random.default_rng(1)
+    with mnrt.open_device("auto") as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture(fingerprints=True)
+        bindings = {"h": dev.create_buffer((4, 4), "float", name="h")}
+        q.enqueue_write_buffer(bindings["h"], rng.standard_normal((4, 4)).astype(np.float32))
+        program, value = [], "h"
+        for i in range(kernels):
+            if i == gather_at:
+                bindings["idx"] = dev.create_buffer((4,), "int32", name="idx")
+                bindings["g"] = dev.create_buffer((4, 4), "float", name="g")
+                q.enqueue_write_buffer(bindings["idx"], np.array([3, 2, 1, 0], np.int32))
+                program.append(mnrt.Kernel("gather", [value, "idx"], ["g"]))
+                value = "g"
+                continue
+            w = bindings[f"w{i}"] = dev.create_buffer((4, 4), "float", name=f"w{i}")
+            q.enqueue_write_buffer(w, 1 + rng.standard_normal((4, 4)).astype(np.float32) / 8)
+            program.append(mnrt.Kernel("mul" if i % 2 == 0 else "add", [value, f"w{i}"], [value]))
+        q.enqueue_program(dev.create_program(program, name="chain"), bindings)
+        q.enqueue_read_buffer(bindings[value])
+        return mnrt.end_capture()
+
+
+def with_written(binary: mnrt.LightBinary, buffer_name: str, data: np.ndarray) -> mnrt.LightBinary:
+    """`binary` with what it writes to the buffer named `buffer_name` replaced by `data`."""
+    import copy
+
+    from mnrt.format.edit import Editor
+    from mnrt.format.fb.Command import CommandT
+    from mnrt.format.fb.CommandUnion import CommandUnion as U
+
+    names = {
+        c.cmd.bufferId: c.cmd.desc.name.decode()
+        for c in binary.commands
+        if c.cmdType == U.CreateBuffer
+    }
+    editor = Editor(binary)
+    commands = []
+    for c in binary.commands:
+        if c.cmdType == U.WriteBuffer and names[c.cmd.bufferId] == buffer_name:
+            body = copy.copy(c.cmd)
+            body.data = editor.add_blob(data)
+            c = CommandT(c.cmdType, body)
+        commands.append(c)
+    return editor.build(commands, fingerprints=binary.fingerprints)
+
+
 def three_device_capture() -> mnrt.LightBinary:
     """Copies both ways between devices and events between them: device 0 computes and
     pushes its result to device 1 (copy on the sender's queue, then an event); device 2

@@ -31,25 +31,36 @@ from .recorder import READ, CaptureError, Recorder
 
 _lock = threading.Lock()
 
-__all__ = ["CaptureError", "begin_capture", "capture", "compare_to_golden", "end_capture"]
+__all__ = [
+    "CaptureError",
+    "CaptureVerificationError",
+    "begin_capture",
+    "capture",
+    "compare_to_golden",
+    "end_capture",
+]
 
 
-def begin_capture(goldens: bool = True) -> None:
-    """Start recording host API calls (from every thread) into a new light binary."""
-    _begin(goldens, if_idle=False)
+def begin_capture(goldens: bool = True, fingerprints: bool = False) -> None:
+    """Start recording host API calls (from every thread) into a new light binary. With
+    `fingerprints`, every kernel's outputs are fingerprinted as they are computed (see
+    format/fingerprints.py), for `mnrt run --locate`."""
+    _begin(goldens, if_idle=False, fingerprints=fingerprints)
 
 
 def _begin(
     goldens: bool,
     if_idle: bool,
     owner: str = "",
+    fingerprints: bool = False,
     contents: Mapping[int, tuple[Buffer, Callable[[], np.ndarray]]] | None = None,
 ) -> Recorder | None:
     """Install a new recorder and return it; with `if_idle`, None instead of an error when
     a capture is already running (the check and the start are one step). `contents`: see
     Recorder."""
-    if not isinstance(goldens, bool):
-        raise InvalidArgumentError(f"goldens must be True or False, got {goldens!r}")
+    for name, flag in (("goldens", goldens), ("fingerprints", fingerprints)):
+        if not isinstance(flag, bool):
+            raise InvalidArgumentError(f"{name} must be True or False, got {flag!r}")
     with _lock:
         running = observe.current()
         if isinstance(running, Recorder):
@@ -61,7 +72,7 @@ def _begin(
                     "whole process, one at a time, so begin yours once it has finished"
                 )
             raise CaptureError("a capture is already running; end_capture() it first")
-        rec = Recorder(goldens=goldens, owner=owner, contents=contents)
+        rec = Recorder(goldens=goldens, owner=owner, fingerprints=fingerprints, contents=contents)
         observe.install(rec)
         return rec
 
@@ -101,7 +112,7 @@ def end_capture(description: str = "") -> LightBinary:
     paused = gc.isenabled()
     gc.disable()
     try:
-        return build(log, devices, description)
+        return build(log, devices, description, rec.printed)
     finally:
         if paused:
             gc.enable()
@@ -159,20 +170,57 @@ def _check_path(path: Any) -> str:
     return path
 
 
+class CaptureVerificationError(CaptureError):
+    """`capture(..., verify=True)`: replaying the capture did not reproduce its goldens."""
+
+
+# What checks a capture by replaying it (capture never imports replay: the package sets
+# this to replay's check when it is imported, see mnrt/__init__.py). It returns None when
+# the binary reproduces its goldens, else why not, naming the first divergent kernel.
+_verifier: Callable[[LightBinary], str | None] | None = None
+
+
+def use_verifier(verifier: Callable[[LightBinary], str | None]) -> None:
+    """Set what `capture(..., verify=True)` replays a capture with (see `_verifier`)."""
+    global _verifier
+    _verifier = verifier
+
+
 @contextlib.contextmanager
-def capture(path: str | os.PathLike, goldens: bool = True, description: str = "") -> Iterator[None]:
+def capture(
+    path: str | os.PathLike,
+    goldens: bool = True,
+    description: str = "",
+    fingerprints: bool = False,
+    verify: bool = False,
+) -> Iterator[None]:
     """Capture the block into `path`, written atomically when the block succeeds; nothing
-    is written if it raises (or the capture cannot be built), and the capture ends either way."""
+    is written if it raises (or the capture cannot be built), and the capture ends either way.
+    With `verify`, the binary is replayed once before it is kept (fingerprints are then
+    recorded): one that does not reproduce its own goldens is refused with a
+    CaptureVerificationError naming the first divergent kernel, and nothing is written."""
     path = _check_path(path)
     _check_description(description)
+    if not isinstance(verify, bool):
+        raise InvalidArgumentError(f"verify must be True or False, got {verify!r}")
     rec = None
     try:
-        rec = _begin(goldens, if_idle=False)
+        rec = _begin(goldens, if_idle=False, fingerprints=fingerprints or verify)
         yield
         binary = end_capture(description)
     except BaseException:
         _abandon(rec)
         raise
+    if verify:
+        if _verifier is None:
+            raise CaptureError("capture(verify=True) needs mnrt.replay: import mnrt")
+        problem = _verifier(binary)
+        if problem is not None:
+            raise CaptureVerificationError(
+                f"the capture for {path} does not reproduce its own goldens on replay: "
+                f"{problem}; nothing was saved. Capture again (a race between queues or "
+                "a kernel that is not deterministic is the usual cause)"
+            )
     binary.save(path)
 
 
@@ -182,6 +230,7 @@ def capture_if_idle(
     goldens: bool = True,
     description: str = "",
     owner: str = "",
+    fingerprints: bool = False,
     contents: Mapping[int, tuple[Buffer, Callable[[], np.ndarray]]] | None = None,
 ) -> Iterator[bool]:
     """`capture`, unless a capture is already running: then nothing is recorded and the
@@ -196,7 +245,9 @@ def capture_if_idle(
     _check_description(description)
     rec = None
     try:
-        rec = _begin(goldens, if_idle=True, owner=owner, contents=contents)
+        rec = _begin(
+            goldens, if_idle=True, owner=owner, fingerprints=fingerprints, contents=contents
+        )
         if rec is None:
             yield False
             return

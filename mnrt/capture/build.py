@@ -37,6 +37,7 @@ from ..format.fb.ReleaseTrace import ReleaseTraceT
 from ..format.fb.ReplayTrace import ReplayTraceT
 from ..format.fb.WaitEvent import WaitEventT
 from ..format.fb.WriteBuffer import WriteBufferT
+from ..format.fingerprints import Fingerprint, Stats
 from ..format.values import attribute
 from ..host import Program
 from . import recorder as r
@@ -166,8 +167,40 @@ _CONVERTERS = {
 }
 
 
-def build(log: list[tuple], devices: dict[int, int], description: str = "") -> LightBinary:
-    """Serialise a capture log. Called after every queue has finished."""
+def _fingerprints(log: list[tuple], printed: dict[int, list[list[list[Stats]]]]) -> list:
+    """Each queue's fingerprint groups (one per command that ran kernels, in the order they
+    were put on it) paired with that queue's log rows that ran kernels, in log order:
+    programs enqueued outside a device trace (those inside one run when it is replayed),
+    and trace replays."""
+    capturing: dict[int, int] = {}  # queue gid -> trace gid it captures
+    next_group = dict.fromkeys(printed, 0)
+    out = []
+    for index, e in enumerate(log):
+        kind = e[0]
+        if kind == r.BEGIN_TRACE:
+            capturing[e[1]] = e[2]
+        elif kind == r.END_TRACE:
+            capturing.pop(e[1], None)
+        elif kind == r.RELEASE_TRACE:  # releasing a trace being captured ends it
+            capturing = {q: t for q, t in capturing.items() if t != e[2]}
+        elif (kind == r.PROGRAM and e[1] not in capturing) or kind == r.REPLAY_TRACE:
+            groups, n = printed.get(e[1]), next_group.get(e[1], 0)
+            if groups is None or n >= len(groups):
+                continue
+            next_group[e[1]] = n + 1
+            for k, outputs in enumerate(groups[n]):
+                out.extend(Fingerprint(index, k, j, s) for j, s in enumerate(outputs))
+    return out
+
+
+def build(
+    log: list[tuple],
+    devices: dict[int, int],
+    description: str = "",
+    printed: dict[int, list[list[list[Stats]]]] | None = None,
+) -> LightBinary:
+    """Serialise a capture log, with the kernels' fingerprints when `printed` has them.
+    Called after every queue has finished."""
     ctx = _Context(log)
     commands = [_CONVERTERS[entry[0]](entry, ctx) for entry in log]
     metadata = MetadataT(
@@ -188,4 +221,5 @@ def build(log: list[tuple], devices: dict[int, int], description: str = "") -> L
         device=device,
         inputs=list(ctx.inputs),
         outputs=list(ctx.outputs),
+        fingerprints=_fingerprints(log, printed) if printed else (),
     )

@@ -18,8 +18,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from ..format.fingerprints import Stats, stats_of
 from ..host import Buffer, CommandQueue, Device, Event, Program, observe
-from ..host.commands import ReadBuffer, RunProgram
+from ..host.commands import Command, ReadBuffer, RunProgram
+from ..host.program import Step
 
 # Log entry kinds; build.py turns each into one command table.
 OPEN_DEVICE = "open_device"
@@ -95,9 +97,14 @@ class Recorder:
         self,
         goldens: bool = True,
         owner: str = "",
+        fingerprints: bool = False,
         contents: Mapping[int, tuple[Buffer, Callable[[], np.ndarray]]] | None = None,
     ) -> None:
         self.goldens = goldens
+        self.fingerprints = fingerprints
+        # Queue gid -> the fingerprints of each command it ran that runs kernels, in the
+        # order they were put on it (build.py pairs them with the log's rows of that queue).
+        self.printed: dict[int, list[list[list[Stats]]]] = {}
         self.owner = owner  # who began it, when not the user (a compile recording a binary)
         # id(buffer) -> (buffer, what gives its contents in stored form): buffers whose
         # contents the one who began the capture vouches for (a compiled function's weights,
@@ -231,6 +238,8 @@ class Recorder:
             self._contents.clear()
             for obj in self._keep:
                 obj.tag = 0
+                if self.fingerprints and isinstance(obj, CommandQueue):
+                    obj.watch_kernels(None)
             for plan in self._noted:
                 plan.tag = None
             return len(self.log), dict(self.devices)
@@ -262,6 +271,8 @@ class Recorder:
             gid = self._new_id(q)
             if gid:
                 self._skipped[id(q)] = q.skipped
+                if self.fingerprints:
+                    q.watch_kernels(_Fingerprinter.factory(self.printed.setdefault(gid, [])))
                 self._emit((OPEN_QUEUE, gid, dev, q.index))
                 if q._capture is not None:
                     self._adopt_trace(q, gid, dev)
@@ -538,6 +549,33 @@ class Recorder:
             qid = self._queue(q)
             bid = self._buffer(buf, q)
             self.log.append((GOLDEN, qid, bid, golden, rtol, atol, name))
+
+
+class _Fingerprinter:
+    """The KernelWatch of one command while a capture records fingerprints: the stats of
+    every output of every kernel the command runs, kernel by kernel."""
+
+    __slots__ = ("kernels",)
+
+    def __init__(self) -> None:
+        self.kernels: list[list[Stats]] = []
+
+    @staticmethod
+    def factory(groups: list[list[list[Stats]]]):
+        def watch(cmd: Command, logged: bool) -> _Fingerprinter | None:
+            if not logged:  # a host call of the capture's own (unobserved): not in the log
+                return None
+            w = _Fingerprinter()
+            groups.append(w.kernels)  # under the queue's lock, in the order of the log
+            return w
+
+        return watch
+
+    def before(self, step: Step) -> None:
+        pass  # outputs are fingerprinted once computed
+
+    def after(self, step: Step, results) -> None:
+        self.kernels.append([stats_of(b.peek(), r) for b, r in zip(step.outs, results)])
 
 
 def _written_before_read(prog: Program, buffers: tuple[Buffer, ...]) -> set[int]:

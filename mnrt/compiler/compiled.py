@@ -285,7 +285,9 @@ class CompiledFunction:
         with _recording:
             try:
                 weights = self._weights_as_stored()
-                with capture_if_idle(path, False, description, owner, weights) as recording:
+                with capture_if_idle(
+                    path, False, description, owner, fingerprints=True, contents=weights
+                ) as recording:
                     if not recording:
                         return None
                     with observe.unobserved():

@@ -182,9 +182,11 @@ class BoundKernel:
         self.widened = [j for j, (_, d) in enumerate(outs) if not d.direct]
         self.outs = list(outs)
 
-    def run(self) -> None:
-        """Load (widen) inputs, compute, round and store. Floating-point exceptions are the
-        caller's to silence (queue workers ignore them: the device has no traps)."""
+    def run(self) -> Sequence[np.ndarray]:
+        """Load (widen) inputs, compute, round and store; returns the outputs as computed
+        (before rounding to a narrower stored dtype), for whoever watches kernels.
+        Floating-point exceptions are the caller's to silence (queue workers ignore them:
+        the device has no traps)."""
         values, targets = self.values, self.targets
         if self.loads:
             scratch = _scratch()
@@ -207,3 +209,4 @@ class BoundKernel:
                     f"output of shape {bits.shape} (a kernel bug; please report it)"
                 )
             d.store(bits, result)
+        return results

@@ -28,7 +28,9 @@ from .fb.DeviceDescription import DeviceDescriptionT
 from .fb.LightBinary import LightBinary as FbLightBinary
 from .fb.Metadata import MetadataT
 from .fb.Version import CreateVersion
+from .fields import STRUCT_CODES, scalar_type
 from .files import open_regular, write_atomically
+from .fingerprints import Fingerprint, Stats, to_tables
 from .io import IoBuffer, derive, describe
 from .pack import pack_commands, pack_tables
 from .schema_info import FORMAT_VERSION, KNOWN_SCHEMAS, LAYOUT, SCHEMA_HASH
@@ -97,10 +99,12 @@ class LightBinary:
         device: DeviceDescriptionT,
         inputs: Sequence[int] | None = None,
         outputs: Sequence[int] | None = None,
+        fingerprints: Sequence[Fingerprint] = (),
     ) -> LightBinary:
         """Serialise commands and blobs into a new binary (the writer's one entry point).
         `inputs` and `outputs` are buffer ids (see io.py); without them the binary lists
-        none, and readers derive them from the commands."""
+        none, and readers derive them from the commands. `fingerprints` (see
+        fingerprints.py) are written when there are any."""
         b = flatbuffers.Builder(1024 + 32 * len(commands))
         commands_vec = pack_commands(b, commands)
         infos = blobs.infos
@@ -113,7 +117,10 @@ class LightBinary:
         }
         blobs_vec = pack_tables(b, "Blob", columns)
         io_vecs = [None if v is None else _io_vector(b, v) for v in (inputs, outputs)]
-        fb_root = _pack_root(b, producer, metadata, device, commands_vec, blobs_vec, *io_vecs)
+        prints_vec = _fingerprints_vector(b, fingerprints) if fingerprints else None
+        fb_root = _pack_root(
+            b, producer, metadata, device, commands_vec, blobs_vec, *io_vecs, prints_vec
+        )
         b.FinishSizePrefixed(fb_root, file_identifier=IDENTIFIER)
         content = bytearray(b.Output())
         stamp_integrity(content)
@@ -216,6 +223,15 @@ class LightBinary:
         """The buffers the host read back or checked against a golden, by unique name."""
         return self._io_lists()[1]
 
+    @property
+    def fingerprints(self) -> list[Fingerprint]:
+        """The per-kernel fingerprints the capture recorded (none before format 1.2, or
+        when it recorded none), in (command, kernel, output) order as written."""
+        return [
+            Fingerprint(c, k, o, Stats(*rest))
+            for c, k, o, *rest in _rows(self._root, self._fb, _PRINTS_SLOT, _PRINT_FIELDS)
+        ]
+
     def __len__(self) -> int:
         return self._root.CommandsLength()
 
@@ -257,20 +273,33 @@ def check_readable(major: int, minor: int) -> None:
         )
 
 
-_BLOBS_SLOT = next(
-    f["slot"] for f in LAYOUT["tables"]["LightBinary"]["fields"] if f["name"] == "blobs"
-)
-_BLOB_FIELDS = [
-    (f["slot"], "<B" if f["kind"] == "enum" else "<Q") for f in LAYOUT["tables"]["Blob"]["fields"]
-]
+def _slot(table: str, field: str) -> int:
+    return next(f["slot"] for f in LAYOUT["tables"][table]["fields"] if f["name"] == field)
+
+
+def _scalar_fields(table: str) -> list[tuple[int, str]]:
+    """(slot, struct format) of each field of a table of scalars, in schema order."""
+    return [
+        (f["slot"], "<" + STRUCT_CODES[scalar_type(f)]) for f in LAYOUT["tables"][table]["fields"]
+    ]
+
+
+_BLOBS_SLOT, _BLOB_FIELDS = _slot("LightBinary", "blobs"), _scalar_fields("Blob")
+_PRINTS_SLOT = _slot("LightBinary", "fingerprints")
+_PRINT_FIELDS = _scalar_fields("KernelFingerprint")
 
 
 def _blob_infos(root: FbLightBinary, fb: memoryview) -> list[BlobInfo]:
-    """Every Blob entry. Blob tables written by mnrt share one vtable, so all of them are
+    return [BlobInfo(*row) for row in _rows(root, fb, _BLOBS_SLOT, _BLOB_FIELDS)]
+
+
+def _rows(root: FbLightBinary, fb: memoryview, slot: int, fields: list[tuple[int, str]]) -> list:
+    """The field values of every table in a root vector of scalar-only tables (the blob
+    list, the fingerprints). Tables written by mnrt share one vtable, so all of them are
     read with a few numpy gathers; others are read one by one. The verifier has already
-    checked every offset used here (and that 8-byte fields are 8-aligned)."""
+    checked every offset used here (and that each field is aligned to its size)."""
     tab = root._tab
-    at = tab.Offset(4 + 2 * _BLOBS_SLOT)
+    at = tab.Offset(4 + 2 * slot)
     if at == 0:
         return []
     vec, n = tab.Vector(at), tab.VectorLen(at)
@@ -279,33 +308,31 @@ def _blob_infos(root: FbLightBinary, fb: memoryview) -> list[BlobInfo]:
     words = np.frombuffer(fb, "<i4", len(fb) // 4)
     vtables = pos - words[pos // 4]
     if n == 0 or not np.all(vtables == vtables[0]):
-        return [_blob_info(fb, int(p)) for p in pos]
+        return [_row(fb, int(p), fields) for p in pos]
     vt = int(vtables[0])
     vsize = struct.unpack_from("<H", fb, vt)[0]
-    u8 = np.frombuffer(fb, np.uint8)
-    u64 = np.frombuffer(fb, "<u8", len(fb) // 8)
     columns = []
-    for slot, fmt in _BLOB_FIELDS:
-        entry = 4 + 2 * slot
+    for field_slot, fmt in fields:
+        entry = 4 + 2 * field_slot
         off = struct.unpack_from("<H", fb, vt + entry)[0] if entry < vsize else 0
         if off == 0:
             columns.append([0] * n)
-        elif fmt == "<B":
-            columns.append(u8[pos + off].tolist())
-        else:
-            columns.append(u64[(pos + off) // 8].tolist())
-    return [BlobInfo(*row) for row in zip(*columns)]
+            continue
+        size = struct.calcsize(fmt)
+        view = np.frombuffer(fb, fmt.replace("<", "<" if size > 1 else "="), len(fb) // size)
+        columns.append(view[(pos + off) // size].tolist())
+    return list(zip(*columns))
 
 
-def _blob_info(fb: memoryview, pos: int) -> BlobInfo:
+def _row(fb: memoryview, pos: int, fields: list[tuple[int, str]]) -> tuple:
     vt = pos - struct.unpack_from("<i", fb, pos)[0]
     vsize = struct.unpack_from("<H", fb, vt)[0]
     values = []
-    for slot, fmt in _BLOB_FIELDS:
-        entry = 4 + 2 * slot
+    for field_slot, fmt in fields:
+        entry = 4 + 2 * field_slot
         off = struct.unpack_from("<H", fb, vt + entry)[0] if entry < vsize else 0
         values.append(struct.unpack_from(fmt, fb, pos + off)[0] if off else 0)
-    return BlobInfo(*values)
+    return tuple(values)
 
 
 def _text(value: bytes | None) -> str:
@@ -321,6 +348,7 @@ def _pack_root(
     blobs_vec: int,
     inputs_vec: int | None = None,
     outputs_vec: int | None = None,
+    fingerprints_vec: int | None = None,
 ) -> int:
     producer_off = b.CreateString(producer)
     metadata_off = metadata.Pack(b)
@@ -340,6 +368,8 @@ def _pack_root(
     b.forceDefaults = True  # the integrity field is always written: 0 until stamped
     fb_root.LightBinaryAddIntegrity(b, 0)
     b.forceDefaults = False
+    if fingerprints_vec is not None:
+        fb_root.LightBinaryAddFingerprints(b, fingerprints_vec)
     return fb_root.LightBinaryEnd(b)
 
 
@@ -401,6 +431,15 @@ def _check_integrity(fb: memoryview, root: FbLightBinary) -> None:
             "is corrupted: write or copy it again",
             offset=at,
         )
+
+
+def _fingerprints_vector(b: flatbuffers.Builder, fingerprints: Sequence[Fingerprint]) -> int:
+    tables = to_tables(fingerprints)
+    columns = {
+        name: [getattr(t, name) for t in tables]
+        for name in ("command", "kernel", "output", "hash", "min", "max", "mean", "nonfinite")
+    }
+    return pack_tables(b, "KernelFingerprint", columns)
 
 
 def _io_vector(b: flatbuffers.Builder, ids: Sequence[int]) -> int:

@@ -44,7 +44,9 @@ class BlobInfo(NamedTuple):
 class BlobStore:
     """Payloads of a binary being written, each distinct one once; ids start at 1."""
 
-    def __init__(self) -> None:
+    def __init__(self, level: int = _ZSTD_LEVEL) -> None:
+        """`level`: the zstd level payloads are compressed at (higher: smaller, slower)."""
+        self._level = level
         self._ids: dict[tuple[int, int], int] = {}
         self._payloads: list[bytes | memoryview] = []
         self._infos: list[BlobInfo] = []
@@ -60,7 +62,7 @@ class BlobStore:
             return found
         payload, compression, stored = view, NONE, size
         if size >= _MIN_COMPRESS:
-            packed = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(view)
+            packed = zstandard.ZstdCompressor(level=self._level).compress(view)
             if len(packed) <= size - size // 8:
                 payload, compression, stored = packed, ZSTD, len(packed)
         end = self._end

@@ -24,6 +24,7 @@ from .fb.LightBinary import LightBinaryT
 from .fb.Metadata import MetadataT
 from .fields import attr_name, object_class
 from .files import open_regular, write_atomically
+from .fingerprints import Fingerprint, Stats
 from .schema_info import LAYOUT
 
 JSON_FORMAT = "mnrt-light-binary-json"
@@ -285,6 +286,12 @@ def from_json(doc: Any, base_dir: Path | None = None) -> LightBinary:
         device=root.device or DeviceDescriptionT(),
         inputs=None if root.inputs is None else [int(i) for i in root.inputs],
         outputs=None if root.outputs is None else [int(i) for i in root.outputs],
+        fingerprints=[
+            Fingerprint(
+                t.command, t.kernel, t.output, Stats(t.hash, t.min, t.max, t.mean, t.nonfinite)
+            )
+            for t in root.fingerprints or ()
+        ],
     )
     return LightBinary(built.to_bytes())
 

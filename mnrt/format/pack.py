@@ -21,6 +21,7 @@ import numpy as np
 from .fb import Command as fb_command
 from .fb.Blob import BlobT
 from .fb.Command import CommandT
+from .fb.KernelFingerprint import KernelFingerprintT
 from .fields import (
     BLOB_FIELDS,
     NUMPY_TYPES,
@@ -183,7 +184,8 @@ class _Template:
         return table
 
 
-LAYOUT_CLASSES = {"Blob": BlobT}  # object-API classes pack_tables builds its first table with
+# object-API classes pack_tables builds its first table with
+LAYOUT_CLASSES = {"Blob": BlobT, "KernelFingerprint": KernelFingerprintT}
 
 
 def _fast_table(table: str) -> bool:

@@ -5,13 +5,13 @@ after changing the schema (or FORMAT_VERSION in that script).
 """
 
 # xxh3-64 of the schema sources (sorted by name; each file's name, NUL, LF-normalised bytes).
-SCHEMA_HASH = 0x0AEC6823B38D6855
+SCHEMA_HASH = 0x631776C0D671D125
 
 # The version writers stamp into new files.
 FORMAT_VERSION = (1, 2)
 
 # Schema hash of every released format version; readers accept any of them.
-KNOWN_SCHEMAS = {(1, 0): 0x05FBFD28B6935A21, (1, 1): 0x4A73E15A5A2C2B51, (1, 2): 0x0AEC6823B38D6855}
+KNOWN_SCHEMAS = {(1, 0): 0x05FBFD28B6935A21, (1, 1): 0x4A73E15A5A2C2B51, (1, 2): 0x631776C0D671D125}
 
 # Every table (fields in vtable-slot order), struct, enum and union of the schema.
 LAYOUT = {
@@ -932,6 +932,90 @@ LAYOUT = {
                 },
             ),
         },
+        "KernelFingerprint": {
+            "fields": (
+                {
+                    "name": "command",
+                    "slot": 0,
+                    "kind": "scalar",
+                    "type": "uint",
+                    "size": 4,
+                    "signed": False,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "kernel",
+                    "slot": 1,
+                    "kind": "scalar",
+                    "type": "uint",
+                    "size": 4,
+                    "signed": False,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "output",
+                    "slot": 2,
+                    "kind": "scalar",
+                    "type": "uint",
+                    "size": 4,
+                    "signed": False,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "hash",
+                    "slot": 3,
+                    "kind": "scalar",
+                    "type": "ulong",
+                    "size": 8,
+                    "signed": False,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "min",
+                    "slot": 4,
+                    "kind": "scalar",
+                    "type": "double",
+                    "size": 8,
+                    "signed": True,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "max",
+                    "slot": 5,
+                    "kind": "scalar",
+                    "type": "double",
+                    "size": 8,
+                    "signed": True,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "mean",
+                    "slot": 6,
+                    "kind": "scalar",
+                    "type": "double",
+                    "size": 8,
+                    "signed": True,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "nonfinite",
+                    "slot": 7,
+                    "kind": "scalar",
+                    "type": "ulong",
+                    "size": 8,
+                    "signed": False,
+                    "required": False,
+                    "deprecated": False,
+                },
+            ),
+        },
         "LightBinary": {
             "fields": (
                 {
@@ -1030,6 +1114,17 @@ LAYOUT = {
                     "type": "ulong",
                     "size": 8,
                     "signed": False,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "fingerprints",
+                    "slot": 10,
+                    "kind": "vector",
+                    "element": "table",
+                    "type": "KernelFingerprint",
+                    "size": 4,
+                    "align": 4,
                     "required": False,
                     "deprecated": False,
                 },

@@ -73,6 +73,13 @@ class Buffer:
                 self.device._backend.fill_in(self._storage(), self.address)
             self._unfilled = False
 
+    def peek(self) -> np.ndarray:
+        """The stored bits as they are now (a live view; copy to keep them), without a
+        queue: for a KernelWatch (see commands.py), which runs between two kernels on the
+        thread running the queue. Anywhere else use `enqueue_read_buffer`."""
+        self._fill_in()
+        return self._storage()
+
     def _storage(self) -> np.ndarray:
         """The live storage view, backed by host memory on first use; raises if the buffer
         was freed, OutOfMemoryError if the host cannot back it."""

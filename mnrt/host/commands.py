@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -23,10 +23,21 @@ if TYPE_CHECKING:
 PENDING, DONE, FAILED, SKIPPED = "pending", "done", "failed", "skipped"
 
 
-class Command:
-    """Base of queue commands; `run` does the device work and returns its modelled cost."""
+class KernelWatch(Protocol):
+    """What watches each kernel a command runs (capture's fingerprints, replay's --locate):
+    `before` runs just before the kernel, `after` just after it with its outputs as
+    computed (`step.outs` hold them as stored). Both run on the thread running the queue."""
 
-    __slots__ = ("enqueued_s", "index", "modelled", "start_s", "status", "wall_s")
+    def before(self, step: Step) -> None: ...
+
+    def after(self, step: Step, results: Sequence[np.ndarray]) -> None: ...
+
+
+class Command:
+    """Base of queue commands; `run` does the device work and returns its modelled cost.
+    `watch` (a KernelWatch, or None) is told of every kernel the command runs."""
+
+    __slots__ = ("enqueued_s", "index", "modelled", "start_s", "status", "wall_s", "watch")
     kind = "command"
 
     def __init__(self) -> None:
@@ -35,6 +46,7 @@ class Command:
         self.start_s = self.wall_s = 0.0  # perf_counter() when it began; seconds it took
         self.enqueued_s: float | None = None  # perf_counter() at enqueue, when profiling
         self.status = PENDING
+        self.watch: KernelWatch | None = None
 
     def profile(self) -> None:
         """Keep the timestamps a profile needs (set by a profiling queue at enqueue)."""
@@ -156,10 +168,15 @@ class RunProgram(Command):
         for buf in fresh:
             buf._unfilled = False
         spans, clock = self.kernel_spans, time.perf_counter
+        watch = self.watch
         for i, step in enumerate(self.plan.steps):
             start = clock() if spans is not None else 0.0
             try:
-                step.bound.run()
+                if watch is None:
+                    step.bound.run()
+                else:
+                    watch.before(step)
+                    watch.after(step, step.bound.run())
             except BaseException as e:
                 if fresh:
                     _unwritten(fresh, self.plan.steps[:i])
@@ -187,7 +204,11 @@ class ReplayTrace(Command):
     def run(self, backend: EmulatedDevice) -> Modelled:
         total_t = total_e = flops = moved = 0.0
         for cmd in self.trace.commands:
-            m = cmd.run(backend)
+            cmd.watch = self.watch  # the trace's programs are watched as this replay's
+            try:
+                m = cmd.run(backend)
+            finally:
+                cmd.watch = None
             total_t += m.time_s
             total_e += m.energy_j
             flops += m.flops

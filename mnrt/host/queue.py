@@ -45,6 +45,7 @@ from .commands import (
     SKIPPED,
     Command,
     CopyBuffer,
+    KernelWatch,
     ReadBuffer,
     RecordEvent,
     ReplayTrace,
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     from .device import Device
 
 DEFAULT_HISTORY = 4096  # per-command records kept; a long history costs GC time
+_WATCHED = (RunProgram.kind, ReplayTrace.kind)  # the commands that run kernels
 
 
 def _work(ref: weakref.ref[CommandQueue]) -> None:
@@ -117,6 +119,7 @@ class CommandQueue:
         self._lock = threading.Lock()  # orders puts against _stop (see _put)
         self._stopped = False
         self.skipped = 0  # commands skipped behind a failed one (capture checks it)
+        self._watch: Callable[[Command, bool], KernelWatch | None] | None = None
         self._last: Command | None = None  # the command submitted last (replay's timeline)
         # The worker's loop (see _work), holding this queue weakly.
         self._work: Callable[[], None] = functools.partial(_work, weakref.ref(self))
@@ -371,6 +374,17 @@ class CommandQueue:
             "energy_j": self.energy_j,
         }
 
+    def watch_kernels(self, watch: Callable[[Command, bool], KernelWatch | None] | None) -> None:
+        """For tools (capture's fingerprints, replay's --locate): from now on, every command
+        put on this queue that runs kernels (a program, a trace replay) gets
+        `watch(command, logged)` as its KernelWatch (`logged`: an observer logged the call
+        that put it), given in the order the commands are put on, which is the order they
+        run in. None stops watching."""
+        if watch is not None and not callable(watch):
+            raise InvalidArgumentError(f"watch_kernels takes a function or None, not {watch!r}")
+        with self._lock:
+            self._watch = watch
+
     # --- internals ----------------------------------------------------------------
     def _start_profiling(self) -> None:
         """Keep every command from now on (not just the last `history`), with when it was
@@ -437,6 +451,8 @@ class CommandQueue:
                 self._started = True
             if cells is not None:
                 log(cells)
+            if self._watch is not None and cmd.kind in _WATCHED:
+                cmd.watch = self._watch(cmd, cells is not None)
             # Counted before the append: a Ctrl-C raised as it returns must not leave a
             # command queued uncounted, which a waiting thread would return before running.
             self._puts += 1

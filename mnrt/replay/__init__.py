@@ -30,6 +30,7 @@ from ..format import LightBinary
 from ..format.fb.CommandUnion import CommandUnion
 from . import io
 from .executor import Executor
+from .locate import Locator, can_locate
 from .modelled import ran
 from .modelled import spans as span_list
 from .placement import Placement, logical_devices, place
@@ -39,7 +40,7 @@ from .report import ReplayReport
 from .transport.base import Transport
 from .transport.local import LocalTransport
 
-__all__ = ["Profile", "ReplayReport", "replay"]
+__all__ = ["Profile", "ReplayReport", "replay", "verify_capture"]
 
 
 def host_memory_bytes() -> int | None:
@@ -103,6 +104,8 @@ def replay(
     device_map: Mapping[int, int] | None = None,
     devices: int | None = None,
     transport: Transport | None = None,
+    locate: bool = False,
+    locate_dir: str | os.PathLike | None = None,
 ) -> ReplayReport:
     """Replay a binary `loops` times; goldens are checked on every loop with `verify`.
     `device` places the binary's devices: "auto", an index for its first device, or a
@@ -124,6 +127,10 @@ def replay(
     by output name) is compared, with each output's last read, at the recorded check's
     tolerances (or rtol/atol). `report.outputs` holds every output's last read by name.
 
+    With `locate` (or a `locate_dir`), the first loop compares every kernel's output with
+    the fingerprints the capture recorded: `report.locate` names the first divergent and
+    the first wrong kernel, whose inputs and outputs go to `locate_dir` as .npy.
+
     An MnrtError raised once the replay has begun carries the report so far as `.report`
     (with `.error` set), for a runner to write anyway."""
     if isinstance(loops, bool) or not isinstance(loops, int) or not 1 <= loops <= MAX_LOOPS:
@@ -135,7 +142,7 @@ def replay(
             and 0 <= value < math.inf
         ):
             raise InvalidArgumentError(f"{name} must be a finite number >= 0, got {value!r}")
-    for name, flag in (("verify", verify), ("profile", profile)):
+    for name, flag in (("verify", verify), ("profile", profile), ("locate", locate)):
         if not isinstance(flag, bool):
             raise InvalidArgumentError(f"{name} must be True or False, got {flag!r}")
     if progress is not None and not callable(progress):
@@ -167,11 +174,28 @@ def replay(
         report.verified = verify and bool(wanted)
     if profile:
         report.profile = Profile(plan)
+    locate = locate or locate_dir is not None
+    if locate and new_inputs:
+        raise InvalidArgumentError(
+            "locate compares kernels with the fingerprints the capture recorded, which hold "
+            "for the recorded inputs only; replay without new inputs to locate"
+        )
+    logical = logical_devices(plan)
+    if locate and (not can_locate(plan) or transport.size > 1):
+        raise InvalidArgumentError(
+            f"locate follows the kernels of one device in one process; this binary uses "
+            f"{len(logical)} devices (on {transport.size} rank(s)), whose queues run at once. "
+            "Replay it without locate (its goldens still give the verdict), or locate a "
+            "capture of the failing device's work alone"
+        )
+    locator = Locator(plan, locate_dir) if locate else None
+    if locator is not None:
+        report.locate = locator.result
     # By the binary's devices, not by the ones this rank or runner device holds: OpenBLAS
     # rounds differently on another thread count, and every placement must give the same bits.
-    with sharing_cores(len(logical_devices(plan))):
+    with sharing_cores(len(logical)):
         _run_loops(report, plan, placement, transport, loops, verify, rtol, atol, profile,
-                   new_inputs, wanted, progress)  # fmt: skip
+                   new_inputs, wanted, progress, locator)  # fmt: skip
     if report.rank != 0:
         report.verified = False  # rank 0 verifies every rank's reads
     elif report.verified and not report.checks:  # a PASS needs evidence
@@ -192,10 +216,13 @@ def _run_loops(
     new_inputs: dict,
     wanted: dict,
     progress: Callable[[int, int], None] | None,
+    locator: Locator | None,
 ) -> None:
-    """Replay the plan `loops` times into `report`."""
+    """Replay the plan `loops` times into `report`; `locator` watches the first loop's
+    kernels."""
     for loop in range(loops):
         last = loop == loops - 1
+        watching = locator if loop == 0 else None
         executor = Executor(
             plan,
             placement,
@@ -207,6 +234,7 @@ def _run_loops(
             expected=wanted,
             transport=transport,
             timeline=last or profile,
+            watch=None if watching is None else watching.watch,
         )
         t0 = time.perf_counter()
         try:
@@ -227,6 +255,8 @@ def _run_loops(
             if last:
                 _add_timelines(report, plan, executor, transport)
         except MnrtError as e:
+            if watching is not None:
+                watching.stopped()  # the kernel that was running, if any, failed
             if report.profile is not None:
                 # What ran up to the failure, for `mnrt run --profile` to save anyway.
                 end = time.perf_counter()
@@ -286,3 +316,23 @@ def _add_timelines(
         for logical, index in sorted(p.items()):
             placed[logical] = runner.setdefault((rank, index), len(runner))
     report.keep_spans([s for spans, _ in gathered for s in spans], placed)
+
+
+def verify_capture(binary: LightBinary) -> str | None:
+    """None when a fresh capture replays to its own goldens; else why not, naming the first
+    divergent kernel when the capture has fingerprints and one device (locate follows one
+    device's kernels; `capture(..., verify=True)`)."""
+    try:
+        report = replay(binary, locate=can_locate(validate(binary, blobs=False)))
+    except MnrtError as e:
+        return f"replay failed: {e}"
+    if report.passed:
+        return None
+    failed = [c.name for c in report.checks if not c.passed]
+    located = report.locate.located if report.locate is not None else None
+    where = (
+        f"first divergent kernel: {located.describe()} ({located.verdict})"
+        if located is not None
+        else "every kernel matched its fingerprint (a read or write differed)"
+    )
+    return f"golden(s) {', '.join(failed)} did not match; {where}"

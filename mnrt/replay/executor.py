@@ -27,7 +27,7 @@ from ..errors import InvalidBinaryError
 from ..format.fb.CommandUnion import CommandUnion as U
 from ..format.io import Namer
 from ..host import Device
-from ..host.commands import Command
+from ..host.commands import Command, KernelWatch
 from ..host.device import MAX_QUEUES, open_device_with_fill
 from ..host.golden import Check, compare
 from .placement import Placement
@@ -69,13 +69,17 @@ class Executor:
         expected: dict[int, np.ndarray] | None = None,
         transport: Transport | None = None,
         timeline: bool = False,
+        watch: Callable[[int], KernelWatch | None] | None = None,
     ) -> None:
         """`inputs` (stored data by buffer id) replace every recorded write of those
         buffers, and the recorded goldens then no longer apply: only `expected` (values
         by buffer id) is compared, with each output's last read value. With a `transport`
         of several ranks, only the devices this rank owns are opened (see ranks.py). With
-        `timeline`, each queue command is kept for the modelled timeline (`submitted`)."""
+        `timeline`, each queue command is kept for the modelled timeline (`submitted`).
+        `watch(command index)` gives the KernelWatch of each command that runs kernels
+        (see locate.py)."""
         self.plan = plan
+        self.watch = watch
         self.ranks = Ranks(plan, transport or LocalTransport())
         self.transport = self.ranks.transport
         # (command index, queue id, the host command it put on the queue or None) per
@@ -135,8 +139,9 @@ class Executor:
         except KeyError:
             raise InvalidBinaryError(f"no {kind} with id {gid}", command=self.index) from None
 
-    def run(self) -> None:
-        """Every command in order, then wait for every queue. `host_s` adds up the host's
+    def run(self, stop: int | None = None) -> None:
+        """Every command in order (those before index `stop` only, if given: a prefix, for
+        a trim's state snapshot), then wait for every queue. `host_s` adds up the host's
         time per command type (a blocking call's includes its wait for the device), and the
         wait after the last command as `final_finish`."""
         spent = dict.fromkeys(self.handlers, 0.0)
@@ -150,7 +155,8 @@ class Executor:
         before = clock()
         kind = None
         try:
-            for index, command in enumerate(self.plan.binary.commands):
+            commands = self.plan.binary.commands
+            for index, command in enumerate(commands if stop is None else commands[:stop]):
                 self.index = index
                 kind = command.cmdType
                 if skip is not None and index in skip:
@@ -183,6 +189,9 @@ class Executor:
         self.host_s["final_finish"] = (clock() - before, 1)
 
     def close(self) -> None:
+        if self.watch is not None:
+            for q in self.tables[QUEUE].values():
+                q.watch_kernels(None)
         for dev in self.tables[DEVICE].values():
             dev._close_quietly()
 
@@ -216,6 +225,9 @@ class Executor:
         dev: Device = self.lookup(DEVICE, c.deviceId)
         index = self._queue_slot(dev.index, self.plan.device_index[c.deviceId], c.index)
         q = self.tables[QUEUE][c.queueId] = dev.command_queue(index)
+        if self.watch is not None:
+            # Called as each command is put on the queue: by this thread, in its handler.
+            q.watch_kernels(lambda cmd, logged: self.watch(self.index))
         if self.profiling:
             q._start_profiling()
 

@@ -43,6 +43,7 @@ def info(binary: LightBinary) -> dict:
         "peak_device_bytes": max(plan.peak_bytes.values(), default=0),
         "programs": len(plan.programs),
         "kernels_by_op": dict(sorted(kernels.items())),
+        "kernel_fingerprints": sum(len(v) for v in plan.fingerprints.values()),
         "blobs": len(blobs),
         "payload_bytes_referenced": referenced,
         "payload_bytes_unique": unique,

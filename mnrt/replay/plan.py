@@ -26,6 +26,7 @@ from ..device.tolerance import kernel_errors
 from ..errors import InvalidBinaryError, MnrtError
 from ..format import LightBinary
 from ..format.fb.CommandUnion import CommandUnion as U
+from ..format.fingerprints import Stats
 from ..format.values import attribute_value
 from ..host import Kernel
 from ..host.device import MAX_QUEUES, extent_bytes
@@ -77,12 +78,36 @@ class Plan:
     # Command index of each golden and read -> the error model's bound on its buffer's
     # contents (device/tolerance.py): what a golden recorded without tolerances is allowed.
     golden_errors: dict[int, float] = field(default_factory=dict)
+    trace_programs: dict[int, list[int]] = field(default_factory=dict)  # trace gid -> programs
+    # The kernel fingerprints by (command, kernel): each output's, in order (see locate.py).
+    fingerprints: dict[tuple[int, int], list[Stats]] = field(default_factory=dict)
     queue_index: dict[int, int] = field(default_factory=dict)  # queue gid -> its index
     event_queue: dict[int, int] = field(default_factory=dict)  # event gid -> recording queue
     event_record: dict[int, int] = field(default_factory=dict)  # event gid -> command index
     # event gid -> the device gids of the queues that wait for it (distributed replay
     # signals the ranks that own them).
     event_waiters: dict[int, set[int]] = field(default_factory=dict)
+
+
+def program_kernel(plan: Plan, command: int, kernel: int) -> tuple[ProgramInfo | None, int]:
+    """The program that holds the `kernel`-th kernel command `command` ran (a trace runs
+    its programs one after another), and the kernel's position in it; None if none does."""
+    for program in program_sequence(plan, command):
+        if kernel < len(program.kernels):
+            return program, kernel
+        kernel -= len(program.kernels)
+    return None, kernel
+
+
+def program_sequence(plan: Plan, command: int) -> list[ProgramInfo]:
+    """The programs command `command` runs, in order: an EnqueueProgram's one, a
+    ReplayTrace's trace's; none for any other command."""
+    c = plan.binary.commands[command]
+    if c.cmdType == U.EnqueueProgram:
+        return [plan.programs[c.cmd.programId]]
+    if c.cmdType == U.ReplayTrace:
+        return [plan.programs[p] for p in plan.trace_programs.get(c.cmd.traceId, ())]
+    return []
 
 
 def _text(value: bytes | str | None) -> str:
@@ -432,6 +457,7 @@ class _Validator:
             raise self.fail(f"queue id {c.queueId} is not capturing trace id {c.traceId}")
         del self.capturing[queue]
         self.traces[c.traceId].state = "ready"
+        self.plan.trace_programs[c.traceId] = [p for p, _ in self.traces[c.traceId].enqueued]
 
     def replay_trace(self, c) -> None:
         self.host_queue(c.queueId, "replay_trace")
@@ -471,6 +497,33 @@ def validate(binary: LightBinary, spec: DeviceSpec = MNCORE2, blobs: bool = True
     """Check a binary end to end (and every blob's checksum, with `blobs`)."""
     plan = _Validator(binary, spec).run()
     check_io_lists(plan)
+    plan.fingerprints = expected_prints(binary)
     if blobs:
         binary.blobs.verify_all()
     return plan
+
+
+def expected_prints(binary: LightBinary) -> dict[tuple[int, int], list[Stats]]:
+    """The binary's fingerprints by (command, kernel), outputs in order. Fingerprints that
+    name a command which runs no kernels, or leave an output out, make the binary invalid
+    (validate checks them here)."""
+    commands = binary.commands
+    by_kernel: dict[tuple[int, int], dict[int, Stats]] = {}
+    for f in binary.fingerprints:
+        if f.command >= len(commands) or commands[f.command].cmdType not in (
+            U.EnqueueProgram,
+            U.ReplayTrace,
+        ):
+            raise InvalidBinaryError(
+                f"a kernel fingerprint names command {f.command}, which runs no kernels",
+                command=f.command,
+            )
+        by_kernel.setdefault((f.command, f.kernel), {})[f.output] = f.stats
+    out = {}
+    for key, outputs in by_kernel.items():
+        if sorted(outputs) != list(range(len(outputs))):
+            raise InvalidBinaryError(
+                f"kernel {key[1]}'s fingerprints skip an output", command=key[0]
+            )
+        out[key] = [outputs[j] for j in range(len(outputs))]
+    return out

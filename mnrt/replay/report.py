@@ -18,6 +18,7 @@ from .modelled import timelines
 
 if TYPE_CHECKING:
     from ..host.timeline import Span, Timeline
+    from .locate import LocateResult
     from .profile import Profile
 
 
@@ -45,6 +46,7 @@ class ReplayReport:
     # expected): nothing was compared, so the verdict is NO GOLDENS, never PASS.
     no_goldens: bool = False
     error: MnrtError | None = None  # what stopped the replay (then `passed` is False)
+    locate: LocateResult | None = None  # with replay(..., locate=True)
     # The last loop's queue commands as timeline spans (every rank's, on rank 0) and where
     # each captured device ran: what `modelled` and `modelled_as_run` are scheduled from,
     # when first asked for (a large binary's timeline costs as much as its replay).
@@ -186,6 +188,7 @@ class ReplayReport:
             "modelled_as_run": self.modelled_as_run,
             "rank": self.rank,
             "ranks": self.ranks,
+            **({"locate": self.locate.to_dict()} if self.locate is not None else {}),
         }
 
     def to_json(self, indent: int | None = 1) -> str:
@@ -215,6 +218,8 @@ class ReplayReport:
                     f"{w['actual']:.7g}, abs err {w['abs_err']:.3g}, rel err {w['rel_err']:.3g}"
                     for w in c.worst
                 )
+        if self.locate is not None:
+            lines.append(self.locate.summary())
         several = self.spans is not None and len({s.device for s in self.spans}) > 1
         for label, m in (("captured", self.modelled), ("as run", self.modelled_as_run)):
             if several:

@@ -14,22 +14,36 @@ from ..errors import EXIT_INTERRUPTED, MnrtError, error_dict
 
 # name -> "module:attribute", relative to mnrt.runner
 _SUBCOMMANDS = {
-    "bench": "run:bench",
+    "bench": "bench:bench",
     "clean": "clean:clean",
     "compile": "compile:compile_cmd",
     "convert": "inspect:convert",
     "dashboard": "dashboard:dashboard",
     "demo": "compile:demo",
+    "diff": "diff:diff_cmd",
     "dump": "inspect:dump",
     "info": "inspect:info",
+    "optimize": "edit:optimize_cmd",
+    "reduce": "reduce:reduce_cmd",
     "run": "run:run",
     "smi": "smi:smi",
+    "trim": "edit:trim_cmd",
     "verify": "inspect:verify",
 }
 
 # Subcommands whose --json makes every error a JSON document on stdout too (dump's output
 # is always JSON and smi's is short: their errors stay one line on stderr).
-_JSON_ERRORS = {"bench", "compile", "convert", "info", "run", "verify"}
+_JSON_ERRORS = {
+    "bench",
+    "compile",
+    "convert",
+    "diff",
+    "info",
+    "optimize",
+    "reduce",
+    "run",
+    "verify",
+}
 _MAX_MESSAGE = 2000  # characters of an error message the CLI prints
 # A group called with no command shows its help (click >= 8.2 raises this for it).
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())

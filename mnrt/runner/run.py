@@ -1,4 +1,4 @@
-"""`mnrt run`, `mnrt bench`: replay a binary and report."""
+"""`mnrt run`: replay a binary and report."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from ..format.npy import load_npy
 from ..replay import MAX_LOOPS, replay
 from ..replay.io import header_check
 from ..replay.placement import parse_device_map
-from ..replay.report import check_dict, error_document
+from ..replay.report import error_document
 from .args import named_sources
 
 
@@ -210,6 +210,18 @@ def _failure_written(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write a Perfetto trace of every loop here (open it at ui.perfetto.dev).",
 )
+@click.option(
+    "--locate",
+    is_flag=True,
+    help="Compare every kernel's output with the fingerprints the capture recorded; name the "
+    "first divergent and the first wrong kernel and save its inputs and outputs as .npy.",
+)
+@click.option(
+    "--locate-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where --locate saves the kernel's arrays (default: FILE's name + '.locate' in the "
+    "current directory).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option(
     "--mpi",
@@ -241,17 +253,25 @@ def run(
     report_path,
     save_outputs,
     profile_path,
+    locate,
+    locate_dir,
     as_json,
     mpi,
     mpi_timeout,
 ) -> None:
     """Replay FILE and verify it against its goldens, or run it on new inputs.
 
-    Exit codes: 0 pass (or ran, not verified), 1 golden mismatch, 2 invalid binary or
-    usage, 3 device error, 4 no goldens to verify (0 with --allow-no-goldens), 130
-    interrupted."""
+    Exit codes: 0 pass (or ran, not verified), 1 golden mismatch (or, with --locate, a
+    kernel whose output is wrong), 2 invalid binary or usage, 3 device error, 4 no goldens
+    to verify (0 with --allow-no-goldens), 130 interrupted."""
     if mpi_timeout is not None and not mpi:
         raise errors.InvalidArgumentError("--mpi-timeout applies to --mpi runs only")
+    if mpi and (locate or locate_dir is not None):
+        raise errors.InvalidArgumentError(
+            "--locate follows one process's kernels in order; run it without --mpi"
+        )
+    if locate and locate_dir is None:
+        locate_dir = Path(f"{_file_name(file.name)}.locate")
 
     def check_outputs() -> None:
         _check_outputs(file, {"--report": report_path, "--profile": profile_path}, save_outputs)
@@ -283,6 +303,7 @@ def run(
             device_map=placement,
             devices=devices,
             transport=transport,
+            locate_dir=locate_dir,
         )
 
     def finish(report) -> int:
@@ -294,7 +315,8 @@ def run(
         if save_outputs is not None:
             _save_outputs(save_outputs, report.outputs)
         click.echo(report.to_json() if as_json else report.summary())
-        if not report.passed:
+        wrong = report.locate is not None and report.locate.first_wrong is not None
+        if not report.passed or wrong:
             return errors.EXIT_GOLDEN_MISMATCH
         if report.no_goldens and not allow_no_goldens:
             return errors.EXIT_NO_GOLDENS
@@ -371,46 +393,3 @@ def _run_mpi(
         guarded(lambda: report.profile.save(own))
     code = guarded(lambda: finish(report)) if transport.rank == 0 else 0
     distributed.finish(transport, code)
-
-
-@click.command()
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--loops", type=click.IntRange(1, MAX_LOOPS), default=10, show_default=True)
-@click.option("--device", default="auto", show_default=True, help="Device index or 'auto'.")
-@click.option("--device-map", "device_map", metavar="L:D,...", help="As for mnrt run.")
-@click.option("--devices", type=int, default=None, help="As for mnrt run.")
-@click.option("--no-verify", is_flag=True, help="Do not compare goldens (exit 0 whatever).")
-@click.option("--json", "as_json", is_flag=True, help="Print the timings as JSON.")
-def bench(file, loops, device, device_map, devices, no_verify, as_json) -> None:
-    """Steady-state replay time of FILE over N loops (load excluded). Goldens are checked
-    after each loop, outside its time: a failed one makes the exit code 1."""
-    report = replay(
-        file,
-        device=_device(device),
-        verify=not no_verify,
-        loops=loops,
-        progress=_progress(loops),
-        device_map=None if device_map is None else parse_device_map(device_map),
-        devices=devices,
-    )
-    t = report.timings
-    failed = [c for c in report.checks if not c.passed]
-    if as_json:
-        doc = {**t, "passed": report.passed, "verdict": report.verdict}
-        doc["failed_checks"] = [check_dict(c) for c in failed]
-        click.echo(json.dumps(doc, indent=1))
-    else:
-        click.echo(
-            f"{len(report.binary)} commands, {loops} loops: wall min "
-            f"{t['wall_min_s'] * 1e3:.3f} ms, median {t['wall_median_s'] * 1e3:.3f} ms, max "
-            f"{t['wall_max_s'] * 1e3:.3f} ms per loop; load {t['load_s'] * 1e3:.2f} ms; "
-            f"modelled device time {t['device_time_s'] * 1e6:.2f} us"
-        )
-        click.echo(f"fastest loop, host time by command: {report.host_breakdown()}")
-        if not report.passed:
-            click.echo(
-                f"FAIL: {report.failed_loops} of {loops} loops failed their goldens: "
-                + ", ".join(f"{c.name} ({c.message})" for c in failed)
-            )
-    if not report.passed:
-        sys.exit(errors.EXIT_GOLDEN_MISMATCH)

@@ -45,6 +45,7 @@ from mnrt.format.fb.EnqueueProgram import EnqueueProgramT
 from mnrt.format.fb.Finish import FinishT
 from mnrt.format.fb.GoldenCheck import GoldenCheckT
 from mnrt.format.fb.KernelDesc import KernelDescT
+from mnrt.format.fb.KernelFingerprint import KernelFingerprintT
 from mnrt.format.fb.LightBinary import LightBinaryT
 from mnrt.format.fb.Metadata import MetadataT
 from mnrt.format.fb.OpenDevice import OpenDeviceT
@@ -118,6 +119,11 @@ def full_binary() -> LightBinaryT:
         blobs=[
             BlobT(offset=0, storedSize=64, size=64, compression=Compression.None_, hash=1),
             BlobT(offset=64, storedSize=10, size=128, compression=Compression.Zstd, hash=2),
+        ],
+        fingerprints=[
+            KernelFingerprintT(
+                command=6, kernel=0, output=0, hash=3, min=-1.0, max=2.0, mean=0.5, nonfinite=1
+            )
         ],
     )
 

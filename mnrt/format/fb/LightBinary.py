@@ -186,8 +186,33 @@ class LightBinary(object):
             return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
         return 0
 
+    # LightBinary
+    def Fingerprints(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from mnrt.format.fb.KernelFingerprint import KernelFingerprint
+            obj = KernelFingerprint()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # LightBinary
+    def FingerprintsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # LightBinary
+    def FingerprintsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        return o == 0
+
 def LightBinaryStart(builder):
-    builder.StartObject(10)
+    builder.StartObject(11)
 
 def Start(builder):
     LightBinaryStart(builder)
@@ -276,6 +301,18 @@ def LightBinaryAddIntegrity(builder, integrity):
 def AddIntegrity(builder, integrity):
     LightBinaryAddIntegrity(builder, integrity)
 
+def LightBinaryAddFingerprints(builder, fingerprints):
+    builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(fingerprints), 0)
+
+def AddFingerprints(builder, fingerprints):
+    LightBinaryAddFingerprints(builder, fingerprints)
+
+def LightBinaryStartFingerprintsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartFingerprintsVector(builder, numElems):
+    return LightBinaryStartFingerprintsVector(builder, numElems)
+
 def LightBinaryEnd(builder):
     return builder.EndObject()
 
@@ -285,6 +322,7 @@ def End(builder):
 import mnrt.format.fb.Blob
 import mnrt.format.fb.Command
 import mnrt.format.fb.DeviceDescription
+import mnrt.format.fb.KernelFingerprint
 import mnrt.format.fb.Metadata
 import mnrt.format.fb.Version
 try:
@@ -307,6 +345,7 @@ class LightBinaryT(object):
         inputs = None,
         outputs = None,
         integrity = 0,
+        fingerprints = None,
     ):
         self.version = version  # type: Optional[mnrt.format.fb.Version.VersionT]
         self.schemaHash = schemaHash  # type: int
@@ -318,6 +357,7 @@ class LightBinaryT(object):
         self.inputs = inputs  # type: Optional[List[int]]
         self.outputs = outputs  # type: Optional[List[int]]
         self.integrity = integrity  # type: int
+        self.fingerprints = fingerprints  # type: Optional[List[mnrt.format.fb.KernelFingerprint.KernelFingerprintT]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -379,6 +419,14 @@ class LightBinaryT(object):
             else:
                 self.outputs = lightBinary.OutputsAsNumpy()
         self.integrity = lightBinary.Integrity()
+        if not lightBinary.FingerprintsIsNone():
+            self.fingerprints = []
+            for i in range(lightBinary.FingerprintsLength()):
+                if lightBinary.Fingerprints(i) is None:
+                    self.fingerprints.append(None)
+                else:
+                    kernelFingerprint_ = mnrt.format.fb.KernelFingerprint.KernelFingerprintT.InitFromObj(lightBinary.Fingerprints(i))
+                    self.fingerprints.append(kernelFingerprint_)
 
     # LightBinaryT
     def Pack(self, builder):
@@ -420,6 +468,14 @@ class LightBinaryT(object):
                 for i in reversed(range(len(self.outputs))):
                     builder.PrependUint32(self.outputs[i])
                 outputs = builder.EndVector()
+        if self.fingerprints is not None:
+            fingerprintslist = []
+            for i in range(len(self.fingerprints)):
+                fingerprintslist.append(self.fingerprints[i].Pack(builder))
+            LightBinaryStartFingerprintsVector(builder, len(self.fingerprints))
+            for i in reversed(range(len(self.fingerprints))):
+                builder.PrependUOffsetTRelative(fingerprintslist[i])
+            fingerprints = builder.EndVector()
         LightBinaryStart(builder)
         if self.version is not None:
             version = self.version.Pack(builder)
@@ -440,5 +496,7 @@ class LightBinaryT(object):
         if self.outputs is not None:
             LightBinaryAddOutputs(builder, outputs)
         LightBinaryAddIntegrity(builder, self.integrity)
+        if self.fingerprints is not None:
+            LightBinaryAddFingerprints(builder, fingerprints)
         lightBinary = LightBinaryEnd(builder)
         return lightBinary

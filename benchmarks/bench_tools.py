@@ -1,0 +1,214 @@
+"""Looking inside binaries (issue 15): the figures its closing note must show.
+
+locate:   every light model the onnx wheel ships (onnx/backend/test/data/light), compiled
+          at float and saved with save_binary (fingerprints on by default); for three of
+          its weights (first, middle, last of those one kernel reads), the binary with that
+          weight perturbed (x1.25 + 0.125, tests/binaries.perturbed): does `--locate` name
+          exactly the kernel that reads it? (target: every one)
+overhead: capture of the compiled model's run with fingerprints against without, in one
+          run, alternating rounds, fastest of each (target: <= 1.05x)
+reduce:   a 200-kernel binary with one weight perturbed, and one whose gather gets an
+          index out of range, reduced by `mnrt reduce` (target: <= 3 kernels, <= 60 s)
+diff:     `mnrt diff` of two VGG-19 binaries (a second capture of the same model, and one
+          with a weight perturbed), in process and as a whole `mnrt diff` process
+          (target: <= 1 s)
+optimize: `mnrt optimize` of the VGG-19 binary: bytes before and after, the result's
+          replay (target: smaller and passing)
+
+  pip install onnx onnxruntime   # for this benchmark only
+  nice -n 10 python benchmarks/bench_tools.py [--model light_squeezenet ...] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import onnx
+from bench_goldens import example_inputs, light_models
+from binaries import chain_capture, perturbed, weight_sites, with_written
+
+import mnrt
+from mnrt.capture import recorder
+from mnrt.replay.diff import diff
+from mnrt.replay.optimize import optimize
+from mnrt.replay.reduce import kernel_count, reduce
+
+
+def locate_figures(ctx: mnrt.Context, path: str, folder: Path, rounds: int) -> dict:
+    """Compile, save, perturb three weights and locate each; time captures with and
+    without fingerprints."""
+    name = Path(path).stem
+    model = onnx.load(path)
+    inputs = example_inputs(model)
+    compiled = ctx.compile(model, inputs, options={"float_dtype": "float"})
+    out = folder / f"{name}.mnlb"
+    compiled.save_binary(out)
+    binary = mnrt.LightBinary.load(out)
+    sites = weight_sites(binary)
+    picked = [sites[0], sites[len(sites) // 2], sites[-1]] if sites else []
+    named = 0
+    for command, kernel, gid in picked:
+        located = mnrt.replay(perturbed(binary, gid), locate=True).locate.located
+        named += located is not None and (located.command, located.kernel) == (command, kernel)
+    wall, cpu = overhead(compiled, inputs, rounds)
+    return {
+        "model": name,
+        "kernels": len(binary.fingerprints),
+        "named": f"{named}/{len(picked)}",
+        "capture_s": min(wall[False]),
+        "with_prints_s": min(wall[True]),
+        "cpu_s": min(cpu[False]),
+        "with_prints_cpu_s": min(cpu[True]),
+        "stats_share": min(cpu["stats"]) / min(cpu[False]),
+        "path": out,
+    }
+
+
+def overhead(compiled, inputs: dict, rounds: int) -> tuple[dict, dict]:
+    """Capture times (wall and this process's CPU time, which a loaded machine disturbs
+    less) with fingerprints and without, in alternating blocks of three captures of each
+    kind, the first of a block not counted: a capture runs measurably slower after one of
+    the other kind (what its predecessor left to the allocator differs). `cpu["stats"]`:
+    the CPU time spent in the fingerprint computation itself, per capture."""
+    stats_of, spent = recorder.stats_of, [0.0]
+
+    def timed(bits, values):
+        start = time.process_time()
+        try:
+            return stats_of(bits, values)
+        finally:
+            spent[0] += time.process_time() - start
+
+    wall, cpu = {False: [], True: []}, {False: [], True: [], "stats": []}
+    for _ in range(rounds):
+        for prints in (False, True):
+            for i in range(3):
+                recorder.stats_of, spent[0] = timed, 0.0
+                start, start_cpu = time.perf_counter(), time.process_time()
+                mnrt.begin_capture(fingerprints=prints)
+                compiled(inputs)
+                mnrt.end_capture()
+                if i:
+                    wall[prints].append(time.perf_counter() - start)
+                    cpu[prints].append(time.process_time() - start_cpu)
+                    if prints:
+                        cpu["stats"].append(spent[0])
+    recorder.stats_of = stats_of
+    return wall, cpu
+
+
+def reduce_figures() -> list[tuple[str, int, int, float, str]]:
+    binary = chain_capture(200)
+    gid = next(s for s in weight_sites(binary) if s[1] == 137)[2]
+    cases = [("one weight perturbed (kernel 137)", perturbed(binary, gid))]
+    gathered = chain_capture(200, gather_at=150)
+    bad = with_written(gathered, "idx", np.array([3, 2, 9, 0], np.int32))
+    cases.append(("gather index out of range (kernel 150)", bad))
+    rows = []
+    for what, failing in cases:
+        start = time.perf_counter()
+        result = reduce(failing)
+        seconds = time.perf_counter() - start
+        steps = ", ".join(
+            f"{s['step']} {s['kernels'][0]}->{s['kernels'][1]} ({s['tests']} replays)"
+            for s in result.steps
+        )
+        rows.append((what, kernel_count(failing), kernel_count(result.binary), seconds, steps))
+    return rows
+
+
+def _process_s(*args: str) -> tuple[float, int]:
+    start = time.perf_counter()
+    code = subprocess.run([sys.executable, "-m", "mnrt", *args], capture_output=True).returncode
+    return time.perf_counter() - start, code
+
+
+def diff_figures(ctx: mnrt.Context, vgg: Path, folder: Path) -> list[tuple]:
+    """(pair, in-process seconds, whole `mnrt diff` process seconds, exit code, `mnrt
+    --version` process seconds: the start-up every mnrt command pays), fastest of three."""
+    model = onnx.load(str(Path(onnx.__file__).parent / "backend/test/data/light/light_vgg19.onnx"))
+    inputs = example_inputs(model)
+    again = folder / "vgg19_again.mnlb"
+    ctx.compile(model, inputs, options={"float_dtype": "float"}).save_binary(again)
+    binary = mnrt.LightBinary.load(vgg)
+    edited = folder / "vgg19_perturbed.mnlb"
+    perturbed(binary, weight_sites(binary)[5][2]).save(edited)
+    rows = []
+    for what, other in (("recaptured", again), ("one weight perturbed", edited)):
+        inside, whole, startup = [], [], []
+        for _ in range(3):
+            start = time.perf_counter()
+            diff(mnrt.LightBinary.load(vgg), mnrt.LightBinary.load(other))
+            inside.append(time.perf_counter() - start)
+            seconds, code = _process_s("diff", str(vgg), str(other))
+            whole.append(seconds)
+            startup.append(_process_s("--version")[0])
+        rows.append((what, min(inside), min(whole), code, min(startup)))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", action="append", help="light model name(s); default: all")
+    parser.add_argument("--rounds", type=int, default=5, help="capture rounds per side")
+    args = parser.parse_args()
+    paths = light_models()
+    if args.model:
+        paths = [p for p in paths if Path(p).stem in args.model]
+    ctx = mnrt.Context(mnrt.MNDevice("mncore2:auto"))
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        print(
+            "locate and fingerprint overhead (light models, float; capture: fastest of "
+            f"{args.rounds} alternating rounds)"
+        )
+        print(
+            f"  {'model':<22} {'kernels':>7} {'named':>6} {'capture':>10} {'+prints':>10} "
+            f"{'wall':>6} {'cpu':>6} {'stats/capture cpu':>17}"
+        )
+        vgg = None
+        for path in paths:
+            r = locate_figures(ctx, path, folder, args.rounds)
+            vgg = r["path"] if r["model"] == "light_vgg19" else vgg
+            print(
+                f"  {r['model']:<22} {r['kernels']:>7} {r['named']:>6} "
+                f"{r['capture_s'] * 1e3:>8.1f}ms {r['with_prints_s'] * 1e3:>8.1f}ms "
+                f"{r['with_prints_s'] / r['capture_s']:>5.3f}x "
+                f"{r['with_prints_cpu_s'] / r['cpu_s']:>5.3f}x {r['stats_share']:>16.1%}"
+            )
+        print("reduce (mnrt reduce, 200-kernel binaries)")
+        for what, before, after, seconds, steps in reduce_figures():
+            print(f"  {what}: {before} -> {after} kernels in {seconds:.2f} s [{steps}]")
+        if vgg is not None:
+            print("diff (two VGG-19 binaries)")
+            for what, inside, whole, code, startup in diff_figures(ctx, vgg, folder):
+                print(
+                    f"  {what}: {inside * 1e3:.1f} ms in process; {whole * 1e3:.0f} ms as a "
+                    f"`mnrt diff` process (exit {code}); `mnrt --version` alone: "
+                    f"{startup * 1e3:.0f} ms"
+                )
+            binary = mnrt.LightBinary.load(vgg)
+            start = time.perf_counter()
+            small, stats = optimize(binary)
+            seconds = time.perf_counter() - start
+            passed = mnrt.replay(small).passed
+            print(
+                f"optimize VGG-19: {stats.bytes[0]} -> {stats.bytes[1]} bytes "
+                f"({stats.bytes[1] / stats.bytes[0]:.3f}x), {stats.commands[0]} -> "
+                f"{stats.commands[1]} commands, replay {'PASS' if passed else 'FAIL'}, "
+                f"{seconds:.1f} s"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Per-kernel fingerprints: what a capture remembers of each kernel's outputs (since 1.2).
+
+A fingerprint is xxh3-64 of an output's stored bits plus summary statistics of its values
+(min, max and mean of the finite ones, and how many are not finite; of a large output, over
+a fixed sample). The hash tells whether a replay computed exactly the same bits; the
+statistics let a tolerant comparison tell "rounded differently" (same statistics within
+tolerance) from "wrong". Recording one costs one pass over the output (the hash).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+import xxhash
+
+from .fb.KernelFingerprint import KernelFingerprintT
+
+_NAN = float("nan")
+
+
+class Stats(NamedTuple):
+    """One output's fingerprint without its place."""
+
+    hash: int
+    min: float
+    max: float
+    mean: float
+    nonfinite: int
+
+    def to_dict(self) -> dict:
+        return {
+            "hash": f"{self.hash:016x}",
+            "min": _json_float(self.min),
+            "max": _json_float(self.max),
+            "mean": _json_float(self.mean),
+            "nonfinite": self.nonfinite,
+        }
+
+
+class Fingerprint(NamedTuple):
+    """Where one fingerprint belongs: the command that ran the kernel (an EnqueueProgram or
+    ReplayTrace index), the kernel's position among the kernels that command ran, and the
+    output's position among the kernel's outputs."""
+
+    command: int
+    kernel: int
+    output: int
+    stats: Stats
+
+
+# The statistics of a large output are taken over a sample: SAMPLE_RUNS runs of RUN
+# consecutive elements, evenly spaced (the same elements on capture and replay). The hash
+# covers every bit, and is the one full pass over the output: min, max and a sum over all
+# of it were three more, which made fingerprinting cost more than its budget of capture
+# time (5%) on models of cheap kernels; a summary to tell rounding from a wrong result
+# needs no more than a sample.
+SAMPLE_RUNS, RUN = 64, 256
+
+
+def stats_of(bits: np.ndarray, values: np.ndarray) -> Stats:
+    """The fingerprint of an output: `bits` as stored (hashed whole), `values` as computed
+    (summarised: min, max and mean of the finite ones and the count of the others, over all
+    of them or, past SAMPLE_RUNS * RUN elements, the sample described above)."""
+    digest = xxhash.xxh3_64_intdigest(bits if bits.flags.c_contiguous else bits.copy())
+    if values.size == 0:
+        return Stats(digest, _NAN, _NAN, _NAN, 0)
+    sample = _sample(values.reshape(-1))
+    if sample.dtype.kind == "b":
+        sample = sample.view(np.uint8)
+    # The ufuncs' own reductions: ndarray.min and friends add a Python call each, which
+    # tells on a model of many small kernels. NaN propagates and infinities show.
+    lo, hi = np.minimum.reduce(sample), np.maximum.reduce(sample)
+    if sample.dtype.kind != "f" or (math.isfinite(lo) and math.isfinite(hi)):
+        return Stats(digest, float(lo), float(hi), _mean(sample), 0)
+    finite = sample[np.isfinite(sample)]
+    bad = int(sample.size - finite.size)
+    if finite.size == 0:
+        return Stats(digest, _NAN, _NAN, _NAN, bad)
+    return Stats(digest, float(finite.min()), float(finite.max()), _mean(finite), bad)
+
+
+def _sample(flat: np.ndarray) -> np.ndarray:
+    """The elements summarised, as one contiguous 1-D array (numpy reduces a strided 2-D
+    view several times slower than a copy of it)."""
+    step = flat.size // SAMPLE_RUNS
+    if step <= RUN:
+        return flat
+    runs = flat[: step * SAMPLE_RUNS].reshape(SAMPLE_RUNS, step)[:, :RUN]
+    return np.ascontiguousarray(runs).reshape(-1)
+
+
+def _mean(values: np.ndarray) -> float:
+    # Floats sum pairwise in their own precision (a few ulps over the sample: plenty for a
+    # summary, and faster than widening); integers in float64, which cannot wrap.
+    total = np.add.reduce(values, dtype=None if values.dtype.kind == "f" else np.float64)
+    return float(total) / values.size
+
+
+def _json_float(v: float) -> float | str:
+    return v if math.isfinite(v) else str(v)
+
+
+def to_tables(fingerprints: Sequence[Fingerprint]) -> list[KernelFingerprintT]:
+    """Object-API tables for `LightBinary.build`, in (command, kernel, output) order."""
+    out = []
+    for f in sorted(fingerprints, key=lambda f: (f.command, f.kernel, f.output)):
+        s = f.stats
+        t = KernelFingerprintT()
+        t.command, t.kernel, t.output = f.command, f.kernel, f.output
+        t.hash, t.min, t.max, t.mean, t.nonfinite = s.hash, s.min, s.max, s.mean, s.nonfinite
+        out.append(t)
+    return out
+
+
+def close(a: Stats, b: Stats, rtol: float, atol: float) -> bool:
+    """Whether two fingerprints' statistics agree within tolerance: the same number of
+    non-finite elements, and min, max and mean each within `atol + rtol * scale` where
+    the scale is the captured output's largest magnitude (so a mean near zero of values
+    near one is not held to a relative error it cannot meet)."""
+    if a.nonfinite != b.nonfinite:
+        return False
+    scale = max(abs(b.min), abs(b.max)) if math.isfinite(b.min) else 0.0
+    for x, y in ((a.min, b.min), (a.max, b.max), (a.mean, b.mean)):
+        if math.isnan(x) or math.isnan(y):
+            if math.isnan(x) != math.isnan(y):
+                return False
+            continue
+        if abs(x - y) > atol + rtol * scale:
+            return False
+    return True

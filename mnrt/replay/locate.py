@@ -1,0 +1,315 @@
+"""Locating the first kernel whose output diverges from the capture (`mnrt run --locate`).
+
+A binary captured with fingerprints (format 1.2) holds a summary of every kernel output as
+the capture computed it. A locating replay fingerprints every kernel again as it runs and
+compares: the first kernel whose output bits differ is the first divergent one. Its
+statistics then tell "different rounding" (min, max, mean and non-finite count within
+tolerance of the capture's: a different BLAS, another summation order) from "wrong"; the
+first wrong kernel is the one a user wants, and its inputs and output are saved as .npy in
+a directory of its own, next to a float64 re-evaluation of the kernel on the same inputs.
+Kernels before it matched bit for bit, so its inputs are what the capture's were unless the
+binary's own data (a weight it writes) differs.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..device.dtypes import DOUBLE
+from ..device.kernels import Out, TensorSpec
+from ..errors import MnrtError
+from ..format.files import write_atomically
+from ..format.fingerprints import Stats, close, stats_of
+from .placement import logical_devices
+from .plan import Plan, program_kernel
+
+if TYPE_CHECKING:
+    from ..host.program import Step
+
+ROUNDING, WRONG = "different rounding", "wrong"
+# Rounding differences grow as they pass through kernels: the statistics of an output are
+# held to this many times its dtype's default tolerance before it counts as wrong.
+ROUNDING_SLACK = 64.0
+
+
+def can_locate(plan: Plan) -> bool:
+    """Whether a locating replay can follow the plan's kernels: those of one device, which
+    run in its queues' order (several devices' queues run at once, so "first" has no
+    meaning across them)."""
+    return len(logical_devices(plan)) <= 1
+
+
+@dataclass
+class KernelSite:
+    """One kernel execution, as `--locate` names it."""
+
+    command: int  # index of the EnqueueProgram or ReplayTrace that ran it
+    kernel: int  # its position among the kernels that command ran
+    program: str
+    program_kernel: int  # its position in its program
+    op: str
+    inputs: list[dict]  # {slot, buffer, shape, dtype} per operand
+    outputs: list[dict]
+    verdict: str = ""  # ROUNDING or WRONG
+    captured: list[Stats] = field(default_factory=list)
+    replayed: list[Stats] = field(default_factory=list)
+
+    def describe(self) -> str:
+        def ops(xs: list[dict]) -> str:
+            return ", ".join(
+                (o["slot"] if o["slot"] == o["buffer"] else f"{o['slot']}='{o['buffer']}'")
+                + f":{o['dtype']}{o['shape']}"
+                for o in xs
+            )
+
+        return (
+            f"command {self.command} program '{self.program}' kernel {self.program_kernel} "
+            f"'{self.op}' ({ops(self.inputs)} -> {ops(self.outputs)})"
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "command": self.command,
+            "kernel": self.kernel,
+            "program": self.program,
+            "program_kernel": self.program_kernel,
+            "op": self.op,
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+            "verdict": self.verdict,
+            "captured": [s.to_dict() for s in self.captured],
+            "replayed": [s.to_dict() for s in self.replayed],
+        }
+
+
+@dataclass
+class LocateResult:
+    """What a locating replay found: the first divergent kernel (bits differ), the first
+    wrong one (statistics out of tolerance), how many kernels were compared and differed,
+    and where the wrong (else the divergent) kernel's arrays were saved."""
+
+    fingerprints: int  # fingerprints the binary holds
+    compared: int = 0
+    divergent: int = 0
+    first_divergent: KernelSite | None = None
+    first_wrong: KernelSite | None = None
+    failed: KernelSite | None = None  # the kernel a device error stopped, if one did
+    saved_to: str | None = None  # the first divergent kernel's arrays
+    wrong_saved_to: str | None = None  # the first wrong kernel's
+
+    @property
+    def located(self) -> KernelSite | None:
+        """The first kernel whose output diverges from the capture's."""
+        return self.first_divergent
+
+    def summary(self) -> str:
+        if self.failed is not None:
+            return f"locate: the device failed in {self.failed.describe()}"
+        if not self.fingerprints:
+            return (
+                "locate: the binary records no kernel fingerprints (capture with fingerprints=True)"
+            )
+        if self.first_divergent is None:
+            return (
+                f"locate: all {self.compared} kernel outputs match their fingerprints bit for bit"
+            )
+        first = self.first_divergent
+        lines = [
+            f"locate: {self.divergent} of {self.compared} kernel outputs differ from the capture",
+            f"  first divergent kernel ({first.verdict}): {first.describe()}",
+        ]
+        if self.saved_to:
+            lines.append(f"    its inputs and outputs are saved in {self.saved_to}")
+        if self.first_wrong is not None and self.first_wrong is not first:
+            lines.append(f"  first wrong kernel: {self.first_wrong.describe()}")
+            if self.wrong_saved_to:
+                lines.append(f"    its inputs and outputs are saved in {self.wrong_saved_to}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {
+            "fingerprints": self.fingerprints,
+            "compared": self.compared,
+            "divergent": self.divergent,
+            "first_divergent": self.first_divergent and self.first_divergent.to_dict(),
+            "first_wrong": self.first_wrong and self.first_wrong.to_dict(),
+            "failed": self.failed and self.failed.to_dict(),
+            "saved_to": self.saved_to,
+            "wrong_saved_to": self.wrong_saved_to,
+        }
+
+
+class Locator:
+    """Compares every kernel a replay runs with the binary's fingerprints. One per loop;
+    `watch(command index)` is the queue's KernelWatch factory (see Executor)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        save_dir: str | Path | None = None,
+        rtol: float | None = None,
+        atol: float | None = None,
+    ) -> None:
+        self.plan = plan
+        self.expected = plan.fingerprints
+        self.result = LocateResult(len(plan.binary.fingerprints))
+        self.save_dir = Path(save_dir) if save_dir is not None else None
+        self.rtol, self.atol = rtol, atol
+        self.running: tuple[int, int, Step] | None = None  # (command, kernel, step) now
+
+    def watch(self, command: int) -> _Watch:
+        return _Watch(self, command)
+
+    def stopped(self) -> None:
+        """The replay stopped on an error: the kernel still running is the one that failed
+        (a device error is raised by the kernel it happened in)."""
+        if self.running is not None:
+            command, kernel, step = self.running
+            self.result.failed = self._site(command, kernel, step)
+            self.running = None
+
+    def _site(self, command: int, kernel: int, step: Step) -> KernelSite:
+        program, position = program_kernel(self.plan, command, kernel)
+        k = program.kernels[position] if program is not None else None
+        in_slots = list(k.inputs) if k is not None else [f"in{i}" for i in range(len(step.ins))]
+        out_slots = list(k.outputs) if k is not None else [f"out{i}" for i in range(len(step.outs))]
+        return KernelSite(
+            command,
+            kernel,
+            program.name if program is not None else "",
+            position,
+            step.kdef.name,
+            [_operand(s, b) for s, b in zip(in_slots, step.ins)],
+            [_operand(s, b) for s, b in zip(out_slots, step.outs)],
+        )
+
+    def _tolerance(self, step: Step, j: int) -> tuple[float, float]:
+        d = step.outs[j].dtype
+        rtol = self.rtol if self.rtol is not None else d.rtol * ROUNDING_SLACK
+        atol = self.atol if self.atol is not None else d.atol * ROUNDING_SLACK
+        return rtol, atol
+
+    def check(self, w: _Watch, step: Step, results: Sequence[np.ndarray]) -> None:
+        want = self.expected.get((w.command, w.kernel))
+        if want is None:
+            return
+        r = self.result
+        r.compared += 1
+        got = [stats_of(b.peek(), v) for b, v in zip(step.outs, results)]
+        if len(got) == len(want) and all(g.hash == e.hash for g, e in zip(got, want)):
+            return
+        r.divergent += 1
+        if r.first_wrong is not None:
+            return
+        wrong = len(got) != len(want) or not all(
+            close(g, e, *self._tolerance(step, j)) for j, (g, e) in enumerate(zip(got, want))
+        )
+        if r.first_divergent is not None and not wrong:
+            return
+        site = self._site(w.command, w.kernel, step)
+        site.verdict, site.captured, site.replayed = WRONG if wrong else ROUNDING, want, got
+        if wrong:
+            r.first_wrong = site
+        if r.first_divergent is None:
+            r.first_divergent = site
+        if self.save_dir is not None:
+            saved = str(self._save(site, step, w.inputs_before))
+            if r.saved_to is None:
+                r.saved_to = saved
+            if wrong:
+                r.wrong_saved_to = saved
+
+    def _save(self, site: KernelSite, step: Step, before: list[np.ndarray] | None) -> Path:
+        """The kernel's inputs (as it read them), its outputs as this replay computed them
+        and as a float64 re-evaluation of the kernel on those inputs computes them, and the
+        site with both fingerprints as JSON."""
+        folder = self.save_dir / f"command{site.command}_kernel{site.kernel}_{site.op}"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise MnrtError(f"cannot save the located kernel in {folder}: {e.strerror}") from None
+        inputs = before if before is not None else [_values(b) for b in step.ins]
+        outputs = [_values(b) for b in step.outs]
+        for o, a in zip(site.inputs, inputs):
+            _save_npy(folder / f"input.{_file_part(o['slot'])}.npy", a)
+        for o, a in zip(site.outputs, outputs):
+            _save_npy(folder / f"output.{_file_part(o['slot'])}.replayed.npy", a)
+        reference, why = _reference(step, inputs)
+        doc = site.to_dict()
+        doc["reference"] = why
+        for o, a in zip(site.outputs, reference or ()):
+            _save_npy(folder / f"output.{_file_part(o['slot'])}.reference.npy", a)
+        write_atomically(folder / "site.json", json.dumps(doc, indent=1).encode())
+        return folder
+
+
+class _Watch:
+    """The KernelWatch of one command of a locating replay (which keeps looking until it
+    has found a wrong kernel)."""
+
+    __slots__ = ("command", "inputs_before", "kernel", "locator")
+
+    def __init__(self, locator: Locator, command: int) -> None:
+        self.locator, self.command, self.kernel = locator, command, 0
+        self.inputs_before: list[np.ndarray] | None = None
+
+    def before(self, step: Step) -> None:
+        """An in-place kernel overwrites an input: keep the inputs while it may be one to
+        save (until a wrong kernel has been found)."""
+        self.locator.running = (self.command, self.kernel, step)
+        self.inputs_before = None
+        if self.locator.result.first_wrong is None and self.locator.save_dir is not None:
+            outs = {id(b) for b in step.outs}
+            if any(id(b) in outs for b in step.ins):
+                self.inputs_before = [_values(b) for b in step.ins]
+
+    def after(self, step: Step, results: Sequence[np.ndarray]) -> None:
+        self.locator.running = None
+        try:
+            self.locator.check(self, step, results)
+        finally:
+            self.kernel += 1
+
+
+def _operand(slot: str, buf: Any) -> dict:
+    return {"slot": slot, "buffer": buf.name, "shape": list(buf.shape), "dtype": buf.dtype.name}
+
+
+def _values(buf: Any) -> np.ndarray:
+    """A buffer's contents as a host read returns them (half as float32)."""
+    return buf.dtype.from_storage(np.array(buf.peek()))
+
+
+def _file_part(name: str) -> str:
+    """A slot name (the binary chose it) as part of a file name: no separators or dots
+    runs, short enough for any file system."""
+    return re.sub(r"[^\w#+=-]", "_", name)[:100] or "_"
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    data = io.BytesIO()
+    np.save(data, array, allow_pickle=False)
+    write_atomically(path, data.getbuffer())
+
+
+def _reference(step: Step, inputs: list[np.ndarray]) -> tuple[list[np.ndarray] | None, str]:
+    """The kernel evaluated in float64 on its inputs (floating inputs widened), or None
+    and why not (a kernel without a double form)."""
+    kdef, attrs = step.kdef, step.bound.attrs
+    wide = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in inputs]
+    specs = [TensorSpec(b.shape, DOUBLE if b.dtype.is_float else b.dtype) for b in step.ins]
+    try:
+        outs = kdef.infer(specs, attrs)
+        targets = [Out(o.shape, DOUBLE if DOUBLE in o.dtypes else o.dtypes[0], None) for o in outs]
+        results = kdef.compute(wide, attrs, targets)
+    except MnrtError as e:
+        return None, f"no float64 reference: {e}"
+    return [np.asarray(r) for r in results], "the kernel evaluated in float64 on the saved inputs"

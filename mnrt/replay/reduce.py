@@ -1,0 +1,408 @@
+"""Shrinking a failing binary to a minimal one that fails the same way (`mnrt reduce`).
+
+"The same way" is a failure's signature: a device error of the same type and message in a
+kernel of the same op and operand specs; or, for a binary with fingerprints, the same first
+divergent kernel (op, program, operand specs) computing the same wrong bits; or, without
+fingerprints, the same golden checks failing with the same mismatch counts and (to three
+digits) the same largest error.
+
+Steps, each kept only if the result still fails the same way:
+1. isolate: where the failure names a kernel (a device error, or the first divergent kernel
+   of a binary with fingerprints), a binary of that kernel alone, its operands written with
+   what they held just before it ran in the failing replay (and its fingerprint); the
+   kernels before it matched the capture bit for bit, so this is the failure itself;
+2. commands: delta debugging (ddmin) over the commands that do work (writes, reads,
+   program enqueues, trace replays, finishes, copies), buffers and programs nothing uses
+   dropped; events stay (a candidate without them could race and fail by chance);
+3. kernels: ddmin over each remaining program's kernels, enqueues rebound to the slots left.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import DeviceError, InvalidArgumentError, MnrtError
+from ..format import LightBinary
+from ..format.edit import Editor
+from ..format.fb.BufferDesc import BufferDescT
+from ..format.fb.Command import CommandT
+from ..format.fb.CommandUnion import CommandUnion as U
+from ..format.fb.CreateBuffer import CreateBufferT
+from ..format.fb.CreateProgram import CreateProgramT
+from ..format.fb.EnqueueProgram import EnqueueProgramT
+from ..format.fb.OpenDevice import OpenDeviceT
+from ..format.fb.OpenQueue import OpenQueueT
+from ..format.fb.ProgramDesc import ProgramDescT
+from ..format.fb.ReadBuffer import ReadBufferT
+from ..format.fb.WriteBuffer import WriteBufferT
+from ..format.fingerprints import Fingerprint
+from .executor import Executor
+from .locate import KernelSite, can_locate
+from .placement import place
+from .plan import validate
+from .trim import referenced_ids
+
+# Commands that do work (ddmin's units): any other command only defines what these use.
+_WORK = (U.WriteBuffer, U.ReadBuffer, U.GoldenCheck, U.EnqueueProgram, U.ReplayTrace, U.Finish,
+         U.CopyBuffer)  # fmt: skip
+# Commands that order queues: always kept (without them a candidate may race and fail by
+# chance), and what they name stays defined.
+_ORDER = (U.RecordEvent, U.WaitEvent)
+_NAN = float("nan")
+
+
+class NotFailingError(InvalidArgumentError):
+    """`mnrt reduce` was given a binary that does not fail."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How a binary fails: its kind ("device error", "divergent kernel", "golden mismatch")
+    and what must stay the same; `site` is the kernel it names, if any."""
+
+    kind: str
+    detail: tuple
+    site: KernelSite | None = field(default=None, compare=False)
+
+    def describe(self) -> str:
+        where = f" in {self.site.describe()}" if self.site is not None else ""
+        return f"{self.kind}{where}: {', '.join(map(str, self.detail))}"
+
+
+def _specs(site: KernelSite) -> tuple:
+    return (site.op, tuple((o["dtype"], tuple(o["shape"])) for o in site.inputs + site.outputs))
+
+
+def failure_of(binary: LightBinary, locate: bool | None = None) -> Failure | None:
+    """The binary's failure (None when it passes, or is not a valid binary at all). With
+    `locate` (by default: when the binary has one device, see locate.can_locate), a
+    divergent kernel is the failure where the binary has fingerprints."""
+    from . import replay
+
+    try:
+        if locate is None:
+            locate = can_locate(validate(binary, blobs=False))
+        report = replay(binary, locate=locate)
+    except DeviceError as e:
+        located = getattr(getattr(e, "report", None), "locate", None)
+        site = located.failed if located is not None else None
+        spec = _specs(site) if site is not None else ()
+        # What went wrong, without where (command numbers change as the binary shrinks).
+        what = str(e).split(" failed: ", 1)[-1]
+        return Failure("device error", (type(e).__name__, what, *spec), site)
+    except MnrtError:
+        return None
+    first = report.locate.first_divergent if report.locate is not None else None
+    if first is not None:
+        # The bits it computed too: inputs that differ from the failing run's change them.
+        computed = tuple(f"{r.hash:016x}" for r in first.replayed)
+        return Failure("divergent kernel", (first.program, *_specs(first), computed), first)
+    failed = [c for c in report.checks if not c.passed]
+    if not failed:
+        return None
+    detail = tuple(
+        (c.name, c.mismatches, float(f"{c.max_abs_err:.3g}") if math.isfinite(c.max_abs_err)
+         else str(c.max_abs_err))
+        for c in failed
+    )  # fmt: skip
+    return Failure("golden mismatch", detail)
+
+
+@dataclass
+class ReduceResult:
+    binary: LightBinary
+    failure: Failure
+    steps: list[dict]
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return {
+            "failure": self.failure.describe(),
+            "steps": self.steps,
+            "seconds": self.seconds,
+            "commands": len(self.binary),
+            "kernels": kernel_count(self.binary),
+        }
+
+
+def kernel_count(binary: LightBinary) -> int:
+    """Kernels the binary's programs hold."""
+    return sum(
+        len(c.cmd.program.kernels or ()) for c in binary.commands if c.cmdType == U.CreateProgram
+    )
+
+
+class _Tester:
+    """Runs candidates, counting them, and says which fail the same way."""
+
+    def __init__(self, failure: Failure, deadline: float, locate: bool) -> None:
+        self.failure, self.deadline, self.tests = failure, deadline, 0
+        self.locate = locate  # as the original was replayed, so failures compare alike
+
+    def __call__(self, candidate: LightBinary | None) -> bool:
+        if candidate is None or time.monotonic() > self.deadline:
+            return False
+        self.tests += 1
+        return failure_of(candidate, self.locate) == self.failure
+
+
+def ddmin(units: Sequence[Any], fails: Callable[[list], bool]) -> list:
+    """Zeller's ddmin: a 1-minimal subset of `units` for which `fails` holds (it holds
+    for all of them)."""
+    units, n = list(units), 2
+    while len(units) >= 2:
+        size = math.ceil(len(units) / n)
+        parts = [units[i : i + size] for i in range(0, len(units), size)]
+        for part in parts:
+            if fails(part):
+                units, n = part, 2
+                break
+        else:
+            for part in parts:
+                rest = [u for u in units if u not in part]
+                if fails(rest):
+                    units, n = rest, max(n - 1, 2)
+                    break
+            else:
+                if n >= len(units):
+                    break
+                n = min(len(units), 2 * n)
+    return units
+
+
+def without(binary: LightBinary, drop: set[int]) -> LightBinary | None:
+    """`binary` less the commands at `drop`, and the buffers and programs no command left
+    uses; None when what is left is not a valid binary."""
+    commands = binary.commands
+    rest = [i for i in range(len(commands)) if i not in drop]
+    used = set().union(*(referenced_ids(commands[i].cmd) for i in rest
+                         if commands[i].cmdType in (*_WORK, *_ORDER)))  # fmt: skip
+    keep = [i for i in rest if _still_defined(commands[i], used)]
+    index = {old: new for new, old in enumerate(keep)}
+    prints = [
+        Fingerprint(index[f.command], f.kernel, f.output, f.stats)
+        for f in binary.fingerprints
+        if f.command in index
+    ]
+    try:
+        result = Editor(binary).build([commands[i] for i in keep], fingerprints=prints)
+        validate(result)
+    except MnrtError:
+        return None
+    return result
+
+
+def _still_defined(c: CommandT, used: set[int]) -> bool:
+    if c.cmdType in (U.CreateBuffer, U.DeallocateBuffer):
+        return c.cmd.bufferId in used
+    if c.cmdType == U.CreateProgram:
+        return c.cmd.programId in used
+    return True
+
+
+def with_kernels(binary: LightBinary, program: int, kept: list[int]) -> LightBinary | None:
+    """`binary` with program `program` reduced to its kernels at positions `kept`, every
+    enqueue of it bound to the slots left; None when that is not a valid binary."""
+    commands = list(binary.commands)
+    slots_before: tuple[str, ...] = ()
+    slots_after: list[str] = []
+    for i, c in enumerate(commands):
+        if c.cmdType == U.CreateProgram and c.cmd.programId == program:
+            desc = c.cmd.program
+            kernels = [desc.kernels[k] for k in kept]
+            slots_before = _slots(desc.kernels)
+            slots_after = list(_slots(kernels))
+            body = copy.copy(c.cmd)
+            body.program = ProgramDescT(name=desc.name, kernels=kernels)
+            commands[i] = CommandT(c.cmdType, body)
+        elif c.cmdType == U.EnqueueProgram and c.cmd.programId == program:
+            bound = dict(zip(slots_before, (int(b) for b in c.cmd.bufferIds)))
+            body = copy.copy(c.cmd)
+            body.bufferIds = [bound[s] for s in slots_after]
+            commands[i] = CommandT(c.cmdType, body)
+    try:
+        result = Editor(binary).build(commands, fingerprints=binary.fingerprints)
+        validate(result)
+    except MnrtError:
+        return None
+    return result
+
+
+def _slots(kernels: Sequence[Any]) -> tuple[str, ...]:
+    """A program's slots, as the validator orders them: every kernel's operands in turn."""
+    return tuple(dict.fromkeys(s for k in kernels for s in (*_texts(k.inputs), *_texts(k.outputs))))
+
+
+class _Snapshot:
+    """The KernelWatch factory of a replay that copies one kernel's operands just before
+    it runs (the failing replay's own state at that point)."""
+
+    def __init__(self, command: int, kernel: int) -> None:
+        self.command, self.kernel = command, kernel
+        self.ins: list[Any] = []  # the buffers bound to its inputs, then its outputs
+        self.outs: list[Any] = []
+        self.bits: dict[int, np.ndarray] | None = None  # id(buffer) -> stored bits
+
+    def __call__(self, command: int) -> _SnapshotWatch | None:
+        return _SnapshotWatch(self) if command == self.command else None
+
+
+class _SnapshotWatch:
+    def __init__(self, owner: _Snapshot) -> None:
+        self.owner, self.kernel = owner, 0
+
+    def before(self, step: Any) -> None:
+        if self.kernel == self.owner.kernel:
+            o = self.owner
+            o.ins, o.outs = list(step.ins), list(step.outs)
+            o.bits = {id(b): np.array(b.peek()) for b in (*step.ins, *step.outs)}
+
+    def after(self, step: Any, results: Any) -> None:
+        self.kernel += 1
+
+
+def isolate(binary: LightBinary, site: KernelSite) -> LightBinary | None:
+    """A binary of the kernel at `site` alone, on what its operands held just before it
+    ran in a replay of `binary` (see the module doc), with its fingerprint."""
+
+    plan = validate(binary, blobs=False)
+    snap = _Snapshot(site.command, site.kernel)
+    executor = Executor(plan, place(plan, "auto", None, None), verify=False, watch=snap)
+    try:
+        executor.run(site.command + 1)
+    except MnrtError:
+        pass  # the kernel may be the one that fails: its operands were copied before
+    finally:
+        executor.close()
+    desc = _kernel_desc(binary, plan, site.command, site.kernel)
+    if snap.bits is None or desc is None:
+        return None
+    editor = Editor(binary)
+    dev, queue, prog = 1, 2, 3
+    commands = [CommandT(U.OpenDevice, OpenDeviceT(dev, 0)),
+                CommandT(U.OpenQueue, OpenQueueT(queue, dev, 0))]  # fmt: skip
+    ids: dict[int, int] = {}
+    for buf in (*snap.ins, *snap.outs):
+        if id(buf) not in ids:
+            gid = ids[id(buf)] = 4 + len(ids)
+            shape = BufferDescT(shape=list(buf.shape), dtype=buf.dtype.code, name=buf.name)
+            commands.append(CommandT(U.CreateBuffer, CreateBufferT(gid, dev, shape)))
+    for key in dict.fromkeys(id(b) for b in snap.ins):  # what it reads, in-place outputs too
+        write = WriteBufferT(queue, ids[key], editor.add_blob(snap.bits[key]), True)
+        commands.append(CommandT(U.WriteBuffer, write))
+    program = ProgramDescT(name=site.program, kernels=[desc])
+    commands.append(CommandT(U.CreateProgram, CreateProgramT(prog, dev, program)))
+    bound = {
+        **dict(zip(_texts(desc.inputs), snap.ins)),
+        **dict(zip(_texts(desc.outputs), snap.outs)),
+    }
+    enqueue = len(commands)
+    buffers = [ids[id(bound[s])] for s in _slots([desc])]
+    commands.append(CommandT(U.EnqueueProgram, EnqueueProgramT(queue, prog, buffers, False)))
+    for buf in snap.outs:
+        read = ReadBufferT(queue, ids[id(buf)], True, 0, _NAN, _NAN)
+        commands.append(CommandT(U.ReadBuffer, read))
+    prints = [
+        Fingerprint(enqueue, 0, f.output, f.stats)
+        for f in binary.fingerprints
+        if (f.command, f.kernel) == (site.command, site.kernel)
+    ]
+    result = editor.build(commands, fingerprints=prints)
+    try:
+        validate(result)
+    except MnrtError:
+        return None
+    return result
+
+
+def _texts(values: Sequence[bytes | str] | None) -> list[str]:
+    return [v.decode() if isinstance(v, bytes) else v for v in values or ()]
+
+
+def _kernel_desc(binary: LightBinary, plan: Any, command: int, kernel: int) -> Any:
+    """The stored KernelDesc of the `kernel`-th kernel command `command` ran, or None."""
+    c = binary.commands[command]
+    if c.cmdType == U.EnqueueProgram:
+        pids = [c.cmd.programId]
+    else:
+        pids = plan.trace_programs.get(c.cmd.traceId, [])
+    creates = {x.cmd.programId: x.cmd.program for x in binary.commands
+               if x.cmdType == U.CreateProgram}  # fmt: skip
+    for pid in pids:
+        kernels = creates[pid].kernels
+        if kernel < len(kernels):
+            return kernels[kernel]
+        kernel -= len(kernels)
+    return None
+
+
+def reduce(binary: LightBinary, time_limit_s: float = 600.0) -> ReduceResult:
+    """The smallest binary the steps find that fails as `binary` does (NotFailingError if
+    it does not fail), with a record of each step."""
+    start = time.monotonic()
+    try:
+        locate = can_locate(validate(binary, blobs=False))
+    except MnrtError:
+        locate = False  # not a valid binary: failure_of says so below
+    failure = failure_of(binary, locate)
+    if failure is None:
+        raise NotFailingError(
+            "the binary does not fail (it replays and passes, or is not a valid binary: "
+            "run `mnrt run` on it); there is nothing to reduce"
+        )
+    test = _Tester(failure, start + time_limit_s, locate)
+    steps: list[dict] = []
+    current = binary
+
+    def record(name: str, before: LightBinary, after: LightBinary, tests: int) -> None:
+        steps.append({
+            "step": name,
+            "tests": tests,
+            "commands": [len(before), len(after)],
+            "kernels": [kernel_count(before), kernel_count(after)],
+        })  # fmt: skip
+
+    if failure.site is not None:
+        before, t0 = current, test.tests
+        candidate = isolate(current, failure.site)
+        if test(candidate):
+            current = candidate
+        record("isolate", before, current, test.tests - t0)
+
+    before, t0 = current, test.tests
+    work = [i for i, c in enumerate(current.commands) if c.cmdType in _WORK]
+    cache: dict[tuple, bool] = {}
+
+    def commands_fail(kept: list[int]) -> bool:
+        key = tuple(kept)
+        if key not in cache:
+            cache[key] = test(without(current, set(work) - set(kept)))
+        return cache[key]
+
+    kept = ddmin(work, commands_fail)
+    if len(kept) < len(work):
+        current = without(current, set(work) - set(kept))
+    record("commands", before, current, test.tests - t0)
+
+    before, t0 = current, test.tests
+    for c in list(current.commands):
+        if c.cmdType != U.CreateProgram:
+            continue
+        pid, n = c.cmd.programId, len(c.cmd.program.kernels or ())
+        base = current
+
+        def kernels_fail(kept: list[int], base=base, pid=pid) -> bool:
+            return test(with_kernels(base, pid, kept))
+
+        chosen = ddmin(list(range(n)), kernels_fail)
+        if len(chosen) < n:
+            current = with_kernels(base, pid, chosen)
+    record("kernels", before, current, test.tests - t0)
+    return ReduceResult(current, failure, steps, time.monotonic() - start)

@@ -1,0 +1,212 @@
+"""A replayable slice of a binary (`mnrt trim FILE --commands a:b`).
+
+The slice is commands a..b-1 preceded by a state snapshot: every object live at command a
+(devices, queues, buffers, programs, device traces ready to replay), every live buffer's
+contents at that point, which a replay of commands 0..a-1 gives, and the events recorded
+before a that the slice waits for (recorded again once the snapshot is written).
+Goldens and fingerprints of the slice's commands come along; the result is replayed
+before it is handed back, so a slice that does not reproduce is never written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError, MnrtError
+from ..format import LightBinary
+from ..format.edit import Editor
+from ..format.fb.Command import CommandT
+from ..format.fb.CommandUnion import CommandUnion as U
+from ..format.fb.RecordEvent import RecordEventT
+from ..format.fb.WriteBuffer import WriteBufferT
+from ..format.fingerprints import Fingerprint
+from .executor import Executor
+from .placement import place
+from .plan import BUFFER, Plan, validate
+
+
+class TrimError(InvalidArgumentError):
+    """A slice that cannot be made replayable (it begins inside a device trace's capture)
+    or that does not reproduce its own goldens."""
+
+
+def parse_range(text: str, count: int) -> tuple[int, int]:
+    """'a:b' (either side may be left out, negatives count from the end, as in Python)
+    as a non-empty (start, stop) within `count` commands."""
+    parts = text.split(":")
+    if len(parts) != 2:
+        raise InvalidArgumentError(f"--commands {text!r}: give a range as START:STOP, e.g. 10:20")
+    try:
+        start, stop, _ = slice(*(int(p) if p.strip() else None for p in parts)).indices(count)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"--commands {text!r}: START and STOP must be integers"
+        ) from None
+    if start >= stop:
+        raise InvalidArgumentError(
+            f"--commands {text!r} selects no command of the binary's {count}; give START < STOP"
+        )
+    return start, stop
+
+
+@dataclass
+class _Live:
+    """What is defined at some command: creation commands by id, and each device trace's
+    commands (begin, enqueues, end) with whether it is still being captured."""
+
+    creates: dict[int, int] = field(default_factory=dict)  # object id -> creating command
+    traces: dict[int, list[int]] = field(default_factory=dict)
+    capturing: dict[int, int] = field(default_factory=dict)  # queue id -> trace id
+
+    def follow(self, commands: Sequence[CommandT], stop: int) -> None:
+        for i, c in enumerate(commands[:stop]):
+            kind, cmd = c.cmdType, c.cmd
+            if kind in _CREATES:
+                self.creates[getattr(cmd, _CREATES[kind])] = i
+            elif kind == U.DeallocateBuffer:
+                self.creates.pop(cmd.bufferId, None)
+            elif kind == U.BeginTraceCapture:
+                self.traces[cmd.traceId] = [i]
+                self.capturing[cmd.queueId] = cmd.traceId
+            elif kind == U.EndTraceCapture:
+                self.traces[cmd.traceId].append(i)
+                self.capturing.pop(cmd.queueId, None)
+            elif kind == U.ReleaseTrace:
+                self.traces.pop(cmd.traceId, None)
+                self.capturing = {q: t for q, t in self.capturing.items() if t != cmd.traceId}
+            elif kind == U.EnqueueProgram and cmd.queueId in self.capturing:
+                self.traces[self.capturing[cmd.queueId]].append(i)
+
+
+_CREATES = {
+    U.OpenDevice: "deviceId",
+    U.OpenQueue: "queueId",
+    U.CreateBuffer: "bufferId",
+    U.CreateProgram: "programId",
+}
+
+
+def referenced_ids(cmd: Any) -> set[int]:
+    """Every object id a command body names: any field called ...Id or ...Ids (so command
+    types added later are covered by their field names)."""
+    ids: set[int] = set()
+    for name, value in vars(cmd).items():
+        if name.endswith("Id") and isinstance(value, (int, np.integer)) and value:
+            ids.add(int(value))
+        elif name.endswith("Ids") and value is not None:
+            ids.update(int(v) for v in value)
+    return ids
+
+
+def _closure(commands: Sequence[CommandT], wanted: set[int], live: _Live) -> set[int]:
+    """`wanted` plus what defining them needs (a queue's device, a buffer's device...)."""
+    todo, seen = list(wanted), set()
+    while todo:
+        gid = todo.pop()
+        if gid in seen:
+            continue
+        seen.add(gid)
+        if gid in live.creates:
+            todo.extend(referenced_ids(commands[live.creates[gid]].cmd) - {gid})
+        for i in live.traces.get(gid, ()):
+            todo.extend(referenced_ids(commands[i].cmd))
+    return seen
+
+
+def snapshot(plan: Plan, stop: int, buffers: set[int]) -> dict[int, np.ndarray]:
+    """The stored bits of `buffers` once commands 0..stop-1 have run."""
+
+    executor = Executor(plan, place(plan, "auto", None, None), verify=False)
+    try:
+        executor.run(stop)
+        return {gid: np.array(executor.tables[BUFFER][gid].peek()) for gid in buffers}
+    finally:
+        executor.close()
+
+
+def trim(binary: LightBinary, start: int, stop: int, verify: bool = True) -> LightBinary:
+    """Commands start..stop-1 of `binary` after a state snapshot (see the module doc);
+    with `verify`, replayed first: one that fails raises TrimError."""
+    plan = validate(binary, blobs=False)
+    commands = binary.commands
+    live = _Live()
+    live.follow(commands, start)
+    if live.capturing:
+        trace = next(iter(live.capturing.values()))
+        raise TrimError(
+            f"command {start} is inside the capture of device trace {trace} (begun at command "
+            f"{live.traces[trace][0]}); start the slice before or after it"
+        )
+    body = commands[start:stop]
+    # Every live object, as a GFXReconstruct trim snapshots all state at its first frame:
+    # the slice may be edited or extended later (`mnrt optimize` drops what it never uses).
+    used = _closure(commands, set(live.creates) | set(live.traces), live)
+    editor = Editor(binary)
+    out: list[CommandT] = []
+    kept = sorted(i for gid, i in live.creates.items() if gid in used)
+    out += [commands[i] for i in kept]
+    buffers = {gid for gid, i in live.creates.items()
+               if gid in used and commands[i].cmdType == U.CreateBuffer}  # fmt: skip
+    queue_of = _queue_per_device(commands, kept)
+    for gid, bits in snapshot(plan, start, buffers).items():
+        queue = queue_of.get(plan.buffers[gid].device)
+        if queue is None:
+            raise TrimError(
+                f"buffer id {gid} is live at command {start} but its device has no queue to "
+                "write its snapshot with; start the slice elsewhere"
+            )
+        write = WriteBufferT(queue, gid, editor.add_blob(bits), True)
+        out.append(CommandT(U.WriteBuffer, write))
+    for trace in sorted(t for t in live.traces if t in used):
+        out += [commands[i] for i in live.traces[trace]]
+    out += _events_before(plan, body, start)
+    first = len(out)
+    out += list(body)
+    prints = [
+        Fingerprint(f.command - start + first, f.kernel, f.output, f.stats)
+        for f in binary.fingerprints
+        if start <= f.command < stop
+    ]
+    result = editor.build(out, fingerprints=prints)
+    if verify:
+        check_replays(result, f"the slice {start}:{stop}", TrimError)
+    return result
+
+
+def _events_before(plan: Plan, body: Sequence[CommandT], start: int) -> list[CommandT]:
+    """The slice's waits on events recorded before it, as records on their queues once the
+    snapshot is written: what they waited for has run by then (it is in the snapshot)."""
+    events = dict.fromkeys(c.cmd.eventId for c in body if c.cmdType == U.WaitEvent)
+    return [
+        CommandT(U.RecordEvent, RecordEventT(plan.event_queue[e], e))
+        for e in events
+        if plan.event_record[e] < start
+    ]
+
+
+def _queue_per_device(commands: Sequence[CommandT], kept: list[int]) -> dict[int, int]:
+    """A kept queue of each device (its first), to write snapshots with."""
+    out: dict[int, int] = {}
+    for i in kept:
+        c = commands[i]
+        if c.cmdType == U.OpenQueue:
+            out.setdefault(c.cmd.deviceId, c.cmd.queueId)
+    return out
+
+
+def check_replays(binary: LightBinary, what: str, error: type[MnrtError]) -> None:
+    """Replay `binary` and raise `error` unless it runs and passes its goldens (a binary
+    with none passes when it runs)."""
+    from . import replay
+
+    try:
+        report = replay(binary)
+    except MnrtError as e:
+        raise error(f"{what} does not replay: {e}") from None
+    if not report.passed:
+        failed = ", ".join(c.name for c in report.checks if not c.passed)
+        raise error(f"{what} does not reproduce its goldens on replay ({failed} differ)")

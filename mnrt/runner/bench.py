@@ -1,0 +1,120 @@
+"""`mnrt bench`: replay timings, modelled device time and energy, and a performance gate."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import click
+
+from .. import errors
+from ..replay import MAX_LOOPS, replay
+from ..replay.costs import kernel_costs, modelled_totals, regressions
+from ..replay.placement import parse_device_map
+from ..replay.report import check_dict
+from .run import _device, _progress
+
+
+def _baseline(path: Path) -> dict:
+    """The `modelled` part of an earlier `mnrt bench --json`."""
+    try:
+        doc = json.loads(path.read_text())
+        modelled = doc["modelled"]
+        for name in ("makespan_s", "energy_j"):
+            if not (isinstance(modelled[name], (int, float)) and math.isfinite(modelled[name])):
+                raise ValueError(name)
+        if not isinstance(modelled.get("kernels", []), list):
+            raise ValueError("kernels")
+        return modelled
+    except OSError as e:
+        raise errors.InvalidArgumentError(f"cannot read --baseline {path}: {e.strerror}") from None
+    except (ValueError, KeyError, TypeError):
+        raise errors.InvalidArgumentError(
+            f"--baseline {path} is not the JSON `mnrt bench FILE --json` prints (it needs "
+            "modelled.makespan_s, modelled.energy_j and modelled.kernels)"
+        ) from None
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--loops", type=click.IntRange(1, MAX_LOOPS), default=10, show_default=True)
+@click.option("--device", default="auto", show_default=True, help="Device index or 'auto'.")
+@click.option("--device-map", "device_map", metavar="L:D,...", help="As for mnrt run.")
+@click.option("--devices", type=int, default=None, help="As for mnrt run.")
+@click.option("--no-verify", is_flag=True, help="Do not compare goldens (exit 0 whatever).")
+@click.option(
+    "--baseline",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="An earlier `mnrt bench --json` of this binary: exit 1 if modelled device time or "
+    "energy grew beyond --tolerance, naming the kernels that got slower.",
+)
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(min=0.0),
+    default=0.02,
+    show_default=True,
+    help="Growth allowed against --baseline (0.02: 2%).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print timings and figures as JSON.")
+def bench(
+    file, loops, device, device_map, devices, no_verify, baseline, tolerance, as_json
+) -> None:
+    """Steady-state replay time of FILE over N loops (load excluded), and its modelled
+    device time (makespan) and energy, overall and per kernel. Goldens are checked after
+    each loop, outside its time.
+
+    Exit codes: 0 pass, 1 a golden failed or (with --baseline) modelled time or energy
+    regressed, 2 invalid binary or usage, 3 device error."""
+    base = _baseline(baseline) if baseline is not None else None
+    report = replay(
+        file,
+        device=_device(device),
+        verify=not no_verify,
+        loops=loops,
+        progress=_progress(loops),
+        device_map=None if device_map is None else parse_device_map(device_map),
+        devices=devices,
+    )
+    kernels = kernel_costs(report.binary)
+    modelled = {**modelled_totals(report), "kernels": [k.to_dict() for k in kernels]}
+    t = report.timings
+    failed = [c for c in report.checks if not c.passed]
+    regressed, slower = regressions(modelled, base, tolerance) if base is not None else ([], [])
+    if as_json:
+        doc = {**t, "passed": report.passed, "verdict": report.verdict, "modelled": modelled}
+        doc["failed_checks"] = [check_dict(c) for c in failed]
+        if base is not None:
+            doc["regression"] = {
+                "tolerance": tolerance,
+                "totals": regressed,
+                "slower_kernels": slower,
+            }
+        click.echo(json.dumps(doc, indent=1))
+    else:
+        click.echo(
+            f"{len(report.binary)} commands, {loops} loops: wall min "
+            f"{t['wall_min_s'] * 1e3:.3f} ms, median {t['wall_median_s'] * 1e3:.3f} ms, max "
+            f"{t['wall_max_s'] * 1e3:.3f} ms per loop; load {t['load_s'] * 1e3:.2f} ms; "
+            f"modelled makespan {modelled['makespan_s'] * 1e6:.2f} us, energy "
+            f"{modelled['energy_j'] * 1e3:.3f} mJ over {len(kernels)} kernel runs"
+        )
+        click.echo(f"fastest loop, host time by command: {report.host_breakdown()}")
+        if not report.passed:
+            click.echo(
+                f"FAIL: {report.failed_loops} of {loops} loops failed their goldens: "
+                + ", ".join(f"{c.name} ({c.message})" for c in failed)
+            )
+        if regressed:
+            click.echo(f"REGRESSION beyond {tolerance:.1%}: " + "; ".join(regressed))
+            for k in slower:
+                click.echo(
+                    f"  slower: command {k['command']} program '{k['program']}' kernel "
+                    f"{k['program_kernel']} '{k['op']}': {k['baseline_time_s'] * 1e6:.3f} us -> "
+                    f"{k['time_s'] * 1e6:.3f} us"
+                )
+        elif base is not None:
+            click.echo(f"no regression beyond {tolerance:.1%} against {baseline}")
+    if not report.passed or regressed:
+        sys.exit(errors.EXIT_GOLDEN_MISMATCH)

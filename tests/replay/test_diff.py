@@ -1,0 +1,110 @@
+"""`mnrt diff`: two binaries compared command by command."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from binaries import (
+    chain_capture,
+    light_model_binary,
+    perturbed,
+    three_device_capture,
+    weight_sites,
+    with_written,
+)
+from cli_harness import invoke_cli
+
+import mnrt
+from mnrt.format.fb.CommandUnion import CommandUnion as U
+from mnrt.replay.diff import diff, to_text
+from mnrt.replay.reduce import with_kernels, without
+
+
+def test_a_binary_equals_itself_and_a_recapture_of_the_same_program():
+    a, b = chain_capture(20), chain_capture(20)
+    assert a.metadata["created_unix_s"] != b.metadata["created_unix_s"] or True
+    assert diff(a, a)["equal"] and diff(a, b)["equal"]  # creation metadata aside
+
+
+def test_changed_weights_show_as_a_written_blob_by_hash():
+    a = chain_capture(20)
+    _, _, gid = weight_sites(a)[3]
+    d = diff(a, perturbed(a, gid))
+    assert not d["equal"] and d["commands_equal"] == len(a) - 1
+    (change,) = d["commands"]
+    assert change["change"] == "changed" and change["type"] == "WriteBuffer"
+    assert [f["field"] for f in change["fields"]] == ["data.hash"]
+
+
+def test_goldens_are_compared_by_value():
+    a = chain_capture(20)
+    b = chain_capture(21)  # one more kernel: another program and another golden
+    d = diff(a, b)
+    golden = next(c for c in d["commands"] if c["type"] == "ReadBuffer")
+    assert golden["golden"]["comparable"] and golden["golden"]["max_abs_err"] > 0
+    assert golden["golden"]["mismatched"] <= golden["golden"]["elements"] == 16
+    program = next(c for c in d["commands"] if c["type"] == "CreateProgram")
+    assert any(f["field"] == "program.kernels[20]" and f["a"] is None for f in program["fields"])
+    assert "golden by value: max_abs_err=" in to_text(d)
+
+
+def test_kernels_are_compared_with_their_attributes():
+    with mnrt.open_device("auto") as dev:
+
+        def capture(axis: int) -> mnrt.LightBinary:
+            q = dev.command_queue(0)
+            mnrt.begin_capture()
+            x = dev.create_buffer((2, 3), "float", name="x")
+            y = dev.create_buffer((2, 3), "float", name="y")
+            prog = dev.create_program([mnrt.Kernel("softmax", ["x"], ["y"], {"axis": axis})])
+            q.enqueue_write_buffer(x, np.ones((2, 3), np.float32))
+            q.enqueue_program(prog, {"x": x, "y": y})
+            q.enqueue_read_buffer(y)
+            return mnrt.end_capture()
+
+        d = diff(capture(-1), capture(0))
+    fields = [f for c in d["commands"] for f in c.get("fields", [])]
+    assert {"field": "program.kernels[0].attrs.axis", "a": -1, "b": 0} in fields
+
+
+def test_added_and_removed_commands_are_aligned_like_lines_of_text():
+    a = chain_capture(10)
+    fewer = mnrt.LightBinary(a.to_bytes())
+    program = next(c.cmd.programId for c in a.commands if c.cmdType == U.CreateProgram)
+    b = with_kernels(fewer, program, list(range(9)))  # the last kernel gone
+    d = diff(a, b)
+    assert not d["equal"] and d["commands_equal"] >= len(a) - 3
+
+
+def test_cli_exit_codes_and_json(tmp_path):
+    a = chain_capture(10)
+    pa, pb, bad = tmp_path / "a.mnlb", tmp_path / "b.mnlb", tmp_path / "bad.mnlb"
+    a.save(pa)
+    with_written(a, "w3", np.zeros((4, 4), np.float32)).save(pb)
+    bad.write_bytes(b"not a binary")
+    assert invoke_cli("diff", pa, pa)[0] == 0
+    code, out = invoke_cli("diff", pa, pb, "--json")
+    assert code == 1 and json.loads(out)["commands"][0]["type"] == "WriteBuffer"
+    code, out = invoke_cli("diff", pa, bad)
+    assert code == 2 and out.startswith("mnrt: error:")
+    assert invoke_cli("diff", pa, tmp_path / "missing.mnlb")[0] == 2
+
+
+def test_two_light_model_binaries(tmp_path):
+    a = light_model_binary("light_squeezenet", tmp_path)
+    assert diff(a, mnrt.LightBinary.load(a.path))["equal"]
+
+
+def test_copies_and_events_are_diffed_by_their_type_names():
+    a = three_device_capture()
+    assert diff(a, three_device_capture())["equal"]
+    waits = {i for i, c in enumerate(a.commands) if c.cmdType == U.WaitEvent}
+    b = without(a, waits)
+    d = diff(a, b)
+    removed = [c["type"] for c in d["commands"] if c["change"] == "removed"]
+    assert removed.count("WaitEvent") == len(waits) and "WaitEvent" in to_text(d)
+    copy = next(i for i, c in enumerate(a.commands) if c.cmdType == U.CopyBuffer)
+    d = diff(a, with_written(a, "z", np.zeros((64, 64), np.float32)))
+    assert [c["type"] for c in d["commands"]] == ["WriteBuffer"]
+    assert a.commands[copy].cmdType == U.CopyBuffer

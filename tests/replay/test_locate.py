@@ -1,0 +1,296 @@
+"""Kernel fingerprints at capture and `--locate` at replay: the first divergent kernel."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from binaries import light_model_binary, perturbed, three_device_capture, weight_sites
+from cli_harness import invoke_cli
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import mnrt
+from mnrt.device.kernels import registry
+from mnrt.format.fingerprints import close, stats_of
+from mnrt.replay.locate import ROUNDING, WRONG
+
+
+def _mlp_capture(fingerprints: bool = True, trace: bool = False) -> mnrt.LightBinary:
+    """x @ w1 -> relu (in place) -> @ w2, then a scale by a third weight; with `trace`, the
+    program also runs twice from a device trace."""
+    rng = np.random.default_rng(0)
+    with mnrt.open_device("auto") as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture(fingerprints=fingerprints)
+        bufs = {
+            name: dev.create_buffer(shape, "float", name=name)
+            for name, shape in [("x", (4, 8)), ("w1", (8, 8)), ("w2", (8, 8)), ("s", (4, 8)),
+                                ("h", (4, 8)), ("y", (4, 8)), ("z", (4, 8))]
+        }  # fmt: skip
+        prog = dev.create_program(
+            [
+                mnrt.Kernel("gemm", ["x", "w1"], ["h"]),
+                mnrt.Kernel("relu", ["h"], ["h"]),
+                mnrt.Kernel("gemm", ["h", "w2"], ["y"]),
+                mnrt.Kernel("mul", ["y", "s"], ["z"]),
+            ],
+            name="mlp",
+        )
+        for name in ("x", "w1", "w2", "s"):
+            q.enqueue_write_buffer(
+                bufs[name], rng.standard_normal(bufs[name].shape).astype(np.float32)
+            )
+        q.enqueue_program(prog, bufs)
+        if trace:
+            tid = q.begin_trace_capture()
+            q.enqueue_program(prog, bufs)
+            q.end_trace_capture(tid)
+            q.replay_trace(tid)
+            q.replay_trace(tid)
+        q.enqueue_read_buffer(bufs["z"])
+        return mnrt.end_capture()
+
+
+def test_host_captures_record_fingerprints_only_when_asked():
+    assert _mlp_capture(fingerprints=False).fingerprints == []
+    binary = _mlp_capture()
+    assert binary.version == (1, 2)
+    assert [(f.kernel, f.output) for f in binary.fingerprints] == [(k, 0) for k in range(4)]
+    assert len({f.command for f in binary.fingerprints}) == 1
+
+
+def test_trace_replays_are_fingerprinted_kernel_by_kernel():
+    binary = _mlp_capture(trace=True)
+    per_command = {}
+    for f in binary.fingerprints:
+        per_command.setdefault(f.command, []).append(f.kernel)
+    assert list(per_command.values()) == [[0, 1, 2, 3]] * 3  # the enqueue and two replays
+    report = mnrt.replay(binary, locate=True)
+    assert report.passed and report.locate.compared == 12 and report.locate.divergent == 0
+
+
+@pytest.mark.parametrize("trace", [False, True])
+def test_locate_names_exactly_the_kernel_whose_weights_were_perturbed(tmp_path, trace):
+    binary = _mlp_capture(trace=trace)
+    sites = weight_sites(binary)
+    assert len(sites) == 4  # x, w1, w2 and s: each read by one kernel
+    for command, kernel, gid in sites:
+        report = mnrt.replay(perturbed(binary, gid), locate_dir=tmp_path / str(gid))
+        found = report.locate.first_wrong
+        assert (found.command, found.kernel) == (command, kernel)
+        assert report.locate.first_divergent is found and found.verdict == WRONG
+
+
+def test_locate_saves_the_inputs_both_outputs_and_the_site(tmp_path):
+    binary = _mlp_capture()
+    command, _, gid = next(s for s in weight_sites(binary) if s[1] == 2)  # w2: the 2nd gemm
+    report = mnrt.replay(perturbed(binary, gid), locate_dir=tmp_path)
+    folder = tmp_path / f"command{command}_kernel2_gemm"
+    assert report.locate.saved_to == str(folder)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "input.h.npy", "input.w2.npy", "output.y.reference.npy", "output.y.replayed.npy",
+        "site.json",
+    ]  # fmt: skip
+    h, w2 = np.load(folder / "input.h.npy"), np.load(folder / "input.w2.npy")
+    np.testing.assert_allclose(np.load(folder / "output.y.replayed.npy"), h @ w2, rtol=1e-5)
+    np.testing.assert_allclose(np.load(folder / "output.y.reference.npy"), h @ w2, rtol=1e-5)
+    site = json.loads((folder / "site.json").read_text())
+    assert site["op"] == "gemm" and site["program"] == "mlp" and site["verdict"] == WRONG
+    assert site["captured"][0]["hash"] != site["replayed"][0]["hash"]
+
+
+def test_an_in_place_kernel_saves_its_inputs_as_it_read_them(tmp_path, monkeypatch):
+    """relu writes h over its input: the saved input is h before relu ran."""
+    binary = _mlp_capture()
+    relu = registry.lookup("relu")
+    broken = dataclasses.replace(relu, compute=lambda ins, attrs, outs: [np.abs(ins[0])])
+    monkeypatch.setitem(registry._REGISTRY, "relu", broken)
+    report = mnrt.replay(binary, locate_dir=tmp_path)
+    assert report.locate.first_wrong.op == "relu" and not report.passed
+    assert report.locate.first_divergent is report.locate.first_wrong
+    folder = tmp_path / f"command{report.locate.first_wrong.command}_kernel1_relu"
+    before = np.load(folder / "input.h.npy")
+    assert (before < 0).any()  # the gemm's output, not relu's
+    np.testing.assert_array_equal(np.load(folder / "output.h.replayed.npy"), np.abs(before))
+    np.testing.assert_array_equal(np.load(folder / "output.h.reference.npy"), np.abs(before))
+
+
+def test_a_kernel_that_only_rounds_differently_is_not_called_wrong(monkeypatch):
+    binary = _mlp_capture()
+    mul = registry.lookup("mul")
+
+    def rounding(ins, attrs, outs):
+        return [np.nextafter(ins[0] * ins[1], np.float32(np.inf))]  # one ulp up
+
+    monkeypatch.setitem(registry._REGISTRY, "mul", dataclasses.replace(mul, compute=rounding))
+    report = mnrt.replay(binary, locate=True)
+    assert report.locate.first_wrong is None
+    assert report.locate.first_divergent.op == "mul"
+    assert report.locate.first_divergent.verdict == ROUNDING
+
+
+def test_a_binary_without_fingerprints_says_so():
+    report = mnrt.replay(_mlp_capture(fingerprints=False), locate=True)
+    assert report.passed and report.locate.fingerprints == 0
+    assert "records no kernel fingerprints" in report.locate.summary()
+
+
+@pytest.mark.parametrize("model", ["light_squeezenet", "light_bvlc_alexnet"])
+def test_locate_names_the_perturbed_kernel_of_a_light_model_binary(tmp_path, model):
+    binary = light_model_binary(model, tmp_path)
+    assert binary.fingerprints  # on by default for compiled binaries
+    sites = weight_sites(binary)
+    for command, kernel, gid in (sites[0], sites[len(sites) // 2], sites[-1]):
+        located = mnrt.replay(perturbed(binary, gid), locate=True).locate.located
+        assert (located.command, located.kernel) == (command, kernel), (gid, located.describe())
+
+
+def test_cli_locate_names_the_kernel_and_the_directory(tmp_path):
+    binary = _mlp_capture()
+    path = tmp_path / "bad.mnlb"
+    command, _, gid = weight_sites(binary)[0]
+    perturbed(binary, gid).save(path)
+    code, out = invoke_cli("run", path, "--locate-dir", tmp_path / "loc")
+    assert code == 1, out
+    assert f"first divergent kernel (wrong): command {command} program 'mlp' kernel 0 'gemm'" in out
+    assert str(tmp_path / "loc" / f"command{command}_kernel0_gemm") in out
+    code, out = invoke_cli("run", path, "--locate", "--json", "--locate-dir", tmp_path / "l2")
+    assert code == 1 and json.loads(out)["locate"]["first_wrong"]["op"] == "gemm"
+
+
+def test_capture_verify_keeps_a_capture_that_reproduces(tmp_path):
+    path = tmp_path / "ok.mnlb"
+    with mnrt.open_device("auto") as dev, mnrt.capture(path, verify=True):
+        q = dev.command_queue(0)
+        a = dev.create_buffer((3,), "float", name="a")
+        q.enqueue_write_buffer(a, np.ones(3, np.float32))
+        q.enqueue_read_buffer(a)
+    assert mnrt.LightBinary.load(path).fingerprints == []  # nothing ran a kernel
+    assert mnrt.replay(path).passed
+
+
+def test_capture_verify_refuses_a_capture_that_does_not_reproduce(tmp_path, monkeypatch):
+    path = tmp_path / "bad.mnlb"
+    exp = registry.lookup("exp")
+    refused = pytest.raises(
+        mnrt.CaptureVerificationError, match=r"kernel 0 'exp'.*nothing was saved"
+    )
+    with refused, mnrt.open_device("auto") as dev, mnrt.capture(path, verify=True):
+        q = dev.command_queue(0)
+        a = dev.create_buffer((3,), "float", name="a")
+        y = dev.create_buffer((3,), "float", name="y")
+        prog = dev.create_program([mnrt.Kernel("exp", ["a"], ["y"])], name="e")
+        q.enqueue_write_buffer(a, np.ones(3, np.float32))
+        q.enqueue_program(prog, {"a": a, "y": y})
+        q.enqueue_read_buffer(y)
+        # The replay that checks the capture computes exp otherwise.
+        wrong = dataclasses.replace(exp, compute=lambda ins, attrs, outs: [ins[0] * 2])
+        monkeypatch.setitem(registry._REGISTRY, "exp", wrong)
+    assert not path.exists()
+
+
+_floats = hnp.arrays(np.float32, st.integers(1, 64), elements=st.floats(-1e3, 1e3, width=32))
+
+
+@given(_floats)
+def test_fingerprint_statistics_agree_with_numpy(values):
+    s = stats_of(values, values)
+    assert (s.min, s.max, s.nonfinite) == (values.min(), values.max(), 0)
+    assert s.mean == pytest.approx(values.astype(np.float64).mean(), rel=1e-5, abs=1e-3)
+    assert close(s, s, 0.0, 0.0)
+
+
+@given(_floats, st.sampled_from([np.nan, np.inf, -np.inf]))
+def test_fingerprints_count_non_finite_values_and_summarise_the_rest(values, bad):
+    with_bad = np.append(values, np.float32(bad))
+    s = stats_of(with_bad, with_bad)
+    assert s.nonfinite == 1 and (s.min, s.max) == (values.min(), values.max())
+    assert not close(s, stats_of(values, values), 1.0, 1.0)  # a NaN appeared: wrong
+
+
+@given(_floats)
+def test_a_scaled_output_is_wrong_and_one_ulp_is_rounding(values):
+    base = stats_of(values, values)
+    ulp = np.nextafter(values, np.float32(np.inf))
+    assert close(stats_of(ulp, ulp), base, 1e-5 * 64, 1e-6 * 64)
+    if np.abs(values).max() > 1e-2:
+        moved = values * np.float32(1.5) + np.float32(1.0)
+        assert not close(stats_of(moved, moved), base, 1e-5 * 64, 1e-6 * 64)
+
+
+def test_saved_file_names_stay_inside_the_directory(tmp_path):
+    with mnrt.open_device("auto") as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture(fingerprints=True)
+        a = dev.create_buffer((3,), "float", name="a")
+        y = dev.create_buffer((3,), "float", name="y")
+        prog = dev.create_program([mnrt.Kernel("exp", ["../../a"], ["y/../../y"])], name="e")
+        q.enqueue_write_buffer(a, np.ones(3, np.float32))
+        q.enqueue_program(prog, {"../../a": a, "y/../../y": y})
+        q.enqueue_read_buffer(y)
+        binary = mnrt.end_capture()
+    report = mnrt.replay(perturbed(binary, weight_sites(binary, min_rank=1)[0][2]),
+                         locate_dir=tmp_path / "loc")  # fmt: skip
+    folder = tmp_path / "loc" / f"command{report.locate.first_wrong.command}_kernel0_exp"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "input.______a.npy", "output.y_______y.reference.npy", "output.y_______y.replayed.npy",
+        "site.json",
+    ]  # fmt: skip
+
+
+def test_a_large_output_is_summarised_over_a_fixed_sample_and_hashed_whole():
+    values = np.arange(1 << 20, dtype=np.float32)
+    s = stats_of(values, values)
+    step = values.size // 64
+    sample = values[: step * 64].reshape(64, step)[:, :256]
+    assert (s.min, s.max) == (sample.min(), sample.max())
+    assert s.mean == pytest.approx(sample.astype(np.float64).mean(), rel=1e-6)
+    changed = values.copy()
+    changed[1500] = -1.0  # outside the sample: the summary is the same, the hash is not
+    t = stats_of(changed, changed)
+    assert t.hash != s.hash and (t.min, t.max, t.mean) == (s.min, s.max, s.mean)
+    changed[5] = np.nan  # inside it: counted
+    assert stats_of(changed, changed).nonfinite == 1
+
+
+def test_locate_with_new_inputs_is_refused():
+    binary = _mlp_capture()
+    x = np.zeros((4, 8), np.float32)
+    with pytest.raises(mnrt.InvalidArgumentError, match="recorded inputs only"):
+        mnrt.replay(binary, inputs={"x": x}, locate=True)
+
+
+def test_locate_on_several_devices_is_refused_naming_the_devices():
+    binary = three_device_capture()
+    with pytest.raises(mnrt.InvalidArgumentError, match="uses 3 devices"):
+        mnrt.replay(binary, locate=True)
+    assert mnrt.replay(binary).passed
+
+
+def test_cli_locate_on_several_devices_exits_2(tmp_path):
+    path = tmp_path / "three.mnlb"
+    three_device_capture().save(path)
+    code, out = invoke_cli("run", path, "--locate")
+    assert code == 2 and "one device" in out
+
+
+def test_capture_verify_of_several_devices_replays_without_locating(tmp_path):
+    path = tmp_path / "two.mnlb"
+    d0, d1 = mnrt.open_device(0), mnrt.open_device(1)
+    try:
+        with mnrt.capture(path, verify=True):
+            q0, q1 = d0.command_queue(0), d1.command_queue(0)
+            a = d0.create_buffer((4,), "float", name="a")
+            b = d1.create_buffer((4,), "float", name="b")
+            q0.enqueue_write_buffer(a, np.arange(4, dtype=np.float32))
+            q0.enqueue_copy_buffer(a, b)
+            q1.wait_event(q0.record_event())
+            q1.enqueue_read_buffer(b)
+    finally:
+        d0.close()
+        d1.close()
+    assert mnrt.replay(path).passed

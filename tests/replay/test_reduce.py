@@ -1,0 +1,110 @@
+"""`mnrt reduce`: a failing binary shrunk to a minimal one that fails the same way."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from binaries import chain_capture, perturbed, three_device_capture, weight_sites, with_written
+from cli_harness import invoke_cli
+
+import mnrt
+from mnrt.format.fb.CommandUnion import CommandUnion as U
+from mnrt.replay.reduce import NotFailingError, ddmin, failure_of, kernel_count, reduce
+
+
+def test_ddmin_finds_a_one_minimal_subset():
+    tests = []
+
+    def fails(units):
+        tests.append(units)
+        return {3, 17} <= set(units)
+
+    assert sorted(ddmin(list(range(40)), fails)) == [3, 17]
+    assert ddmin([5], lambda u: True) == [5]
+
+
+def test_a_200_kernel_binary_with_one_wrong_weight_reduces_to_that_kernel():
+    binary = chain_capture(200)
+    gid = next(s for s in weight_sites(binary) if s[1] == 137)[2]
+    bad = perturbed(binary, gid)
+    result = reduce(bad)
+    assert kernel_count(bad) == 200 and kernel_count(result.binary) <= 3
+    assert failure_of(result.binary) == result.failure
+    located = mnrt.replay(result.binary, locate=True).locate.first_divergent
+    assert (located.op, located.program, located.inputs[1]["buffer"]) == ("add", "chain", "w137")
+    assert [s["step"] for s in result.steps] == ["isolate", "commands", "kernels"]
+    assert result.steps[0]["kernels"] == [200, 1]
+
+
+def test_a_device_error_reduces_to_the_failing_kernel_on_its_data():
+    binary = chain_capture(200, gather_at=150)
+    bad = with_written(binary, "idx", np.array([3, 2, 9, 0], np.int32))  # 9: out of range
+    with pytest.raises(mnrt.DeviceError):
+        mnrt.replay(bad)
+    result = reduce(bad)
+    assert kernel_count(result.binary) == 1 and result.failure.kind == "device error"
+    with pytest.raises(mnrt.DeviceError, match="gather"):
+        mnrt.replay(result.binary)
+
+
+def test_without_fingerprints_ddmin_keeps_what_the_failing_golden_needs():
+    """Ten independent programs, each with its own read; one weight is wrong: the reduced
+    binary keeps that program and its read only."""
+    rng = np.random.default_rng(2)
+    with mnrt.open_device("auto") as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        for i in range(10):
+            x = dev.create_buffer((4, 4), "float", name=f"x{i}")
+            w = dev.create_buffer((4, 4), "float", name=f"w{i}")
+            y = dev.create_buffer((4, 4), "float", name=f"y{i}")
+            prog = dev.create_program([mnrt.Kernel("gemm", ["x", "w"], ["y"])], name=f"p{i}")
+            q.enqueue_write_buffer(x, rng.standard_normal((4, 4)).astype(np.float32))
+            q.enqueue_write_buffer(w, rng.standard_normal((4, 4)).astype(np.float32))
+            q.enqueue_program(prog, {"x": x, "w": w, "y": y})
+            q.enqueue_read_buffer(y)
+        binary = mnrt.end_capture()
+    bad = with_written(binary, "w6", np.eye(4, dtype=np.float32))
+    result = reduce(bad)
+    assert result.failure.kind == "golden mismatch" and kernel_count(result.binary) == 1
+    report = mnrt.replay(result.binary)
+    assert [c.name for c in report.checks] == ["y6"] and not report.passed
+    commands = next(s for s in result.steps if s["step"] == "commands")["commands"]
+    assert commands[1] < commands[0]
+
+
+def test_a_passing_binary_is_refused():
+    with pytest.raises(NotFailingError, match="does not fail"):
+        reduce(chain_capture(5))
+
+
+def test_cli_reduce_reports_its_steps(tmp_path):
+    binary = chain_capture(40)
+    bad, out = tmp_path / "bad.mnlb", tmp_path / "min.mnlb"
+    perturbed(binary, weight_sites(binary)[20][2]).save(bad)
+    code, text = invoke_cli("reduce", bad, "-o", out, "--failing")
+    assert code == 0, text
+    assert "isolate: 1 replays, commands" in text and "1 kernel(s)" in text
+    code, text = invoke_cli("reduce", bad, "-o", out, "--json")
+    doc = json.loads(text)
+    assert doc["kernels"] == 1 and doc["steps"][0]["kernels"] == [40, 1]
+    code, text = invoke_cli("run", out, "--locate", "--locate-dir", tmp_path / "loc")
+    assert code == 1 and "first divergent kernel (wrong)" in text
+    good = tmp_path / "good.mnlb"
+    binary.save(good)
+    assert invoke_cli("reduce", good, "-o", out)[0] == 2
+    code, text = invoke_cli("reduce", bad, "--failing")  # as DESIGN.md spells it
+    assert code == 0 and (tmp_path / "bad.reduced.mnlb").exists(), text
+
+
+def test_a_multi_device_binary_reduces_keeping_the_copies_and_events_the_failure_needs():
+    binary = three_device_capture()
+    bad = with_written(binary, "z", np.full((64, 64), 3, np.float32))
+    failure = failure_of(bad)
+    assert failure is not None and failure.kind == "golden mismatch"
+    result = reduce(bad)
+    assert failure_of(result.binary) == failure and len(result.binary) <= len(bad)
+    kinds = [c.cmdType for c in result.binary.commands]
+    assert U.CopyBuffer in kinds and U.RecordEvent in kinds and U.WaitEvent in kinds

@@ -1,0 +1,172 @@
+"""`mnrt trim` and `mnrt optimize`: new binaries from old, verified by replay."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from binaries import chain_capture, light_model_binary, three_device_capture
+from cli_harness import invoke_cli
+
+import mnrt
+from mnrt.format.fb.CommandUnion import CommandUnion as U
+from mnrt.replay.optimize import optimize
+from mnrt.replay.trim import TrimError, parse_range, trim
+
+
+def _steps_capture() -> mnrt.LightBinary:
+    """Three programs in a row on one device, a read with a golden after each, plus dead
+    work: a buffer written and never read, a program run whose output nobody reads, a
+    second creation of an identical program."""
+    rng = np.random.default_rng(0)
+    with mnrt.open_device("auto") as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture(fingerprints=True)
+        x = dev.create_buffer((8, 8), "float", name="x")
+        w = dev.create_buffer((8, 8), "float", name="w")
+        dead = dev.create_buffer((256, 256), "float", name="dead")
+        y = dev.create_buffer((8, 8), "float", name="y")
+        scratch = dev.create_buffer((8, 8), "float", name="scratch")
+        gemm = dev.create_program([mnrt.Kernel("gemm", ["a", "b"], ["c"])], name="g")
+        again = dev.create_program([mnrt.Kernel("gemm", ["a", "b"], ["c"])], name="g")
+        q.enqueue_write_buffer(x, rng.standard_normal((8, 8)).astype(np.float32))
+        q.enqueue_write_buffer(w, rng.standard_normal((8, 8)).astype(np.float32))
+        q.enqueue_write_buffer(dead, rng.standard_normal((256, 256)).astype(np.float32))
+        q.enqueue_program(gemm, {"a": x, "b": w, "c": y})
+        q.enqueue_program(gemm, {"a": w, "b": w, "c": scratch})  # never read
+        q.enqueue_read_buffer(y)
+        q.enqueue_program(again, {"a": y, "b": w, "c": x})
+        q.enqueue_read_buffer(x)
+        q.enqueue_program(gemm, {"a": x, "b": w, "c": y})
+        q.finish()
+        q.enqueue_read_buffer(y)
+        return mnrt.end_capture()
+
+
+def test_parse_range_is_a_python_slice():
+    assert parse_range("2:5", 10) == (2, 5)
+    assert parse_range(":-1", 10) == (0, 9)
+    assert parse_range("-3:", 10) == (7, 10)
+    for bad in ("5", "5:2", "a:b", "1:2:3"):
+        with pytest.raises(mnrt.InvalidArgumentError, match="--commands"):
+            parse_range(bad, 10)
+
+
+def test_a_trimmed_slice_replays_with_a_state_snapshot_first():
+    binary = _steps_capture()
+    enqueues = [i for i, c in enumerate(binary.commands) if c.cmdType == U.EnqueueProgram]
+    start = enqueues[2]  # the third program: it needs y and w as they were
+    sliced = trim(binary, start, len(binary))
+    report = mnrt.replay(sliced, locate=True)
+    assert report.passed and [c.name for c in report.checks] == ["x", "y"]
+    assert report.locate.compared == 2 and report.locate.divergent == 0
+    kinds = [c.cmdType for c in sliced.commands]
+    # Every live buffer's contents: x, w, dead, y and scratch.
+    assert kinds[: kinds.index(U.EnqueueProgram)].count(U.WriteBuffer) == 5
+    assert len(sliced) < len(binary)
+    small, _ = optimize(sliced)  # what the slice never uses goes
+    assert [c.cmdType for c in small.commands].count(U.WriteBuffer) == 2  # w, y: read
+
+
+def test_a_slice_inside_a_device_trace_capture_is_refused():
+    with mnrt.open_device("auto") as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        x = dev.create_buffer((4,), "float", name="x")
+        prog = dev.create_program([mnrt.Kernel("relu", ["x"], ["x"])])
+        tid = q.begin_trace_capture()
+        q.enqueue_program(prog, {"x": x})
+        q.end_trace_capture(tid)
+        q.replay_trace(tid)
+        q.enqueue_read_buffer(x)
+        binary = mnrt.end_capture()
+    begin = next(i for i, c in enumerate(binary.commands) if c.cmdType == U.BeginTraceCapture)
+    with pytest.raises(TrimError, match="inside the capture of device trace"):
+        trim(binary, begin + 1, len(binary))
+    replayed = trim(binary, begin + 3, len(binary))  # from the replay: the trace comes along
+    assert mnrt.replay(replayed).passed
+    assert [c.cmdType for c in replayed.commands].count(U.BeginTraceCapture) == 1
+
+
+def test_optimize_drops_dead_work_merges_programs_and_still_passes():
+    binary = _steps_capture()
+    small, stats = optimize(binary)
+    assert small.file_size < binary.file_size and stats.buffers_dropped == 2
+    assert stats.programs_merged == 1 and len(small) < len(binary)
+    names = {c.cmd.desc.name for c in small.commands if c.cmdType == U.CreateBuffer}
+    assert names == {b"x", b"w", b"y"}
+    report = mnrt.replay(small, locate=True)
+    assert report.passed and len(report.checks) == 3 and report.locate.divergent == 0
+    assert report.locate.compared == 3  # the dead enqueue's fingerprint went with it
+
+
+def test_optimize_a_light_model_binary(tmp_path):
+    binary = light_model_binary("light_squeezenet", tmp_path)
+    small, _ = optimize(binary)
+    assert small.file_size <= binary.file_size and mnrt.replay(small).passed
+
+
+def test_cli_trim_and_optimize(tmp_path):
+    path, out = tmp_path / "c.mnlb", tmp_path / "o.mnlb"
+    chain_capture(30).save(path)
+    code, text = invoke_cli("trim", path, "--commands", "-3:", "-o", out)
+    assert code == 0 and "replayed: PASS" in text, text
+    assert mnrt.replay(out).passed
+    code, text = invoke_cli("optimize", path, "-o", out)
+    assert code == 0 and "replayed: PASS" in text, text
+    code, text = invoke_cli("optimize", path, "-o", path)
+    assert code == 2 and "is the input binary" in text
+    code, text = invoke_cli("trim", path, "--commands", "9:2", "-o", out)
+    assert code == 2 and "selects no command" in text
+
+
+def _first(binary: mnrt.LightBinary, kind: int) -> int:
+    return next(i for i, c in enumerate(binary.commands) if c.cmdType == kind)
+
+
+def test_a_slice_that_waits_on_an_earlier_event_records_it_again():
+    binary = three_device_capture()
+    wait = _first(binary, U.WaitEvent)
+    waited = binary.commands[wait].cmd.eventId
+    assert _first(binary, U.RecordEvent) < wait
+    sliced = trim(binary, wait, len(binary))
+    records = [c.cmd.eventId for c in sliced.commands if c.cmdType == U.RecordEvent]
+    assert waited in records
+    assert mnrt.replay(sliced).passed
+
+
+def test_every_slice_of_a_multi_device_binary_replays_or_is_refused_clearly():
+    binary = three_device_capture()
+    for start in range(len(binary)):
+        try:
+            sliced = trim(binary, start, len(binary))
+        except TrimError as e:
+            assert "start the slice" in str(e)
+            continue
+        assert mnrt.replay(sliced).passed
+
+
+def test_optimize_keeps_the_copies_and_events_a_read_depends_on():
+    binary = three_device_capture()
+    result, _ = optimize(binary)
+    kinds = [c.cmdType for c in result.commands]
+    assert kinds.count(U.CopyBuffer) == 2 and U.WaitEvent in kinds
+    assert mnrt.replay(result).passed
+
+
+def test_optimize_drops_a_copy_nothing_reads():
+    d0, d1 = mnrt.open_device(0), mnrt.open_device(1)
+    try:
+        q0 = d0.command_queue(0)
+        mnrt.begin_capture()
+        a = d0.create_buffer((4,), "float", name="a")
+        b = d1.create_buffer((4,), "float", name="b")
+        q0.enqueue_write_buffer(a, np.arange(4, dtype=np.float32))
+        q0.enqueue_copy_buffer(a, b)
+        q0.enqueue_read_buffer(a)
+        binary = mnrt.end_capture()
+    finally:
+        d0.close()
+        d1.close()
+    result, stats = optimize(binary)
+    assert U.CopyBuffer not in [c.cmdType for c in result.commands]
+    assert stats.buffers_dropped == 1 and mnrt.replay(result).passed

@@ -1,0 +1,53 @@
+"""`mnrt bench --json` modelled figures and the `--baseline` performance gate."""
+
+from __future__ import annotations
+
+import json
+
+from binaries import chain_capture
+from cli_harness import invoke_cli
+
+
+def _bench(*args) -> tuple[int, str]:
+    return invoke_cli("bench", *args, "--loops", 1)
+
+
+def test_bench_json_has_modelled_time_energy_per_kernel_and_host_timings(tmp_path):
+    path = tmp_path / "c.mnlb"
+    chain_capture(12).save(path)
+    code, out = _bench(path, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["passed"] and doc["wall_min_s"] > 0
+    m = doc["modelled"]
+    assert m["makespan_s"] > 0 and m["energy_j"] > 0 and len(m["kernels"]) == 12
+    assert sum(k["time_s"] for k in m["kernels"]) <= m["makespan_s"] * (1 + 1e-9)
+    assert {k["op"] for k in m["kernels"]} == {"mul", "add"}
+
+
+def test_baseline_gate_passes_unchanged_and_names_the_kernels_that_got_slower(tmp_path):
+    path, base = tmp_path / "c.mnlb", tmp_path / "base.json"
+    chain_capture(12).save(path)
+    base.write_text(_bench(path, "--json")[1])
+    code, out = _bench(path, "--baseline", base)
+    assert code == 0 and "no regression beyond 2.0%" in out
+    doc = json.loads(base.read_text())
+    doc["modelled"]["makespan_s"] *= 0.9
+    doc["modelled"]["kernels"][3]["time_s"] *= 0.5  # kernel 3 was twice as fast
+    base.write_text(json.dumps(doc))
+    code, out = _bench(path, "--baseline", base)
+    assert code == 1 and "REGRESSION beyond 2.0%: makespan_s" in out
+    assert "slower: command" in out and "kernel 3 'add'" in out and out.count("slower:") == 1
+    code, out = _bench(path, "--baseline", base, "--tolerance", "0.5")
+    assert code == 0, out  # 11% is within 50%; the kernel's 100% is not, but totals decide
+    code, out = _bench(path, "--baseline", base, "--json")
+    assert code == 1 and json.loads(out)["regression"]["slower_kernels"][0]["op"] == "add"
+
+
+def test_a_baseline_that_is_not_bench_json_is_a_usage_error(tmp_path):
+    path, base = tmp_path / "c.mnlb", tmp_path / "base.json"
+    chain_capture(3).save(path)
+    base.write_text('{"modelled": {}}')
+    code, out = _bench(path, "--baseline", base)
+    assert code == 2 and "is not the JSON" in out
+    code, out = _bench(path, "--baseline", tmp_path / "nope.json")
+    assert code == 2 and "cannot read --baseline" in out
