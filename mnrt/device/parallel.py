@@ -11,6 +11,7 @@ MNRT_THREADS sets the thread count (default: the cores this process may use; 1: 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import math
@@ -18,6 +19,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -59,6 +61,15 @@ def threads() -> int:
     return _threads
 
 
+# Replays that share the cores now, by the BLAS threads each asked for; the first to start
+# keeps BLAS's own limits, which the last to end puts back. threadpoolctl's limits are
+# process-wide, so replays on several threads must not each save and restore them: the
+# second would save the first one's limit and leave it behind for good.
+_sharing_lock = threading.Lock()
+_sharing: collections.Counter[int] = collections.Counter()
+_sharing_original: Any = None
+
+
 @contextlib.contextmanager
 def sharing_cores(devices: int) -> Iterator[None]:
     """While `devices` emulated devices run kernels at once (a queue worker each), give
@@ -73,10 +84,28 @@ def sharing_cores(devices: int) -> Iterator[None]:
     if devices <= 1:
         yield
         return
+    _share(max(1, threads() // devices), +1)
+    try:
+        yield
+    finally:
+        _share(max(1, threads() // devices), -1)
+
+
+def _share(limit: int, change: int) -> None:
+    global _sharing_original
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(limits=max(1, threads() // devices), user_api="blas"):
-        yield
+    with _sharing_lock:
+        _sharing[limit] += change
+        if _sharing[limit] == 0:
+            del _sharing[limit]
+        if not _sharing:
+            _sharing_original.restore_original_limits()
+            _sharing_original = None
+        elif _sharing_original is None:
+            _sharing_original = threadpool_limits(limits=limit, user_api="blas")
+        else:
+            threadpool_limits(limits=min(_sharing), user_api="blas")
 
 
 def _get_pool() -> ThreadPoolExecutor:

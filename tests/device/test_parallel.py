@@ -133,3 +133,32 @@ def test_one_device_leaves_blas_alone():
     before = _blas_threads()
     with parallel.sharing_cores(1):
         assert _blas_threads() == before
+
+
+def test_replays_on_several_threads_give_blas_its_own_limits_back_whatever_the_order():
+    # Each thread saving and restoring the process-wide limit left the first one's limit
+    # behind for good when they interleaved (a later single-device replay then rounded
+    # differently from its capture).
+    before = _blas_threads()
+    first, second = parallel.sharing_cores(2), parallel.sharing_cores(4)
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert all(n == max(1, parallel.threads() // 4) for n in _blas_threads())
+    second.__exit__(None, None, None)
+    assert _blas_threads() == before
+    barrier = threading.Barrier(4)
+
+    def replay_like() -> None:
+        with parallel.sharing_cores(2):
+            barrier.wait()  # every thread holds a share at once
+        for _ in range(50):
+            with parallel.sharing_cores(2):
+                pass
+
+    workers = [threading.Thread(target=replay_like) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert _blas_threads() == before
