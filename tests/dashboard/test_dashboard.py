@@ -13,7 +13,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from binaries import chain_capture, perturbed, weight_sites
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -184,18 +183,6 @@ def test_corrupt_and_missing_files_are_pages_not_tracebacks(tmp_path, cnn_dir):
 def statuses(html: str) -> list[str]:
     body = html.split('<table id="diff">', 1)[1].split("</table>", 1)[0]
     return [tr.split('"', 1)[0] for tr in body.split('<tr class="')[1:]]
-
-
-@pytest.fixture(scope="module")
-def chains(tmp_path_factory) -> dict[str, Path]:
-    """A chain of 20 kernels, the same with one weight perturbed, and a chain of 21."""
-    folder = tmp_path_factory.mktemp("chains")
-    a = chain_capture(20)
-    _, _, weight = weight_sites(a)[3]
-    binaries = {"a": a, "weight": perturbed(a, weight), "longer": chain_capture(21)}
-    for name, binary in binaries.items():
-        binary.save(folder / f"{name}.mnlb")
-    return {name: folder / f"{name}.mnlb" for name in binaries}
 
 
 def test_two_identical_binaries_are_shown_equal(chains):
