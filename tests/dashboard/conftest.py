@@ -1,5 +1,6 @@
 """Fixtures of the dashboard tests: the bundled CNN compiled into a codegen_dir once, and
-the committed multi-device pipeline binary. The tests are skipped where the `dashboard`
+the committed multi-device pipeline binary, and small chain binaries that differ for the
+two-binary Binary page. The tests are skipped where the `dashboard`
 extra is not installed."""
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
+
+from binaries import chain_capture, perturbed, weight_sites
 
 import mnrt
 from mnrt.compiler.models import MODELS
@@ -29,3 +32,15 @@ def cnn_dir(tmp_path_factory) -> Path:
 def pipeline() -> Path:
     """Four devices in a pipeline: copies, recorded and awaited events."""
     return SAMPLES / "pipeline.mnlb"
+
+
+@pytest.fixture(scope="session")
+def chains(tmp_path_factory) -> dict[str, Path]:
+    """A chain of 20 kernels, the same with one weight perturbed, and a chain of 21."""
+    folder = tmp_path_factory.mktemp("chains")
+    a = chain_capture(20)
+    _, _, weight = weight_sites(a)[3]
+    binaries = {"a": a, "weight": perturbed(a, weight), "longer": chain_capture(21)}
+    for name, binary in binaries.items():
+        binary.save(folder / f"{name}.mnlb")
+    return {name: folder / f"{name}.mnlb" for name in binaries}

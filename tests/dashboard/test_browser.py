@@ -20,6 +20,8 @@ sync_api = pytest.importorskip(
 
 from mnrt.dashboard import PAGES, open_dashboard  # noqa: E402
 from mnrt.dashboard.serve import running  # noqa: E402
+from mnrt.format import LightBinary  # noqa: E402
+from mnrt.replay.diff import diff  # noqa: E402
 
 
 def _chromium() -> str | None:
@@ -150,3 +152,28 @@ def test_every_page_of_a_multi_device_binary(browser, pipeline, shots):
         assert visit.rows("commands") == len(open_dashboard(pipeline).dump["commands"])
         assert page.get_by_text("CopyBuffer").count() >= 1
         assert visit.errors == []
+
+
+def test_two_binaries_on_the_binary_page(browser, chains, shots):
+    """A chain of 20 kernels against one of 21: the rows `mnrt diff` gives, coloured by
+    what happened to each command, and the golden's error by value."""
+    expected = diff(LightBinary.load(chains["a"]), LightBinary.load(chains["longer"]))
+    with running(open_dashboard(chains["a"], chains["longer"])) as url:
+        visit = Visit(browser, url)
+        page = visit.open("binary")
+        page.screenshot(path=str(shots / "binary_two.png"), full_page=True)
+        assert visit.errors == []
+        assert visit.rows("diff") == expected["commands_equal"] + len(expected["commands"])
+        assert (
+            page.locator("#diff-summary")
+            .inner_text()
+            .startswith(f"different: {len(expected['commands'])} commands differ")
+        )
+        colour = {
+            status: page.locator(f"table#diff tr.{status} td").first.evaluate(
+                "td => getComputedStyle(td).backgroundColor"
+            )
+            for status in ("equal", "changed", "added")
+        }
+        assert len(set(colour.values())) == 3
+        assert visit.rows("diff-goldens") == 1

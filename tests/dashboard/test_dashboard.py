@@ -20,6 +20,7 @@ pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 
 from starlette.testclient import TestClient
 
+import mnrt
 from mnrt.dashboard import (
     PAGES,
     ArtifactMissingError,
@@ -29,11 +30,13 @@ from mnrt.dashboard import (
     export,
     open_dashboard,
 )
-from mnrt.dashboard.pages.binary import side_by_side
+from mnrt.dashboard.app import _number
+from mnrt.dashboard.pages.binary import build
 from mnrt.dashboard.pages.common import kernels
 from mnrt.dashboard.pages.perf import ALL, stats
 from mnrt.dashboard.serve import bind
 from mnrt.errors import InvalidArgumentError
+from mnrt.replay.diff import diff
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -177,20 +180,58 @@ def test_corrupt_and_missing_files_are_pages_not_tracebacks(tmp_path, cnn_dir):
     assert "no page" in c.get("/nosuchpage").text
 
 
-def test_two_binaries_side_by_side(pipeline):
-    two = ROOT / "samples" / "two_devices.mnlb"
-    c = client(two, pipeline)
-    html = c.get("/binary").text
-    assert "Side by side" in html and rows(html, "diff") >= 1
-    art = Artifacts(pipeline, pipeline)
-    from mnrt.dashboard.pages.binary import build
+def statuses(html: str) -> list[str]:
+    body = html.split('<table id="diff">', 1)[1].split("</table>", 1)[0]
+    return [tr.split('"', 1)[0] for tr in body.split('<tr class="')[1:]]
 
-    same = build(art)["diff"]
-    assert same["differ"] == 0 and len(same["rows"]) == len(art.dump["commands"])
-    a = [{"index": 0, "type": "X", "details": "1"}, {"index": 1, "type": "Y", "details": "2"}]
-    b = [{"index": 0, "type": "X", "details": "1"}, {"index": 1, "type": "Z", "details": "2"}]
-    assert [r["status"] for r in side_by_side(a, b)] == ["same", "changed"]
-    assert [r["status"] for r in side_by_side(a, a[:1])] == ["same", "only A"]
+
+def test_two_identical_binaries_are_shown_equal(chains):
+    html = client(chains["a"], chains["a"]).get("/binary").text
+    n = len(mnrt.LightBinary.load(chains["a"]))
+    assert f'class="ok">equal: {n} commands' in html
+    assert statuses(html) == ["equal"] * n
+    assert 'id="diff-goldens"' not in html
+
+
+@pytest.mark.parametrize("other", ["weight", "longer"])
+def test_two_binaries_side_by_side_show_what_mnrt_diff_finds(chains, other):
+    a, b = mnrt.LightBinary.load(chains["a"]), mnrt.LightBinary.load(chains[other])
+    expected = diff(a, b)
+    assert not expected["equal"]
+    shown = build(Artifacts(chains["a"], chains[other]))["diff"]
+    assert json.loads(shown["json"]) == json.loads(json.dumps(expected, default=str))
+    # every command of each side in exactly one row, equal ones in order, changes as diff says
+    laid = shown["rows"]
+    assert sorted(r["a"]["index"] for r in laid if r["a"]) == list(range(len(a)))
+    assert sorted(r["b"]["index"] for r in laid if r["b"]) == list(range(len(b)))
+    equal = [(r["a"]["index"], r["b"]["index"]) for r in laid if r["status"] == "equal"]
+    assert len(equal) == expected["commands_equal"] and equal == sorted(equal)
+    changes = [r for r in laid if r["status"] != "equal"]
+    assert [
+        (r["status"], r["a"] and r["a"]["index"], r["b"] and r["b"]["index"]) for r in changes
+    ] == [(c["change"], c["a"], c["b"]) for c in expected["commands"]]
+    html = client(chains["a"], chains[other]).get("/binary").text
+    assert (
+        f'class="bad">different: {len(expected["commands"])} commands differ, '
+        f"{expected['commands_equal']} are equal" in html
+    )
+    assert statuses(html) == [r["status"] for r in laid]
+    if other == "weight":
+        assert statuses(html).count("changed") == 1 and "data.hash: " in html
+    else:
+        golden = next(c for c in expected["commands"] if c.get("golden"))["golden"]
+        assert golden["comparable"] and golden["max_abs_err"] > 0
+        assert rows(html, "diff-goldens") == 1
+        assert f'<td class="n">{_number(golden["max_abs_err"])}</td>' in html
+        assert "added" in statuses(html)
+
+
+def test_two_binaries_of_other_programs_side_by_side(pipeline):
+    two = ROOT / "samples" / "two_devices.mnlb"
+    html = client(two, pipeline).get("/binary").text
+    expected = diff(mnrt.LightBinary.load(two), mnrt.LightBinary.load(pipeline))
+    assert "Side by side" in html and 'class="bad">different: ' in html
+    assert rows(html, "diff") == expected["commands_equal"] + len(expected["commands"])
 
 
 def test_layout_files_are_shown(tmp_path, cnn_dir):

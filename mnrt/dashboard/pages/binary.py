@@ -1,14 +1,16 @@
 """Binary: the light binary's header, commands, objects, blobs (sizes and compression) and
-goldens with their tolerances; with a second binary, both command lists side by side,
-aligned, with what differs marked."""
+goldens with their tolerances; with a second binary, what `mnrt diff` finds
+(`mnrt.replay.diff.diff`, the same comparison `mnrt diff --json` prints) shown side by side:
+the two command lists as that diff aligned them, changed fields, goldens' errors by value and
+kernel fingerprints. The page aligns nothing itself: it only lays out the diff's result."""
 
 from __future__ import annotations
 
-import difflib
 import json
 from typing import Any
 
 from ...format.fb.Compression import Compression
+from ...replay.diff import diff
 from ..artifacts import Artifacts
 
 TITLE = "Binary"
@@ -77,7 +79,7 @@ def _goldens(dump: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         {
             "index": i,
-            "name": c["cmd"].get("name") or f"buffer {c['cmd'].get('buffer_id')}",
+            "name": _name(dump, i),
             "type": c["cmd"].get("type"),
             "blob": c["cmd"]["golden"],
             "rtol": c["cmd"].get("rtol"),
@@ -88,28 +90,70 @@ def _goldens(dump: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def side_by_side(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Two command lists aligned (difflib over type and fields): rows of (a, b, status)."""
-    keys_a = [f"{c['type']} {c['details']}" for c in a]
-    keys_b = [f"{c['type']} {c['details']}" for c in b]
+def side_by_side(
+    d: dict[str, Any], a: list[dict[str, Any]], b: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The rows of `diff(A, B)` laid out side by side: the commands the diff does not name
+    (its `commands_equal` ones, in order on both sides) as "equal" rows, each change where the
+    diff placed it. `a` and `b` are the two binaries' command lists as this page shows them."""
+    named_a = {c["a"] for c in d["commands"] if c["a"] is not None}
+    named_b = {c["b"] for c in d["commands"] if c["b"] is not None}
+    equal = list(
+        zip(
+            (i for i in range(len(a)) if i not in named_a),
+            (j for j in range(len(b)) if j not in named_b),
+        )
+    )
     rows: list[dict[str, Any]] = []
-    matcher = difflib.SequenceMatcher(None, keys_a, keys_b, autojunk=False)
-    for tag, i0, i1, j0, j1 in matcher.get_opcodes():
-        left, right = a[i0:i1], b[j0:j1]
-        for k in range(max(len(left), len(right))):
-            ca = left[k] if k < len(left) else None
-            cb = right[k] if k < len(right) else None
-            status = (
-                "same"
-                if tag == "equal"
-                else "changed"
-                if ca and cb
-                else "only A"
-                if ca
-                else "only B"
-            )
-            rows.append({"a": ca, "b": cb, "status": status})
+    k = 0
+
+    def equal_until(side: int, stop: int) -> None:
+        nonlocal k
+        while k < len(equal) and equal[k][side] < stop:
+            i, j = equal[k]
+            rows.append({"status": "equal", "a": a[i], "b": b[j], "fields": [], "golden": None})
+            k += 1
+
+    for c in d["commands"]:
+        if c["a"] is not None:
+            equal_until(0, c["a"])
+        else:
+            equal_until(1, c["b"])
+        rows.append(
+            {
+                "status": c["change"],
+                "a": a[c["a"]] if c["a"] is not None else None,
+                "b": b[c["b"]] if c["b"] is not None else None,
+                "fields": c.get("fields", []),
+                "golden": c.get("golden"),
+            }
+        )
+    equal_until(0, len(a))
     return rows
+
+
+def _comparison(art: Artifacts, own: list[dict[str, Any]]) -> dict[str, Any]:
+    """`mnrt diff` of the two binaries, and what the page shows of it."""
+    other = art.other
+    d = art.cached("diff", lambda: diff(art.binary, other.binary))
+    goldens = [
+        {"a": c["a"], "b": c["b"], "name": _name(art.dump, c["a"]), **c["golden"]}
+        for c in d["commands"]
+        if c.get("golden")
+    ]
+    return {
+        "a": str(art.binary_path),
+        "b": str(other.binary_path),
+        "result": d,
+        "rows": side_by_side(d, own, commands(other.dump)),
+        "goldens": goldens,
+        "json": json.dumps(d, indent=1, default=str),
+    }
+
+
+def _name(dump: dict[str, Any], index: int) -> str:
+    cmd = dump["commands"][index]["cmd"]
+    return cmd.get("name") or f"buffer {cmd.get('buffer_id')}"
 
 
 def build(art: Artifacts) -> dict[str, Any]:
@@ -124,11 +168,5 @@ def build(art: Artifacts) -> dict[str, Any]:
         "diff": None,
     }
     if art.other is not None:
-        rows = side_by_side(own, commands(art.other.dump))
-        context["diff"] = {
-            "a": str(art.binary_path),
-            "b": str(art.other.binary_path),
-            "rows": rows,
-            "differ": sum(r["status"] != "same" for r in rows),
-        }
+        context["diff"] = _comparison(art, own)
     return context
