@@ -32,6 +32,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from mnrt.format import FORMAT_VERSION
+
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 200  # mutants a worker runs before it reports
 
@@ -163,7 +165,8 @@ def main() -> None:
     peak_kib = 0
     with tempfile.TemporaryDirectory() as tmp:
         _make_seeds(Path(tmp))
-        print(f"seeds: {', '.join(p.name for p in sorted(Path(tmp).iterdir()))} (format 1.1)")
+        seeds = ", ".join(p.name for p in sorted(Path(tmp).iterdir()))
+        print(f"seeds: {seeds} (format {'.'.join(map(str, FORMAT_VERSION))})")
         deadline = time.monotonic() + args.seconds
         next_seed = args.seed * 1_000_003
         running: list[tuple[subprocess.Popen, float]] = []
