@@ -159,6 +159,7 @@ def test_codegen_dir_holds_everything_and_loads_without_compiling(ctx, tmp_path)
         "cancel_round_trip_casts",
         "schedule",
         "placement",
+        "mapping",
         "layout",
         "lower",
         "light binary",
