@@ -9,18 +9,23 @@ from .builder import GraphBuilder, Symbol
 from .context import CacheOptions, CompiledFunction, Context, MNDevice, TensorProxy
 from .ir import Graph, GraphError, Node, Value
 from .lower import Lowered, lower, plan_buffers
+from .mapper import Front, MappedPoint, MapperError, Metrics, map_kernel
 from .onnx import InvalidModelError, UnsupportedModelError, from_onnx, load_model
 
 __all__ = [
     "CacheOptions",
     "CompiledFunction",
     "Context",
+    "Front",
     "Graph",
     "GraphBuilder",
     "GraphError",
     "InvalidModelError",
     "Lowered",
     "MNDevice",
+    "MappedPoint",
+    "MapperError",
+    "Metrics",
     "Node",
     "Symbol",
     "TensorProxy",
@@ -29,5 +34,6 @@ __all__ = [
     "from_onnx",
     "load_model",
     "lower",
+    "map_kernel",
     "plan_buffers",
 ]

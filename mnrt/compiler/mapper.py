@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterator, Mapping as MappingABC, Sequence
+from collections.abc import Iterator, Sequence
+from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass, field
 
 from ..device import cost as cost_model
@@ -141,7 +142,15 @@ class Front:
                     f"  front: {p.mapping}{' fused' if p.fused else ''}: {p.time_s * 1e6:.3f} us, "
                     f"{p.energy_j * 1e3:.4f} mJ, usage {p.usage:.2f}"
                 )
-        for r in sorted(self.rejected, key=lambda r: r.time_s)[:shown]:
+        # The best few of each kind of reason: every resource and metric that ruled one out.
+        kinds: dict[str, list[Rejected]] = {}
+        for r in sorted(self.rejected, key=lambda r: r.time_s):
+            kind = r.reason.split(":")[0].split(" by ")[0]
+            kinds.setdefault(kind, [])
+            if len(kinds[kind]) < max(1, shown // 4):
+                kinds[kind].append(r)
+        picked = sorted((r for rs in kinds.values() for r in rs), key=lambda r: r.time_s)
+        for r in picked[:shown]:
             lines.append(
                 f"  rejected: {r.mapping}{' fused' if r.fused else ''} "
                 f"({r.time_s * 1e6:.3f} us): {r.reason}"
@@ -165,7 +174,7 @@ def _next_pow2(x: int) -> int:
 def default_mapping(spec: DeviceSpec, p: Problem) -> Mapping:
     """The mapping of a compile that does not search (O0): 4x4 accumulator blocks in LM,
     16-deep K slabs, the PE array split evenly over rows and columns."""
-    pe_m = min(_next_pow2(math.ceil(p.m / 4)), int(math.isqrt(spec.pe_count)))
+    pe_m = min(_next_pow2(math.ceil(p.m / 4)), math.isqrt(spec.pe_count))
     pe_n = min(_next_pow2(math.ceil(p.n / 4)), spec.pe_count // pe_m)
     return Mapping(1, pe_m, pe_n, 4, 4, min(16, _next_pow2(p.k)), LM, KEEP_NONE)
 
@@ -224,9 +233,7 @@ def space(spec: DeviceSpec, p: Problem, effort: int) -> Iterator[Mapping]:
 
 def space_size(spec: DeviceSpec, p: Problem, effort: int) -> int:
     d = default_mapping(spec, p)
-    return (
-        len(_grids(spec, p, effort)) * len(_blocks(p, effort)) * len(_slabs(p, effort, d.tile_k))
-    )
+    return len(_grids(spec, p, effort)) * len(_blocks(p, effort)) * len(_slabs(p, effort, d.tile_k))
 
 
 # ---- the search --------------------------------------------------------------------------
@@ -271,9 +278,9 @@ class _Search:
         per_cycle = spec.peak_flops(p.precision) / (spec.pe_count * spec.clock_hz)
         steps = blocks * math.ceil(p.k / 1024)
         other = max(0.0, p.flops - p.mac_flops)
-        compute = (2.0 * bp * mp_ * np_ * p.k / pes / per_cycle + steps * spec.mapping_step_cycles) / (
-            spec.clock_hz
-        ) + other / (spec.peak_flops(p.precision) * spec.vector_peak_fraction)
+        compute = (
+            2.0 * bp * mp_ * np_ * p.k / pes / per_cycle + steps * spec.mapping_step_cycles
+        ) / (spec.clock_hz) + other / (spec.peak_flops(p.precision) * spec.vector_peak_fraction)
         lm_pe = blocks * p.k * (rm + rn) * p.itemsize
         lm = lm_pe / (spec.lm_bytes_per_cycle_per_pe * spec.clock_hz)
         dram = sum(b for i, b in enumerate(p.operand_bytes) if i not in self.onchip)
@@ -329,7 +336,9 @@ class _Search:
         if hit is not None:
             q, qmp, qf = hit
             worse = [
-                f"{m.name.lower()} {v.metric(m) / q.metric(m):.2f}x" if q.metric(m) else m.name.lower()
+                f"{m.name.lower()} {v.metric(m) / q.metric(m):.2f}x"
+                if q.metric(m)
+                else m.name.lower()
                 for m in self.metrics
                 if v.metric(m) > q.metric(m)
             ]
@@ -418,7 +427,9 @@ def map_kernel(
     if objective_tolerance < 0 or resource_usage_tolerance < 0:
         raise MapperError("map_kernel: tolerances are relative margins, 0 or more")
     if not metrics:
-        raise MapperError("map_kernel: give at least one of Metrics.LATENCY, ENERGY, RESOURCE_USAGE")
+        raise MapperError(
+            "map_kernel: give at least one of Metrics.LATENCY, ENERGY, RESOURCE_USAGE"
+        )
     ins, outs = _specs_of(first, operands)
     flops = first.kdef.cost(ins, outs, first.attrs).flops
     p = problem_of(first.op, ins, outs, first.attrs, flops)

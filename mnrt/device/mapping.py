@@ -47,7 +47,8 @@ lose to padding, idle PEs and per-step overhead, as they do on the device.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping as MappingABC, Sequence
+from collections.abc import Callable, Sequence
+from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass
 
 from .cost import Modelled, precision_of
@@ -89,9 +90,14 @@ class Mapping:
         if bad:
             raise ValueError(f"mapping fields {', '.join(bad)} must be between 1 and 2**20")
         if m.accum not in ACCUM_NAMES or m.keep not in KEEP_NAMES:
-            raise ValueError("mapping accum must be 1 (GRF) or 2 (LM), keep 0 (none), 1 (a) or 2 (b)")
+            raise ValueError(
+                "mapping accum must be 1 (GRF) or 2 (LM), keep 0 (none), 1 (a) or 2 (b)"
+            )
         if m.reg_m % MAU_BLOCK or m.reg_n % MAU_BLOCK:
-            raise ValueError(f"mapping reg_m and reg_n must be multiples of the {MAU_BLOCK}x{MAU_BLOCK} MAU block")
+            raise ValueError(
+                f"mapping reg_m and reg_n must be multiples of the {MAU_BLOCK}x{MAU_BLOCK} "
+                "MAU block"
+            )
         return m
 
     def __str__(self) -> str:
@@ -194,9 +200,7 @@ def check(spec: DeviceSpec, p: Problem, mp: Mapping) -> str | None:
     return None
 
 
-def evaluate(
-    spec: DeviceSpec, p: Problem, mp: Mapping, onchip: Sequence[int] = ()
-) -> Evaluation:
+def evaluate(spec: DeviceSpec, p: Problem, mp: Mapping, onchip: Sequence[int] = ()) -> Evaluation:
     """The modelled cost of running `p` with a valid mapping `mp` (see `check`)."""
     bp = _ceil_to(p.batch, mp.pe_b)
     mp_, np_ = _ceil_to(p.m, mp.pe_m * mp.reg_m), _ceil_to(p.n, mp.pe_n * mp.reg_n)
@@ -254,7 +258,9 @@ def evaluate(
 
 
 # ---- which kernels have a mapping, and the product each one is -------------------------
-ProblemFn = Callable[[Sequence[TensorSpec | None], Sequence[TensorSpec], MappingABC, float], Problem]
+ProblemFn = Callable[
+    [Sequence[TensorSpec | None], Sequence[TensorSpec], MappingABC, float], Problem
+]
 
 
 def _gemm(ins, outs, attrs, flops) -> Problem:
@@ -265,7 +271,7 @@ def _gemm(ins, outs, attrs, flops) -> Problem:
     batch = math.prod(out.shape[:-2])
     e = a.dtype.itemsize
     operands = [t for t in ins if t is not None] + list(outs)
-    roles = ("a", "b") + ("once",) * (len(operands) - 2)
+    roles = ("a", "b", *("once",) * (len(operands) - 2))
     # a and b stream per product: a shared (2-D) operand is re-read for every product too.
     per = (batch * m * k * e, batch * k * n * b.dtype.itemsize)
     nbytes = per + tuple(float(t.nbytes) for t in operands[2:])
@@ -284,9 +290,11 @@ def _conv2d(ins, outs, attrs, flops) -> Problem:
     # unfolded on chip from the image, which is what crosses DRAM.
     a_bytes = float(n * w.nbytes)  # weights, once per image unless resident
     b_bytes = float(x.nbytes)
-    roles = ("b", "a") + ("once",) * (len(operands) - 2)
-    nbytes = (b_bytes, a_bytes) + tuple(float(t.nbytes) for t in operands[2:])
-    return Problem(n * g, o // g, oh * ow, k, e, precision_of(operands), flops, a_bytes, b_bytes, nbytes, roles)
+    roles = ("b", "a", *("once",) * (len(operands) - 2))
+    nbytes = (b_bytes, a_bytes, *(float(t.nbytes) for t in operands[2:]))
+    return Problem(
+        n * g, o // g, oh * ow, k, e, precision_of(operands), flops, a_bytes, b_bytes, nbytes, roles
+    )
 
 
 PROBLEMS: dict[str, ProblemFn] = {"gemm": _gemm, "conv2d": _conv2d}

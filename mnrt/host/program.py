@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..device.cost import Modelled
 from ..device.emulator import BoundKernel
+from ..device.kernels import KernelDef, lookup
 from ..device.mapping import PROBLEMS as MAPPED_KERNELS
 from ..device.mapping import Mapping as KernelMapping
-from ..device.kernels import KernelDef, lookup
 from ..errors import (
     BindingError,
     DTypeError,
@@ -110,7 +110,9 @@ class Kernel:
             try:
                 KernelMapping.from_attr(self.attrs["mapping"])
             except ValueError as e:
-                raise KernelAttributeError(f"kernel '{self.op}': attribute 'mapping': {e}") from None
+                raise KernelAttributeError(
+                    f"kernel '{self.op}': attribute 'mapping': {e}"
+                ) from None
 
     @property
     def kdef(self) -> KernelDef:
