@@ -176,23 +176,27 @@ def default_mapping(spec: DeviceSpec, p: Problem) -> Mapping:
     16-deep K slabs, the PE array split evenly over rows and columns."""
     pe_m = min(_next_pow2(math.ceil(p.m / 4)), math.isqrt(spec.pe_count))
     pe_n = min(_next_pow2(math.ceil(p.n / 4)), spec.pe_count // pe_m)
-    return Mapping(1, pe_m, pe_n, 4, 4, min(16, _next_pow2(p.k)), LM, KEEP_NONE)
+    return Mapping(1, pe_m, pe_n, 1, 4, 4, min(16, _next_pow2(p.k)), LM, KEEP_NONE)
 
 
-def _grids(spec: DeviceSpec, p: Problem, effort: int) -> list[tuple[int, int, int]]:
+def _grids(spec: DeviceSpec, p: Problem, effort: int) -> list[tuple[int, int, int, int]]:
+    """(pe_b, pe_m, pe_n, pe_k) choices: no more PEs along a dimension than it has 4-element
+    rows (more would only idle)."""
     if effort <= 1:
         d = default_mapping(spec, p)
-        grids = {(1, d.pe_m, d.pe_n)}
+        grids = {(1, d.pe_m, d.pe_n, 1)}
         if effort == 1:  # the whole array over rows and columns, in balanced shapes
             for pe_m in _pow2_upto(min(spec.pe_count, _next_pow2(math.ceil(p.m / 4)))):
                 pe_n = min(spec.pe_count // pe_m, _next_pow2(math.ceil(p.n / 4)))
-                grids.add((1, pe_m, pe_n))
+                grids.add((1, pe_m, pe_n, 1))
         return sorted(grids)
     out = []
     for pe_b in _pow2_upto(min(spec.pe_count, _next_pow2(p.batch))):
         for pe_m in _pow2_upto(min(spec.pe_count // pe_b, _next_pow2(math.ceil(p.m / 4)))):
-            limit = min(spec.pe_count // (pe_b * pe_m), _next_pow2(math.ceil(p.n / 4)))
-            out += [(pe_b, pe_m, pe_n) for pe_n in _pow2_upto(limit)]
+            left = spec.pe_count // (pe_b * pe_m)
+            for pe_n in _pow2_upto(min(left, _next_pow2(math.ceil(p.n / 4)))):
+                limit = min(left // pe_n, _next_pow2(math.ceil(p.k / 4)))
+                out += [(pe_b, pe_m, pe_n, pe_k) for pe_k in _pow2_upto(limit)]
     return out
 
 
@@ -225,10 +229,10 @@ def _slabs(p: Problem, effort: int, default_k: int) -> list[tuple[int, int]]:
 def space(spec: DeviceSpec, p: Problem, effort: int) -> Iterator[Mapping]:
     """Every mapping of `effort`'s space (what brute force evaluates)."""
     d = default_mapping(spec, p)
-    for pe_b, pe_m, pe_n in _grids(spec, p, effort):
+    for grid in _grids(spec, p, effort):
         for rm, rn, acc in _blocks(p, effort):
             for k, keep in _slabs(p, effort, d.tile_k):
-                yield Mapping(pe_b, pe_m, pe_n, rm, rn, k, acc, keep)
+                yield Mapping(*grid, rm, rn, k, acc, keep)
 
 
 def space_size(spec: DeviceSpec, p: Problem, effort: int) -> int:
@@ -237,14 +241,18 @@ def space_size(spec: DeviceSpec, p: Problem, effort: int) -> int:
 
 
 # ---- the search --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Vec:
-    time_s: float
-    energy_j: float
-    usage: float
+class _Vec(tuple):
+    """(time_s, energy_j, usage), indexed by _INDEX[metric]."""
 
-    def metric(self, m: Metrics) -> float:
-        return {Metrics.LATENCY: self.time_s, Metrics.ENERGY: self.energy_j}.get(m, self.usage)
+    @property
+    def time_s(self) -> float:
+        return self[0]
+
+    def metric(self, m: int) -> float:
+        return self[m]
+
+
+_INDEX = {Metrics.LATENCY: 0, Metrics.ENERGY: 1, Metrics.RESOURCE_USAGE: 2}
 
 
 def _chosen(metrics: Metrics) -> list[Metrics]:
@@ -253,8 +261,10 @@ def _chosen(metrics: Metrics) -> list[Metrics]:
 
 class _Search:
     def __init__(self, spec, p, metrics, obj_tol, use_tol, onchip, consumer):
-        self.spec, self.p, self.metrics = spec, p, _chosen(metrics)
-        self.tol = {m: (use_tol if m is Metrics.RESOURCE_USAGE else obj_tol) for m in self.metrics}
+        self.spec, self.p = spec, p
+        self.metrics = [_INDEX[m] for m in _chosen(metrics)]
+        self.tol = {i: (use_tol if i == 2 else obj_tol) for i in self.metrics}
+        self.names = {i: m.name.lower() for m, i in _INDEX.items()}
         self.onchip, self.consumer = onchip, consumer
         self.front: list[tuple[_Vec, Mapping, Evaluation, bool]] = []
         self.rejected: list[Rejected] = []
@@ -263,25 +273,25 @@ class _Search:
     def beaten(self, v: _Vec) -> tuple[_Vec, Mapping, bool] | None:
         """A front point no worse than `v` (within tolerance) on every chosen metric."""
         for q, mp, _, fused in self.front:
-            if all(q.metric(m) <= v.metric(m) * (1 + self.tol[m]) for m in self.metrics):
+            if all(q[m] <= v[m] * (1 + self.tol[m]) for m in self.metrics):
                 return q, mp, fused
         return None
 
     def lower_bound(self, rm: int, rn: int, acc: int, pes: int, grid, k_min: int) -> _Vec:
         spec, p = self.spec, self.p
-        pe_b, pe_m, pe_n = grid
+        pe_b, pe_m, pe_n, pe_k = grid
         # Exact padding of batch, rows and columns; K unpadded; the fewest steps and bytes.
         bp = -(-p.batch // pe_b) * pe_b
         mp_ = -(-p.m // (pe_m * rm)) * pe_m * rm
         np_ = -(-p.n // (pe_n * rn)) * pe_n * rn
         blocks = bp // pe_b * (mp_ // (pe_m * rm)) * (np_ // (pe_n * rn))
         per_cycle = spec.peak_flops(p.precision) / (spec.pe_count * spec.clock_hz)
-        steps = blocks * math.ceil(p.k / 1024)
+        steps = blocks * math.ceil(p.k / pe_k / 1024)
         other = max(0.0, p.flops - p.mac_flops)
         compute = (
             2.0 * bp * mp_ * np_ * p.k / pes / per_cycle + steps * spec.mapping_step_cycles
         ) / (spec.clock_hz) + other / (spec.peak_flops(p.precision) * spec.vector_peak_fraction)
-        lm_pe = blocks * p.k * (rm + rn) * p.itemsize
+        lm_pe = blocks * p.k / pe_k * (rm + rn) * p.itemsize
         lm = lm_pe / (spec.lm_bytes_per_cycle_per_pe * spec.clock_hz)
         dram = sum(b for i, b in enumerate(p.operand_bytes) if i not in self.onchip)
         if self.consumer is not None:
@@ -298,7 +308,7 @@ class _Search:
         grf_use = (acc_b if acc == GRF else 0) / cap["GRF"]
         if self.consumer is not None:
             time_s, energy = time_s + spec.kernel_launch_s, energy  # the consumer runs too
-        return _Vec(time_s, energy, max(lm_use, grf_use))
+        return _Vec((time_s, energy, max(lm_use, grf_use)))
 
     def leaf(self, mp: Mapping) -> None:
         self.evaluated += 1
@@ -322,7 +332,7 @@ class _Search:
             time_s, energy = time_s + cm.time_s, energy + cm.energy_j
             if fused:
                 # The intermediate lives in the LM of the PEs that made it, beside the slabs.
-                pes = mp.pe_b * mp.pe_m * mp.pe_n
+                pes = mp.pes
                 per_pe = p.operand_bytes[-1] / pes + ev.footprint["LM"]
                 if per_pe > spec.lm_bytes_per_pe:
                     self.rejected.append(Rejected(
@@ -331,16 +341,14 @@ class _Search:
                         time_s, fused))  # fmt: skip
                     return
                 usage = max(usage, per_pe / spec.lm_bytes_per_pe)
-        v = _Vec(time_s, energy, usage)
+        v = _Vec((time_s, energy, usage))
         hit = self.beaten(v)
         if hit is not None:
             q, qmp, qf = hit
             worse = [
-                f"{m.name.lower()} {v.metric(m) / q.metric(m):.2f}x"
-                if q.metric(m)
-                else m.name.lower()
+                f"{self.names[m]} {v[m] / q[m]:.2f}x" if q[m] else self.names[m]
                 for m in self.metrics
-                if v.metric(m) > q.metric(m)
+                if v[m] > q[m]
             ]
             why = ", ".join(worse) or "ties on every metric"
             self.rejected.append(
@@ -349,7 +357,7 @@ class _Search:
             return
         survivors = []
         for q, qmp, qev, qf in self.front:
-            if all(v.metric(m) <= q.metric(m) * (1 + self.tol[m]) for m in self.metrics):
+            if all(v[m] <= q[m] * (1 + self.tol[m]) for m in self.metrics):
                 self.rejected.append(Rejected(qmp, f"dominated by {mp}", q.time_s, qf))
             else:
                 survivors.append((q, qmp, qev, qf))
@@ -364,16 +372,24 @@ class _Search:
         # The default first, then grids by their bound: a good incumbent prunes the most.
         self.leaf(d)
         grids = _grids(spec, p, effort)
-        grid_bounds = []
+        # Most PEs first (fewest cycles per PE before padding), then a squarer grid.
+        grids.sort(key=lambda g: (-math.prod(g), g[3], abs(math.log2(g[1]) - math.log2(g[2]))))
+        per_cycle = spec.peak_flops(p.precision) / (spec.pe_count * spec.clock_hz)
+        dram = sum(b for i, b in enumerate(p.operand_bytes) if i not in self.onchip)
+        if self.consumer is not None:
+            dram -= p.operand_bytes[-1]
+        dram_s = dram / spec.dram_bandwidth
+        fixed_pj = (
+            p.flops * spec.energy_pj_per_flop(p.precision) + dram * spec.energy_pj_per_byte_dram
+        )
         for g in grids:
-            pes = g[0] * g[1] * g[2]
-            lb = min(
-                (self.lower_bound(rm, rn, acc, pes, g, k_min) for rm, rn, acc in blocks),
-                key=lambda v: v.time_s,
-            )
-            grid_bounds.append((lb.time_s, g))
-        for _, g in sorted(grid_bounds):
-            pes = g[0] * g[1] * g[2]
+            pes = math.prod(g)
+            # No padding, no steps, nothing but the products and the fewest DRAM bytes.
+            t = spec.kernel_launch_s + max(p.mac_flops / pes / per_cycle / spec.clock_hz, dram_s)
+            if self.beaten(_Vec((t, fixed_pj * 1e-12 + spec.static_power_w * t, 0.0))):
+                if self.metrics == [0]:
+                    break  # grids come with ever fewer PEs: none after this one can win
+                continue
             for rm, rn, acc in blocks:
                 lb = self.lower_bound(rm, rn, acc, pes, g, k_min)
                 probe = Mapping(*g, rm, rn, k_min, acc, KEEP_NONE)
@@ -447,7 +463,7 @@ def map_kernel(
                      tuple(first.attrs.get("onchip", ())), consumer)  # fmt: skip
     search.run(effort)
     points = [
-        MappedPoint(mp, v.time_s, v.energy_j, v.usage, ev.modelled.bound, fused, tuple(chain))
+        MappedPoint(mp, v[0], v[1], v[2], ev.modelled.bound, fused, tuple(chain))
         for v, mp, ev, fused in search.front
     ]
     points.sort(key=lambda q: (q.time_s, q.energy_j, q.usage))

@@ -2,9 +2,9 @@
 
 A *mapping* says how a matrix product's loops are laid over the chip and its memories:
 
-    pe_b, pe_m, pe_n   spatial split over the 4096 PEs (batch, output rows, output columns);
-                       the PE grid folds onto the hierarchy L2B x L1B x MAB x PE outermost
-                       first (`hierarchy`)
+    pe_b, pe_m, pe_n,  spatial split over the 4096 PEs (batch, output rows, output columns,
+    pe_k               reduction); the PE grid folds onto the hierarchy L2B x L1B x MAB x PE
+                       (`hierarchy`); pe_k > 1 sums partial products through L1BM
     reg_m, reg_n       each PE's output block held by the MAU's accumulators, in 4x4 MAU
                        blocks; `accum` says where they live: GRF (1) or LM (2)
     tile_k             K elements of the a and b slabs a PE keeps in its local memory (LM)
@@ -12,21 +12,23 @@ A *mapping* says how a matrix product's loops are laid over the chip and its mem
     keep               which operand stays resident in L2BM across the outer loop:
                        0 none (both stream from DRAM), 1 a, 2 b
 
-It is stored with the program as the kernel attribute `mapping` (`Mapping.to_attr`: eight
+It is stored with the program as the kernel attribute `mapping` (`Mapping.to_attr`: nine
 ints in the order above), so a replay prices exactly what the compile chose.
 
 For a product of `batch` independent [M, K] x [K, N] products, with Mp, Np, Kp, Bp the dims
-padded to whole tiles (M to pe_m * reg_m, K to tile_k, batch to pe_b), mt = Mp / (pe_m reg_m)
-and nt = Np / (pe_n reg_n) output blocks per PE and e the operand item size:
+padded to whole tiles (M to pe_m * reg_m, K to pe_k * tile_k, batch to pe_b), P the PEs used
+(pe_b pe_m pe_n pe_k), mt = Mp / (pe_m reg_m) and nt = Np / (pe_n reg_n) output blocks per PE
+and e the operand item size:
 
-    steps     = Bp/pe_b * mt * nt * Kp/tile_k                       (per PE)
-    compute_s = (2 Bp Mp Np Kp / (pe_b pe_m pe_n) / flops_per_cycle_per_pe
+    steps     = Bp/pe_b * mt * nt * Kp/(pe_k tile_k)                (per PE)
+    compute_s = (2 Bp Mp Np Kp / P / flops_per_cycle_per_pe
                  + steps * DeviceSpec.mapping_step_cycles) / clock
                 + other flops (epilogue, bias) at the vector rate
     lm_s      = per-PE LM traffic / (lm_bytes_per_cycle_per_pe * clock), the traffic being
-                Kp (reg_m + reg_n) e per output block, plus reading and writing the
+                Kp/pe_k (reg_m + reg_n) e per output block, plus reading and writing the
                 accumulators once per step when they live in LM
-    sram_s    = Bp Kp e (Mp nt + Np mt) / l1bm_bandwidth     (slabs broadcast from L1BM)
+    sram_s    = (Bp Kp e (Mp nt + Np mt)                     (slabs broadcast from L1BM)
+                 + (pe_k - 1) Bp Mp Np 4) / l1bm_bandwidth    (partial sums reduced)
     dram_s    = DRAM bytes / dram_bandwidth: a streams nt times and b mt times unless kept
                 resident in L2BM (then once); the output and any bias once; operands the
                 program keeps on chip (`onchip`) move over L1BM instead
@@ -46,6 +48,7 @@ lose to padding, idle PEs and per-step overhead, as they do on the device.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from collections.abc import Mapping as MappingABC
@@ -59,7 +62,7 @@ GRF, LM = 1, 2
 KEEP_NONE, KEEP_A, KEEP_B = 0, 1, 2
 ACCUM_NAMES = {GRF: "GRF", LM: "LM"}
 KEEP_NAMES = {KEEP_NONE: "none", KEEP_A: "a", KEEP_B: "b"}
-FIELDS = ("pe_b", "pe_m", "pe_n", "reg_m", "reg_n", "tile_k", "accum", "keep")
+FIELDS = ("pe_b", "pe_m", "pe_n", "pe_k", "reg_m", "reg_n", "tile_k", "accum", "keep")
 MAU_BLOCK = 4
 
 
@@ -70,6 +73,7 @@ class Mapping:
     pe_b: int
     pe_m: int
     pe_n: int
+    pe_k: int
     reg_m: int
     reg_n: int
     tile_k: int
@@ -86,7 +90,7 @@ class Mapping:
         if len(values) != len(FIELDS):
             raise ValueError(f"a mapping is {len(FIELDS)} ints ({', '.join(FIELDS)}), got {values}")
         m = cls(*(int(v) for v in values))
-        bad = [f for f in FIELDS[:6] if not 1 <= getattr(m, f) <= 1 << 20]
+        bad = [f for f in FIELDS[:7] if not 1 <= getattr(m, f) <= 1 << 20]
         if bad:
             raise ValueError(f"mapping fields {', '.join(bad)} must be between 1 and 2**20")
         if m.accum not in ACCUM_NAMES or m.keep not in KEEP_NAMES:
@@ -102,14 +106,18 @@ class Mapping:
 
     def __str__(self) -> str:
         return (
-            f"pe {self.pe_b}x{self.pe_m}x{self.pe_n} reg {self.reg_m}x{self.reg_n}"
+            f"pe {self.pe_b}x{self.pe_m}x{self.pe_n}x{self.pe_k} reg {self.reg_m}x{self.reg_n}"
             f"@{ACCUM_NAMES[self.accum]} k{self.tile_k} keep={KEEP_NAMES[self.keep]}"
         )
+
+    @property
+    def pes(self) -> int:
+        return self.pe_b * self.pe_m * self.pe_n * self.pe_k
 
     def hierarchy(self, spec: DeviceSpec) -> dict[str, int]:
         """How many instances of each unit the PE grid spans, filled innermost first (a
         small grid stays within one MAB, then one L1B, ...)."""
-        left = self.pe_b * self.pe_m * self.pe_n
+        left = self.pes
         units = (
             ("PE", spec.pe_per_mab),
             ("MAB", spec.mab_per_l1b),
@@ -176,6 +184,7 @@ def footprint(spec: DeviceSpec, p: Problem, mp: Mapping) -> dict[str, float]:
     return {"LM": float(lm), "GRF": float(grf), "L2BM": float(l2bm)}
 
 
+@functools.lru_cache(maxsize=8)
 def capacities(spec: DeviceSpec) -> dict[str, float]:
     return {
         "LM": float(spec.lm_bytes_per_pe),
@@ -186,7 +195,7 @@ def capacities(spec: DeviceSpec) -> dict[str, float]:
 
 def check(spec: DeviceSpec, p: Problem, mp: Mapping) -> str | None:
     """Why the device cannot run `mp` (the resource that rules it out), or None."""
-    pes = mp.pe_b * mp.pe_m * mp.pe_n
+    pes = mp.pes
     if pes > spec.pe_count:
         return f"PE array: the grid takes {pes} PEs, the chip has {spec.pe_count}"
     if mp.reg_m % MAU_BLOCK or mp.reg_n % MAU_BLOCK:
@@ -204,22 +213,23 @@ def evaluate(spec: DeviceSpec, p: Problem, mp: Mapping, onchip: Sequence[int] = 
     """The modelled cost of running `p` with a valid mapping `mp` (see `check`)."""
     bp = _ceil_to(p.batch, mp.pe_b)
     mp_, np_ = _ceil_to(p.m, mp.pe_m * mp.reg_m), _ceil_to(p.n, mp.pe_n * mp.reg_n)
-    kp = _ceil_to(p.k, mp.tile_k)
+    kp = _ceil_to(p.k, mp.pe_k * mp.tile_k)
     mt, nt = mp_ // (mp.pe_m * mp.reg_m), np_ // (mp.pe_n * mp.reg_n)
-    pes = mp.pe_b * mp.pe_m * mp.pe_n
+    pes = mp.pes
     blocks = bp // mp.pe_b * mt * nt  # output blocks per PE
-    steps = blocks * (kp // mp.tile_k)
+    steps = blocks * (kp // (mp.pe_k * mp.tile_k))
     per_cycle = spec.peak_flops(p.precision) / (spec.pe_count * spec.clock_hz)
     macs = 2.0 * bp * mp_ * np_ * kp / pes
     other = max(0.0, p.flops - p.mac_flops)
     compute_s = (macs / per_cycle + steps * spec.mapping_step_cycles) / spec.clock_hz + other / (
         spec.peak_flops(p.precision) * spec.vector_peak_fraction
     )
-    lm_pe = blocks * kp * (mp.reg_m + mp.reg_n) * p.itemsize
+    lm_pe = blocks * kp // mp.pe_k * (mp.reg_m + mp.reg_n) * p.itemsize
     if mp.accum == LM:
         lm_pe += steps * 2 * mp.reg_m * mp.reg_n * 4
     lm_s = lm_pe / (spec.lm_bytes_per_cycle_per_pe * spec.clock_hz)
     sram = float(bp * kp * p.itemsize * (mp_ * nt + np_ * mt))
+    sram += (mp.pe_k - 1) * bp * mp_ * np_ * 4.0  # float32 partial sums, reduced
     reads = {"a": nt if mp.keep != KEEP_A else 1, "b": mt if mp.keep != KEEP_B else 1, "once": 1}
     dram = 0.0
     for pos, (role, nbytes) in enumerate(zip(p.roles, p.operand_bytes)):

@@ -57,23 +57,23 @@ def test_a_bigger_product_never_models_faster():
 def test_check_names_the_resource_a_mapping_does_not_fit():
     _, ops = gemm(1024, 1024, 1024)
     p = problem_of("gemm", [ops["a"], ops["b"]], [ops["y"]], {}, 2.0 * 1024**3)
-    assert "GRF" in check(MNCORE2, p, Mapping(1, 64, 64, 64, 64, 16, GRF))
-    assert check(MNCORE2, p, Mapping(1, 64, 64, 64, 64, 16, LM)) is None
-    assert "LM" in check(MNCORE2, p, Mapping(1, 64, 64, 64, 64, 1024, LM))
-    assert "PE array" in check(MNCORE2, p, Mapping(2, 64, 64, 4, 4, 16))
-    assert "L2BM" in check(MNCORE2, p, Mapping(1, 64, 64, 32, 32, 16, GRF, keep=1))
-    assert check(MNCORE2, p, Mapping(1, 16, 64, 4, 32, 16, GRF, keep=1)) is None
+    assert "GRF" in check(MNCORE2, p, Mapping(1, 64, 64, 1, 64, 64, 16, GRF))
+    assert check(MNCORE2, p, Mapping(1, 64, 64, 1, 64, 64, 16, LM)) is None
+    assert "LM" in check(MNCORE2, p, Mapping(1, 64, 64, 1, 64, 64, 1024, LM))
+    assert "PE array" in check(MNCORE2, p, Mapping(2, 64, 64, 1, 4, 4, 16))
+    assert "L2BM" in check(MNCORE2, p, Mapping(1, 64, 64, 1, 32, 32, 16, GRF, keep=1))
+    assert check(MNCORE2, p, Mapping(1, 16, 64, 1, 4, 32, 16, GRF, keep=1)) is None
 
 
 def test_a_mapping_attribute_is_checked_where_the_kernel_is_made():
     with pytest.raises(KernelAttributeError, match="only gemm, conv2d"):
-        mnrt.Kernel("relu", ["x"], ["y"], {"mapping": (1, 1, 1, 4, 4, 16, 1, 0)})
-    with pytest.raises(KernelAttributeError, match="8 ints"):
+        mnrt.Kernel("relu", ["x"], ["y"], {"mapping": (1, 1, 1, 1, 4, 4, 16, 1, 0)})
+    with pytest.raises(KernelAttributeError, match="9 ints"):
         mnrt.Kernel("gemm", ["a", "b"], ["y"], {"mapping": (1, 2)})
     with pytest.raises(KernelAttributeError, match="MAU block"):
-        mnrt.Kernel("gemm", ["a", "b"], ["y"], {"mapping": (1, 1, 1, 3, 4, 16, 1, 0)})
+        mnrt.Kernel("gemm", ["a", "b"], ["y"], {"mapping": (1, 1, 1, 1, 3, 4, 16, 1, 0)})
     with pytest.raises(KernelAttributeError, match="accum"):
-        mnrt.Kernel("gemm", ["a", "b"], ["y"], {"mapping": (1, 1, 1, 4, 4, 16, 7, 0)})
+        mnrt.Kernel("gemm", ["a", "b"], ["y"], {"mapping": (1, 1, 1, 1, 4, 4, 16, 7, 0)})
 
 
 def _run(kernels, arrays, out_shape, dtype):
@@ -102,14 +102,14 @@ def test_a_mapping_decides_modelled_time_not_results():
         np.testing.assert_array_equal(y, plain)
         assert modelled.time_s == pytest.approx(point.time_s, rel=1e-12)
         assert modelled.energy_j == pytest.approx(point.energy_j, rel=1e-12)
-    naive = mnrt.Kernel("gemm", ["a", "b"], ["y"], {"mapping": (1, 16, 16, 4, 4, 16, LM, 0)})
+    naive = mnrt.Kernel("gemm", ["a", "b"], ["y"], {"mapping": (1, 16, 16, 1, 4, 4, 16, LM, 0)})
     _, slow = _run([naive], arrays, (64, 80), "float")
     assert slow.time_s > front.best.time_s
 
 
 def test_a_mapping_that_does_not_fit_its_operands_is_an_error_when_bound():
     arrays = {"a": np.ones((8, 8), np.float32), "b": np.ones((8, 8), np.float32)}
-    bad = mnrt.Kernel("gemm", ["a", "b"], ["y"], {"mapping": (1, 64, 64, 64, 64, 16, GRF, 0)})
+    bad = mnrt.Kernel("gemm", ["a", "b"], ["y"], {"mapping": (1, 64, 64, 1, 64, 64, 16, GRF, 0)})
     with pytest.raises(KernelAttributeError, match="GRF"):
         _run([bad], arrays, (8, 8), "float")
 
