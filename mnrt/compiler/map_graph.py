@@ -9,32 +9,49 @@ signature are mapped once per compile. Mapping never changes what a kernel compu
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from ..device.kernels.registry import TensorSpec
 from ..device.mapping import PROBLEMS
 from ..device.spec import MNCORE2, DeviceSpec
 from ..host import Kernel
-from .ir import Graph
-from .mapper import Metrics, map_kernel
+from .ir import Graph, Node
+from .mapper import Front, Metrics, map_kernel
 from .placement import ON_CHIP
+
+
+def _fronts(graph: Graph, effort: int, spec: DeviceSpec) -> Iterator[tuple[Node, Front]]:
+    """Each matrix node with its front (nodes of one signature share one search)."""
+    fronts: dict[tuple, Front] = {}
+    for node in graph.nodes:
+        if node.op not in PROBLEMS:
+            continue
+        names = [*node.inputs, *node.outputs]
+        onchip = tuple(i for i, n in enumerate(names) if graph.values[n].location == ON_CHIP)
+        attrs = {k: v for k, v in node.attrs.items() if k not in ("mapping", "onchip")}
+        if onchip:
+            attrs["onchip"] = onchip
+        values = graph.values
+        specs = {n: TensorSpec(tuple(values[n].shape), values[n].dtype) for n in names}
+        key = (node.op, tuple((specs[n].shape, specs[n].dtype.name) for n in names),
+               tuple(sorted(attrs.items())))  # fmt: skip
+        if key not in fronts:
+            kernel = Kernel(node.op, node.inputs, node.outputs, attrs)
+            fronts[key] = map_kernel(kernel, spec, Metrics.LATENCY, operands=specs, effort=effort)
+        yield node, fronts[key]
 
 
 def map_graph(graph: Graph, effort: int, spec: DeviceSpec = MNCORE2) -> Graph:
     g = graph.copy()
-    chosen: dict[tuple, tuple[int, ...]] = {}
-    for node in g.nodes:
-        if node.op not in PROBLEMS:
-            continue
-        names = [*node.inputs, *node.outputs]
-        onchip = tuple(i for i, n in enumerate(names) if g.values[n].location == ON_CHIP)
-        attrs = {k: v for k, v in node.attrs.items() if k not in ("mapping", "onchip")}
-        if onchip:
-            attrs["onchip"] = onchip
-        specs = {n: TensorSpec(tuple(g.values[n].shape), g.values[n].dtype) for n in names}
-        key = (node.op, tuple((specs[n].shape, specs[n].dtype.name) for n in names),
-               tuple(sorted(attrs.items())))  # fmt: skip
-        if key not in chosen:
-            kernel = Kernel(node.op, node.inputs, node.outputs, attrs)
-            front = map_kernel(kernel, spec, Metrics.LATENCY, operands=specs, effort=effort)
-            chosen[key] = front.best.mapping.to_attr()
-        node.attrs = {**node.attrs, "mapping": chosen[key]}
+    for node, front in list(_fronts(g, effort, spec)):
+        node.attrs = {**node.attrs, "mapping": front.best.mapping.to_attr()}
     return g
+
+
+def explain(graph: Graph, effort: int, spec: DeviceSpec = MNCORE2) -> str:
+    """For every matrix node: the mapping chosen, and the best alternatives turned down with
+    the resource or metric that ruled each out (`mnrt compile --explain`)."""
+    return "\n".join(
+        f"{node.name} ({node.op}):\n{front.explain()}"
+        for node, front in _fronts(graph, effort, spec)
+    )

@@ -148,8 +148,14 @@ def _check_fits(name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
     help="An input's data; inputs not given are random (integer ones zeros: valid indices).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print what was compiled as JSON.")
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Print each GEMM/conv's chosen mapping and the best alternatives the mapper turned "
+    "down, with the resource or metric that ruled each out.",
+)
 def compile_cmd(
-    model, output, preset, float_dtype, option_specs, codegen_dir, input_specs, as_json
+    model, output, preset, float_dtype, option_specs, codegen_dir, input_specs, as_json, explain
 ):
     """Compile an ONNX model to a light binary (goldens from ONNX's reference evaluator).
 
@@ -179,6 +185,10 @@ def compile_cmd(
     with Context() as ctx:
         compiled = ctx.compile(model, inputs, codegen_dir=codegen_dir, options=options)
         compiled.save_binary(output)
+    if explain:
+        from ..compiler.map_graph import explain as explain_mappings
+
+        click.echo(explain_mappings(compiled.graph, compiled.options["mapping_effort"]))
     if as_json:
         from ..format import LightBinary
         from ..replay.info import io_dict
