@@ -5,6 +5,8 @@ mapping stored in the binary deciding what a replay models."""
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import pytest
 
 import mnrt
@@ -135,3 +137,41 @@ def test_the_mapping_travels_in_the_binary_and_replays_to_the_same_time(tmp_path
     assert report.timings["device_time_s"] == pytest.approx(
         point.time_s + write + 64 * 64 * 4 / MNCORE2.host_link_bandwidth, rel=1e-9
     )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.one_of(
+        st.lists(st.integers(0, 1 << 21), min_size=9, max_size=9),
+        st.tuples(
+            *[st.sampled_from([1, 2, 16, 64, 4096, 1 << 20])] * 4,
+            *[st.integers(1, 1 << 18).map(lambda v: 4 * v)] * 2,
+            st.integers(1, 1 << 20),
+            st.sampled_from([1, 2]),
+            st.sampled_from([0, 1, 2]),
+        ),
+    ),
+    st.integers(1, 96),
+    st.integers(1, 96),
+)
+def test_any_mapping_a_binary_holds_is_refused_by_name_or_models_finitely(values, m, k):
+    try:
+        kernel = mnrt.Kernel("gemm", ["a", "b"], ["y"], {"mapping": tuple(values)})
+    except KernelAttributeError:
+        return
+    arrays = {"a": np.ones((m, k), np.float32), "b": np.ones((k, 8), np.float32)}
+    try:
+        _, modelled = _run([kernel], arrays, (m, 8), "float")
+    except KernelAttributeError as e:
+        assert "cannot run this gemm" in str(e)
+        return
+    assert 0 < modelled.time_s < float("inf") and modelled.energy_j > 0
+
+
+def test_the_pe_grid_folds_onto_the_hierarchy_innermost_first():
+    assert Mapping(1, 64, 64, 1, 32, 32, 16).hierarchy(MNCORE2) == {
+        "L2B": 8, "L1B": 8, "MAB": 16, "PE": 4,
+    }  # fmt: skip
+    assert Mapping(1, 2, 4, 1, 4, 4, 16).hierarchy(MNCORE2) == {
+        "L2B": 1, "L1B": 1, "MAB": 2, "PE": 4,
+    }  # fmt: skip
