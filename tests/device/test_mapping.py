@@ -5,9 +5,9 @@ mapping stored in the binary deciding what a replay models."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import pytest
 
 import mnrt
 from mnrt.compiler.mapper import Metrics, map_kernel
