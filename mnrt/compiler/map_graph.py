@@ -4,7 +4,7 @@ Each gemm/conv2d node is mapped by the Pareto mapper (mapper.py) at the options'
 `mapping_effort` for lowest latency, with the operands placement keeps on chip, and the
 chosen mapping is recorded in the node's `mapping` attribute: lowering carries it into the
 program, so the binary holds it and a replay prices what was chosen. Nodes of the same
-signature are mapped once per compile. Mapping never changes what a kernel computes.
+signature are mapped once per process. Mapping never changes what a kernel computes.
 """
 
 from __future__ import annotations
@@ -19,10 +19,13 @@ from .ir import Graph, Node
 from .mapper import Front, Metrics, map_kernel
 from .placement import ON_CHIP
 
+_FRONTS: dict[tuple, Front] = {}
+_FRONTS_LIMIT = 1024
+
 
 def _fronts(graph: Graph, effort: int, spec: DeviceSpec) -> Iterator[tuple[Node, Front]]:
-    """Each matrix node with its front (nodes of one signature share one search)."""
-    fronts: dict[tuple, Front] = {}
+    """Each matrix node with its front: nodes of one signature share one search, in this
+    compile and the next (a model compiled again at another preset maps only what changed)."""
     for node in graph.nodes:
         if node.op not in PROBLEMS:
             continue
@@ -35,10 +38,13 @@ def _fronts(graph: Graph, effort: int, spec: DeviceSpec) -> Iterator[tuple[Node,
         specs = {n: TensorSpec(tuple(values[n].shape), values[n].dtype) for n in names}
         key = (node.op, tuple((specs[n].shape, specs[n].dtype.name) for n in names),
                tuple(sorted(attrs.items())))  # fmt: skip
-        if key not in fronts:
+        key = (*key, effort, spec)
+        if key not in _FRONTS:
             kernel = Kernel(node.op, node.inputs, node.outputs, attrs)
-            fronts[key] = map_kernel(kernel, spec, Metrics.LATENCY, operands=specs, effort=effort)
-        yield node, fronts[key]
+            if len(_FRONTS) >= _FRONTS_LIMIT:
+                _FRONTS.clear()
+            _FRONTS[key] = map_kernel(kernel, spec, Metrics.LATENCY, operands=specs, effort=effort)
+        yield node, _FRONTS[key]
 
 
 def map_graph(graph: Graph, effort: int, spec: DeviceSpec = MNCORE2) -> Graph:

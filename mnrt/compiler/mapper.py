@@ -310,19 +310,26 @@ class _Search:
             time_s, energy = time_s + spec.kernel_launch_s, energy  # the consumer runs too
         return _Vec((time_s, energy, max(lm_use, grf_use)))
 
-    def leaf(self, mp: Mapping) -> None:
+    def leaf(self, mp: Mapping) -> str | None:
+        """Evaluate one mapping; returns what bounds its (unfused) time, None if invalid."""
         self.evaluated += 1
         why = check(self.spec, self.p, mp)
         if why is not None:
             self.rejected.append(Rejected(mp, why, float("inf")))
-            return
-        for fused in (False, True) if self.consumer is not None else (False,):
-            self.consider(mp, fused)
+            return None
+        bounds = [self.consider(mp, fused)
+                  for fused in ((False, True) if self.consumer is not None else (False,))]  # fmt: skip
+        return bounds[0]
 
-    def consider(self, mp: Mapping, fused: bool) -> None:
+    def consider(self, mp: Mapping, fused: bool) -> str:
         spec, p = self.spec, self.p
         onchip = tuple(self.onchip) + ((len(p.roles) - 1,) if fused else ())
         ev = evaluate(spec, p, mp, onchip)
+        self._consider(mp, fused, ev)
+        return ev.modelled.bound
+
+    def _consider(self, mp: Mapping, fused: bool, ev: Evaluation) -> None:
+        spec, p = self.spec, self.p
         time_s, energy, usage = ev.modelled.time_s, ev.modelled.energy_j, ev.usage
         if self.consumer is not None:
             c_op, c_ins, c_outs, c_pos = self.consumer
@@ -374,6 +381,7 @@ class _Search:
         grids = _grids(spec, p, effort)
         # Most PEs first (fewest cycles per PE before padding), then a squarer grid.
         grids.sort(key=lambda g: (-math.prod(g), g[3], abs(math.log2(g[1]) - math.log2(g[2]))))
+        latency_only = self.metrics == [0]
         per_cycle = spec.peak_flops(p.precision) / (spec.pe_count * spec.clock_hz)
         dram = sum(b for i, b in enumerate(p.operand_bytes) if i not in self.onchip)
         if self.consumer is not None:
@@ -387,7 +395,7 @@ class _Search:
             # No padding, no steps, nothing but the products and the fewest DRAM bytes.
             t = spec.kernel_launch_s + max(p.mac_flops / pes / per_cycle / spec.clock_hz, dram_s)
             if self.beaten(_Vec((t, fixed_pj * 1e-12 + spec.static_power_w * t, 0.0))):
-                if self.metrics == [0]:
+                if latency_only:
                     break  # grids come with ever fewer PEs: none after this one can win
                 continue
             for rm, rn, acc in blocks:
@@ -399,10 +407,14 @@ class _Search:
                     continue
                 if self.beaten(lb) is not None:
                     continue
+                unbound_k = set()  # slabs whose streamed mapping is not DRAM-bound
                 for k, keep in slabs:
+                    if keep != KEEP_NONE and k in unbound_k:
+                        continue  # a resident operand saves only DRAM time: no faster
                     mp = Mapping(*g, rm, rn, k, acc, keep)
-                    if mp != d:
-                        self.leaf(mp)
+                    bound = self.leaf(mp) if mp != d else None
+                    if keep == KEEP_NONE and bound not in (None, "dram") and latency_only:
+                        unbound_k.add(k)
 
 
 def _specs_of(kernel: Kernel, operands: MappingABC[str, TensorSpec]) -> tuple[list, list]:
