@@ -317,9 +317,8 @@ class _Search:
         if why is not None:
             self.rejected.append(Rejected(mp, why, float("inf")))
             return None
-        bounds = [self.consider(mp, fused)
-                  for fused in ((False, True) if self.consumer is not None else (False,))]  # fmt: skip
-        return bounds[0]
+        fusions = (False, True) if self.consumer is not None else (False,)
+        return [self.consider(mp, fused) for fused in fusions][0]
 
     def consider(self, mp: Mapping, fused: bool) -> str:
         spec, p = self.spec, self.p
