@@ -123,9 +123,6 @@ class ReplayReport:
                 k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in self.outputs.items()
             },
             "timings": self.timings,
-            # DESIGN section 11's names; one device's queues run back to back, so the
-            # makespan is the modelled device time of a loop.
-            "modelled": {"makespan_s": self.device_time_s, "energy_j": self.energy_j},
         }
 
     def to_json(self, indent: int | None = 1) -> str:
