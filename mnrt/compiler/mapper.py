@@ -317,8 +317,10 @@ class _Search:
         if why is not None:
             self.rejected.append(Rejected(mp, why, float("inf")))
             return None
-        fusions = (False, True) if self.consumer is not None else (False,)
-        return [self.consider(mp, fused) for fused in fusions][0]
+        bound = self.consider(mp, False)
+        if self.consumer is not None:
+            self.consider(mp, True)
+        return bound
 
     def consider(self, mp: Mapping, fused: bool) -> str:
         spec, p = self.spec, self.p
