@@ -17,7 +17,7 @@ import numpy as np
 from ..device.mapping import Mapping as KernelMapping
 from ..errors import InvalidArgumentError, MnrtError
 from ..format.files import write_atomically
-from . import layout, placement, serialize
+from . import layout, placement, serialize, time_slice
 from .ir import Graph
 from .options import CompileOptions, resolve
 from .schedule import peak_live_bytes
@@ -140,6 +140,9 @@ def report(compiled: CompiledFunction, phases: list[dict]) -> dict:
             "energy_j": totals.energy_j,
         },
         "modelled": {"time_s": totals.time_s, "energy_j": totals.energy_j},
+        "time_slices": time_slice.summary(
+            compiled.graph, time_slice.max_time_slice(compiled.options.envs)
+        ),
     }
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from . import layout, placement
+from . import layout, placement, time_slice
 from .builder import GraphBuilder
 from .ir import Graph
 from .map_graph import map_graph
@@ -33,6 +33,8 @@ def steps(opts: CompileOptions) -> list[tuple[str, Callable[[Graph], Graph]]]:
     )
     steps.append(("placement", lambda g: placement.place(g, opts["sram_budget"])))
     steps.append(("mapping", lambda g: map_graph(g, opts["mapping_effort"])))
+    limit = time_slice.max_time_slice(opts.envs)
+    steps.append(("time_slice", lambda g: time_slice.check(g, limit)))
     steps.append(
         (
             "layout",
