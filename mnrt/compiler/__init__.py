@@ -9,6 +9,7 @@ from .builder import GraphBuilder, Symbol
 from .context import CacheOptions, CompiledFunction, Context, MNDevice, TensorProxy
 from .ir import Graph, GraphError, Node, Value
 from .lower import Lowered, lower, plan_buffers
+from .mapper import Front, MappedPoint, MapperError, Metrics, map_kernel
 from .mpmd import MpmdError
 from .mpmd.compiled import PipelinedFunction
 from .onnx import InvalidModelError, UnsupportedModelError, from_onnx, load_model
@@ -17,12 +18,16 @@ __all__ = [
     "CacheOptions",
     "CompiledFunction",
     "Context",
+    "Front",
     "Graph",
     "GraphBuilder",
     "GraphError",
     "InvalidModelError",
     "Lowered",
     "MNDevice",
+    "MappedPoint",
+    "MapperError",
+    "Metrics",
     "MpmdError",
     "Node",
     "PipelinedFunction",
@@ -33,5 +38,6 @@ __all__ = [
     "from_onnx",
     "load_model",
     "lower",
+    "map_kernel",
     "plan_buffers",
 ]

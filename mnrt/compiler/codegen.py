@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..device.mapping import Mapping as KernelMapping
 from ..errors import InvalidArgumentError, MnrtError
 from ..format.files import write_atomically
-from . import layout, placement, serialize
+from . import layout, placement, serialize, time_slice
 from .ir import Graph
 from .options import CompileOptions, resolve
 from .schedule import peak_live_bytes
@@ -117,7 +118,9 @@ def report(compiled: CompiledFunction, phases: list[dict]) -> dict:
                 "outputs": [compiled.graph.values[o].describe() for o in node.outputs],
                 "flops": m.flops,
                 "device_time_s": m.time_s,
+                "energy_j": m.energy_j,
                 "bound": m.bound,
+                **_mapping_of(node.attrs),
             }
         )
         total = per_op.setdefault(node.op, {"count": 0, "flops": 0.0, "device_time_s": 0.0})
@@ -149,7 +152,18 @@ def report(compiled: CompiledFunction, phases: list[dict]) -> dict:
             "device_time_s": totals.time_s,
             "energy_j": totals.energy_j,
         },
+        "modelled": {"time_s": totals.time_s, "energy_j": totals.energy_j},
+        "time_slices": time_slice.summary(
+            compiled.graph, time_slice.max_time_slice(compiled.options.envs)
+        ),
     }
+
+
+def _mapping_of(attrs: Mapping) -> dict:
+    """A matrix layer's mapping as text, for people reading report.json."""
+    if not attrs.get("mapping"):
+        return {}
+    return {"mapping": str(KernelMapping.from_attr(attrs["mapping"]))}
 
 
 def export_onnx(

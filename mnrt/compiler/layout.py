@@ -10,6 +10,7 @@ the first factor of its kind and packs the later ones after it. `; B@[UNIT, ...]
 tensor to every instance of the listed units. This is the notation of PFN's MN-Core
 material (tech.preferred.jp "mn-core-tensor-layout", the MN-Core Challenge problems).
 
+`locate` gives every element's (L2B, L1B, MAB, PE, W, address), vectorised.
 `parse` checks the text against the device: no unit used past its instance count, no two
 elements on one unit instance and address, and the per-PE footprint within local memory.
 `fit` says whether a layout describes a tensor of a given shape; `assign_layouts` gives the
@@ -21,7 +22,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..device.spec import MNCORE2, DeviceSpec
 from ..errors import InvalidArgumentError
@@ -87,6 +91,29 @@ class Layout:
     def long_words_per_pe(self) -> int:
         """Local-memory long words one PE holds: one past the highest address used."""
         return 1 + sum((c - 1) * s for c, s in self.strides(None))
+
+
+def locate(layout: Layout, index: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """Where elements live, vectorised: for index arrays (one per axis, broadcast together),
+    the L2B, L1B, MAB, PE and W (word of the long word) instance and the local-memory
+    long-word address of each element. Units the layout does not split over are 0 (a
+    broadcast unit holds a copy on every instance)."""
+    if len(index) != len(layout.axes):
+        raise LayoutError(f"layout {layout} has {len(layout.axes)} axes, got {len(index)} indices")
+    index = np.broadcast_arrays(*(np.asarray(i, dtype=np.int64) for i in index))
+    for axis, (i, n) in enumerate(zip(index, layout.shape)):
+        if i.size and (i.min() < 0 or i.max() >= n):
+            raise LayoutError(f"layout {layout}: axis {axis} indices must be in 0..{n - 1}")
+    kinds = ("L2B", "L1B", "MAB", "PE", "W", None)
+    strides = {k: iter(s for _, s in layout.strides(k)) for k in kinds}
+    out = {k: np.zeros(index[0].shape, np.int64) for k in kinds}
+    for axis, i in zip(layout.axes, index):
+        inner = math.prod(f.count for f in axis)
+        for f in axis:
+            inner //= f.count
+            out[f.unit] += (i // inner) % f.count * next(strides[f.unit])
+    out["address"] = out.pop(None)
+    return out
 
 
 def _tuple(items) -> str:

@@ -53,6 +53,14 @@ def _check_anneal_steps(value: int, what: str) -> None:
         )
 
 
+def _check_effort(value: int, what: str) -> None:
+    if value > MAX_MAPPING_EFFORT:
+        raise InvalidArgumentError(f"{what}={value}: efforts are 0..{MAX_MAPPING_EFFORT}")
+
+
+MAX_MAPPING_EFFORT = 4
+
+
 @dataclass(frozen=True)
 class Option:
     default: Any
@@ -86,6 +94,14 @@ OPTIONS: dict[str, Option] = {
         "simulated-annealing steps of scheduler=anneal",
         kind=int,
         parse=_check_anneal_steps,
+    ),
+    "mapping_effort": Option(
+        1,
+        "how hard the mapper searches GEMM/conv mappings: 0 none (a fixed 4x4-block "
+        "mapping), 1 a few balanced ones, 2 every PE grid and GRF block, 3-4 also LM "
+        "accumulators and operands resident in L2BM",
+        kind=int,
+        parse=_check_effort,
     ),
     "out_onnx": Option("", "also write the optimised graph here as ONNX"),
     "layout_spec": Option(

@@ -9,9 +9,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from . import layout, placement
+from . import layout, placement, time_slice
 from .builder import GraphBuilder
 from .ir import Graph
+from .map_graph import map_graph
 from .options import CompileOptions
 from .passes import AFTER_FLOAT_DTYPE, PIPELINES, apply_float_dtype
 from .schedule import schedule
@@ -31,6 +32,9 @@ def steps(opts: CompileOptions) -> list[tuple[str, Callable[[Graph], Graph]]]:
         ("schedule", lambda g: schedule(g, opts["scheduler"], opts["sa_expected_run_iters"]))
     )
     steps.append(("placement", lambda g: placement.place(g, opts["sram_budget"])))
+    steps.append(("mapping", lambda g: map_graph(g, opts["mapping_effort"])))
+    limit = time_slice.max_time_slice(opts.envs)
+    steps.append(("time_slice", lambda g: time_slice.check(g, limit)))
     steps.append(
         (
             "layout",

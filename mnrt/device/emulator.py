@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from ..errors import DeviceExecutionError
+from ..errors import DeviceExecutionError, KernelAttributeError
 from . import cost as cost_model
-from . import parallel
+from . import mapping, parallel
 from .dtypes import DType
 from .host_pages import keep_freed_pages
 from .kernels import KernelDef, Out, TensorSpec
@@ -66,6 +66,11 @@ class EmulatedDevice:
         # Operands the program keeps in local memory (`onchip`) cross no DRAM; they still
         # move between local memory and the PEs' registers.
         cost = kdef.cost(ins, outs, attrs)
+        if attrs.get("mapping"):
+            try:
+                return mapping.model_mapped(self.spec, kdef.name, ins, outs, attrs, cost.flops)
+            except ValueError as e:
+                raise KernelAttributeError(f"kernel '{kdef.name}': {e}") from None
         return cost_model.model_call(self.spec, cost, ins, outs, attrs.get("onchip", ()))
 
     def transfer_cost(self, nbytes: int) -> cost_model.Modelled:

@@ -223,6 +223,9 @@ class DeviceSpec:
     energy_pj_per_byte_dram: float = 40.0  # ~5 pJ/bit, typical of LPDDR-class DRAM
     energy_pj_per_byte_sram: float = 1.0
     static_power_w: float = 60.0
+    # Cycles a PE spends between two k-steps of a mapped matrix kernel (swapping its
+    # double-buffered LM slabs, synchronising with the L1BM broadcast): see device/mapping.py.
+    mapping_step_cycles: int = 32
 
     # DRAM allocation granule [MODEL]: the data engines move 64-bit long words in bursts.
     dram_alignment: int = 256

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..device.cost import Modelled
 from ..device.emulator import BoundKernel
 from ..device.kernels import KernelDef, lookup
+from ..device.mapping import PROBLEMS as MAPPED_KERNELS
+from ..device.mapping import Mapping as KernelMapping
 from ..errors import (
     BindingError,
     DTypeError,
@@ -99,6 +101,18 @@ class Kernel:
                 f"kernel '{self.op}': attribute 'onchip' lists operand positions 0..."
                 f"{operands - 1} (inputs, then outputs), each once; got {onchip}"
             )
+        if "mapping" in self.attrs:
+            if self.op not in MAPPED_KERNELS:
+                raise KernelAttributeError(
+                    f"kernel '{self.op}': only {', '.join(MAPPED_KERNELS)} take a 'mapping'; "
+                    "drop the attribute"
+                )
+            try:
+                KernelMapping.from_attr(self.attrs["mapping"])
+            except ValueError as e:
+                raise KernelAttributeError(
+                    f"kernel '{self.op}': attribute 'mapping': {e}"
+                ) from None
 
     @property
     def kdef(self) -> KernelDef:

@@ -183,13 +183,18 @@ def _check_fits(name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
     help="With --devices: nodes whose name starts with PREFIX run in STAGE (repeatable); "
     "the rest is inferred. Without any, stages are balanced by modelled cost.",
 )
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Print each GEMM/conv's chosen mapping and the best alternatives the mapper turned "
+    "down, with the resource or metric that ruled each out.",
+)
 def compile_cmd(
     model, output, preset, float_dtype, option_specs, codegen_dir, input_specs, as_json,
-    devices, microbatches, schedule, stages, assignment_specs,
+    devices, microbatches, schedule, stages, assignment_specs, explain,
 ):  # fmt: skip
-    """Compile an ONNX model to a light binary (goldens from ONNX's reference evaluator).
-
-    Models with ops that evaluator computes wrongly get goldens from a float64 run instead."""
+    """Compile an ONNX model to a light binary: weights, program, inputs and goldens (the
+    compiled program's own outputs, checked against onnxruntime or a float64 run)."""
     from ..compiler import Context
     from ..compiler.onnx import from_onnx
 
@@ -220,6 +225,10 @@ def compile_cmd(
             _report_pipeline(compiled, model, output, ctx.last_compile_s, as_json)
             compiled.close()
             return
+    if explain:
+        from ..compiler.map_graph import explain as explain_mappings
+
+        click.echo(explain_mappings(compiled.graph, compiled.options["mapping_effort"]))
     if as_json:
         from ..format import LightBinary
         from ..replay.info import io_dict

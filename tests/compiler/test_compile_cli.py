@@ -305,3 +305,16 @@ def test_a_deeply_nested_option_json_is_a_one_line_error(tmp_path):
     code, out = compile_cli(saved_relu_model(tmp_path / "m.onnx"), "-o", tmp_path / "o.mnlb",
                             "-O", deep)  # fmt: skip
     assert code == 2 and "not valid JSON" in out
+
+
+def test_compile_explain_lists_rejected_mappings_and_what_ruled_them_out(tmp_path):
+    model = tmp_path / "small.onnx"
+    small_model(model)
+    r = CliRunner().invoke(
+        cli, ["compile", str(model), "-o", str(tmp_path / "s.mnlb"), "-O3", "--explain"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "(gemm):\nchosen: pe " in r.output
+    assert "rejected:" in r.output and ("dominated by" in r.output or "GRF:" in r.output)
+    r = CliRunner().invoke(cli, ["run", str(tmp_path / "s.mnlb"), "--json"])
+    assert r.exit_code == 0, r.output  # the mappings it chose replay

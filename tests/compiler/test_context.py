@@ -159,6 +159,8 @@ def test_codegen_dir_holds_everything_and_loads_without_compiling(ctx, tmp_path)
         "cancel_round_trip_casts",
         "schedule",
         "placement",
+        "mapping",
+        "time_slice",
         "layout",
         "lower",
         "light binary",
@@ -198,7 +200,9 @@ def test_codegen_debug_env_dumps_the_graph_after_every_phase(ctx, tmp_path):
         "debug_01_float_dtype.txt",
         "debug_02_schedule.txt",
         "debug_03_placement.txt",
-        "debug_04_layout.txt",
+        "debug_04_mapping.txt",
+        "debug_05_time_slice.txt",
+        "debug_06_layout.txt",
     ]
     ctx.compile(b, {"x": x}, codegen_dir=tmp_path / "cg2", options={"option_json": "O2"})
     assert not list((tmp_path / "cg2").glob("debug_*.txt"))

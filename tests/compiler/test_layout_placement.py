@@ -280,3 +280,26 @@ def test_placement_respects_the_budget_at_every_node(model):
     for fraction in (0.1, 0.4, 0.75):
         budget = max(1, int(full * fraction))
         assert max(_on_chip_bytes_at_each_node(place(graph, budget))) <= budget
+
+
+@pytest.mark.parametrize(("text", "shape", "long_words"), PUBLISHED)
+def test_locate_puts_every_element_in_one_place_of_its_own(text, shape, long_words):
+    layout = L.parse(text)
+    index = np.indices(shape).reshape(len(shape), -1)
+    where = L.locate(layout, list(index))
+    keys = np.stack([where[k] for k in ("L2B", "L1B", "MAB", "PE", "W", "address")])
+    assert len({tuple(c) for c in keys.T}) == index.shape[1]  # no two elements meet
+    assert where["address"].max() < long_words
+
+
+def test_locate_follows_the_notation_digit_by_digit():
+    layout = L.parse("((8_L2B:1, 4:2, 8_L1B:1), (2:1, 4_PE:1, 2_W:1))")
+    # Row 77 = L2B 2, address digit 1 (stride 2), L1B 5; column 13 = address 1, PE 2, W 1.
+    where = L.locate(layout, [np.array([77]), np.array([13])])
+    assert {k: int(v[0]) for k, v in where.items()} == {
+        "L2B": 2, "L1B": 5, "MAB": 0, "PE": 2, "W": 1, "address": 2 + 1,
+    }  # fmt: skip
+    with pytest.raises(L.LayoutError, match="0..255"):
+        L.locate(layout, [np.array([256]), np.array([0])])
+    with pytest.raises(L.LayoutError, match="2 axes"):
+        L.locate(layout, [np.array([0])])

@@ -138,6 +138,12 @@ COMMON_ATTRS: dict[str, Attr] = {
         "operands (inputs, then outputs, by position) the program keeps in PE local memory "
         "around this kernel: the timing model prices their bytes as on-chip traffic, not DRAM",
     ),
+    "mapping": Attr(
+        "ints",
+        (),
+        "how a matrix kernel's loops tile over the PEs and memories (device/mapping.py: "
+        "pe_b, pe_m, pe_n, reg_m, reg_n, tile_k, accum, keep); decides its modelled time",
+    ),
 }
 
 
