@@ -63,15 +63,10 @@ class EmulatedDevice:
         outs: Sequence[TensorSpec],
         attrs: Mapping[str, Any],
     ) -> cost_model.Modelled:
-        # Operands the program keeps in local memory (`onchip`) cross no DRAM; they still
-        # move between local memory and the PEs' registers.
-        cost = kdef.cost(ins, outs, attrs)
-        if attrs.get("mapping"):
-            try:
-                return mapping.model_mapped(self.spec, kdef.name, ins, outs, attrs, cost.flops)
-            except ValueError as e:
-                raise KernelAttributeError(f"kernel '{kdef.name}': {e}") from None
-        return cost_model.model_call(self.spec, cost, ins, outs, attrs.get("onchip", ()))
+        try:
+            return mapping.model_kernel_call(self.spec, kdef, ins, outs, attrs)
+        except ValueError as e:
+            raise KernelAttributeError(f"kernel '{kdef.name}': {e}") from None
 
     def transfer_cost(self, nbytes: int) -> cost_model.Modelled:
         return cost_model.model_transfer(self.spec, nbytes)

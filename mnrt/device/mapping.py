@@ -54,8 +54,8 @@ from collections.abc import Callable, Sequence
 from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass
 
-from .cost import Modelled, precision_of
-from .kernels.registry import TensorSpec
+from .cost import Modelled, model_call, precision_of
+from .kernels.registry import KernelDef, TensorSpec
 from .spec import DeviceSpec
 
 GRF, LM = 1, 2
@@ -319,6 +319,23 @@ def problem_of(
 ) -> Problem:
     """The product kernel `op` computes on these operands (`flops`: its Cost's)."""
     return PROBLEMS[op](ins, outs, attrs, flops)
+
+
+def model_kernel_call(
+    spec: DeviceSpec,
+    kdef: KernelDef,
+    ins: Sequence[TensorSpec | None],
+    outs: Sequence[TensorSpec],
+    attrs: MappingABC,
+) -> Modelled:
+    """What the device charges for one call of a kernel: by its mapping when it carries one,
+    else by its cost with the operands at `onchip` kept in local memory. The one price both
+    the emulator and the compiler's estimates (pipeline stages) use. Raises ValueError
+    naming what rules a mapping out."""
+    cost = kdef.cost(ins, outs, attrs)
+    if attrs.get("mapping"):
+        return model_mapped(spec, kdef.name, ins, outs, attrs, cost.flops)
+    return model_call(spec, cost, ins, outs, attrs.get("onchip", ()))
 
 
 def model_mapped(

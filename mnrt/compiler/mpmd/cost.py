@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ...device.cost import Modelled, model_call
+from ...device.cost import Modelled
 from ...device.kernels import TensorSpec, lookup
+from ...device.mapping import model_kernel_call
 from ...device.spec import MNCORE2, DeviceSpec
 from ...host import Buffer, Program
 from ..ir import Node, Value
@@ -16,8 +17,7 @@ from ..ir import Node, Value
 def _kernel(
     op: str, ins: list[TensorSpec], outs: list[TensorSpec], attrs: Mapping, spec: DeviceSpec
 ) -> Modelled:
-    cost = lookup(op).cost(ins, outs, attrs)
-    return model_call(spec, cost, ins, outs, attrs.get("onchip", ()))
+    return model_kernel_call(spec, lookup(op), ins, outs, attrs)
 
 
 def node_time(node: Node, values: Mapping[str, Value], spec: DeviceSpec = MNCORE2) -> float:
