@@ -239,6 +239,7 @@ def test_layout_files_are_shown(tmp_path, cnn_dir):
     shutil.copytree(cnn_dir, folder)
     html = client(folder).get("/layouts").text
     assert "Final layouts" in html and "No layout plan history" in html
+    assert 'id="time-slices"' in html and "max_time_slice" in html  # the compile's count
     plan = [{"step": 0, "value": "relu_1", "layout": "((8_L2B:1), (4_PE:1))"}]
     (folder / "layout_plan.json").write_text(json.dumps(plan))
     (folder / "time_slices.txt").write_text("slice 0: conv2d0\n")

@@ -52,14 +52,17 @@ def _file(art: Artifacts, f: dict) -> dict[str, Any]:
 
 
 def build(art: Artifacts) -> dict[str, Any]:
-    summary = (art.compile_report or {}).get("layout")
+    report = art.compile_report or {}
+    summary = report.get("layout")
+    time_slices = report.get("time_slices")  # the compile step's count and its limit
     files = [_file(art, f) for f in art.layout_files]
     values = _values(art)
     has_values = any(v["layout"] for v in values)
     return {
         "summary": summary,
+        "time_slices": time_slices,
         "values": values if has_values else [],
         "files": files,
-        "empty": not summary and not files and not has_values,
+        "empty": not summary and not time_slices and not files and not has_values,
         "split": split_described,
     }
