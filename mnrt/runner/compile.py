@@ -198,6 +198,11 @@ def compile_cmd(
     from ..compiler import Context
     from ..compiler.onnx import from_onnx
 
+    if explain and devices is not None:
+        raise errors.InvalidArgumentError(
+            "--explain lists one device's mappings; compile without --devices to see them "
+            "(a pipeline's stages use the same mapper)"
+        )
     graph = from_onnx(model)
     given = named_sources(input_specs, "--input", "name=file.npy or name=random")
     unknown = sorted(set(given) - set(graph.inputs))

@@ -318,3 +318,11 @@ def test_compile_explain_lists_rejected_mappings_and_what_ruled_them_out(tmp_pat
     assert "rejected:" in r.output and ("dominated by" in r.output or "GRF:" in r.output)
     r = CliRunner().invoke(cli, ["run", str(tmp_path / "s.mnlb"), "--json"])
     assert r.exit_code == 0, r.output  # the mappings it chose replay
+
+
+def test_compile_explain_of_a_pipeline_is_refused_rather_than_ignored(tmp_path):
+    model = tmp_path / "small.onnx"
+    small_model(model)
+    code, out = compile_cli(model, "-o", tmp_path / "s.mnlb", "--devices", "2", "--explain")
+    assert code == 2 and "compile without --devices" in out
+    assert not (tmp_path / "s.mnlb").exists()
