@@ -84,11 +84,12 @@ def sharing_cores(devices: int) -> Iterator[None]:
     if devices <= 1:
         yield
         return
-    _share(max(1, threads() // devices), +1)
+    limit = max(1, threads() // devices)
+    _share(limit, +1)
     try:
         yield
     finally:
-        _share(max(1, threads() // devices), -1)
+        _share(limit, -1)
 
 
 def _share(limit: int, change: int) -> None:

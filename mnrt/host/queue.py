@@ -477,14 +477,8 @@ class CommandQueue:
     def _run_until(self, cmd: Command) -> None:
         """Run this queue's commands on this thread until `cmd` (put on it already) has run:
         what a host thread waiting for an event does instead of sleeping."""
-        with self._run_lock, np.errstate(all="ignore"):
-            before = use_scratch(self._scratch)
-            try:
-                pending = self._pending
-                while cmd.status == PENDING and pending:
-                    self._run_next()
-            finally:
-                use_scratch(before)
+        with self._run_lock:
+            self._drain_until(cmd)
 
     def _try_run_until(self, cmd: Command) -> bool:
         """`_run_until` if no other thread runs this queue now, else nothing; never blocks on
@@ -493,17 +487,21 @@ class CommandQueue:
         if not self._run_lock.acquire(blocking=False):
             return False
         try:
-            with np.errstate(all="ignore"):
-                before = use_scratch(self._scratch)
-                try:
-                    pending = self._pending
-                    while cmd.status == PENDING and pending:
-                        self._run_next()
-                finally:
-                    use_scratch(before)
+            self._drain_until(cmd)
         finally:
             self._run_lock.release()
         return cmd.status != PENDING
+
+    def _drain_until(self, cmd: Command) -> None:
+        """The commands before and including `cmd`, run on this thread (under _run_lock)."""
+        with np.errstate(all="ignore"):
+            before = use_scratch(self._scratch)
+            try:
+                pending = self._pending
+                while cmd.status == PENDING and pending:
+                    self._run_next()
+            finally:
+                use_scratch(before)
 
     def _run_next(self) -> None:
         """Run the first pending command, then take it off (under _run_lock). Python raises
