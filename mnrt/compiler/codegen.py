@@ -26,7 +26,7 @@ from .schedule import peak_live_bytes
 if TYPE_CHECKING:
     from .compiled import CompiledFunction
 
-_CAPTURE_RUNNING = "a capture is running, and recording the light binary takes a capture of its own"
+CAPTURE_RUNNING = "a capture is running, and recording the light binary takes a capture of its own"
 
 
 def make_dir(folder: Path, what: str) -> Path:
@@ -68,7 +68,7 @@ def write(
         if accuracy is None:  # an earlier compile's binary must not pass for this one's
             _remove_stale(folder / "model.mnlb", what)
         seconds = time.perf_counter() - start
-    status = "ok" if accuracy is not None else f"skipped: {_CAPTURE_RUNNING}"
+    status = "ok" if accuracy is not None else f"skipped: {CAPTURE_RUNNING}"
     binary = {"name": "light binary", "status": status, "seconds": seconds}
     phases = [*phases, {**binary, "accuracy": accuracy} if accuracy else binary]
     try:

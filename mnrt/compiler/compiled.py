@@ -16,11 +16,11 @@ from ..capture import CaptureError, capture_if_idle
 from ..errors import DTypeError, InvalidArgumentError
 from ..host import Buffer, CommandQueue, observe
 from . import codegen, goldens
-from .codegen import _CAPTURE_RUNNING
+from .codegen import CAPTURE_RUNNING
 from .ir import INPUT, PARAM, Graph
 from .lower import Lowered, lower
 from .options import CompileOptions
-from .tensors import TensorProxy, _as_array, _call_input, _input_arrays, as_host
+from .tensors import TensorProxy, as_array, as_host, call_input, input_arrays
 
 if TYPE_CHECKING:
     from .context import Context
@@ -196,9 +196,9 @@ class CompiledFunction:
                 continue
             buf = self.lowered.bindings.get(name)
             if buf is None:  # no kernel reads it (an ONNX input only Shape reads): no buffer
-                _as_array(name, data)
+                as_array(name, data)
                 continue
-            q.enqueue_write_buffer(buf, _call_input(name, data, buf))
+            q.enqueue_write_buffer(buf, call_input(name, data, buf))
         q.enqueue_program(self.lowered.program, self.lowered.bindings)
         return {
             name: TensorProxy(q, self.lowered.bindings[name], self, self._wider.get(name, ""))
@@ -231,7 +231,7 @@ class CompiledFunction:
         (its outputs, like any call's, are overwritten)."""
         if self._save(path, inputs) is None:
             raise CaptureError(
-                f"cannot save_binary: {_CAPTURE_RUNNING}; call save_binary after end_capture()"
+                f"cannot save_binary: {CAPTURE_RUNNING}; call save_binary after end_capture()"
             )
 
     def _weights_as_stored(self) -> dict[int, tuple[Buffer, Callable[[], np.ndarray]]]:
@@ -255,7 +255,7 @@ class CompiledFunction:
         if inputs is None:
             inputs = self.example_inputs
         else:  # the reference needs every input, as the replay will
-            inputs = _input_arrays(self.graph, self._without_folded(dict(inputs)), "save_binary")
+            inputs = input_arrays(self.graph, self._without_folded(dict(inputs)), "save_binary")
         # Outside the lock, so that other compiles need not wait for it, and unobserved: a
         # capture of the user's may be running, and this is none of its business. From
         # onnxruntime, it runs once the recorded run is done (see PendingReference).

@@ -30,7 +30,7 @@ from .cache import CacheOptions, _cache_key, _checksums_hold, _store_cached
 from .compiled import CompiledFunction
 from .ir import Graph
 from .options import resolve
-from .tensors import TensorProxy, _as_array, _input_arrays
+from .tensors import TensorProxy, as_array, input_arrays
 
 
 class MNDevice:
@@ -101,7 +101,7 @@ class Context:
         that name (and shape and dtype) to it instead of uploading their own copy."""
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"register_param: name must be a string, got {name!r}")
-        array = _as_array(name, array)
+        array = as_array(name, array)
         buf = self.device.create_buffer(
             array.shape, dtype if dtype is not None else array.dtype, name=name
         )
@@ -139,7 +139,7 @@ class Context:
             names = {i.name for i in onnx_model.graph.input} - set(graph.inputs)
             folded = {k: np.array(v) for k, v in inputs.items() if k in names}
             inputs = {k: v for k, v in inputs.items() if k not in names}
-        inputs = _input_arrays(graph, inputs)
+        inputs = input_arrays(graph, inputs)
         opts = resolve(options)
         if opts["mpmd"]:
             return self._compile_pipelined(graph, opts, inputs, phases, codegen_dir,

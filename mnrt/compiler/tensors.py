@@ -55,7 +55,7 @@ class TensorProxy:
     def load_from(self, array: np.ndarray, clone: bool = True) -> None:
         """Copy host data in. With clone=False the array is used as it is: do not change it
         until the device has read it (the next call or finish())."""
-        data = _as_array(self.buffer.name, array)
+        data = as_array(self.buffer.name, array)
         if clone and data is array:
             data = data.copy()
         self.queue.enqueue_write_buffer(self.buffer, as_host(data, self.buffer))
@@ -78,10 +78,10 @@ def as_host(data: np.ndarray, buf: Buffer) -> np.ndarray:
     return data
 
 
-def _call_input(name: str, data: Any, buf: Buffer) -> np.ndarray:
+def call_input(name: str, data: Any, buf: Buffer) -> np.ndarray:
     """An input of a call, as the buffer takes it and owned by the call: the queue writes it
     after the call has returned, when the caller may already be refilling its array."""
-    array = _as_array(name, data)
+    array = as_array(name, data)
     host = as_host(array, buf)
     return host.copy() if host is array else host
 
@@ -97,7 +97,7 @@ def _check_int_range(data: np.ndarray, host: np.dtype, name: str) -> None:
         )
 
 
-def _as_array(name: str, data: Any) -> np.ndarray:
+def as_array(name: str, data: Any) -> np.ndarray:
     """An input's data as a numeric numpy array, or an error naming the input."""
     try:
         array = np.asarray(data)
@@ -111,7 +111,7 @@ def _as_array(name: str, data: Any) -> np.ndarray:
     return array
 
 
-def _input_arrays(graph: Graph, inputs: Any, what: str = "compile") -> dict[str, np.ndarray]:
+def input_arrays(graph: Graph, inputs: Any, what: str = "compile") -> dict[str, np.ndarray]:
     """The inputs of a compile (or a save_binary) checked against the graph: exactly its
     input names, each a numeric array of the input's shape."""
     if inputs is None:
@@ -128,7 +128,7 @@ def _input_arrays(graph: Graph, inputs: Any, what: str = "compile") -> dict[str,
             + (f"; missing {', '.join(missing)}" if missing else "")
             + (f"; unknown {', '.join(unknown)}" if unknown else "")
         )
-    arrays = {name: _as_array(name, inputs[name]) for name in graph.inputs}
+    arrays = {name: as_array(name, inputs[name]) for name in graph.inputs}
     for name, array in arrays.items():
         want = graph.values[name].shape
         if array.shape != want:
