@@ -63,12 +63,12 @@ def plan_buffers(graph: Graph, dev: Device) -> dict[str, Buffer]:
 
 def lower(graph: Graph, dev: Device) -> Lowered:
     bindings = plan_buffers(graph, dev)
-    kernels = [Kernel(n.op, n.inputs, n.outputs, _with_placement(graph, n)) for n in graph.nodes]
+    kernels = [Kernel(n.op, n.inputs, n.outputs, kernel_attrs(graph, n)) for n in graph.nodes]
     program = dev.create_program(kernels, name=graph.name)
     return Lowered(graph, program, {slot: bindings[slot] for slot in program.slots})
 
 
-def _with_placement(graph: Graph, node: Node) -> dict:
+def kernel_attrs(graph: Graph, node: Node) -> dict:
     """The node's attributes, with `onchip` the operands placement kept in local memory
     (so the timing model prices them as on-chip traffic): placement alone decides it, so
     an `onchip` the node was built with is replaced, or dropped when nothing is on chip."""

@@ -17,6 +17,8 @@ import mnrt
 from mnrt.compiler import GraphBuilder
 from mnrt.compiler import layout as L
 from mnrt.compiler.models import MODELS
+from mnrt.compiler.mpmd.cost import program_cost
+from mnrt.compiler.node_cost import graph_cost
 from mnrt.compiler.options import OptionError, resolve
 from mnrt.compiler.placement import ON_CHIP, on_chip_bytes, place
 from mnrt.compiler.placement import summary as placement_summary
@@ -303,3 +305,13 @@ def test_locate_follows_the_notation_digit_by_digit():
         L.locate(layout, [np.array([256]), np.array([0])])
     with pytest.raises(L.LayoutError, match="2 axes"):
         L.locate(layout, [np.array([0])])
+
+
+@pytest.mark.parametrize("preset", ["O0", "O3"])
+def test_node_cost_is_what_the_lowered_program_is_priced_at(preset):
+    """Schedulers and planners choose by node_cost: it must be the replay's own price."""
+    ctx = mnrt.Context(mnrt.MNDevice("mncore2:auto"))
+    cnn, x = MODELS["cnn"]()
+    compiled = ctx.compile(cnn, x, options={"option_json": preset, "float_dtype": "mixed"})
+    runs = program_cost(compiled.lowered.program, compiled.lowered.bindings)
+    assert graph_cost(compiled.graph).time_s == pytest.approx(runs.time_s, rel=1e-12)
