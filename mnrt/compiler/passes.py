@@ -9,7 +9,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ..device import dtypes as dt
-from ..device.kernels import lookup
+from ..device.kernels import chain, lookup
+from ..device.kernels.registry import COMMON_ATTRS
 from ..device.spec import MNCORE2
 from .ir import MATRIX_OPS, PARAM, TEMP, Graph, GraphError, Node, Value
 
@@ -331,6 +332,72 @@ def fuse_epilogues(graph: Graph) -> Graph:
     return _absorb_into_matrix_kernels(graph, _absorb_activation)
 
 
+def _chainable(node: Node) -> bool:
+    """Whether a node can be a step of a chain: one input, one output, a vector kernel
+    (not a matrix kernel, nor a chain)."""
+    return (
+        len(node.inputs) == 1
+        and len(node.outputs) == 1
+        and node.op != chain.NAME
+        and node.op not in MATRIX_OPS
+        and "mapping" not in node.attrs
+    )
+
+
+def _chain_node(g: Graph, run: list[Node]) -> Node:
+    steps = [
+        {"op": n.op, "attrs": {k: v for k, v in n.attrs.items() if k not in COMMON_ATTRS}}
+        for n in run
+    ]
+    attrs = {"steps": chain.dumps(steps), "x_dtype": g.values[run[0].inputs[0]].dtype.name}
+    name = "+".join(n.name or n.op for n in run)
+    return Node(chain.NAME, [run[0].inputs[0]], [run[-1].outputs[0]], attrs, name)
+
+
+def fuse_chains(graph: Graph) -> Graph:
+    """Merge each maximal run of one-input one-output vector kernels, where every result
+    but the last is read only by the next kernel and is not a graph output, into one
+    `chain` kernel: one launch instead of one per kernel, the intermediates kept on chip
+    (the casts mixed precision puts around a GEMM, pooling, reshapes, softmax). The chain
+    computes bitwise what its steps did, and stands where its last step stood, so the
+    graph's outputs keep their names; a run is fused only where the device prices the
+    chain below its steps run one by one (node_cost). A matrix kernel's output cast stays
+    a step of the chain rather than being absorbed into the kernel: writing float instead
+    of rounding to half and widening gives other bits."""
+    from .node_cost import node_cost
+
+    g = graph.copy()
+    uses = _uses(g)
+    outputs = set(g.outputs)
+    runs: list[list[int]] = []
+    ending: dict[str, list[int]] = {}  # the result of a run's last node -> that run
+    for i, node in enumerate(g.nodes):
+        if not _chainable(node):
+            continue
+        source = node.inputs[0]
+        run = ending.pop(source, None)
+        if run is None or uses.get(source) != 1 or source in outputs:
+            run = []
+            runs.append(run)
+        run.append(i)
+        ending[node.outputs[0]] = run
+    replaced: dict[int, Node | None] = {}
+    for run in runs:
+        if len(run) < 2:
+            continue
+        steps = [g.nodes[i] for i in run]
+        fused = _chain_node(g, steps)
+        fused.attrs = lookup(chain.NAME).check_attrs(fused.attrs)
+        if node_cost(g, fused).time_s >= sum(node_cost(g, n).time_s for n in steps):
+            continue
+        replaced.update(dict.fromkeys(run[:-1]))
+        replaced[run[-1]] = fused
+    g.nodes = [replaced.get(i, n) for i, n in enumerate(g.nodes) if replaced.get(i, n)]
+    _drop_unused_values(g)
+    g.verify()
+    return g
+
+
 _FULL = (
     dead_code,
     fold_constants,
@@ -343,8 +410,8 @@ _FULL = (
 # Passes each preset runs after float_dtype, on the casts it inserted.
 AFTER_FLOAT_DTYPE = {
     "O2": (common_subexpressions, cancel_round_trip_casts),
-    "O3": (common_subexpressions, cancel_round_trip_casts),
-    "O4": (common_subexpressions, cancel_round_trip_casts),
+    "O3": (common_subexpressions, cancel_round_trip_casts, fuse_chains),
+    "O4": (common_subexpressions, cancel_round_trip_casts, fuse_chains),
 }
 
 # Passes each preset runs, in order (after float_dtype is applied at the end).

@@ -23,6 +23,25 @@ inputs, then outputs) take their own traffic (`Cost.traffic`, else their size) o
 dram_bytes and move it as lm_bytes instead. Local memory is faster than DRAM and cheaper per
 byte, so keeping an operand on chip never costs more time or energy than leaving it in DRAM.
 
+A chain (one launch running several single-input single-output kernels, `Cost.steps`) is
+priced as one kernel whose terms are its steps' together:
+
+    compute_s = sum over steps of flops / (peak(step precision) * unit_share * utilisation)
+    dram      = the first step's input traffic + the last step's output traffic
+                + each step's traffic beyond its operands (a re-read window, say)
+                + both sides of every intermediate not kept in local memory
+    lm        = both sides of every intermediate kept in PE local memory
+    sram      = the steps' sram_bytes together
+    time_s    = kernel_launch_s + max(compute_s, dram_s, sram_s, lm_s), energy as above with
+                each step's flops at its own precision's pJ/flop
+
+Intermediates are kept in local memory in order while each fits beside the one the step
+making it reads (the previous intermediate, when that was kept) in the chip's whole local
+memory (pe_count * lm_bytes_per_pe); one that does not fit makes a DRAM round trip. The
+chain's own input and output follow `onchip` as any kernel's operands do. A one-step chain
+is priced exactly as its step; a longer one saves a launch per step it absorbs, and every
+intermediate's DRAM traffic that fits on chip.
+
 Host transfers (write/read buffer) move bytes over the host link and through DRAM:
     time_s = nbytes / host_link_bandwidth, energy from the DRAM bytes and static power.
 
@@ -64,6 +83,8 @@ def model_call(
 ) -> Modelled:
     """One kernel call: its `cost` at its operands' precision, the operands at positions
     `onchip` (inputs, then outputs) kept in PE local memory rather than DRAM."""
+    if cost.steps:
+        return model_chain(spec, cost.steps, onchip)
     operands = [t for t in ins if t is not None] + list(outs)
     lm_bytes = 0.0
     if onchip:
@@ -74,28 +95,80 @@ def model_call(
 
 
 def model_kernel(spec: DeviceSpec, cost: Cost, precision: str, lm_bytes: float = 0.0) -> Modelled:
+    return _modelled(
+        spec,
+        _compute_s(spec, cost, precision),
+        cost.flops * spec.energy_pj_per_flop(precision),
+        cost,
+        cost.dram_bytes,
+        lm_bytes,
+    )
+
+
+def model_chain(
+    spec: DeviceSpec,
+    steps: Sequence[tuple[Cost, TensorSpec, TensorSpec]],
+    onchip: Sequence[int] = (),
+) -> Modelled:
+    """A chain's steps (each its cost, input and output) run in one launch: the formula in
+    the module docstring. `onchip` (0: the chain's input, 1: its output) as for a kernel."""
+
+    def moved(cost: Cost, t: TensorSpec, position: int) -> float:
+        return float(t.nbytes if cost.traffic is None else cost.traffic[position])
+
+    capacity = spec.pe_count * spec.lm_bytes_per_pe
+    ends = (moved(steps[0][0], steps[0][1], 0), moved(steps[-1][0], steps[-1][2], 1))
+    dram = ends[0] + ends[1]
+    lm = sram = compute_s = flop_pj = flops = 0.0
+    held = 0  # bytes of the intermediate the next step reads, when it is in local memory
+    for k, (cost, x, y) in enumerate(steps):
+        dram += cost.dram_bytes - moved(cost, x, 0) - moved(cost, y, 1)
+        sram += cost.sram_bytes
+        precision = precision_of([x, y])
+        compute_s += _compute_s(spec, cost, precision)
+        flop_pj += cost.flops * spec.energy_pj_per_flop(precision)
+        flops += cost.flops
+        if k + 1 < len(steps):
+            both = moved(cost, y, 1) + moved(steps[k + 1][0], y, 0)
+            if held + y.nbytes <= capacity:
+                lm, held = lm + both, y.nbytes
+            else:
+                dram, held = dram + both, 0
+    kept = float(sum(ends[p] for p in onchip))
+    total = Cost(flops=flops, dram_bytes=max(0.0, dram - kept), sram_bytes=sram)
+    return _modelled(spec, compute_s, flop_pj, total, total.dram_bytes, lm + kept)
+
+
+def _compute_s(spec: DeviceSpec, cost: Cost, precision: str) -> float:
     share = 1.0 if cost.matrix else spec.vector_peak_fraction
     peak = spec.peak_flops(precision) * share * utilisation(spec, cost.parallel, cost.fill)
+    return cost.flops / peak
+
+
+def _modelled(
+    spec: DeviceSpec, compute_s: float, flop_pj: float, cost: Cost, dram: float, lm: float
+) -> Modelled:
+    """The terms to time and energy: the slowest term after the launch (perfect overlap)."""
     terms = {
-        "compute": cost.flops / peak,
-        "dram": cost.dram_bytes / spec.dram_bandwidth,
+        "compute": compute_s,
+        "dram": dram / spec.dram_bandwidth,
         "sram": cost.sram_bytes / spec.l1bm_bandwidth,
-        "lm": lm_bytes / spec.lm_bandwidth,
+        "lm": lm / spec.lm_bandwidth,
     }
     bound = max(terms, key=terms.__getitem__)
     if terms[bound] == 0.0:
         bound = "launch"
     time_s = spec.kernel_launch_s + terms.get(bound, 0.0)
     energy_pj = (
-        cost.flops * spec.energy_pj_per_flop(precision)
-        + cost.dram_bytes * spec.energy_pj_per_byte_dram
-        + (cost.sram_bytes + lm_bytes) * spec.energy_pj_per_byte_sram
+        flop_pj
+        + dram * spec.energy_pj_per_byte_dram
+        + (cost.sram_bytes + lm) * spec.energy_pj_per_byte_sram
     )
     return Modelled(
         time_s=time_s,
         energy_j=energy_pj * 1e-12 + spec.static_power_w * time_s,
         flops=cost.flops,
-        dram_bytes=cost.dram_bytes,
+        dram_bytes=dram,
         bound=bound,
     )
 

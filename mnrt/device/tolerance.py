@@ -94,7 +94,10 @@ def kernel_errors(
     in_errors: Sequence[float],
 ) -> list[float]:
     """The error of each output of one kernel execution, relative to the output's scale,
-    given the errors of its inputs (see the module docstring)."""
+    given the errors of its inputs (see the module docstring). A kernel made of others (a
+    chain) gives its own (`KernelDef.errors`): its parts', each on the one before."""
+    if kdef.errors is not None:
+        return kdef.errors(ins, outs, attrs, in_errors)
     u = working_roundoff([*ins, *outs])
     n = terms(kdef, ins, attrs)
     own = u * (ULPS + LAMBDA * math.sqrt(n)) if n > 0 else 0.0

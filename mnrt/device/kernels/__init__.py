@@ -5,6 +5,7 @@ from . import (  # noqa: F401  (imported for registration)
     activation,
     arg,
     binary,
+    chain,
     conv,
     conv_transpose,
     einsum,

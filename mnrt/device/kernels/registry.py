@@ -71,7 +71,10 @@ class Cost:
     the mapping spreads over the PE array (0 means the work divides evenly) and `fill` the
     share of a unit's capacity the work fills (a GEMM's 4x4 output blocks at a ragged edge
     are partly empty, yet take a PE for a whole wave); `matrix` says the flops run on the
-    MAU (matrix unit) rather than the vector ALUs.
+    MAU (matrix unit) rather than the vector ALUs. `steps` is set by a kernel that runs
+    others in one launch (a chain): each step's own cost with its input and output, which
+    the model prices together (device/cost.py `model_chain`); the fields above then hold
+    their sums, with every intermediate going through DRAM.
     """
 
     flops: float
@@ -81,6 +84,7 @@ class Cost:
     matrix: bool = False
     fill: float = 1.0
     traffic: tuple[float, ...] | None = None
+    steps: tuple[tuple[Cost, TensorSpec, TensorSpec], ...] = ()
 
 
 _KINDS: dict[str, tuple[type, ...]] = {
@@ -101,6 +105,9 @@ class Attr:
     default: Any = REQUIRED
     doc: str = ""
     choices: tuple | None = None
+    # A further check of a value of its kind, returning its canonical form (a chain's
+    # steps, a JSON list): raises KernelAttributeError naming what is wrong.
+    parse: Callable[[Any], Any] | None = None
 
     def check(self, kernel: str, name: str, value: Any) -> Any:
         """Validate `value` and return it in canonical form (ints as int, lists as tuples)."""
@@ -127,7 +134,7 @@ class Attr:
                 f"kernel '{kernel}': attribute '{name}' is {value!r}; "
                 f"valid values are {', '.join(map(repr, self.choices))}"
             )
-        return canon
+        return canon if self.parse is None else self.parse(canon)
 
 
 # Attributes every kernel takes besides its own; unlike those they have no default filled in.
@@ -152,6 +159,11 @@ ComputeFn = Callable[[Sequence[np.ndarray | None], Mapping[str, Any], Sequence[O
 CostFn = Callable[[Sequence[TensorSpec | None], Sequence[TensorSpec], Mapping[str, Any]], Cost]
 # How many rounded operations each output element accumulates (see device/tolerance.py).
 ReductionFn = Callable[[Sequence[TensorSpec | None], Mapping[str, Any]], int]
+# The error of each output given the inputs' (device/tolerance.py `kernel_errors`).
+ErrorsFn = Callable[
+    [Sequence[TensorSpec | None], Sequence[TensorSpec], Mapping[str, Any], Sequence[float]],
+    list[float],
+]
 
 
 def exact(ins: Sequence[TensorSpec | None], attrs: Mapping[str, Any]) -> int:
@@ -174,7 +186,8 @@ class KernelDef:
     `reduction` states the kernel's error behaviour for the tolerance model
     (device/tolerance.py): how many terms each output element sums, from the operand specs
     and attributes (`elementwise`, `exact`, a GEMM's K); a kernel that does not state it is
-    taken to sum everything its largest input holds, which is always safe.
+    taken to sum everything its largest input holds, which is always safe. A kernel made of
+    others (a chain) states `errors` instead: its outputs' errors as its parts' compose.
     """
 
     name: str
@@ -189,6 +202,7 @@ class KernelDef:
     # Runs on the MAU (matrix unit): what the compiler's mixed precision puts in half and
     # the layout planner lays out for it (its cost says so per launch, in Cost.matrix).
     matrix: bool = False
+    errors: ErrorsFn | None = None
     _min_inputs: int = field(init=False, repr=False)
     _max_inputs: float = field(init=False, repr=False)
 
