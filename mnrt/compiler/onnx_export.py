@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..device import dtypes as dt
+from ..device.kernels import TensorSpec, chain
 from ..errors import InvalidArgumentError
 from ..format.files import write_atomically
 from .ir import Graph, Node
@@ -34,9 +35,11 @@ class ExportError(InvalidArgumentError):
 class _Out:
     """The ONNX graph being written: nodes and initializers."""
 
-    def __init__(self, helper: Any, numpy_helper: Any, shapes: dict[str, tuple]) -> None:
+    def __init__(self, helper: Any, numpy_helper: Any, graph: Graph) -> None:
         self.helper, self.numpy_helper = helper, numpy_helper
-        self.shapes = shapes
+        # Shapes and dtypes of the graph's values, and of a chain's intermediates.
+        self.shapes = {name: v.shape for name, v in graph.values.items()}
+        self.dtypes = {name: v.dtype for name, v in graph.values.items()}
         self.nodes: list[Any] = []
         self.inits: list[Any] = []
         self.count = 0
@@ -186,6 +189,17 @@ def _with_epilogue(export: Callable[[_Out, Node], None]) -> Callable[[_Out, Node
     return wrapped
 
 
+def _chain(out: _Out, n: Node) -> None:
+    """A chain exports as its steps, one ONNX node (or a few) each, in order."""
+    x = n.inputs[0]
+    steps = chain.plan(n.attrs, TensorSpec(out.shapes[x], out.dtypes[x]))
+    for i, step in enumerate(steps):
+        y = n.outputs[0] if i + 1 == len(steps) else out.temp()
+        out.shapes[y], out.dtypes[y] = step.y.shape, step.y.dtype
+        _EXPORTERS[step.op](out, Node(step.op, [x], [y], dict(step.attrs)))
+        x = y
+
+
 def _cast(out: _Out, n: Node) -> None:
     out.add("Cast", n.inputs, n.outputs, to=names.onnx_code(dt.dtype(n.attrs["to"])))
 
@@ -216,7 +230,15 @@ _EXPORTERS: dict[str, Callable[[_Out, Node], None]] = {
     "reshape": _to_shape("Reshape"),
     "expand": _to_shape("Expand"),
     "cast": _cast,
+    "chain": _chain,
 }
+
+
+def _ops(node: Node) -> list[str]:
+    """The kernels a node exports as: a chain's steps, else its own."""
+    if node.op == chain.NAME:
+        return [op for op, _ in chain.steps_of(node.attrs)]
+    return [node.op]
 
 
 def to_onnx(graph: Graph) -> Any:
@@ -263,12 +285,12 @@ def _unchecked_model(
         raise InvalidArgumentError(
             "exporting to ONNX needs the onnx extra: pip install mnrt[onnx]"
         ) from None
-    missing = sorted({n.op for n in graph.nodes if n.op not in _EXPORTERS})
+    missing = sorted({op for n in graph.nodes for op in _ops(n) if op not in _EXPORTERS})
     if missing:
         raise ExportError(
             f"graph '{graph.name}': no ONNX export for kernel(s) {', '.join(missing)}"
         )
-    out = _Out(helper, numpy_helper, {name: v.shape for name, v in graph.values.items()})
+    out = _Out(helper, numpy_helper, graph)
     for node in graph.nodes:
         _EXPORTERS[node.op](out, node)
 

@@ -56,10 +56,15 @@ MAX_STEPS_CHARS = 1 << 16  # characters of the steps attribute: 64 steps of long
 class Step(NamedTuple):
     """One step of a chain: the kernel, its checked attributes, its input and its output."""
 
-    kdef: KernelDef
+    op: str
     attrs: Mapping[str, Any]
     x: TensorSpec
     y: TensorSpec
+
+    @property
+    def kdef(self) -> KernelDef:
+        """The registered kernel, looked up when used (never a stale copy)."""
+        return lookup(self.op)
 
 
 def _refuse(why: str) -> KernelAttributeError:
@@ -87,14 +92,16 @@ def _step_kernel(op: Any, i: int) -> KernelDef:
 
 
 @functools.lru_cache(maxsize=512)
-def _parse(text: str) -> tuple[tuple[KernelDef, Mapping[str, Any]], ...]:
+def _parse(text: str) -> tuple[tuple[str, Mapping[str, Any]], ...]:
     """The steps a chain's attribute lists, each kernel with its checked attributes."""
     if len(text) > MAX_STEPS_CHARS:
         raise _refuse(f"is {len(text)} characters long; at most {MAX_STEPS_CHARS} are allowed")
     try:
         listed = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        raise _refuse(f"is not a JSON list of steps ({str(e)[:80]}); see mnrt.kernels()") from None
+    except RecursionError:
+        raise _refuse("nests too deeply to be a JSON list of steps") from None
+    except ValueError as e:
+        raise _refuse(f"is not a JSON list of steps ({e}); see mnrt.kernels()") from None
     if not isinstance(listed, list) or not 1 <= len(listed) <= MAX_STEPS:
         raise _refuse(
             f'must be a JSON list of 1 to {MAX_STEPS} steps {{"op": name, "attrs": {{...}}}}'
@@ -114,7 +121,7 @@ def _parse(text: str) -> tuple[tuple[KernelDef, Mapping[str, Any]], ...]:
             checked = kdef.check_attrs(attrs)
         except KernelAttributeError as e:
             raise _refuse(f"step {i}: {e}") from None
-        steps.append((kdef, MappingProxyType(checked)))
+        steps.append((kdef.name, MappingProxyType(checked)))
     return tuple(steps)
 
 
@@ -122,7 +129,8 @@ def _canonical(text: str) -> str:
     """The steps as compact JSON with attributes at their defaults left out, so that equal
     chains are equal strings (and binaries, and common-subexpression keys)."""
     listed = []
-    for kdef, attrs in _parse(text):
+    for op, attrs in _parse(text):
+        kdef = lookup(op)
         given = {
             name: list(value) if isinstance(value, tuple) else value
             for name, value in attrs.items()
@@ -151,7 +159,8 @@ def plan(attrs: Mapping[str, Any], x: TensorSpec) -> list[Step]:
 def _plan(text: str, shape: tuple[int, ...], x_dtype: str) -> tuple[Step, ...]:
     x = TensorSpec(shape, dt.DTYPES[x_dtype])
     steps = []
-    for i, (kdef, attrs) in enumerate(_parse(text)):
+    for i, (op, attrs) in enumerate(_parse(text)):
+        kdef = lookup(op)
         where = f"kernel '{NAME}' step {i} ({kdef.name})"
         try:
             (out,) = kdef.infer([x], attrs)
@@ -161,7 +170,7 @@ def _plan(text: str, shape: tuple[int, ...], x_dtype: str) -> tuple[Step, ...]:
             raise KernelAttributeError(f"{where}: {e}") from None
         y = TensorSpec(tuple(out.shape), out.dtypes[0])
         check_temporary(NAME, f"step {i} ({kdef.name})'s result", y.size)
-        steps.append(Step(kdef, attrs, x, y))
+        steps.append(Step(op, attrs, x, y))
         x = y
     return tuple(steps)
 
@@ -188,7 +197,7 @@ def _compute(ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any], outs: S
         (result,) = step.kdef.compute([x], step.attrs, [Out(shape, d, bits if d.direct else None)])
         if np.shape(result) != shape:
             raise DeviceExecutionError(
-                f"kernel '{step.kdef.name}' in a chain produced shape {np.shape(result)} for a "
+                f"kernel '{step.op}' in a chain produced shape {np.shape(result)} for a "
                 f"result of shape {shape} (a kernel bug; please report it)"
             )
         if result is not bits:
@@ -248,7 +257,7 @@ register(
 
 def steps_of(attrs: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(op, checked attributes) of each step of a chain's (checked) attributes."""
-    return [(kdef.name, dict(a)) for kdef, a in _parse(attrs["steps"])]
+    return [(op, dict(a)) for op, a in _parse(attrs["steps"])]
 
 
 __all__ = ["MAX_STEPS", "NAME", "Step", "dumps", "plan", "steps_of"]

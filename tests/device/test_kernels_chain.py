@@ -1,0 +1,259 @@
+"""The `chain` kernel: a run of one-input one-output kernels in one launch computes bitwise
+what the kernels compute one by one, is priced below them, and refuses hostile steps."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kernel_harness import operand
+
+from mnrt.device import dtypes as dt
+from mnrt.device import tolerance
+from mnrt.device.emulator import EmulatedDevice
+from mnrt.device.kernels import TensorSpec, chain, lookup
+from mnrt.device.mapping import model_kernel_call
+from mnrt.device.spec import MNCORE2
+from mnrt.errors import DTypeError, KernelAttributeError, MnrtError, ShapeError
+
+FLOATS = ("float", "half", "float16", "double")
+
+
+def _steps(*steps: tuple) -> str:
+    return chain.dumps([{"op": op, "attrs": dict(a)} for op, *rest in steps for a in rest or [{}]])
+
+
+def _attrs(steps: str, x_dtype: str) -> dict:
+    return lookup("chain").check_attrs({"steps": steps, "x_dtype": x_dtype})
+
+
+def _fresh(shape, d: dt.DType) -> np.ndarray:
+    """An output buffer of garbage, as a device buffer starts."""
+    nbytes = math.prod(shape) * d.itemsize
+    return np.full(nbytes, 0xA5, np.uint8).view(d.storage).reshape(shape)
+
+
+def one_by_one(x: tuple[np.ndarray, dt.DType], steps: list[tuple[str, dict]]) -> tuple:
+    """The steps as separate kernels, each result stored in a buffer of its own."""
+    for op, attrs in steps:
+        kdef = lookup(op)
+        checked = kdef.check_attrs(attrs)
+        (out,) = kdef.infer([TensorSpec(x[0].shape, x[1])], checked)
+        y = (_fresh(out.shape, out.dtypes[0]), out.dtypes[0])
+        with np.errstate(all="ignore"):
+            EmulatedDevice.execute(kdef, checked, [x], [y])
+        x = y
+    return x
+
+
+def as_chain(x: tuple[np.ndarray, dt.DType], steps: list[tuple[str, dict]]) -> tuple:
+    kdef = lookup("chain")
+    attrs = _attrs(chain.dumps([{"op": o, "attrs": a} for o, a in steps]), x[1].name)
+    (out,) = kdef.infer([TensorSpec(x[0].shape, x[1])], attrs)
+    y = (_fresh(out.shape, out.dtypes[0]), out.dtypes[0])
+    with np.errstate(all="ignore"):
+        EmulatedDevice.execute(kdef, attrs, [x], [y])
+    return y
+
+
+def test_the_cnn_tail_is_bitwise_the_kernels_one_by_one():
+    rng = np.random.default_rng(0)
+    x = operand(rng.standard_normal((2, 16, 8, 8)) * 50, "half")
+    steps = [
+        ("cast", {"to": "float"}),
+        ("max_pool2d", {"kernel": (2, 2)}),
+        ("global_avg_pool2d", {}),
+        ("reshape", {"shape": (2, 16)}),
+        ("cast", {"to": "half"}),
+    ]
+    want, got = one_by_one(x, steps), as_chain(x, steps)
+    assert got[1] is want[1] is dt.HALF and got[0].shape == (2, 16)
+    assert got[0].tobytes() == want[0].tobytes()
+
+
+# Steps valid on a tensor of the given spec: (op, attrs) for each that applies.
+def _options(t: TensorSpec) -> list[tuple[str, dict]]:
+    out: list[tuple[str, dict]] = [("cast", {"to": d}) for d in FLOATS]
+    if t.dtype.is_float:
+        out += [(op, {}) for op in ("relu", "exp", "tanh", "sigmoid", "gelu", "neg", "abs")]
+        out += [("softmax", {"axis": -1}), ("clip", {"min": -0.5, "max": 2.0})]
+        out += [("sum", {"axes": (-1,), "keepdims": True}), ("cumsum", {"axis": 0})]
+    if len(t.shape) == 4:
+        n, _, h, w = t.shape
+        out += [("global_avg_pool2d", {}), ("reshape", {"shape": (n, -1)})]
+        if h >= 2 and w >= 2:
+            out += [("max_pool2d", {"kernel": (2, 2)}), ("avg_pool2d", {"kernel": (2, 1)})]
+    out += [("transpose", {}), ("copy", {})]
+    return out
+
+
+@st.composite
+def chains(draw):
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=4, max_size=4)))
+    x = TensorSpec(shape, dt.dtype(draw(st.sampled_from(FLOATS))))
+    steps = []
+    for _ in range(draw(st.integers(1, 5))):
+        op, attrs = draw(st.sampled_from(_options(x)))
+        kdef = lookup(op)
+        out = kdef.infer([x], kdef.check_attrs(attrs))[0]
+        steps.append((op, attrs))
+        x = TensorSpec(tuple(out.shape), out.dtypes[0])
+    values = draw(st.sampled_from([1.0, 30.0, 1e4])) * np.random.default_rng(
+        draw(st.integers(0, 2**16))
+    ).standard_normal(shape)
+    return steps, values
+
+
+@given(chains(), st.sampled_from(FLOATS))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_random_chains_are_bitwise_their_steps_one_by_one(case, x_dtype):
+    steps, values = case
+    x = operand(values, x_dtype)
+    want, got = one_by_one(x, steps), as_chain(x, steps)
+    assert got[1] is want[1] and got[0].shape == want[0].shape
+    assert got[0].tobytes() == want[0].tobytes()
+
+
+def _price(steps: list[tuple[str, dict]], x: TensorSpec, onchip=()) -> tuple:
+    """(the chain's price, each step's price alone), both with the ends at `onchip`."""
+    attrs = _attrs(chain.dumps([{"op": o, "attrs": a} for o, a in steps]), x.dtype.name)
+    plan = chain.plan(attrs, x)
+    extra = {"onchip": tuple(onchip)} if onchip else {}
+    whole = model_kernel_call(MNCORE2, lookup("chain"), [x], [plan[-1].y], {**attrs, **extra})
+    alone = []
+    for i, s in enumerate(plan):
+        ends = tuple(p for p in onchip if (p, i) in ((0, 0), (1, len(plan) - 1)))
+        a = {**s.attrs, **({"onchip": ends} if ends else {})}
+        alone.append(model_kernel_call(MNCORE2, s.kdef, [s.x], [s.y], a))
+    return whole, alone
+
+
+@pytest.mark.parametrize("onchip", [(), (0,), (1,), (0, 1)])
+@pytest.mark.parametrize(
+    "step",
+    [("relu", {}), ("max_pool2d", {"kernel": (2, 2)}), ("cast", {"to": "half"}), ("softmax", {})],
+)
+def test_a_one_step_chain_is_priced_as_its_step(step, onchip):
+    whole, (alone,) = _price([step], TensorSpec((8, 32, 64, 64), dt.FLOAT), onchip)
+    assert whole == alone
+
+
+@given(chains(), st.sampled_from([(), (0,), (1,), (0, 1)]), st.integers(0, 2))
+@settings(max_examples=40, deadline=None)
+def test_a_longer_chain_is_priced_below_its_steps_one_by_one(case, onchip, scale):
+    steps, values = case
+    x = TensorSpec(tuple(d * 16**scale for d in values.shape), dt.FLOAT)
+    try:
+        whole, alone = _price(steps, x, onchip)
+    except MnrtError:  # a reshape of the small shape does not fit the scaled one
+        return
+    total = sum(m.time_s for m in alone)
+    assert whole.time_s <= total - (len(steps) - 1) * MNCORE2.kernel_launch_s + 1e-15
+    assert whole.flops == pytest.approx(sum(m.flops for m in alone))
+    assert whole.dram_bytes <= sum(m.dram_bytes for m in alone)
+
+
+def test_intermediates_that_do_not_fit_local_memory_go_through_dram():
+    capacity = MNCORE2.pe_count * MNCORE2.lm_bytes_per_pe
+    steps = [("relu", {}), ("neg", {}), ("abs", {})]
+    small = TensorSpec((capacity // 8,), dt.FLOAT)  # half the local memory each
+    big = TensorSpec((capacity // 2,), dt.FLOAT)  # twice it
+    for x, spilled in ((small, 0), (big, 2)):
+        whole, _ = _price(steps, x)
+        assert whole.dram_bytes == 2 * x.nbytes + spilled * 2 * x.nbytes
+
+
+def test_chain_errors_compose_its_steps():
+    x = TensorSpec((4, 64), dt.FLOAT)
+    steps = [("softmax", {}), ("cast", {"to": "half"}), ("exp", {})]
+    attrs = _attrs(chain.dumps([{"op": o, "attrs": a} for o, a in steps]), "float")
+    plan = chain.plan(attrs, x)
+    want = [0.01]
+    for s in plan:
+        want = tolerance.kernel_errors(s.kdef, [s.x], [s.y], s.attrs, want)
+    assert tolerance.kernel_errors(lookup("chain"), [x], [plan[-1].y], attrs, [0.01]) == want
+    assert tolerance.terms(lookup("chain"), [x], attrs) == 64 + 0 + 1
+
+
+def test_the_attribute_is_canonical_compact_json():
+    steps = json.dumps([{"op": "max_pool2d", "attrs": {"kernel": [2, 2], "stride": []}}])
+    attrs = _attrs(steps, "float")
+    assert attrs["steps"] == '[{"op":"max_pool2d","attrs":{"kernel":[2,2]}}]'
+    assert _attrs(attrs["steps"], "float") == attrs
+    assert chain.steps_of(attrs)[0][1]["kernel"] == (2, 2)
+
+
+@pytest.mark.parametrize(
+    ("steps", "message"),
+    [
+        ("[", "not a JSON list"),
+        ("[" * 100_000, "characters long"),
+        ("[" * 50_000, "nests too deeply"),
+        ("{}", "JSON list of 1 to"),
+        ("[]", "JSON list of 1 to"),
+        (json.dumps([{"op": "relu"}] * (chain.MAX_STEPS + 1)), "JSON list of 1 to"),
+        ('[{"op":"nope"}]', "unknown kernel 'nope'"),
+        ('[{"op":"chain"}]', "cannot hold a chain"),
+        ('[{"op":"add"}]', "takes inputs (a, b)"),
+        ('[{"op":"topk","attrs":{"k":1}}]', "gives outputs (values, indices)"),
+        ('[{"op":"fill","attrs":{"shape":[1],"value":0}}]', "takes inputs ()"),
+        ('[{"op":"relu","attrs":{"onchip":[0]}}]', "own attributes"),
+        ('[{"op":"relu","attrs":[1]}]', "own attributes"),
+        ('[{"op":"relu","more":1}]', "must be {"),
+        ('[{"op":3}]', "must be a kernel name"),
+        ('[{"op":"cast","attrs":{"to":"quad"}}]', "valid values are"),
+        ('[{"op":"cast","attrs":{"to":[1]}}]', "must be str"),
+        ('[{"op":"relu","attrs":{"alpha":1}}]', "has no attribute"),
+        ("[1]", "must be {"),
+    ],
+)
+def test_hostile_steps_are_refused_by_the_attribute_check(steps, message):
+    with pytest.raises(KernelAttributeError, match="kernel 'chain'") as e:
+        _attrs(steps, "float")
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("steps", "x", "error", "message"),
+    [
+        (_steps(("relu",)), TensorSpec((2,), dt.HALF), DTypeError, "made for a float input"),
+        (
+            _steps(("cast", {"to": "bool"}), ("exp",)),
+            TensorSpec((2,), dt.FLOAT),
+            DTypeError,
+            "step 1 (exp)",
+        ),
+        (
+            _steps(
+                ("max_pool2d", {"kernel": [2, 2]}),
+            ),
+            TensorSpec((2, 3), dt.FLOAT),
+            ShapeError,
+            "step 0 (max_pool2d)",
+        ),
+        (
+            _steps(
+                ("reshape", {"shape": [5]}),
+            ),
+            TensorSpec((2, 3), dt.FLOAT),
+            ShapeError,
+            "step 0 (reshape)",
+        ),
+        (
+            _steps(
+                ("expand", {"shape": [1 << 20, 1 << 20]}),
+            ),
+            TensorSpec((1,), dt.FLOAT),
+            KernelAttributeError,
+            "step 0 (expand)'s result",
+        ),
+    ],
+)
+def test_steps_that_do_not_fit_the_input_are_refused_before_anything_runs(steps, x, error, message):
+    with pytest.raises(error) as e:
+        lookup("chain").infer([x], _attrs(steps, "float"))
+    assert message in str(e.value)
