@@ -13,6 +13,7 @@ from mnrt.compiler.passes import (
     dead_code,
     fold_constants,
     fold_scale_shift,
+    fuse_chains,
     fuse_epilogues,
 )
 
@@ -159,3 +160,82 @@ def test_a_narrowing_then_widening_pair_is_kept():
     x = b.input("x", (4,), "float")
     b.output(b.cast(b.cast(x, to="half"), to="float"), "y")
     assert ops(cancel_round_trip_casts(b.build())) == ["cast", "cast"]
+
+
+def _tail_graph(extra_output: bool = False, second_reader: bool = False):
+    """x -> conv2d -> cast -> max_pool2d -> global_avg_pool2d -> reshape -> softmax, as mixed
+    precision leaves a CNN's tail; optionally the pooled value is also a graph output or
+    also read by an exp."""
+    rng = np.random.default_rng(5)
+    b = GraphBuilder("tail")
+    x = b.input("x", (2, 3, 8, 8), "half")
+    h = b.conv2d(x, b.param("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "half"))
+    h = b.max_pool2d(b.cast(h, to="float"), kernel=(2, 2))
+    if extra_output:
+        h = b.output(h, "pooled")
+    elif second_reader:
+        b.output(b.exp(h), "side")
+    h = b.reshape(b.global_avg_pool2d(h), shape=(2, 4))
+    b.output(b.softmax(h), "probs")
+    x_val = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    return b.build(), {"x": x_val}
+
+
+def test_fuse_chains_merges_a_run_of_one_input_kernels_into_one_launch(dev):
+    g, inputs = _tail_graph()
+    fused = fuse_chains(g)
+    assert ops(fused) == ["conv2d", "chain"]
+    assert fused.dump().splitlines()[-2:] == [
+        "  %probs: float[2x4] @dram = chain(%conv2d_0) {steps='["
+        '{"op":"cast","attrs":{"to":"float"}},{"op":"max_pool2d","attrs":{"kernel":[2,2]}},'
+        '{"op":"global_avg_pool2d"},{"op":"reshape","attrs":{"shape":[2,4]}},'
+        '{"op":"softmax"}]' + "', x_dtype='half'}",
+        "  return %probs",
+    ]
+    assert fused.nodes[-1].name == "cast1+max_pool2d2+global_avg_pool2d3+reshape4+softmax5"
+    want, got = run(g, dev, inputs), run(fused, dev, inputs)
+    assert got["probs"].tobytes() == want["probs"].tobytes()
+
+
+def test_a_graph_output_or_a_value_with_two_readers_ends_a_chain(dev):
+    for kwargs in ({"extra_output": True}, {"second_reader": True}):
+        g, inputs = _tail_graph(**kwargs)
+        fused = fuse_chains(g)
+        # conv2d, then cast+max_pool2d up to the value read twice, then the rest
+        assert [n.op for n in fused.nodes if n.op != "exp"] == ["conv2d", "chain", "chain"]
+        pooled = fused.nodes[1].outputs[0]
+        assert pooled in fused.values and (pooled == "pooled") == ("extra_output" in kwargs)
+        assert fused.outputs == g.outputs
+        want, got = run(g, dev, inputs), run(fused, dev, inputs)
+        for name in g.outputs:
+            assert got[name].tobytes() == want[name].tobytes()
+
+
+def test_multi_input_kernels_single_kernels_and_chains_are_left_alone():
+    b = GraphBuilder("g")
+    x = b.input("x", (4, 8), "float")
+    h = b.add(b.relu(x), x)  # relu alone, then a two-input add
+    h = b.tanh(b.mul(h, h))  # mul, then tanh alone
+    b.output(h, "y")
+    g = b.build()
+    assert ops(fuse_chains(g)) == ops(g) == ["relu", "add", "mul", "tanh"]
+    b = GraphBuilder("g")
+    x = b.input("x", (4, 8), "float")
+    b.output(b.exp(b.neg(b.add(b.tanh(b.relu(x)), x))), "y")
+    once = fuse_chains(b.build())
+    assert ops(once) == ["chain", "add", "chain"]
+    assert fuse_chains(once).dump() == once.dump()  # a chain is never a step of another
+
+
+def test_o3_and_o4_fuse_chains_and_the_lower_presets_do_not():
+    g, inputs = _tail_graph()
+    with mnrt.Context() as ctx:
+        per = {
+            p: ctx.compile(g, inputs, options={"option_json": p, "float_dtype": "float"})
+            for p in ("O2", "O3", "O4")
+        }
+        assert "chain" not in ops(per["O2"].graph)
+        assert ops(per["O3"].graph) == ops(per["O4"].graph) == ["conv2d", "chain"]
+        want = per["O2"](inputs)["probs"].cpu()
+        for p in ("O3", "O4"):
+            assert per[p](inputs)["probs"].cpu().tobytes() == want.tobytes()

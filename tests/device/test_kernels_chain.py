@@ -3,6 +3,7 @@ what the kernels compute one by one, is priced below them, and refuses hostile s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 
@@ -15,7 +16,7 @@ from kernel_harness import operand
 from mnrt.device import dtypes as dt
 from mnrt.device import tolerance
 from mnrt.device.emulator import EmulatedDevice
-from mnrt.device.kernels import TensorSpec, chain, lookup
+from mnrt.device.kernels import TensorSpec, all_kernels, chain, lookup
 from mnrt.device.mapping import model_kernel_call
 from mnrt.device.spec import MNCORE2
 from mnrt.errors import DTypeError, KernelAttributeError, MnrtError, ShapeError
@@ -257,3 +258,47 @@ def test_steps_that_do_not_fit_the_input_are_refused_before_anything_runs(steps,
     with pytest.raises(error) as e:
         lookup("chain").infer([x], _attrs(steps, "float"))
     assert message in str(e.value)
+
+
+_json_values = st.recursive(
+    st.one_of(
+        st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(), st.text(max_size=6)
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+_ops = st.sampled_from([k.name for k in all_kernels()])
+
+
+@st.composite
+def _hostile_steps(draw):
+    steps = []
+    for _ in range(draw(st.integers(0, 4))):
+        op = draw(_ops)
+        names = st.sampled_from([*lookup(op).attrs, "onchip", "x"])
+        attrs = draw(st.dictionaries(names, _json_values, max_size=3))
+        steps.append(draw(st.sampled_from([{"op": op, "attrs": attrs}, {"op": op}, attrs])))
+    return json.dumps(draw(st.one_of(st.just(steps), _json_values)))
+
+
+@given(
+    _hostile_steps(), st.sampled_from(sorted(dt.DTYPES)), st.lists(st.integers(0, 6), max_size=4)
+)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_arbitrary_steps_are_accepted_or_refused_with_an_mnrt_error(steps, x_dtype, shape):
+    """What a hostile binary could hold: the attribute check and shape rules accept it or
+    raise an MnrtError; what they accept runs on small operands, or refuses the same way."""
+    try:
+        attrs = _attrs(steps, x_dtype)
+        x = TensorSpec(tuple(shape), dt.DTYPES[x_dtype])
+        (out,) = lookup("chain").infer([x], attrs)
+        model_kernel_call(
+            MNCORE2, lookup("chain"), [x], [TensorSpec(out.shape, out.dtypes[0])], attrs
+        )
+    except MnrtError:
+        return
+    if math.prod(shape) <= 4096 and math.prod(out.shape) <= 4096:
+        with contextlib.suppress(MnrtError):
+            as_chain((np.zeros(x.shape, x.dtype.storage), x.dtype), chain.steps_of(attrs))

@@ -111,6 +111,14 @@ def _samples() -> dict[str, tuple[list, dict]]:
             "tile": ([operand(x)], {"repeats": (1, 2, 3)}),
             "prelu": ([operand(x), operand(x[0, 0])], {}),
             "einsum": ([operand(x), operand(x)], {"equation": "bij,bkj->bik"}),
+            "chain": (
+                [operand(img, "half")],
+                {
+                    "steps": '[{"op":"cast","attrs":{"to":"float"}},'
+                    '{"op":"max_pool2d","attrs":{"kernel":[2,2]}},{"op":"relu"}]',
+                    "x_dtype": "half",
+                },
+            ),
         }
     )
     return out
