@@ -9,9 +9,10 @@ from collections.abc import Callable
 import numpy as np
 
 from ..device import dtypes as dt
-from ..device.kernels import chain, lookup
+from ..device.kernels import TensorSpec, chain, lookup
 from ..device.kernels.registry import COMMON_ATTRS
 from ..device.spec import MNCORE2
+from ..errors import MnrtError
 from .ir import MATRIX_OPS, PARAM, TEMP, Graph, GraphError, Node, Value
 
 _FLOATS = {dt.FLOAT, dt.DOUBLE, dt.HALF, dt.FLOAT16}
@@ -382,12 +383,23 @@ def fuse_chains(graph: Graph) -> Graph:
         run.append(i)
         ending[node.outputs[0]] = run
     replaced: dict[int, Node | None] = {}
-    for run in runs:
+    pieces = [
+        run[i : i + chain.MAX_STEPS] for run in runs for i in range(0, len(run), chain.MAX_STEPS)
+    ]
+    for run in pieces:
         if len(run) < 2:
             continue
         steps = [g.nodes[i] for i in run]
         fused = _chain_node(g, steps)
-        fused.attrs = lookup(chain.NAME).check_attrs(fused.attrs)
+        x = g.values[fused.inputs[0]]
+        try:
+            fused.attrs = lookup(chain.NAME).check_attrs(fused.attrs)
+            plan = chain.plan(fused.attrs, TensorSpec(x.shape, x.dtype))
+        except MnrtError:  # steps too long to list, or an intermediate too large to hold
+            continue
+        planned = [(s.y.shape, s.y.dtype) for s in plan]
+        if planned != [(g.values[n.outputs[0]].shape, g.values[n.outputs[0]].dtype) for n in steps]:
+            continue  # a value of another dtype than its kernel's natural one: keep it
         if node_cost(g, fused).time_s >= sum(node_cost(g, n).time_s for n in steps):
             continue
         replaced.update(dict.fromkeys(run[:-1]))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 import mnrt
@@ -239,3 +241,19 @@ def test_o3_and_o4_fuse_chains_and_the_lower_presets_do_not():
         want = per["O2"](inputs)["probs"].cpu()
         for p in ("O3", "O4"):
             assert per[p](inputs)["probs"].cpu().tobytes() == want.tobytes()
+
+
+def test_a_run_longer_than_a_chain_holds_becomes_several_chains(dev):
+    from mnrt.device.kernels.chain import MAX_STEPS
+
+    b = GraphBuilder("long")
+    h = x = b.input("x", (3, 5), "float")
+    for i in range(MAX_STEPS + 6):
+        h = b.tanh(h) if i % 2 else b.neg(h)
+    b.output(h, "y")
+    g = b.build()
+    fused = fuse_chains(g)
+    assert ops(fused) == ["chain", "chain"]
+    assert [len(json.loads(n.attrs["steps"])) for n in fused.nodes] == [MAX_STEPS, 6]
+    inputs = {x: np.linspace(-2, 2, 15, dtype=np.float32).reshape(3, 5)}
+    assert run(fused, dev, inputs)["y"].tobytes() == run(g, dev, inputs)["y"].tobytes()
