@@ -12,6 +12,7 @@ import mnrt
 from mnrt.compiler import GraphBuilder
 from mnrt.compiler.models import MODELS
 from mnrt.compiler.onnx_export import ExportError, to_onnx
+from mnrt.compiler.passes import fuse_chains
 
 onnx = pytest.importorskip("onnx")
 from onnx.reference import ReferenceEvaluator  # noqa: E402
@@ -87,6 +88,29 @@ def test_unexportable_kernels_are_named():
     b.output(b.rmsnorm(x), "y")
     with pytest.raises(ExportError, match="no ONNX export for kernel\\(s\\) rmsnorm"):
         to_onnx(b.build())
+
+
+@pytest.mark.parametrize("model", ["cnn", "transformer"])
+def test_chains_export_as_their_steps(model):
+    builder, inputs = MODELS[model]()
+    with mnrt.Context() as ctx:
+        fn = ctx.compile(builder, inputs, options={"option_json": "O3", "float_dtype": "float"})
+        assert "chain" in [n.op for n in fn.graph.nodes]
+        device = fn(inputs)[fn.graph.outputs[0]].cpu()
+    exported = to_onnx(fn.graph)
+    assert "chain" not in {n.op_type for n in exported.graph.node}
+    out = ReferenceEvaluator(exported).run(None, inputs)
+    np.testing.assert_allclose(out[0], device, rtol=1e-4, atol=1e-5)
+
+
+def test_a_chain_with_an_unexportable_step_names_the_step():
+    b = GraphBuilder("g")
+    x = b.input("x", (4,), "float")
+    b.output(b.rmsnorm(b.relu(x)), "y")
+    graph = fuse_chains(b.build())
+    assert [n.op for n in graph.nodes] == ["chain"]
+    with pytest.raises(ExportError, match="no ONNX export for kernel\\(s\\) rmsnorm"):
+        to_onnx(graph)
 
 
 def test_without_onnx_codegen_dir_skips_model_onnx_and_out_onnx_says_what_is_missing(

@@ -136,3 +136,21 @@ def test_locate_names_a_chain_whose_step_computes_wrongly(cnn_binary, tmp_path, 
         (tmp_path / f"command{site.command}_kernel4_chain" / "site.json").read_text()
     )
     assert saved["op"] == "chain"
+
+
+def test_mnrt_compile_explain_at_o3_with_chains(tmp_path):
+    pytest.importorskip("onnx")
+    from mnrt.compiler import onnx_export
+
+    model, x = MODELS["cnn"]()
+    onnx_export.save(model.build(), tmp_path / "cnn.onnx")
+    np.save(tmp_path / "image.npy", x["image"])
+    code, out = invoke_cli(
+        "compile", tmp_path / "cnn.onnx", "-o", tmp_path / "cnn.mnlb", "-O", "O3",
+        "--input", f"image={tmp_path / 'image.npy'}", "--explain", "--codegen-dir", tmp_path / "cg",
+    )  # fmt: skip
+    assert code == 0, out
+    assert "conv2d0 (conv2d):" in out and "7 kernels" in out
+    l3ir = (tmp_path / "cg" / "l3ir.txt").read_text()
+    assert l3ir.count("= chain(") == 3 and '{"op":"max_pool2d","attrs":{"kernel":[2,2],"stride":[2,2]}}' in l3ir
+    assert invoke_cli("run", tmp_path / "cnn.mnlb")[0] == 0
