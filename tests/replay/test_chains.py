@@ -152,5 +152,6 @@ def test_mnrt_compile_explain_at_o3_with_chains(tmp_path):
     assert code == 0, out
     assert "conv2d0 (conv2d):" in out and "7 kernels" in out
     l3ir = (tmp_path / "cg" / "l3ir.txt").read_text()
-    assert l3ir.count("= chain(") == 3 and '{"op":"max_pool2d","attrs":{"kernel":[2,2],"stride":[2,2]}}' in l3ir
+    assert l3ir.count("= chain(") == 3
+    assert '{"op":"max_pool2d","attrs":{"kernel":[2,2],"stride":[2,2]}}' in l3ir
     assert invoke_cli("run", tmp_path / "cnn.mnlb")[0] == 0

@@ -117,12 +117,26 @@ def _parse(text: str) -> tuple[tuple[str, Mapping[str, Any]], ...]:
                 f"step {i} ({kdef.name}): 'attrs' must be an object of the kernel's own "
                 f"attributes ({', '.join(kdef.attrs) or 'none'}), got {attrs!r:.80}"
             )
+        wide = [name for name, value in attrs.items() if not _fits_int64(value)]
+        if wide:
+            raise _refuse(
+                f"step {i} ({kdef.name}): attribute {wide[0]!r} holds an integer beyond int64, "
+                "which no kernel attribute can hold"
+            )
         try:
             checked = kdef.check_attrs(attrs)
         except KernelAttributeError as e:
             raise _refuse(f"step {i}: {e}") from None
         steps.append((kdef.name, MappingProxyType(checked)))
     return tuple(steps)
+
+
+def _fits_int64(value: Any) -> bool:
+    """Whether the integers in an attribute value (a scalar or a list) are int64s, as a
+    binary's attributes are: JSON's are unbounded."""
+    if isinstance(value, list):
+        return all(_fits_int64(v) for v in value)
+    return not isinstance(value, int) or -(2**63) <= value < 2**63
 
 
 def _canonical(text: str) -> str:
