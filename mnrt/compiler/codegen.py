@@ -21,7 +21,7 @@ from ..format.files import write_atomically
 from . import layout, placement, serialize, time_slice
 from .ir import Graph
 from .options import CompileOptions, resolve
-from .schedule import peak_live_bytes
+from .liveness import peak_live_bytes
 
 if TYPE_CHECKING:
     from .compiled import CompiledFunction
