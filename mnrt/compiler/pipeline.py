@@ -19,7 +19,6 @@ from .map_graph import map_graph
 from .options import CompileOptions
 from .passes import AFTER_FLOAT_DTYPE, PIPELINES, apply_float_dtype
 
-
 Step = Callable[[Graph], "Graph | tuple[Graph, dict]"]
 
 

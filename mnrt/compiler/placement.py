@@ -1,9 +1,10 @@
 """Where each value lives: on-chip local memory within `sram_budget`, else DRAM.
 
 `place` is the greedy placement of the schedulers in_order, min_memory and anneal (the
-others decide placement themselves, see mnrt/compiler/schedulers). Walking the scheduled nodes in order, each temporary a node writes goes to the PEs' local
-memory ("lm") while the temporaries already there plus it fit the budget, and leaves it
-after its last reader; the rest spill to DRAM. Graph inputs, outputs and parameters are in
+others decide placement themselves, see mnrt/compiler/schedulers). Walking the scheduled
+nodes in order, each temporary a node writes goes to the PEs' local memory ("lm") while the
+temporaries already there plus it fit the budget, and leaves it after its last reader; the
+rest spill to DRAM. Graph inputs, outputs and parameters are in
 DRAM: the host writes and reads them there. A budget of 0 is the whole chip's local memory.
 Lowering tells each kernel which of its operands stay on chip (its `onchip` attribute), which
 the timing model prices as on-chip rather than DRAM traffic; l3ir.txt and report.json show

@@ -22,6 +22,7 @@ best (ties: the lowest seed), so the result never depends on the threads' timing
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections import ChainMap
@@ -36,7 +37,17 @@ from ..ir import MATRIX_OPS, TEMP, Graph, Node, Value
 from ..liveness import temporaries, value_nbytes
 from ..placement import ON_CHIP
 from . import spill_opt
-from .common import Price, Pricer, Request, Scheduled, account, finish, peak_on_chip, total
+from .common import (
+    Price,
+    Pricer,
+    Request,
+    Scheduled,
+    account,
+    finish,
+    peak_on_chip,
+    ranges_of,
+    total,
+)
 
 MAX_STEPS = 1_000_000  # each step walks the whole program once
 MAX_THREADS = 64
@@ -94,8 +105,8 @@ class _Chain:
         return ChainMap(state.extra, self.graph.values)
 
     def feasible(self, state: _State) -> bool:
-        size = {**self.size, **{n: _nbytes(v) for n, v in state.extra.items()}}
-        return peak_on_chip(state.nodes, self.graph.outputs, state.lm, size) <= self.budget
+        nodes, outputs = state.nodes, self.graph.outputs
+        return peak_on_chip(nodes, outputs, state.lm, self.sizes(state)) <= self.budget
 
     def reprice(self, state: _State, names: set[str]) -> None:
         values = self.values(state)
@@ -104,19 +115,64 @@ class _Chain:
                 state.prices[i] = self.pricer.price(values, node, state.lm)
 
     def propose(self, state: _State, rng: np.random.Generator, serial: int) -> _State | None:
+        """A neighbour of `state` within the budget, or None; every move is followed by
+        `fill` over the nodes it touched, so room a move makes is used in the same step."""
         kind = rng.random()
         if kind < 0.4:
-            return self.swap(state, int(rng.integers(max(1, len(state.nodes) - 1))))
-        if kind < 0.8:
+            i = int(rng.integers(max(1, len(state.nodes) - 1)))
+            new, window = self.swap(state, i), (i, i + 1)
+        elif kind < 0.8:
             names = [n for n in (*self.size, *state.extra) if self._fits_alone(state, n)]
-            return self.flip(state, names[int(rng.integers(len(names)))]) if names else None
-        if state.copies and rng.random() < 0.3:
+            if not names:
+                return None
+            name = names[int(rng.integers(len(names)))]
+            new, window = self.flip(state, name), self._range(state, name)
+        elif state.copies and rng.random() < 0.3:
             copies = sorted(state.copies)
-            return self.undo(state, copies[int(rng.integers(len(copies)))])
-        if not self.recomputable:
+            new, window = self.undo(state, copies[int(rng.integers(len(copies)))])
+        elif self.recomputable:
+            name = self.recomputable[int(rng.integers(len(self.recomputable)))]
+            new, window = self.recompute(state, name, rng, serial)
+        else:
             return None
-        name = self.recomputable[int(rng.integers(len(self.recomputable)))]
-        return self.recompute(state, name, rng, serial)
+        if new is None or not self.feasible(new):
+            return None
+        self.fill(new, *window)
+        return new
+
+    def _range(self, state: _State, name: str) -> tuple[int, int]:
+        return ranges_of(state.nodes, self.graph.outputs)[name]
+
+    def fill(self, state: _State, lo: int, hi: int) -> None:
+        """Bring into local memory, in name order, each spilled value live somewhere in
+        nodes lo..hi that fits beside what is there and makes the program cheaper."""
+        ranges = ranges_of(state.nodes, self.graph.outputs)
+        size = self.sizes(state)
+        occupied = _occupancy(len(state.nodes), ranges, state.lm, size)
+        values = self.values(state)
+        for name in sorted(size):
+            first, last = ranges[name]
+            if name in state.lm or last < lo or first > hi:
+                continue
+            if max(occupied[first : last + 1]) + size[name] > self.budget:
+                continue
+            touched = [
+                i
+                for i in range(first, last + 1)
+                if name in state.nodes[i].inputs or name in state.nodes[i].outputs
+            ]
+            lm = state.lm | {name}
+            new = [self.pricer.price(values, state.nodes[i], lm) for i in touched]
+            if total(new) >= total([state.prices[i] for i in touched]):
+                continue
+            state.lm.add(name)
+            for i, price in zip(touched, new):
+                state.prices[i] = price
+            for i in range(first, last + 1):
+                occupied[i] += size[name]
+
+    def sizes(self, state: _State) -> dict[str, int]:
+        return {**self.size, **{n: _nbytes(v) for n, v in state.extra.items()}}
 
     def _fits_alone(self, state: _State, name: str) -> bool:
         v = state.extra.get(name)
@@ -141,12 +197,13 @@ class _Chain:
 
     def recompute(
         self, state: _State, name: str, rng: np.random.Generator, serial: int
-    ) -> _State | None:
+    ) -> tuple[_State | None, tuple[int, int]]:
         readers = [i for i, n in enumerate(state.nodes) if name in n.inputs]
         late = [j for j in range(1, len(readers)) if readers[j] - readers[j - 1] > 1]
         if not late:
-            return None
-        at = readers[late[int(rng.integers(len(late)))]]
+            return None, (0, 0)
+        j = late[int(rng.integers(len(late)))]
+        at = readers[j]
         writer = next(n for n in state.nodes if name in n.outputs)
         copy = f"{name}_rc{serial}"
         while copy in self.graph.values or copy in state.extra:
@@ -170,9 +227,9 @@ class _Chain:
         if not self.feasible(new):
             new.lm.discard(copy)
             self.reprice(new, {copy})
-        return new
+        return new, (readers[j - 1], at + 1)
 
-    def undo(self, state: _State, copy: str) -> _State | None:
+    def undo(self, state: _State, copy: str) -> tuple[_State | None, tuple[int, int]]:
         name = state.copies[copy]
         at = next(i for i, n in enumerate(state.nodes) if copy in n.outputs)
         made = next(i for i, n in enumerate(state.nodes) if name in n.outputs)
@@ -182,11 +239,11 @@ class _Chain:
         for i, node in enumerate(new.nodes):
             if copy in node.inputs:
                 if i < made:  # swaps moved a reader of the copy before the original's writer
-                    return None
+                    return None, (0, 0)
                 inputs = [name if n == copy else n for n in node.inputs]
                 new.nodes[i] = Node(node.op, inputs, list(node.outputs), node.attrs, node.name)
         self.reprice(new, {name, *state.nodes[at].inputs})
-        return new
+        return new, (made, at)
 
     def run(self, seed: int, steps: int) -> tuple[Price, _State, int]:
         """(best price, best state, accepted moves) of `steps` steps from the start."""
@@ -197,7 +254,7 @@ class _Chain:
         scale = HEAT * max(price[0], 1e-12)
         for step in range(steps):
             new = self.propose(state, rng, step)
-            if new is None or not self.feasible(new):
+            if new is None:
                 continue
             new_price = total(new.prices)
             heat = scale * (1 - step / steps)
@@ -208,6 +265,18 @@ class _Chain:
                 if price < best:
                     best, best_state = price, state
         return best, best_state, accepted
+
+
+def _occupancy(
+    count: int, ranges: dict[str, tuple[int, int]], lm: set[str], size: dict[str, int]
+) -> list[int]:
+    """Bytes the values in `lm` hold on chip at each of `count` nodes."""
+    delta = [0] * (count + 1)
+    for name in lm:
+        first, last = ranges[name]
+        delta[first] += size[name]
+        delta[last + 1] -= size[name]
+    return list(itertools.accumulate(delta))[:count]
 
 
 def _nbytes(v: Value) -> int:
@@ -221,7 +290,7 @@ def run(graph: Graph, request: Request, pricer: Pricer) -> Scheduled:
     seeds = range(request.threads)
     with ThreadPoolExecutor(request.threads, thread_name_prefix="mnrt-sa") as pool:
         results = list(pool.map(lambda s: chain.run(s, request.steps), seeds))
-    (price, best, accepted), seed = min(zip(results, seeds), key=lambda r: (r[0][0], r[1]))
+    (_, best, accepted), seed = min(zip(results, seeds), key=lambda r: (r[0][0], r[1]))
     g = graph.copy()
     g.values.update({n: Value(n, v.shape, v.dtype, TEMP) for n, v in best.extra.items()})
     g = finish(g, best.nodes, best.lm)

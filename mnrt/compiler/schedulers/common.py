@@ -83,9 +83,8 @@ def ranges_of(nodes: Sequence[Node], outputs: Iterable[str]) -> dict[str, tuple[
             last[name] = i
     for name in outputs:
         last[name] = len(nodes)
-    return {
-        name: (i, max(i, last.get(name, i))) for i, node in enumerate(nodes) for name in node.outputs
-    }
+    made = {name: i for i, node in enumerate(nodes) for name in node.outputs}
+    return {name: (i, max(i, last.get(name, i))) for name, i in made.items()}
 
 
 def peak_on_chip(
@@ -166,7 +165,9 @@ def finish(graph: Graph, nodes: Sequence[Node], lm: Iterable[str]) -> Graph:
     """`graph` with `nodes` in this order, the values in `lm` in local memory and the rest
     in DRAM (placement alone says which operands are on chip: a node's own `onchip` goes)."""
     g = graph.copy()
-    g.nodes = [Node(n.op, list(n.inputs), list(n.outputs), copy.deepcopy(n.attrs), n.name) for n in nodes]
+    g.nodes = [
+        Node(n.op, list(n.inputs), list(n.outputs), copy.deepcopy(n.attrs), n.name) for n in nodes
+    ]
     lm = set(lm)
     for name, v in g.values.items():
         v.location = ON_CHIP if name in lm else DRAM

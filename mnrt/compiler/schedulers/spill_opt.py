@@ -15,8 +15,8 @@ the cheapest of the starts and the search is kept."""
 from __future__ import annotations
 
 from .. import placement
-from ..placement import ON_CHIP
 from ..ir import Graph
+from ..placement import ON_CHIP
 from . import reuse_consecutive
 from .common import Plan, Price, Pricer, Request, Scheduled, account, finish
 
@@ -30,14 +30,18 @@ def _saves(d: Price) -> bool:
 
 def _exact(graph: Graph, budget: int, pricer: Pricer, candidates: list[str]) -> set[str]:
     plan = Plan(graph, budget, pricer)
-    best, best_lm = plan.price(), set()
+    best, best_lm = _rank(plan), set()
     for k in range(1, 1 << len(candidates)):
         plan.flip(candidates[(k & -k).bit_length() - 1])
-        if plan.over == 0:
-            price = plan.price()
-            if price < best:
-                best, best_lm = price, set(plan.lm)
+        if plan.over == 0 and _rank(plan) < best:
+            best, best_lm = _rank(plan), set(plan.lm)
     return best_lm
+
+
+def _rank(plan: Plan) -> tuple[float, float, int]:
+    """Least time, then energy, then the most values on chip (the fewest spills)."""
+    price = plan.price()
+    return (price[0], price[1], -len(plan.lm))
 
 
 def _density(plan: Plan, name: str, d: Price) -> float:
@@ -50,7 +54,9 @@ def _room(plan: Plan, name: str) -> list[str] | None:
     evicting every overlapping one is not enough."""
     first, last = plan.ranges[name]
     span = range(first, last + 1)
-    overlapping = [u for u in sorted(plan.lm) if plan.ranges[u][0] <= last and plan.ranges[u][1] >= first]
+    overlapping = [
+        u for u in sorted(plan.lm) if plan.ranges[u][0] <= last and plan.ranges[u][1] >= first
+    ]
     overlapping.sort(key=lambda u: (-_density(plan, u, plan.delta([u])), u))
     freed = dict.fromkeys(span, 0)
     evicted: list[str] = []
@@ -101,7 +107,7 @@ def plan(graph: Graph, request: Request, pricer: Pricer) -> tuple[Plan, dict]:
     consecutive = reuse_consecutive.plan(graph, request, pricer)
     placed = placement.place(graph, request.budget, request.spec).values
     greedy = Plan(graph, budget, pricer, (n for n, v in placed.items() if v.location == ON_CHIP))
-    start = min((consecutive, greedy), key=Plan.price)
+    start = min((consecutive, greedy), key=_rank)
     candidates = start.candidates()
     if len(candidates) <= EXACT_LIMIT:
         found = Plan(graph, budget, pricer, _exact(graph, budget, pricer, candidates))
@@ -109,7 +115,7 @@ def plan(graph: Graph, request: Request, pricer: Pricer) -> tuple[Plan, dict]:
     else:
         found = Plan(graph, budget, pricer, start.lm)
         method, moves = "greedy + local improvement", _improve(found)
-    chosen = min((found, consecutive, greedy), key=Plan.price)
+    chosen = min((found, consecutive, greedy), key=_rank)
     return chosen, {
         "method": method,
         "candidates": len(candidates),
