@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 import mnrt
 from mnrt.compiler import GraphBuilder
 from mnrt.compiler import layout as L
+from mnrt.compiler.liveness import value_nbytes
 from mnrt.compiler.models import MODELS
 from mnrt.compiler.mpmd.cost import program_cost
 from mnrt.compiler.node_cost import graph_cost
 from mnrt.compiler.options import OptionError, resolve
 from mnrt.compiler.placement import ON_CHIP, on_chip_bytes, place
 from mnrt.compiler.placement import summary as placement_summary
-from mnrt.compiler.liveness import value_nbytes
 from mnrt.device import dtypes as dt
 from mnrt.device.kernels import TensorSpec, lookup
 
