@@ -20,8 +20,8 @@ from ..errors import InvalidArgumentError, MnrtError
 from ..format.files import write_atomically
 from . import layout, placement, serialize, time_slice
 from .ir import Graph
+from .liveness import peak_live_bytes
 from .options import CompileOptions, resolve
-from .schedule import peak_live_bytes
 
 if TYPE_CHECKING:
     from .compiled import CompiledFunction

@@ -18,7 +18,9 @@ from ..format.files import open_regular
 from .layout import parse as parse_layout
 from .mpmd.options import parse_assignment, parse_mpmd
 from .placement import on_chip_bytes
-from .schedule import SCHEDULERS
+from .schedulers import DEFAULT as DEFAULT_SCHEDULER
+from .schedulers import SCHEDULERS
+from .schedulers.auto_recompute_sa import MAX_STEPS
 
 PRESETS = Path(__file__).with_name("presets")
 _MAX_OPTION_JSON = 1 << 20  # bytes; presets are a few hundred
@@ -40,7 +42,7 @@ def _check_sram_budget(value: int, what: str) -> None:
 
 
 DEFAULT_ANNEAL_STEPS = 1000
-MAX_ANNEAL_STEPS = 1_000_000  # each step re-measures the whole schedule's peak
+MAX_ANNEAL_STEPS = MAX_STEPS  # each step re-measures the whole schedule
 
 
 def _check_anneal_steps(value: int, what: str) -> None:
@@ -78,9 +80,13 @@ OPTIONS: dict[str, Option] = {
         ("mixed", "half", "float", "double"),
     ),
     "scheduler": Option(
-        "in_order",
-        "node order: in_order (as built), min_memory (greedy, fewest live bytes) or anneal",
-        SCHEDULERS,
+        DEFAULT_SCHEDULER,
+        "node order and where each value lives (mnrt/compiler/schedulers): always_from_dram "
+        "(no on-chip reuse), reuse_consecutive (a result read right after it is made stays "
+        "on chip), spill_opt (the on-chip set of least modelled time), auto_recompute_sa "
+        "(annealing over order, spills and recomputation); in_order, min_memory, anneal "
+        "(an order, then greedy placement)",
+        tuple(SCHEDULERS),
     ),
     "layout_planner": Option("row_major", "tensor layouts: row_major", ("row_major",)),
     "sram_budget": Option(
@@ -91,7 +97,8 @@ OPTIONS: dict[str, Option] = {
     ),
     "sa_expected_run_iters": Option(
         DEFAULT_ANNEAL_STEPS,
-        "simulated-annealing steps of scheduler=anneal",
+        "simulated-annealing steps of scheduler=anneal and auto_recompute_sa (the env "
+        "CODEGEN_SA_STEPS overrides it; CODEGEN_NUM_SA_THREADS runs that many seeded chains)",
         kind=int,
         parse=_check_anneal_steps,
     ),

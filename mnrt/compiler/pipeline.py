@@ -1,5 +1,8 @@
-"""The compile pipeline: the graph a model gives, and the passes, scheduling, placement and
-layout steps the options ask for, in order."""
+"""The compile pipeline: the graph a model gives, and the passes, scheduling (order and
+placement), mapping and layout steps the options ask for, in order.
+
+A step takes a graph and gives one; a step may also give (graph, account), whose account
+report.json shows in that step's phase (the scheduler's does)."""
 
 from __future__ import annotations
 
@@ -9,16 +12,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from . import layout, placement, time_slice
+from . import layout, schedulers, time_slice
 from .builder import GraphBuilder
 from .ir import Graph
 from .map_graph import map_graph
 from .options import CompileOptions
 from .passes import AFTER_FLOAT_DTYPE, PIPELINES, apply_float_dtype
-from .schedule import schedule
+
+Step = Callable[[Graph], "Graph | tuple[Graph, dict]"]
 
 
-def steps(opts: CompileOptions) -> list[tuple[str, Callable[[Graph], Graph]]]:
+def steps(opts: CompileOptions) -> list[tuple[str, Step]]:
     """The compile phases the options ask for, in order, each with its name for the report."""
     # Widening to double is exact, so it goes first: what the passes fold (weights
     # transformed at compile time) is then computed in double too, not in float.
@@ -28,10 +32,13 @@ def steps(opts: CompileOptions) -> list[tuple[str, Callable[[Graph], Graph]]]:
     steps += [(step.__name__, step) for step in PIPELINES.get(opts.name, PIPELINES["O1"])]
     steps += [] if widen_first else [float_dtype]
     steps += [(step.__name__, step) for step in AFTER_FLOAT_DTYPE.get(opts.name, ())]
-    steps.append(
-        ("schedule", lambda g: schedule(g, opts["scheduler"], opts["sa_expected_run_iters"]))
-    )
-    steps.append(("placement", lambda g: placement.place(g, opts["sram_budget"])))
+    request = schedulers.request(opts["sram_budget"], opts["sa_expected_run_iters"], opts.envs)
+
+    def schedule(g: Graph) -> tuple[Graph, dict]:
+        done = schedulers.schedule(g, opts["scheduler"], request)
+        return done.graph, done.account
+
+    steps.append(("schedule", schedule))
     steps.append(("mapping", lambda g: map_graph(g, opts["mapping_effort"])))
     limit = time_slice.max_time_slice(opts.envs)
     steps.append(("time_slice", lambda g: time_slice.check(g, limit)))
@@ -54,8 +61,10 @@ def optimise(
     stages = [("import", graph.dump())]
     for name, step in steps(opts):
         t0 = time.perf_counter()
-        graph = step(graph)
-        phases.append({"name": name, "status": "ok", "seconds": time.perf_counter() - t0})
+        result = step(graph)
+        graph, account = result if isinstance(result, tuple) else (result, None)
+        phase = {"name": name, "status": "ok", "seconds": time.perf_counter() - t0}
+        phases.append({**phase, "account": account} if account else phase)
         stages.append((name, graph.dump()))
     return graph, stages
 

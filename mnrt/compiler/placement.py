@@ -1,8 +1,10 @@
 """Where each value lives: on-chip local memory within `sram_budget`, else DRAM.
 
-Walking the scheduled nodes in order, each temporary a node writes goes to the PEs' local
-memory ("lm") while the temporaries already there plus it fit the budget, and leaves it
-after its last reader; the rest spill to DRAM. Graph inputs, outputs and parameters are in
+`place` is the greedy placement of the schedulers in_order, min_memory and anneal (the
+others decide placement themselves, see mnrt/compiler/schedulers). Walking the scheduled
+nodes in order, each temporary a node writes goes to the PEs' local memory ("lm") while the
+temporaries already there plus it fit the budget, and leaves it after its last reader; the
+rest spill to DRAM. Graph inputs, outputs and parameters are in
 DRAM: the host writes and reads them there. A budget of 0 is the whole chip's local memory.
 Lowering tells each kernel which of its operands stay on chip (its `onchip` attribute), which
 the timing model prices as on-chip rather than DRAM traffic; l3ir.txt and report.json show
@@ -14,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..device.spec import MNCORE2, DeviceSpec
-from .ir import TEMP, Graph
-from .schedule import value_nbytes
+from .ir import Graph
+from .liveness import temporaries, value_nbytes
 
 ON_CHIP, DRAM = "lm", "dram"
 
@@ -41,15 +43,10 @@ def _walk(graph: Graph, on_chip: Callable[[str, int], bool]) -> int:
     return peak
 
 
-def _temporaries(graph: Graph) -> list[str]:
-    outputs = set(graph.outputs)
-    return [n for n, v in graph.values.items() if v.role == TEMP and n not in outputs]
-
-
 def place(graph: Graph, budget: int, spec: DeviceSpec = MNCORE2) -> Graph:
     g = graph.copy()
     budget = budget or on_chip_bytes(spec)
-    temps = set(_temporaries(g))
+    temps = set(temporaries(g))
     for v in g.values.values():
         v.location = DRAM
     for node in g.nodes:  # where operands live is this pass's to say, not the model's
@@ -68,7 +65,7 @@ def summary(graph: Graph, budget: int, spec: DeviceSpec = MNCORE2) -> dict:
     """report.json's account: the budget, the most bytes on chip at once, and how many
     temporaries stayed on chip or spilled."""
     peak = _walk(graph, lambda name, live: graph.values[name].location == ON_CHIP)
-    temps = _temporaries(graph)
+    temps = temporaries(graph)
     on_chip = sum(graph.values[n].location == ON_CHIP for n in temps)
     return {
         "budget_bytes": budget or on_chip_bytes(spec),

@@ -15,7 +15,7 @@ import os
 from ..device.spec import MNCORE2, DeviceSpec
 from ..errors import InvalidArgumentError
 from .ir import Graph
-from .schedule import value_nbytes
+from .liveness import value_nbytes
 
 DEFAULT_MAX_TIME_SLICE = 256
 

@@ -49,14 +49,17 @@ if TYPE_CHECKING:
 
 def fragment_graph(program: MpmdProgram, fragment: Fragment, sram_budget: int) -> Graph:
     """The fragment as a graph of its own: its operands are its inputs, its results its
-    outputs, its parameters its own; placed again, so whatever crosses fragments is in
-    DRAM (a copy or another program reads it) and the rest may stay on chip."""
+    outputs, its parameters its own. Whatever crosses fragments is in DRAM (a copy or
+    another program reads it); the rest stays where the compile's scheduler put it, unless
+    the fragment's own order would then hold more than the budget on chip, when it is
+    placed again greedily."""
     values = {}
     for node in fragment.nodes:
         for name in (*node.inputs, *node.outputs):
             v = program.values[name]
             role = INPUT if name in fragment.inputs else PARAM if v.role == PARAM else TEMP
-            values[name] = Value(name, v.shape, v.dtype, role, "dram", v.layout, v.data)
+            where = v.location if role == TEMP and name not in fragment.outputs else "dram"
+            values[name] = Value(name, v.shape, v.dtype, role, where, v.layout, v.data)
     graph = Graph(
         fragment.name,
         values,
@@ -65,6 +68,9 @@ def fragment_graph(program: MpmdProgram, fragment: Fragment, sram_budget: int) -
         list(fragment.outputs),
     )
     graph.verify()
+    kept = placement.summary(graph, sram_budget)
+    if kept["peak_on_chip_bytes"] <= kept["budget_bytes"]:
+        return graph
     return placement.place(graph, sram_budget)
 
 

@@ -172,6 +172,23 @@ def test_program_cost_is_what_the_device_prices(ctx):
     compiled.close()
 
 
+@pytest.mark.parametrize("scheduler", ["always_from_dram", "spill_opt"])
+def test_fragments_keep_the_schedulers_placement(ctx, scheduler):
+    """Values inside a fragment stay where the scheduler put them (O0's always_from_dram
+    keeps nothing on chip); values crossing fragments are in DRAM."""
+    builder, inputs = transformer_block()
+    options = {"mpmd": {"devices": [0, 1]}, "scheduler": scheduler}
+    compiled = ctx.compile(builder, inputs, options=options)
+    onchip = 0
+    for fragment in compiled.fragments:
+        graph = compiled.lowered[fragment.name].graph
+        for name in (*fragment.inputs, *fragment.outputs):
+            assert graph.values[name].location == "dram"
+        onchip += sum(v.location == "lm" for v in graph.values.values())
+    assert (onchip > 0) == (scheduler == "spill_opt")
+    compiled.close()
+
+
 def test_pipelined_call_and_compile_errors(ctx, tmp_path):
     builder, inputs = mlp()
     compiled = ctx.compile(builder, inputs, options={"mpmd": {"devices": [0, 1]}})
