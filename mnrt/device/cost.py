@@ -13,10 +13,23 @@ For one kernel execution with work `Cost` (FLOPs, DRAM bytes, SRAM bytes, parall
         PE, so a bigger problem never computes faster.
     dram_s    = dram_bytes / dram_bandwidth           (all groups' DRAM together)
     sram_s    = sram_bytes / l1bm_bandwidth           (on-chip reuse traffic)
-    lm_s      = lm_bytes / lm_bandwidth               (operands kept in PE local memory)
-    time_s    = kernel_launch_s + max(compute_s, dram_s, sram_s, lm_s)   (perfect overlap)
+    l2bm_s    = l2bm_bytes / l2bm_bandwidth           (traffic between L1Bs)
+    lm_s      = lm_bytes / lm_bandwidth               (operands kept in PE local memory,
+                                                       and Cost.lm_bytes)
+    time_s    = kernel_launch_s + max(compute_s, dram_s, sram_s, l2bm_s, lm_s) (overlap)
     energy_j  = 1e-12 * (flops * pJ/flop(precision) + dram_bytes * pJ/B(DRAM)
-                         + (sram_bytes + lm_bytes) * pJ/B(SRAM)) + static_power_w * time_s
+                         + (sram_bytes + l2bm_bytes + lm_bytes) * pJ/B(SRAM))
+                + static_power_w * time_s
+
+A layout switch (the `relayout` kernel: one on-chip tensor from one MN-Core layout to
+another) moves the tensor's bytes once over the outermost level where the two layouts put
+some element on another unit (device/layout.py `switch_level`): within a PE through its
+local memory, between PEs of an L1B through L1BM, between L1Bs through L2BM. Its Cost
+carries them as lm_bytes, sram_bytes or l2bm_bytes, so by the formula above
+
+    relayout time_s = kernel_launch_s + nbytes / bandwidth(level)
+
+with bandwidth(LM) > bandwidth(L1BM) > bandwidth(L2BM) (DeviceSpec), and no DRAM bytes.
 
 Operands a program keeps in PE local memory (a kernel's `onchip` attribute, by position:
 inputs, then outputs) take their own traffic (`Cost.traffic`, else their size) off
@@ -80,7 +93,8 @@ def model_kernel(spec: DeviceSpec, cost: Cost, precision: str, lm_bytes: float =
         "compute": cost.flops / peak,
         "dram": cost.dram_bytes / spec.dram_bandwidth,
         "sram": cost.sram_bytes / spec.l1bm_bandwidth,
-        "lm": lm_bytes / spec.lm_bandwidth,
+        "l2bm": cost.l2bm_bytes / spec.l2bm_bandwidth,
+        "lm": (lm_bytes + cost.lm_bytes) / spec.lm_bandwidth,
     }
     bound = max(terms, key=terms.__getitem__)
     if terms[bound] == 0.0:
@@ -89,7 +103,8 @@ def model_kernel(spec: DeviceSpec, cost: Cost, precision: str, lm_bytes: float =
     energy_pj = (
         cost.flops * spec.energy_pj_per_flop(precision)
         + cost.dram_bytes * spec.energy_pj_per_byte_dram
-        + (cost.sram_bytes + lm_bytes) * spec.energy_pj_per_byte_sram
+        + (cost.sram_bytes + cost.l2bm_bytes + lm_bytes + cost.lm_bytes)
+        * spec.energy_pj_per_byte_sram
     )
     return Modelled(
         time_s=time_s,
