@@ -18,6 +18,7 @@ from ..format.files import open_regular
 from .layout import parse as parse_layout
 from .mpmd.options import parse_assignment, parse_mpmd
 from .placement import on_chip_bytes
+from .layout_planners import ALIASES, PLANNERS
 from .schedule import SCHEDULERS
 
 PRESETS = Path(__file__).with_name("presets")
@@ -82,7 +83,13 @@ OPTIONS: dict[str, Option] = {
         "node order: in_order (as built), min_memory (greedy, fewest live bytes) or anneal",
         SCHEDULERS,
     ),
-    "layout_planner": Option("row_major", "tensor layouts: row_major", ("row_major",)),
+    "layout_planner": Option(
+        "lpz",
+        "where layouts switch: lpz (only where a consumer needs another, or through DRAM "
+        "when cheaper), bidi (lpz choosing layouts backwards too), legacy (one canonical "
+        "layout; row_major is its older name)",
+        (*PLANNERS, *ALIASES),
+    ),
     "sram_budget": Option(
         0,
         "bytes of PE local memory temporaries may stay in (0: all of it)",

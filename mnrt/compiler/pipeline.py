@@ -9,9 +9,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from . import layout, placement, time_slice
+from . import placement, time_slice
 from .builder import GraphBuilder
 from .ir import Graph
+from .layout_planners import plan_layouts
 from .map_graph import map_graph
 from .options import CompileOptions
 from .passes import AFTER_FLOAT_DTYPE, PIPELINES, apply_float_dtype
@@ -38,8 +39,12 @@ def steps(opts: CompileOptions) -> list[tuple[str, Callable[[Graph], Graph]]]:
     steps.append(
         (
             "layout",
-            lambda g: layout.assign_layouts(
-                g, opts["layout_planner"], opts["layout_spec"], opts["gemm_layout_spec"]
+            lambda g: plan_layouts(
+                g,
+                opts["layout_planner"],
+                opts["layout_spec"],
+                opts["gemm_layout_spec"],
+                opts["mapping_effort"],
             ),
         )
     )

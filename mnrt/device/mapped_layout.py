@@ -155,7 +155,7 @@ def _batch_axis(shape: Sequence[int], out_shape: Sequence[int]) -> int | None:
     if not batch:
         return None
     pick = max(range(len(batch)), key=lambda a: (batch[a], -a)) - len(out_shape)
-    return len(shape) + pick if -pick <= len(shape) and shape[pick] == batch[pick] else None
+    return len(shape) + pick if -pick <= len(shape) and shape[pick] == out_shape[pick] else None
 
 
 def _gemm_roles(ins, outs, attrs) -> list[list[str | None] | None]:
