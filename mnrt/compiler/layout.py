@@ -62,7 +62,9 @@ def _choices(
     return out
 
 
-def fixed_layouts(graph: Graph, layout_spec: str = "", gemm_layout_spec: str = "") -> dict[str, str]:
+def fixed_layouts(
+    graph: Graph, layout_spec: str = "", gemm_layout_spec: str = ""
+) -> dict[str, str]:
     """Value name -> the layout the user fixed for it: the first of gemm_layout_spec
     (matrix operands) and layout_spec (activations) that describes its shape. The planners
     keep these as given and switch around them where a kernel needs another."""

@@ -16,9 +16,9 @@ from typing import Any
 from ..errors import InvalidArgumentError, MnrtError
 from ..format.files import open_regular
 from .layout import parse as parse_layout
+from .layout_planners import ALIASES, PLANNERS
 from .mpmd.options import parse_assignment, parse_mpmd
 from .placement import on_chip_bytes
-from .layout_planners import ALIASES, PLANNERS
 from .schedule import SCHEDULERS
 
 PRESETS = Path(__file__).with_name("presets")

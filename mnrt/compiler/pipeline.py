@@ -45,6 +45,7 @@ def steps(opts: CompileOptions) -> list[tuple[str, Callable[[Graph], Graph]]]:
                 opts["layout_spec"],
                 opts["gemm_layout_spec"],
                 opts["mapping_effort"],
+                sram_budget=opts["sram_budget"],
             ),
         )
     )

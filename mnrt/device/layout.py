@@ -108,8 +108,8 @@ class Layout:
 def locate(layout: Layout, index: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
     """Where elements live, vectorised: for index arrays (one per axis, broadcast together),
     the L2B, L1B, MAB, PE and W (word of the long word) instance, the time slice (T) and
-    the local-memory long-word address of each element. Units the layout does not split over are 0 (a
-    broadcast unit holds a copy on every instance)."""
+    the local-memory long-word address of each element. Units the layout does not split
+    over are 0 (a broadcast unit holds a copy on every instance)."""
     if len(index) != len(layout.axes):
         raise LayoutError(f"layout {layout} has {len(layout.axes)} axes, got {len(index)} indices")
     index = np.broadcast_arrays(*(np.asarray(i, dtype=np.int64) for i in index))

@@ -107,7 +107,7 @@ def spread(shape: Sequence[int], grid: Grid, itemsize: int, spec: DeviceSpec = M
         factors = list(unit_factors[a])
         if slices[a] > 1:
             factors.append(Factor(slices[a], "T", None))
-        if address[a] > 1 or not factors or (a == len(shape) - 1 and pair):
+        if address[a] > 1 or not (factors or (a == len(shape) - 1 and pair)):
             factors.append(Factor(address[a], None, None))
         if a == len(shape) - 1 and pair:
             factors.append(Factor(words, "W", None))
@@ -130,12 +130,20 @@ def _row_major_strides(axes: list[list[Factor]]) -> list[list[Factor]]:
 
 
 def row_major(shape: Sequence[int], itemsize: int, spec: DeviceSpec = MNCORE2) -> Layout:
-    """The canonical layout: the outermost axes split over the chip's PEs (each by the
-    largest power of two that divides it and the PEs left), the rest row-major in local
-    memory. What the legacy planner keeps every on-chip value in."""
+    """The canonical layout: the outermost axes split block-wise over the chip's PEs, the
+    rest row-major in local memory. An axis takes the largest power of two of PEs it
+    divides into, unless padding it to a larger power (at most its own length) would use
+    at least twice the PEs: 65 rows go to 64 PEs two apiece (the last 63 padding), not to
+    one PE. What the legacy planner keeps every on-chip value in."""
     left, grid = spec.pe_count, []
     for axis, n in enumerate(shape):
-        count = math.gcd(int(n), left) if n > 0 else 1
+        n = int(n)
+        if n < 1:
+            count = 1
+        else:
+            floor = 1 << (min(n, left).bit_length() - 1)
+            exact = math.gcd(n, left)
+            count = exact if 2 * exact > floor else floor
         grid.append((axis, count))
         left //= count
     return spread(shape, grid, itemsize, spec)

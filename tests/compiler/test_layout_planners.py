@@ -20,11 +20,11 @@ from mnrt.compiler.models import MODELS
 from mnrt.compiler.node_cost import graph_cost
 from mnrt.compiler.options import OptionError, resolve
 from mnrt.compiler.placement import DRAM, ON_CHIP, place
+from mnrt.compiler.placement import summary as placement_summary
 from mnrt.device import dtypes as dt
-from mnrt.device.kernels import TensorSpec
+from mnrt.device.kernels import TensorSpec, lookup
 from mnrt.device.mapped_layout import mapping_layouts, row_major
 from mnrt.device.mapping import Mapping, check, problem_of
-from mnrt.device.kernels import lookup
 
 POW2 = st.sampled_from([1, 2, 4, 8, 16, 32, 64])
 
@@ -66,16 +66,20 @@ def test_row_major_layouts_parse_back_and_cover_their_shape(shape, half):
     lay = row_major(tuple(shape), 2 if half else 4)
     assert L.parse(str(lay)) == lay
     assert L.fit(lay, tuple(shape), padded=True) is None
-    if not lay.strides("T"):
-        assert L.fit(lay, tuple(shape)) is None  # only time slices are ever padded
+    for have, need in zip(lay.shape, shape):
+        assert need <= have < 2 * need  # padded to spread over PEs, by less than itself
     assert lay.long_words_per_pe() * 8 <= mnrt.MNCORE2.lm_bytes_per_pe
+    if np.prod(shape) <= 4 * mnrt.MNCORE2.pe_count:
+        assert not lay.strides("T")  # spread over the chip, not time-sliced on one PE
 
 
 def test_a_grid_larger_than_the_chip_has_no_layout():
     d = dt.FLOAT
     ins = [TensorSpec((64, 64), d), TensorSpec((64, 64), d)]
     with pytest.raises(L.LayoutError, match="PEs"):
-        mapping_layouts("gemm", ins, [TensorSpec((64, 64), d)], {"mapping": (4, 64, 64, 1, 4, 4, 16, 1, 0)})
+        mapping_layouts(
+            "gemm", ins, [TensorSpec((64, 64), d)], {"mapping": (4, 64, 64, 1, 4, 4, 16, 1, 0)}
+        )
 
 
 def _chain(m=64, k=128, n=64, consumers=1):
@@ -159,8 +163,8 @@ def _random_graph(draw_ops, sizes):
     width = sizes[1]
     for op, size in zip(draw_ops, sizes[2:]):
         if op == "gemm":
-            h = b.gemm(h, b.param(f"w{len(b.graph.values)}",
-                                  rng.standard_normal((width, size)).astype(np.float32)))  # fmt: skip
+            w = rng.standard_normal((width, size)).astype(np.float32)
+            h = b.gemm(h, b.param(f"w{len(b.graph.values)}", w))
             width = size
         elif op == "add":
             h = b.add(h, b.relu(h))
@@ -229,7 +233,28 @@ def test_problem_and_layouts_agree_on_the_padded_sizes():
     ins = [TensorSpec((100, 40), d), TensorSpec((40, 70), d)]
     outs = [TensorSpec((100, 70), d)]
     mp = Mapping(1, 8, 4, 1, 4, 4, 16)
-    p = problem_of("gemm", ins, outs, {}, lookup("gemm").cost(ins, outs, lookup("gemm").check_attrs({})).flops)
+    p = problem_of(
+        "gemm", ins, outs, {}, lookup("gemm").cost(ins, outs, lookup("gemm").check_attrs({})).flops
+    )
     assert check(mnrt.MNCORE2, p, mp) is None
     a, b, c = mapping_layouts("gemm", ins, outs, {"mapping": mp.to_attr()})
     assert c.shape == (104, 72) and a.shape[0] == 104 and b.shape[1] == 72
+
+
+@pytest.mark.parametrize("planner", ["legacy", "lpz"])
+def test_switches_keep_the_chip_within_the_sram_budget(planner):
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("two")
+    x = b.input("x", (256, 256))
+    w1, w2 = (b.param(f"w{i}", rng.standard_normal((256, 256)).astype(np.float32)) for i in (1, 2))
+    b.output(b.gemm(b.gemm(x, w1), w2), "y")
+    graph = b.build()
+    peak = placement_summary(place(graph, 0), 0)["peak_on_chip_bytes"]  # the one temporary
+    g = map_graph(place(graph, peak), 1)
+    free = plan_layouts(g, planner)  # legacy: produced and switched copies on chip at once
+    assert placement_summary(free, 0)["peak_on_chip_bytes"] > peak or planner == "lpz"
+    planned = plan_layouts(g, planner, sram_budget=peak)
+    assert placement_summary(planned, peak)["peak_on_chip_bytes"] <= peak
+    evicted = [d for d in planned.notes["layout_plan"]["decisions"] if d.get("reason")]
+    assert all(planned.values[d["value"]].location == DRAM for d in evicted)
+    assert evicted or planner == "lpz"

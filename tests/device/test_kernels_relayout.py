@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kernel_harness import infer, operand, run, spec
 
 import mnrt
 from mnrt.device import dtypes as dt
 from mnrt.device.kernels import TensorSpec, lookup
 from mnrt.device.mapping import model_kernel_call
-
-from kernel_harness import infer, operand, run, spec
 
 SRC = "((8_L2B:1, 8_L1B:1, 4_MAB:4), (4_MAB:1, 4_PE:1))"  # a (256, 16) tensor
 DST = {
@@ -23,7 +22,10 @@ DST = {
     "L1BM": "((8_L2B:1, 8_L1B:1, 4_MAB:4), (4_PE:1, 4_MAB:1))",
     "L2BM": "((8_L1B:1, 8_L2B:1, 4_MAB:4), (4_MAB:1, 4_PE:1))",
 }
-LM_SRC, LM_DST = "((8_L2B:1, 8_L1B:1, 4:2), (4_MAB:1, 2:1))", "((8_L2B:1, 8_L1B:1, 4:1), (4_MAB:1, 2:4))"
+LM_SRC, LM_DST = (
+    "((8_L2B:1, 8_L1B:1, 4:2), (4_MAB:1, 2:1))",
+    "((8_L2B:1, 8_L1B:1, 4:1), (4_MAB:1, 2:4))",
+)
 
 
 def _time(src, dst, shape=(256, 16)):

@@ -80,7 +80,9 @@ def _alternatives(graph: Graph, node: Node, effort: int, spec: DeviceSpec) -> li
     return [m for m in found if m != tuple(node.attrs.get("mapping", ()))]
 
 
-def plan(graph: Graph, fixed: Mapping[str, str], effort: int, spec: DeviceSpec) -> tuple[Built, list]:
+def plan(
+    graph: Graph, fixed: Mapping[str, str], effort: int, spec: DeviceSpec
+) -> tuple[Built, list]:
     best = lpz.plan(graph, fixed, effort, spec)
     best_s, tries = _cost(best[0], spec), 0
     prefer: dict[str, str] = {}

@@ -143,11 +143,13 @@ def build(
 
     for name in to_dram:
         g.values[name].location = DRAM
-    for name, v in g.values.items():
+    for name in g.values:
         if not on_chip(name):
             layout_of[name] = keep.get(name) or canonical_of(g, name, spec)
     for node0 in g0.nodes:
-        node = Node(node0.op, list(node0.inputs), list(node0.outputs), dict(node0.attrs), node0.name)
+        node = Node(
+            node0.op, list(node0.inputs), list(node0.outputs), dict(node0.attrs), node0.name
+        )
         needs, gives = _arrangement(g, node, layout_of, on_chip, spec)
         for i, name in enumerate(node.inputs):
             want = needs[i]

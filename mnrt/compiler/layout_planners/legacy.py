@@ -16,7 +16,9 @@ from ..placement import ON_CHIP
 from .common import Built, build, canonical_of
 
 
-def plan(graph: Graph, fixed: Mapping[str, str], effort: int, spec: DeviceSpec) -> tuple[Built, list]:
+def plan(
+    graph: Graph, fixed: Mapping[str, str], effort: int, spec: DeviceSpec
+) -> tuple[Built, list]:
     keep = {
         name: canonical_of(graph, name, spec)
         for name, v in graph.values.items()
