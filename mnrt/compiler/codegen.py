@@ -232,4 +232,12 @@ def load(folder: Path) -> tuple[Graph, CompileOptions, dict[str, np.ndarray]]:
         inputs = serialize.read_arrays(folder / "inputs.npz", shapes)
     except (MnrtError, OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise InvalidArgumentError(f"{folder} has no readable inputs.npz: {e}") from None
+    plan = folder / "layout_plan.json"
+    if plan.is_file():  # the layout step's history goes with the graph it planned
+        try:
+            graph.notes["layout_plan"] = json.loads(plan.read_text())
+        except (OSError, ValueError) as e:
+            raise InvalidArgumentError(
+                f"{folder}: layout_plan.json is not readable JSON ({e}); compile again"
+            ) from None
     return graph, opts, inputs

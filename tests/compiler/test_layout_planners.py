@@ -4,6 +4,7 @@ switch-or-DRAM decision, layout_plan.json, and that no planner changes a result.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -223,6 +224,8 @@ def test_every_planner_gives_bitwise_identical_results(model, tmp_path):
             for s in plan["switches"]:
                 assert s["level"] in L.LEVELS and s["time_s"] > 0 and s["bytes"] > 0
             assert mnrt.replay(cg / "model.mnlb").passed
+            if importlib.util.find_spec("onnx"):  # a switch exports as ONNX's Identity
+                assert (cg / "model.onnx").is_file()
     for planner, got in results.items():
         for name, y in got.items():
             np.testing.assert_array_equal(y, results["legacy"][name], err_msg=planner)
@@ -258,3 +261,17 @@ def test_switches_keep_the_chip_within_the_sram_budget(planner):
     evicted = [d for d in planned.notes["layout_plan"]["decisions"] if d.get("reason")]
     assert all(planned.values[d["value"]].location == DRAM for d in evicted)
     assert evicted or planner == "lpz"
+
+
+def test_the_plan_goes_with_a_loaded_or_cached_codegen_dir(tmp_path):
+    builder, inputs = MODELS["mlp"]()
+    with mnrt.Context() as ctx:
+        opts = {"layout_planner": "legacy"}
+        cache = mnrt.compiler.CacheOptions(tmp_path / "cache")
+        ctx.compile(builder, inputs, codegen_dir=tmp_path / "a", options=opts,
+                    cache_options=cache)  # fmt: skip
+        ctx.compile(builder, inputs, codegen_dir=tmp_path / "b", options=opts,
+                    cache_options=cache)  # a cache hit  # fmt: skip
+        ctx.load_codegen_dir(tmp_path / "a").write_codegen_dir(tmp_path / "c", [])
+    plans = [json.loads((tmp_path / d / "layout_plan.json").read_text()) for d in "abc"]
+    assert plans[0]["switch_count"] > 0 and plans[0] == plans[1] == plans[2]
