@@ -275,3 +275,25 @@ def test_the_plan_goes_with_a_loaded_or_cached_codegen_dir(tmp_path):
         ctx.load_codegen_dir(tmp_path / "a").write_codegen_dir(tmp_path / "c", [])
     plans = [json.loads((tmp_path / d / "layout_plan.json").read_text()) for d in "abc"]
     assert plans[0]["switch_count"] > 0 and plans[0] == plans[1] == plans[2]
+
+
+def test_bidi_switches_upstream_once_where_lpz_switches_twice():
+    """h = gemm(x); gemm(relu(h)) and gemm(h) want h in the same layout: lpz switches the
+    relu's result and h apart, bidi switches h once, right after its producer, and the relu
+    carries the new layout on."""
+    import dataclasses
+
+    slow = dataclasses.replace(mnrt.MNCORE2, dram_bandwidth_per_group=1e6)  # switches pay
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("fork")
+    x = b.input("x", (64, 64))
+    w = [b.param(f"w{i}", rng.standard_normal((64, 64)).astype(np.float32)) for i in range(3)]
+    h = b.gemm(x, w[0])
+    b.output(b.gemm(b.relu(h), w[1]), "y1")
+    b.output(b.gemm(h, w[2]), "y2")
+    g = map_graph(place(b.build(), 0), 1, slow)
+    lazy, _ = PLANNERS["lpz"](g, {}, 1, slow)
+    both, _ = PLANNERS["bidi"](g, {}, 1, slow)
+    assert len(lazy.switches) == 2 and len(both.switches) == 1
+    assert both.switches[0].where.startswith("after gemm")
+    assert graph_cost(both.graph, slow).time_s < graph_cost(lazy.graph, slow).time_s

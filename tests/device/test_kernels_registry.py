@@ -113,7 +113,10 @@ def _samples() -> dict[str, tuple[list, dict]]:
             "einsum": ([operand(x), operand(x)], {"equation": "bij,bkj->bik"}),
             "relayout": (
                 [operand(x)],
-                {"src": "((2_L2B:1,), (3_PE:1,), (4:1,))", "dst": "((2_PE:1,), (3:1,), (4_L1B:1,))"},
+                {
+                    "src": "((2_L2B:1,), (3_PE:1,), (4:1,))",
+                    "dst": "((2_PE:1,), (3:1,), (4_L1B:1,))",
+                },
             ),
         }
     )
