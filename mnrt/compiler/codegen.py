@@ -98,6 +98,11 @@ def _write_graph(compiled: CompiledFunction, folder: Path) -> dict[str, tuple[in
     options = json.dumps(compiled.options.to_json(), indent=1)
     write_atomically(folder / "option.json", options.encode())
     write_atomically(folder / "l3ir.txt", (compiled.graph.dump() + "\n").encode())
+    plan = compiled.graph.notes.get("layout_plan")
+    if plan is not None:  # the layout step's history: what the dashboard's Layouts page shows
+        write_atomically(folder / "layout_plan.json", json.dumps(plan, indent=1).encode())
+    else:  # a loaded codegen_dir's graph has none: an older plan must not pass for it
+        _remove_stale(folder / "layout_plan.json", "codegen_dir")
     weights = serialize.save(compiled.graph, folder, "graph")
     serialize.save_arrays(folder / "inputs.npz", compiled.example_inputs)
     return weights
@@ -109,8 +114,12 @@ def report(compiled: CompiledFunction, phases: list[dict]) -> dict:
     plan = compiled.lowered.program._plan(compiled.lowered.bindings)
     layers: list[dict] = []
     per_op: dict[str, dict] = {}
+    switches = {"count": 0, "device_time_s": 0.0}
     for node, step in zip(compiled.graph.nodes, plan.steps):
         m = step.modelled
+        if node.op == "relayout":
+            switches["count"] += 1
+            switches["device_time_s"] += m.time_s
         layers.append(
             {
                 "name": node.name,
@@ -141,6 +150,8 @@ def report(compiled: CompiledFunction, phases: list[dict]) -> dict:
         },
         "layout": {
             "planner": compiled.options["layout_planner"],
+            "switches": switches["count"],
+            "switch_device_time_s": switches["device_time_s"],
             **layout.summary(
                 compiled.graph,
                 compiled.options["layout_spec"],
@@ -221,4 +232,12 @@ def load(folder: Path) -> tuple[Graph, CompileOptions, dict[str, np.ndarray]]:
         inputs = serialize.read_arrays(folder / "inputs.npz", shapes)
     except (MnrtError, OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise InvalidArgumentError(f"{folder} has no readable inputs.npz: {e}") from None
+    plan = folder / "layout_plan.json"
+    if plan.is_file():  # the layout step's history goes with the graph it planned
+        try:
+            graph.notes["layout_plan"] = json.loads(plan.read_text())
+        except (OSError, ValueError) as e:
+            raise InvalidArgumentError(
+                f"{folder}: layout_plan.json is not readable JSON ({e}); compile again"
+            ) from None
     return graph, opts, inputs

@@ -68,6 +68,9 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
+    # What compile steps record of their decisions for the codegen_dir (the layout step's
+    # plan: layout_plan.json); not part of the program.
+    notes: dict[str, Any] = field(default_factory=dict)
 
     def copy(self) -> Graph:
         """A copy for a pass to transform: its own values, nodes (attributes included) and
@@ -83,6 +86,7 @@ class Graph:
             ],
             list(self.inputs),
             list(self.outputs),
+            dict(self.notes),
         )
 
     @property

@@ -1,224 +1,37 @@
-"""MN-Core layout notation: how a tensor's axes are spread over the chip's hierarchy.
-
-    ((8_L2B:1, 4:2, 8_L1B:1), (2:1, 4_PE:1, 2_W:1); B@[MAB])
-
-One parenthesised group per tensor axis, its factors outermost first, multiplying to the
-axis's length. `N_UNIT:S` spreads N along the axis over N instances of a hardware unit
-whose indices are S apart (L2B, L1B, MAB, PE, and W: the two words of a long word); `N:S`
-keeps N along the axis in each PE's local memory, S long words apart. A stride left out is 1 for
-the first factor of its kind and packs the later ones after it. `; B@[UNIT, ...]` copies the
-tensor to every instance of the listed units. This is the notation of PFN's MN-Core
-material (tech.preferred.jp "mn-core-tensor-layout", the MN-Core Challenge problems).
-
-`locate` gives every element's (L2B, L1B, MAB, PE, W, address), vectorised.
-`parse` checks the text against the device: no unit used past its instance count, no two
-elements on one unit instance and address, and the per-PE footprint within local memory.
-`fit` says whether a layout describes a tensor of a given shape; `assign_layouts` gives the
-options layout_spec (activations) and gemm_layout_spec (matrix operands) to the values they
-describe, and `summary` reports which they do not.
+"""Layouts in the compiler: the MN-Core notation (device/layout.py, re-exported here),
+the layouts the options layout_spec (activations) and gemm_layout_spec (matrix operands)
+fix for the values they describe, and report.json's account of them. The layout planners
+(compiler/layout_planners/) decide every other value's layout and the switches between.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Sequence
-from dataclasses import dataclass
-
-import numpy as np
-
-from ..device.spec import MNCORE2, DeviceSpec
-from ..errors import InvalidArgumentError
+from ..device.layout import (
+    LEVELS,
+    Factor,
+    Layout,
+    LayoutError,
+    fit,
+    locate,
+    parse,
+    switch_level,
+    unit_counts,
+)
 from .ir import MATRIX_OPS, PARAM, Graph
 
-
-class LayoutError(InvalidArgumentError):
-    """Layout notation that does not parse, or that the device cannot hold."""
-
-
-def unit_counts(spec: DeviceSpec) -> dict[str, tuple[int, str]]:
-    """Instances of each unit a layout may spread over, and of what they are counted in."""
-    return {
-        "L2B": (spec.l2b_count, "on the chip"),
-        "L1B": (spec.l1b_per_l2b, "per L2B"),
-        "MAB": (spec.mab_per_l1b, "per L1B"),
-        "PE": (spec.pe_per_mab, "per MAB"),
-        "W": (spec.words_per_long_word, "per long word"),
-    }
-
-
-_FACTOR = re.compile(r"(\d+)(?:_([A-Za-z0-9]+))?(?::(\d+))?")
-_BROADCAST = re.compile(r"B@\[([^\]]*)\]")
-_AXES = re.compile(r"\([^()]*\)(?:,\([^()]*\))*,?")  # (..), (..), ... with spaces removed
-
-
-@dataclass(frozen=True)
-class Factor:
-    count: int
-    unit: str | None  # None: long words of one PE's local memory
-    stride: int | None  # as written; None when left out
-
-    def __str__(self) -> str:
-        unit = f"_{self.unit}" if self.unit else ""
-        stride = f":{self.stride}" if self.stride is not None else ""
-        return f"{self.count}{unit}{stride}"
-
-
-@dataclass(frozen=True)
-class Layout:
-    axes: tuple[tuple[Factor, ...], ...]
-    broadcast: tuple[str, ...] = ()
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(math.prod(f.count for f in axis) for axis in self.axes)
-
-    def __str__(self) -> str:
-        axes = [_tuple(map(str, axis)) for axis in self.axes]
-        tail = f"; B@[{', '.join(self.broadcast)}]" if self.broadcast else ""
-        return _tuple(axes)[:-1] + tail + ")"
-
-    def strides(self, kind: str | None) -> list[tuple[int, int]]:
-        """(count, stride) of every factor of one kind (a unit, or None for addresses), missing
-        strides filled in: 1 for the first, then packed after the ones before."""
-        out, span = [], 1
-        for f in (f for axis in self.axes for f in axis if f.unit == kind):
-            stride = f.stride if f.stride is not None else span
-            out.append((f.count, stride))
-            span = max(span, stride * f.count)
-        return out
-
-    def long_words_per_pe(self) -> int:
-        """Local-memory long words one PE holds: one past the highest address used."""
-        return 1 + sum((c - 1) * s for c, s in self.strides(None))
-
-
-def locate(layout: Layout, index: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
-    """Where elements live, vectorised: for index arrays (one per axis, broadcast together),
-    the L2B, L1B, MAB, PE and W (word of the long word) instance and the local-memory
-    long-word address of each element. Units the layout does not split over are 0 (a
-    broadcast unit holds a copy on every instance)."""
-    if len(index) != len(layout.axes):
-        raise LayoutError(f"layout {layout} has {len(layout.axes)} axes, got {len(index)} indices")
-    index = np.broadcast_arrays(*(np.asarray(i, dtype=np.int64) for i in index))
-    for axis, (i, n) in enumerate(zip(index, layout.shape)):
-        if i.size and (i.min() < 0 or i.max() >= n):
-            raise LayoutError(f"layout {layout}: axis {axis} indices must be in 0..{n - 1}")
-    kinds = ("L2B", "L1B", "MAB", "PE", "W", None)
-    strides = {k: iter(s for _, s in layout.strides(k)) for k in kinds}
-    out = {k: np.zeros(index[0].shape, np.int64) for k in kinds}
-    for axis, i in zip(layout.axes, index):
-        inner = math.prod(f.count for f in axis)
-        for f in axis:
-            inner //= f.count
-            out[f.unit] += (i // inner) % f.count * next(strides[f.unit])
-    out["address"] = out.pop(None)
-    return out
-
-
-def _tuple(items) -> str:
-    """Python's tuple spelling: a one-item tuple keeps its comma."""
-    items = list(items)
-    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-
-
-def parse(text: str, spec: DeviceSpec = MNCORE2, what: str = "layout") -> Layout:
-    """A layout from its notation, checked against the device."""
-    s = "".join(str(text).split())
-    if not (s.startswith("(") and s.endswith(")")):
-        raise LayoutError(
-            f"{what} {text!r}: a layout is a parenthesised list of axes, "
-            "e.g. ((8_L2B:1, 4:2, 8_L1B:1), (2:1, 4_PE:1, 2_W:1))"
-        )
-    body, broadcast = s[1:-1], ()
-    if ";" in body:
-        body, tail = body.split(";", 1)
-        m = _BROADCAST.fullmatch(tail)
-        if m is None:
-            raise LayoutError(f"{what} {text!r}: after ';' expected B@[UNIT, ...], got {tail!r}")
-        broadcast = tuple(u for u in m.group(1).split(",") if u)
-    groups = re.findall(r"\(([^()]*)\)", body)
-    if _AXES.fullmatch(body) is None:
-        raise LayoutError(
-            f"{what} {text!r}: expected axes like (8_L2B:1, 4:2), separated by commas"
-        )
-    units = unit_counts(spec)
-    axes = []
-    for g in groups:
-        factors = []
-        for token in (t for t in g.split(",") if t):
-            m = _FACTOR.fullmatch(token)
-            if m is None:
-                raise LayoutError(
-                    f"{what} {text!r}: factor {token!r} is not N, N:STRIDE, N_UNIT or N_UNIT:STRIDE"
-                )
-            count, unit, stride = int(m.group(1)), m.group(2), m.group(3)
-            if unit is not None and unit not in units:
-                raise LayoutError(
-                    f"{what} {text!r}: unknown unit {unit!r} in {token!r}; units "
-                    f"are {', '.join(units)}"
-                )
-            if count < 1 or (stride is not None and int(stride) < 1):
-                raise LayoutError(f"{what} {text!r}: {token!r} needs a count and stride >= 1")
-            factors.append(Factor(count, unit, None if stride is None else int(stride)))
-        if not factors:
-            raise LayoutError(f"{what} {text!r}: an axis has no factors")
-        axes.append(tuple(factors))
-    for u in broadcast:
-        if u not in units:
-            raise LayoutError(f"{what} {text!r}: cannot broadcast over unknown unit {u!r}")
-    layout = Layout(tuple(axes), broadcast)
-    _check_fits_device(layout, spec, text, what)
-    return layout
-
-
-def _overlaps(pairs: list[tuple[int, int]]) -> bool:
-    """Whether two index combinations of (count, stride) factors give the same offset."""
-    count, span = math.prod(c for c, _ in pairs), 1 + sum((c - 1) * s for c, s in pairs)
-    if count > span:
-        return True  # more combinations than offsets: two must meet (and none are listed)
-    offsets = [0]
-    for c, s in pairs:
-        offsets = [o + i * s for o in offsets for i in range(c)]
-    return len(set(offsets)) != len(offsets)
-
-
-def _check_fits_device(layout: Layout, spec: DeviceSpec, text: str, what: str) -> None:
-    where = f"{what} {text!r}:"
-    for unit, (total, per) in unit_counts(spec).items():
-        pairs = layout.strides(unit)
-        if pairs and unit in layout.broadcast:
-            raise LayoutError(f"{where} {unit} is both split over and broadcast")
-        highest = sum((c - 1) * s for c, s in pairs)
-        if highest >= total:
-            raise LayoutError(
-                f"{where} reaches {unit} index {highest}, but there are {total} {per}"
-            )
-        if _overlaps(pairs):
-            raise LayoutError(
-                f"{where} two elements land on the same {unit}; "
-                "give its factors strides that do not overlap"
-            )
-    need = layout.long_words_per_pe() * spec.words_per_long_word * 4
-    if need > spec.lm_bytes_per_pe:
-        raise LayoutError(
-            f"{where} needs {need} bytes of local memory per PE, more than its "
-            f"{spec.lm_bytes_per_pe}; spread the tensor over more units"
-        )
-    if _overlaps(layout.strides(None)):
-        raise LayoutError(
-            f"{where} two elements share a local-memory address; "
-            "give the N:STRIDE factors strides that do not overlap"
-        )
-
-
-def fit(layout: Layout, shape: tuple[int, ...]) -> str | None:
-    """Why `layout` cannot describe a tensor of `shape`, or None when it can."""
-    if len(layout.axes) != len(shape):
-        return f"rank {len(shape)}, the layout has {len(layout.axes)} axes"
-    if layout.shape != tuple(shape):
-        return f"shape {tuple(shape)}, the layout covers {layout.shape}"
-    return None
+__all__ = [
+    "LEVELS",
+    "Factor",
+    "Layout",
+    "LayoutError",
+    "fit",
+    "fixed_layouts",
+    "locate",
+    "parse",
+    "summary",
+    "switch_level",
+    "unit_counts",
+]
 
 
 def _matrix_operands(graph: Graph) -> set[str]:
@@ -249,18 +62,18 @@ def _choices(
     return out
 
 
-def assign_layouts(
-    graph: Graph, planner: str, layout_spec: str = "", gemm_layout_spec: str = ""
-) -> Graph:
-    """Record each value's layout: the first of gemm_layout_spec (matrix operands) and
-    layout_spec (activations) that describes its shape, else the planner's. The emulated
-    kernels read and write dense row-major arrays whatever is recorded; l3ir.txt shows it."""
-    g = graph.copy()
-    choices = _choices(g, layout_spec, gemm_layout_spec)
-    for name, v in g.values.items():
-        fitting = [lay for _, lay in choices.get(name, ()) if fit(lay, v.shape) is None]
-        v.layout = str(fitting[0]) if fitting else planner
-    return g
+def fixed_layouts(
+    graph: Graph, layout_spec: str = "", gemm_layout_spec: str = ""
+) -> dict[str, str]:
+    """Value name -> the layout the user fixed for it: the first of gemm_layout_spec
+    (matrix operands) and layout_spec (activations) that describes its shape. The planners
+    keep these as given and switch around them where a kernel needs another."""
+    out = {}
+    for name, wanted in _choices(graph, layout_spec, gemm_layout_spec).items():
+        fitting = [lay for _, lay in wanted if fit(lay, graph.values[name].shape) is None]
+        if fitting:
+            out[name] = str(fitting[0])
+    return out
 
 
 def summary(graph: Graph, layout_spec: str, gemm_layout_spec: str, shown: int = 10) -> dict:

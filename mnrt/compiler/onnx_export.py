@@ -210,6 +210,7 @@ _SAME = {
     **names.VARIADIC,
     "where": "Where",
     "copy": "Identity",
+    "relayout": "Identity",  # a layout switch moves values, it does not change them
     "global_avg_pool2d": "GlobalAveragePool",
 }
 _EXPORTERS: dict[str, Callable[[_Out, Node], None]] = {

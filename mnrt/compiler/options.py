@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import InvalidArgumentError, MnrtError
 from ..format.files import open_regular
 from .layout import parse as parse_layout
+from .layout_planners import ALIASES, PLANNERS
 from .mpmd.options import parse_assignment, parse_mpmd
 from .placement import on_chip_bytes
 from .schedulers import DEFAULT as DEFAULT_SCHEDULER
@@ -88,7 +89,13 @@ OPTIONS: dict[str, Option] = {
         "(an order, then greedy placement)",
         tuple(SCHEDULERS),
     ),
-    "layout_planner": Option("row_major", "tensor layouts: row_major", ("row_major",)),
+    "layout_planner": Option(
+        "lpz",
+        "where layouts switch: lpz (only where a consumer needs another, or through DRAM "
+        "when cheaper), bidi (lpz choosing layouts backwards too), legacy (one canonical "
+        "layout; row_major is its older name)",
+        (*PLANNERS, *ALIASES),
+    ),
     "sram_budget": Option(
         0,
         "bytes of PE local memory temporaries may stay in (0: all of it)",

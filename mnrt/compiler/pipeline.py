@@ -12,9 +12,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from . import layout, schedulers, time_slice
+from . import schedulers, time_slice
 from .builder import GraphBuilder
 from .ir import Graph
+from .layout_planners import plan_layouts
 from .map_graph import map_graph
 from .options import CompileOptions
 from .passes import AFTER_FLOAT_DTYPE, PIPELINES, apply_float_dtype
@@ -45,8 +46,13 @@ def steps(opts: CompileOptions) -> list[tuple[str, Step]]:
     steps.append(
         (
             "layout",
-            lambda g: layout.assign_layouts(
-                g, opts["layout_planner"], opts["layout_spec"], opts["gemm_layout_spec"]
+            lambda g: plan_layouts(
+                g,
+                opts["layout_planner"],
+                opts["layout_spec"],
+                opts["gemm_layout_spec"],
+                opts["mapping_effort"],
+                sram_budget=opts["sram_budget"],
             ),
         )
     )

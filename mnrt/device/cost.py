@@ -13,10 +13,23 @@ For one kernel execution with work `Cost` (FLOPs, DRAM bytes, SRAM bytes, parall
         PE, so a bigger problem never computes faster.
     dram_s    = dram_bytes / dram_bandwidth           (all groups' DRAM together)
     sram_s    = sram_bytes / l1bm_bandwidth           (on-chip reuse traffic)
-    lm_s      = lm_bytes / lm_bandwidth               (operands kept in PE local memory)
-    time_s    = kernel_launch_s + max(compute_s, dram_s, sram_s, lm_s)   (perfect overlap)
+    l2bm_s    = l2bm_bytes / l2bm_bandwidth           (traffic between L1Bs)
+    lm_s      = lm_bytes / lm_bandwidth               (operands kept in PE local memory,
+                                                       and Cost.lm_bytes)
+    time_s    = kernel_launch_s + max(compute_s, dram_s, sram_s, l2bm_s, lm_s) (overlap)
     energy_j  = 1e-12 * (flops * pJ/flop(precision) + dram_bytes * pJ/B(DRAM)
-                         + (sram_bytes + lm_bytes) * pJ/B(SRAM)) + static_power_w * time_s
+                         + (sram_bytes + l2bm_bytes + lm_bytes) * pJ/B(SRAM))
+                + static_power_w * time_s
+
+A layout switch (the `relayout` kernel: one on-chip tensor from one MN-Core layout to
+another) moves the tensor's bytes once over the outermost level where the two layouts put
+some element on another unit (device/layout.py `switch_level`): within a PE through its
+local memory, between PEs of an L1B through L1BM, between L1Bs through L2BM. Its Cost
+carries them as lm_bytes, sram_bytes or l2bm_bytes, so by the formula above
+
+    relayout time_s = kernel_launch_s + nbytes / bandwidth(level)
+
+with bandwidth(LM) > bandwidth(L1BM) > bandwidth(L2BM) (DeviceSpec), and no DRAM bytes.
 
 Operands a program keeps in PE local memory (a kernel's `onchip` attribute, by position:
 inputs, then outputs) take their own traffic (`Cost.traffic`, else their size) off
@@ -119,11 +132,13 @@ def model_chain(
     capacity = spec.pe_count * spec.lm_bytes_per_pe
     ends = (moved(steps[0][0], steps[0][1], 0), moved(steps[-1][0], steps[-1][2], 1))
     dram = ends[0] + ends[1]
-    lm = sram = compute_s = flop_pj = flops = 0.0
+    lm = sram = l2bm = step_lm = compute_s = flop_pj = flops = 0.0
     held = 0  # bytes of the intermediate the next step reads, when it is in local memory
     for k, (cost, x, y) in enumerate(steps):
         dram += cost.dram_bytes - moved(cost, x, 0) - moved(cost, y, 1)
         sram += cost.sram_bytes
+        l2bm += cost.l2bm_bytes
+        step_lm += cost.lm_bytes
         precision = precision_of([x, y])
         compute_s += _compute_s(spec, cost, precision)
         flop_pj += cost.flops * spec.energy_pj_per_flop(precision)
@@ -135,7 +150,13 @@ def model_chain(
             else:
                 dram, held = dram + both, 0
     kept = float(sum(ends[p] for p in onchip))
-    total = Cost(flops=flops, dram_bytes=max(0.0, dram - kept), sram_bytes=sram)
+    total = Cost(
+        flops=flops,
+        dram_bytes=max(0.0, dram - kept),
+        sram_bytes=sram,
+        l2bm_bytes=l2bm,
+        lm_bytes=step_lm,
+    )
     return _modelled(spec, compute_s, flop_pj, total, total.dram_bytes, lm + kept)
 
 
@@ -153,7 +174,8 @@ def _modelled(
         "compute": compute_s,
         "dram": dram / spec.dram_bandwidth,
         "sram": cost.sram_bytes / spec.l1bm_bandwidth,
-        "lm": lm / spec.lm_bandwidth,
+        "l2bm": cost.l2bm_bytes / spec.l2bm_bandwidth,
+        "lm": (lm + cost.lm_bytes) / spec.lm_bandwidth,
     }
     bound = max(terms, key=terms.__getitem__)
     if terms[bound] == 0.0:
@@ -162,7 +184,7 @@ def _modelled(
     energy_pj = (
         flop_pj
         + dram * spec.energy_pj_per_byte_dram
-        + (cost.sram_bytes + lm) * spec.energy_pj_per_byte_sram
+        + (cost.sram_bytes + cost.l2bm_bytes + lm + cost.lm_bytes) * spec.energy_pj_per_byte_sram
     )
     return Modelled(
         time_s=time_s,

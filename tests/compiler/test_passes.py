@@ -126,7 +126,8 @@ def test_presets_run_different_pipelines():
     with mnrt.Context() as ctx:
         o0 = ctx.compile(b, inputs, options={"option_json": "O0"})
         o2 = ctx.compile(b, inputs, options={"option_json": "O2", "float_dtype": "float"})
-        assert ops(o0.graph) == ["exp", "transpose", "gemm"] and ops(o2.graph) == ["gemm"]
+        kernels = [op for op in ops(o0.graph) if op != "relayout"]  # O0: legacy layout switches
+        assert kernels == ["exp", "transpose", "gemm"] and ops(o2.graph) == ["gemm"]
         np.testing.assert_allclose(o0(inputs)["y"].cpu(), o2(inputs)["y"].cpu(), rtol=1e-6)
 
 

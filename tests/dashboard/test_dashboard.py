@@ -238,8 +238,15 @@ def test_layout_files_are_shown(tmp_path, cnn_dir):
     folder = tmp_path / "cg"
     shutil.copytree(cnn_dir, folder)
     html = client(folder).get("/layouts").text
-    assert "Final layouts" in html and "No layout plan history" in html
+    plan = json.loads((folder / "layout_plan.json").read_text())  # the compile's own plan
+    assert "Final layouts" in html and "layout_plan.json" in html and plan["planner"] in html
+    assert "switch_count" in html and "decisions" in html
+    # every value's layout in full, though the notation has spaces in it
+    shown = [v.layout for v in mnrt.Context().load_codegen_dir(folder).graph.values.values()]
+    assert any(lay and lay.count(" ") and f"<td>{lay}</td>" in html for lay in shown)
     assert 'id="time-slices"' in html and "max_time_slice" in html  # the compile's count
+    (folder / "layout_plan.json").unlink()
+    assert "No layout plan history" in client(folder).get("/layouts").text
     plan = [{"step": 0, "value": "relu_1", "layout": "((8_L2B:1), (4_PE:1))"}]
     (folder / "layout_plan.json").write_text(json.dumps(plan))
     (folder / "time_slices.txt").write_text("slice 0: conv2d0\n")

@@ -40,7 +40,7 @@ def infer(name: str, *ins: TensorSpec | None, **attrs) -> list[OutSpec]:
 
 
 def check_cost(cost: Cost) -> None:
-    for field in ("flops", "dram_bytes", "sram_bytes"):
+    for field in ("flops", "dram_bytes", "sram_bytes", "l2bm_bytes", "lm_bytes"):
         value = getattr(cost, field)
         assert math.isfinite(value) and value >= 0, f"{field} = {value}"
     assert cost.parallel >= 0

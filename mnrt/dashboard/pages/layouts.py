@@ -27,7 +27,8 @@ def _values(art: Artifacts) -> list[dict[str, str]]:
                     "layer": str(layer.get("name", "")),
                     "type": words[0] if words else "",
                     "memory": next((w[1:] for w in words if w.startswith("@")), ""),
-                    "layout": next((w[7:] for w in words if w.startswith("layout=")), ""),
+                    # the notation has spaces in it: the layout is all that follows
+                    "layout": rest.partition("layout=")[2].strip(),
                 }
             )
     return rows

@@ -17,6 +17,7 @@ from . import (  # noqa: F401  (imported for registration)
     pool,
     rearrange,
     reduce,
+    relayout,
     resize,
     scan,
     shape,

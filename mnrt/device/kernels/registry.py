@@ -85,6 +85,10 @@ class Cost:
     fill: float = 1.0
     traffic: tuple[float, ...] | None = None
     steps: tuple[tuple[Cost, TensorSpec, TensorSpec], ...] = ()
+    # Bytes moved between L1Bs through L2BM, and within PEs' local memory: what a layout
+    # switch (the relayout kernel) moves instead of DRAM traffic.
+    l2bm_bytes: float = 0.0
+    lm_bytes: float = 0.0
 
 
 _KINDS: dict[str, tuple[type, ...]] = {
@@ -203,6 +207,9 @@ class KernelDef:
     # the layout planner lays out for it (its cost says so per launch, in Cost.matrix).
     matrix: bool = False
     errors: ErrorsFn | None = None
+    # Checks the attributes together once each has its kind (a relayout's layout texts
+    # must parse): raises KernelAttributeError naming what is wrong.
+    validate: Callable[[Mapping[str, Any]], None] | None = None
     _min_inputs: int = field(init=False, repr=False)
     _max_inputs: float = field(init=False, repr=False)
 
@@ -240,6 +247,8 @@ class KernelDef:
         for name, schema in COMMON_ATTRS.items():
             if name in attrs and name not in self.attrs:
                 out[name] = schema.check(self.name, name, attrs[name])
+        if self.validate is not None:
+            self.validate(out)
         return out
 
     def check_arity(self, n_inputs: int, n_outputs: int) -> None:
