@@ -19,7 +19,7 @@ from ..ir import Graph
 from ..layout import fixed_layouts
 from ..placement import DRAM, on_chip_bytes
 from ..placement import summary as placement_summary
-from ..schedule import value_nbytes
+from ..liveness import value_nbytes
 from . import bidi, legacy, lpz
 from .common import record
 

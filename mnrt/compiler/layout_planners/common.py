@@ -32,7 +32,7 @@ from ...device.spec import MNCORE2, DeviceSpec
 from ..ir import TEMP, Graph, Node, Value
 from ..node_cost import node_cost
 from ..placement import DRAM, ON_CHIP
-from ..schedule import value_nbytes
+from ..liveness import value_nbytes
 
 
 @functools.lru_cache(maxsize=4096)
