@@ -11,7 +11,10 @@ device's own price), so bidi is never worse than lpz on the same graph:
 - A matrix kernel next to a switch or a DRAM detour may take another point of its mapper
   front (the mapper's points within `FRONT_TOLERANCE` of its fastest, map_kernel) whose
   layouts agree with its neighbours', when the kernel's own slowdown is less than the
-  switches saved.
+  switches saved. Searching a front costs far more than pricing a plan, so only the
+  `FRONT_NODES` kernels next to the dearest switches and detours are tried, over the space
+  of effort at most `FRONT_EFFORT` (each point of it is a valid mapping; the kernel's own
+  mapping, from the preset's effort, stays the one to beat).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from .common import ARRANGED, Built
 FRONT_TOLERANCE = 0.25  # slowest front point tried, relative to the kernel's fastest
 ALTERNATIVES = 4  # front points tried per matrix kernel
 MAX_TRIES = 96  # plans priced at most (compile time stays bounded on large graphs)
+FRONT_NODES = 6  # matrix kernels whose front is searched
+FRONT_EFFORT = 3  # the largest mapper effort those searches use
 
 
 def _cost(built: Built, spec: DeviceSpec) -> float:
@@ -80,6 +85,24 @@ def _alternatives(graph: Graph, node: Node, effort: int, spec: DeviceSpec) -> li
     return [m for m in found if m != tuple(node.attrs.get("mapping", ()))]
 
 
+def _dearest(graph: Graph, decisions: list[dict], built: Built) -> list[int]:
+    """Indices of the mapped matrix nodes next to a switched or detoured value, those whose
+    values' switches cost most first (at most FRONT_NODES)."""
+    dear: dict[str, float] = {}
+    for d in decisions:
+        if "on_chip_with_switches_s" in d:
+            dear[d["value"]] = max(d["on_chip_with_switches_s"], d["through_dram_s"])
+    for s in built.switches:
+        dear.setdefault(s.value, 0.0)
+    ranked = []
+    for i, node in enumerate(graph.nodes):
+        if node.op in PROBLEMS and node.attrs.get("mapping"):
+            near = [dear[v] for v in (*node.inputs, *node.outputs) if v in dear]
+            if near:
+                ranked.append((-max(near), i))
+    return [i for _, i in sorted(ranked)[:FRONT_NODES]]
+
+
 def plan(
     graph: Graph, fixed: Mapping[str, str], effort: int, spec: DeviceSpec
 ) -> tuple[Built, list]:
@@ -97,14 +120,10 @@ def plan(
             got = lpz.plan(graph, fixed, effort, spec, trial)
             if (cost := _cost(got[0], spec)) < best_s:
                 best, best_s, prefer = got, cost, trial
-    touched = {s.value for s in best[0].switches} | {d["value"] for d in best[1]}
     g = graph
-    for i, node in enumerate(graph.nodes):
-        if node.op not in PROBLEMS or not node.attrs.get("mapping"):
-            continue
-        if not touched & {*node.inputs, *node.outputs}:
-            continue
-        for mapping in _alternatives(g, node, effort, spec):
+    for i in _dearest(graph, best[1], best[0]):
+        node = graph.nodes[i]
+        for mapping in _alternatives(g, node, min(effort, FRONT_EFFORT), spec):
             if tries >= MAX_TRIES:
                 break
             tries += 1
