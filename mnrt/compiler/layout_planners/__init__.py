@@ -17,9 +17,9 @@ from __future__ import annotations
 from ...device.spec import MNCORE2, DeviceSpec
 from ..ir import Graph
 from ..layout import fixed_layouts
+from ..liveness import value_nbytes
 from ..placement import DRAM, on_chip_bytes
 from ..placement import summary as placement_summary
-from ..liveness import value_nbytes
 from . import bidi, legacy, lpz
 from .common import record
 

@@ -30,9 +30,9 @@ from ...device.layout import LayoutError
 from ...device.mapped_layout import mapping_layouts, row_major
 from ...device.spec import MNCORE2, DeviceSpec
 from ..ir import TEMP, Graph, Node, Value
+from ..liveness import value_nbytes
 from ..node_cost import node_cost
 from ..placement import DRAM, ON_CHIP
-from ..liveness import value_nbytes
 
 
 @functools.lru_cache(maxsize=4096)
