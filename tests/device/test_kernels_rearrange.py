@@ -188,8 +188,16 @@ def test_pad_integers_take_whole_values_only():
         infer("pad", spec((2,), "int32"), pads=(1, 1), value=0.5)
     with pytest.raises(KernelAttributeError, match="2 \\* rank"):
         infer("pad", spec((2,)), pads=(1,))
-    with pytest.raises(ShapeError, match="empty axis"):
+    with pytest.raises(ShapeError, match="leave empty"):
         infer("pad", spec((0,)), pads=(1, 1), mode="edge")
+
+
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])
+def test_an_axis_cropped_to_nothing_cannot_be_padded_from_its_values(mode):
+    """Negative pads crop first; a mode that reads the axis' values has none left."""
+    with pytest.raises(ShapeError, match="leave empty.*'constant'"):
+        infer("pad", spec((2, 3)), pads=(-2, 0, 1, 0), mode=mode)
+    assert infer("pad", spec((2, 3)), pads=(-2, 0, 1, 0), mode="constant")[0].shape == (1, 3)
 
 
 @pytest.mark.parametrize("repeats", [(1, 1), (2, 3), (0, 2)])

@@ -226,8 +226,14 @@ def _pad_infer(ins, attrs):
     if any(n < 0 for n in shape):
         raise ShapeError(f"kernel 'pad': pads {pads} crop x {x.shape} below nothing")
     mode = attrs["mode"]
-    if mode != "constant" and any(n == 0 and s > 0 for n, s in zip(x.shape, shape, strict=True)):
-        raise ShapeError(f"kernel 'pad': mode '{mode}' cannot pad an empty axis of {x.shape}")
+    # Negative pads crop before the mode pads: an axis cropped to nothing has no values to
+    # reflect, repeat or wrap.
+    cropped = [n - max(-pads[a], 0) - max(-pads[a + rank], 0) for a, n in enumerate(x.shape)]
+    if mode != "constant" and any(c <= 0 and s > 0 for c, s in zip(cropped, shape, strict=True)):
+        raise ShapeError(
+            f"kernel 'pad': mode '{mode}' cannot pad an axis of {x.shape} that pads {pads} "
+            "leave empty; pad with mode 'constant' or crop less"
+        )
     if x.dtype.is_integer or x.dtype.storage.kind == "b":
         value = attrs["value"]
         info = np.iinfo(x.dtype.compute) if x.dtype.is_integer else None
