@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from mnrt.compiler import GraphBuilder
+from mnrt.compiler.liveness import value_nbytes
+from mnrt.compiler.placement import ON_CHIP
 
 
 def small_mlp(rng: np.random.Generator) -> GraphBuilder:
@@ -22,3 +24,17 @@ def small_mlp(rng: np.random.Generator) -> GraphBuilder:
 def mlp_input(seed: int = 0) -> np.ndarray:
     """An input `x` for small_mlp."""
     return np.random.default_rng(seed).standard_normal((4, 8)).astype(np.float32)
+
+
+def on_chip_at_each_node(graph) -> list[int]:
+    """Bytes on chip while each node runs, from first principles: a value occupies local
+    memory from the node that writes it to its last reader."""
+    made, last = graph.producers(), graph.last_uses()
+    return [
+        sum(
+            value_nbytes(graph, name)
+            for name, v in graph.values.items()
+            if v.location == ON_CHIP and made[name] <= i <= last.get(name, made[name])
+        )
+        for i in range(len(graph.nodes))
+    ]

@@ -10,13 +10,13 @@ import time
 
 import numpy as np
 import pytest
+from graph_harness import on_chip_at_each_node
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mnrt
 from mnrt.compiler import GraphBuilder
 from mnrt.compiler import layout as L
-from mnrt.compiler.liveness import value_nbytes
 from mnrt.compiler.models import MODELS
 from mnrt.compiler.mpmd.cost import program_cost
 from mnrt.compiler.node_cost import graph_cost
@@ -264,27 +264,13 @@ def test_kernels_keep_on_chip_exactly_what_placement_put_there(ctx, tmp_path, bu
     assert "onchip" not in l3ir and ("@lm" in l3ir) == (budget == 0)
 
 
-def _on_chip_bytes_at_each_node(graph) -> list[int]:
-    """Bytes on chip while each node runs, from first principles: a value occupies local
-    memory from the node that writes it to its last reader."""
-    made, last = graph.producers(), graph.last_uses()
-    return [
-        sum(
-            value_nbytes(graph, name)
-            for name, v in graph.values.items()
-            if v.location == ON_CHIP and made[name] <= i <= last.get(name, made[name])
-        )
-        for i in range(len(graph.nodes))
-    ]
-
-
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_placement_respects_the_budget_at_every_node(model):
     graph = MODELS[model](seed=1)[0].build()
-    full = max(_on_chip_bytes_at_each_node(place(graph, 0)))
+    full = max(on_chip_at_each_node(place(graph, 0)))
     for fraction in (0.1, 0.4, 0.75):
         budget = max(1, int(full * fraction))
-        assert max(_on_chip_bytes_at_each_node(place(graph, budget))) <= budget
+        assert max(on_chip_at_each_node(place(graph, budget))) <= budget
 
 
 @pytest.mark.parametrize(("text", "shape", "long_words"), PUBLISHED)

@@ -11,6 +11,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from graph_harness import on_chip_at_each_node
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -62,20 +63,6 @@ def late_reader(n: int = 1024) -> GraphBuilder:
     c = b.add(a, b.neg(a))
     b.output(b.add(b.add(c, v), h), "y")
     return b
-
-
-def on_chip_at_each_node(graph) -> list[int]:
-    """Bytes on chip while each node runs, from first principles: a value occupies local
-    memory from the node that writes it to its last reader."""
-    made, last = graph.producers(), graph.last_uses()
-    return [
-        sum(
-            value_nbytes(graph, name)
-            for name, v in graph.values.items()
-            if v.location == ON_CHIP and made[name] <= i <= last.get(name, made[name])
-        )
-        for i in range(len(graph.nodes))
-    ]
 
 
 def time_of(graph) -> float:
