@@ -64,10 +64,33 @@ def stats_of(bits: np.ndarray, values: np.ndarray) -> Stats:
     """The fingerprint of an output: `bits` as stored (hashed whole), `values` as computed
     (summarised: min, max and mean of the finite ones and the count of the others, over all
     of them or, past SAMPLE_RUNS * RUN elements, the sample described above)."""
-    digest = xxhash.xxh3_64_intdigest(bits if bits.flags.c_contiguous else bits.copy())
-    if values.size == 0:
+    return summary(hash_of(bits), sample_of(values))
+
+
+def hash_of(bits: np.ndarray) -> int:
+    """xxh3-64 of an output's stored bits (xxhash lets other threads run meanwhile when
+    they are more than 64 KiB)."""
+    return xxhash.xxh3_64_intdigest(bits if bits.flags.c_contiguous else bits.copy())
+
+
+def sample_of(values: np.ndarray, copy: bool = False) -> np.ndarray:
+    """The elements of an output that its statistics summarise, as one contiguous 1-D
+    array (numpy reduces a strided 2-D view several times slower than a copy of it): all
+    of them, or past SAMPLE_RUNS * RUN elements the runs described above. With `copy`,
+    never a view of `values` (to summarise after something may have written them)."""
+    flat = values.reshape(-1)
+    step = flat.size // SAMPLE_RUNS
+    if step <= RUN:
+        return flat.copy() if copy else flat
+    runs = flat[: step * SAMPLE_RUNS].reshape(SAMPLE_RUNS, step)[:, :RUN]
+    return np.ascontiguousarray(runs).reshape(-1)
+
+
+def summary(digest: int, sample: np.ndarray) -> Stats:
+    """The fingerprint of an output whose stored bits hash to `digest` and whose sample
+    (see `sample_of`) is `sample`."""
+    if sample.size == 0:
         return Stats(digest, _NAN, _NAN, _NAN, 0)
-    sample = _sample(values.reshape(-1))
     if sample.dtype.kind == "b":
         sample = sample.view(np.uint8)
     # The ufuncs' own reductions: ndarray.min and friends add a Python call each, which
@@ -80,16 +103,6 @@ def stats_of(bits: np.ndarray, values: np.ndarray) -> Stats:
     if finite.size == 0:
         return Stats(digest, _NAN, _NAN, _NAN, bad)
     return Stats(digest, float(finite.min()), float(finite.max()), _mean(finite), bad)
-
-
-def _sample(flat: np.ndarray) -> np.ndarray:
-    """The elements summarised, as one contiguous 1-D array (numpy reduces a strided 2-D
-    view several times slower than a copy of it)."""
-    step = flat.size // SAMPLE_RUNS
-    if step <= RUN:
-        return flat
-    runs = flat[: step * SAMPLE_RUNS].reshape(SAMPLE_RUNS, step)[:, :RUN]
-    return np.ascontiguousarray(runs).reshape(-1)
 
 
 def _mean(values: np.ndarray) -> float:
