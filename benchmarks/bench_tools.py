@@ -86,12 +86,12 @@ def overhead(compiled, inputs: dict, rounds: int) -> tuple[dict, dict]:
     the other kind (what its predecessor left to the allocator differs). Per capture,
     `cpu["queue"]`: the CPU time fingerprinting took on the thread running the queue (what
     the kernels wait for; waits for the background thread are not CPU time), and
-    `cpu["background"]`: the CPU time of the background threads (see
-    capture/fingerprinter.py), which overlaps the kernels."""
+    `cpu["background"]`: the CPU time of the threads summarising samples beside the kernels
+    (see capture/fingerprinter.py)."""
     spent = {"queue": 0.0, "background": 0.0}
     patched = [
         (fingerprinter.Fingerprinter, name, "queue") for name in ("before", "after", "done")
-    ] + [(fingerprinter, name, "background") for name in ("hash_of", "summary")]
+    ] + [(fingerprinter.Summariser, "work", "background")]
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patched]
 
     def timed(function, where):

@@ -1,35 +1,40 @@
 """Fingerprinting kernel outputs while a capture records (see format/fingerprints.py).
 
 A fingerprint costs a pass over the output (the hash) and a few over a sample of it (the
-statistics): on a model of cheap kernels, as much as a tenth of the capture when the thread
-running the queue does it all. So that thread does only what cannot wait, copying out the
-sample; a thread of the command's own (started at its first large output, joined when the
-command ends) hashes and summarises while the next kernels run. xxhash and numpy's
-reductions let other threads run while they work, so the two overlap.
-
-What the background thread reads must not change under it: an output's stored bits stay
-as the kernel left them until a later kernel of the command writes that buffer (`before`
-waits for the output's fingerprint first) or the command ends (`done` waits for all of
-them, before the queue runs anything else). The sample is the thread's own copy, since
-the values as computed may be a view of any buffer. Small outputs are fingerprinted at
-once: xxhash keeps other threads waiting while it hashes less than 64 KiB, and handing
-one over costs more than its fingerprint.
+statistics): on models of many cheap kernels, close to a tenth of the capture when each
+output's statistics take their own numpy calls. The hash must be taken before a later
+kernel writes the buffer again (compiled programs do, two kernels later), so the thread
+running the queue takes it at once, while the output is still in cache. The sample, its
+own copy, can wait: it is copied into a row of a block of samples, and a block, once
+full, is summarised by a thread of the command's own (started with the first full block,
+joined when the command ends) in three reductions of the whole block, which numpy runs
+without the GIL, while the queue's thread goes on with the next kernels. Outputs too small
+to be sampled are fingerprinted at once, as are all of them in a command of too few to
+fill a block.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
-from collections import deque
 from collections.abc import Sequence
 
 import numpy as np
 
-from ..format.fingerprints import Stats, hash_of, sample_of, stats_of, summary
+from ..format.fingerprints import (
+    SAMPLE_SIZE,
+    Stats,
+    copy_sample,
+    hash_of,
+    is_sampled,
+    stats_of,
+    summaries,
+)
 from ..host.commands import Command
 from ..host.program import Step
 
-# Outputs of more stored bytes than this are fingerprinted on the background thread.
-BACKGROUND_BYTES = 1 << 16
+# Samples per block (a block of float32 samples is 1 MiB).
+BLOCK_ROWS = 16
 
 
 class Fingerprinter:
@@ -37,12 +42,13 @@ class Fingerprinter:
     every output of every kernel the command runs, kernel by kernel (`kernels`, complete
     once the command is done)."""
 
-    __slots__ = ("kernels", "pending", "worker")
+    __slots__ = ("blocks", "kernels", "spare", "worker")
 
     def __init__(self) -> None:
         self.kernels: list[list[Stats | None]] = []
-        self.worker: _Worker | None = None
-        self.pending: dict[int, int] = {}  # id(buffer) -> its latest job's number
+        self.blocks: dict[np.dtype, _Block] = {}  # being filled, by dtype
+        self.spare: queue.SimpleQueue[_Block] = queue.SimpleQueue()  # summarised, to reuse
+        self.worker: Summariser | None = None
 
     @staticmethod
     def factory(groups: list[list[list[Stats]]]):
@@ -56,136 +62,107 @@ class Fingerprinter:
         return watch
 
     def before(self, step: Step) -> None:
-        """Wait for the fingerprints of what this kernel is about to overwrite."""
-        pending = self.pending
-        if pending:
-            for b in step.outs:
-                job = pending.get(id(b))
-                if job is not None:
-                    self.worker.wait(job)
+        pass  # outputs are fingerprinted once computed
 
     def after(self, step: Step, results: Sequence[np.ndarray]) -> None:
         row: list[Stats | None] = [None] * len(results)
         for j, (b, values) in enumerate(zip(step.outs, results)):
             bits = b.peek()
-            if bits.nbytes <= BACKGROUND_BYTES:
+            if not is_sampled(values.size):
                 row[j] = stats_of(bits, values)
                 continue
-            if self.worker is None:
-                self.worker = _Worker()
-            # The values as computed are read with the stored bits when they share their
-            # memory (then no later write lands there before the read); else sampled now.
-            shared = values is bits or np.may_share_memory(values, bits)
-            sample = values if shared else sample_of(values, copy=True)
-            self.pending[id(b)] = self.worker.submit(bits, sample, not shared, row, j)
+            block = self.blocks.get(values.dtype)
+            if block is None:
+                block = self.blocks[values.dtype] = self._block(values.dtype)
+            copy_sample(values, block.samples[len(block.places)])
+            block.places.append((hash_of(bits), row, j))
+            if len(block.places) == BLOCK_ROWS:
+                del self.blocks[values.dtype]
+                if self.worker is None:
+                    self.worker = Summariser(self.spare)
+                self.worker.put(block)
         self.kernels.append(row)  # not before: a kernel whose fingerprint failed has none
 
     def done(self) -> None:
-        """Wait for every fingerprint of the command and end its thread; raise what went
-        wrong there (the kernels from the first whose fingerprint failed are dropped, as
-        when the fingerprint fails on the queue's thread)."""
+        """Summarise the blocks not yet full here, wait for the thread to summarise the
+        others and end it; raise what went wrong there (the kernels from the first whose
+        fingerprint is missing are dropped, as when a fingerprint fails on the queue's
+        thread)."""
+        blocks, self.blocks = list(self.blocks.values()), {}
         worker, self.worker = self.worker, None
-        self.pending.clear()
-        if worker is None:
-            return
-        error = worker.close()
-        if worker.failed:
-            failed = next((i for i, row in enumerate(self.kernels) if None in row), 0)
-            del self.kernels[failed:]
+        error = None
+        try:
+            for block in blocks:
+                block.summarise()
+        except BaseException as e:
+            error = e
+        if worker is not None:
+            thread_error = worker.close()
+            error = error or thread_error
         if error is not None:
+            missing = next((i for i, row in enumerate(self.kernels) if None in row), 0)
+            del self.kernels[missing:]
             raise error
 
+    def _block(self, dtype: np.dtype) -> _Block:
+        while True:
+            try:
+                block = self.spare.get_nowait()
+            except queue.Empty:
+                return _Block(dtype)
+            if block.samples.dtype == dtype:
+                return block
 
-class _Worker:
-    """A thread fingerprinting outputs in the order they were submitted, in two stages: what
-    reads the output (hash, sample copy) before any summary, which reads only its own copy,
-    so that the queue's thread, which waits for the first stage only, waits least."""
 
-    __slots__ = (
-        "_closing",
-        "_error",
-        "_read",
-        "_reads",
-        "_reported",
-        "_submitted",
-        "_summaries",
-        "_thread",
-        "_waiting",
-        "_wake",
-    )  # fmt: skip
+class _Block:
+    """Samples of outputs of one dtype, one a row, with each output's hash and where its
+    fingerprint goes (`row[j]`)."""
 
-    def __init__(self) -> None:
-        self._reads: deque = deque()  # (job, bits, values or sample, whether sampled, row, j)
-        self._summaries: deque = deque()  # (digest, sample, row, j)
-        self._submitted = 0
-        self._read = 0  # jobs whose output has been read (or skipped after a failure)
+    __slots__ = ("places", "samples")
+
+    def __init__(self, dtype: np.dtype) -> None:
+        self.samples = np.empty((BLOCK_ROWS, SAMPLE_SIZE), dtype)
+        self.places: list[tuple[int, list, int]] = []
+
+    def summarise(self) -> None:
+        n = len(self.places)
+        for (_, row, j), stats in zip(
+            self.places, summaries([d for d, _, _ in self.places], self.samples[:n])
+        ):
+            row[j] = stats
+        self.places.clear()
+
+
+class Summariser:
+    """A thread summarising full blocks in the order they were put, handing each back to
+    `spare` once done (so that a command fills a few blocks over and over, whose memory is
+    mapped already); it stops at the first failure, which `close` returns."""
+
+    __slots__ = ("_blocks", "_error", "_spare", "_thread")
+
+    def __init__(self, spare: queue.SimpleQueue) -> None:
+        self._blocks: queue.SimpleQueue[_Block | None] = queue.SimpleQueue()
+        self._spare = spare
         self._error: BaseException | None = None
-        self._reported = False  # the error was raised (by `wait`)
-        self._closing = False
-        self._wake = threading.Condition()
-        self._waiting = False  # the queue's thread waits for a read
-        self._thread = threading.Thread(target=self._run, name="mnrt-fingerprints", daemon=True)
+        self._thread = threading.Thread(target=self.work, name="mnrt-fingerprints", daemon=True)
         self._thread.start()
 
-    def submit(self, bits: np.ndarray, values: np.ndarray, sampled: bool, row: list, j: int) -> int:
-        """Queue the fingerprint of one output for `row[j]`: `values` as computed, or with
-        `sampled` their sample already copied out; its job number."""
-        self._submitted += 1
-        with self._wake:
-            self._reads.append((self._submitted, bits, values, sampled, row, j))
-            self._wake.notify_all()
-        return self._submitted
-
-    def wait(self, job: int) -> None:
-        """Until job number `job` has read its output; raise what went wrong in any job so
-        far."""
-        if self._read < job:
-            with self._wake:
-                self._waiting = True
-                while self._read < job:
-                    self._wake.wait()
-                self._waiting = False
-        if self._error is not None and not self._reported:
-            self._reported = True
-            raise self._error
-
-    @property
-    def failed(self) -> bool:
-        return self._error is not None
+    def put(self, block: _Block) -> None:
+        self._blocks.put(block)
 
     def close(self) -> BaseException | None:
-        """Finish every job, end the thread, and return what went wrong that `wait` has
-        not raised already."""
-        with self._wake:
-            self._closing = True
-            self._wake.notify_all()
+        """Wait for every block put so far, end the thread, and return what went wrong."""
+        self._blocks.put(None)
         self._thread.join()
-        return None if self._reported else self._error
+        return self._error
 
-    def _run(self) -> None:
-        reads, summaries, wake = self._reads, self._summaries, self._wake
-        while True:
-            with wake:
-                while not reads and not summaries and not self._closing:
-                    wake.wait()
-                if reads:
-                    job, bits, values, sampled, row, j = reads.popleft()
-                elif summaries:
-                    job = 0
-                    digest, sample, row, j = summaries.popleft()
-                else:
-                    return
+    def work(self) -> None:
+        """The thread's body."""
+        while (block := self._blocks.get()) is not None:
             if self._error is None:
                 try:
-                    if job:
-                        sample = values if sampled else sample_of(values, copy=True)
-                        summaries.append((hash_of(bits), sample, row, j))
-                    else:
-                        row[j] = summary(digest, sample)
-                except BaseException as e:  # raised on the queue's thread (wait, close)
+                    block.summarise()
+                except BaseException as e:  # returned to the queue's thread by close
                     self._error = e
-            if job:
-                with wake:
-                    self._read = job
-                    if self._waiting:
-                        wake.notify_all()
+                else:
+                    self._spare.put(block)

@@ -58,6 +58,7 @@ class Fingerprint(NamedTuple):
 # time (5%) on models of cheap kernels; a summary to tell rounding from a wrong result
 # needs no more than a sample.
 SAMPLE_RUNS, RUN = 64, 256
+SAMPLE_SIZE = SAMPLE_RUNS * RUN
 
 
 def stats_of(bits: np.ndarray, values: np.ndarray) -> Stats:
@@ -73,17 +74,31 @@ def hash_of(bits: np.ndarray) -> int:
     return xxhash.xxh3_64_intdigest(bits if bits.flags.c_contiguous else bits.copy())
 
 
-def sample_of(values: np.ndarray, copy: bool = False) -> np.ndarray:
+def sample_of(values: np.ndarray) -> np.ndarray:
     """The elements of an output that its statistics summarise, as one contiguous 1-D
     array (numpy reduces a strided 2-D view several times slower than a copy of it): all
-    of them, or past SAMPLE_RUNS * RUN elements the runs described above. With `copy`,
-    never a view of `values` (to summarise after something may have written them)."""
+    of them, or past SAMPLE_RUNS * RUN elements the runs described above."""
     flat = values.reshape(-1)
+    if not is_sampled(flat.size):
+        return flat
+    return np.ascontiguousarray(_runs(flat)).reshape(-1)
+
+
+def is_sampled(size: int) -> bool:
+    """Whether an output of `size` elements is summarised over SAMPLE_RUNS runs of RUN
+    (its sample then has SAMPLE_SIZE elements) rather than whole."""
+    return size // SAMPLE_RUNS > RUN
+
+
+def copy_sample(values: np.ndarray, out: np.ndarray) -> None:
+    """Copy the sample of an output that `is_sampled` into `out` (SAMPLE_SIZE elements of
+    its dtype), as `sample_of` would give it."""
+    np.copyto(out.reshape(SAMPLE_RUNS, RUN), _runs(values.reshape(-1)))
+
+
+def _runs(flat: np.ndarray) -> np.ndarray:
     step = flat.size // SAMPLE_RUNS
-    if step <= RUN:
-        return flat.copy() if copy else flat
-    runs = flat[: step * SAMPLE_RUNS].reshape(SAMPLE_RUNS, step)[:, :RUN]
-    return np.ascontiguousarray(runs).reshape(-1)
+    return flat[: step * SAMPLE_RUNS].reshape(SAMPLE_RUNS, step)[:, :RUN]
 
 
 def summary(digest: int, sample: np.ndarray) -> Stats:
@@ -103,6 +118,28 @@ def summary(digest: int, sample: np.ndarray) -> Stats:
     if finite.size == 0:
         return Stats(digest, _NAN, _NAN, _NAN, bad)
     return Stats(digest, float(finite.min()), float(finite.max()), _mean(finite), bad)
+
+
+def summaries(digests: Sequence[int], samples: np.ndarray) -> list[Stats]:
+    """`summary` of several outputs at once, their samples the rows of `samples` (2-D, of
+    one dtype): three reductions of the whole (numpy sums each row pairwise, as it does one
+    row alone, so every figure is the same to the bit), one output at a time only where
+    the row holds values that are not finite."""
+    if samples.dtype.kind == "b":
+        samples = samples.view(np.uint8)
+    floats = samples.dtype.kind == "f"
+    lo = np.minimum.reduce(samples, axis=1).tolist()
+    hi = np.maximum.reduce(samples, axis=1).tolist()
+    with np.errstate(invalid="ignore"):  # inf - inf in a row summarised again below
+        total = np.add.reduce(samples, axis=1, dtype=None if floats else np.float64).tolist()
+    n = samples.shape[1]
+    out = []
+    for i, digest in enumerate(digests):
+        if floats and not (math.isfinite(lo[i]) and math.isfinite(hi[i])):
+            out.append(summary(digest, samples[i]))
+        else:
+            out.append(Stats(digest, float(lo[i]), float(hi[i]), float(total[i]) / n, 0))
+    return out
 
 
 def _mean(values: np.ndarray) -> float:

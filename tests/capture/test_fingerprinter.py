@@ -1,6 +1,6 @@
-"""Fingerprints computed beside the kernels (capture/fingerprinter.py): the same values as
-on the queue's thread, never of data a later write changed, the thread joined and its
-errors raised on every path."""
+"""Fingerprints of a capture's kernels (capture/fingerprinter.py), their statistics made in
+blocks on a thread of their own: the same values as one output at a time, never of data a
+later write changed, the thread joined and its errors raised on every path."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import mnrt
 from mnrt.capture import fingerprinter
 from mnrt.capture.fingerprinter import Fingerprinter
-from mnrt.format.fingerprints import RUN, SAMPLE_RUNS, hash_of, stats_of
+from mnrt.format.fingerprints import RUN, SAMPLE_RUNS, stats_of
 
 DTYPES = ["float16", "float32", "float64", "int8", "int32", "int64", "uint8", "uint16", "bool"]
 SIZES = [0, 1, 5, 1000, SAMPLE_RUNS * (RUN + 1), SAMPLE_RUNS * (RUN + 1) + 1, 70_001]
@@ -64,11 +64,13 @@ def outputs(draw) -> tuple[np.ndarray, np.ndarray]:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(outputs(), min_size=1, max_size=4), st.integers(1, 3))
-def test_background_fingerprints_equal_the_queue_threads(produced, per_kernel):
+@given(st.lists(outputs(), min_size=1, max_size=6), st.integers(1, 3), st.integers(1, 3))
+def test_fingerprints_in_blocks_equal_those_of_one_output_at_a_time(
+    produced, per_kernel, block_rows
+):
     expected = [stats_of(b, v).to_dict() for b, v in produced]
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(fingerprinter, "BACKGROUND_BYTES", -1)  # every output, even empty ones
+        mp.setattr(fingerprinter, "BLOCK_ROWS", block_rows)
         f = Fingerprinter()
         groups = [produced[i : i + per_kernel] for i in range(0, len(produced), per_kernel)]
         for group in groups:
@@ -81,34 +83,30 @@ def test_background_fingerprints_equal_the_queue_threads(produced, per_kernel):
     assert not _threads()
 
 
-def _slow(monkeypatch, name: str) -> None:
-    """Make the background thread's `name` step slow, so that a kernel runs before it is
-    done unless the kernel waits."""
-    function = getattr(fingerprinter, name)
+def test_a_sample_is_summarised_as_it_was_when_the_kernel_wrote_it(monkeypatch):
+    monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", 2)
+    a = np.arange(100_000, dtype=np.float32)
+    expected = [stats_of(a + 1, a + 1), stats_of(a * 3, a * 3)]
+    f = Fingerprinter()
+    step = _step(_buffer(a))
+    for value in (a + 1, a * 3):  # two kernels write `a`; then the buffer changes again
+        f.before(step)
+        a[:] = value
+        f.after(step, [a])
+    a[:] = -1
+    f.done()
+    assert [row[0] for row in f.kernels] == expected
+
+
+def _slow(monkeypatch) -> None:
+    """Make summarising a block slow, so that kernels run on while it is summarised."""
+    function = fingerprinter.summaries
 
     def slow(*args):
         time.sleep(0.02)
         return function(*args)
 
-    monkeypatch.setattr(fingerprinter, name, slow)
-
-
-def test_a_kernel_waits_for_the_fingerprint_of_the_output_it_overwrites(monkeypatch):
-    _slow(monkeypatch, "hash_of")
-    monkeypatch.setattr(fingerprinter, "BACKGROUND_BYTES", 0)
-    a = np.arange(100_000, dtype=np.float32)
-    b = np.zeros(100_000, np.float32)
-    before = [hash_of(a), hash_of(a + 1)]
-    f = Fingerprinter()
-    buffers = {id(a): _buffer(a), id(b): _buffer(b)}
-    for out, value in ((a, a + 1), (b, None), (a, a * 3)):  # kernels 0 and 2 write `a`
-        step = _step(buffers[id(out)])
-        f.before(step)
-        if value is not None:
-            out[:] = value  # the kernel writes its output
-        f.after(step, [out])
-    f.done()
-    assert [row[0].hash for row in f.kernels] == [before[1], hash_of(b), hash_of(a)]
+    monkeypatch.setattr(fingerprinter, "summaries", slow)
 
 
 def _ping_pong(q, dev, kernels: int = 6, n: int = 40_000) -> None:
@@ -133,58 +131,47 @@ def _capture(dev, kernels: int = 6) -> mnrt.LightBinary:
     return mnrt.end_capture()
 
 
-def test_a_capture_records_the_same_fingerprints_on_either_thread(dev, monkeypatch):
-    monkeypatch.setattr(fingerprinter, "BACKGROUND_BYTES", 1 << 62)
-    on_queue = _capture(dev).fingerprints
-    monkeypatch.setattr(fingerprinter, "BACKGROUND_BYTES", 0)
-    _slow(monkeypatch, "summary")
-    beside = _capture(dev).fingerprints
-    assert len(beside) == 6 and beside == on_queue
+def test_a_capture_records_the_fingerprints_that_replay_computes(dev, monkeypatch):
+    monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", 100)  # summarised when done
+    at_the_end = _capture(dev, kernels=9).fingerprints
+    monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", 2)
+    _slow(monkeypatch)
+    binary = _capture(dev, kernels=9)
+    assert len(binary.fingerprints) == 9 and binary.fingerprints == at_the_end
     assert not _threads()
+    located = mnrt.replay(binary, locate=True).locate
+    assert (located.compared, located.divergent) == (9, 0)
 
 
-def test_the_threads_error_is_raised_and_its_kernels_have_no_fingerprint(monkeypatch):
-    def broken(digest, sample):
-        raise RuntimeError("summary broke")
+def _broken(monkeypatch) -> None:
+    def summaries(digests, samples):
+        raise RuntimeError("summaries broke")
 
-    monkeypatch.setattr(fingerprinter, "summary", broken)
-    monkeypatch.setattr(fingerprinter, "BACKGROUND_BYTES", 64)
-    small, large = np.ones(4, np.float32), np.ones(1000, np.float32)
+    monkeypatch.setattr(fingerprinter, "summaries", summaries)
+
+
+@pytest.mark.parametrize("block_rows", [1, 2, 100])  # on the thread, both, at the end
+def test_a_failed_summary_is_raised_and_its_kernels_have_no_fingerprint(monkeypatch, block_rows):
+    monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", block_rows)
+    _broken(monkeypatch)
+    small, large = np.ones(4, np.float32), np.ones(100_000, np.float32)
     f = Fingerprinter()
-    for out in (small, large, small):
+    for out in (small, large, small, large):
         step = _step(_buffer(out))
         f.before(step)
         f.after(step, [out])
-    with pytest.raises(RuntimeError, match="summary broke"):
+    with pytest.raises(RuntimeError, match="summaries broke"):
         f.done()
-    assert len(f.kernels) == 1  # the kernel before the one whose fingerprint failed
+    assert len(f.kernels) == 1  # the kernel before the first whose fingerprint failed
     assert not _threads()
 
 
-def test_a_wait_raises_the_threads_error_once(monkeypatch):
-    def broken(bits):
-        raise RuntimeError("hash broke")
-
-    monkeypatch.setattr(fingerprinter, "hash_of", broken)
-    monkeypatch.setattr(fingerprinter, "BACKGROUND_BYTES", 0)
-    out = np.ones(10, np.float32)
-    f = Fingerprinter()
-    step = _step(_buffer(out))
-    f.after(step, [out])
-    with pytest.raises(RuntimeError, match="hash broke"):
-        f.before(step)  # the next kernel writes the same buffer
-    f.done()  # raised already: not again
-    assert f.kernels == [] and not _threads()
-
-
 def test_a_capture_command_fails_with_the_threads_error(dev, monkeypatch):
-    def broken(digest, sample):
-        raise RuntimeError("summary broke")
-
-    monkeypatch.setattr(fingerprinter, "summary", broken)
+    monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", 2)
+    _broken(monkeypatch)
     q = dev.command_queue(0)
     mnrt.begin_capture(fingerprints=True)
-    with pytest.raises(mnrt.DeviceExecutionError, match="summary broke"):
+    with pytest.raises(mnrt.DeviceExecutionError, match="summaries broke"):
         _ping_pong(q, dev)  # its read waits for the program
     assert not _threads()
     with pytest.raises(mnrt.CaptureError, match="skipped"):  # the read behind it
@@ -196,14 +183,11 @@ def test_a_failing_kernel_raises_its_own_error_once_the_thread_is_joined(dev, mo
     """A kernel fails while fingerprints of the kernels before it are still being made: the
     thread finishes them and ends, and the kernel's error is the one raised (with the
     thread's own failure noted on it)."""
+    monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", 1)
     if broken:
-
-        def summary(digest, sample):
-            raise RuntimeError("summary broke")
-
-        monkeypatch.setattr(fingerprinter, "summary", summary)
+        _broken(monkeypatch)
     else:
-        _slow(monkeypatch, "summary")
+        _slow(monkeypatch)
     q = dev.command_queue(0)
     n = 40_000
     bufs = {name: dev.create_buffer((n,), "float", name=name) for name in ("x", "a", "g")}
@@ -217,6 +201,6 @@ def test_a_failing_kernel_raises_its_own_error_once_the_thread_is_joined(dev, mo
         q.finish()
     message = str(raised.value)
     assert "index 40005 is out of range" in message
-    assert ("the kernel watch failed: RuntimeError: summary broke" in message) == broken
+    assert ("the kernel watch failed: RuntimeError: summaries broke" in message) == broken
     assert not _threads()
     mnrt.end_capture()
