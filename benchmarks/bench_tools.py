@@ -6,7 +6,8 @@ locate:   every light model the onnx wheel ships (onnx/backend/test/data/light),
           weight perturbed (x1.25 + 0.125, tests/binaries.perturbed): does `--locate` name
           exactly the kernel that reads it? (target: every one)
 overhead: capture of the compiled model's run with fingerprints against without, in one
-          run, alternating rounds, fastest of each (target: <= 1.05x)
+          run, alternating rounds, fastest of each (target: <= 1.05x); with
+          --overhead-only, this figure alone (no locate, reduce, diff or optimize)
 reduce:   a 200-kernel binary with one weight perturbed, and one whose gather gets an
           index out of range, reduced by `mnrt reduce` (target: <= 3 kernels, <= 60 s)
 diff:     `mnrt diff` of two VGG-19 binaries (a second capture of the same model, and one
@@ -17,6 +18,7 @@ optimize: `mnrt optimize` of the VGG-19 binary: bytes before and after, the resu
 
   pip install onnx onnxruntime   # for this benchmark only
   nice -n 10 python benchmarks/bench_tools.py [--model light_squeezenet ...] [--rounds 5]
+                                              [--overhead-only]
 """
 
 from __future__ import annotations
@@ -38,15 +40,17 @@ from bench_goldens import example_inputs, light_models
 from binaries import chain_capture, perturbed, weight_sites, with_written
 
 import mnrt
-from mnrt.capture import recorder
+from mnrt.capture import fingerprinter
 from mnrt.replay.diff import diff
 from mnrt.replay.optimize import optimize
 from mnrt.replay.reduce import kernel_count, reduce
 
 
-def locate_figures(ctx: mnrt.Context, path: str, folder: Path, rounds: int) -> dict:
-    """Compile, save, perturb three weights and locate each; time captures with and
-    without fingerprints."""
+def locate_figures(
+    ctx: mnrt.Context, path: str, folder: Path, rounds: int, locate: bool = True
+) -> dict:
+    """Compile, save, perturb three weights and locate each (unless not `locate`); time
+    captures with and without fingerprints."""
     name = Path(path).stem
     model = onnx.load(path)
     inputs = example_inputs(model)
@@ -55,7 +59,7 @@ def locate_figures(ctx: mnrt.Context, path: str, folder: Path, rounds: int) -> d
     compiled.save_binary(out)
     binary = mnrt.LightBinary.load(out)
     sites = weight_sites(binary)
-    picked = [sites[0], sites[len(sites) // 2], sites[-1]] if sites else []
+    picked = [sites[0], sites[len(sites) // 2], sites[-1]] if sites and locate else []
     named = 0
     for command, kernel, gid in picked:
         located = mnrt.replay(perturbed(binary, gid), locate=True).locate.located
@@ -64,12 +68,13 @@ def locate_figures(ctx: mnrt.Context, path: str, folder: Path, rounds: int) -> d
     return {
         "model": name,
         "kernels": len(binary.fingerprints),
-        "named": f"{named}/{len(picked)}",
+        "named": f"{named}/{len(picked)}" if locate else "-",
         "capture_s": min(wall[False]),
         "with_prints_s": min(wall[True]),
         "cpu_s": min(cpu[False]),
         "with_prints_cpu_s": min(cpu[True]),
-        "stats_share": min(cpu["stats"]) / min(cpu[False]),
+        "queue_s": min(cpu["queue"]),
+        "background_s": min(cpu["background"]),
         "path": out,
     }
 
@@ -78,32 +83,48 @@ def overhead(compiled, inputs: dict, rounds: int) -> tuple[dict, dict]:
     """Capture times (wall and this process's CPU time, which a loaded machine disturbs
     less) with fingerprints and without, in alternating blocks of three captures of each
     kind, the first of a block not counted: a capture runs measurably slower after one of
-    the other kind (what its predecessor left to the allocator differs). `cpu["stats"]`:
-    the CPU time spent in the fingerprint computation itself, per capture."""
-    stats_of, spent = recorder.stats_of, [0.0]
+    the other kind (what its predecessor left to the allocator differs). Per capture,
+    `cpu["queue"]`: the CPU time fingerprinting took on the thread running the queue (what
+    the kernels wait for; waits for the background thread are not CPU time), and
+    `cpu["background"]`: the CPU time of the threads summarising samples beside the kernels
+    (see capture/fingerprinter.py)."""
+    spent = {"queue": 0.0, "background": 0.0}
+    patched = [
+        (fingerprinter.Fingerprinter, name, "queue") for name in ("before", "after", "done")
+    ] + [(fingerprinter.Summariser, "work", "background")]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patched]
 
-    def timed(bits, values):
-        start = time.process_time()
-        try:
-            return stats_of(bits, values)
-        finally:
-            spent[0] += time.process_time() - start
+    def timed(function, where):
+        def run(*args):
+            start = time.thread_time()
+            try:
+                return function(*args)
+            finally:
+                spent[where] += time.thread_time() - start
 
-    wall, cpu = {False: [], True: []}, {False: [], True: [], "stats": []}
-    for _ in range(rounds):
-        for prints in (False, True):
-            for i in range(3):
-                recorder.stats_of, spent[0] = timed, 0.0
-                start, start_cpu = time.perf_counter(), time.process_time()
-                mnrt.begin_capture(fingerprints=prints)
-                compiled(inputs)
-                mnrt.end_capture()
-                if i:
-                    wall[prints].append(time.perf_counter() - start)
-                    cpu[prints].append(time.process_time() - start_cpu)
-                    if prints:
-                        cpu["stats"].append(spent[0])
-    recorder.stats_of = stats_of
+        return run
+
+    for (owner, name, where), (_, _, function) in zip(patched, saved):
+        setattr(owner, name, timed(function, where))
+    wall, cpu = {False: [], True: []}, {False: [], True: [], "queue": [], "background": []}
+    try:
+        for _ in range(rounds):
+            for prints in (False, True):
+                for i in range(3):
+                    spent.update(queue=0.0, background=0.0)
+                    start, start_cpu = time.perf_counter(), time.process_time()
+                    mnrt.begin_capture(fingerprints=prints)
+                    compiled(inputs)
+                    mnrt.end_capture()
+                    if i:
+                        wall[prints].append(time.perf_counter() - start)
+                        cpu[prints].append(time.process_time() - start_cpu)
+                        if prints:
+                            cpu["queue"].append(spent["queue"])
+                            cpu["background"].append(spent["background"])
+    finally:
+        for owner, name, function in saved:
+            setattr(owner, name, function)
     return wall, cpu
 
 
@@ -161,6 +182,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", help="light model name(s); default: all")
     parser.add_argument("--rounds", type=int, default=5, help="capture rounds per side")
+    parser.add_argument(
+        "--overhead-only",
+        action="store_true",
+        help="only the fingerprint overhead at capture (no locate, reduce, diff or optimize)",
+    )
     args = parser.parse_args()
     paths = light_models()
     if args.model:
@@ -169,23 +195,27 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         print(
-            "locate and fingerprint overhead (light models, float; capture: fastest of "
-            f"{args.rounds} alternating rounds)"
+            f"{'fingerprint overhead' if args.overhead_only else 'locate and fingerprint overhead'}"
+            f" (light models, float; capture: fastest of {args.rounds} alternating rounds)"
         )
         print(
             f"  {'model':<22} {'kernels':>7} {'named':>6} {'capture':>10} {'+prints':>10} "
-            f"{'wall':>6} {'cpu':>6} {'stats/capture cpu':>17}"
+            f"{'wall':>6} {'cpu':>6} {'queue/cpu':>15} {'bg/cpu':>14}"
         )
         vgg = None
         for path in paths:
-            r = locate_figures(ctx, path, folder, args.rounds)
+            r = locate_figures(ctx, path, folder, args.rounds, locate=not args.overhead_only)
             vgg = r["path"] if r["model"] == "light_vgg19" else vgg
             print(
                 f"  {r['model']:<22} {r['kernels']:>7} {r['named']:>6} "
                 f"{r['capture_s'] * 1e3:>8.1f}ms {r['with_prints_s'] * 1e3:>8.1f}ms "
                 f"{r['with_prints_s'] / r['capture_s']:>5.3f}x "
-                f"{r['with_prints_cpu_s'] / r['cpu_s']:>5.3f}x {r['stats_share']:>16.1%}"
+                f"{r['with_prints_cpu_s'] / r['cpu_s']:>5.3f}x "
+                f"{r['queue_s'] * 1e3:>6.1f}ms {r['queue_s'] / r['cpu_s']:>6.1%} "
+                f"{r['background_s'] * 1e3:>5.1f}ms {r['background_s'] / r['cpu_s']:>6.1%}"
             )
+        if args.overhead_only:
+            return
         print("reduce (mnrt reduce, 200-kernel binaries)")
         for what, before, after, seconds, steps in reduce_figures():
             print(f"  {what}: {before} -> {after} kernels in {seconds:.2f} s [{steps}]")

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..format.fingerprints import Stats, stats_of
+from ..format.fingerprints import Stats
 from ..host import Buffer, CommandQueue, Device, Event, Program, observe
-from ..host.commands import Command, ReadBuffer, RunProgram
-from ..host.program import Step
+from ..host.commands import ReadBuffer, RunProgram
+from .fingerprinter import Fingerprinter
 
 # Log entry kinds; build.py turns each into one command table.
 OPEN_DEVICE = "open_device"
@@ -272,7 +272,7 @@ class Recorder:
             if gid:
                 self._skipped[id(q)] = q.skipped
                 if self.fingerprints:
-                    q.watch_kernels(_Fingerprinter.factory(self.printed.setdefault(gid, [])))
+                    q.watch_kernels(Fingerprinter.factory(self.printed.setdefault(gid, [])))
                 self._emit((OPEN_QUEUE, gid, dev, q.index))
                 if q._capture is not None:
                     self._adopt_trace(q, gid, dev)
@@ -549,33 +549,6 @@ class Recorder:
             qid = self._queue(q)
             bid = self._buffer(buf, q)
             self.log.append((GOLDEN, qid, bid, golden, rtol, atol, name))
-
-
-class _Fingerprinter:
-    """The KernelWatch of one command while a capture records fingerprints: the stats of
-    every output of every kernel the command runs, kernel by kernel."""
-
-    __slots__ = ("kernels",)
-
-    def __init__(self) -> None:
-        self.kernels: list[list[Stats]] = []
-
-    @staticmethod
-    def factory(groups: list[list[list[Stats]]]):
-        def watch(cmd: Command, logged: bool) -> _Fingerprinter | None:
-            if not logged:  # a host call of the capture's own (unobserved): not in the log
-                return None
-            w = _Fingerprinter()
-            groups.append(w.kernels)  # under the queue's lock, in the order of the log
-            return w
-
-        return watch
-
-    def before(self, step: Step) -> None:
-        pass  # outputs are fingerprinted once computed
-
-    def after(self, step: Step, results) -> None:
-        self.kernels.append([stats_of(b.peek(), r) for b, r in zip(step.outs, results)])
 
 
 def _written_before_read(prog: Program, buffers: tuple[Buffer, ...]) -> set[int]:

@@ -58,16 +58,54 @@ class Fingerprint(NamedTuple):
 # time (5%) on models of cheap kernels; a summary to tell rounding from a wrong result
 # needs no more than a sample.
 SAMPLE_RUNS, RUN = 64, 256
+SAMPLE_SIZE = SAMPLE_RUNS * RUN
 
 
 def stats_of(bits: np.ndarray, values: np.ndarray) -> Stats:
     """The fingerprint of an output: `bits` as stored (hashed whole), `values` as computed
     (summarised: min, max and mean of the finite ones and the count of the others, over all
     of them or, past SAMPLE_RUNS * RUN elements, the sample described above)."""
-    digest = xxhash.xxh3_64_intdigest(bits if bits.flags.c_contiguous else bits.copy())
-    if values.size == 0:
+    return summary(hash_of(bits), sample_of(values))
+
+
+def hash_of(bits: np.ndarray) -> int:
+    """xxh3-64 of an output's stored bits (xxhash lets other threads run meanwhile when
+    they are more than 64 KiB)."""
+    return xxhash.xxh3_64_intdigest(bits if bits.flags.c_contiguous else bits.copy())
+
+
+def sample_of(values: np.ndarray) -> np.ndarray:
+    """The elements of an output that its statistics summarise, as one contiguous 1-D
+    array (numpy reduces a strided 2-D view several times slower than a copy of it): all
+    of them, or past SAMPLE_RUNS * RUN elements the runs described above."""
+    flat = values.reshape(-1)
+    if not is_sampled(flat.size):
+        return flat
+    return np.ascontiguousarray(_runs(flat)).reshape(-1)
+
+
+def is_sampled(size: int) -> bool:
+    """Whether an output of `size` elements is summarised over SAMPLE_RUNS runs of RUN
+    (its sample then has SAMPLE_SIZE elements) rather than whole."""
+    return size // SAMPLE_RUNS > RUN
+
+
+def copy_sample(values: np.ndarray, out: np.ndarray) -> None:
+    """Copy the sample of an output that `is_sampled` into `out` (SAMPLE_SIZE elements of
+    its dtype), as `sample_of` would give it."""
+    np.copyto(out.reshape(SAMPLE_RUNS, RUN), _runs(values.reshape(-1)))
+
+
+def _runs(flat: np.ndarray) -> np.ndarray:
+    step = flat.size // SAMPLE_RUNS
+    return flat[: step * SAMPLE_RUNS].reshape(SAMPLE_RUNS, step)[:, :RUN]
+
+
+def summary(digest: int, sample: np.ndarray) -> Stats:
+    """The fingerprint of an output whose stored bits hash to `digest` and whose sample
+    (see `sample_of`) is `sample`."""
+    if sample.size == 0:
         return Stats(digest, _NAN, _NAN, _NAN, 0)
-    sample = _sample(values.reshape(-1))
     if sample.dtype.kind == "b":
         sample = sample.view(np.uint8)
     # The ufuncs' own reductions: ndarray.min and friends add a Python call each, which
@@ -82,14 +120,26 @@ def stats_of(bits: np.ndarray, values: np.ndarray) -> Stats:
     return Stats(digest, float(finite.min()), float(finite.max()), _mean(finite), bad)
 
 
-def _sample(flat: np.ndarray) -> np.ndarray:
-    """The elements summarised, as one contiguous 1-D array (numpy reduces a strided 2-D
-    view several times slower than a copy of it)."""
-    step = flat.size // SAMPLE_RUNS
-    if step <= RUN:
-        return flat
-    runs = flat[: step * SAMPLE_RUNS].reshape(SAMPLE_RUNS, step)[:, :RUN]
-    return np.ascontiguousarray(runs).reshape(-1)
+def summaries(digests: Sequence[int], samples: np.ndarray) -> list[Stats]:
+    """`summary` of several outputs at once, their samples the rows of `samples` (2-D, of
+    one dtype): three reductions of the whole (numpy sums each row pairwise, as it does one
+    row alone, so every figure is the same to the bit), one output at a time only where
+    the row holds values that are not finite."""
+    if samples.dtype.kind == "b":
+        samples = samples.view(np.uint8)
+    floats = samples.dtype.kind == "f"
+    lo = np.minimum.reduce(samples, axis=1).tolist()
+    hi = np.maximum.reduce(samples, axis=1).tolist()
+    with np.errstate(invalid="ignore"):  # inf - inf in a row summarised again below
+        total = np.add.reduce(samples, axis=1, dtype=None if floats else np.float64).tolist()
+    n = samples.shape[1]
+    out = []
+    for i, digest in enumerate(digests):
+        if floats and not (math.isfinite(lo[i]) and math.isfinite(hi[i])):
+            out.append(summary(digest, samples[i]))
+        else:
+            out.append(Stats(digest, float(lo[i]), float(hi[i]), float(total[i]) / n, 0))
+    return out
 
 
 def _mean(values: np.ndarray) -> float:

@@ -26,11 +26,16 @@ PENDING, DONE, FAILED, SKIPPED = "pending", "done", "failed", "skipped"
 class KernelWatch(Protocol):
     """What watches each kernel a command runs (capture's fingerprints, replay's --locate):
     `before` runs just before the kernel, `after` just after it with its outputs as
-    computed (`step.outs` hold them as stored). Both run on the thread running the queue."""
+    computed (`step.outs` hold them as stored), `done` once the command has run its last
+    kernel or stopped on an error (a watch that works on beside the kernels finishes
+    there, before anything else may write what it reads). All run on the thread running
+    the queue."""
 
     def before(self, step: Step) -> None: ...
 
     def after(self, step: Step, results: Sequence[np.ndarray]) -> None: ...
+
+    def done(self) -> None: ...
 
 
 class Command:
@@ -182,10 +187,14 @@ class RunProgram(Command):
                     _unwritten(fresh, self.plan.steps[:i])
                 if isinstance(e, Exception):
                     e.add_note(f"in kernel {i} '{step.kdef.name}'")
+                if watch is not None:
+                    _done_after(watch, e)
                 raise
             finally:
                 if spans is not None:  # the kernel that failed gets its span too
                     spans.append((start, clock()))
+        if watch is not None:
+            watch.done()
         return self.plan.modelled
 
 
@@ -214,6 +223,15 @@ class ReplayTrace(Command):
             flops += m.flops
             moved += m.dram_bytes
         return Modelled(total_t, total_e, flops, moved, "trace")
+
+
+def _done_after(watch: KernelWatch, error: BaseException) -> None:
+    """Finish a watch whose command stopped on `error`, which stays the one raised: what
+    went wrong in the watch as well is noted on it."""
+    try:
+        watch.done()
+    except Exception as e:
+        error.add_note(f"and the kernel watch failed: {type(e).__name__}: {e}")
 
 
 def _unwritten(fresh: list[Buffer], ran: Sequence[Step]) -> None:

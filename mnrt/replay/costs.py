@@ -67,6 +67,9 @@ class _CostWatch:
         self.owner.rows.append((self.command, self.kernel, step.modelled))
         self.kernel += 1
 
+    def done(self) -> None:
+        pass  # nothing runs beside the kernels
+
 
 def kernel_costs(binary: LightBinary) -> list[KernelCost]:
     """Every kernel execution of one replay of `binary` (goldens not compared), in command

@@ -267,6 +267,9 @@ class _SnapshotWatch:
     def after(self, step: Any, results: Any) -> None:
         self.kernel += 1
 
+    def done(self) -> None:
+        pass  # nothing runs beside the kernels
+
 
 def isolate(binary: LightBinary, site: KernelSite) -> LightBinary | None:
     """A binary of the kernel at `site` alone, on what its operands held just before it

@@ -1,0 +1,206 @@
+"""Fingerprints of a capture's kernels (capture/fingerprinter.py), their statistics made in
+blocks on a thread of their own: the same values as one output at a time, never of data a
+later write changed, the thread joined and its errors raised on every path."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mnrt
+from mnrt.capture import fingerprinter
+from mnrt.capture.fingerprinter import Fingerprinter
+from mnrt.format.fingerprints import RUN, SAMPLE_RUNS, stats_of
+
+DTYPES = ["float16", "float32", "float64", "int8", "int32", "int64", "uint8", "uint16", "bool"]
+SIZES = [0, 1, 5, 1000, SAMPLE_RUNS * (RUN + 1), SAMPLE_RUNS * (RUN + 1) + 1, 70_001]
+
+
+def _threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "mnrt-fingerprints"]
+
+
+def _buffer(bits: np.ndarray) -> SimpleNamespace:
+    """What a Fingerprinter reads of a buffer: its stored bits."""
+    return SimpleNamespace(peek=lambda: bits)
+
+
+def _step(*outs: SimpleNamespace) -> SimpleNamespace:
+    return SimpleNamespace(outs=list(outs))
+
+
+@st.composite
+def outputs(draw) -> tuple[np.ndarray, np.ndarray]:
+    """(stored bits, values as computed): any dtype and size (empty and 0-d included), with
+    NaN and infinities at drawn places, the values the bits themselves, a view of them, or
+    an array of their own (as when the stored dtype differs)."""
+    dtype = np.dtype(draw(st.sampled_from(DTYPES)))
+    size = draw(st.sampled_from(SIZES))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    scale = draw(st.sampled_from([1e-3, 1.0, 1e3]))
+    values = rng.standard_normal(size) * (scale if dtype.kind == "f" else 50)
+    bits = values.astype(dtype)
+    if dtype.kind == "f" and size:
+        for special in draw(st.lists(st.sampled_from([np.nan, np.inf, -np.inf]), max_size=4)):
+            bits[draw(st.integers(0, size - 1))] = special
+        if draw(st.booleans()):
+            bits[:] = draw(st.sampled_from([np.nan, np.inf]))  # none finite
+    if size == 1 and draw(st.booleans()):
+        bits = bits.reshape(())
+    elif size % 5 == 0 and size:
+        bits = bits.reshape(5, -1)
+    kind = draw(st.sampled_from(["same", "view", "own"]))
+    if kind == "same":
+        return bits, bits
+    if kind == "view":
+        return bits, bits.reshape(-1)
+    return bits, bits.astype(np.float64 if dtype.kind == "f" else dtype)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(outputs(), min_size=1, max_size=6), st.integers(1, 3), st.integers(1, 3))
+def test_fingerprints_in_blocks_equal_those_of_one_output_at_a_time(
+    produced, per_kernel, block_rows
+):
+    expected = [stats_of(b, v).to_dict() for b, v in produced]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fingerprinter, "BLOCK_ROWS", block_rows)
+        f = Fingerprinter()
+        groups = [produced[i : i + per_kernel] for i in range(0, len(produced), per_kernel)]
+        for group in groups:
+            step = _step(*(_buffer(b) for b, _ in group))
+            f.before(step)
+            f.after(step, [v for _, v in group])
+        f.done()
+    assert [s.to_dict() for row in f.kernels for s in row] == expected
+    assert [len(row) for row in f.kernels] == [len(g) for g in groups]
+    assert not _threads()
+
+
+def test_a_sample_is_summarised_as_it_was_when_the_kernel_wrote_it(monkeypatch):
+    monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", 2)
+    a = np.arange(100_000, dtype=np.float32)
+    expected = [stats_of(a + 1, a + 1), stats_of(a * 3, a * 3)]
+    f = Fingerprinter()
+    step = _step(_buffer(a))
+    for value in (a + 1, a * 3):  # two kernels write `a`; then the buffer changes again
+        f.before(step)
+        a[:] = value
+        f.after(step, [a])
+    a[:] = -1
+    f.done()
+    assert [row[0] for row in f.kernels] == expected
+
+
+def _slow(monkeypatch) -> None:
+    """Make summarising a block slow, so that kernels run on while it is summarised."""
+    function = fingerprinter.summaries
+
+    def slow(*args):
+        time.sleep(0.02)
+        return function(*args)
+
+    monkeypatch.setattr(fingerprinter, "summaries", slow)
+
+
+def _ping_pong(q, dev, kernels: int = 6, n: int = 40_000) -> None:
+    """Kernels alternating between two large buffers (each written again two kernels
+    later, as compiled models' buffers are), then a read."""
+    rng = np.random.default_rng(0)
+    bufs = {name: dev.create_buffer((n,), "float", name=name) for name in ("x", "s", "a", "b")}
+    for name in ("x", "s"):
+        q.enqueue_write_buffer(bufs[name], rng.standard_normal(n).astype(np.float32))
+    program = [mnrt.Kernel("mul", ["x", "s"], ["a"])]
+    for i in range(kernels - 1):
+        src, dst = ("a", "b") if i % 2 == 0 else ("b", "a")
+        program.append(mnrt.Kernel("relu" if i % 2 == 0 else "mul", [src, "s"][: 1 + i % 2], [dst]))
+    q.enqueue_program(dev.create_program(program, name="ping_pong"), bufs)
+    q.enqueue_read_buffer(bufs["a"])
+
+
+def _capture(dev, kernels: int = 6) -> mnrt.LightBinary:
+    q = dev.command_queue(0)
+    mnrt.begin_capture(fingerprints=True)
+    _ping_pong(q, dev, kernels)
+    return mnrt.end_capture()
+
+
+def test_a_capture_records_the_fingerprints_that_replay_computes(dev, monkeypatch):
+    monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", 100)  # summarised when done
+    at_the_end = _capture(dev, kernels=9).fingerprints
+    monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", 2)
+    _slow(monkeypatch)
+    binary = _capture(dev, kernels=9)
+    assert len(binary.fingerprints) == 9 and binary.fingerprints == at_the_end
+    assert not _threads()
+    located = mnrt.replay(binary, locate=True).locate
+    assert (located.compared, located.divergent) == (9, 0)
+
+
+def _broken(monkeypatch) -> None:
+    def summaries(digests, samples):
+        raise RuntimeError("summaries broke")
+
+    monkeypatch.setattr(fingerprinter, "summaries", summaries)
+
+
+@pytest.mark.parametrize("block_rows", [1, 2, 100])  # on the thread, both, at the end
+def test_a_failed_summary_is_raised_and_its_kernels_have_no_fingerprint(monkeypatch, block_rows):
+    monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", block_rows)
+    _broken(monkeypatch)
+    small, large = np.ones(4, np.float32), np.ones(100_000, np.float32)
+    f = Fingerprinter()
+    for out in (small, large, small, large):
+        step = _step(_buffer(out))
+        f.before(step)
+        f.after(step, [out])
+    with pytest.raises(RuntimeError, match="summaries broke"):
+        f.done()
+    assert len(f.kernels) == 1  # the kernel before the first whose fingerprint failed
+    assert not _threads()
+
+
+def test_a_capture_command_fails_with_the_threads_error(dev, monkeypatch):
+    monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", 2)
+    _broken(monkeypatch)
+    q = dev.command_queue(0)
+    mnrt.begin_capture(fingerprints=True)
+    with pytest.raises(mnrt.DeviceExecutionError, match="summaries broke"):
+        _ping_pong(q, dev)  # its read waits for the program
+    assert not _threads()
+    with pytest.raises(mnrt.CaptureError, match="skipped"):  # the read behind it
+        mnrt.end_capture()
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_a_failing_kernel_raises_its_own_error_once_the_thread_is_joined(dev, monkeypatch, broken):
+    """A kernel fails while fingerprints of the kernels before it are still being made: the
+    thread finishes them and ends, and the kernel's error is the one raised (with the
+    thread's own failure noted on it)."""
+    monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", 1)
+    if broken:
+        _broken(monkeypatch)
+    else:
+        _slow(monkeypatch)
+    q = dev.command_queue(0)
+    n = 40_000
+    bufs = {name: dev.create_buffer((n,), "float", name=name) for name in ("x", "a", "g")}
+    bufs["idx"] = dev.create_buffer((n,), "int32", name="idx")
+    mnrt.begin_capture(fingerprints=True)
+    q.enqueue_write_buffer(bufs["x"], np.ones(n, np.float32))
+    q.enqueue_write_buffer(bufs["idx"], np.full(n, n + 5, np.int32))  # out of range
+    program = [mnrt.Kernel("relu", ["x"], ["a"]), mnrt.Kernel("gather", ["a", "idx"], ["g"])]
+    q.enqueue_program(dev.create_program(program, name="bad_gather"), bufs)
+    with pytest.raises(mnrt.DeviceExecutionError) as raised:
+        q.finish()
+    message = str(raised.value)
+    assert "index 40005 is out of range" in message
+    assert ("the kernel watch failed: RuntimeError: summaries broke" in message) == broken
+    assert not _threads()
+    mnrt.end_capture()
