@@ -6,8 +6,10 @@ locate:   every light model the onnx wheel ships (onnx/backend/test/data/light),
           weight perturbed (x1.25 + 0.125, tests/binaries.perturbed): does `--locate` name
           exactly the kernel that reads it? (target: every one)
 overhead: capture of the compiled model's run with fingerprints against without, in one
-          run, alternating rounds, fastest of each (target: <= 1.05x); with
-          --overhead-only, this figure alone (no locate, reduce, diff or optimize)
+          run, alternating rounds, fastest of each (target: <= 1.05x); and, as context,
+          the whole `save_binary` (the capture a compiled binary is made by: run, goldens,
+          reference check, file) with fingerprints against without; with --overhead-only,
+          these figures alone (no locate, reduce, diff or optimize)
 reduce:   a 200-kernel binary with one weight perturbed, and one whose gather gets an
           index out of range, reduced by `mnrt reduce` (target: <= 3 kernels, <= 60 s)
 diff:     `mnrt diff` of two VGG-19 binaries (a second capture of the same model, and one
@@ -41,6 +43,7 @@ from binaries import chain_capture, perturbed, weight_sites, with_written
 
 import mnrt
 from mnrt.capture import fingerprinter
+from mnrt.compiler import compiled as compiled_module
 from mnrt.replay.diff import diff
 from mnrt.replay.optimize import optimize
 from mnrt.replay.reduce import kernel_count, reduce
@@ -65,6 +68,7 @@ def locate_figures(
         located = mnrt.replay(perturbed(binary, gid), locate=True).locate.located
         named += located is not None and (located.command, located.kernel) == (command, kernel)
     wall, cpu = overhead(compiled, inputs, rounds)
+    saved = save_overhead(compiled, folder / f"{name}_timed.mnlb", rounds)
     return {
         "model": name,
         "kernels": len(binary.fingerprints),
@@ -75,6 +79,8 @@ def locate_figures(
         "with_prints_cpu_s": min(cpu[True]),
         "queue_s": min(cpu["queue"]),
         "background_s": min(cpu["background"]),
+        "save_s": min(saved[False]),
+        "save_with_prints_s": min(saved[True]),
         "path": out,
     }
 
@@ -126,6 +132,27 @@ def overhead(compiled, inputs: dict, rounds: int) -> tuple[dict, dict]:
         for owner, name, function in saved:
             setattr(owner, name, function)
     return wall, cpu
+
+
+def save_overhead(compiled, path: Path, rounds: int) -> dict[bool, list[float]]:
+    """`save_binary` wall times with fingerprints (as compiled binaries are made) and with
+    them turned off, alternating, fastest of each."""
+    real = compiled_module.capture_if_idle
+
+    def without(*args, **kwargs):
+        return real(*args, **{**kwargs, "fingerprints": False})
+
+    wall: dict[bool, list[float]] = {False: [], True: []}
+    try:
+        for _ in range(rounds):
+            for prints in (False, True):
+                compiled_module.capture_if_idle = real if prints else without
+                start = time.perf_counter()
+                compiled.save_binary(path)
+                wall[prints].append(time.perf_counter() - start)
+    finally:
+        compiled_module.capture_if_idle = real
+    return wall
 
 
 def reduce_figures() -> list[tuple[str, int, int, float, str]]:
@@ -200,7 +227,7 @@ def main() -> None:
         )
         print(
             f"  {'model':<22} {'kernels':>7} {'named':>6} {'capture':>10} {'+prints':>10} "
-            f"{'wall':>6} {'cpu':>6} {'queue/cpu':>15} {'bg/cpu':>14}"
+            f"{'wall':>6} {'cpu':>6} {'queue/cpu':>15} {'bg/cpu':>14} {'save_binary':>18}"
         )
         vgg = None
         for path in paths:
@@ -212,7 +239,8 @@ def main() -> None:
                 f"{r['with_prints_s'] / r['capture_s']:>5.3f}x "
                 f"{r['with_prints_cpu_s'] / r['cpu_s']:>5.3f}x "
                 f"{r['queue_s'] * 1e3:>6.1f}ms {r['queue_s'] / r['cpu_s']:>6.1%} "
-                f"{r['background_s'] * 1e3:>5.1f}ms {r['background_s'] / r['cpu_s']:>6.1%}"
+                f"{r['background_s'] * 1e3:>5.1f}ms {r['background_s'] / r['cpu_s']:>6.1%} "
+                f"{r['save_s'] * 1e3:>8.0f}ms {r['save_with_prints_s'] / r['save_s']:>6.3f}x"
             )
         if args.overhead_only:
             return
