@@ -3,6 +3,8 @@ operands and results a fragment needs after its nodes changed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..ir import PARAM
 from .ir import Fragment, MpmdProgram, Op, Transfer
 
@@ -13,6 +15,16 @@ def reads(op: Op) -> list[str]:
 
 def defines(op: Op) -> list[str]:
     return op.outputs if isinstance(op, Fragment) else [op.result]
+
+
+def until_fixed(program: MpmdProgram, step: Callable[[MpmdProgram], bool]) -> MpmdProgram:
+    """A copy of `program` with `step` (one rewrite in place; False when none applied)
+    applied until none applies: each rewrite can enable another, so passes that merge one
+    pair at a time run to their fixed point."""
+    p = program.copy()
+    while step(p):
+        pass
+    return p
 
 
 def _closure(ops: list[Op], seeds: set[str], forward: bool) -> set[int]:

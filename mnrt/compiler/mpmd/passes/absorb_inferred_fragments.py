@@ -11,7 +11,7 @@ name and origin, so the program keeps the shape the user gave it.
 from __future__ import annotations
 
 from ..ir import Fragment, MpmdProgram
-from ..rewrite import merge
+from ..rewrite import merge, until_fixed
 from ._closest import closest_consumer, closest_producer, same_place
 
 NAME = "absorb-inferred-fragments"
@@ -45,7 +45,4 @@ def _absorb_once(p: MpmdProgram) -> bool:
 
 
 def run(program: MpmdProgram) -> MpmdProgram:
-    p = program.copy()
-    while _absorb_once(p):
-        pass
-    return p
+    return until_fixed(program, _absorb_once)

@@ -10,7 +10,7 @@ one fragment. A merge that would make a cycle through another stage is not made.
 from __future__ import annotations
 
 from ..ir import Fragment, MpmdProgram
-from ..rewrite import merge
+from ..rewrite import merge, until_fixed
 from ._closest import closest_consumer, same_place
 
 NAME = "merge-inferred-fragments"
@@ -38,7 +38,4 @@ def _merge_once(p: MpmdProgram) -> bool:
 
 
 def run(program: MpmdProgram) -> MpmdProgram:
-    p = program.copy()
-    while _merge_once(p):
-        pass
-    return p
+    return until_fixed(program, _merge_once)

@@ -9,7 +9,7 @@ feeds the second; verify-stage-merging reports a stage where that is impossible.
 from __future__ import annotations
 
 from ..ir import Fragment, MpmdProgram
-from ..rewrite import merge
+from ..rewrite import merge, until_fixed
 from ._closest import same_place
 
 NAME = "merge-user-fragments-into-scheduling-units"
@@ -25,7 +25,4 @@ def _merge_once(p: MpmdProgram) -> bool:
 
 
 def run(program: MpmdProgram) -> MpmdProgram:
-    p = program.copy()
-    while _merge_once(p):
-        pass
-    return p
+    return until_fixed(program, _merge_once)
