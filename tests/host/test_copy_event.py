@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from host_harness import gather_program
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,17 +20,6 @@ def pair():
     yield d0, d1
     d0._close_quietly()
     d1._close_quietly()
-
-
-def _gather(dev):
-    """A program whose failure only the device can notice (an index out of range)."""
-    data = dev.create_buffer((5,), "float", name="data")
-    idx = dev.create_buffer((2,), "int32", name="idx")
-    out = dev.create_buffer((2,), "float", name="out")
-    prog = dev.create_program(
-        [mnrt.Kernel("gather", ["data", "idx"], ["out"], {"axis": 0})], name="lookup"
-    )
-    return {"data": data, "idx": idx, "out": out}, prog
 
 
 def test_copy_between_devices_seen_through_an_event(pair):
@@ -120,7 +110,7 @@ def test_waiting_on_an_event_of_a_closed_device_is_an_error_at_the_call(pair):
 def test_a_failed_queue_fails_the_event_and_the_queue_that_waits(pair):
     d0, d1 = pair
     q0, q1 = d0.command_queue(0), d1.command_queue(0)
-    bufs, prog = _gather(d0)
+    bufs, prog = gather_program(d0)
     q0.enqueue_write_buffer(bufs["idx"], np.array([9, 0], np.int32))
     q0.enqueue_program(prog, bufs)
     ev = q0.record_event()  # skipped behind the failed program

@@ -8,6 +8,7 @@ from collections import deque
 
 import numpy as np
 import pytest
+from host_harness import gather_program
 
 import mnrt
 from mnrt.device.cost import Modelled
@@ -172,18 +173,8 @@ def test_program_of_another_device_is_rejected():
             d0.command_queue().enqueue_program(p1, {})
 
 
-def _gather_program(dev):
-    data = dev.create_buffer((5,), "float", name="data")
-    idx = dev.create_buffer((2,), "int32", name="idx")
-    out = dev.create_buffer((2,), "float", name="out")
-    prog = dev.create_program(
-        [mnrt.Kernel("gather", ["data", "idx"], ["out"], {"axis": 0})], name="lookup"
-    )
-    return {"data": data, "idx": idx, "out": out}, prog
-
-
 def test_device_error_is_raised_by_finish_with_the_command(dev, q):
-    bufs, prog = _gather_program(dev)
+    bufs, prog = gather_program(dev)
     q.enqueue_write_buffer(bufs["data"], np.arange(5, dtype=np.float32))
     q.enqueue_write_buffer(bufs["idx"], np.array([1, 17], np.int32))
     q.enqueue_program(prog, bufs)  # the bad index is data: only the device can notice
@@ -201,7 +192,7 @@ def test_device_error_is_raised_by_finish_with_the_command(dev, q):
 
 
 def test_device_error_is_raised_by_blocking_call(dev, q):
-    bufs, prog = _gather_program(dev)
+    bufs, prog = gather_program(dev)
     q.enqueue_write_buffer(bufs["idx"], np.array([9, 0], np.int32))
     q.enqueue_program(prog, bufs)
     with pytest.raises(mnrt.DeviceExecutionError):
@@ -211,7 +202,7 @@ def test_device_error_is_raised_by_blocking_call(dev, q):
 def test_close_reports_an_unseen_device_error():
     dev = mnrt.open_device(0)
     q = dev.command_queue()
-    bufs, prog = _gather_program(dev)
+    bufs, prog = gather_program(dev)
     q.enqueue_write_buffer(bufs["idx"], np.array([9, 0], np.int32))
     q.enqueue_program(prog, bufs)
     with pytest.raises(mnrt.DeviceExecutionError):
