@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import threading
 from collections import Counter
 from pathlib import Path
 
@@ -423,21 +422,9 @@ def test_the_modelled_tracks_follow_the_timeline_across_devices(three_device_bin
 
 def test_each_rank_of_a_distributed_replay_profiles_its_own_devices(assert_nested):
     from test_multidevice import pipeline_binary
-    from test_ranks import TIMEOUT_S, ThreadTransport
+    from test_ranks import on_two_ranks
 
-    binary = pipeline_binary()
-    wires: dict = {}
-    transports = [ThreadTransport(r, 2, wires, threading.Barrier(2)) for r in range(2)]
-    reports: list = [None, None]
-
-    def rank_main(r):
-        reports[r] = mnrt.replay(binary, transport=transports[r], profile=True)
-
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT_S * 2)
+    reports, _ = on_two_ranks(pipeline_binary(), profile=True)
     assert reports[0].passed
     for rank, report in enumerate(reports):
         trace = json.loads(json.dumps(report.profile.to_trace(), allow_nan=False))

@@ -60,12 +60,30 @@ class ThreadTransport(Transport):
         pass
 
 
-def _two_ranks(binary, monkeypatch):
-    """Replay `binary` on two thread ranks; returns (reports, transports, opened by rank)."""
+def on_two_ranks(binary, before=None, **options) -> tuple[list, list]:
+    """Replay `binary` on two thread ranks (`before(rank)` first on each rank's thread);
+    returns (reports, transports)."""
     wires: dict = {}
     barrier = threading.Barrier(2)
     transports = [ThreadTransport(r, 2, wires, barrier) for r in range(2)]
     reports: list = [None, None]
+
+    def rank_main(r):
+        if before is not None:
+            before(r)
+        reports[r] = mnrt.replay(binary, transport=transports[r], **options)
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT_S * 2)
+    assert not any(t.is_alive() for t in threads)
+    return reports, transports
+
+
+def _two_ranks(binary, monkeypatch):
+    """Replay `binary` on two thread ranks; returns (reports, transports, opened by rank)."""
     opened: dict[int, list[int]] = {0: [], 1: []}
     rank_of = threading.local()
     real_open = executor_module.open_device_with_fill
@@ -76,16 +94,10 @@ def _two_ranks(binary, monkeypatch):
 
     monkeypatch.setattr(executor_module, "open_device_with_fill", spy)
 
-    def rank_main(r):
+    def remember(r):
         rank_of.rank = r
-        reports[r] = mnrt.replay(binary, device_map={0: 0, 1: 1}, transport=transports[r])
 
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT_S * 2)
-    assert not any(t.is_alive() for t in threads)
+    reports, transports = on_two_ranks(binary, remember, device_map={0: 0, 1: 1})
     return reports, transports, opened
 
 
@@ -110,18 +122,7 @@ def test_each_rank_opens_its_devices_and_rank_0_gathers_everything(monkeypatch):
 def test_a_pipeline_over_four_devices_on_two_ranks_matches_in_process(monkeypatch):
     binary = pipeline_binary()
     alone = mnrt.replay(binary)
-    wires: dict = {}
-    transports = [ThreadTransport(r, 2, wires, threading.Barrier(2)) for r in range(2)]
-    reports: list = [None, None]
-
-    def rank_main(r):
-        reports[r] = mnrt.replay(binary, transport=transports[r])
-
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT_S * 2)
+    reports, transports = on_two_ranks(binary)
     assert reports[0].passed
     for name, value in alone.outputs.items():
         np.testing.assert_array_equal(reports[0].outputs[name], value)
