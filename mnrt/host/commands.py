@@ -35,7 +35,9 @@ class KernelWatch(Protocol):
 
     def after(self, step: Step, results: Sequence[np.ndarray]) -> None: ...
 
-    def done(self) -> None: ...
+    def done(self) -> None:
+        """Nothing, for watches that do all their work in `before` and `after` (a watch
+        subclassing KernelWatch inherits this)."""
 
 
 class Command:

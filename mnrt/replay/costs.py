@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import MnrtError
 from ..format import LightBinary
+from ..host.commands import KernelWatch
 from .executor import Executor
 from .placement import place
 from .plan import program_kernel, validate
@@ -56,7 +57,7 @@ class _Costs:
         return _CostWatch(self, command)
 
 
-class _CostWatch:
+class _CostWatch(KernelWatch):
     def __init__(self, owner: _Costs, command: int) -> None:
         self.owner, self.command, self.kernel = owner, command, 0
 
@@ -66,9 +67,6 @@ class _CostWatch:
     def after(self, step: Any, results: Any) -> None:
         self.owner.rows.append((self.command, self.kernel, step.modelled))
         self.kernel += 1
-
-    def done(self) -> None:
-        pass  # nothing runs beside the kernels
 
 
 def kernel_costs(binary: LightBinary) -> list[KernelCost]:

@@ -28,6 +28,7 @@ from ..device.kernels import Out, TensorSpec
 from ..errors import MnrtError
 from ..format.files import write_atomically
 from ..format.fingerprints import Stats, close, stats_of
+from ..host.commands import KernelWatch
 from .placement import logical_devices
 from .plan import Plan, program_kernel
 
@@ -251,7 +252,7 @@ class Locator:
         return folder
 
 
-class _Watch:
+class _Watch(KernelWatch):
     """The KernelWatch of one command of a locating replay (which keeps looking until it
     has found a wrong kernel)."""
 
@@ -277,9 +278,6 @@ class _Watch:
             self.locator.check(self, step, results)
         finally:
             self.kernel += 1
-
-    def done(self) -> None:
-        pass  # every kernel was checked as it ran
 
 
 def _operand(slot: str, buf: Any) -> dict:

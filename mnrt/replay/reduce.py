@@ -43,6 +43,7 @@ from ..format.fb.ProgramDesc import ProgramDescT
 from ..format.fb.ReadBuffer import ReadBufferT
 from ..format.fb.WriteBuffer import WriteBufferT
 from ..format.fingerprints import Fingerprint
+from ..host.commands import KernelWatch
 from .executor import Executor
 from .locate import KernelSite, can_locate
 from .placement import place
@@ -254,7 +255,7 @@ class _Snapshot:
         return _SnapshotWatch(self) if command == self.command else None
 
 
-class _SnapshotWatch:
+class _SnapshotWatch(KernelWatch):
     def __init__(self, owner: _Snapshot) -> None:
         self.owner, self.kernel = owner, 0
 
@@ -266,9 +267,6 @@ class _SnapshotWatch:
 
     def after(self, step: Any, results: Any) -> None:
         self.kernel += 1
-
-    def done(self) -> None:
-        pass  # nothing runs beside the kernels
 
 
 def isolate(binary: LightBinary, site: KernelSite) -> LightBinary | None:
