@@ -30,14 +30,14 @@ from ..format.fingerprints import (
     stats_of,
     summaries,
 )
-from ..host.commands import Command
+from ..host.commands import Command, KernelWatch
 from ..host.program import Step
 
 # Samples per block (a block of float32 samples is 1 MiB).
 BLOCK_ROWS = 16
 
 
-class Fingerprinter:
+class Fingerprinter(KernelWatch):
     """The KernelWatch of one command while a capture records fingerprints: the stats of
     every output of every kernel the command runs, kernel by kernel (`kernels`, complete
     once the command is done)."""
@@ -60,9 +60,6 @@ class Fingerprinter:
             return w
 
         return watch
-
-    def before(self, step: Step) -> None:
-        pass  # outputs are fingerprinted once computed
 
     def after(self, step: Step, results: Sequence[np.ndarray]) -> None:
         row: list[Stats | None] = [None] * len(results)

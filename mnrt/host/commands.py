@@ -31,7 +31,8 @@ class KernelWatch(Protocol):
     there, before anything else may write what it reads). All run on the thread running
     the queue."""
 
-    def before(self, step: Step) -> None: ...
+    def before(self, step: Step) -> None:
+        """Nothing, for watches that look only at what a kernel computed."""
 
     def after(self, step: Step, results: Sequence[np.ndarray]) -> None: ...
 

@@ -61,9 +61,6 @@ class _CostWatch(KernelWatch):
     def __init__(self, owner: _Costs, command: int) -> None:
         self.owner, self.command, self.kernel = owner, command, 0
 
-    def before(self, step: Any) -> None:
-        pass
-
     def after(self, step: Any, results: Any) -> None:
         self.owner.rows.append((self.command, self.kernel, step.modelled))
         self.kernel += 1
