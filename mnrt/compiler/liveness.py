@@ -8,8 +8,9 @@ slicing and report.json all measure memory this one way.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 
-from .ir import TEMP, Graph
+from .ir import TEMP, Graph, Node
 
 
 def value_nbytes(graph: Graph, name: str) -> int:
@@ -40,12 +41,16 @@ def temporaries(graph: Graph) -> list[str]:
     return [n for n, v in graph.values.items() if v.role == TEMP and n not in outputs]
 
 
-def live_ranges(graph: Graph) -> dict[str, tuple[int, int]]:
-    """Node result -> (index of its writer, index of its last reader): the nodes during
-    which it occupies memory (a result nobody reads occupies only its writer's)."""
-    last = graph.last_uses()
+def live_ranges(nodes: Sequence[Node], outputs: Iterable[str]) -> dict[str, tuple[int, int]]:
+    """Node result -> (index of its writer, index of its last reader) in this order: the
+    nodes during which it occupies memory (a result nobody reads occupies only its
+    writer's; graph `outputs` live to the end). Takes nodes, not a graph, so that a
+    search can ask it of orders it only considers."""
+    last = {name: i for i, node in enumerate(nodes) for name in node.inputs}
+    for name in outputs:
+        last[name] = len(nodes)
     return {
         name: (i, max(i, last.get(name, i)))
-        for i, node in enumerate(graph.nodes)
+        for i, node in enumerate(nodes)
         for name in node.outputs
     }

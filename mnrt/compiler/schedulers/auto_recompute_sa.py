@@ -34,7 +34,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ..ir import MATRIX_OPS, TEMP, Graph, Node, Value
-from ..liveness import temporaries, value_nbytes
+from ..liveness import live_ranges, temporaries, value_nbytes
 from ..placement import ON_CHIP
 from . import spill_opt
 from .common import (
@@ -45,7 +45,6 @@ from .common import (
     account,
     finish,
     peak_on_chip,
-    ranges_of,
     total,
 )
 
@@ -141,12 +140,12 @@ class _Chain:
         return new
 
     def _range(self, state: _State, name: str) -> tuple[int, int]:
-        return ranges_of(state.nodes, self.graph.outputs)[name]
+        return live_ranges(state.nodes, self.graph.outputs)[name]
 
     def fill(self, state: _State, lo: int, hi: int) -> None:
         """Bring into local memory, in name order, each spilled value live somewhere in
         nodes lo..hi that fits beside what is there and makes the program cheaper."""
-        ranges = ranges_of(state.nodes, self.graph.outputs)
+        ranges = live_ranges(state.nodes, self.graph.outputs)
         size = self.sizes(state)
         occupied = _occupancy(len(state.nodes), ranges, state.lm, size)
         values = self.values(state)

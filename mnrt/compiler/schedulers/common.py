@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from ...device.spec import MNCORE2, DeviceSpec
 from ..ir import TEMP, Graph, Node, Value
-from ..liveness import temporaries, value_nbytes
+from ..liveness import live_ranges, temporaries, value_nbytes
 from ..node_cost import node_cost
 from ..placement import DRAM, ON_CHIP, on_chip_bytes
 
@@ -74,24 +74,11 @@ def total(prices: Sequence[Price]) -> Price:
     return (sum(p[0] for p in prices), sum(p[1] for p in prices))
 
 
-def ranges_of(nodes: Sequence[Node], outputs: Iterable[str]) -> dict[str, tuple[int, int]]:
-    """Node result -> (its writer's index, its last reader's index) in this order; graph
-    outputs live to the end."""
-    last: dict[str, int] = {}
-    for i, node in enumerate(nodes):
-        for name in node.inputs:
-            last[name] = i
-    for name in outputs:
-        last[name] = len(nodes)
-    made = {name: i for i, node in enumerate(nodes) for name in node.outputs}
-    return {name: (i, max(i, last.get(name, i))) for name, i in made.items()}
-
-
 def peak_on_chip(
     nodes: Sequence[Node], outputs: Iterable[str], lm: Iterable[str], size: dict[str, int]
 ) -> int:
     """The most bytes the values in `lm` hold in local memory at once in this order."""
-    ranges = ranges_of(nodes, outputs)
+    ranges = live_ranges(nodes, outputs)
     delta = [0] * (len(nodes) + 2)
     for name in lm:
         first, last = ranges[name]
@@ -110,7 +97,7 @@ class Plan:
 
     def __init__(self, graph: Graph, budget: int, pricer: Pricer, lm: Iterable[str] = ()) -> None:
         self.graph, self.budget, self.pricer = graph, budget, pricer
-        self.ranges = ranges_of(graph.nodes, graph.outputs)
+        self.ranges = live_ranges(graph.nodes, graph.outputs)
         self.size = {n: value_nbytes(graph, n) for n in temporaries(graph)}
         self.touches: dict[str, list[int]] = {}
         for i, node in enumerate(graph.nodes):
