@@ -93,6 +93,14 @@ class Graph:
     def params(self) -> list[str]:
         return [n for n, v in self.values.items() if v.role == PARAM]
 
+    def unused_name(self, base: str) -> str:
+        """`base`, or `base1`, `base2`, ...: the first no value of the graph has, for a value
+        a pass adds."""
+        name, i = base, 1
+        while name in self.values:
+            name, i = f"{base}{i}", i + 1
+        return name
+
     def producers(self) -> dict[str, int]:
         """Value name -> index of the node that defines it."""
         return {out: i for i, node in enumerate(self.nodes) for out in node.outputs}

@@ -126,10 +126,7 @@ def _widens(narrow: dt.DType, wide: dt.DType) -> bool:
 
 
 def _fresh(g: Graph, stem: str, dtype: dt.DType) -> str:
-    name, i = stem, 0
-    while name in g.values:
-        i += 1
-        name = f"{stem}{i}"
+    name = g.unused_name(stem)
     g.values[name] = Value(name, dtype=dtype, role=TEMP)
     return name
 

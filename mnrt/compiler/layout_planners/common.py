@@ -106,13 +106,6 @@ class Built:
     producer: dict[str, Node] = field(default_factory=dict)  # node writing each value
 
 
-def _fresh(graph: Graph, base: str) -> str:
-    name, i = base, 1
-    while name in graph.values:
-        name, i = f"{base}{i}", i + 1
-    return name
-
-
 def build(
     g0: Graph,
     keep: Mapping[str, str],
@@ -134,7 +127,7 @@ def build(
 
     def switch(name: str, src: str, dst: str, where: str, output: str | None = None) -> str:
         v = g.values[name]
-        output = output or _fresh(g, f"{name}_as{len(out.switches)}")
+        output = output or g.unused_name(f"{name}_as{len(out.switches)}")
         g.values[output] = Value(output, v.shape, v.dtype, TEMP, ON_CHIP, dst)
         node = Node("relayout", [name], [output], {"src": src, "dst": dst}, f"relayout_{output}")
         g.nodes.append(node)
@@ -172,7 +165,7 @@ def build(
             out.produced[name] = given
             fixed = keep.get(name)
             if fixed is not None and fixed != given:
-                raw = _fresh(g, f"{name}_produced")
+                raw = g.unused_name(f"{name}_produced")
                 v = g.values[name]
                 g.values[raw] = Value(raw, v.shape, v.dtype, TEMP, ON_CHIP, given)
                 node.outputs[i] = raw
