@@ -14,6 +14,7 @@ from ..device.kernels.registry import COMMON_ATTRS
 from ..device.spec import MNCORE2
 from ..errors import MnrtError
 from .ir import MATRIX_OPS, PARAM, TEMP, Graph, GraphError, Node, Value
+from .node_cost import node_cost
 
 _FLOATS = {dt.FLOAT, dt.DOUBLE, dt.HALF, dt.FLOAT16}
 _PRECISION = {"float": dt.FLOAT, "double": dt.DOUBLE, "half": dt.HALF}
@@ -362,8 +363,6 @@ def fuse_chains(graph: Graph) -> Graph:
     chain below its steps run one by one (node_cost). A matrix kernel's output cast stays
     a step of the chain rather than being absorbed into the kernel: writing float instead
     of rounding to half and widening gives other bits."""
-    from .node_cost import node_cost
-
     g = graph.copy()
     uses = _uses(g)
     outputs = set(g.outputs)
