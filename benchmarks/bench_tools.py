@@ -6,7 +6,9 @@ locate:   every light model the onnx wheel ships (onnx/backend/test/data/light),
           weight perturbed (x1.25 + 0.125, tests/binaries.perturbed): does `--locate` name
           exactly the kernel that reads it? (target: every one)
 overhead: capture of the compiled model's run with fingerprints against without, in one
-          run, alternating rounds, fastest of each (target: <= 1.05x); and, as context,
+          run, alternating rounds, fastest of each and median of each (target: <= 1.05x);
+          the floor under it, a capture that hashes every output and takes no statistics
+          (the hash is the one pass over every output a fingerprint needs); as context,
           the whole `save_binary` (the capture a compiled binary is made by: run, goldens,
           reference check, file) with fingerprints against without; with --overhead-only,
           these figures alone (no locate, reduce, diff or optimize)
@@ -44,6 +46,8 @@ from binaries import chain_capture, perturbed, weight_sites, with_written
 import mnrt
 from mnrt.capture import fingerprinter
 from mnrt.compiler import compiled as compiled_module
+from mnrt.format.fingerprints import Stats, hash_of
+from mnrt.host.commands import KernelWatch
 from mnrt.replay.diff import diff
 from mnrt.replay.optimize import optimize
 from mnrt.replay.reduce import kernel_count, reduce
@@ -73,62 +77,75 @@ def locate_figures(
         "model": name,
         "kernels": len(binary.fingerprints),
         "named": f"{named}/{len(picked)}" if locate else "-",
-        "capture_s": min(wall[False]),
-        "with_prints_s": min(wall[True]),
-        "cpu_s": min(cpu[False]),
-        "with_prints_cpu_s": min(cpu[True]),
+        "capture_s": min(wall["none"]),
+        "with_prints_s": min(wall["prints"]),
+        "median_ratio": float(np.median(wall["prints"]) / np.median(wall["none"])),
+        "hash_ratio": min(wall["hash"]) / min(wall["none"]),
+        "cpu_s": min(cpu["none"]),
+        "with_prints_cpu_s": min(cpu["prints"]),
         "queue_s": min(cpu["queue"]),
-        "background_s": min(cpu["background"]),
         "save_s": min(saved[False]),
         "save_with_prints_s": min(saved[True]),
         "path": out,
     }
 
 
+class HashOnly(KernelWatch):
+    """The floor under fingerprints: every kernel output hashed as a capture's fingerprints
+    hash it, with no statistics (NaN in their place)."""
+
+    def __init__(self) -> None:
+        self.kernels: list[list[Stats]] = []
+
+    def after(self, step, results) -> None:
+        nan = float("nan")
+        self.kernels.append([Stats(hash_of(b.peek()), nan, nan, nan, 0) for b in step.outs])
+
+
 def overhead(compiled, inputs: dict, rounds: int) -> tuple[dict, dict]:
     """Capture times (wall and this process's CPU time, which a loaded machine disturbs
-    less) with fingerprints and without, in alternating blocks of three captures of each
-    kind, the first of a block not counted: a capture runs measurably slower after one of
-    the other kind (what its predecessor left to the allocator differs). Per capture,
-    `cpu["queue"]`: the CPU time fingerprinting took on the thread running the queue (what
-    the kernels wait for; waits for the background thread are not CPU time), and
-    `cpu["background"]`: the CPU time of the threads summarising samples beside the kernels
-    (see capture/fingerprinter.py)."""
-    spent = {"queue": 0.0, "background": 0.0}
-    patched = [
-        (fingerprinter.Fingerprinter, name, "queue") for name in ("before", "after", "done")
-    ] + [(fingerprinter.Summariser, "work", "background")]
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patched]
+    less) without fingerprints ("none"), with the hashes alone ("hash", see HashOnly) and
+    with fingerprints ("prints"), in alternating blocks of three captures of each kind, the
+    first of a block not counted: a capture runs measurably slower after one of another
+    kind (what its predecessor left to the allocator differs). Per capture with
+    fingerprints, `cpu["queue"]`: the CPU time fingerprinting took on the thread running
+    the queue (see capture/fingerprinter.py)."""
+    spent = {"queue": 0.0}
+    real = fingerprinter.Fingerprinter
+    saved = [(real, name, getattr(real, name)) for name in ("before", "after", "done")]
 
-    def timed(function, where):
+    def timed(function):
         def run(*args):
             start = time.thread_time()
             try:
                 return function(*args)
             finally:
-                spent[where] += time.thread_time() - start
+                spent["queue"] += time.thread_time() - start
 
         return run
 
-    for (owner, name, where), (_, _, function) in zip(patched, saved):
-        setattr(owner, name, timed(function, where))
-    wall, cpu = {False: [], True: []}, {False: [], True: [], "queue": [], "background": []}
+    for owner, name, function in saved:
+        setattr(owner, name, timed(function))
+    kinds = ("none", "hash", "prints")
+    wall, cpu = {k: [] for k in kinds}, {**{k: [] for k in kinds}, "queue": []}
     try:
         for _ in range(rounds):
-            for prints in (False, True):
+            for kind in kinds:
+                # the capture makes its queue's watches with the module's Fingerprinter
+                fingerprinter.Fingerprinter = HashOnly if kind == "hash" else real
                 for i in range(3):
-                    spent.update(queue=0.0, background=0.0)
+                    spent["queue"] = 0.0
                     start, start_cpu = time.perf_counter(), time.process_time()
-                    mnrt.begin_capture(fingerprints=prints)
+                    mnrt.begin_capture(fingerprints=kind != "none")
                     compiled(inputs)
                     mnrt.end_capture()
                     if i:
-                        wall[prints].append(time.perf_counter() - start)
-                        cpu[prints].append(time.process_time() - start_cpu)
-                        if prints:
+                        wall[kind].append(time.perf_counter() - start)
+                        cpu[kind].append(time.process_time() - start_cpu)
+                        if kind == "prints":
                             cpu["queue"].append(spent["queue"])
-                            cpu["background"].append(spent["background"])
     finally:
+        fingerprinter.Fingerprinter = real
         for owner, name, function in saved:
             setattr(owner, name, function)
     return wall, cpu
@@ -227,7 +244,8 @@ def main() -> None:
         )
         print(
             f"  {'model':<22} {'kernels':>7} {'named':>6} {'capture':>10} {'+prints':>10} "
-            f"{'wall':>6} {'cpu':>6} {'queue/cpu':>15} {'bg/cpu':>14} {'save_binary':>18}"
+            f"{'wall':>6} {'median':>6} {'hash':>6} {'cpu':>6} {'queue/cpu':>15} "
+            f"{'save_binary':>18}"
         )
         vgg = None
         for path in paths:
@@ -236,10 +254,9 @@ def main() -> None:
             print(
                 f"  {r['model']:<22} {r['kernels']:>7} {r['named']:>6} "
                 f"{r['capture_s'] * 1e3:>8.1f}ms {r['with_prints_s'] * 1e3:>8.1f}ms "
-                f"{r['with_prints_s'] / r['capture_s']:>5.3f}x "
-                f"{r['with_prints_cpu_s'] / r['cpu_s']:>5.3f}x "
+                f"{r['with_prints_s'] / r['capture_s']:>5.3f}x {r['median_ratio']:>5.3f}x "
+                f"{r['hash_ratio']:>5.3f}x {r['with_prints_cpu_s'] / r['cpu_s']:>5.3f}x "
                 f"{r['queue_s'] * 1e3:>6.1f}ms {r['queue_s'] / r['cpu_s']:>6.1%} "
-                f"{r['background_s'] * 1e3:>5.1f}ms {r['background_s'] / r['cpu_s']:>6.1%} "
                 f"{r['save_s'] * 1e3:>8.0f}ms {r['save_with_prints_s'] / r['save_s']:>6.3f}x"
             )
         if args.overhead_only:

@@ -1,22 +1,20 @@
 """Fingerprinting kernel outputs while a capture records (see format/fingerprints.py).
 
 A fingerprint costs a pass over the output (the hash) and a few over a sample of it (the
-statistics): on models of many cheap kernels, close to a tenth of the capture when each
-output's statistics take their own numpy calls. The hash must be taken before a later
-kernel writes the buffer again (compiled programs do, two kernels later), so the thread
-running the queue takes it at once, while the output is still in cache. The sample, its
-own copy, can wait: it is copied into a row of a block of samples, and a block, once
-full, is summarised by a thread of the command's own (started with the first full block,
-joined when the command ends) in three reductions of the whole block, which numpy runs
-without the GIL, while the queue's thread goes on with the next kernels. Outputs too small
-to be sampled are fingerprinted at once, as are all of them in a command of too few to
-fill a block.
+statistics). The hash must be taken before a later kernel writes the buffer again
+(compiled programs do, two kernels later), so it is taken at once, while the output is
+still in cache, and so is a copy of the sample, into a row of a block of samples. The
+statistics wait until the block is full: three reductions of a whole block cost about
+what one output's three would, which matters on models of many cheap kernels.
+
+Everything runs on the thread running the queue. A thread of its own for the statistics
+or the hash measured slower, not faster: the emulated kernels keep both cores of a 2-core
+host busy (numpy's BLAS threads spin between products), and every handoff of the GIL
+between two threads costs more than the work handed off.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -27,13 +25,15 @@ from ..format.fingerprints import (
     copy_sample,
     hash_of,
     is_sampled,
-    stats_of,
+    sample_of,
     summaries,
+    summary,
 )
 from ..host.commands import Command, KernelWatch
 from ..host.program import Step
 
-# Samples per block (a block of float32 samples is 1 MiB).
+# Samples per block: a block of float32 samples is 1 MiB, which stays in a core's cache
+# (blocks of 256 samples, 16 MiB, made captures slower, not faster).
 BLOCK_ROWS = 16
 
 
@@ -42,13 +42,14 @@ class Fingerprinter(KernelWatch):
     every output of every kernel the command runs, kernel by kernel (`kernels`, complete
     once the command is done)."""
 
-    __slots__ = ("blocks", "kernels", "spare", "worker")
+    __slots__ = ("_blocks", "_counts", "_hashes", "_stats", "kernels")
 
     def __init__(self) -> None:
-        self.kernels: list[list[Stats | None]] = []
-        self.blocks: dict[np.dtype, _Block] = {}  # being filled, by dtype
-        self.spare: queue.SimpleQueue[_Block] = queue.SimpleQueue()  # summarised, to reuse
-        self.worker: Summariser | None = None
+        self.kernels: list[list[Stats]] = []
+        self._counts: list[int] = []  # outputs of each kernel fingerprinted so far
+        self._hashes: list[int] = []  # of every output, in order
+        self._stats: list[Stats | None] = []  # of every output; None until summarised
+        self._blocks: dict[np.dtype, _Block] = {}  # samples not yet summarised, by dtype
 
     @staticmethod
     def factory(groups: list[list[list[Stats]]]):
@@ -62,104 +63,54 @@ class Fingerprinter(KernelWatch):
         return watch
 
     def after(self, step: Step, results: Sequence[np.ndarray]) -> None:
-        row: list[Stats | None] = [None] * len(results)
-        for j, (b, values) in enumerate(zip(step.outs, results)):
-            bits = b.peek()
+        hashes, stats = self._hashes, self._stats
+        for b, values in zip(step.outs, results):
+            digest = hash_of(b.peek())
             if not is_sampled(values.size):
-                row[j] = stats_of(bits, values)
+                stats.append(summary(digest, sample_of(values)))
+                hashes.append(digest)
                 continue
-            block = self.blocks.get(values.dtype)
+            block = self._blocks.get(values.dtype)
             if block is None:
-                block = self.blocks[values.dtype] = self._block(values.dtype)
-            copy_sample(values, block.samples[len(block.places)])
-            block.places.append((hash_of(bits), row, j))
-            if len(block.places) == BLOCK_ROWS:
-                del self.blocks[values.dtype]
-                if self.worker is None:
-                    self.worker = Summariser(self.spare)
-                self.worker.put(block)
-        self.kernels.append(row)  # not before: a kernel whose fingerprint failed has none
+                block = self._blocks[values.dtype] = _Block(values.dtype)
+            copy_sample(values, block.samples[len(block.outputs)])
+            block.outputs.append(len(stats))
+            stats.append(None)
+            hashes.append(digest)
+            if len(block.outputs) == BLOCK_ROWS:
+                block.summarise(hashes, stats)
+        self._counts.append(len(results))  # not before: a kernel whose fingerprint failed
 
     def done(self) -> None:
-        """Summarise the blocks not yet full here, wait for the thread to summarise the
-        others and end it; raise what went wrong there (the kernels from the first whose
-        fingerprint is missing are dropped, as when a fingerprint fails on the queue's
-        thread)."""
-        blocks, self.blocks = list(self.blocks.values()), {}
-        worker, self.worker = self.worker, None
-        error = None
+        """Summarise the blocks not yet full and hand out the kernels' fingerprints: those
+        of every kernel up to the first whose fingerprint is missing (a kernel that failed,
+        or whose fingerprint did)."""
         try:
-            for block in blocks:
-                block.summarise()
-        except BaseException as e:
-            error = e
-        if worker is not None:
-            thread_error = worker.close()
-            error = error or thread_error
-        if error is not None:
-            missing = next((i for i, row in enumerate(self.kernels) if None in row), 0)
-            del self.kernels[missing:]
-            raise error
-
-    def _block(self, dtype: np.dtype) -> _Block:
-        while True:
-            try:
-                block = self.spare.get_nowait()
-            except queue.Empty:
-                return _Block(dtype)
-            if block.samples.dtype == dtype:
-                return block
+            for block in self._blocks.values():
+                block.summarise(self._hashes, self._stats)
+        finally:
+            self._blocks.clear()
+            at = 0
+            for count in self._counts:
+                row = self._stats[at : at + count]
+                if None in row:
+                    break
+                self.kernels.append(row)
+                at += count
 
 
 class _Block:
-    """Samples of outputs of one dtype, one a row, with each output's hash and where its
-    fingerprint goes (`row[j]`)."""
+    """Samples of outputs of one dtype, one a row, with the index of each output among
+    the command's (`outputs`)."""
 
-    __slots__ = ("places", "samples")
+    __slots__ = ("outputs", "samples")
 
     def __init__(self, dtype: np.dtype) -> None:
         self.samples = np.empty((BLOCK_ROWS, SAMPLE_SIZE), dtype)
-        self.places: list[tuple[int, list, int]] = []
+        self.outputs: list[int] = []
 
-    def summarise(self) -> None:
-        n = len(self.places)
-        for (_, row, j), stats in zip(
-            self.places, summaries([d for d, _, _ in self.places], self.samples[:n])
-        ):
-            row[j] = stats
-        self.places.clear()
-
-
-class Summariser:
-    """A thread summarising full blocks in the order they were put, handing each back to
-    `spare` once done (so that a command fills a few blocks over and over, whose memory is
-    mapped already); it stops at the first failure, which `close` returns."""
-
-    __slots__ = ("_blocks", "_error", "_spare", "_thread")
-
-    def __init__(self, spare: queue.SimpleQueue) -> None:
-        self._blocks: queue.SimpleQueue[_Block | None] = queue.SimpleQueue()
-        self._spare = spare
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self.work, name="mnrt-fingerprints", daemon=True)
-        self._thread.start()
-
-    def put(self, block: _Block) -> None:
-        self._blocks.put(block)
-
-    def close(self) -> BaseException | None:
-        """Wait for every block put so far, end the thread, and return what went wrong."""
-        self._blocks.put(None)
-        self._thread.join()
-        return self._error
-
-    def work(self) -> None:
-        """The thread's body."""
-        while (block := self._blocks.get()) is not None:
-            if self._error is None:
-                try:
-                    block.summarise()
-                except BaseException as e:  # returned to the queue's thread by close
-                    self._error = e
-                else:
-                    self._spare.put(block)
+    def summarise(self, hashes: list[int], stats: list[Stats | None]) -> None:
+        n, outputs = len(self.outputs), self.outputs
+        self.outputs = []
+        for i, s in zip(outputs, summaries([hashes[i] for i in outputs], self.samples[:n])):
+            stats[i] = s

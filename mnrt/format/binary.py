@@ -30,7 +30,7 @@ from .fb.Metadata import MetadataT
 from .fb.Version import CreateVersion
 from .fields import STRUCT_CODES, scalar_type
 from .files import open_regular, write_atomically
-from .fingerprints import Fingerprint, Stats, to_tables
+from .fingerprints import Fingerprint, Stats, to_columns
 from .io import IoBuffer, derive, describe
 from .pack import pack_commands, pack_tables
 from .schema_info import FORMAT_VERSION, KNOWN_SCHEMAS, LAYOUT, SCHEMA_HASH
@@ -434,12 +434,7 @@ def _check_integrity(fb: memoryview, root: FbLightBinary) -> None:
 
 
 def _fingerprints_vector(b: flatbuffers.Builder, fingerprints: Sequence[Fingerprint]) -> int:
-    tables = to_tables(fingerprints)
-    columns = {
-        name: [getattr(t, name) for t in tables]
-        for name in ("command", "kernel", "output", "hash", "min", "max", "mean", "nonfinite")
-    }
-    return pack_tables(b, "KernelFingerprint", columns)
+    return pack_tables(b, "KernelFingerprint", to_columns(fingerprints))
 
 
 def _io_vector(b: flatbuffers.Builder, ids: Sequence[int]) -> int:

@@ -16,8 +16,6 @@ from typing import NamedTuple
 import numpy as np
 import xxhash
 
-from .fb.KernelFingerprint import KernelFingerprintT
-
 _NAN = float("nan")
 
 
@@ -131,7 +129,7 @@ def summaries(digests: Sequence[int], samples: np.ndarray) -> list[Stats]:
     lo = np.minimum.reduce(samples, axis=1).tolist()
     hi = np.maximum.reduce(samples, axis=1).tolist()
     with np.errstate(invalid="ignore"):  # inf - inf in a row summarised again below
-        total = np.add.reduce(samples, axis=1, dtype=None if floats else np.float64).tolist()
+        total = np.add.reduce(samples, axis=1, dtype=_sum_dtype(samples.dtype)).tolist()
     n = samples.shape[1]
     out = []
     for i, digest in enumerate(digests):
@@ -143,37 +141,58 @@ def summaries(digests: Sequence[int], samples: np.ndarray) -> list[Stats]:
 
 
 def _mean(values: np.ndarray) -> float:
-    # Floats sum pairwise in their own precision (a few ulps over the sample: plenty for a
-    # summary, and faster than widening); integers in float64, which cannot wrap.
-    total = np.add.reduce(values, dtype=None if values.dtype.kind == "f" else np.float64)
-    return float(total) / values.size
+    return float(np.add.reduce(values, dtype=_sum_dtype(values.dtype))) / values.size
+
+
+def _sum_dtype(dtype: np.dtype) -> type | None:
+    """What a sample is summed in: float32 and float64 pairwise in their own precision (a
+    few ulps over the sample: plenty for a summary, and faster than widening); narrower
+    floats in float32 (a float16 sample of values past 4 overflows float16: binaries
+    captured before this was so hold an infinite mean, which `close` cannot compare, the
+    mean being of finite values only); integers in float64, which cannot wrap."""
+    if dtype.kind != "f":
+        return np.float64
+    return np.float32 if dtype.itemsize < 4 else None
 
 
 def _json_float(v: float) -> float | str:
     return v if math.isfinite(v) else str(v)
 
 
-def to_tables(fingerprints: Sequence[Fingerprint]) -> list[KernelFingerprintT]:
-    """Object-API tables for `LightBinary.build`, in (command, kernel, output) order."""
-    out = []
-    for f in sorted(fingerprints, key=lambda f: (f.command, f.kernel, f.output)):
-        s = f.stats
-        t = KernelFingerprintT()
-        t.command, t.kernel, t.output = f.command, f.kernel, f.output
-        t.hash, t.min, t.max, t.mean, t.nonfinite = s.hash, s.min, s.max, s.mean, s.nonfinite
-        out.append(t)
-    return out
+def to_columns(fingerprints: Sequence[Fingerprint]) -> dict[str, tuple]:
+    """The KernelFingerprint tables' fields, a column each (object-API attribute names),
+    in (command, kernel, output) order, for `LightBinary.build` (a compiled model has a
+    fingerprint per kernel output: many hundreds)."""
+    ordered = sorted(fingerprints, key=lambda f: (f.command, f.kernel, f.output))
+    if not ordered:
+        return {}
+    command, kernel, output, stats = zip(*ordered)
+    digest, lo, hi, mean, nonfinite = zip(*stats)
+    return {
+        "command": command,
+        "kernel": kernel,
+        "output": output,
+        "hash": digest,
+        "min": lo,
+        "max": hi,
+        "mean": mean,
+        "nonfinite": nonfinite,
+    }
 
 
 def close(a: Stats, b: Stats, rtol: float, atol: float) -> bool:
     """Whether two fingerprints' statistics agree within tolerance: the same number of
     non-finite elements, and min, max and mean each within `atol + rtol * scale` where
     the scale is the captured output's largest magnitude (so a mean near zero of values
-    near one is not held to a relative error it cannot meet)."""
+    near one is not held to a relative error it cannot meet). An infinite mean is an
+    overflowed sum (see `_sum_dtype`): it is not compared."""
     if a.nonfinite != b.nonfinite:
         return False
     scale = max(abs(b.min), abs(b.max)) if math.isfinite(b.min) else 0.0
-    for x, y in ((a.min, b.min), (a.max, b.max), (a.mean, b.mean)):
+    pairs = [(a.min, b.min), (a.max, b.max)]
+    if not (math.isinf(a.mean) or math.isinf(b.mean)):  # see _sum_dtype
+        pairs.append((a.mean, b.mean))
+    for x, y in pairs:
         if math.isnan(x) or math.isnan(y):
             if math.isnan(x) != math.isnan(y):
                 return False

@@ -1,11 +1,9 @@
-"""Fingerprints of a capture's kernels (capture/fingerprinter.py), their statistics made in
-blocks on a thread of their own: the same values as one output at a time, never of data a
-later write changed, the thread joined and its errors raised on every path."""
+"""Fingerprints of a capture's kernels (capture/fingerprinter.py), their statistics made a
+block of samples at a time: the same values as one output at a time, never of data a later
+write changed, and a failure raised with no fingerprint for the kernels it left without."""
 
 from __future__ import annotations
 
-import threading
-import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -20,10 +18,6 @@ from mnrt.format.fingerprints import RUN, SAMPLE_RUNS, stats_of
 
 DTYPES = ["float16", "float32", "float64", "int8", "int32", "int64", "uint8", "uint16", "bool"]
 SIZES = [0, 1, 5, 1000, SAMPLE_RUNS * (RUN + 1), SAMPLE_RUNS * (RUN + 1) + 1, 70_001]
-
-
-def _threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "mnrt-fingerprints"]
 
 
 def _buffer(bits: np.ndarray) -> SimpleNamespace:
@@ -80,7 +74,6 @@ def test_fingerprints_in_blocks_equal_those_of_one_output_at_a_time(
         f.done()
     assert [s.to_dict() for row in f.kernels for s in row] == expected
     assert [len(row) for row in f.kernels] == [len(g) for g in groups]
-    assert not _threads()
 
 
 def test_a_sample_is_summarised_as_it_was_when_the_kernel_wrote_it(monkeypatch):
@@ -96,17 +89,6 @@ def test_a_sample_is_summarised_as_it_was_when_the_kernel_wrote_it(monkeypatch):
     a[:] = -1
     f.done()
     assert [row[0] for row in f.kernels] == expected
-
-
-def _slow(monkeypatch) -> None:
-    """Make summarising a block slow, so that kernels run on while it is summarised."""
-    function = fingerprinter.summaries
-
-    def slow(*args):
-        time.sleep(0.02)
-        return function(*args)
-
-    monkeypatch.setattr(fingerprinter, "summaries", slow)
 
 
 def _ping_pong(q, dev, kernels: int = 6, n: int = 40_000) -> None:
@@ -135,10 +117,8 @@ def test_a_capture_records_the_fingerprints_that_replay_computes(dev, monkeypatc
     monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", 100)  # summarised when done
     at_the_end = _capture(dev, kernels=9).fingerprints
     monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", 2)
-    _slow(monkeypatch)
     binary = _capture(dev, kernels=9)
     assert len(binary.fingerprints) == 9 and binary.fingerprints == at_the_end
-    assert not _threads()
     located = mnrt.replay(binary, locate=True).locate
     assert (located.compared, located.divergent) == (9, 0)
 
@@ -150,44 +130,45 @@ def _broken(monkeypatch) -> None:
     monkeypatch.setattr(fingerprinter, "summaries", summaries)
 
 
-@pytest.mark.parametrize("block_rows", [1, 2, 100])  # on the thread, both, at the end
+@pytest.mark.parametrize("block_rows", [1, 2, 100])  # by a kernel's watch, or once done
 def test_a_failed_summary_is_raised_and_its_kernels_have_no_fingerprint(monkeypatch, block_rows):
     monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", block_rows)
     _broken(monkeypatch)
     small, large = np.ones(4, np.float32), np.ones(100_000, np.float32)
     f = Fingerprinter()
-    for out in (small, large, small, large):
-        step = _step(_buffer(out))
-        f.before(step)
-        f.after(step, [out])
     with pytest.raises(RuntimeError, match="summaries broke"):
+        try:  # as RunProgram.run watches a command
+            for out in (small, large, small, large):
+                step = _step(_buffer(out))
+                f.before(step)
+                f.after(step, [out])
+        except RuntimeError:
+            f.done()
+            raise
         f.done()
     assert len(f.kernels) == 1  # the kernel before the first whose fingerprint failed
-    assert not _threads()
 
 
-def test_a_capture_command_fails_with_the_threads_error(dev, monkeypatch):
-    monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", 2)
+@pytest.mark.parametrize("block_rows", [1, 100])
+def test_a_capture_command_fails_with_the_summarys_error(dev, monkeypatch, block_rows):
+    monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", block_rows)
     _broken(monkeypatch)
     q = dev.command_queue(0)
     mnrt.begin_capture(fingerprints=True)
     with pytest.raises(mnrt.DeviceExecutionError, match="summaries broke"):
         _ping_pong(q, dev)  # its read waits for the program
-    assert not _threads()
     with pytest.raises(mnrt.CaptureError, match="skipped"):  # the read behind it
         mnrt.end_capture()
 
 
 @pytest.mark.parametrize("broken", [False, True])
-def test_a_failing_kernel_raises_its_own_error_once_the_thread_is_joined(dev, monkeypatch, broken):
-    """A kernel fails while fingerprints of the kernels before it are still being made: the
-    thread finishes them and ends, and the kernel's error is the one raised (with the
-    thread's own failure noted on it)."""
-    monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", 1)
+def test_a_failing_kernel_raises_its_own_error(dev, monkeypatch, broken):
+    """A kernel fails while the samples of the kernels before it wait to be summarised:
+    they are, and the kernel's error is the one raised (with the summary's own failure
+    noted on it)."""
+    monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", 100)
     if broken:
         _broken(monkeypatch)
-    else:
-        _slow(monkeypatch)
     q = dev.command_queue(0)
     n = 40_000
     bufs = {name: dev.create_buffer((n,), "float", name=name) for name in ("x", "a", "g")}
@@ -202,5 +183,4 @@ def test_a_failing_kernel_raises_its_own_error_once_the_thread_is_joined(dev, mo
     message = str(raised.value)
     assert "index 40005 is out of range" in message
     assert ("the kernel watch failed: RuntimeError: summaries broke" in message) == broken
-    assert not _threads()
     mnrt.end_capture()

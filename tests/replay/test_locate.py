@@ -222,6 +222,15 @@ def test_a_scaled_output_is_wrong_and_one_ulp_is_rounding(values):
         assert not close(stats_of(moved, moved), base, 1e-5 * 64, 1e-6 * 64)
 
 
+def test_a_half_precision_mean_does_not_overflow_and_an_overflowed_one_is_not_compared():
+    values = np.full(30_000, 100.0, np.float16)  # sums to 3e6, past float16's 65504
+    s = stats_of(values, values)
+    assert s.mean == 100.0
+    overflowed = s._replace(mean=float("inf"))  # as binaries captured before held it
+    assert close(s, overflowed, 1e-3, 1e-3) and close(overflowed, s, 1e-3, 1e-3)
+    assert not close(s._replace(max=200.0), overflowed, 1e-3, 1e-3)
+
+
 def test_saved_file_names_stay_inside_the_directory(tmp_path):
     with mnrt.open_device("auto") as dev:
         q = dev.command_queue(0)
