@@ -107,11 +107,29 @@ def overhead(compiled, inputs: dict, rounds: int) -> tuple[dict, dict]:
     less) without fingerprints ("none"), with the hashes alone ("hash", see HashOnly) and
     with fingerprints ("prints"), in alternating blocks of three captures of each kind, the
     first of a block not counted: a capture runs measurably slower after one of another
-    kind (what its predecessor left to the allocator differs). Per capture with
-    fingerprints, `cpu["queue"]`: the CPU time fingerprinting took on the thread running
-    the queue (see capture/fingerprinter.py)."""
-    spent = {"queue": 0.0}
+    kind (what its predecessor left to the allocator differs). Then, in captures of their
+    own (timing every kernel's watch costs a few microseconds),
+    `cpu["queue"]`: the CPU time fingerprinting takes on the thread running the queue (see
+    capture/fingerprinter.py)."""
+    kinds = ("none", "hash", "prints")
+    wall, cpu = {k: [] for k in kinds}, {**{k: [] for k in kinds}, "queue": []}
     real = fingerprinter.Fingerprinter
+    try:
+        for _ in range(rounds):
+            for kind in kinds:
+                # the capture makes its queue's watches with the module's Fingerprinter
+                fingerprinter.Fingerprinter = HashOnly if kind == "hash" else real
+                for i in range(3):
+                    start, start_cpu = time.perf_counter(), time.process_time()
+                    mnrt.begin_capture(fingerprints=kind != "none")
+                    compiled(inputs)
+                    mnrt.end_capture()
+                    if i:
+                        wall[kind].append(time.perf_counter() - start)
+                        cpu[kind].append(time.process_time() - start_cpu)
+    finally:
+        fingerprinter.Fingerprinter = real
+    spent = {"queue": 0.0}
     saved = [(real, name, getattr(real, name)) for name in ("before", "after", "done")]
 
     def timed(function):
@@ -126,26 +144,14 @@ def overhead(compiled, inputs: dict, rounds: int) -> tuple[dict, dict]:
 
     for owner, name, function in saved:
         setattr(owner, name, timed(function))
-    kinds = ("none", "hash", "prints")
-    wall, cpu = {k: [] for k in kinds}, {**{k: [] for k in kinds}, "queue": []}
     try:
         for _ in range(rounds):
-            for kind in kinds:
-                # the capture makes its queue's watches with the module's Fingerprinter
-                fingerprinter.Fingerprinter = HashOnly if kind == "hash" else real
-                for i in range(3):
-                    spent["queue"] = 0.0
-                    start, start_cpu = time.perf_counter(), time.process_time()
-                    mnrt.begin_capture(fingerprints=kind != "none")
-                    compiled(inputs)
-                    mnrt.end_capture()
-                    if i:
-                        wall[kind].append(time.perf_counter() - start)
-                        cpu[kind].append(time.process_time() - start_cpu)
-                        if kind == "prints":
-                            cpu["queue"].append(spent["queue"])
+            spent["queue"] = 0.0
+            mnrt.begin_capture(fingerprints=True)
+            compiled(inputs)
+            mnrt.end_capture()
+            cpu["queue"].append(spent["queue"])
     finally:
-        fingerprinter.Fingerprinter = real
         for owner, name, function in saved:
             setattr(owner, name, function)
     return wall, cpu
