@@ -44,7 +44,7 @@ class CacheOptions:
         return f"CacheOptions({str(self.cache_dir)!r})"
 
 
-def _cache_key(graph: Graph, opts: CompileOptions, inputs: Mapping[str, np.ndarray]) -> str:
+def cache_key(graph: Graph, opts: CompileOptions, inputs: Mapping[str, np.ndarray]) -> str:
     """The cache entry of a compile: the model (structure and weights), every resolved option
     (an option_json file's contents included), the input shapes, and the mnrt version, whose
     passes and formats made the entry."""
@@ -65,7 +65,7 @@ def _digest(path: Path) -> str:
         return xxhash.xxh3_128_hexdigest(f.read())
 
 
-def _checksums_hold(entry: Path) -> bool:
+def checksums_hold(entry: Path) -> bool:
     """Whether a cache entry holds exactly the files it was stored with, each as it was
     stored. A file that still parses but changed (a flipped digit in graph.json, an edited
     option.json) would otherwise load as a different program, silently; one added since is
@@ -83,7 +83,22 @@ def _checksums_hold(entry: Path) -> bool:
         return False
 
 
-def _store_cached(compiled: CompiledFunction, entry: Path, phases: list[dict]) -> None:
+def stored_phases(entry: Path) -> list[dict]:
+    """The phases of the compile that stored an entry (its report.json, which the entry's
+    checksums cover), for the report of a compile that loads it: what that compile's
+    scheduler and layout planner did is still what the loaded program is. The phases that
+    are each compile's own (import, cache, the light binary, ONNX export) are left out,
+    and each is marked `cached`. None of them when the report cannot be read."""
+    try:
+        with open_regular(entry / "report.json", "a cache file") as f:
+            phases = json.loads(f.read())["phases"]
+        own = {"import", "cache", "light binary", "onnx export"}
+        return [{**p, "cached": True} for p in phases if p["name"] not in own]
+    except (OSError, ValueError, TypeError, KeyError, RecursionError, MnrtError):
+        return []
+
+
+def store_cached(compiled: CompiledFunction, entry: Path, phases: list[dict]) -> None:
     """Write a cache entry whole or not at all: into a private folder renamed into place, so
     that a compile killed midway, or another compiling the same key at the same time, never
     leaves a partial entry for a later compile to load. A read-only cache (one shared by a

@@ -26,7 +26,7 @@ from ..errors import InvalidArgumentError, MnrtError
 from ..host import Device, open_device
 from . import codegen, pipeline
 from .builder import GraphBuilder
-from .cache import CacheOptions, _cache_key, _checksums_hold, _store_cached
+from .cache import CacheOptions, cache_key, checksums_hold, store_cached, stored_phases
 from .compiled import CompiledFunction
 from .ir import Graph
 from .options import resolve
@@ -146,9 +146,12 @@ class Context:
                                            cache_options, start)  # fmt: skip
         cached = None
         if cache_options is not None:
-            cached = cache_options.cache_dir / _cache_key(graph, opts, inputs)
+            cached = cache_options.cache_dir / cache_key(graph, opts, inputs)
+            t0 = time.perf_counter()
             compiled = self._load_cached(cached)
             if compiled is not None:
+                phases.append(_cache_phase("hit", cached, t0))
+                phases += stored_phases(cached)
                 # What the entry cannot know: this compile's model, options and inputs
                 # (the goldens of save_binary come from them).
                 compiled.source, compiled.onnx_model, compiled.options = graph, onnx_model, opts
@@ -162,6 +165,7 @@ class Context:
                     )
                 self.last_compile_s = time.perf_counter() - start
                 return compiled
+            phases.append(_cache_phase("miss", cached, t0))
         optimised, stages = pipeline.optimise(graph, opts, phases)
         t0 = time.perf_counter()
         compiled = CompiledFunction(self, optimised, opts, graph, inputs)
@@ -172,7 +176,7 @@ class Context:
         if codegen_dir is not None:
             compiled.write_codegen_dir(codegen_dir, list(phases))
         if cached is not None:
-            _store_cached(compiled, cached, phases)
+            store_cached(compiled, cached, phases)
         if opts["out_onnx"]:
             codegen.export_onnx(compiled.graph, Path(opts["out_onnx"]), phases, required=True)
         self.last_compile_s = time.perf_counter() - start
@@ -225,7 +229,7 @@ class Context:
         """The compiled graph a cache entry holds; None when there is none, or when it cannot
         be trusted (a file changed since it was stored, or unreadable): that entry is
         compiled again."""
-        if not entry.is_dir() or not _checksums_hold(entry):
+        if not entry.is_dir() or not checksums_hold(entry):
             return None
         try:
             return self.load_codegen_dir(entry)
@@ -245,6 +249,18 @@ class Context:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _cache_phase(result: str, entry: Path, start: float) -> dict:
+    """report.json's account of looking a compile up in the cache."""
+    seconds = time.perf_counter() - start
+    return {
+        "name": "cache",
+        "status": "ok",
+        "result": result,
+        "seconds": seconds,
+        "entry": entry.name,
+    }
 
 
 def _check_paths(codegen_dir: Any, cache_options: Any) -> None:

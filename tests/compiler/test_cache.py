@@ -76,6 +76,23 @@ def test_a_cache_hit_records_this_compiles_inputs(ctx, tmp_path):
     assert hit.options["option_json"] == "O1" and hit.source is b.graph
 
 
+def test_a_cache_hits_report_shows_the_stored_compiles_phases(ctx, tmp_path):
+    b = small_mlp(np.random.default_rng(4))
+    cache = mnrt.CacheOptions(tmp_path / "cache")
+    ctx.compile(b, {"x": mlp_input()}, codegen_dir=tmp_path / "miss", cache_options=cache)
+    ctx.compile(b, {"x": mlp_input()}, codegen_dir=tmp_path / "hit", cache_options=cache)
+    miss, hit = (json.loads((tmp_path / d / "report.json").read_text()) for d in ("miss", "hit"))
+    (entry,) = (tmp_path / "cache").iterdir()
+    assert next(p for p in miss["phases"] if p["name"] == "cache")["result"] == "miss"
+    cache_phase = next(p for p in hit["phases"] if p["name"] == "cache")
+    assert cache_phase["result"] == "hit" and cache_phase["entry"] == entry.name
+    own = ("import", "cache", "light binary", "onnx export")
+    stored = [p for p in miss["phases"] if p["name"] not in own]
+    reused = [p for p in hit["phases"] if p.get("cached")]
+    assert reused == [{**p, "cached": True} for p in stored]
+    assert any(p["name"] == "schedule" and p["account"] for p in reused)
+
+
 def test_a_cache_hit_still_writes_out_onnx(ctx, tmp_path):
     pytest.importorskip("onnx")
     b = small_mlp(np.random.default_rng(5))
@@ -88,7 +105,7 @@ def test_a_cache_hit_still_writes_out_onnx(ctx, tmp_path):
     assert out.is_file()
 
 
-def test_the_cache_key_holds_the_mnrt_version(ctx, tmp_path, monkeypatch):
+def test_thecache_key_holds_the_mnrt_version(ctx, tmp_path, monkeypatch):
     b = small_mlp(np.random.default_rng(6))
     cache = mnrt.CacheOptions(tmp_path / "cache")
     ctx.compile(b, {"x": mlp_input()}, cache_options=cache)
@@ -201,7 +218,7 @@ def test_entries_stored_while_another_compile_loads_them_are_whole(ctx, tmp_path
     def write() -> None:
         try:
             for _ in range(20):
-                cache_module._store_cached(compiled, entry, [])
+                cache_module.store_cached(compiled, entry, [])
         except BaseException as e:  # reported below
             failures.append(e)
 
@@ -224,7 +241,7 @@ def test_entries_stored_while_another_compile_loads_them_are_whole(ctx, tmp_path
     reader.join(HANG_S)
     assert not any(t.is_alive() for t in [reader, *writers]), "hung"
     assert not failures, failures
-    assert loaded and cache_module._checksums_hold(entry)
+    assert loaded and cache_module.checksums_hold(entry)
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [entry.name]  # no staging left
 
 

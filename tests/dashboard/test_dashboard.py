@@ -21,6 +21,7 @@ pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 from starlette.testclient import TestClient
 
 import mnrt
+from mnrt.compiler.models import MODELS
 from mnrt.dashboard import (
     PAGES,
     ArtifactMissingError,
@@ -66,6 +67,20 @@ def test_every_page_of_a_codegen_dir(cnn_dir):
     # an output the compile's accuracy check does not cover is not checked, not failed
     assert "FAILED" not in summary and "not checked here" in summary
     assert 'src="netron/index.html?url=../files/model.onnx' in c.get("/graph").text
+
+
+def test_a_cache_hits_phases_show_as_cached_and_count_once(tmp_path):
+    builder, inputs = MODELS["cnn"]()
+    cache = mnrt.CacheOptions(tmp_path / "cache")
+    with mnrt.Context() as ctx:
+        ctx.compile(builder, inputs, cache_options=cache)
+        ctx.compile(builder, inputs, codegen_dir=tmp_path / "hit", cache_options=cache)
+    page = client(tmp_path / "hit").get("/compile").text
+    report = json.loads((tmp_path / "hit" / "report.json").read_text())
+    assert rows(page, "phases") == len(report["phases"])
+    assert "ok (hit)" in page and "ok (cached)" in page
+    own = sum(p["seconds"] for p in report["phases"] if not p.get("cached"))
+    assert f"{_number(own)} s in all" in page
 
 
 def test_layers_carry_the_compile_reports_costs(cnn_dir):
