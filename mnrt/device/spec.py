@@ -110,6 +110,14 @@ class LinkSpec:
             return (f"b{src}->sw{s}", f"sw{s}->b{dst}")
         return (f"b{src}->sw{s}", f"sw{s}->host", f"host->sw{t}", f"sw{t}->b{dst}")
 
+    def host_route(self, device: int, to_device: bool) -> tuple[str, ...]:
+        """The link directions a host transfer occupies: from the host down to `device`
+        (a write) or up from it (a read), through its switch, as a copy crossing the host
+        does on that side."""
+        d = _device_index(device)
+        s = self.switch_of(d)
+        return (f"host->sw{s}", f"sw{s}->b{d}") if to_device else (f"b{d}->sw{s}", f"sw{s}->host")
+
     def copy_cost(self, src_device: int, dst_device: int, nbytes: int) -> Modelled:
         """The link's share of a copy between two boards: its time (latency of the DMA and
         of each switch and root-complex hop, then the bytes at `bandwidth`) and the energy

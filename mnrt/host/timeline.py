@@ -12,13 +12,17 @@ planner and a test all ask the same question the same way. The rules:
   run on DMA engines and overlap compute;
 - a copy between devices occupies every link direction on its route
   (`LinkSpec.route`) for its whole time, so copies that share one (two copies out of one
-  board, two copies through one switch uplink) take turns.
+  board, two copies through one switch uplink) take turns; so does a host transfer, on
+  the link directions between the host and its device (`LinkSpec.host_route`): writes to
+  two boards behind one switch, or a write beside a copy into the same board, take turns.
 
 Spans are placed greedily: of the spans whose predecessors are placed, the one that can
 start first goes next (ties in enqueue order), the list scheduling a hardware queue does.
 A device's busy time is the time at least one of its queues runs a span; its energy is that
-of its spans (the work, as the single-device report counts it). The bubble fraction is the
-idle share of devices x makespan, over the devices with at least one span.
+of its spans (the work, as the single-device report counts it) plus its static power while
+idle (`idle_energy_j`): a board draws it for the whole run, and a pipeline's bubbles cost
+energy as well as time. The bubble fraction is the idle share of devices x makespan, over
+the devices with at least one span.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from ..errors import InvalidArgumentError
 # Span kinds that occupy their device's PE array (a queue command's `kind` names a device
 # trace's replay "replay_trace").
 COMPUTE_KINDS = frozenset({"program", "trace", "replay_trace"})
+# Span kinds that move bytes between the host and their device.
+HOST_KINDS = frozenset({"write", "read"})
 
 
 @dataclass(frozen=True)
@@ -56,11 +62,13 @@ class Span:
 
 
 class DeviceUsage(NamedTuple):
-    """One device's share of a timeline."""
+    """One device's share of a timeline: `energy_j` holds `idle_energy_j`, the static power
+    it draws between its spans."""
 
     index: int
     busy_s: float
     energy_j: float
+    idle_energy_j: float = 0.0
 
 
 class Flow(NamedTuple):
@@ -85,11 +93,17 @@ class Timeline:
     devices: list[DeviceUsage] = field(default_factory=list)
     flows: list[Flow] = field(default_factory=list)
 
+    @property
+    def idle_energy_j(self) -> float:
+        """What the devices draw while idle, which `energy_j` holds (see DeviceUsage)."""
+        return sum(d.idle_energy_j for d in self.devices)
+
     def to_dict(self) -> dict:
         """The report's `modelled` (DESIGN.md section 11)."""
         return {
             "makespan_s": self.makespan_s,
             "energy_j": self.energy_j,
+            "idle_energy_j": self.idle_energy_j,
             "bubble_fraction": self.bubble_fraction,
             "devices": [d._asdict() for d in self.devices],
         }
@@ -144,7 +158,7 @@ def schedule(spans: Sequence[Span], spec: DeviceSpec = MNCORE2) -> Timeline:
                 push(heap, (ready_at[j], j))
     if placed < n:
         raise _never_starts(spans, [i for i in range(n) if math.isnan(start[i])])
-    return _timeline(spans, start)
+    return _timeline(spans, start, spec.static_power_w)
 
 
 def fold(
@@ -196,27 +210,39 @@ def _resources(spans: Sequence[Span], spec: DeviceSpec) -> tuple[list[tuple[int,
     """Per span, the numbers of the exclusive resources it holds while it runs (its
     device's PE array, the link directions of its route), and how many there are."""
     ids: dict[str, int] = {}
-    by_where: dict[tuple, tuple[int, ...]] = {}  # ("compute", device) | ("link", src, dst)
+    by_where: dict[tuple, tuple[int, ...]] = {}  # see _where
     uses = []
     for s in spans:
-        if s.kind in COMPUTE_KINDS:
-            where: tuple = ("compute", s.device)
-        elif s.link is not None:
-            where = ("link", *s.link)
-        else:
+        where = _where(s)
+        if where is None:
             uses.append(())
             continue
         held = by_where.get(where)
         if held is None:
-            names = (
-                (f"dev{s.device}.compute",) if where[0] == "compute" else spec.link.route(*s.link)
-            )
+            if where[0] == "compute":
+                names: tuple[str, ...] = (f"dev{s.device}.compute",)
+            elif where[0] == "host":
+                names = spec.link.host_route(s.device, to_device=where[2])
+            else:
+                names = spec.link.route(*s.link)
             held = by_where[where] = tuple(ids.setdefault(r, len(ids)) for r in names)
         uses.append(held)
     return uses, len(ids)
 
 
-def _timeline(spans: Sequence[Span], start: list[float]) -> Timeline:
+def _where(s: Span) -> tuple | None:
+    """What a span holds while it runs: ("compute", device), ("link", src, dst) for a copy
+    between devices, ("host", device, to the device?) for a host transfer, or nothing."""
+    if s.kind in COMPUTE_KINDS:
+        return ("compute", s.device)
+    if s.link is not None:
+        return ("link", *s.link)
+    if s.kind in HOST_KINDS:
+        return ("host", s.device, s.kind == "write")
+    return None
+
+
+def _timeline(spans: Sequence[Span], start: list[float], static_power_w: float) -> Timeline:
     end = [t + s.duration_s for t, s in zip(start, spans)]
     makespan = max(end, default=0.0)
     intervals: dict[int, list[tuple[float, float]]] = {}
@@ -224,7 +250,11 @@ def _timeline(spans: Sequence[Span], start: list[float]) -> Timeline:
     for s, t0, t1 in zip(spans, start, end):
         intervals.setdefault(s.device, []).append((t0, t1))
         energy[s.device] = energy.get(s.device, 0.0) + s.energy_j
-    devices = [DeviceUsage(d, _covered(intervals[d]), energy[d]) for d in sorted(intervals)]
+    devices = []
+    for d in sorted(intervals):
+        busy = _covered(intervals[d])
+        idle = static_power_w * max(0.0, makespan - busy)
+        devices.append(DeviceUsage(d, busy, energy[d] + idle, idle))
     capacity = len(devices) * makespan
     busy = sum(d.busy_s for d in devices)
     kinds = {s.key: s.kind for s in spans}
@@ -238,7 +268,7 @@ def _timeline(spans: Sequence[Span], start: list[float]) -> Timeline:
         start_s=MappingProxyType({s.key: t for s, t in zip(spans, start)}),
         end_s=MappingProxyType({s.key: t for s, t in zip(spans, end)}),
         makespan_s=makespan,
-        energy_j=sum(energy.values()),
+        energy_j=sum(d.energy_j for d in devices),
         bubble_fraction=max(0.0, 1.0 - busy / capacity) if capacity > 0 else 0.0,
         devices=devices,
         flows=flows,

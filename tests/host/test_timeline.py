@@ -69,7 +69,11 @@ def _predecessors(spans):
 def _resources(s):
     if s.kind in COMPUTE_KINDS:
         return {("compute", s.device)}
-    return set(MNCORE2.link.route(*s.link)) if s.link else set()
+    if s.link:
+        return set(MNCORE2.link.route(*s.link))
+    if s.kind in ("write", "read"):
+        return set(MNCORE2.link.host_route(s.device, to_device=s.kind == "write"))
+    return set()
 
 
 def _overlap(tl, a, b):
@@ -103,7 +107,8 @@ def test_a_schedule_respects_queues_dependencies_and_shared_resources(spans):
 def test_busy_time_energy_and_bubble_add_up(spans):
     tl = schedule(spans)
     assert tl.makespan_s == pytest.approx(max(tl.end_s.values()))
-    assert tl.energy_j == pytest.approx(sum(s.energy_j for s in spans))
+    idle = sum(d.idle_energy_j for d in tl.devices)
+    assert tl.energy_j == pytest.approx(sum(s.energy_j for s in spans) + idle)
     assert [d.index for d in tl.devices] == sorted({s.device for s in spans})
     for d in tl.devices:
         mine = [s for s in spans if s.device == d.index]
@@ -111,7 +116,10 @@ def test_busy_time_energy_and_bubble_add_up(spans):
         assert d.busy_s <= sum(s.duration_s for s in mine) + EPS
         # The PE array runs one program at a time, so its work is all busy time.
         assert d.busy_s >= sum(s.duration_s for s in mine if s.kind in COMPUTE_KINDS) - 1e-9
-        assert d.energy_j == pytest.approx(sum(s.energy_j for s in mine))
+        # Its work, and its static power while it waits.
+        static = MNCORE2.static_power_w * (tl.makespan_s - d.busy_s)
+        assert d.idle_energy_j == pytest.approx(static, abs=1e-12)
+        assert d.energy_j == pytest.approx(sum(s.energy_j for s in mine) + d.idle_energy_j)
     assert 0.0 <= tl.bubble_fraction <= 1.0
     if tl.makespan_s > 0:
         busy = sum(d.busy_s for d in tl.devices)
@@ -119,8 +127,9 @@ def test_busy_time_energy_and_bubble_add_up(spans):
             1 - busy / (len(tl.devices) * tl.makespan_s), abs=1e-9
         )
     d = tl.to_dict()
-    assert set(d) == {"makespan_s", "energy_j", "bubble_fraction", "devices"}
-    assert all(set(x) == {"index", "busy_s", "energy_j"} for x in d["devices"])
+    assert set(d) == {"makespan_s", "energy_j", "idle_energy_j", "bubble_fraction", "devices"}
+    assert d["idle_energy_j"] == pytest.approx(idle)
+    assert all(set(x) == {"index", "busy_s", "energy_j", "idle_energy_j"} for x in d["devices"])
 
 
 @given(workloads(), st.data())
@@ -309,3 +318,23 @@ def test_folding_keeps_queues_apart_and_reprices_moved_copies():
 def test_an_empty_schedule_is_empty():
     tl = schedule([])
     assert (tl.makespan_s, tl.energy_j, tl.bubble_fraction, tl.devices) == (0.0, 0.0, 0.0, [])
+
+
+def _host(key: int, device: int, kind: str, queue: int = 0, duration: float = 1e-3) -> Span:
+    return Span(key, device, queue, kind, f"{kind} {key}", duration, 0.0)
+
+
+def test_host_transfers_share_the_links_between_the_host_and_their_boards():
+    """Boards 0 and 1 sit behind one switch, board 2 behind another (2 a switch)."""
+    assert MNCORE2.link.boards_per_switch == 2
+    one_switch = schedule([_host(1, 0, "write"), _host(2, 1, "write")])
+    assert one_switch.makespan_s == pytest.approx(2e-3)  # one uplink: they take turns
+    two_switches = schedule([_host(1, 0, "write"), _host(2, 2, "write")])
+    assert two_switches.makespan_s == pytest.approx(1e-3)
+    both_ways = schedule([_host(1, 0, "write"), _host(2, 0, "read", queue=1)])
+    assert both_ways.makespan_s == pytest.approx(1e-3)  # a link is full duplex
+    into_board = [
+        Span(1, 1, 0, "copy", "copy 1->0", 1e-3, 0.0, link=(1, 0)),
+        _host(2, 0, "write", queue=1),
+    ]
+    assert schedule(into_board).makespan_s == pytest.approx(2e-3)  # both use sw0->b0

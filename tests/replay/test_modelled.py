@@ -52,3 +52,19 @@ def test_folded_onto_one_device_the_copies_are_local_and_cheaper():
     copies = [s for s in as_run.spans if s.kind == "copy"]
     assert all(s.duration_s == mnrt.MNCORE2.local_copy_cost(s.nbytes).time_s for s in copies)
     assert as_run.energy_j < captured.energy_j
+
+
+def test_a_device_waiting_for_another_draws_its_static_power():
+    """Device 1 waits for device 0's copy: the bubble costs energy as well as time."""
+    timeline = mnrt.replay(three_device_capture()).timeline
+    spans = {d.index: [s for s in timeline.spans if s.device == d.index] for d in timeline.devices}
+    for d in timeline.devices:
+        idle_s = timeline.makespan_s - d.busy_s
+        assert d.idle_energy_j == pytest.approx(mnrt.MNCORE2.static_power_w * idle_s)
+        assert d.energy_j == pytest.approx(
+            sum(s.energy_j for s in spans[d.index]) + d.idle_energy_j
+        )
+    assert timeline.idle_energy_j > 0 and timeline.bubble_fraction > 0
+    assert timeline.energy_j == pytest.approx(
+        sum(s.energy_j for s in timeline.spans) + timeline.idle_energy_j
+    )

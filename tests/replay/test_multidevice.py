@@ -217,8 +217,8 @@ def test_folded_placements_give_the_same_goldens_and_both_timelines(placement, r
     assert [d["index"] for d in alone.modelled["devices"]] == [0, 1, 2, 3]
     as_run = folded.modelled_as_run
     assert [d["index"] for d in as_run["devices"]] == runner_devices
-    assert set(as_run) == {"makespan_s", "energy_j", "bubble_fraction", "devices"}
-    assert set(as_run["devices"][0]) == {"index", "busy_s", "energy_j"}
+    assert set(as_run) == {"makespan_s", "energy_j", "idle_energy_j", "bubble_fraction", "devices"}
+    assert set(as_run["devices"][0]) == {"index", "busy_s", "energy_j", "idle_energy_j"}
     doc = json.loads(folded.to_json())
     assert doc["modelled"] == json.loads(json.dumps(folded.modelled))
     assert doc["modelled_as_run"]["devices"][0]["index"] == runner_devices[0]

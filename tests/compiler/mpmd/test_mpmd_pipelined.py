@@ -146,7 +146,9 @@ def test_codegen_dir_holds_the_ir_after_each_pass_and_a_replayable_binary(ctx, t
         parse((tmp_path / "mpmd" / f).read_text()).verify()
     doc = json.loads((tmp_path / "report.json").read_text())
     assert doc["mpmd"]["devices"] == [0, 1]
-    assert set(doc["modelled"]) == {"makespan_s", "energy_j", "bubble_fraction", "devices"}
+    assert set(doc["modelled"]) == {
+        "makespan_s", "energy_j", "idle_energy_j", "bubble_fraction", "devices"
+    }  # fmt: skip
     assert [f["stage"] for f in doc["fragments"]] == [0, 1]
     report = replay(tmp_path / "model.mnlb")
     assert report.passed and len(report.checks) == 3
