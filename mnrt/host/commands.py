@@ -95,14 +95,21 @@ class Command:
 
 
 class WriteBuffer(Command):
-    __slots__ = ("buffer", "data", "stored")
+    __slots__ = ("buffer", "data", "priced", "stored")
     kind = "write_buffer"
 
-    def __init__(self, buffer: Buffer, data: np.ndarray, stored: bool = False) -> None:
+    def __init__(
+        self,
+        buffer: Buffer,
+        data: np.ndarray,
+        stored: bool = False,
+        priced: Modelled | None = None,
+    ) -> None:
         super().__init__()
         self.buffer = buffer
         self.data = data
         self.stored = stored  # data is already in the device's stored form (replay)
+        self.priced = priced  # what it costs when it is not a host transfer (see queue.py)
 
     @property
     def label(self) -> str:
@@ -112,6 +119,8 @@ class WriteBuffer(Command):
         data = self.data if self.stored else self.buffer.dtype.to_storage(self.data)
         np.copyto(self.buffer._storage(), data)
         self.buffer._unfilled = False  # written whole
+        if self.priced is not None:
+            return self.priced
         return backend.transfer_cost(self.buffer.nbytes)
 
 

@@ -59,6 +59,7 @@ from .program import Program
 from .trace import Trace
 
 if TYPE_CHECKING:
+    from ..device.cost import Modelled
     from .device import Device
 
 DEFAULT_HISTORY = 4096  # per-command records kept; a long history costs GC time
@@ -160,12 +161,21 @@ class CommandQueue:
             log, cells = hot.log_cells, hot.write(self, buffer, data, blocking)
         self._submit(WriteBuffer(buffer, data), blocking, log, cells)
 
-    def _write_stored(self, buffer: Buffer, bits: np.ndarray, blocking: bool = False) -> None:
+    def enqueue_write_stored(
+        self,
+        buffer: Buffer,
+        bits: np.ndarray,
+        blocking: bool = False,
+        priced: Modelled | None = None,
+    ) -> None:
         """Write bits already in the buffer's stored form (as replay has them): no rounding.
-        The caller has checked that `bits` has the buffer's size."""
+        The caller has checked that `bits` has the buffer's size. `priced`: what the write
+        costs when the bits did not come over the host link (a distributed replay's end of
+        a copy from a device another process runs: that copy's cost)."""
         self._check_host_transfer("write")
         self._check_buffer(buffer)
-        self._submit(WriteBuffer(buffer, bits.reshape(buffer.shape), stored=True), blocking)
+        command = WriteBuffer(buffer, bits.reshape(buffer.shape), stored=True, priced=priced)
+        self._submit(command, blocking)
 
     def enqueue_read_buffer(self, buffer: Buffer, blocking: bool = True) -> np.ndarray:
         """Copy a buffer to a new host array. Without blocking, the array is filled by the

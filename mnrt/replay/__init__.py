@@ -242,8 +242,8 @@ def _run_loops(
             t1 = time.perf_counter()
             wall = t1 - t0
             queues = {id(q): q for q in executor.tables["queue"].values()}.values()
-            device_time = sum(q.device_time_s for q in queues)
-            energy = sum(q.energy_j for q in queues)
+            device_time = sum(q.device_time_s for q in queues) + executor.remote_copies_s
+            energy = sum(q.energy_j for q in queues) + executor.remote_copies_j
             checks = executor.checks()
             if report.profile is not None:
                 report.profile.add_loop(executor, t0, t1, checks, time.perf_counter())

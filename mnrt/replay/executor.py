@@ -17,7 +17,7 @@ import math
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,10 @@ from .plan import BUFFER, DEVICE, EVENT, PROGRAM, QUEUE, TRACE, Plan
 from .ranks import Ranks
 from .transport.base import Transport
 from .transport.local import LocalTransport
+
+if TYPE_CHECKING:
+    from ..device.cost import Modelled
+    from ..host.queue import CommandQueue
 
 # Command type -> the host API name it replays, for timings and profiles.
 COMMAND_NAMES = {
@@ -108,6 +112,10 @@ class Executor:
         self.signalled: set[int] = set()  # events of other ranks this rank has waited for
         self.index = 0
         self.host_s: dict[str, tuple[float, int]] = {}  # by command type: (seconds, count)
+        # The modelled cost of the copies to other ranks that this rank's queues enqueued
+        # (a queue at a copy's receiving end charges its write instead): a copy is charged
+        # once, to the queue that enqueued it, as in process.
+        self.remote_copies_s = self.remote_copies_j = 0.0
         # When profiling: (command index, type, start, end) per command, and
         # (time, device id, bytes in use) after each allocation or free.
         self.profiling = profiling
@@ -270,7 +278,7 @@ class Executor:
         data = self.inputs.get(c.bufferId)
         if data is None:
             data = self._stored(c.data, c.bufferId)
-        q._write_stored(self.lookup(BUFFER, c.bufferId), data, c.blocking)
+        q.enqueue_write_stored(self.lookup(BUFFER, c.bufferId), data, c.blocking)
 
     def read(self, c) -> None:
         q = self.lookup(QUEUE, c.queueId)
@@ -359,6 +367,10 @@ class Executor:
         src._fill_in()
         data = np.ascontiguousarray(src._storage())
         self.transport.send(data, self.ranks.owner_of_buffer(c.dstId), c.copyId)
+        if q is not None:  # the copy is this rank's queue's: its cost is this rank's
+            cost = self._copy_cost(c, q)
+            self.remote_copies_s += cost.time_s
+            self.remote_copies_j += cost.energy_j
 
     def _receive(self, c) -> None:
         """The dst end of a copy from another rank: received, then written through the
@@ -368,12 +380,19 @@ class Executor:
         data = np.empty(dst.shape, dst.dtype.storage)
         self.transport.recv(data, self.ranks.owner_of_buffer(c.srcId), c.copyId)
         q = self.tables[QUEUE].get(c.queueId)
-        if q is not None:
-            q._write_stored(dst, data, c.blocking)
+        if q is not None:  # priced as the copy it is, not as a host write
+            q.enqueue_write_stored(dst, data, c.blocking, priced=self._copy_cost(c, q))
             return
         dst.device._sync()
         np.copyto(dst._storage(), data)
         dst._unfilled = False
+
+    def _copy_cost(self, c, q: CommandQueue) -> Modelled:
+        """A copy between ranks priced as the in-process replay prices it: between its
+        captured devices (which are the runner devices there when nothing was folded)."""
+        src, dst = self.plan.buffers[c.srcId], self.plan.buffers[c.dstId]
+        ends = (self.plan.device_index[src.device], self.plan.device_index[dst.device])
+        return q.device.spec.copy_cost(*ends, dst.nbytes)
 
     def record_event(self, c) -> None:
         event = self.tables[EVENT][c.eventId] = self.lookup(QUEUE, c.queueId).record_event()

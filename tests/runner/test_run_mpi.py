@@ -104,6 +104,8 @@ def test_distributed_replay_equals_the_in_process_one_bit_for_bit(ring, tmp_path
     assert doc["ranks"] == ranks and doc["passed"] and len(doc["checks"]) == 4
     assert [c["name"] for c in doc["checks"]] == [c["name"] for c in local["checks"]]
     assert doc["modelled"] == local["modelled"]  # the captured topology's timeline
+    for total in ("device_time_s", "energy_j"):  # a copy between ranks is priced as a copy
+        assert doc["timings"][total] == pytest.approx(local["timings"][total], rel=1e-12)
     assert len(doc["modelled_as_run"]["devices"]) == 4  # each rank's devices are its own
 
 
