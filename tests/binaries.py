@@ -179,7 +179,7 @@ def with_written(binary: mnrt.LightBinary, buffer_name: str, data: np.ndarray) -
     return editor.build(commands, fingerprints=binary.fingerprints)
 
 
-def three_device_capture() -> mnrt.LightBinary:
+def three_device_capture(fingerprints: bool = False) -> mnrt.LightBinary:
     """Copies both ways between devices and events between them: device 0 computes and
     pushes its result to device 1 (copy on the sender's queue, then an event); device 2
     records an event that device 1's second queue waits on before pulling device 2's
@@ -193,7 +193,7 @@ def three_device_capture() -> mnrt.LightBinary:
             d1.command_queue(1),
             d2.command_queue(0),
         )
-        mnrt.begin_capture()
+        mnrt.begin_capture(fingerprints=fingerprints)
         x = d0.create_buffer((64, 64), "float", name="x")
         h = d0.create_buffer((64, 64), "float", name="h")
         h1 = d1.create_buffer((64, 64), "float", name="h_on_1")

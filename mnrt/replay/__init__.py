@@ -30,7 +30,7 @@ from ..format import LightBinary
 from ..format.fb.CommandUnion import CommandUnion
 from . import io
 from .executor import Executor
-from .locate import Locator, can_locate
+from .locate import Locator
 from .modelled import ran
 from .modelled import spans as span_list
 from .placement import Placement, logical_devices, place
@@ -181,12 +181,10 @@ def replay(
             "for the recorded inputs only; replay without new inputs to locate"
         )
     logical = logical_devices(plan)
-    if locate and (not can_locate(plan) or transport.size > 1):
+    if locate and transport.size > 1:
         raise InvalidArgumentError(
-            f"locate follows the kernels of one device in one process; this binary uses "
-            f"{len(logical)} devices (on {transport.size} rank(s)), whose queues run at once. "
-            "Replay it without locate (its goldens still give the verdict), or locate a "
-            "capture of the failing device's work alone"
+            f"locate follows every kernel in one process; this replay runs on "
+            f"{transport.size} ranks. Locate without --mpi (one process replays every device)"
         )
     locator = Locator(plan, locate_dir) if locate else None
     if locator is not None:
@@ -240,6 +238,8 @@ def _run_loops(
         try:
             executor.run()
             t1 = time.perf_counter()
+            if watching is not None:
+                watching.finish()
             wall = t1 - t0
             queues = {id(q): q for q in executor.tables["queue"].values()}.values()
             device_time = sum(q.device_time_s for q in queues) + executor.remote_copies_s
@@ -256,7 +256,10 @@ def _run_loops(
                 _add_timelines(report, plan, executor, transport)
         except MnrtError as e:
             if watching is not None:
-                watching.stopped()  # the kernel that was running, if any, failed
+                try:  # what it found before the error, saved all the same
+                    watching.finish()
+                except MnrtError as saving:
+                    e.add_note(f"and locate could not save what it found: {saving}")
             if report.profile is not None:
                 # What ran up to the failure, for `mnrt run --profile` to save anyway.
                 end = time.perf_counter()
@@ -320,10 +323,9 @@ def _add_timelines(
 
 def verify_capture(binary: LightBinary) -> str | None:
     """None when a fresh capture replays to its own goldens; else why not, naming the first
-    divergent kernel when the capture has fingerprints and one device (locate follows one
-    device's kernels; `capture(..., verify=True)`)."""
+    divergent kernel when the capture has fingerprints (`capture(..., verify=True)`)."""
     try:
-        report = replay(binary, locate=can_locate(validate(binary, blobs=False)))
+        report = replay(binary, locate=True)
     except MnrtError as e:
         return f"replay failed: {e}"
     if report.passed:

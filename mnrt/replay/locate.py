@@ -9,6 +9,11 @@ first wrong kernel is the one a user wants, and its inputs and output are saved 
 a directory of its own, next to a float64 re-evaluation of the kernel on the same inputs.
 Kernels before it matched bit for bit, so its inputs are what the capture's were unless the
 binary's own data (a weight it writes) differs.
+
+"First" is in the binary's command order (then kernel order within a command), not in the
+order kernels happen to finish: the queues of several devices run at once, and a kernel
+that reads what another device computed was enqueued after the kernel that computed it
+(through the copy and the event it waits on), so command order is the order of cause.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +35,6 @@ from ..errors import MnrtError
 from ..format.files import write_atomically
 from ..format.fingerprints import Stats, close, hash_of, sample_of, summary
 from ..host.commands import KernelWatch
-from .placement import logical_devices
 from .plan import Plan, program_kernel
 
 if TYPE_CHECKING:
@@ -39,13 +44,6 @@ ROUNDING, WRONG = "different rounding", "wrong"
 # Rounding differences grow as they pass through kernels: the statistics of an output are
 # held to this many times its dtype's default tolerance before it counts as wrong.
 ROUNDING_SLACK = 64.0
-
-
-def can_locate(plan: Plan) -> bool:
-    """Whether a locating replay can follow the plan's kernels: those of one device, which
-    run in its queues' order (several devices' queues run at once, so "first" has no
-    meaning across them)."""
-    return len(logical_devices(plan)) <= 1
 
 
 @dataclass
@@ -149,8 +147,9 @@ class LocateResult:
 
 
 class Locator:
-    """Compares every kernel a replay runs with the binary's fingerprints. One per loop;
-    `watch(command index)` is the queue's KernelWatch factory (see Executor)."""
+    """Compares every kernel a replay runs with the binary's fingerprints, from the threads
+    of every queue at once. One per loop; `watch(command index)` is the queues' KernelWatch
+    factory (see Executor); `finish` saves the arrays of the kernels it found."""
 
     def __init__(
         self,
@@ -164,18 +163,26 @@ class Locator:
         self.result = LocateResult(len(plan.binary.fingerprints))
         self.save_dir = Path(save_dir) if save_dir is not None else None
         self.rtol, self.atol = rtol, atol
-        self.running: tuple[int, int, Step] | None = None  # (command, kernel, step) now
+        self._lock = threading.Lock()
+        # The arrays to save, of the first divergent and the first wrong kernel found so
+        # far: (site, step, inputs as it read them, outputs).
+        self._kept: dict[str, tuple[KernelSite, Step, list[np.ndarray], list[np.ndarray]]] = {}
 
     def watch(self, command: int) -> _Watch:
         return _Watch(self, command)
 
-    def stopped(self) -> None:
-        """The replay stopped on an error: the kernel still running is the one that failed
-        (a device error is raised by the kernel it happened in)."""
-        if self.running is not None:
-            command, kernel, step = self.running
-            self.result.failed = self._site(command, kernel, step)
-            self.running = None
+    def could_be_first(self, command: int, kernel: int) -> bool:
+        """Whether a kernel could still be the first wrong one (else nothing it read
+        needs keeping)."""
+        return _earlier((command, kernel), self.result.first_wrong)
+
+    def failed(self, command: int, kernel: int, step: Step) -> None:
+        """The kernel that raised a device error (the first in command order, when kernels
+        of several queues failed)."""
+        site = self._site(command, kernel, step)
+        with self._lock:
+            if _earlier((command, kernel), self.result.failed):
+                self.result.failed = site
 
     def _site(self, command: int, kernel: int, step: Step) -> KernelSite:
         program, position = program_kernel(self.plan, command, kernel)
@@ -199,39 +206,63 @@ class Locator:
         return rtol, atol
 
     def check(self, w: _Watch, step: Step, results: Sequence[np.ndarray]) -> None:
-        want = self.expected.get((w.command, w.kernel))
+        key = (w.command, w.kernel)
+        want = self.expected.get(key)
         if want is None:
             return
         r = self.result
-        r.compared += 1
         # The hashes first: the statistics only where a kernel diverges (on a replay that
         # matches, they were most of what locating cost).
         digests = [hash_of(b.peek()) for b in step.outs]
-        if len(digests) == len(want) and all(d == e.hash for d, e in zip(digests, want)):
-            return
+        same = len(digests) == len(want) and all(d == e.hash for d, e in zip(digests, want))
+        with self._lock:
+            r.compared += 1
+            if same:
+                return
+            r.divergent += 1
+            if not (_earlier(key, r.first_divergent) or _earlier(key, r.first_wrong)):
+                return
         got = [summary(d, sample_of(v)) for d, v in zip(digests, results)]
-        r.divergent += 1
-        if r.first_wrong is not None:
-            return
         wrong = len(got) != len(want) or not all(
             close(g, e, *self._tolerance(step, j)) for j, (g, e) in enumerate(zip(got, want))
         )
-        if r.first_divergent is not None and not wrong:
-            return
-        site = self._site(w.command, w.kernel, step)
+        site = self._site(*key, step)
         site.verdict, site.captured, site.replayed = WRONG if wrong else ROUNDING, want, got
-        if wrong:
-            r.first_wrong = site
-        if r.first_divergent is None:
-            r.first_divergent = site
-        if self.save_dir is not None:
-            saved = str(self._save(site, step, w.inputs_before))
-            if r.saved_to is None:
-                r.saved_to = saved
-            if wrong:
-                r.wrong_saved_to = saved
+        arrays = None
+        if self.save_dir is not None:  # copies: later kernels write these buffers again
+            before = w.inputs_before
+            inputs = before if before is not None else [_values(b) for b in step.ins]
+            arrays = (site, step, inputs, [_values(b) for b in step.outs])
+        with self._lock:
+            if _earlier(key, r.first_divergent):
+                r.first_divergent = site
+                if arrays is not None:
+                    self._kept["divergent"] = arrays
+            if wrong and _earlier(key, r.first_wrong):
+                r.first_wrong = site
+                if arrays is not None:
+                    self._kept["wrong"] = arrays
 
-    def _save(self, site: KernelSite, step: Step, before: list[np.ndarray] | None) -> Path:
+    def finish(self) -> None:
+        """Save the arrays of the first divergent and the first wrong kernel (once the
+        replay has run, or stopped: which kernel is first is known only then)."""
+        kept, self._kept = self._kept, {}
+        r = self.result
+        saved: dict[int, str] = {}
+        for which in ("divergent", "wrong"):
+            if which not in kept:
+                continue
+            site, step, inputs, outputs = kept[which]
+            if id(site) not in saved:
+                saved[id(site)] = str(self._save(site, step, inputs, outputs))
+            if which == "divergent":
+                r.saved_to = saved[id(site)]
+            else:
+                r.wrong_saved_to = saved[id(site)]
+
+    def _save(
+        self, site: KernelSite, step: Step, inputs: list[np.ndarray], outputs: list[np.ndarray]
+    ) -> Path:
         """The kernel's inputs (as it read them), its outputs as this replay computed them
         and as a float64 re-evaluation of the kernel on those inputs computes them, and the
         site with both fingerprints as JSON."""
@@ -240,8 +271,6 @@ class Locator:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise MnrtError(f"cannot save the located kernel in {folder}: {e.strerror}") from None
-        inputs = before if before is not None else [_values(b) for b in step.ins]
-        outputs = [_values(b) for b in step.outs]
         for o, a in zip(site.inputs, inputs):
             _save_npy(folder / f"input.{_file_part(o['slot'])}.npy", a)
         for o, a in zip(site.outputs, outputs):
@@ -255,32 +284,46 @@ class Locator:
         return folder
 
 
+def _earlier(key: tuple[int, int], site: KernelSite | None) -> bool:
+    """Whether the kernel at `key` (command, kernel) comes before `site` in command order
+    (before none at all)."""
+    return site is None or key < (site.command, site.kernel)
+
+
 class _Watch(KernelWatch):
     """The KernelWatch of one command of a locating replay (which keeps looking until it
-    has found a wrong kernel)."""
+    has found a wrong kernel), on the thread of the queue running it."""
 
-    __slots__ = ("command", "inputs_before", "kernel", "locator")
+    __slots__ = ("command", "current", "inputs_before", "kernel", "locator")
 
     def __init__(self, locator: Locator, command: int) -> None:
         self.locator, self.command, self.kernel = locator, command, 0
         self.inputs_before: list[np.ndarray] | None = None
+        self.current: Step | None = None  # the kernel running, until it has run
 
     def before(self, step: Step) -> None:
         """An in-place kernel overwrites an input: keep the inputs while it may be one to
-        save (until a wrong kernel has been found)."""
-        self.locator.running = (self.command, self.kernel, step)
+        save (until a wrong kernel before it has been found)."""
+        self.current = step
         self.inputs_before = None
-        if self.locator.result.first_wrong is None and self.locator.save_dir is not None:
+        locator = self.locator
+        if locator.save_dir is not None and locator.could_be_first(self.command, self.kernel):
             outs = {id(b) for b in step.outs}
             if any(id(b) in outs for b in step.ins):
                 self.inputs_before = [_values(b) for b in step.ins]
 
     def after(self, step: Step, results: Sequence[np.ndarray]) -> None:
-        self.locator.running = None
+        self.current = None
         try:
             self.locator.check(self, step, results)
         finally:
             self.kernel += 1
+
+    def done(self) -> None:
+        """A kernel that began and did not run to its end raised the command's error."""
+        if self.current is not None:
+            self.locator.failed(self.command, self.kernel, self.current)
+            self.current = None
 
 
 def _operand(slot: str, buf: Any) -> dict:

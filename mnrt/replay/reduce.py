@@ -45,7 +45,7 @@ from ..format.fb.WriteBuffer import WriteBufferT
 from ..format.fingerprints import Fingerprint
 from ..host.commands import KernelWatch
 from .executor import Executor
-from .locate import KernelSite, can_locate
+from .locate import KernelSite
 from .placement import place
 from .plan import validate
 from .trim import referenced_ids
@@ -81,16 +81,13 @@ def _specs(site: KernelSite) -> tuple:
     return (site.op, tuple((o["dtype"], tuple(o["shape"])) for o in site.inputs + site.outputs))
 
 
-def failure_of(binary: LightBinary, locate: bool | None = None) -> Failure | None:
-    """The binary's failure (None when it passes, or is not a valid binary at all). With
-    `locate` (by default: when the binary has one device, see locate.can_locate), a
-    divergent kernel is the failure where the binary has fingerprints."""
+def failure_of(binary: LightBinary) -> Failure | None:
+    """The binary's failure (None when it passes, or is not a valid binary at all): where
+    the binary has fingerprints, a divergent kernel is it."""
     from . import replay
 
     try:
-        if locate is None:
-            locate = can_locate(validate(binary, blobs=False))
-        report = replay(binary, locate=locate)
+        report = replay(binary, locate=True)
     except DeviceError as e:
         located = getattr(getattr(e, "report", None), "locate", None)
         site = located.failed if located is not None else None
@@ -143,15 +140,14 @@ def kernel_count(binary: LightBinary) -> int:
 class _Tester:
     """Runs candidates, counting them, and says which fail the same way."""
 
-    def __init__(self, failure: Failure, deadline: float, locate: bool) -> None:
+    def __init__(self, failure: Failure, deadline: float) -> None:
         self.failure, self.deadline, self.tests = failure, deadline, 0
-        self.locate = locate  # as the original was replayed, so failures compare alike
 
     def __call__(self, candidate: LightBinary | None) -> bool:
         if candidate is None or time.monotonic() > self.deadline:
             return False
         self.tests += 1
-        return failure_of(candidate, self.locate) == self.failure
+        return failure_of(candidate) == self.failure
 
 
 def ddmin(units: Sequence[Any], fails: Callable[[list], bool]) -> list:
@@ -348,17 +344,13 @@ def reduce(binary: LightBinary, time_limit_s: float = 600.0) -> ReduceResult:
     """The smallest binary the steps find that fails as `binary` does (NotFailingError if
     it does not fail), with a record of each step."""
     start = time.monotonic()
-    try:
-        locate = can_locate(validate(binary, blobs=False))
-    except MnrtError:
-        locate = False  # not a valid binary: failure_of says so below
-    failure = failure_of(binary, locate)
+    failure = failure_of(binary)
     if failure is None:
         raise NotFailingError(
             "the binary does not fail (it replays and passes, or is not a valid binary: "
             "run `mnrt run` on it); there is nothing to reduce"
         )
-    test = _Tester(failure, start + time_limit_s, locate)
+    test = _Tester(failure, start + time_limit_s)
     steps: list[dict] = []
     current = binary
 

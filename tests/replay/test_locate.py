@@ -15,8 +15,10 @@ from hypothesis.extra import numpy as hnp
 
 import mnrt
 from mnrt.device.kernels import registry
+from mnrt.format.fb.CommandUnion import CommandUnion as U
 from mnrt.format.fingerprints import close, stats_of
 from mnrt.replay.locate import ROUNDING, WRONG
+from mnrt.replay.plan import validate
 
 
 def _mlp_capture(fingerprints: bool = True, trace: bool = False) -> mnrt.LightBinary:
@@ -273,21 +275,63 @@ def test_locate_with_new_inputs_is_refused():
         mnrt.replay(binary, inputs={"x": x}, locate=True)
 
 
-def test_locate_on_several_devices_is_refused_naming_the_devices():
-    binary = three_device_capture()
-    with pytest.raises(mnrt.InvalidArgumentError, match="uses 3 devices"):
+def _three_devices_with(tmp_path, buffer: str) -> tuple[mnrt.LightBinary, int]:
+    """The three-device capture with fingerprints and the data written to `buffer`
+    perturbed, and the index of the command that runs the program of device 0."""
+    binary = three_device_capture(fingerprints=True)
+    plan = validate(binary, blobs=False)
+    gid = next(g for g, b in plan.buffers.items() if b.name == buffer)
+    programs = [i for i, c in enumerate(binary.commands) if c.cmdType == U.EnqueueProgram]
+    return perturbed(binary, gid), programs[0]
+
+
+def test_locate_follows_several_devices_in_command_order(tmp_path):
+    """x on device 0 is perturbed: its exp diverges, and so does device 1's add of what exp
+    computed (copied over). exp comes first in command order, whichever finishes first."""
+    bad, exp_command = _three_devices_with(tmp_path, "x")
+    for _ in range(5):
+        report = mnrt.replay(bad, locate_dir=tmp_path / "loc")
+        located = report.locate
+        assert (located.compared, located.divergent) == (2, 2)
+        assert located.first_divergent.op == "exp" and located.first_wrong.op == "exp"
+        assert located.first_divergent.command == exp_command
+        assert located.saved_to == str(tmp_path / "loc" / f"command{exp_command}_kernel0_exp")
+    assert [p.name for p in (tmp_path / "loc").iterdir()] == [f"command{exp_command}_kernel0_exp"]
+
+
+def test_locate_names_a_later_devices_kernel_when_the_first_matches(tmp_path):
+    """z on device 2 is perturbed: device 0's exp matches; device 1's add, which reads the
+    copy of z, is the first to diverge."""
+    bad, _ = _three_devices_with(tmp_path, "z")
+    located = mnrt.replay(bad, locate=True).locate
+    assert (located.compared, located.divergent) == (2, 1)
+    assert located.first_divergent.op == "add" and located.first_divergent.verdict == WRONG
+
+
+def test_a_device_error_on_one_of_several_devices_names_its_kernel(monkeypatch):
+    binary = three_device_capture(fingerprints=True)
+    add = registry.lookup("add")
+
+    def broken(ins, attrs, outs):
+        raise mnrt.DeviceExecutionError("the add unit is broken")
+
+    monkeypatch.setitem(registry._REGISTRY, "add", dataclasses.replace(add, compute=broken))
+    with pytest.raises(mnrt.DeviceError) as raised:
         mnrt.replay(binary, locate=True)
-    assert mnrt.replay(binary).passed
+    failed = raised.value.report.locate.failed
+    assert failed is not None and failed.op == "add"
 
 
-def test_cli_locate_on_several_devices_exits_2(tmp_path):
+def test_cli_locate_on_several_devices_names_the_kernel(tmp_path):
+    bad, exp_command = _three_devices_with(tmp_path, "x")
     path = tmp_path / "three.mnlb"
-    three_device_capture().save(path)
+    bad.save(path)
     code, out = invoke_cli("run", path, "--locate")
-    assert code == 2 and "one device" in out
+    assert code == 1, out
+    assert f"first divergent kernel (wrong): command {exp_command} program" in out
 
 
-def test_capture_verify_of_several_devices_replays_without_locating(tmp_path):
+def test_capture_verify_of_several_devices_keeps_a_capture_that_reproduces(tmp_path):
     path = tmp_path / "two.mnlb"
     d0, d1 = mnrt.open_device(0), mnrt.open_device(1)
     try:

@@ -292,10 +292,12 @@ class PipelinedFunction:
     ) -> None:
         """Capture one pipelined run (every device's writes, programs, copies and events)
         into a multi-device light binary whose goldens are the run's outputs, each checked
-        with the tolerance model's bound for its value."""
+        with the tolerance model's bound for its value, and whose kernels are fingerprinted
+        (as a single-device compile's are: `mnrt run --locate`)."""
         arrays = self._check_inputs(self.example_inputs if inputs is None else inputs)
         errors = goldens.value_errors(self.graph)
-        with capture_if_idle(path, False, f"pipelined graph {self.program.name}") as recording:
+        description = f"pipelined graph {self.program.name}"
+        with capture_if_idle(path, False, description, fingerprints=True) as recording:
             if not recording:
                 raise CaptureError(
                     "cannot save_binary: a capture is running; call it after end_capture()"

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from binaries import perturbed, weight_sites
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -150,8 +151,14 @@ def test_codegen_dir_holds_the_ir_after_each_pass_and_a_replayable_binary(ctx, t
         "makespan_s", "energy_j", "idle_energy_j", "bubble_fraction", "devices"
     }  # fmt: skip
     assert [f["stage"] for f in doc["fragments"]] == [0, 1]
-    report = replay(tmp_path / "model.mnlb")
+    report = replay(tmp_path / "model.mnlb", locate=True)
     assert report.passed and len(report.checks) == 3
+    binary = LightBinary.load(tmp_path / "model.mnlb")
+    assert report.locate.compared == len(binary.fingerprints) > 0  # every device's kernels
+    assert report.locate.divergent == 0
+    command, kernel, gid = weight_sites(binary)[0]
+    located = replay(perturbed(binary, gid), locate=True).locate.first_divergent
+    assert (located.command, located.kernel) == (command, kernel)
     with pytest.raises(InvalidArgumentError, match="holds a pipelined"):
         ctx.load_codegen_dir(tmp_path)
     counts = info(LightBinary.load(tmp_path / "model.mnlb"))["commands_by_type"]
