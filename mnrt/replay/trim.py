@@ -21,6 +21,7 @@ from ..format import LightBinary
 from ..format.edit import Editor
 from ..format.fb.Command import CommandT
 from ..format.fb.CommandUnion import CommandUnion as U
+from ..format.fb.OpenQueue import OpenQueueT
 from ..format.fb.RecordEvent import RecordEventT
 from ..format.fb.WriteBuffer import WriteBufferT
 from ..format.fingerprints import Fingerprint
@@ -152,13 +153,17 @@ def trim(binary: LightBinary, start: int, stop: int, verify: bool = True) -> Lig
     buffers = {gid for gid, i in live.creates.items()
                if gid in used and commands[i].cmdType == U.CreateBuffer}  # fmt: skip
     queue_of = _queue_per_device(commands, kept)
+    # A device whose buffers are live before it has a queue (the capture logs a queue when
+    # first used) gets a queue of its own for its snapshot, under an id the binary leaves free.
+    fresh = max((g for c in commands for g in referenced_ids(c.cmd)), default=0) + 1
+    for gid in sorted(buffers):
+        device = plan.buffers[gid].device
+        if device not in queue_of:
+            queue_of[device] = fresh
+            out.append(CommandT(U.OpenQueue, OpenQueueT(fresh, device, 0)))
+            fresh += 1
     for gid, bits in snapshot(plan, start, buffers).items():
-        queue = queue_of.get(plan.buffers[gid].device)
-        if queue is None:
-            raise TrimError(
-                f"buffer id {gid} is live at command {start} but its device has no queue to "
-                "write its snapshot with; start the slice elsewhere"
-            )
+        queue = queue_of[plan.buffers[gid].device]
         write = WriteBufferT(queue, gid, editor.add_blob(bits), True)
         out.append(CommandT(U.WriteBuffer, write))
     for trace in sorted(t for t in live.traces if t in used):

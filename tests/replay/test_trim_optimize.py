@@ -67,6 +67,20 @@ def test_a_trimmed_slice_replays_with_a_state_snapshot_first():
     assert [c.cmdType for c in small.commands].count(U.WriteBuffer) == 2  # w, y: read
 
 
+def test_a_slice_before_the_queue_is_first_used_writes_its_snapshot_on_a_queue_of_its_own():
+    """The capture logs the queue when first used, after the buffers and programs: a
+    slice starting among those gets a queue for its snapshot, and every slice replays."""
+    binary = _steps_capture()
+    opened = _first(binary, U.OpenQueue)
+    assert opened > 2
+    for start in range(len(binary)):
+        sliced = trim(binary, start, len(binary))
+        assert mnrt.replay(sliced).passed, start
+    sliced = trim(binary, 2, len(binary))
+    queues = [c.cmd for c in sliced.commands if c.cmdType == U.OpenQueue]
+    assert len(queues) == 2 and queues[0].queueId not in {q.queueId for q in queues[1:]}
+
+
 def test_a_slice_inside_a_device_trace_capture_is_refused():
     with mnrt.open_device("auto") as dev:
         q = dev.command_queue(0)
