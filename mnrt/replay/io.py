@@ -65,9 +65,20 @@ _WHAT = {"input": "input", "output": "expected output"}  # one given array, in m
 
 
 def _entry(kind: str, name: str, entries: list[IoBuffer]) -> IoBuffer:
+    """The entry named `name`, or else the one whose name is `name` after a prefix ending
+    in a dot: a compiled graph's buffers are named "graph.value", and its users know the
+    model's own names ("x" for "mlp.x")."""
     for e in entries:
         if e.name == name:
             return e
+    suffixed = [e for e in entries if e.name.endswith(f".{name}")]
+    if len(suffixed) == 1:
+        return suffixed[0]
+    if suffixed:
+        raise InvalidArgumentError(
+            f"{name!r} could be the {kind} {' or '.join(repr(e.name) for e in suffixed)} of "
+            "the binary; give its whole name"
+        )
     raise InvalidArgumentError(
         f"{name!r} is not an {kind} of the binary; its {kind}s are {describe(entries)}"
     )

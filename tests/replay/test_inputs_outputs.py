@@ -178,6 +178,23 @@ def test_compiled_binaries_have_outputs(tmp_path):
     x = -np.ones((2, 3), np.float32)
     report = mnrt.replay(binary, inputs={"fc.x": x}, expected={"fc.y": np.zeros((2, 2), "f4")})
     assert report.passed and report.outputs["fc.y"].tolist() == [[0, 0], [0, 0]]
+    # The model's own names, without the graph's: what a user of the model knows.
+    report = mnrt.replay(binary, inputs={"x": x}, expected={"y": np.zeros((2, 2), "f4")})
+    assert report.passed and report.outputs["fc.y"].tolist() == [[0, 0], [0, 0]]
+
+
+def test_a_name_two_entries_end_with_is_refused_naming_both(tmp_path):
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        for name in ("a.x", "b.x"):
+            buf = dev.create_buffer((2,), "float", name=name)
+            q.enqueue_write_buffer(buf, np.ones(2, np.float32))
+            q.enqueue_read_buffer(buf)
+        binary = mnrt.end_capture()
+    with pytest.raises(mnrt.InvalidArgumentError, match=r"'x' could be the input 'a.x' or 'b.x'"):
+        mnrt.replay(binary, inputs={"x": np.zeros(2, np.float32)})
+    assert mnrt.replay(binary, inputs={"b.x": np.zeros(2, np.float32)}).outputs["b.x"].sum() == 0
 
 
 def test_each_output_once_its_last_read():
