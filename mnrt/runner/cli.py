@@ -11,6 +11,7 @@ import sys
 import click
 
 from ..errors import EXIT_INTERRUPTED, MnrtError, error_dict
+from . import interrupt
 
 # name -> "module:attribute", relative to mnrt.runner
 _SUBCOMMANDS = {
@@ -64,7 +65,8 @@ class _LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context):
         try:
-            return super().invoke(ctx)
+            with interrupt.kept():
+                return super().invoke(ctx)
         except MnrtError as e:
             _fail(str(e), e.exit_code, type(e).__name__, self.json_errors)
         except KeyboardInterrupt:  # before click's Abort, which prints a blank line first

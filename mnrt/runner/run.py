@@ -21,6 +21,7 @@ from ..replay import MAX_LOOPS, replay
 from ..replay.io import header_check
 from ..replay.placement import parse_device_map
 from ..replay.report import error_document
+from . import interrupt
 from .args import named_sources
 
 
@@ -36,9 +37,10 @@ def _device(value: str) -> int | str:
 
 
 def _progress(total_loops: int):
-    """A progress bar on a terminal for multi-loop runs; nothing otherwise."""
+    """What a replay calls after each loop: a Ctrl-C Python dropped is raised again there
+    (see interrupt.py), and a multi-loop run on a terminal shows a progress bar."""
     if total_loops < 2 or not sys.stderr.isatty():
-        return None
+        return lambda done, total: interrupt.check()
     bar = click.progressbar(length=total_loops, label="replaying", file=sys.stderr)
     bar.__enter__()
 
@@ -46,6 +48,7 @@ def _progress(total_loops: int):
         bar.update(1)
         if done == total:
             bar.__exit__(None, None, None)
+        interrupt.check()
 
     return step
 
