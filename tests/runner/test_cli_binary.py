@@ -225,9 +225,13 @@ def test_ctrl_c_exits_130_with_one_line(mlp):
         [sys.executable, "-m", "mnrt", "run", str(mlp), "--loops", "1000000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    time.sleep(3)  # into the loops (a signal during start-up is Python's, not mnrt's)
-    p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=HANG_S)
+    try:
+        time.sleep(3)  # into the loops (a signal during start-up is Python's, not mnrt's)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=HANG_S)
+    finally:  # one that failed must not replay on for the rest of the suite
+        p.kill()
+        p.communicate()
     assert p.returncode == EXIT_INTERRUPTED and err == "mnrt: error: interrupted\n", err
 
 
