@@ -181,11 +181,6 @@ def replay(
             "for the recorded inputs only; replay without new inputs to locate"
         )
     logical = logical_devices(plan)
-    if locate and transport.size > 1:
-        raise InvalidArgumentError(
-            f"locate follows every kernel in one process; this replay runs on "
-            f"{transport.size} ranks. Locate without --mpi (one process replays every device)"
-        )
     locator = Locator(plan, locate_dir) if locate else None
     if locator is not None:
         report.locate = locator.result
@@ -239,7 +234,7 @@ def _run_loops(
             executor.run()
             t1 = time.perf_counter()
             if watching is not None:
-                watching.finish()
+                watching.finish(transport)
             wall = t1 - t0
             queues = {id(q): q for q in executor.tables["queue"].values()}.values()
             device_time = sum(q.device_time_s for q in queues) + executor.remote_copies_s

@@ -22,7 +22,7 @@ import io
 import json
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +39,7 @@ from .plan import Plan, program_kernel
 
 if TYPE_CHECKING:
     from ..host.program import Step
+    from .transport.base import Transport
 
 ROUNDING, WRONG = "different rounding", "wrong"
 # Rounding differences grow as they pass through kernels: the statistics of an output are
@@ -243,22 +244,35 @@ class Locator:
                 if arrays is not None:
                     self._kept["wrong"] = arrays
 
-    def finish(self) -> None:
+    def finish(self, transport: Transport | None = None) -> None:
         """Save the arrays of the first divergent and the first wrong kernel (once the
-        replay has run, or stopped: which kernel is first is known only then)."""
-        kept, self._kept = self._kept, {}
+        replay has run, or stopped: which kernel is first is known only then). Over a
+        transport of several ranks, each found the first among its own devices' kernels:
+        rank 0 learns which are first of all, and the rank that ran each saves it."""
         r = self.result
-        saved: dict[int, str] = {}
-        for which in ("divergent", "wrong"):
-            if which not in kept:
-                continue
-            site, step, inputs, outputs = kept[which]
+        kept, self._kept = self._kept, {}
+        if transport is not None and transport.size > 1:
+            parts = transport.gather((r.compared, r.divergent, r.first_divergent, r.first_wrong))
+            if parts is not None:
+                r.compared, r.divergent = sum(p[0] for p in parts), sum(p[1] for p in parts)
+                r.first_divergent = _first(p[2] for p in parts)
+                r.first_wrong = _first(p[3] for p in parts)
+            firsts = transport.broadcast({"divergent": _key(r.first_divergent),
+                                          "wrong": _key(r.first_wrong)})  # fmt: skip
+            kept = {k: v for k, v in kept.items() if _key(v[0]) == firsts[k]}
+        saved: set[int] = set()
+        for site, step, inputs, outputs in kept.values():
             if id(site) not in saved:
-                saved[id(site)] = str(self._save(site, step, inputs, outputs))
-            if which == "divergent":
-                r.saved_to = saved[id(site)]
-            else:
-                r.wrong_saved_to = saved[id(site)]
+                saved.add(id(site))
+                self._save(site, step, inputs, outputs)
+        if self.save_dir is not None:
+            if r.first_divergent is not None:
+                r.saved_to = str(self._folder(r.first_divergent))
+            if r.first_wrong is not None:
+                r.wrong_saved_to = str(self._folder(r.first_wrong))
+
+    def _folder(self, site: KernelSite) -> Path:
+        return self.save_dir / f"command{site.command}_kernel{site.kernel}_{site.op}"
 
     def _save(
         self, site: KernelSite, step: Step, inputs: list[np.ndarray], outputs: list[np.ndarray]
@@ -266,7 +280,7 @@ class Locator:
         """The kernel's inputs (as it read them), its outputs as this replay computed them
         and as a float64 re-evaluation of the kernel on those inputs computes them, and the
         site with both fingerprints as JSON."""
-        folder = self.save_dir / f"command{site.command}_kernel{site.kernel}_{site.op}"
+        folder = self._folder(site)
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -282,6 +296,15 @@ class Locator:
             _save_npy(folder / f"output.{_file_part(o['slot'])}.reference.npy", a)
         write_atomically(folder / "site.json", json.dumps(doc, indent=1).encode())
         return folder
+
+
+def _key(site: KernelSite | None) -> tuple[int, int] | None:
+    return None if site is None else (site.command, site.kernel)
+
+
+def _first(sites: Iterable[KernelSite | None]) -> KernelSite | None:
+    """The first of `sites` in command order (None when there are none)."""
+    return min((s for s in sites if s is not None), key=_key, default=None)
 
 
 def _earlier(key: tuple[int, int], site: KernelSite | None) -> bool:

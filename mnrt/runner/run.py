@@ -269,10 +269,6 @@ def run(
     to verify (0 with --allow-no-goldens), 130 interrupted."""
     if mpi_timeout is not None and not mpi:
         raise errors.InvalidArgumentError("--mpi-timeout applies to --mpi runs only")
-    if mpi and (locate or locate_dir is not None):
-        raise errors.InvalidArgumentError(
-            "--locate follows one process's kernels in order; run it without --mpi"
-        )
     if locate and locate_dir is None:
         locate_dir = Path(f"{_file_name(file.name)}.locate")
 

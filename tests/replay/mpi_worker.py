@@ -19,7 +19,8 @@ from mnrt.replay.transport import transport_class
 def exchange(t) -> dict:
     """Every rank sends to every other rank at once (no deadlock: sends never wait), with
     direct ids, ids past MPI_TAG_UB that fold onto one tag (received in the other order),
-    an id sent twice (FIFO), and signals; then gather and agree."""
+    an id sent twice (FIFO), and signals; then gather, broadcast (from the last rank)
+    and agree."""
     ub = t.world.Get_attr(__import__("mpi4py.MPI").MPI.TAG_UB)
     wide_a, wide_b = ub + 1 + 5, 2**64 - 1 - ((2**64 - 1) % (ub + 1)) + 5  # both fold to 5
     seen = {}
@@ -47,7 +48,14 @@ def exchange(t) -> dict:
         t.wait_signal(peer, 9)
         seen[peer] = [first.tolist(), second.tolist(), a.tolist(), b.tolist()]
     everyone = t.gather({"rank": t.rank, "seen": seen})
-    return {"rank": t.rank, "size": t.size, "gathered": everyone, "agreed": t.agree(t.rank)}
+    word = t.broadcast({"from": t.rank}, root=t.size - 1)
+    return {
+        "rank": t.rank,
+        "size": t.size,
+        "gathered": everyone,
+        "word": word,
+        "agreed": t.agree(t.rank),
+    }
 
 
 def main() -> None:

@@ -38,13 +38,14 @@ def test_a_tag_that_is_no_global_id_is_refused(bad):
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
-def test_ranks_exchange_copies_events_and_gather(ranks, tmp_path):
+def test_ranks_exchange_copies_events_gather_and_broadcast(ranks, tmp_path):
     r = worker(ranks, "exchange", MPI_WORKER_OUT=str(tmp_path))
     # Every rank exits with the code they agreed on: the largest rank number they offered.
     assert r.returncode == ranks - 1, r.stderr
     docs = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(ranks)]
     assert [d["rank"] for d in docs] == list(range(ranks))
     assert all(d["agreed"] == ranks - 1 for d in docs)
+    assert all(d["word"] == {"from": ranks - 1} for d in docs)
     assert all(d["gathered"] is None for d in docs[1:])
     gathered = docs[0]["gathered"]
     assert [g["rank"] for g in gathered] == list(range(ranks))

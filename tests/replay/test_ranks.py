@@ -50,6 +50,14 @@ class ThreadTransport(Transport):
             return None
         return [self._wire(r, root, "gather").get(timeout=TIMEOUT_S) for r in range(self.size)]
 
+    def broadcast(self, obj, root=0):
+        if self.rank == root:
+            for r in range(self.size):
+                if r != root:
+                    self._wire(root, r, "broadcast").put(obj)
+            return obj
+        return self._wire(root, self.rank, "broadcast").get(timeout=TIMEOUT_S)
+
     def agree(self, code):
         raise NotImplementedError  # not used by replay itself
 

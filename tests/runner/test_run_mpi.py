@@ -11,10 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from binaries import perturbed, three_device_capture
 from cli_harness import invoke_cli
 from mpi_harness import mnrt_command, run_mpi, run_mpmd
 
 import mnrt
+from mnrt.replay.plan import validate
 
 SAMPLES = Path(__file__).parents[2] / "samples"
 # The ring's matrices: from this size on, OpenBLAS rounds a float32 product differently on
@@ -107,6 +109,32 @@ def test_distributed_replay_equals_the_in_process_one_bit_for_bit(ring, tmp_path
     for total in ("device_time_s", "energy_j"):  # a copy between ranks is priced as a copy
         assert doc["timings"][total] == pytest.approx(local["timings"][total], rel=1e-12)
     assert len(doc["modelled_as_run"]["devices"]) == 4  # each rank's devices are its own
+
+
+def test_locate_over_ranks_names_the_kernel_the_in_process_locate_names(tmp_path):
+    """z (device 2, rank 2) is perturbed: device 1's add (rank 1) is the first divergent
+    kernel; rank 1 saves its arrays and rank 0 names them."""
+    binary = three_device_capture(fingerprints=True)
+    z = next(g for g, b in validate(binary, blobs=False).buffers.items() if b.name == "z")
+    path = tmp_path / "bad.mnlb"
+    perturbed(binary, z).save(path)
+    code, out = invoke_cli("run", path, "--locate", "--json", "--locate-dir", tmp_path / "here")
+    assert code == 1, out
+    here = json.loads(out)["locate"]
+    r = run_mpi(
+        3, *mnrt_command(), "run", "--mpi", path, "--locate", "--json",
+        "--locate-dir", tmp_path / "ranks",
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    there = json.loads(r.stdout)["locate"]
+    assert there["first_divergent"] == here["first_divergent"]
+    assert there["first_divergent"]["op"] == "add"
+    assert (there["compared"], there["divergent"]) == (2, 1)
+    folder = Path(there["saved_to"])
+    assert folder.parent == tmp_path / "ranks" and (folder / "site.json").is_file()
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        p.name for p in Path(here["saved_to"]).iterdir()
+    )
 
 
 def test_a_pipeline_sample_replays_on_two_ranks(tmp_path):

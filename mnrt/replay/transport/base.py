@@ -48,6 +48,10 @@ class Transport(ABC):
         """Every rank's `obj`, by rank, on `root`; None on the other ranks."""
 
     @abstractmethod
+    def broadcast(self, obj: Any, root: int = 0) -> Any:
+        """`root`'s `obj`, on every rank (the others' `obj` is not used)."""
+
+    @abstractmethod
     def agree(self, code: int) -> int:
         """The largest of every rank's exit `code`, on every rank."""
 

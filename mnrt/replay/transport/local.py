@@ -39,6 +39,11 @@ class LocalTransport(Transport):
     def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
         return [obj]
 
+    def broadcast(self, obj: Any, root: int = 0) -> Any:
+        if root != 0:
+            self._no_peer("broadcast from", root)
+        return obj
+
     def agree(self, code: int) -> int:
         return code
 

@@ -48,6 +48,7 @@ except (ImportError, RuntimeError, OSError) as e:  # no mpi4py, or no MPI librar
 
 _HEADER = 8  # bytes of the full id before a wide message's payload
 _GATHER = 1  # tag of gather's messages on the collectives' communicator
+_BROADCAST = 2  # and of broadcast's
 _FIRST_PAUSE_S = 1e-5
 _MAX_PAUSE_S = 1e-3  # the longest sleep between two polls of a wait
 # Before MPI_Abort: mpiexec forwards a rank's output through a pipe, and ending the job at
@@ -272,6 +273,30 @@ class MpiTransport(Transport):
             self._wait(arrived, f"the results of rank {rank}")
             gathered[rank] = found[0]
         return gathered
+
+    def broadcast(self, obj: Any, root: int = 0) -> Any:
+        """Pickled, point to point from `root`, each wait polled like a message."""
+        if not 0 <= root < self.size:
+            raise InvalidArgumentError(
+                f"broadcast's root must be a rank below {self.size}, got {root}"
+            )
+        comm = self.collective
+        if self.rank == root:
+            for rank in range(self.size):
+                if rank != root:
+                    request = comm.isend(obj, rank, _BROADCAST)
+                    self._wait(request.Test, f"rank {rank} to take rank {root}'s word")
+            return obj
+        found: list[Any] = []
+
+        def arrived() -> bool:
+            message = comm.improbe(root, _BROADCAST)
+            if message is not None:
+                found.append(message.recv())
+            return bool(found)
+
+        self._wait(arrived, f"the word of rank {root}")
+        return found[0]
 
     def agree(self, code: int) -> int:
         mine, everyone = np.array([code], np.int64), np.zeros(1, np.int64)
