@@ -132,10 +132,15 @@ def test_locate_names_a_chain_whose_step_computes_wrongly(cnn_binary, tmp_path, 
     report = mnrt.replay(mnrt.LightBinary.load(path), locate_dir=tmp_path)
     site = report.locate.first_wrong
     assert site.op == "chain" and site.kernel == 4 and not report.passed
-    saved = json.loads(
-        (tmp_path / f"command{site.command}_kernel4_chain" / "site.json").read_text()
-    )
+    folder = tmp_path / f"command{site.command}_kernel4_chain"
+    saved = json.loads((folder / "site.json").read_text())
     assert saved["op"] == "chain"
+    # The float64 reference runs the chain's steps (the broken pool among them, as the
+    # registry holds it now): it agrees with what the replay computed, not the capture.
+    assert saved["reference"] == "the kernel evaluated in float64 on the saved inputs"
+    (replayed,) = folder.glob("output.*.replayed.npy")
+    reference = np.load(str(replayed).replace(".replayed.", ".reference."))
+    np.testing.assert_allclose(reference, np.load(replayed), rtol=1e-2, atol=1e-3)
 
 
 def test_mnrt_compile_explain_at_o3_with_chains(tmp_path):

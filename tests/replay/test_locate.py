@@ -326,7 +326,7 @@ def test_cli_locate_on_several_devices_names_the_kernel(tmp_path):
     bad, exp_command = _three_devices_with(tmp_path, "x")
     path = tmp_path / "three.mnlb"
     bad.save(path)
-    code, out = invoke_cli("run", path, "--locate")
+    code, out = invoke_cli("run", path, "--locate", "--locate-dir", tmp_path / "loc")
     assert code == 1, out
     assert f"first divergent kernel (wrong): command {exp_command} program" in out
 
