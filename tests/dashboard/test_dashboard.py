@@ -116,7 +116,7 @@ def test_multi_device_binary(pipeline):
         assert c.get(f"/{slug}").status_code == 200, slug
     timeline = c.get("/timeline").text
     assert rows(timeline, "devices") == 4
-    for row in ("device 1 / link in", "copy arrows", "event arrows"):
+    for row in ("device 1 / link in", "copy arrows", "event arrows", "of it while idle (J)"):
         assert row in timeline
     binary = c.get("/binary").text
     assert "CopyBuffer" in binary and "WaitEvent" in binary
@@ -136,11 +136,17 @@ def test_run_report(tmp_path, pipeline):
     assert "PASS" in c.get("/summary").text
     # the binary the report names is gone: totals only, said plainly
     doc = json.loads(report.read_text())
+    assert "while devices idle" in c.get("/summary").text
     doc["binary"] = str(tmp_path / "gone.mnlb")
+    # a report of an mnrt before idle energy: the page says it has none
+    del doc["modelled"]["idle_energy_j"]
+    for d in doc["modelled"]["devices"]:
+        del d["idle_energy_j"]
     report.write_text(json.dumps(doc))
     c = client(report)
     timeline = c.get("/timeline").text
     assert "is not there" in timeline and rows(timeline, "devices") == 4
+    assert '<td class="n">-</td>' in timeline
     assert c.get("/binary").status_code == 404
 
 

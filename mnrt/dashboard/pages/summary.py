@@ -77,6 +77,7 @@ def build(art: Artifacts) -> dict[str, Any]:
             facts += [
                 ("modelled makespan (s)", modelled.get("makespan_s")),
                 ("modelled energy, all devices (J)", modelled.get("energy_j")),
+                ("of it while devices idle (J)", modelled.get("idle_energy_j")),
                 ("bubble fraction", modelled.get("bubble_fraction")),
             ]
     binary = None
