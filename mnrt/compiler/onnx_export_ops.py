@@ -58,9 +58,9 @@ def _device(op: str, attrs: Mapping[str, Any], x: np.ndarray, dtype: dt.DType) -
 
 
 def _int64(out: Emitter, name: str) -> str:
-    """An index operand as int64, the type ONNX's ScatterND, GatherND and ReverseSequence
-    take (the device takes int32 too; onnxruntime's OneHot has no int32 indices with int64
-    depth)."""
+    """An integer value as int64: index operands, which ONNX's ScatterND, GatherND and
+    ReverseSequence take only so (the device takes int32 too; onnxruntime's OneHot has no
+    int32 indices with int64 depth), and the integers of a formula."""
     if out.dtypes[name] is dt.INT64:
         return name
     t = out.temp()
@@ -109,7 +109,10 @@ def _clip(out: Emitter, n: Node) -> None:
 def _mod(out: Emitter, n: Node) -> None:
     """ONNX Mod takes floats with fmod=1 only: Python's % of floats is C fmod moved by b
     where the remainder is nonzero and its sign is not b's (numpy's own rule). Integers
-    modulo 0 give 0 here; ONNX leaves that undefined, so 0 divisors are kept from Mod."""
+    modulo 0 give 0 here, and ONNX leaves that open (C's % traps, as it does for the
+    minimum modulo -1): such divisors become 1 and their results 0, which x mod -1 is
+    anyway. Integers go through int64 (exact; onnxruntime has Where of no narrower one),
+    uint64 through a sum and a product, as no Where takes it."""
     a, b = n.inputs
     d = out.dtypes[a]
     fmod = n.attrs["fmod"]
@@ -130,11 +133,32 @@ def _mod(out: Emitter, n: Node) -> None:
         out.add("Add", [r, b], [moved])
         out.add("Where", [move, moved, r], n.outputs)
         return
-    zero, is_zero, safe, r = _like(out, a, 0), out.temp(), out.temp(), out.temp()
-    out.add("Equal", [b, _like(out, b, 0)], [is_zero])
-    out.add("Where", [is_zero, _like(out, b, 1), b], [safe])
-    out.add("Mod", [a, safe], [r], fmod=int(fmod))
-    out.add("Where", [is_zero, zero, r], n.outputs)
+    if d is dt.UINT64:
+        is_zero, nonzero, bump, keep, safe, r = (out.temp() for _ in range(6))
+        out.add("Equal", [b, _like(out, b, 0)], [is_zero])
+        out.add("Not", [is_zero], [nonzero])
+        out.add("Cast", [is_zero], [bump], to=names.onnx_code(d))
+        out.add("Cast", [nonzero], [keep], to=names.onnx_code(d))
+        out.add("Add", [b, bump], [safe])
+        out.add("Mod", [a, safe], [r], fmod=int(fmod))
+        out.add("Mul", [r, keep], n.outputs)
+        return
+    a64, b64 = _int64(out, a), _int64(out, b)
+    trivial, safe, r = out.temp(), out.temp(), out.temp()
+    out.add("Equal", [b64, _ints(out, 0)], [trivial])
+    if d.is_signed:
+        minus_one, either = out.temp(), out.temp()
+        out.add("Equal", [b64, _ints(out, -1)], [minus_one])
+        out.add("Or", [trivial, minus_one], [either])
+        trivial = either
+    out.add("Where", [trivial, _ints(out, 1), b64], [safe])
+    out.add("Mod", [a64, safe], [r], fmod=int(fmod))
+    if d is dt.INT64:
+        out.add("Where", [trivial, _ints(out, 0), r], n.outputs)
+        return
+    y = out.temp()
+    out.add("Where", [trivial, _ints(out, 0), r], [y])
+    out.add("Cast", [y], n.outputs, to=names.onnx_code(d))
 
 
 def _bitshift(out: Emitter, n: Node) -> None:

@@ -7,6 +7,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mnrt
 from mnrt.compiler import GraphBuilder, onnx_export
@@ -466,3 +468,35 @@ def test_half_pixel_symmetric_resize_with_inexact_scales_is_refused_by_name():
                       coordinate_transformation_mode="half_pixel_symmetric"), "y")  # fmt: skip
     with pytest.raises(ExportError, match="half_pixel_symmetric.*opset 19"):
         to_onnx(b.build())
+
+
+_INTEGERS = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    dtype=st.sampled_from(_INTEGERS),
+    op=st.sampled_from([("bitshift", {"direction": "left"}), ("bitshift", {"direction": "right"}),
+                        ("mod", {"fmod": False}), ("mod", {"fmod": True})]),
+    seed=st.integers(0, 2**32 - 1),
+)  # fmt: skip
+def test_integer_formulas_match_the_device_at_every_width(dtype, op, seed):
+    """bitshift and mod of integers are written as several ops (widened shifts, guarded
+    divisors): at each width, with shift amounts past it and below 0, and zero divisors,
+    they give the device's values exactly."""
+    ort = pytest.importorskip("onnxruntime")
+    kernel, attrs = op
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(seed)
+    a = rng.integers(info.min, info.max, 16, dtype=dtype, endpoint=True)
+    if kernel == "bitshift":
+        b = rng.integers(-3, info.bits + 3, 16).astype(dtype)
+    else:
+        b = rng.integers(max(info.min, -9), min(info.max, 9), 16, endpoint=True).astype(dtype)
+    builder, inputs = _one_node(kernel, {"a": a, "b": b}, attrs)
+    with mnrt.Context() as ctx:
+        fn = ctx.compile(builder, inputs)
+        device = fn(inputs)[fn.graph.outputs[0]].cpu()
+    session = ort.InferenceSession(to_onnx(fn.graph).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])  # fmt: skip
+    np.testing.assert_array_equal(session.run(None, inputs)[0], device)
