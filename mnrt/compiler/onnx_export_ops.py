@@ -216,11 +216,13 @@ def _cumsum(out: Emitter, n: Node) -> None:
 def _cumprod(out: Emitter, n: Node) -> None:
     """CumProd arrives in opset 24: written as a Scan whose state is the running product,
     the same multiplications in the same order as the device's. Exclusive emits each
-    step's state before multiplying; reverse scans (and emits) from the end."""
+    step's state before multiplying; reverse scans (and emits) from the end. The axis is
+    moved to the front around it (ONNX's reference evaluator scans axis 0 only)."""
     x = n.inputs[0]
     shape, d = out.shapes[x], out.dtypes[x]
     axis = n.attrs["axis"] % len(shape)
-    step = [s for i, s in enumerate(shape) if i != axis]
+    perm = [axis, *(i for i in range(len(shape)) if i != axis)]
+    step = [shape[i] for i in perm[1:]]
     code = names.onnx_code(d)
     state, elem, product, emitted, final = (out.temp() for _ in range(5))
     body_out = state if n.attrs["exclusive"] else product
@@ -234,9 +236,14 @@ def _cumprod(out: Emitter, n: Node) -> None:
          h.make_tensor_value_info(emitted, code, step)],
     )  # fmt: skip
     direction = [int(n.attrs["reverse"])]
-    out.add("Scan", [_like(out, x, np.ones(step)), x], [final, *n.outputs], body=body,
-            num_scan_inputs=1, scan_input_axes=[axis], scan_output_axes=[axis],
-            scan_input_directions=direction, scan_output_directions=direction)  # fmt: skip
+    front, scanned = (x, n.outputs[0]) if axis == 0 else (out.temp(), out.temp())
+    if axis:
+        out.add("Transpose", [x], [front], perm=perm)
+    out.add("Scan", [_like(out, x, np.ones(step)), front], [final, scanned], body=body,
+            num_scan_inputs=1, scan_input_directions=direction,
+            scan_output_directions=direction)  # fmt: skip
+    if axis:
+        out.add("Transpose", [scanned], n.outputs, perm=[int(i) for i in np.argsort(perm)])
 
 
 def _space_to_depth(out: Emitter, n: Node) -> None:

@@ -500,3 +500,21 @@ def test_integer_formulas_match_the_device_at_every_width(dtype, op, seed):
     session = ort.InferenceSession(to_onnx(fn.graph).SerializeToString(),
                                    providers=["CPUExecutionProvider"])  # fmt: skip
     np.testing.assert_array_equal(session.run(None, inputs)[0], device)
+
+
+def test_codegen_dir_writes_model_onnx_for_kernels_that_had_no_exporter(tmp_path):
+    # Before, a graph holding any of them got no model.onnx at all.
+    b = GraphBuilder("g")
+    x = b.rmsnorm(b.input("x", (4, 8), "float"), b.param("s", _f(8)))
+    values, _ = b.topk(b.cumprod(b.clip(x, min=-1.0, max=1.0), axis=1), k=3)
+    b.output(b.pad(values, pads=(1, 0, 0, 2), mode="wrap"), "y")
+    inputs = {"x": _f(4, 8)}
+    with mnrt.Context() as ctx:
+        fn = ctx.compile(b, inputs, codegen_dir=tmp_path / "cg")
+        device = fn(inputs)["y"].cpu()
+    report = json.loads((tmp_path / "cg" / "report.json").read_text())
+    assert {"name": "onnx export", "status": "ok"}.items() <= report["phases"][-1].items()
+    model = onnx.load(str(tmp_path / "cg" / "model.onnx"))
+    assert {"Scan", "TopK", "Gather", "Clip", "ReduceMean"} <= {n.op_type for n in model.graph.node}
+    out = ReferenceEvaluator(model).run(None, inputs)[0]
+    np.testing.assert_allclose(out, device, **_tolerance(fn.graph.values["y"].dtype))
