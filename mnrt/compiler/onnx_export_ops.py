@@ -329,35 +329,33 @@ def _pad(out: Emitter, n: Node) -> None:
 
 
 def _resize(out: Emitter, n: Node) -> None:
-    """Resize with the kernel's scales (or sizes) as inputs. half_pixel_symmetric arrives
-    in opset 19; where every scale is its axis' size ratio it is half_pixel, else it has
-    no opset-18 form and is refused by name."""
+    """Resize with the output sizes where the scales are their ratios, else with the
+    scales, which ONNX holds as float32: where those do not give the kernel's output sizes
+    there is no opset-18 form, and the node is refused by name. half_pixel_symmetric
+    arrives in opset 19; with scales that are the sizes' ratios it is half_pixel."""
     a = n.attrs
     x = n.inputs[0]
     shape = out.shapes[x]
-    transform = a["coordinate_transformation_mode"]
     sizes = list(out.shapes[n.outputs[0]])
-    scales = list(a["scales"]) or [s / m for s, m in zip(sizes, shape, strict=True)]
-    if (
-        a["scales"]
-        and a["sizes"]
-        and any(int(s * m) != z for s, m, z in zip(scales, shape, sizes, strict=True))
-    ):
-        raise ExportError(f"resize node '{n.name}': sizes {sizes} are not its scales {scales} "
-                          "times x's shape, which ONNX Resize cannot say")  # fmt: skip
+    scales = list(a["scales"]) or [z / m for z, m in zip(sizes, shape, strict=True)]
+    ratios = all(s * m == z for s, m, z in zip(scales, shape, sizes, strict=True))
+    single = np.array(scales, np.float32)
+    transform = a["coordinate_transformation_mode"]
     if transform == "half_pixel_symmetric":
-        if any(s * m != z for s, m, z in zip(scales, shape, sizes, strict=True)):
+        if not ratios:
             raise ExportError(
                 f"resize node '{n.name}': coordinate_transformation_mode "
                 "'half_pixel_symmetric' with scales that are not the sizes' ratios has no "
                 f"ONNX form before opset 19 (this exporter writes opset {OPSET})"
             )
         transform = "half_pixel"
+    if not ratios and list((single.astype(np.float64) * shape).astype(np.int64)) != sizes:
+        raise ExportError(
+            f"resize node '{n.name}': scales {scales} as float32 (all ONNX Resize takes) do "
+            f"not give its output sizes {sizes} of x {list(shape)}"
+        )
     roi = out.const(np.array(a["roi"], np.float32)) if transform == "tf_crop_and_resize" else ""
-    if a["scales"]:
-        inputs = [x, roi, out.const(np.array(scales, np.float32))]
-    else:
-        inputs = [x, roi, "", _ints(out, sizes)]
+    inputs = [x, roi, "", _ints(out, sizes)] if ratios else [x, roi, out.const(single)]
     out.add("Resize", inputs, n.outputs, mode=a["mode"],
             coordinate_transformation_mode=transform, nearest_mode=a["nearest_mode"],
             cubic_coeff_a=a["cubic_coeff_a"], exclude_outside=int(a["exclude_outside"]),

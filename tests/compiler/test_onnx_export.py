@@ -518,3 +518,12 @@ def test_codegen_dir_writes_model_onnx_for_kernels_that_had_no_exporter(tmp_path
     assert {"Scan", "TopK", "Gather", "Clip", "ReduceMean"} <= {n.op_type for n in model.graph.node}
     out = ReferenceEvaluator(model).run(None, inputs)[0]
     np.testing.assert_allclose(out, device, **_tolerance(fn.graph.values["y"].dtype))
+
+
+def test_resize_scales_float32_cannot_carry_are_refused_by_name():
+    # 0.7 as float32 is below 0.7: ONNX would make 6 rows of 10, the device makes 7.
+    b = GraphBuilder("g")
+    x = b.input("x", (1, 1, 10, 3), "float")
+    b.output(b.resize(x, scales=(1.0, 1.0, 0.7, 1.5), mode="linear"), "y")
+    with pytest.raises(ExportError, match="as float32.*output sizes \\[1, 1, 7, 4\\]"):
+        to_onnx(b.build())
