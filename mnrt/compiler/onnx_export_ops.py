@@ -69,6 +69,7 @@ def _int64(out: Emitter, name: str) -> str:
 
 
 def _rsqrt(out: Emitter, n: Node) -> None:
+    """ONNX has no Rsqrt: 1 / sqrt(x), as the kernel computes it."""
     root = out.temp()
     out.add("Sqrt", n.inputs, [root])
     out.add("Reciprocal", [root], n.outputs)
