@@ -20,49 +20,17 @@ from ..device import dtypes as dt
 from ..device.kernels import TensorSpec, chain
 from ..errors import InvalidArgumentError
 from ..format.files import write_atomically
+from . import onnx_export_ops
 from .ir import Graph, Node
 from .onnx import names
-
-# 18: the first with the Bitwise ops (names.UNARY/BINARY), and with every Reduce op's axes
-# an input.
-OPSET = 18
+from .onnx_emit import OPSET, Emitter, ExportError
 
 
-class ExportError(InvalidArgumentError):
-    """A graph holds kernels that have no ONNX form here."""
-
-
-class _Out:
-    """The ONNX graph being written: nodes and initializers."""
-
-    def __init__(self, helper: Any, numpy_helper: Any, graph: Graph) -> None:
-        self.helper, self.numpy_helper = helper, numpy_helper
-        # Shapes and dtypes of the graph's values, and of a chain's intermediates.
-        self.shapes = {name: v.shape for name, v in graph.values.items()}
-        self.dtypes = {name: v.dtype for name, v in graph.values.items()}
-        self.nodes: list[Any] = []
-        self.inits: list[Any] = []
-        self.count = 0
-
-    def const(self, array: np.ndarray) -> str:
-        self.count += 1
-        name = f"_const{self.count}"
-        self.inits.append(self.numpy_helper.from_array(np.asarray(array), name))
-        return name
-
-    def temp(self) -> str:
-        self.count += 1
-        return f"_t{self.count}"
-
-    def add(self, op: str, inputs: list[str], outputs: list[str], **attrs: Any) -> None:
-        self.nodes.append(self.helper.make_node(op, inputs, outputs, **attrs))
-
-
-def _same(op: str) -> Callable[[_Out, Node], None]:
+def _same(op: str) -> Callable[[Emitter, Node], None]:
     return lambda out, n: out.add(op, n.inputs, n.outputs)
 
 
-def _gemm(out: _Out, n: Node) -> None:
+def _gemm(out: Emitter, n: Node) -> None:
     a, b, *c = n.inputs
     at = n.attrs
     for flag, name in (("trans_a", "a"), ("trans_b", "b")):
@@ -91,7 +59,7 @@ def _gemm(out: _Out, n: Node) -> None:
     out.add("Identity", [y], n.outputs)
 
 
-def _gelu(out: _Out, n: Node) -> None:
+def _gelu(out: Emitter, n: Node) -> None:
     """Gelu as its formula: the op (with `approximate`) arrives in opset 20, after OPSET.
     The tanh form is 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the erf form
     0.5 x (1 + erf(x / sqrt(2))); they differ by up to 4e-4, so each exports as itself."""
@@ -112,7 +80,7 @@ def _gelu(out: _Out, n: Node) -> None:
     out.add("Mul", [half, out.const(np.float32(0.5))], n.outputs)
 
 
-def _layernorm(out: _Out, n: Node) -> None:
+def _layernorm(out: Emitter, n: Node) -> None:
     x, *rest = n.inputs
     width = out.shapes[x][n.attrs["axis"] :]
     scale = rest[0] if rest else out.const(np.ones(width, np.float32))
@@ -121,14 +89,14 @@ def _layernorm(out: _Out, n: Node) -> None:
             epsilon=n.attrs["epsilon"])  # fmt: skip
 
 
-def _conv(out: _Out, n: Node) -> None:
+def _conv(out: Emitter, n: Node) -> None:
     a = n.attrs
     out.add("Conv", n.inputs, n.outputs, strides=list(a["stride"]), pads=list(a["padding"]),
             dilations=list(a["dilation"]), group=a["groups"])  # fmt: skip
 
 
-def _pool(op: str) -> Callable[[_Out, Node], None]:
-    def export(out: _Out, n: Node) -> None:
+def _pool(op: str) -> Callable[[Emitter, Node], None]:
+    def export(out: Emitter, n: Node) -> None:
         a = n.attrs
         attrs = {"kernel_shape": list(a["kernel"]), "strides": list(a["stride"] or a["kernel"]),
                  "pads": list(a["padding"]), "ceil_mode": int(a["ceil_mode"])}  # fmt: skip
@@ -141,8 +109,8 @@ def _pool(op: str) -> Callable[[_Out, Node], None]:
     return export
 
 
-def _reduce(op: str) -> Callable[[_Out, Node], None]:
-    def export(out: _Out, n: Node) -> None:
+def _reduce(op: str) -> Callable[[Emitter, Node], None]:
+    def export(out: Emitter, n: Node) -> None:
         axes = list(n.attrs["axes"]) or list(range(len(out.shapes[n.inputs[0]])))
         keep = int(n.attrs["keepdims"])
         out.add(op, [n.inputs[0], out.const(np.array(axes, np.int64))], n.outputs, keepdims=keep)
@@ -150,34 +118,34 @@ def _reduce(op: str) -> Callable[[_Out, Node], None]:
     return export
 
 
-def _axis(op: str) -> Callable[[_Out, Node], None]:
+def _axis(op: str) -> Callable[[Emitter, Node], None]:
     return lambda out, n: out.add(op, n.inputs, n.outputs, axis=n.attrs["axis"])
 
 
-def _to_shape(op: str) -> Callable[[_Out, Node], None]:
-    def export(out: _Out, n: Node) -> None:
+def _to_shape(op: str) -> Callable[[Emitter, Node], None]:
+    def export(out: Emitter, n: Node) -> None:
         shape = out.const(np.array(n.attrs["shape"], np.int64))
         out.add(op, [n.inputs[0], shape], n.outputs)
 
     return export
 
 
-def _transpose(out: _Out, n: Node) -> None:
+def _transpose(out: Emitter, n: Node) -> None:
     perm = list(n.attrs["perm"]) or list(range(len(out.shapes[n.inputs[0]])))[::-1]
     out.add("Transpose", n.inputs, n.outputs, perm=perm)
 
 
-def _silu(out: _Out, n: Node) -> None:
+def _silu(out: Emitter, n: Node) -> None:
     gate = out.temp()
     out.add("Sigmoid", n.inputs, [gate])
     out.add("Mul", [n.inputs[0], gate], n.outputs)
 
 
-def _with_epilogue(export: Callable[[_Out, Node], None]) -> Callable[[_Out, Node], None]:
+def _with_epilogue(export: Callable[[Emitter, Node], None]) -> Callable[[Emitter, Node], None]:
     """ONNX has no fused activation: a kernel with an epilogue exports as the kernel
     followed by the activation."""
 
-    def wrapped(out: _Out, n: Node) -> None:
+    def wrapped(out: Emitter, n: Node) -> None:
         act = n.attrs.get("epilogue", "none")
         if act == "none":
             export(out, n)
@@ -189,7 +157,7 @@ def _with_epilogue(export: Callable[[_Out, Node], None]) -> Callable[[_Out, Node
     return wrapped
 
 
-def _chain(out: _Out, n: Node) -> None:
+def _chain(out: Emitter, n: Node) -> None:
     """A chain exports as its steps, one ONNX node (or a few) each, in order."""
     x = n.inputs[0]
     steps = chain.plan(n.attrs, TensorSpec(out.shapes[x], out.dtypes[x]))
@@ -200,7 +168,7 @@ def _chain(out: _Out, n: Node) -> None:
         x = y
 
 
-def _cast(out: _Out, n: Node) -> None:
+def _cast(out: Emitter, n: Node) -> None:
     out.add("Cast", n.inputs, n.outputs, to=names.onnx_code(dt.dtype(n.attrs["to"])))
 
 
@@ -213,7 +181,11 @@ _SAME = {
     "relayout": "Identity",  # a layout switch moves values, it does not change them
     "global_avg_pool2d": "GlobalAveragePool",
 }
-_EXPORTERS: dict[str, Callable[[_Out, Node], None]] = {
+# Reductions that are one ONNX op each but that the frontend builds from others (ReduceL1
+# as abs then sum), so names.REDUCE, which both directions share, does not hold them.
+_REDUCE_MORE = {"l1": "ReduceL1", "l2": "ReduceL2", "log_sum": "ReduceLogSum",
+                "logsumexp": "ReduceLogSumExp", "sum_square": "ReduceSumSquare"}  # fmt: skip
+_EXPORTERS: dict[str, Callable[[Emitter, Node], None]] = {
     **{kernel: _same(op) for kernel, op in _SAME.items()},
     "gemm": _with_epilogue(_gemm),
     "gelu": _gelu,
@@ -232,7 +204,9 @@ _EXPORTERS: dict[str, Callable[[_Out, Node], None]] = {
     "expand": _to_shape("Expand"),
     "cast": _cast,
     "chain": _chain,
-}
+    **{kernel: _reduce(op) for kernel, op in _REDUCE_MORE.items()},
+    **onnx_export_ops.EXPORTERS,
+}  # fmt: skip
 
 
 def _ops(node: Node) -> list[str]:
@@ -291,7 +265,7 @@ def _unchecked_model(
         raise ExportError(
             f"graph '{graph.name}': no ONNX export for kernel(s) {', '.join(missing)}"
         )
-    out = _Out(helper, numpy_helper, graph)
+    out = Emitter(helper, numpy_helper, graph)
     for node in graph.nodes:
         _EXPORTERS[node.op](out, node)
 
