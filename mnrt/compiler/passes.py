@@ -18,6 +18,9 @@ from .node_cost import node_cost
 
 _FLOATS = {dt.FLOAT, dt.DOUBLE, dt.HALF, dt.FLOAT16}
 _PRECISION = {"float": dt.FLOAT, "double": dt.DOUBLE, "half": dt.HALF}
+# Kernel attributes that name the dtype of the value a kernel makes (device kernels name
+# it so: cast's `to`, fill's, range's and eye_like's `dtype`).
+_RESULT_DTYPE_ATTRS = ("to", "dtype")
 
 
 def apply_float_dtype(graph: Graph, mode: str) -> Graph:
@@ -35,10 +38,12 @@ def apply_float_dtype(graph: Graph, mode: str) -> Graph:
                 _warn_out_of_range(name, v, target, mode)
                 v.dtype = target
         for node in g.nodes:
-            # The kernels that make a value of the dtype an attribute names (cast, fill).
-            key = {"cast": "to", "fill": "dtype"}.get(node.op)
-            if key is not None and dt.dtype(node.attrs[key]) in _FLOATS:
-                node.attrs[key] = target.name
+            # The kernels that make a value of the dtype an attribute names: cast's `to`;
+            # fill's, range's and eye_like's `dtype` ('' for eye_like: x's, retargeted).
+            for key in _RESULT_DTYPE_ATTRS:
+                named = node.attrs.get(key)
+                if named and dt.dtype(named) in _FLOATS:
+                    node.attrs[key] = target.name
         g.verify()
         return g
     raise ValueError(f"float_dtype {mode!r}")  # options.py admits only the modes above

@@ -99,6 +99,19 @@ def test_fill_makes_values_of_the_compiled_precision(ctx, float_dtype):
     np.testing.assert_array_equal(compiled({"x": x_val})["y"].cpu(), np.full((2, 3), 1.5))
 
 
+@pytest.mark.parametrize("float_dtype", ["float", "half", "double", "mixed"])
+def test_range_and_eye_like_make_values_of_the_compiled_precision(ctx, float_dtype):
+    """Their `dtype` names the precision of what they make, as fill's does."""
+    b = GraphBuilder("gen")
+    x = b.input("x", (5,), "double")
+    b.output(b.add(x, b.range(start=0.0, limit=5.0, delta=1.0, dtype="double")), "y")
+    b.output(b.eye_like(b.reshape(x, shape=(1, 5)), dtype="double"), "e")
+    compiled = ctx.compile(b, {"x": np.ones(5)}, options={"float_dtype": float_dtype})
+    out = compiled({"x": np.ones(5)})
+    np.testing.assert_array_equal(out["y"].cpu(), np.arange(5.0) + 1)
+    np.testing.assert_array_equal(out["e"].cpu(), np.eye(1, 5))
+
+
 def test_save_binary_of_a_graph_with_fill_has_a_reference(ctx, tmp_path):
     """The goldens come from the graph run in double: its fill must be double too."""
     b = GraphBuilder("fill")
