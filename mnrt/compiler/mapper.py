@@ -269,11 +269,20 @@ class _Search:
         self.front: list[tuple[_Vec, Mapping, Evaluation, bool]] = []
         self.rejected: list[Rejected] = []
         self.evaluated = 0
+        self.ties = False  # breaking latency ties by energy (see break_ties)
+
+    def dominates(self, a: _Vec, b: _Vec) -> bool:
+        """Whether `a` is no worse than `b` (within tolerance) on every chosen metric; while
+        breaking ties, faster, or as fast for no more energy."""
+        if self.ties:
+            t = 1 + self.tol[0]
+            return a[0] * t < b[0] or (a[0] <= b[0] * t and a[1] <= b[1])
+        return all(a[m] <= b[m] * (1 + self.tol[m]) for m in self.metrics)
 
     def beaten(self, v: _Vec) -> tuple[_Vec, Mapping, bool] | None:
-        """A front point no worse than `v` (within tolerance) on every chosen metric."""
+        """A front point that dominates `v` (a mapping, or the lower bound of a subspace)."""
         for q, mp, _, fused in self.front:
-            if all(q[m] <= v[m] * (1 + self.tol[m]) for m in self.metrics):
+            if self.dominates(q, v):
                 return q, mp, fused
         return None
 
@@ -292,15 +301,34 @@ class _Search:
             2.0 * bp * mp_ * np_ * p.k / pes / per_cycle + steps * spec.mapping_step_cycles
         ) / (spec.clock_hz) + other / (spec.peak_flops(p.precision) * spec.vector_peak_fraction)
         lm_pe = blocks * p.k / pe_k * (rm + rn) * p.itemsize
+        if acc == LM:
+            lm_pe += steps * 2 * rm * rn * 4
         lm = lm_pe / (spec.lm_bytes_per_cycle_per_pe * spec.clock_hz)
-        dram = sum(b for i, b in enumerate(p.operand_bytes) if i not in self.onchip)
+        # Operands as evaluate moves them: each row block of A crosses L1BM once per column
+        # tile and each column block of B once per row tile (K unpadded), partial sums of a
+        # split K once; from DRAM, A once per column tile and B once per row tile, unless
+        # the slab keeps one of them resident (the cheaper of the two, or neither).
+        mt, nt = mp_ // (pe_m * rm), np_ // (pe_n * rn)
+        sram = float(bp * p.k * p.itemsize * (mp_ * nt + np_ * mt))
+        sram += (pe_k - 1) * bp * mp_ * np_ * 4.0
+        once = {i: b for i, b in enumerate(p.operand_bytes) if i not in self.onchip}
         if self.consumer is not None:
-            dram -= p.operand_bytes[-1]  # a fused chain may keep the product on chip
-        time_s = spec.kernel_launch_s + max(compute, lm, dram / spec.dram_bandwidth)
+            once.pop(len(p.operand_bytes) - 1, None)  # a fused chain may keep the product
+        sram += sum(b for i, b in enumerate(p.operand_bytes) if i in self.onchip)
+        dram = sum(once.values())
+        tiles = {"a": nt, "b": mt}
+        streamed = {i: b * tiles.get(p.roles[i], 1) for i, b in once.items()}
+        dram_min = min(
+            sum(once[i] if p.roles[i] == kept else b for i, b in streamed.items())
+            for kept in ("", "a", "b")
+        )
+        time_s = spec.kernel_launch_s + max(
+            compute, lm, dram / spec.dram_bandwidth, sram / spec.l1bm_bandwidth
+        )
         energy = (
             p.flops * spec.energy_pj_per_flop(p.precision)
-            + dram * spec.energy_pj_per_byte_dram
-            + lm_pe * pes * spec.energy_pj_per_byte_sram
+            + dram_min * spec.energy_pj_per_byte_dram
+            + (sram + lm_pe * pes) * spec.energy_pj_per_byte_sram
         ) * 1e-12 + spec.static_power_w * time_s
         acc_b = rm * rn * 4
         cap = capacities(spec)
@@ -365,7 +393,7 @@ class _Search:
             return
         survivors = []
         for q, qmp, qev, qf in self.front:
-            if all(v[m] <= q[m] * (1 + self.tol[m]) for m in self.metrics):
+            if self.dominates(v, q):
                 self.rejected.append(Rejected(qmp, f"dominated by {mp}", q.time_s, qf))
             else:
                 survivors.append((q, qmp, qev, qf))
@@ -391,10 +419,15 @@ class _Search:
         fixed_pj = (
             p.flops * spec.energy_pj_per_flop(p.precision) + dram * spec.energy_pj_per_byte_dram
         )
+
+        def grid_time(g: tuple) -> float:
+            """No padding, no steps, nothing but the products and the fewest DRAM bytes."""
+            pes = math.prod(g)
+            return spec.kernel_launch_s + max(p.mac_flops / pes / per_cycle / spec.clock_hz, dram_s)
+
         for g in grids:
             pes = math.prod(g)
-            # No padding, no steps, nothing but the products and the fewest DRAM bytes.
-            t = spec.kernel_launch_s + max(p.mac_flops / pes / per_cycle / spec.clock_hz, dram_s)
+            t = grid_time(g)
             if self.beaten(_Vec((t, fixed_pj * 1e-12 + spec.static_power_w * t, 0.0))):
                 if latency_only:
                     break  # grids come with ever fewer PEs: none after this one can win
@@ -416,6 +449,41 @@ class _Search:
                     bound = self.leaf(mp) if mp != d else None
                     if keep == KEEP_NONE and bound not in (None, "dram") and latency_only:
                         unbound_k.add(k)
+        if latency_only:
+            fastest = min(q[0] for q, _, _, _ in self.front) * (1 + self.tol[0])
+            self.break_ties([g for g in grids if grid_time(g) <= fastest], blocks, slabs, k_min)
+
+    def break_ties(self, grids: list, blocks: list, slabs: list, k_min: int) -> None:
+        """Of the mappings as fast as the fastest found, the one of least energy, as
+        Front.best orders them (a compile maps for latency alone, and the first of several
+        equally fast mappings had cost up to 15% more energy than another: a resident
+        operand, another grid, saves DRAM or L1BM traffic, not time). The subspaces of
+        `grids` (those whose bound is as fast) are searched in the order of their energy
+        bound, each while it can still beat the least energy found."""
+        self.ties = True
+        fastest = min(q[0] for q, _, _, _ in self.front)
+        static_w = self.spec.static_power_w
+        candidates = []
+        for g in grids:
+            pes = math.prod(g)
+            for rm, rn, acc in blocks:
+                lb = self.lower_bound(rm, rn, acc, pes, g, k_min)
+                if lb[0] > fastest * (1 + self.tol[0]):
+                    continue  # slower whatever its slab: no tie
+                # A tie runs as long as the fastest, drawing static power all that time.
+                lb = _Vec((lb[0], lb[1] + static_w * (fastest - lb[0]), lb[2]))
+                if self.beaten(lb) is None:
+                    candidates.append((lb[1], g, rm, rn, acc, lb))
+        candidates.sort(key=lambda c: c[0])
+        for _, g, rm, rn, acc, lb in candidates:
+            if self.beaten(lb) is not None:
+                continue
+            if check(self.spec, self.p, Mapping(*g, rm, rn, k_min, acc, KEEP_NONE)) is not None:
+                continue  # the smallest slab does not fit: no slab will
+            for k, keep in slabs:
+                mp = Mapping(*g, rm, rn, k, acc, keep)
+                if all(mp != q for _, q, _, _ in self.front):
+                    self.leaf(mp)
 
 
 def _specs_of(kernel: Kernel, operands: MappingABC[str, TensorSpec]) -> tuple[list, list]:

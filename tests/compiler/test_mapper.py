@@ -11,9 +11,11 @@ from hypothesis import strategies as st
 
 import mnrt
 from mnrt.compiler import MapperError, Metrics, map_kernel
-from mnrt.compiler.mapper import brute_force
+from mnrt.compiler.mapper import brute_force, space
 from mnrt.device.dtypes import FLOAT, HALF
 from mnrt.device.kernels.registry import TensorSpec
+from mnrt.device.mapping import check, evaluate, problem_of
+from mnrt.device.spec import MNCORE2
 
 ALL = Metrics.LATENCY | Metrics.ENERGY | Metrics.RESOURCE_USAGE
 
@@ -44,7 +46,10 @@ def test_the_mapper_finds_the_brute_force_optimum_with_far_fewer_evaluations(m, 
     front = map_kernel(kernel, metrics=Metrics.LATENCY, operands=ops)
     best, count = brute_force(kernel, operands=ops)
     assert front.best.time_s == pytest.approx(best, rel=1e-12)
-    assert front.evaluated * 10 <= count == front.space_size
+    assert count == front.space_size
+    # A space of a few dozen mappings, all as fast (a launch-bound 1x1x1 product has 12),
+    # is searched nearly whole to break their tie by energy.
+    assert front.evaluated * 10 <= count or count < 100
 
 
 @settings(max_examples=6, deadline=None)
@@ -56,6 +61,41 @@ def test_the_mapper_finds_the_conv_optimum(n, c, hw, o, kk):
     best, count = brute_force(kernel, operands=ops)
     assert front.best.time_s == pytest.approx(best, rel=1e-12)
     assert front.evaluated < count
+
+
+def _fastest_of_least_energy(kernel, ops) -> tuple[float, float]:
+    """(time, energy) of the mapping of least energy among the fastest: brute force."""
+    ins = [ops[s] for s in kernel.inputs]
+    outs = [ops[s] for s in kernel.outputs]
+    p = problem_of(
+        kernel.op, ins, outs, kernel.attrs, kernel.kdef.cost(ins, outs, kernel.attrs).flops
+    )
+    points = [
+        (ev.time_s, ev.energy_j)
+        for mp in space(MNCORE2, p, 3)
+        if check(MNCORE2, p, mp) is None
+        for ev in [evaluate(MNCORE2, p, mp).modelled]
+    ]
+    return min(points)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(1, 96), st.integers(1, 96), st.integers(1, 96))
+def test_of_equally_fast_mappings_latency_alone_picks_the_least_energy(m, n, k):
+    """What a compile asks for: a tie on latency is broken by energy, as Front.best orders."""
+    kernel, ops = gemm(m, n, k)
+    best = map_kernel(kernel, metrics=Metrics.LATENCY, operands=ops).best
+    time_s, energy_j = _fastest_of_least_energy(kernel, ops)
+    assert best.time_s == pytest.approx(time_s, rel=1e-12)
+    assert best.energy_j == pytest.approx(energy_j, rel=1e-12)
+
+
+def test_ties_on_resnet_and_bert_shapes_go_to_the_least_energy():
+    """The first of the equally fast had cost 13% (BERT-base's projection) and 15% (a
+    ResNet-50 1x1 convolution) more energy than the least."""
+    for kernel, ops in (gemm(128, 768, 768), conv(1, 256, 56, 64, 1)):
+        best = map_kernel(kernel, metrics=Metrics.LATENCY, operands=ops).best
+        assert (best.time_s, best.energy_j) == pytest.approx(_fastest_of_least_energy(kernel, ops))
 
 
 def test_a_front_holds_only_mutually_undominated_points():
