@@ -126,6 +126,23 @@ def test_multi_device_binary(pipeline):
     assert any(e.get("cat") == "copy" for e in trace.json()["traceEvents"])
 
 
+def test_a_run_reports_locate_findings_are_on_its_summary(tmp_path):
+    from binaries import perturbed, three_device_capture
+
+    from mnrt.replay.plan import validate
+
+    binary = three_device_capture(fingerprints=True)
+    x = next(g for g, b in validate(binary, blobs=False).buffers.items() if b.name == "x")
+    path, report = tmp_path / "bad.mnlb", tmp_path / "r.json"
+    perturbed(binary, x).save(path)
+    cmd = [sys.executable, "-m", "mnrt", "run", str(path), "--locate", "--report", str(report),
+           "--locate-dir", str(tmp_path / "loc")]  # fmt: skip
+    assert subprocess.run(cmd, capture_output=True).returncode == 1
+    summary = client(report).get("/summary").text
+    assert "locate: first divergent kernel" in summary and "&#39;exp&#39; (wrong)" in summary
+    assert str(tmp_path / "loc") in summary
+
+
 def test_run_report(tmp_path, pipeline):
     report = tmp_path / "r.json"
     cmd = [sys.executable, "-m", "mnrt", "run", str(pipeline), "--report", str(report)]

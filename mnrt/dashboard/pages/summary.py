@@ -49,6 +49,37 @@ def _goldens(art: Artifacts) -> list[dict[str, Any]]:
     return rows
 
 
+def _located(locate: Any) -> list[tuple[str, Any]]:
+    """What `mnrt run --locate` found, as the run report holds it (`locate`): how many
+    kernels it compared and how many differ, the first divergent and the first wrong
+    kernel, and where their arrays were saved."""
+    if not isinstance(locate, dict):
+        return []
+    facts: list[tuple[str, Any]] = [
+        ("locate: kernels compared", locate.get("compared")),
+        ("locate: of them divergent", locate.get("divergent")),
+    ]
+    for key, what, saved in (
+        ("first_divergent", "first divergent kernel", "saved_to"),
+        ("first_wrong", "first wrong kernel", "wrong_saved_to"),
+        ("failed", "kernel that failed", None),
+    ):
+        site = locate.get(key)
+        if isinstance(site, dict):
+            facts.append((f"locate: {what}", _site(site)))
+            if saved and locate.get(saved):
+                facts.append(("locate: its arrays in", locate[saved]))
+    return facts
+
+
+def _site(site: dict) -> str:
+    verdict = f" ({site['verdict']})" if site.get("verdict") else ""
+    return (
+        f"command {site.get('command')} program '{site.get('program')}' kernel "
+        f"{site.get('program_kernel')} '{site.get('op')}'{verdict}"
+    )
+
+
 def build(art: Artifacts) -> dict[str, Any]:
     report = art.compile_report
     run = art.run_report
@@ -80,6 +111,7 @@ def build(art: Artifacts) -> dict[str, Any]:
                 ("of it while devices idle (J)", modelled.get("idle_energy_j")),
                 ("bubble fraction", modelled.get("bubble_fraction")),
             ]
+        facts += _located(run.get("locate"))
     binary = None
     if art.binary_path is not None:
         info = art.info
