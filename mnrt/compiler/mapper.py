@@ -419,15 +419,10 @@ class _Search:
         fixed_pj = (
             p.flops * spec.energy_pj_per_flop(p.precision) + dram * spec.energy_pj_per_byte_dram
         )
-
-        def grid_time(g: tuple) -> float:
-            """No padding, no steps, nothing but the products and the fewest DRAM bytes."""
-            pes = math.prod(g)
-            return spec.kernel_launch_s + max(p.mac_flops / pes / per_cycle / spec.clock_hz, dram_s)
-
         for g in grids:
             pes = math.prod(g)
-            t = grid_time(g)
+            # No padding, no steps, nothing but the products and the fewest DRAM bytes.
+            t = spec.kernel_launch_s + max(p.mac_flops / pes / per_cycle / spec.clock_hz, dram_s)
             if self.beaten(_Vec((t, fixed_pj * 1e-12 + spec.static_power_w * t, 0.0))):
                 if latency_only:
                     break  # grids come with ever fewer PEs: none after this one can win
@@ -450,43 +445,39 @@ class _Search:
                     if keep == KEEP_NONE and bound not in (None, "dram") and latency_only:
                         unbound_k.add(k)
         if latency_only:
-            fastest = min(self.front, key=lambda f: (f[0][0], f[0][1]))
-            grid = fastest[1]
-            grid = (grid.pe_b, grid.pe_m, grid.pe_n, grid.pe_k)
-            self.break_ties([grid], blocks, slabs, k_min)
+            best = min(self.front, key=lambda f: (f[0][0], f[0][1]))[1]
+            self.break_ties((best.pe_b, best.pe_m, best.pe_n, best.pe_k), blocks, slabs, k_min)
 
-    def break_ties(self, grids: list, blocks: list, slabs: list, k_min: int) -> None:
+    def break_ties(self, grid: tuple, blocks: list, slabs: list, k_min: int) -> None:
         """Of the mappings as fast as the fastest found, on its PE grid, the one of least
         energy, as Front.best orders them (a compile maps for latency alone, and the first
         of several equally fast mappings had cost up to 8% more energy than another on the
         same grid: register blocks and a resident operand change L1BM and DRAM traffic,
         not time). Only its grid: the grid decides the operands' layouts, so another one
         as fast changes the layout switches around the kernel (ResNet-50 at O3 modelled
-        0.4% slower with the least energy of every grid). The subspaces of `grids` are
-        searched in the order of their energy bound, each while it can still beat the
-        least energy found."""
+        0.4% slower with the least energy of every grid). The grid's subspaces are searched
+        in the order of their energy bound, each while it can still beat the least energy
+        found."""
         self.ties = True
         fastest = min(q[0] for q, _, _, _ in self.front)
-        static_w = self.spec.static_power_w
+        pes = math.prod(grid)
         candidates = []
-        for g in grids:
-            pes = math.prod(g)
-            for rm, rn, acc in blocks:
-                lb = self.lower_bound(rm, rn, acc, pes, g, k_min)
-                if lb[0] > fastest * (1 + self.tol[0]):
-                    continue  # slower whatever its slab: no tie
-                # A tie runs as long as the fastest, drawing static power all that time.
-                lb = _Vec((lb[0], lb[1] + static_w * (fastest - lb[0]), lb[2]))
-                if self.beaten(lb) is None:
-                    candidates.append((lb[1], g, rm, rn, acc, lb))
+        for rm, rn, acc in blocks:
+            lb = self.lower_bound(rm, rn, acc, pes, grid, k_min)
+            if lb[0] > fastest * (1 + self.tol[0]):
+                continue  # slower whatever its slab: no tie
+            # A tie runs as long as the fastest, drawing static power all that time.
+            lb = _Vec((lb[0], lb[1] + self.spec.static_power_w * (fastest - lb[0]), lb[2]))
+            if self.beaten(lb) is None:
+                candidates.append((lb[1], rm, rn, acc, lb))
         candidates.sort(key=lambda c: c[0])
-        for _, g, rm, rn, acc, lb in candidates:
+        for _, rm, rn, acc, lb in candidates:
             if self.beaten(lb) is not None:
                 continue
-            if check(self.spec, self.p, Mapping(*g, rm, rn, k_min, acc, KEEP_NONE)) is not None:
+            if check(self.spec, self.p, Mapping(*grid, rm, rn, k_min, acc, KEEP_NONE)):
                 continue  # the smallest slab does not fit: no slab will
             for k, keep in slabs:
-                mp = Mapping(*g, rm, rn, k, acc, keep)
+                mp = Mapping(*grid, rm, rn, k, acc, keep)
                 if all(mp != q for _, q, _, _ in self.front):
                     self.leaf(mp)
 

@@ -114,7 +114,7 @@ def test_a_compiled_cnn_with_chains_passes_mnrt_run_and_locates_per_chain(cnn_bi
     report = mnrt.replay(binary, locate=True)
     assert report.passed and report.locate.divergent == 0
     assert report.locate.compared == len(binary.fingerprints)
-    code, out = invoke_cli("run", path, "--locate")
+    code, out = invoke_cli("run", path, "--locate", "--locate-dir", tmp_path / "loc")
     assert code == 0, out
 
 
