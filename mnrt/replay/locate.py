@@ -276,7 +276,7 @@ class Locator:
 
     def _save(
         self, site: KernelSite, step: Step, inputs: list[np.ndarray], outputs: list[np.ndarray]
-    ) -> Path:
+    ) -> None:
         """The kernel's inputs (as it read them), its outputs as this replay computed them
         and as a float64 re-evaluation of the kernel on those inputs computes them, and the
         site with both fingerprints as JSON."""
@@ -295,7 +295,6 @@ class Locator:
         for o, a in zip(site.outputs, reference or ()):
             _save_npy(folder / f"output.{_file_part(o['slot'])}.reference.npy", a)
         write_atomically(folder / "site.json", json.dumps(doc, indent=1).encode())
-        return folder
 
 
 def _key(site: KernelSite | None) -> tuple[int, int] | None:
