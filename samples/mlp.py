@@ -5,9 +5,12 @@ float32 and write float32, elementwise work runs in float32. Prints the output, 
 against a float64 numpy reference, and the modelled device time and energy.
 
     python samples/mlp.py [--batch 64] [--device auto] [--capture samples/mlp.mnlb]
+                          [--fingerprints]
 
 With --capture, the run is recorded into a light binary (weights, program, input and the
-output as a golden) that `mnrt run` replays and verifies with nothing else installed.
+output as a golden) that `mnrt run` replays and verifies with nothing else installed; with
+--fingerprints as well, every kernel's output is fingerprinted for `mnrt run --locate`
+(samples/mlp_fingerprinted.mnlb is such a capture, made by format 1.2).
 """
 
 from __future__ import annotations
@@ -60,6 +63,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--capture", metavar="PATH", help="record the run into a light binary")
+    parser.add_argument(
+        "--fingerprints", action="store_true", help="fingerprint every kernel as it captures"
+    )
     args = parser.parse_args()
     device = args.device if args.device == "auto" else int(args.device)
 
@@ -74,7 +80,11 @@ def main() -> None:
         params[f"b{i}"] = (0.1 * rng.standard_normal(fan_out)).astype(np.float32)
 
     recording = (
-        mnrt.capture(args.capture, description="samples/mlp.py: mixed-precision MLP forward")
+        mnrt.capture(
+            args.capture,
+            description="samples/mlp.py: mixed-precision MLP forward",
+            fingerprints=args.fingerprints,
+        )
         if args.capture
         else contextlib.nullcontext()
     )

@@ -19,21 +19,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..format.fingerprints import (
-    SAMPLE_SIZE,
-    Stats,
-    copy_sample,
-    hash_of,
-    is_sampled,
-    sample_of,
-    summaries,
-    summary,
-)
+from ..format.fingerprints import SAMPLE, Stats, hash_of, summaries, summary
 from ..host.commands import Command, KernelWatch
 from ..host.program import Step
 
-# Samples per block: a block of float32 samples is 1 MiB, which stays in a core's cache
-# (blocks of 256 samples, 16 MiB, made captures slower, not faster).
+# Samples per block: a block of float32 samples (128 KiB) stays in a core's cache (blocks of
+# 256 samples of format 1.2's size, 16 MiB, made captures slower, not faster).
 BLOCK_ROWS = 16
 
 
@@ -66,14 +57,14 @@ class Fingerprinter(KernelWatch):
         hashes, stats = self._hashes, self._stats
         for b, values in zip(step.outs, results):
             digest = hash_of(b.peek())
-            if not is_sampled(values.size):
-                stats.append(summary(digest, sample_of(values)))
+            if not SAMPLE.covers(values.size):
+                stats.append(summary(digest, values.reshape(-1)))
                 hashes.append(digest)
                 continue
             block = self._blocks.get(values.dtype)
             if block is None:
                 block = self._blocks[values.dtype] = _Block(values.dtype)
-            copy_sample(values, block.samples[len(block.outputs)])
+            SAMPLE.copy(values, block.samples[len(block.outputs)])
             block.outputs.append(len(stats))
             stats.append(None)
             hashes.append(digest)
@@ -106,7 +97,7 @@ class _Block:
     __slots__ = ("outputs", "samples")
 
     def __init__(self, dtype: np.dtype) -> None:
-        self.samples = np.empty((BLOCK_ROWS, SAMPLE_SIZE), dtype)
+        self.samples = np.empty((BLOCK_ROWS, SAMPLE.size), dtype)
         self.outputs: list[int] = []
 
     def summarise(self, hashes: list[int], stats: list[Stats | None]) -> None:

@@ -30,7 +30,7 @@ from .fb.Metadata import MetadataT
 from .fb.Version import CreateVersion
 from .fields import STRUCT_CODES, scalar_type
 from .files import open_regular, write_atomically
-from .fingerprints import Fingerprint, Stats, to_columns
+from .fingerprints import SAMPLE, Fingerprint, Sample, Stats, to_columns
 from .io import IoBuffer, derive, describe
 from .pack import pack_commands, pack_tables
 from .schema_info import FORMAT_VERSION, KNOWN_SCHEMAS, LAYOUT, SCHEMA_HASH
@@ -66,6 +66,15 @@ class LightBinary:
         self._check_version()
         if _written is None:
             _check_integrity(self._fb, self._root)
+        # The sample the fingerprints' statistics of large outputs were taken over (format
+        # 1.2's when the file does not say: it recorded none).
+        self.fingerprint_sample = Sample(self._root.FingerprintRuns(), self._root.FingerprintRun())
+        if _written is None and min(self.fingerprint_sample) == 0:
+            raise InvalidBinaryError(
+                f"fingerprint sample of {self.fingerprint_sample.runs} runs of "
+                f"{self.fingerprint_sample.run} elements: both must be at least 1 (the file "
+                "is corrupt; recapture it)"
+            )
         data_offset = align(fb_size)
         if len(view) < data_offset and self._root.BlobsLength():
             raise InvalidBinaryError(
@@ -100,11 +109,13 @@ class LightBinary:
         inputs: Sequence[int] | None = None,
         outputs: Sequence[int] | None = None,
         fingerprints: Sequence[Fingerprint] = (),
+        fingerprint_sample: Sample = SAMPLE,
     ) -> LightBinary:
         """Serialise commands and blobs into a new binary (the writer's one entry point).
         `inputs` and `outputs` are buffer ids (see io.py); without them the binary lists
         none, and readers derive them from the commands. `fingerprints` (see
-        fingerprints.py) are written when there are any."""
+        fingerprints.py) are written when there are any, with the sample their statistics
+        were taken over."""
         b = flatbuffers.Builder(1024 + 32 * len(commands))
         commands_vec = pack_commands(b, commands)
         infos = blobs.infos
@@ -119,7 +130,15 @@ class LightBinary:
         io_vecs = [None if v is None else _io_vector(b, v) for v in (inputs, outputs)]
         prints_vec = _fingerprints_vector(b, fingerprints) if fingerprints else None
         fb_root = _pack_root(
-            b, producer, metadata, device, commands_vec, blobs_vec, *io_vecs, prints_vec
+            b,
+            producer,
+            metadata,
+            device,
+            commands_vec,
+            blobs_vec,
+            *io_vecs,
+            prints_vec,
+            fingerprint_sample,
         )
         b.FinishSizePrefixed(fb_root, file_identifier=IDENTIFIER)
         content = bytearray(b.Output())
@@ -349,6 +368,7 @@ def _pack_root(
     inputs_vec: int | None = None,
     outputs_vec: int | None = None,
     fingerprints_vec: int | None = None,
+    fingerprint_sample: Sample = SAMPLE,
 ) -> int:
     producer_off = b.CreateString(producer)
     metadata_off = metadata.Pack(b)
@@ -370,6 +390,10 @@ def _pack_root(
     b.forceDefaults = False
     if fingerprints_vec is not None:
         fb_root.LightBinaryAddFingerprints(b, fingerprints_vec)
+        b.forceDefaults = True  # a file says which sample it took, even format 1.2's
+        fb_root.LightBinaryAddFingerprintRuns(b, fingerprint_sample.runs)
+        fb_root.LightBinaryAddFingerprintRun(b, fingerprint_sample.run)
+        b.forceDefaults = False
     return fb_root.LightBinaryEnd(b)
 
 

@@ -90,6 +90,7 @@ class Editor:
             inputs=inputs,
             outputs=outputs,
             fingerprints=fingerprints,
+            fingerprint_sample=src.fingerprint_sample,
         )
 
 

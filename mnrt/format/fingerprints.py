@@ -49,21 +49,57 @@ class Fingerprint(NamedTuple):
     stats: Stats
 
 
-# The statistics of a large output are taken over a sample: SAMPLE_RUNS runs of RUN
-# consecutive elements, evenly spaced (the same elements on capture and replay). The hash
-# covers every bit, and is the one full pass over the output: min, max and a sum over all
-# of it were three more, which made fingerprinting cost more than its budget of capture
-# time (5%) on models of cheap kernels; a summary to tell rounding from a wrong result
-# needs no more than a sample.
-SAMPLE_RUNS, RUN = 64, 256
-SAMPLE_SIZE = SAMPLE_RUNS * RUN
+class Sample(NamedTuple):
+    """Which elements of a large output its statistics summarise: `runs` evenly spaced runs
+    of `run` consecutive elements. The hash covers every bit and is the one full pass over
+    an output; a summary that tells rounding from a wrong result needs no more than a
+    sample (min, max and a sum over all of it were three more passes, which made
+    fingerprinting cost more than its budget of capture time). A binary records the sample
+    its capture took (format 1.3), and a replay summarises the same elements."""
+
+    runs: int
+    run: int
+
+    @property
+    def size(self) -> int:
+        return self.runs * self.run
+
+    def covers(self, size: int) -> bool:
+        """Whether an output of `size` elements is summarised over this sample (`size`
+        elements of it) rather than whole."""
+        return size // self.runs > self.run
+
+    def of(self, values: np.ndarray) -> np.ndarray:
+        """The elements of an output that its statistics summarise, as one contiguous 1-D
+        array (numpy reduces a strided 2-D view several times slower than a copy of it):
+        all of them, or those of the sample when it `covers` them."""
+        flat = values.reshape(-1)
+        if not self.covers(flat.size):
+            return flat
+        return np.ascontiguousarray(self._runs(flat)).reshape(-1)
+
+    def copy(self, values: np.ndarray, out: np.ndarray) -> None:
+        """Copy the sample of an output it `covers` into `out` (`size` elements of the
+        output's dtype), as `of` would give it."""
+        np.copyto(out.reshape(self.runs, self.run), self._runs(values.reshape(-1)))
+
+    def _runs(self, flat: np.ndarray) -> np.ndarray:
+        step = flat.size // self.runs
+        return flat[: step * self.runs].reshape(self.runs, step)[:, : self.run]
 
 
-def stats_of(bits: np.ndarray, values: np.ndarray) -> Stats:
+# What captures take since format 1.3. Format 1.2 took 64 runs of 256 (the schema's
+# defaults): on the light models of many small kernels, copying and summarising those
+# 16384 elements an output cost as much capture time as hashing the whole output did
+# (benchmarks/bench_tools.py); 2048 elements spread as widely cost an eighth of that.
+SAMPLE = Sample(64, 32)
+
+
+def stats_of(bits: np.ndarray, values: np.ndarray, sample: Sample = SAMPLE) -> Stats:
     """The fingerprint of an output: `bits` as stored (hashed whole), `values` as computed
     (summarised: min, max and mean of the finite ones and the count of the others, over all
-    of them or, past SAMPLE_RUNS * RUN elements, the sample described above)."""
-    return summary(hash_of(bits), sample_of(values))
+    of them or over `sample`)."""
+    return summary(hash_of(bits), sample.of(values))
 
 
 def hash_of(bits: np.ndarray) -> int:
@@ -72,36 +108,9 @@ def hash_of(bits: np.ndarray) -> int:
     return xxhash.xxh3_64_intdigest(bits if bits.flags.c_contiguous else bits.copy())
 
 
-def sample_of(values: np.ndarray) -> np.ndarray:
-    """The elements of an output that its statistics summarise, as one contiguous 1-D
-    array (numpy reduces a strided 2-D view several times slower than a copy of it): all
-    of them, or past SAMPLE_RUNS * RUN elements the runs described above."""
-    flat = values.reshape(-1)
-    if not is_sampled(flat.size):
-        return flat
-    return np.ascontiguousarray(_runs(flat)).reshape(-1)
-
-
-def is_sampled(size: int) -> bool:
-    """Whether an output of `size` elements is summarised over SAMPLE_RUNS runs of RUN
-    (its sample then has SAMPLE_SIZE elements) rather than whole."""
-    return size // SAMPLE_RUNS > RUN
-
-
-def copy_sample(values: np.ndarray, out: np.ndarray) -> None:
-    """Copy the sample of an output that `is_sampled` into `out` (SAMPLE_SIZE elements of
-    its dtype), as `sample_of` would give it."""
-    np.copyto(out.reshape(SAMPLE_RUNS, RUN), _runs(values.reshape(-1)))
-
-
-def _runs(flat: np.ndarray) -> np.ndarray:
-    step = flat.size // SAMPLE_RUNS
-    return flat[: step * SAMPLE_RUNS].reshape(SAMPLE_RUNS, step)[:, :RUN]
-
-
 def summary(digest: int, sample: np.ndarray) -> Stats:
-    """The fingerprint of an output whose stored bits hash to `digest` and whose sample
-    (see `sample_of`) is `sample`."""
+    """The fingerprint of an output whose stored bits hash to `digest` and whose summarised
+    elements (see `Sample.of`) are `sample`."""
     if sample.size == 0:
         return Stats(digest, _NAN, _NAN, _NAN, 0)
     if sample.dtype.kind == "b":

@@ -24,7 +24,7 @@ from .fb.LightBinary import LightBinaryT
 from .fb.Metadata import MetadataT
 from .fields import attr_name, object_class
 from .files import open_regular, write_atomically
-from .fingerprints import Fingerprint, Stats
+from .fingerprints import Fingerprint, Sample, Stats
 from .schema_info import LAYOUT
 
 JSON_FORMAT = "mnrt-light-binary-json"
@@ -271,6 +271,9 @@ def from_json(doc: Any, base_dir: Path | None = None) -> LightBinary:
     entries = doc.get("blobs", [])
     if not isinstance(entries, list):
         raise _bad("$.blobs", "expected a list")
+    for name in ("fingerprint_runs", "fingerprint_run"):
+        if doc.get(name) == 0:
+            raise _bad(f"$.{name}", "must be at least 1 (it is the sample fingerprints summarise)")
     blobs = BlobStore()
     for i, entry in enumerate(entries, start=1):
         data = _blob_data(entry, i, base_dir)
@@ -292,6 +295,7 @@ def from_json(doc: Any, base_dir: Path | None = None) -> LightBinary:
             )
             for t in root.fingerprints or ()
         ],
+        fingerprint_sample=Sample(root.fingerprintRuns, root.fingerprintRun),
     )
     return LightBinary(built.to_bytes())
 

@@ -5,13 +5,18 @@ after changing the schema (or FORMAT_VERSION in that script).
 """
 
 # xxh3-64 of the schema sources (sorted by name; each file's name, NUL, LF-normalised bytes).
-SCHEMA_HASH = 0x631776C0D671D125
+SCHEMA_HASH = 0x6878836B9343A831
 
 # The version writers stamp into new files.
-FORMAT_VERSION = (1, 2)
+FORMAT_VERSION = (1, 3)
 
 # Schema hash of every released format version; readers accept any of them.
-KNOWN_SCHEMAS = {(1, 0): 0x05FBFD28B6935A21, (1, 1): 0x4A73E15A5A2C2B51, (1, 2): 0x631776C0D671D125}
+KNOWN_SCHEMAS = {
+    (1, 0): 0x05FBFD28B6935A21,
+    (1, 1): 0x4A73E15A5A2C2B51,
+    (1, 2): 0x631776C0D671D125,
+    (1, 3): 0x6878836B9343A831,
+}
 
 # Every table (fields in vtable-slot order), struct, enum and union of the schema.
 LAYOUT = {
@@ -1125,6 +1130,26 @@ LAYOUT = {
                     "type": "KernelFingerprint",
                     "size": 4,
                     "align": 4,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "fingerprint_runs",
+                    "slot": 11,
+                    "kind": "scalar",
+                    "type": "uint",
+                    "size": 4,
+                    "signed": False,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "fingerprint_run",
+                    "slot": 12,
+                    "kind": "scalar",
+                    "type": "uint",
+                    "size": 4,
+                    "signed": False,
                     "required": False,
                     "deprecated": False,
                 },

@@ -33,7 +33,7 @@ from ..device.dtypes import DOUBLE
 from ..device.kernels import Out, TensorSpec
 from ..errors import MnrtError
 from ..format.files import write_atomically
-from ..format.fingerprints import Stats, close, hash_of, sample_of, summary
+from ..format.fingerprints import Stats, close, hash_of, summary
 from ..host.commands import KernelWatch
 from .plan import Plan, program_kernel
 
@@ -161,6 +161,7 @@ class Locator:
     ) -> None:
         self.plan = plan
         self.expected = plan.fingerprints
+        self.sample = plan.binary.fingerprint_sample  # the elements the capture summarised
         self.result = LocateResult(len(plan.binary.fingerprints))
         self.save_dir = Path(save_dir) if save_dir is not None else None
         self.rtol, self.atol = rtol, atol
@@ -223,7 +224,7 @@ class Locator:
             r.divergent += 1
             if not (_earlier(key, r.first_divergent) or _earlier(key, r.first_wrong)):
                 return
-        got = [summary(d, sample_of(v)) for d, v in zip(digests, results)]
+        got = [summary(d, self.sample.of(v)) for d, v in zip(digests, results)]
         wrong = len(got) != len(want) or not all(
             close(g, e, *self._tolerance(step, j)) for j, (g, e) in enumerate(zip(got, want))
         )

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 import mnrt
 from mnrt.capture import fingerprinter
 from mnrt.capture.fingerprinter import Fingerprinter
-from mnrt.format.fingerprints import RUN, SAMPLE_RUNS, stats_of
+from mnrt.format.fingerprints import SAMPLE, stats_of
 
 DTYPES = ["float16", "float32", "float64", "int8", "int32", "int64", "uint8", "uint16", "bool"]
-SIZES = [0, 1, 5, 1000, SAMPLE_RUNS * (RUN + 1), SAMPLE_RUNS * (RUN + 1) + 1, 70_001]
+SIZES = [0, 1, 5, 1000, SAMPLE.runs * (SAMPLE.run + 1), SAMPLE.runs * (SAMPLE.run + 1) + 1, 70_001]
 
 
 def _buffer(bits: np.ndarray) -> SimpleNamespace:

@@ -1,13 +1,18 @@
-"""Kernel fingerprints in the file (format 1.2): written, read back, through JSON and back."""
+"""Kernel fingerprints in the file (format 1.2; their sample since 1.3): written, read back,
+through JSON and back."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from binaries import chain_capture
+from cli_harness import assert_one_line_error, invoke_cli
 
 import mnrt
 from mnrt.format import jsonio
+from mnrt.format.edit import Editor
+from mnrt.format.fingerprints import SAMPLE, Sample
 
 
 def test_fingerprints_survive_saving_and_the_json_form(tmp_path):
@@ -31,3 +36,37 @@ def test_a_fingerprint_naming_a_command_without_kernels_is_refused(tmp_path):
         assert "names command 0, which runs no kernels" in str(e)
     else:
         raise AssertionError("a fingerprint of command 0 was accepted")
+
+
+def test_the_sample_of_the_statistics_is_recorded_and_kept(tmp_path):
+    binary = chain_capture(3)
+    assert binary.fingerprint_sample == SAMPLE
+    path = tmp_path / "c.mnlb"
+    Editor(binary).build(binary.commands, fingerprints=binary.fingerprints).save(path)
+    assert mnrt.LightBinary.load(path).fingerprint_sample == SAMPLE
+    doc = json.loads(jsonio.dumps(binary))
+    assert (doc["fingerprint_runs"], doc["fingerprint_run"]) == SAMPLE
+    doc["fingerprint_runs"], doc["fingerprint_run"] = 64, 256
+    older = jsonio.from_json(doc)
+    assert older.fingerprint_sample == (64, 256)
+    kept = Editor(older).build(older.commands, fingerprints=older.fingerprints)
+    assert kept.fingerprint_sample == (64, 256)  # trim, optimize and reduce keep it
+
+
+def test_a_binary_that_does_not_name_its_sample_took_format_1_2s():
+    """Format 1.2 did not record the sample; it took 64 runs of 256 (the schema's defaults)."""
+    binary = chain_capture(2)
+    doc = json.loads(jsonio.dumps(binary))
+    del doc["fingerprint_runs"], doc["fingerprint_run"]
+    assert jsonio.from_json(doc).fingerprint_sample == (64, 256)
+
+
+@pytest.mark.parametrize("sample", [(0, 32), (64, 0)])
+def test_a_file_whose_sample_has_no_elements_is_refused(sample, tmp_path):
+    binary = chain_capture(2)
+    binary.fingerprint_sample = Sample(*sample)  # what a corrupt or hostile file would say
+    path = tmp_path / "bad.mnlb"
+    Editor(binary).build(binary.commands, fingerprints=binary.fingerprints).save(path)
+    with pytest.raises(mnrt.InvalidBinaryError, match="fingerprint sample of .* at least 1"):
+        mnrt.LightBinary.load(path)
+    assert_one_line_error(*invoke_cli("run", path), "fingerprint sample of")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,8 +16,9 @@ from hypothesis.extra import numpy as hnp
 
 import mnrt
 from mnrt.device.kernels import registry
+from mnrt.format import jsonio
 from mnrt.format.fb.CommandUnion import CommandUnion as U
-from mnrt.format.fingerprints import close, stats_of
+from mnrt.format.fingerprints import SAMPLE, Sample, close, stats_of
 from mnrt.replay.locate import ROUNDING, WRONG
 from mnrt.replay.plan import validate
 
@@ -60,7 +62,8 @@ def _mlp_capture(fingerprints: bool = True, trace: bool = False) -> mnrt.LightBi
 def test_host_captures_record_fingerprints_only_when_asked():
     assert _mlp_capture(fingerprints=False).fingerprints == []
     binary = _mlp_capture()
-    assert binary.version == (1, 2)
+    assert binary.version == mnrt.format.FORMAT_VERSION
+    assert binary.fingerprint_sample == SAMPLE
     assert [(f.kernel, f.output) for f in binary.fingerprints] == [(k, 0) for k in range(4)]
     assert len({f.command for f in binary.fingerprints}) == 1
 
@@ -256,8 +259,8 @@ def test_saved_file_names_stay_inside_the_directory(tmp_path):
 def test_a_large_output_is_summarised_over_a_fixed_sample_and_hashed_whole():
     values = np.arange(1 << 20, dtype=np.float32)
     s = stats_of(values, values)
-    step = values.size // 64
-    sample = values[: step * 64].reshape(64, step)[:, :256]
+    step = values.size // SAMPLE.runs
+    sample = values[: step * SAMPLE.runs].reshape(SAMPLE.runs, step)[:, : SAMPLE.run]
     assert (s.min, s.max) == (sample.min(), sample.max())
     assert s.mean == pytest.approx(sample.astype(np.float64).mean(), rel=1e-6)
     changed = values.copy()
@@ -266,6 +269,66 @@ def test_a_large_output_is_summarised_over_a_fixed_sample_and_hashed_whole():
     assert t.hash != s.hash and (t.min, t.max, t.mean) == (s.min, s.max, s.mean)
     changed[5] = np.nan  # inside it: counted
     assert stats_of(changed, changed).nonfinite == 1
+
+
+def test_locate_summarises_the_sample_the_binary_records():
+    """A binary says which elements its capture summarised (format 1.2's binaries, which do
+    not, took 64 runs of 256): a replay's statistics are of the same ones, or a kernel that
+    only rounded differently would be called wrong."""
+    values = np.arange(64 * 300, dtype=np.float32)
+    with mnrt.open_device("auto") as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture(fingerprints=True)
+        x, y = (
+            dev.create_buffer(values.shape, "float", name="x"),
+            dev.create_buffer(values.shape, "float", name="y"),
+        )
+        prog = dev.create_program([mnrt.Kernel("relu", ["x"], ["y"])], name="relu")
+        q.enqueue_write_buffer(x, values)
+        q.enqueue_program(prog, {"x": x, "y": y})
+        q.enqueue_read_buffer(y)
+        binary = mnrt.end_capture()
+    older = Sample(64, 256)
+    assert older != SAMPLE and older.covers(values.size) and SAMPLE.covers(values.size)
+    doc = json.loads(jsonio.dumps(binary))
+    doc["fingerprint_runs"], doc["fingerprint_run"] = older
+    captured = stats_of(values, values, older)._replace(hash=binary.fingerprints[0].stats.hash ^ 1)
+    doc["fingerprints"][0].update(captured._asdict())  # diverges, by the hash alone
+    report = mnrt.replay(jsonio.from_json(doc), locate=True)
+    site = report.locate.first_divergent
+    assert site.verdict == ROUNDING and report.locate.first_wrong is None
+    assert site.replayed[0]._replace(hash=captured.hash) == captured
+    assert stats_of(values, values).max < captured.max  # the sample of this mnrt is another
+
+
+FORMAT_1_2 = Path(__file__).resolve().parents[2] / "samples" / "mlp_fingerprinted.mnlb"
+
+
+def test_a_format_1_2_capture_is_located_over_its_own_sample(monkeypatch):
+    """samples/mlp_fingerprinted.mnlb was captured by format 1.2 (64 runs of 256): its
+    kernels match, and one that rounds differently is still only rounding."""
+    binary = mnrt.LightBinary.load(FORMAT_1_2)
+    assert binary.version == (1, 2) and binary.fingerprint_sample == (64, 256) != SAMPLE
+    report = mnrt.replay(binary, locate=True)
+    assert report.passed and report.locate.compared == len(binary.fingerprints) == 8
+    assert report.locate.divergent == 0
+    gelu = registry.lookup("gelu")
+
+    def rounding(ins, attrs, outs):
+        return [np.nextafter(o, np.float32(np.inf)) for o in gelu.compute(ins, attrs, outs)]
+
+    monkeypatch.setitem(registry._REGISTRY, "gelu", dataclasses.replace(gelu, compute=rounding))
+    report = mnrt.replay(binary, locate=True)
+    assert report.locate.first_divergent.op == "gelu"
+    assert report.locate.first_divergent.verdict == ROUNDING
+    assert report.locate.first_wrong is None
+
+
+def test_a_fingerprint_sample_of_no_elements_is_refused():
+    doc = json.loads(jsonio.dumps(_mlp_capture()))
+    doc["fingerprint_run"] = 0
+    with pytest.raises(mnrt.InvalidBinaryError, match=r"\$.fingerprint_run: must be at least 1"):
+        jsonio.from_json(doc)
 
 
 def test_locate_with_new_inputs_is_refused():

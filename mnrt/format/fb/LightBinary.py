@@ -211,8 +211,22 @@ class LightBinary(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
         return o == 0
 
+    # LightBinary
+    def FingerprintRuns(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 64
+
+    # LightBinary
+    def FingerprintRun(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 256
+
 def LightBinaryStart(builder):
-    builder.StartObject(11)
+    builder.StartObject(13)
 
 def Start(builder):
     LightBinaryStart(builder)
@@ -313,6 +327,18 @@ def LightBinaryStartFingerprintsVector(builder, numElems):
 def StartFingerprintsVector(builder, numElems):
     return LightBinaryStartFingerprintsVector(builder, numElems)
 
+def LightBinaryAddFingerprintRuns(builder, fingerprintRuns):
+    builder.PrependUint32Slot(11, fingerprintRuns, 64)
+
+def AddFingerprintRuns(builder, fingerprintRuns):
+    LightBinaryAddFingerprintRuns(builder, fingerprintRuns)
+
+def LightBinaryAddFingerprintRun(builder, fingerprintRun):
+    builder.PrependUint32Slot(12, fingerprintRun, 256)
+
+def AddFingerprintRun(builder, fingerprintRun):
+    LightBinaryAddFingerprintRun(builder, fingerprintRun)
+
 def LightBinaryEnd(builder):
     return builder.EndObject()
 
@@ -346,6 +372,8 @@ class LightBinaryT(object):
         outputs = None,
         integrity = 0,
         fingerprints = None,
+        fingerprintRuns = 64,
+        fingerprintRun = 256,
     ):
         self.version = version  # type: Optional[mnrt.format.fb.Version.VersionT]
         self.schemaHash = schemaHash  # type: int
@@ -358,6 +386,8 @@ class LightBinaryT(object):
         self.outputs = outputs  # type: Optional[List[int]]
         self.integrity = integrity  # type: int
         self.fingerprints = fingerprints  # type: Optional[List[mnrt.format.fb.KernelFingerprint.KernelFingerprintT]]
+        self.fingerprintRuns = fingerprintRuns  # type: int
+        self.fingerprintRun = fingerprintRun  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -427,6 +457,8 @@ class LightBinaryT(object):
                 else:
                     kernelFingerprint_ = mnrt.format.fb.KernelFingerprint.KernelFingerprintT.InitFromObj(lightBinary.Fingerprints(i))
                     self.fingerprints.append(kernelFingerprint_)
+        self.fingerprintRuns = lightBinary.FingerprintRuns()
+        self.fingerprintRun = lightBinary.FingerprintRun()
 
     # LightBinaryT
     def Pack(self, builder):
@@ -498,5 +530,7 @@ class LightBinaryT(object):
         LightBinaryAddIntegrity(builder, self.integrity)
         if self.fingerprints is not None:
             LightBinaryAddFingerprints(builder, fingerprints)
+        LightBinaryAddFingerprintRuns(builder, self.fingerprintRuns)
+        LightBinaryAddFingerprintRun(builder, self.fingerprintRun)
         lightBinary = LightBinaryEnd(builder)
         return lightBinary
