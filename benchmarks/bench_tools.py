@@ -8,7 +8,8 @@ locate:   every light model the onnx wheel ships (onnx/backend/test/data/light),
 overhead: capture of the compiled model's run with fingerprints against without, in one
           run, alternating rounds, fastest of each and median of each (target: <= 1.05x);
           the floor under it, a capture that hashes every output and takes no statistics
-          (the hash is the one pass over every output a fingerprint needs); as context,
+          (the hash is the one pass over every output a fingerprint needs); fingerprints
+          over format 1.2's larger sample (64 runs of 256, "1.2smp"); as context,
           the whole `save_binary` (the capture a compiled binary is made by: run, goldens,
           reference check, file) with fingerprints against without; with --overhead-only,
           these figures alone (no locate, reduce, diff or optimize)
@@ -46,11 +47,15 @@ from binaries import chain_capture, perturbed, weight_sites, with_written
 import mnrt
 from mnrt.capture import fingerprinter
 from mnrt.compiler import compiled as compiled_module
-from mnrt.format.fingerprints import Stats, hash_of
+from mnrt.format.fb.LightBinary import LightBinaryT
+from mnrt.format.fingerprints import Sample, Stats, hash_of
 from mnrt.host.commands import KernelWatch
 from mnrt.replay.diff import diff
 from mnrt.replay.optimize import optimize
 from mnrt.replay.reduce import kernel_count, reduce
+
+# What format 1.2 captures summarised (the schema's defaults: 1.2 did not record a sample).
+FORMAT_1_2_SAMPLE = Sample(LightBinaryT().fingerprintRuns, LightBinaryT().fingerprintRun)
 
 
 def locate_figures(
@@ -81,6 +86,7 @@ def locate_figures(
         "with_prints_s": min(wall["prints"]),
         "median_ratio": float(np.median(wall["prints"]) / np.median(wall["none"])),
         "hash_ratio": min(wall["hash"]) / min(wall["none"]),
+        "sample_1_2_ratio": min(wall["prints_1_2"]) / min(wall["none"]),
         "cpu_s": min(cpu["none"]),
         "with_prints_cpu_s": min(cpu["prints"]),
         "queue_s": min(cpu["queue"]),
@@ -104,21 +110,24 @@ class HashOnly(KernelWatch):
 
 def overhead(compiled, inputs: dict, rounds: int) -> tuple[dict, dict]:
     """Capture times (wall and this process's CPU time, which a loaded machine disturbs
-    less) without fingerprints ("none"), with the hashes alone ("hash", see HashOnly) and
-    with fingerprints ("prints"), in alternating blocks of three captures of each kind, the
-    first of a block not counted: a capture runs measurably slower after one of another
+    less) without fingerprints ("none"), with the hashes alone ("hash", see HashOnly), with
+    fingerprints ("prints") and with fingerprints over the larger sample format 1.2 took
+    ("prints_1_2"), in alternating blocks of three captures of each kind, the first of a
+    block not counted: a capture runs measurably slower after one of another
     kind (what its predecessor left to the allocator differs). Then, in captures of their
     own (timing every kernel's watch costs a few microseconds),
     `cpu["queue"]`: the CPU time fingerprinting takes on the thread running the queue (see
     capture/fingerprinter.py)."""
-    kinds = ("none", "hash", "prints")
+    kinds = ("none", "hash", "prints", "prints_1_2")
     wall, cpu = {k: [] for k in kinds}, {**{k: [] for k in kinds}, "queue": []}
-    real = fingerprinter.Fingerprinter
+    real, sample = fingerprinter.Fingerprinter, fingerprinter.SAMPLE
     try:
         for _ in range(rounds):
             for kind in kinds:
-                # the capture makes its queue's watches with the module's Fingerprinter
+                # the capture makes its queue's watches with the module's Fingerprinter,
+                # which samples the module's SAMPLE
                 fingerprinter.Fingerprinter = HashOnly if kind == "hash" else real
+                fingerprinter.SAMPLE = FORMAT_1_2_SAMPLE if kind == "prints_1_2" else sample
                 for i in range(3):
                     start, start_cpu = time.perf_counter(), time.process_time()
                     mnrt.begin_capture(fingerprints=kind != "none")
@@ -128,7 +137,7 @@ def overhead(compiled, inputs: dict, rounds: int) -> tuple[dict, dict]:
                         wall[kind].append(time.perf_counter() - start)
                         cpu[kind].append(time.process_time() - start_cpu)
     finally:
-        fingerprinter.Fingerprinter = real
+        fingerprinter.Fingerprinter, fingerprinter.SAMPLE = real, sample
     spent = {"queue": 0.0}
     saved = [(real, name, getattr(real, name)) for name in ("before", "after", "done")]
 
@@ -250,7 +259,7 @@ def main() -> None:
         )
         print(
             f"  {'model':<22} {'kernels':>7} {'named':>6} {'capture':>10} {'+prints':>10} "
-            f"{'wall':>6} {'median':>6} {'hash':>6} {'cpu':>6} {'queue/cpu':>15} "
+            f"{'wall':>6} {'median':>6} {'hash':>6} {'1.2smp':>6} {'cpu':>6} {'queue/cpu':>15} "
             f"{'save_binary':>18}"
         )
         vgg = None
@@ -261,7 +270,8 @@ def main() -> None:
                 f"  {r['model']:<22} {r['kernels']:>7} {r['named']:>6} "
                 f"{r['capture_s'] * 1e3:>8.1f}ms {r['with_prints_s'] * 1e3:>8.1f}ms "
                 f"{r['with_prints_s'] / r['capture_s']:>5.3f}x {r['median_ratio']:>5.3f}x "
-                f"{r['hash_ratio']:>5.3f}x {r['with_prints_cpu_s'] / r['cpu_s']:>5.3f}x "
+                f"{r['hash_ratio']:>5.3f}x {r['sample_1_2_ratio']:>5.3f}x "
+                f"{r['with_prints_cpu_s'] / r['cpu_s']:>5.3f}x "
                 f"{r['queue_s'] * 1e3:>6.1f}ms {r['queue_s'] / r['cpu_s']:>6.1%} "
                 f"{r['save_s'] * 1e3:>8.0f}ms {r['save_with_prints_s'] / r['save_s']:>6.3f}x"
             )
