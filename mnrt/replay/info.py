@@ -44,6 +44,7 @@ def info(binary: LightBinary) -> dict:
         "programs": len(plan.programs),
         "kernels_by_op": dict(sorted(kernels.items())),
         "kernel_fingerprints": sum(len(v) for v in plan.fingerprints.values()),
+        "fingerprint_sample": list(binary.fingerprint_sample),
         "blobs": len(blobs),
         "payload_bytes_referenced": referenced,
         "payload_bytes_unique": unique,

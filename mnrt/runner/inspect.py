@@ -35,6 +35,8 @@ def info(file, as_json) -> None:
     m, dev, copies = d["metadata"], d["device"], d["copies"]
     by_type = ", ".join(f"{k} {v}" for k, v in d["commands_by_type"].items())
     kernels = ", ".join(f"{k} {v}" for k, v in d["kernels_by_op"].items())
+    runs, run = d["fingerprint_sample"]
+    sample = f" (statistics over {runs} runs of {run})" if d["kernel_fingerprints"] else ""
     click.echo(
         f"{d['path']}: {_gib(d['file_bytes'])}, format {d['version']} (schema {d['schema_hash']})\n"
         f"producer:  {d['producer']} (mnrt {m.get('mnrt_version', '?')}, "
@@ -45,7 +47,7 @@ def info(file, as_json) -> None:
         f"commands:  {d['commands']} ({by_type})\n"
         f"buffers:   {d['buffers']} ({_gib(d['buffer_bytes'])})\n"
         f"programs:  {d['programs']} (kernels: {kernels or 'none'}); "
-        f"{d['kernel_fingerprints']} kernel output fingerprints\n"
+        f"{d['kernel_fingerprints']} kernel output fingerprints{sample}\n"
         f"copies:    {copies['local']} on one device, {copies['cross_device']} between devices "
         f"({_gib(copies['cross_device_bytes'])}); events: {d['events']}\n"
         f"payload:   {d['blobs']} blobs; {_gib(d['payload_bytes_referenced'])} referenced, "

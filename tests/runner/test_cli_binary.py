@@ -89,6 +89,14 @@ def test_info_text_and_json():
     assert doc["payload_bytes_stored"] < doc["payload_bytes_unique"]
 
 
+def test_info_names_the_sample_fingerprint_statistics_were_taken_over():
+    r = invoke("info", "samples/mlp_fingerprinted.mnlb")
+    assert "8 kernel output fingerprints (statistics over 64 runs of 256)" in r.output
+    doc = json.loads(invoke("info", "samples/mlp_fingerprinted.mnlb", "--json").output)
+    assert doc["kernel_fingerprints"] == 8 and doc["fingerprint_sample"] == [64, 256]
+    assert "0 kernel output fingerprints\n" in invoke("info", SAMPLE).output
+
+
 def test_dump_json_lists_commands_and_blobs_without_payloads():
     doc = json.loads(invoke("dump", SAMPLE, "--json").output)
     assert doc["format"] == "mnrt-light-binary-json"
