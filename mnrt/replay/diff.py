@@ -207,9 +207,12 @@ def diff(a: LightBinary, b: LightBinary) -> dict:
     """Every difference between `a` and `b` as a JSON-ready dict; `equal` says whether
     there is any (creation metadata aside)."""
     sa, sb = _Side.of(a), _Side.of(b)
+    # The sample fingerprints' statistics cover, where both binaries have fingerprints
+    # (another sample makes their statistics incomparable; their hashes are compared below).
+    names = _HEADER + (("fingerprint_sample",) if a.fingerprints and b.fingerprints else ())
     header = [
         {"field": name, "a": getattr(a, name), "b": getattr(b, name)}
-        for name in _HEADER
+        for name in names
         if plain(getattr(a, name)) != plain(getattr(b, name))
     ]
     io = [

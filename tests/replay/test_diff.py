@@ -16,6 +16,7 @@ from binaries import (
 from cli_harness import invoke_cli
 
 import mnrt
+from mnrt.format import jsonio
 from mnrt.format.fb.CommandUnion import CommandUnion as U
 from mnrt.replay.diff import diff, to_text
 from mnrt.replay.reduce import with_kernels, without
@@ -35,6 +36,22 @@ def test_changed_weights_show_as_a_written_blob_by_hash():
     (change,) = d["commands"]
     assert change["change"] == "changed" and change["type"] == "WriteBuffer"
     assert [f["field"] for f in change["fields"]] == ["data.hash"]
+
+
+def test_fingerprints_taken_over_another_sample_show_in_the_header():
+    a = chain_capture(4)
+    doc = json.loads(jsonio.dumps(a))
+    doc["fingerprint_runs"], doc["fingerprint_run"] = 64, 256  # format 1.2's
+    d = diff(a, jsonio.from_json(doc))
+    assert not d["equal"] and d["commands_equal"] == len(a) and not d["fingerprints"]["differ"]
+    assert [(h["field"], h["a"], h["b"]) for h in d["header"]] == [
+        ("fingerprint_sample", (64, 32), (64, 256))
+    ]
+    assert "~ fingerprint_sample: Sample(runs=64, run=32) -> Sample(runs=64, run=256)" in to_text(d)
+    doc["fingerprints"] = []
+    unprinted = jsonio.from_json(doc)
+    assert unprinted.fingerprint_sample == (64, 256)  # the default: it records none
+    assert diff(a, unprinted)["header"] == []  # one side has no fingerprints: no sample
 
 
 def test_goldens_are_compared_by_value():
