@@ -65,8 +65,8 @@ class Sample(NamedTuple):
         return self.runs * self.run
 
     def covers(self, size: int) -> bool:
-        """Whether an output of `size` elements is summarised over this sample (`size`
-        elements of it) rather than whole."""
+        """Whether an output of `size` elements is summarised over this sample (`self.size`
+        of its elements) rather than whole."""
         return size // self.runs > self.run
 
     def of(self, values: np.ndarray) -> np.ndarray:
@@ -90,8 +90,8 @@ class Sample(NamedTuple):
 
 # What captures take since format 1.3. Format 1.2 took 64 runs of 256 (the schema's
 # defaults): on the light models of many small kernels, copying and summarising those
-# 16384 elements an output cost as much capture time as hashing the whole output did
-# (benchmarks/bench_tools.py); 2048 elements spread as widely cost an eighth of that.
+# 16384 elements of every output cost 1-5 points of capture time more than 2048 elements
+# spread as widely do (benchmarks/bench_tools.py, "1.2smp").
 SAMPLE = Sample(64, 32)
 
 
