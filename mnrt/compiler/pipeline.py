@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from . import schedulers, time_slice
+from . import placement, schedulers, time_slice
 from .builder import GraphBuilder
 from .ir import Graph
 from .layout_planners import plan_layouts
@@ -56,6 +56,7 @@ def steps(opts: CompileOptions) -> list[tuple[str, Step]]:
             ),
         )
     )
+    steps.append(("chain_room", lambda g: placement.chain_room(g, opts["sram_budget"])))
     return steps
 
 

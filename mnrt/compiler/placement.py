@@ -9,14 +9,16 @@ DRAM: the host writes and reads them there. A budget of 0 is the whole chip's lo
 Lowering tells each kernel which of its operands stay on chip (its `onchip` attribute), which
 the timing model prices as on-chip rather than DRAM traffic; l3ir.txt and report.json show
 the placement. The emulated device computes on its buffers wherever they are placed.
+`chain_room` then tells each chain what of the budget its intermediates may take.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..device.kernels import chain
 from ..device.spec import MNCORE2, DeviceSpec
-from .ir import Graph
+from .ir import Graph, Node
 from .liveness import temporaries, value_nbytes
 
 ON_CHIP, DRAM = "lm", "dram"
@@ -27,15 +29,23 @@ def on_chip_bytes(spec: DeviceSpec = MNCORE2) -> int:
     return spec.pe_count * spec.lm_bytes_per_pe
 
 
-def _walk(graph: Graph, on_chip: Callable[[str, int], bool]) -> int:
+def _walk(
+    graph: Graph,
+    on_chip: Callable[[str, int], bool],
+    running: Callable[[Node, int], None] | None = None,
+) -> int:
     """Go through the nodes in order, asking `on_chip(value, live bytes)` of each value a
-    node writes; a value on chip is freed after its last reader. Returns the peak."""
+    node writes and telling `running(node, live bytes)` what is on chip while the node
+    runs (its operands there included); a value on chip is freed after its last reader.
+    Returns the peak."""
     last = graph.last_uses()
     live = peak = 0
     for i, node in enumerate(graph.nodes):
         for name in node.outputs:
             if on_chip(name, live):
                 live += value_nbytes(graph, name)
+        if running is not None:
+            running(node, live)
         peak = max(peak, live)
         for name in {*node.inputs, *node.outputs}:
             if graph.values[name].location == ON_CHIP and last.get(name, i) == i:
@@ -58,6 +68,23 @@ def place(graph: Graph, budget: int, spec: DeviceSpec = MNCORE2) -> Graph:
         return g.values[name].location == ON_CHIP
 
     _walk(g, on_chip)
+    return g
+
+
+def chain_room(graph: Graph, budget: int, spec: DeviceSpec = MNCORE2) -> Graph:
+    """Give each chain the local memory its intermediates may take (its `lm_room`): the
+    budget less what the program keeps on chip while the chain runs. Without it the timing
+    model would keep a chain's intermediates in the chip's whole local memory whatever
+    sram_budget says and whatever else is there. Runs after every step that decides where
+    values live (scheduling, layout planning)."""
+    g = graph.copy()
+    budget = budget or on_chip_bytes(spec)
+
+    def running(node: Node, live: int) -> None:
+        if node.op == chain.NAME:
+            node.attrs["lm_room"] = max(0, budget - live)
+
+    _walk(g, lambda name, live: g.values[name].location == ON_CHIP, running)
     return g
 
 

@@ -49,8 +49,10 @@ priced as one kernel whose terms are its steps' together:
                 each step's flops at its own precision's pJ/flop
 
 Intermediates are kept in local memory in order while each fits beside the one the step
-making it reads (the previous intermediate, when that was kept) in the chip's whole local
-memory (pe_count * lm_bytes_per_pe); one that does not fit makes a DRAM round trip. The
+making it reads (the previous intermediate, when that was kept) in the local memory left to
+the chain (its `lm_room` attribute: what a compiled program does not keep there within its
+sram_budget; else the chip's whole, pe_count * lm_bytes_per_pe); one that does not fit
+makes a DRAM round trip. The
 chain's own input and output follow `onchip` as any kernel's operands do. A one-step chain
 is priced exactly as its step; a longer one saves a launch per step it absorbs, and every
 intermediate's DRAM traffic that fits on chip.
@@ -97,7 +99,7 @@ def model_call(
     """One kernel call: its `cost` at its operands' precision, the operands at positions
     `onchip` (inputs, then outputs) kept in PE local memory rather than DRAM."""
     if cost.steps:
-        return model_chain(spec, cost.steps, onchip)
+        return model_chain(spec, cost.steps, onchip, cost.lm_room)
     operands = [t for t in ins if t is not None] + list(outs)
     lm_bytes = 0.0
     if onchip:
@@ -122,14 +124,17 @@ def model_chain(
     spec: DeviceSpec,
     steps: Sequence[tuple[Cost, TensorSpec, TensorSpec]],
     onchip: Sequence[int] = (),
+    room: float | None = None,
 ) -> Modelled:
     """A chain's steps (each its cost, input and output) run in one launch: the formula in
-    the module docstring. `onchip` (0: the chain's input, 1: its output) as for a kernel."""
+    the module docstring. `onchip` (0: the chain's input, 1: its output) as for a kernel;
+    `room` the local memory its intermediates may take (None: the chip's whole)."""
 
     def moved(cost: Cost, t: TensorSpec, position: int) -> float:
         return float(t.nbytes if cost.traffic is None else cost.traffic[position])
 
     capacity = spec.pe_count * spec.lm_bytes_per_pe
+    capacity = capacity if room is None else min(capacity, room)
     ends = (moved(steps[0][0], steps[0][1], 0), moved(steps[-1][0], steps[-1][2], 1))
     dram = ends[0] + ends[1]
     lm = sram = l2bm = step_lm = compute_s = flop_pj = flops = 0.0

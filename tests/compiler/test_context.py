@@ -161,6 +161,7 @@ def test_codegen_dir_holds_everything_and_loads_without_compiling(ctx, tmp_path)
         "mapping",
         "time_slice",
         "layout",
+        "chain_room",
         "lower",
         "light binary",
         "onnx export",
@@ -204,6 +205,7 @@ def test_codegen_debug_env_dumps_the_graph_after_every_phase(ctx, tmp_path):
         "debug_03_mapping.txt",
         "debug_04_time_slice.txt",
         "debug_05_layout.txt",
+        "debug_06_chain_room.txt",
     ]
     ctx.compile(b, {"x": x}, codegen_dir=tmp_path / "cg2", options={"option_json": "O2"})
     assert not list((tmp_path / "cg2").glob("debug_*.txt"))

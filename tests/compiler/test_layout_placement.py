@@ -216,6 +216,36 @@ def test_sram_budget_changes_modelled_time_and_energy_consistently(ctx, tmp_path
     assert dram_replay["device_time_s"] - chip_replay["device_time_s"] == pytest.approx(saved)
 
 
+@pytest.mark.parametrize("model", ["cnn", "transformer"])
+def test_chains_keep_intermediates_only_in_the_local_memory_placement_leaves(ctx, model):
+    """A chain's intermediates take what the program does not keep on chip within its
+    sram_budget (`lm_room`), not the chip's whole local memory: a tight budget sends them
+    through DRAM, and the chains model slower."""
+    builder, inputs = MODELS[model]()
+    chains = {}
+    for budget in (0, 1 << 12, 1):
+        compiled = ctx.compile(
+            builder, inputs, options={"option_json": "O3", "sram_budget": budget}
+        )
+        graph, live = compiled.graph, on_chip_at_each_node(compiled.graph)
+        at = [i for i, n in enumerate(graph.nodes) if n.op == "chain"]
+        assert at
+        for i in at:
+            assert graph.nodes[i].attrs["lm_room"] == max(0, (budget or on_chip_bytes()) - live[i])
+        plan = compiled.lowered.program._plan(compiled.lowered.bindings)
+        steps = [s for s in plan.steps if s.kdef.name == "chain"]
+        kernels = [k for k in compiled.lowered.program.kernels if k.op == "chain"]
+        assert [k.attrs["lm_room"] for k in kernels] == [
+            graph.nodes[i].attrs["lm_room"] for i in at
+        ]
+        chains[budget] = (
+            sum(s.modelled.dram_bytes for s in steps),
+            sum(s.modelled.time_s for s in steps),
+        )
+    assert chains[1 << 12][0] > chains[0][0] and chains[1 << 12][1] > chains[0][1]
+    assert chains[1][0] >= chains[1 << 12][0]
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     model=st.sampled_from(sorted(MODELS)),

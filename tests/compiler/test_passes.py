@@ -192,7 +192,7 @@ def test_fuse_chains_merges_a_run_of_one_input_kernels_into_one_launch(dev):
         "  %probs: float[2x4] @dram = chain(%conv2d_0) {steps='["
         '{"op":"cast","attrs":{"to":"float"}},{"op":"max_pool2d","attrs":{"kernel":[2,2]}},'
         '{"op":"global_avg_pool2d"},{"op":"reshape","attrs":{"shape":[2,4]}},'
-        '{"op":"softmax"}]' + "', x_dtype='half'}",
+        '{"op":"softmax"}]' + "', x_dtype='half', lm_room=-1}",
         "  return %probs",
     ]
     assert fused.nodes[-1].name == "cast1+max_pool2d2+global_avg_pool2d3+reshape4+softmax5"

@@ -168,6 +168,24 @@ def test_intermediates_that_do_not_fit_local_memory_go_through_dram():
         assert whole.dram_bytes == 2 * x.nbytes + spilled * 2 * x.nbytes
 
 
+def test_intermediates_take_only_the_local_memory_left_to_the_chain():
+    steps = [("relu", {}), ("neg", {}), ("abs", {})]
+    x = TensorSpec((1 << 16,), dt.FLOAT)  # 256 KiB an intermediate
+    attrs = _attrs(chain.dumps([{"op": o, "attrs": a} for o, a in steps]), "float")
+    assert attrs["lm_room"] == chain.WHOLE_CHIP
+    for room, spilled in (
+        (chain.WHOLE_CHIP, 0),
+        (2 * x.nbytes, 0),  # both intermediates: the second beside the first
+        (2 * x.nbytes - 1, 1),
+        (x.nbytes - 1, 2),
+        (0, 2),
+    ):
+        whole = model_kernel_call(MNCORE2, lookup("chain"), [x], [x], {**attrs, "lm_room": room})
+        assert whole.dram_bytes == 2 * x.nbytes + spilled * 2 * x.nbytes, room
+    with pytest.raises(KernelAttributeError, match="'lm_room' must be a number of bytes"):
+        lookup("chain").check_attrs({**attrs, "lm_room": -2})
+
+
 def test_chain_errors_compose_its_steps():
     x = TensorSpec((4, 64), dt.FLOAT)
     steps = [("softmax", {}), ("cast", {"to": "half"}), ("exp", {})]

@@ -51,8 +51,10 @@ def _with_steps(binary: mnrt.LightBinary, steps: str, x_dtype: str = "half"):
         for c in doc["commands"]:
             if c["cmd"]["type"] == "CreateProgram":
                 attrs = c["cmd"]["program"]["kernels"][0]["attrs"]
+                strings = {"steps": steps, "x_dtype": x_dtype}
                 for a in attrs:
-                    a["s"] = {"steps": steps, "x_dtype": x_dtype}[a["name"]]
+                    if a["name"] in strings:
+                        a["s"] = strings[a["name"]]
 
     return edited(binary, edit)
 

@@ -52,7 +52,7 @@ def fragment_graph(program: MpmdProgram, fragment: Fragment, sram_budget: int) -
     outputs, its parameters its own. Whatever crosses fragments is in DRAM (a copy or
     another program reads it); the rest stays where the compile's scheduler put it, unless
     the fragment's own order would then hold more than the budget on chip, when it is
-    placed again greedily."""
+    placed again greedily. Its chains get the room that leaves them (placement.chain_room)."""
     values = {}
     for node in fragment.nodes:
         for name in (*node.inputs, *node.outputs):
@@ -69,9 +69,9 @@ def fragment_graph(program: MpmdProgram, fragment: Fragment, sram_budget: int) -
     )
     graph.verify()
     kept = placement.summary(graph, sram_budget)
-    if kept["peak_on_chip_bytes"] <= kept["budget_bytes"]:
-        return graph
-    return placement.place(graph, sram_budget)
+    if kept["peak_on_chip_bytes"] > kept["budget_bytes"]:
+        graph = placement.place(graph, sram_budget)
+    return placement.chain_room(graph, sram_budget)
 
 
 class PipelinedFunction:

@@ -51,6 +51,7 @@ from .registry import (
 NAME = "chain"
 MAX_STEPS = 64  # a chain is a run of kernels in a model, never thousands of them
 MAX_STEPS_CHARS = 1 << 16  # characters of the steps attribute: 64 steps of long attributes
+WHOLE_CHIP = -1  # lm_room of a chain that may use the chip's whole local memory
 
 
 class Step(NamedTuple):
@@ -223,12 +224,23 @@ def _compute(ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any], outs: S
 
 def _cost(ins: Sequence[TensorSpec | None], outs: Sequence[TensorSpec], attrs: Mapping[str, Any]):
     parts = tuple((s.kdef.cost([s.x], [s.y], s.attrs), s.x, s.y) for s in plan(attrs, ins[0]))
+    room = attrs.get("lm_room", WHOLE_CHIP)
     return Cost(
         flops=sum(c.flops for c, _, _ in parts),
         dram_bytes=sum(c.dram_bytes for c, _, _ in parts),
         sram_bytes=sum(c.sram_bytes for c, _, _ in parts),
         steps=parts,
+        lm_room=None if room == WHOLE_CHIP else float(room),
     )
+
+
+def _room(value: int) -> int:
+    if value < WHOLE_CHIP:
+        raise KernelAttributeError(
+            f"kernel '{NAME}': attribute 'lm_room' must be a number of bytes, or "
+            f"{WHOLE_CHIP} for the chip's whole local memory; got {value}"
+        )
+    return value
 
 
 def _reduction(ins: Sequence[TensorSpec | None], attrs: Mapping[str, Any]) -> int:
@@ -259,6 +271,13 @@ register(
                 parse=_canonical,
             ),
             "x_dtype": Attr("str", doc="dtype of the input x", choices=tuple(dt.DTYPES)),
+            "lm_room": Attr(
+                "int",
+                WHOLE_CHIP,
+                "bytes of PE local memory the intermediates may take: what the program does "
+                f"not keep there within its sram_budget ({WHOLE_CHIP}: the chip's whole)",
+                parse=_room,
+            ),
         },
         infer=_infer,
         compute=_compute,
@@ -274,4 +293,4 @@ def steps_of(attrs: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [(op, dict(a)) for op, a in _parse(attrs["steps"])]
 
 
-__all__ = ["MAX_STEPS", "NAME", "Step", "dumps", "plan", "steps_of"]
+__all__ = ["MAX_STEPS", "NAME", "WHOLE_CHIP", "Step", "dumps", "plan", "steps_of"]

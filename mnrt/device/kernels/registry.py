@@ -89,6 +89,9 @@ class Cost:
     # switch (the relayout kernel) moves instead of DRAM traffic.
     l2bm_bytes: float = 0.0
     lm_bytes: float = 0.0
+    # A chain's: bytes of PE local memory its intermediates may take (None: the chip's
+    # whole local memory; a compiled program leaves them what placement did not use).
+    lm_room: float | None = None
 
 
 _KINDS: dict[str, tuple[type, ...]] = {

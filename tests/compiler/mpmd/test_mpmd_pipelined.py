@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 from binaries import perturbed, weight_sites
+from graph_harness import on_chip_at_each_node
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +18,7 @@ from mnrt.compiler.models import encoder_stack, mlp, transformer_block
 from mnrt.compiler.mpmd import parse
 from mnrt.compiler.mpmd.compiled import COMPUTE
 from mnrt.compiler.mpmd.cost import program_cost
+from mnrt.compiler.placement import on_chip_bytes
 from mnrt.errors import InvalidArgumentError
 from mnrt.format import LightBinary
 from mnrt.replay import replay
@@ -195,6 +197,23 @@ def test_fragments_keep_the_schedulers_placement(ctx, scheduler):
             assert graph.values[name].location == "dram"
         onchip += sum(v.location == "lm" for v in graph.values.values())
     assert (onchip > 0) == (scheduler == "spill_opt")
+    compiled.close()
+
+
+@pytest.mark.parametrize("budget", [0, 1 << 12])
+def test_a_fragments_chains_get_the_local_memory_its_placement_leaves(ctx, budget):
+    builder, inputs = transformer_block()
+    options = {"mpmd": {"devices": [0, 1]}, "option_json": "O3", "sram_budget": budget}
+    compiled = ctx.compile(builder, inputs, options=options)
+    chains = 0
+    for fragment in compiled.fragments:
+        graph = compiled.lowered[fragment.name].graph
+        live = on_chip_at_each_node(graph)
+        for i, node in enumerate(graph.nodes):
+            if node.op == "chain":
+                chains += 1
+                assert node.attrs["lm_room"] == max(0, (budget or on_chip_bytes()) - live[i])
+    assert chains
     compiled.close()
 
 
