@@ -5,7 +5,8 @@ Figures:
     at float_dtype=mixed: modelled device time per preset,
     O3 / O0 (target <= 0.67), monotone O0 -> O4; results identical across presets at float
   a 4096^3 half GEMM's modelled throughput / the 393.2 TFLOPS half peak (target >= 0.90)
-  ResNet-50 at O3: every matrix layer's modelled utilisation and its roofline bound
+  ResNet-50 at O3: every matrix layer's modelled utilisation and its roofline bound, and
+    its modelled time under a shrinking sram_budget (chains included), monotone
   mapper against brute force on 50 random small GEMMs and 20 convs: same optimum on every
     one, evaluated mappings brute / mapper (target >= 10x)
   compile time: CNN at O1 (target <= 2 s) and O4 (<= 60 s), ResNet-50 at O3 (<= 30 s)
@@ -62,6 +63,28 @@ def presets(ctx, name, model, inputs) -> dict:
           f"{'yes' if same else 'NO'}; compile s: "
           + " ".join(f"{p} {seconds[p]:.2f}" for p in PRESETS))  # fmt: skip
     return seconds
+
+
+def budgets(ctx, name, model, inputs) -> None:
+    """O3 at float_dtype=mixed under shrinking sram_budget: modelled time and energy, and
+    the chains' share (their intermediates take only what placement leaves on chip)."""
+    rows, times = [], []
+    for budget in (0, 16 << 20, 1 << 20, 64 << 10):
+        options = {"option_json": "O3", "float_dtype": "mixed", "sram_budget": budget}
+        compiled = ctx.compile(model, inputs, options=options)
+        plan = compiled.lowered.program._plan(compiled.lowered.bindings)
+        chains = [s.modelled for s in plan.steps if s.kdef.name == "chain"]
+        times.append(plan.modelled.time_s)
+        rows.append(
+            f"{budget >> 10 if budget else 'all':>6}{' KiB' if budget else '    '} "
+            f"{plan.modelled.time_s * 1e6:8.1f} us {plan.modelled.energy_j * 1e3:7.2f} mJ; "
+            f"{len(chains)} chains {sum(m.time_s for m in chains) * 1e6:6.1f} us, "
+            f"{sum(m.dram_bytes for m in chains) / 1e6:6.2f} MB DRAM"
+        )
+    monotone = all(a <= b for a, b in itertools.pairwise(times))
+    print(f"{name} at O3 by sram_budget (monotone: {monotone})")
+    for row in rows:
+        print(f"  {row}")
 
 
 def big_gemm() -> None:
@@ -156,6 +179,7 @@ def main() -> None:
         print(f"resnet-50 compile O3 {secs['O3']:.2f} s "
               f"{verdict(secs['O3'], 30.0, higher_is_better=False)}")  # fmt: skip
         resnet_table(ctx, resnet, x)
+        budgets(ctx, "resnet-50", resnet, x)
     mapper_vs_brute()
 
 
