@@ -31,13 +31,18 @@ def on_chip_bytes(spec: DeviceSpec = MNCORE2) -> int:
 
 def _walk(
     graph: Graph,
-    on_chip: Callable[[str, int], bool],
+    on_chip: Callable[[str, int], bool] | None = None,
     running: Callable[[Node, int], None] | None = None,
 ) -> int:
     """Go through the nodes in order, asking `on_chip(value, live bytes)` of each value a
-    node writes and telling `running(node, live bytes)` what is on chip while the node
-    runs (its operands there included); a value on chip is freed after its last reader.
-    Returns the peak."""
+    node writes (by default: where it was placed) and telling `running(node, live bytes)`
+    what is on chip while the node runs (its operands there included); a value on chip is
+    freed after its last reader. Returns the peak."""
+    if on_chip is None:
+
+        def on_chip(name: str, live: int) -> bool:
+            return graph.values[name].location == ON_CHIP
+
     last = graph.last_uses()
     live = peak = 0
     for i, node in enumerate(graph.nodes):
@@ -84,14 +89,14 @@ def chain_room(graph: Graph, budget: int, spec: DeviceSpec = MNCORE2) -> Graph:
         if node.op == chain.NAME:
             node.attrs["lm_room"] = max(0, budget - live)
 
-    _walk(g, lambda name, live: g.values[name].location == ON_CHIP, running)
+    _walk(g, running=running)
     return g
 
 
 def summary(graph: Graph, budget: int, spec: DeviceSpec = MNCORE2) -> dict:
     """report.json's account: the budget, the most bytes on chip at once, and how many
     temporaries stayed on chip or spilled."""
-    peak = _walk(graph, lambda name, live: graph.values[name].location == ON_CHIP)
+    peak = _walk(graph)
     temps = temporaries(graph)
     on_chip = sum(graph.values[n].location == ON_CHIP for n in temps)
     return {
