@@ -23,8 +23,10 @@ where the host writes and reads them.
                      lowest peak), then the greedy placement of placement.place: kept for
                      option files that name them.
 
-Every scheduler is deterministic, gives a topological order, never holds more than the
-budget on chip, and gives its own account (`Scheduled.account`), which report.json shows
+Those that price placements price a chain with the local memory its placement leaves its
+intermediates (see common.py), as the compiled program is priced. Every scheduler is
+deterministic, gives a topological order, never holds more than the budget on chip, and
+gives its own account (`Scheduled.account`), which report.json shows
 in the "schedule" phase. Adding one: a module with `run(graph, request, pricer)` and a line
 in SCHEDULERS.
 """

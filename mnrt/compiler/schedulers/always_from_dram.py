@@ -11,4 +11,4 @@ from .common import Pricer, Request, Scheduled, account, finish
 
 def run(graph: Graph, request: Request, pricer: Pricer) -> Scheduled:
     g = finish(graph, graph.nodes, ())
-    return Scheduled(g, account(g, pricer, spilled_values=len(temporaries(g))))
+    return Scheduled(g, account(g, request, pricer, spilled_values=len(temporaries(g))))

@@ -22,7 +22,6 @@ best (ties: the lowest seed), so the result never depends on the threads' timing
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 from collections import ChainMap
@@ -32,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...device.kernels import chain
 from ...errors import InvalidArgumentError
 from ..ir import MATRIX_OPS, TEMP, Graph, Node, Value
 from ..liveness import live_ranges, temporaries, value_nbytes
@@ -44,6 +44,7 @@ from .common import (
     Scheduled,
     account,
     finish,
+    occupancy,
     peak_on_chip,
     total,
 )
@@ -107,11 +108,18 @@ class _Chain:
         nodes, outputs = state.nodes, self.graph.outputs
         return peak_on_chip(nodes, outputs, state.lm, self.sizes(state)) <= self.budget
 
+    def occupancy(self, state: _State) -> list[int]:
+        ranges = live_ranges(state.nodes, self.graph.outputs)
+        return occupancy(len(state.nodes), ranges, state.lm, self.sizes(state))
+
     def reprice(self, state: _State, names: set[str]) -> None:
-        values = self.values(state)
+        """Price again the nodes that read or write `names`, and every chain (what is on
+        chip beside it, which its price depends on, may have changed)."""
+        values, occupied = self.values(state), self.occupancy(state)
         for i, node in enumerate(state.nodes):
-            if names.intersection(node.inputs) or names.intersection(node.outputs):
-                state.prices[i] = self.pricer.price(values, node, state.lm)
+            if node.op == chain.NAME or not names.isdisjoint([*node.inputs, *node.outputs]):
+                room = self.budget - occupied[i]
+                state.prices[i] = self.pricer.price(values, node, state.lm, room)
 
     def propose(self, state: _State, rng: np.random.Generator, serial: int) -> _State | None:
         """A neighbour of `state` within the budget, or None; every move is followed by
@@ -147,7 +155,7 @@ class _Chain:
         nodes lo..hi that fits beside what is there and makes the program cheaper."""
         ranges = live_ranges(state.nodes, self.graph.outputs)
         size = self.sizes(state)
-        occupied = _occupancy(len(state.nodes), ranges, state.lm, size)
+        occupied = occupancy(len(state.nodes), ranges, state.lm, size)
         values = self.values(state)
         for name in sorted(size):
             first, last = ranges[name]
@@ -158,10 +166,14 @@ class _Chain:
             touched = [
                 i
                 for i in range(first, last + 1)
-                if name in state.nodes[i].inputs or name in state.nodes[i].outputs
+                if name in state.nodes[i].inputs
+                or name in state.nodes[i].outputs
+                or state.nodes[i].op == chain.NAME
             ]
-            lm = state.lm | {name}
-            new = [self.pricer.price(values, state.nodes[i], lm) for i in touched]
+            lm, room = state.lm | {name}, self.budget - size[name]
+            new = [
+                self.pricer.price(values, state.nodes[i], lm, room - occupied[i]) for i in touched
+            ]
             if total(new) >= total([state.prices[i] for i in touched]):
                 continue
             state.lm.add(name)
@@ -186,6 +198,8 @@ class _Chain:
         new = state.clone()
         new.nodes[i], new.nodes[i + 1] = second, first
         new.prices[i], new.prices[i + 1] = state.prices[i + 1], state.prices[i]
+        if chain.NAME in (first.op, second.op):
+            self.reprice(new, set())  # what is on chip beside the chain changed
         return new
 
     def flip(self, state: _State, name: str) -> _State:
@@ -266,18 +280,6 @@ class _Chain:
         return best, best_state, accepted
 
 
-def _occupancy(
-    count: int, ranges: dict[str, tuple[int, int]], lm: set[str], size: dict[str, int]
-) -> list[int]:
-    """Bytes the values in `lm` hold on chip at each of `count` nodes."""
-    delta = [0] * (count + 1)
-    for name in lm:
-        first, last = ranges[name]
-        delta[first] += size[name]
-        delta[last + 1] -= size[name]
-    return list(itertools.accumulate(delta))[:count]
-
-
 def _nbytes(v: Value) -> int:
     return math.prod(v.shape) * v.dtype.itemsize
 
@@ -297,6 +299,7 @@ def run(graph: Graph, request: Request, pricer: Pricer) -> Scheduled:
         g,
         account(
             g,
+            request,
             pricer,
             steps=request.steps,
             threads=request.threads,

@@ -11,7 +11,7 @@ from .common import Pricer, Request, Scheduled, account
 def greedy(ordered: Graph, request: Request, pricer: Pricer) -> Scheduled:
     """`ordered` placed greedily: what in_order, min_memory and anneal share."""
     g = placement.place(ordered, request.budget, request.spec)
-    return Scheduled(g, account(g, pricer))
+    return Scheduled(g, account(g, request, pricer))
 
 
 def run(graph: Graph, request: Request, pricer: Pricer) -> Scheduled:

@@ -38,4 +38,4 @@ def plan(graph: Graph, request: Request, pricer: Pricer) -> Plan:
 def run(graph: Graph, request: Request, pricer: Pricer) -> Scheduled:
     p = plan(graph, request, pricer)
     g = finish(graph, graph.nodes, p.lm)
-    return Scheduled(g, account(g, pricer, spilled_values=len(p.size) - len(p.lm)))
+    return Scheduled(g, account(g, request, pricer, spilled_values=len(p.size) - len(p.lm)))

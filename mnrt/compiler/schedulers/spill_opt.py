@@ -128,4 +128,4 @@ def run(graph: Graph, request: Request, pricer: Pricer) -> Scheduled:
     chosen, how = plan(graph, request, pricer)
     g = finish(graph, graph.nodes, chosen.lm)
     spilled = len(chosen.size) - len(chosen.lm)
-    return Scheduled(g, account(g, pricer, **how, spilled_values=spilled))
+    return Scheduled(g, account(g, request, pricer, **how, spilled_values=spilled))
