@@ -135,8 +135,12 @@ def _golden_error(sa: _Side, sb: _Side, ca: Any, cb: Any) -> dict:
     da, db = BY_CODE.get(sa.dtypes.get(ca.bufferId)), BY_CODE.get(sb.dtypes.get(cb.bufferId))
     if da is None or db is None:
         return {"comparable": False}
-    va = da.from_storage(np.frombuffer(sa.binary.blobs.read(ca.golden), da.storage))
-    vb = db.from_storage(np.frombuffer(sb.binary.blobs.read(cb.golden), db.storage))
+    ba, bb = sa.binary.blobs.read(ca.golden), sb.binary.blobs.read(cb.golden)
+    sizes = [np.dtype(da.storage).itemsize, np.dtype(db.storage).itemsize]
+    if len(ba) % sizes[0] or len(bb) % sizes[1]:  # a broken binary's: `mnrt verify` says so
+        return {"comparable": False, "bytes": [len(ba), len(bb)]}
+    va = da.from_storage(np.frombuffer(ba, da.storage))
+    vb = db.from_storage(np.frombuffer(bb, db.storage))
     if va.shape != vb.shape:
         return {"comparable": False, "elements": [int(va.size), int(vb.size)]}
     a64, b64 = va.astype(np.float64), vb.astype(np.float64)

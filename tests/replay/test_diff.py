@@ -66,6 +66,26 @@ def test_goldens_are_compared_by_value():
     assert "golden by value: max_abs_err=" in to_text(d)
 
 
+def test_a_golden_of_a_partial_element_is_a_difference_not_a_crash(tmp_path):
+    """A hostile or broken binary's golden blob may hold bytes that are no whole number of
+    its buffer's elements: diff says the goldens differ in size and cannot be compared by
+    value (`mnrt verify` refuses the file)."""
+    a = chain_capture(4)
+    doc = json.loads(jsonio.dumps(a))
+    golden = next(c["cmd"]["golden"] for c in doc["commands"] if c["cmd"].get("golden"))
+    blob = next(b for b in doc["blobs"] if b["id"] == golden)
+    blob["base64"], blob["size"] = "AACAPz4=", 5
+    blob.pop("hash", None)
+    b = jsonio.from_json(doc)
+    (change,) = diff(a, b)["commands"]
+    assert change["golden"] == {"comparable": False, "bytes": [64, 5]}
+    pa, pb = tmp_path / "a.mnlb", tmp_path / "b.mnlb"
+    a.save(pa)
+    b.save(pb)
+    code, out = invoke_cli("diff", pa, pb)
+    assert code == 1 and "golden.size: 64 -> 5" in out and "Traceback" not in out
+
+
 def test_kernels_are_compared_with_their_attributes():
     with mnrt.open_device("auto") as dev:
 

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
-from binaries import light_model_binary, perturbed, three_device_capture, weight_sites
+from binaries import (
+    light_model_binary,
+    perturbed,
+    three_device_capture,
+    weight_sites,
+    with_written,
+)
 from cli_harness import invoke_cli
 from hypothesis import given
 from hypothesis import strategies as st
@@ -165,6 +172,27 @@ def test_cli_locate_names_the_kernel_and_the_directory(tmp_path):
     assert str(tmp_path / "loc" / f"command{command}_kernel0_gemm") in out
     code, out = invoke_cli("run", path, "--locate", "--json", "--locate-dir", tmp_path / "l2")
     assert code == 1 and json.loads(out)["locate"]["first_wrong"]["op"] == "gemm"
+
+
+def test_a_reference_that_overflows_saves_infinities_without_warnings(tmp_path):
+    """The float64 reference of a kernel whose inputs overflow it computes inf, as the
+    device's queues do, and numpy says nothing on stderr."""
+    with mnrt.open_device("auto") as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture(fingerprints=True)
+        a, y = (dev.create_buffer((64, 64), "float", name=n) for n in "ay")
+        prog = dev.create_program([mnrt.Kernel("exp", ["a"], ["y"])], name="e")
+        q.enqueue_write_buffer(a, np.full((64, 64), 0.5, np.float32))
+        q.enqueue_program(prog, {"a": a, "y": y})
+        q.enqueue_read_buffer(y)
+        binary = mnrt.end_capture()
+    bad = with_written(binary, "a", np.full((64, 64), 1000.0, np.float32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        located = mnrt.replay(bad, locate=True, locate_dir=tmp_path).locate.located
+    assert located is not None and located.kernel == 0
+    (saved,) = tmp_path.glob("*/output.y.reference.npy")
+    assert np.isinf(np.load(saved)).all()
 
 
 def test_capture_verify_keeps_a_capture_that_reproduces(tmp_path):
