@@ -527,6 +527,13 @@ INVALID = {
         ),
         r"\(2, 3, 4\) does not broadcast to \(5, 3, 4\)",
     ),
+    "expand to more dimensions than numpy has": (
+        lambda: one_node_model(
+            helper.make_node("Expand", ["x", "s"], ["y"], name="n"),
+            [initializer("s", int64s(*[1] * 30, 2, 3, 4))],
+        ),
+        r"\(2, 3, 4\) does not broadcast to \(1, 1, ",
+    ),
     "constant gather index out of range": (
         lambda: one_node_model(
             helper.make_node("Gather", ["x", "i"], ["y"], name="n", axis=1),

@@ -261,6 +261,8 @@ SHAPE_ERRORS = [
     ("expand", ShapeError, "does not broadcast", [spec((2, 3))], {"shape": (3, 3)}),
     ("expand", ShapeError, "does not broadcast", [spec((2, 3))], {"shape": (3,)}),
     ("expand", ShapeError, "does not broadcast", [spec((1, 3))], {"shape": (-1, 3)}),
+    # a hostile binary's shape of more dimensions than numpy has
+    ("expand", ShapeError, "does not broadcast", [spec((2, 3))], {"shape": (1,) * 31 + (2, 3)}),
 ]
 
 

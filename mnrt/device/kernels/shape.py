@@ -177,7 +177,7 @@ def _expand_infer(ins, attrs):
     if ok:
         try:
             ok = np.broadcast_shapes(x.shape, shape) == shape
-        except ValueError:
+        except (ValueError, RuntimeError):  # RuntimeError: more dimensions than numpy has
             ok = False
     if not ok:
         raise ShapeError(

@@ -113,7 +113,7 @@ def expand(cx: Ctx, node: Any, at: Attrs) -> list:
     target = tuple(cx.ints(node.input[1], "shape"))
     try:
         shape = np.broadcast_shapes(cx.shape(x), target)
-    except ValueError:
+    except (ValueError, RuntimeError):  # RuntimeError: more dimensions than numpy has
         raise Invalid(f"the input's shape {cx.shape(x)} does not broadcast to {target}; "
                        "each size must be 1 or equal to the other") from None  # fmt: skip
     return [cx.op("expand", x, shape=list(shape))]
