@@ -7,6 +7,18 @@ import numpy as np
 import mnrt
 
 
+def json_paths(doc, prefix: tuple = ()):
+    """Every path to a value inside a JSON document (a binary's JSON form), itself first:
+    where property tests edit one."""
+    yield prefix
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from json_paths(v, (*prefix, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from json_paths(v, (*prefix, i))
+
+
 def small_capture() -> mnrt.LightBinary:
     """A short valid capture: one program, one write, one read with a golden."""
     with mnrt.open_device(0) as dev:

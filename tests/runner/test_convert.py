@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from binaries import small_capture
+from binaries import json_paths, small_capture
 from cli_harness import assert_one_line_error, invoke_cli, one_line_error, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -279,22 +279,11 @@ _JSON_VALUES = st.recursive(
 )
 
 
-def _paths(doc, prefix=()):
-    """Every (path) to a value inside a JSON document."""
-    yield prefix
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            yield from _paths(v, (*prefix, k))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            yield from _paths(v, (*prefix, i))
-
-
 @settings(max_examples=80, deadline=None, derandomize=True)
 @given(data=st.data())
 def test_fuzzed_json_documents_convert_cleanly_or_round_trip(data, small_doc):
     doc = copy.deepcopy(small_doc)
-    paths = [p for p in _paths(doc) if p and p[0] not in ("format",)]
+    paths = [p for p in json_paths(doc) if p and p[0] not in ("format",)]
     for _ in range(data.draw(st.integers(1, 3))):
         path = data.draw(st.sampled_from(paths))
         parent = doc
