@@ -23,7 +23,7 @@ optimize: `mnrt optimize` of the VGG-19 binary: bytes before and after, the resu
 
   pip install onnx onnxruntime   # for this benchmark only
   nice -n 10 python benchmarks/bench_tools.py [--model light_squeezenet ...] [--rounds 5]
-                                              [--overhead-only]
+                                              [--overhead-only] [--preset O3]
 """
 
 from __future__ import annotations
@@ -59,14 +59,14 @@ FORMAT_1_2_SAMPLE = Sample(LightBinaryT().fingerprintRuns, LightBinaryT().finger
 
 
 def locate_figures(
-    ctx: mnrt.Context, path: str, folder: Path, rounds: int, locate: bool = True
+    ctx: mnrt.Context, path: str, folder: Path, rounds: int, locate: bool = True, preset: str = "O1"
 ) -> dict:
-    """Compile, save, perturb three weights and locate each (unless not `locate`); time
-    captures with and without fingerprints."""
+    """Compile at `preset`, save, perturb three weights and locate each (unless not
+    `locate`); time captures with and without fingerprints."""
     name = Path(path).stem
     model = onnx.load(path)
     inputs = example_inputs(model)
-    compiled = ctx.compile(model, inputs, options={"float_dtype": "float"})
+    compiled = ctx.compile(model, inputs, options={"float_dtype": "float", "option_json": preset})
     out = folder / f"{name}.mnlb"
     compiled.save_binary(out)
     binary = mnrt.LightBinary.load(out)
@@ -246,6 +246,11 @@ def main() -> None:
         action="store_true",
         help="only the fingerprint overhead at capture (no locate, reduce, diff or optimize)",
     )
+    parser.add_argument(
+        "--preset",
+        default="O1",
+        help="compile preset of the light models (default: O1, the compiler's default)",
+    )
     args = parser.parse_args()
     paths = light_models()
     if args.model:
@@ -255,7 +260,8 @@ def main() -> None:
         folder = Path(tmp)
         print(
             f"{'fingerprint overhead' if args.overhead_only else 'locate and fingerprint overhead'}"
-            f" (light models, float; capture: fastest of {args.rounds} alternating rounds)"
+            f" (light models, float, {args.preset}; capture: fastest of {args.rounds} alternating"
+            " rounds)"
         )
         print(
             f"  {'model':<22} {'kernels':>7} {'named':>6} {'capture':>10} {'+prints':>10} "
@@ -264,7 +270,9 @@ def main() -> None:
         )
         vgg = None
         for path in paths:
-            r = locate_figures(ctx, path, folder, args.rounds, locate=not args.overhead_only)
+            r = locate_figures(
+                ctx, path, folder, args.rounds, locate=not args.overhead_only, preset=args.preset
+            )
             vgg = r["path"] if r["model"] == "light_vgg19" else vgg
             print(
                 f"  {r['model']:<22} {r['kernels']:>7} {r['named']:>6} "

@@ -158,13 +158,17 @@ def _with_epilogue(export: Callable[[Emitter, Node], None]) -> Callable[[Emitter
 
 
 def _chain(out: Emitter, n: Node) -> None:
-    """A chain exports as its steps, one ONNX node (or a few) each, in order."""
+    """A chain exports as its steps, one ONNX node (or a few) each, in order, each on the
+    result before it and the chain's operands it takes."""
+    ins = [TensorSpec(out.shapes[v], out.dtypes[v]) for v in n.inputs]
+    steps = chain.plan(n.attrs, ins)
     x = n.inputs[0]
-    steps = chain.plan(n.attrs, TensorSpec(out.shapes[x], out.dtypes[x]))
     for i, step in enumerate(steps):
         y = n.outputs[0] if i + 1 == len(steps) else out.temp()
         out.shapes[y], out.dtypes[y] = step.y.shape, step.y.dtype
-        _EXPORTERS[step.op](out, Node(step.op, [x], [y], dict(step.attrs)))
+        others = [n.inputs[k] for k in step.takes]
+        inputs = [*others[: step.at], x, *others[step.at :]]
+        _EXPORTERS[step.op](out, Node(step.op, inputs, [y], dict(step.attrs)))
         x = y
 
 

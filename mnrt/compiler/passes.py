@@ -337,51 +337,83 @@ def fuse_epilogues(graph: Graph) -> Graph:
 
 
 def _chainable(node: Node) -> bool:
-    """Whether a node can be a step of a chain: one input, one output, a vector kernel
-    (not a matrix kernel, nor a chain)."""
+    """Whether a node can be a step of a chain: one output, a vector kernel (not a matrix
+    kernel, nor a chain)."""
     return (
-        len(node.inputs) == 1
-        and len(node.outputs) == 1
+        len(node.outputs) == 1
+        and bool(node.inputs)
         and node.op != chain.NAME
         and node.op not in MATRIX_OPS
         and "mapping" not in node.attrs
     )
 
 
-def _chain_node(g: Graph, run: list[Node]) -> Node:
-    steps = [
-        {"op": n.op, "attrs": {k: v for k, v in n.attrs.items() if k not in COMMON_ATTRS}}
-        for n in run
-    ]
-    attrs = {"steps": chain.dumps(steps), "x_dtype": g.values[run[0].inputs[0]].dtype.name}
-    name = "+".join(n.name or n.op for n in run)
-    return Node(chain.NAME, [run[0].inputs[0]], [run[-1].outputs[0]], attrs, name)
+def _chain_node(g: Graph, run: list[tuple[Node, int]]) -> Node:
+    """The chain of a run of (node, position of the input it takes from the node before,
+    or of the chain's own input for the first)."""
+    x = run[0][0].inputs[run[0][1]]
+    operands: list[str] = []
+    steps = []
+    for node, at in run:
+        takes = []
+        for j, name in enumerate(node.inputs):
+            if j == at:
+                continue
+            if name != x and name not in operands:
+                operands.append(name)
+            takes.append(0 if name == x else 1 + operands.index(name))
+        own = {k: v for k, v in node.attrs.items() if k not in COMMON_ATTRS}
+        steps.append({"op": node.op, "attrs": own, **({"with": takes} if takes else {}), "at": at})
+    attrs = {
+        "steps": chain.dumps(steps),
+        "x_dtype": g.values[x].dtype.name,
+        "operand_dtypes": ",".join(g.values[n].dtype.name for n in operands),
+    }
+    name = "+".join(n.name or n.op for n, _ in run)
+    return Node(chain.NAME, [x, *operands], [run[-1][0].outputs[0]], attrs, name)
+
+
+def _chain_input(g: Graph, node: Node) -> int:
+    """Where a chain starting at `node` takes its input: its first operand that is not a
+    parameter (the activation a BatchNormalization's mul scales), else its first."""
+    return next((j for j, n in enumerate(node.inputs) if g.values[n].role != PARAM), 0)
 
 
 def fuse_chains(graph: Graph) -> Graph:
-    """Merge each maximal run of one-input one-output vector kernels, where every result
-    but the last is read only by the next kernel and is not a graph output, into one
-    `chain` kernel: one launch instead of one per kernel, the intermediates kept on chip
-    (the casts mixed precision puts around a GEMM, pooling, reshapes, softmax). The chain
+    """Merge each maximal run of vector kernels, where every result but the last is read
+    only by the next kernel (once) and is not a graph output, into one `chain` kernel: one
+    launch instead of one per kernel, the intermediates kept on chip (the casts mixed
+    precision puts around a GEMM, pooling, reshapes, softmax; an inference
+    BatchNormalization's scale and shift and the activation after them; a residual add).
+    A step's other operands (parameters, a skip connection) become the chain's. The chain
     computes bitwise what its steps did, and stands where its last step stood, so the
-    graph's outputs keep their names; a run is fused only where the device prices the
-    chain below its steps run one by one (node_cost). A matrix kernel's output cast stays
-    a step of the chain rather than being absorbed into the kernel: writing float instead
-    of rounding to half and widening gives other bits."""
+    graph's outputs keep their names and every operand is computed before it; a run is
+    fused only where the device prices the chain below its steps run one by one
+    (node_cost). A matrix kernel's output cast stays a step of the chain rather than being
+    absorbed into the kernel: writing float instead of rounding to half and widening gives
+    other bits."""
     g = graph.copy()
     uses = _uses(g)
     outputs = set(g.outputs)
-    runs: list[list[int]] = []
-    ending: dict[str, list[int]] = {}  # the result of a run's last node -> that run
+    runs: list[list[tuple[int, int]]] = []
+    ending: dict[str, list[tuple[int, int]]] = {}  # the result of a run's last node -> that run
     for i, node in enumerate(g.nodes):
         if not _chainable(node):
             continue
-        source = node.inputs[0]
-        run = ending.pop(source, None)
-        if run is None or uses.get(source) != 1 or source in outputs:
-            run = []
+        run, at = None, 0
+        for j, source in enumerate(node.inputs):
+            if (
+                source in ending
+                and uses.get(source) == 1
+                and source not in outputs
+                and node.inputs.count(source) == 1
+            ):
+                run, at = ending.pop(source), j
+                break
+        if run is None:
+            run, at = [], _chain_input(g, node)
             runs.append(run)
-        run.append(i)
+        run.append((i, at))
         ending[node.outputs[0]] = run
     replaced: dict[int, Node | None] = {}
     pieces = [
@@ -390,21 +422,22 @@ def fuse_chains(graph: Graph) -> Graph:
     for run in pieces:
         if len(run) < 2:
             continue
-        steps = [g.nodes[i] for i in run]
+        steps = [(g.nodes[i], at) for i, at in run]
         fused = _chain_node(g, steps)
-        x = g.values[fused.inputs[0]]
         try:
             fused.attrs = lookup(chain.NAME).check_attrs(fused.attrs)
-            plan = chain.plan(fused.attrs, TensorSpec(x.shape, x.dtype))
+            specs = [TensorSpec(g.values[n].shape, g.values[n].dtype) for n in fused.inputs]
+            plan = chain.plan(fused.attrs, specs)
         except MnrtError:  # steps too long to list, or an intermediate too large to hold
             continue
         planned = [(s.y.shape, s.y.dtype) for s in plan]
-        if planned != [(g.values[n.outputs[0]].shape, g.values[n.outputs[0]].dtype) for n in steps]:
+        made = [(g.values[n.outputs[0]].shape, g.values[n.outputs[0]].dtype) for n, _ in steps]
+        if planned != made:
             continue  # a value of another dtype than its kernel's natural one: keep it
-        if node_cost(g, fused).time_s >= sum(node_cost(g, n).time_s for n in steps):
+        if node_cost(g, fused).time_s >= sum(node_cost(g, n).time_s for n, _ in steps):
             continue
-        replaced.update(dict.fromkeys(run[:-1]))
-        replaced[run[-1]] = fused
+        replaced.update(dict.fromkeys(i for i, _ in run[:-1]))
+        replaced[run[-1][0]] = fused
     g.nodes = [replaced.get(i, n) for i, n in enumerate(g.nodes) if replaced.get(i, n)]
     _drop_unused_values(g)
     g.verify()

@@ -36,12 +36,14 @@ inputs, then outputs) take their own traffic (`Cost.traffic`, else their size) o
 dram_bytes and move it as lm_bytes instead. Local memory is faster than DRAM and cheaper per
 byte, so keeping an operand on chip never costs more time or energy than leaving it in DRAM.
 
-A chain (one launch running several single-input single-output kernels, `Cost.steps`) is
-priced as one kernel whose terms are its steps' together:
+A chain (one launch running several kernels, each on the one before's result and on
+operands of the chain's own, `Cost.steps`) is priced as one kernel whose terms are its
+steps' together:
 
     compute_s = sum over steps of flops / (peak(step precision) * unit_share * utilisation)
     dram      = the first step's input traffic + the last step's output traffic
-                + each step's traffic beyond its operands (a re-read window, say)
+                + each step's traffic beyond the results it reads and writes (the
+                  chain's operands it takes, a re-read window)
                 + both sides of every intermediate not kept in local memory
     lm        = both sides of every intermediate kept in PE local memory
     sram      = the steps' sram_bytes together
@@ -49,13 +51,13 @@ priced as one kernel whose terms are its steps' together:
                 each step's flops at its own precision's pJ/flop
 
 Intermediates are kept in local memory in order while each fits beside the one the step
-making it reads (the previous intermediate, when that was kept) in the local memory left to
-the chain (its `lm_room` attribute: what a compiled program does not keep there within its
-sram_budget; else the chip's whole, pe_count * lm_bytes_per_pe); one that does not fit
-makes a DRAM round trip. The
-chain's own input and output follow `onchip` as any kernel's operands do. A one-step chain
-is priced exactly as its step; a longer one saves a launch per step it absorbs, and every
-intermediate's DRAM traffic that fits on chip.
+making it reads (the previous intermediate, when that was kept) in the local memory left
+to the chain (its `lm_room` attribute: what a compiled program does not keep there within
+its sram_budget; else the chip's whole, pe_count * lm_bytes_per_pe); one that does not
+fit makes a DRAM round trip. The chain's own operands (its input, the others, its output)
+follow `onchip` as any kernel's do. A one-step chain is priced exactly as its step; a
+longer one saves a launch per step it absorbs, and every intermediate's DRAM traffic that
+fits on chip.
 
 Host transfers (write/read buffer) move bytes over the host link and through DRAM:
     time_s = nbytes / host_link_bandwidth, energy from the DRAM bytes and static power.
@@ -71,7 +73,7 @@ import math
 from collections.abc import Sequence
 
 from .dtypes import BOOL
-from .kernels.registry import Cost, TensorSpec
+from .kernels.registry import Cost, Part, TensorSpec
 from .modelled import Modelled
 from .spec import DeviceSpec
 
@@ -99,7 +101,7 @@ def model_call(
     """One kernel call: its `cost` at its operands' precision, the operands at positions
     `onchip` (inputs, then outputs) kept in PE local memory rather than DRAM."""
     if cost.steps:
-        return model_chain(spec, cost.steps, onchip, cost.lm_room)
+        return model_chain(spec, cost.steps, onchip, cost.lm_room, len(ins))
     operands = [t for t in ins if t is not None] + list(outs)
     lm_bytes = 0.0
     if onchip:
@@ -122,39 +124,46 @@ def model_kernel(spec: DeviceSpec, cost: Cost, precision: str, lm_bytes: float =
 
 def model_chain(
     spec: DeviceSpec,
-    steps: Sequence[tuple[Cost, TensorSpec, TensorSpec]],
+    steps: Sequence[Part],
     onchip: Sequence[int] = (),
     room: float | None = None,
+    inputs: int = 1,
 ) -> Modelled:
-    """A chain's steps (each its cost, input and output) run in one launch: the formula in
-    the module docstring. `onchip` (0: the chain's input, 1: its output) as for a kernel;
-    `room` the local memory its intermediates may take (None: the chip's whole)."""
+    """A chain's steps run in one launch: the formula in the module docstring. `onchip` as
+    for a kernel, by position among the chain's operands (its input x, its other inputs in
+    order, then its output; `inputs` of them before it); `room` the local memory its
+    intermediates may take (None: the chip's whole)."""
 
     def moved(cost: Cost, t: TensorSpec, position: int) -> float:
         return float(t.nbytes if cost.traffic is None else cost.traffic[position])
 
     capacity = spec.pe_count * spec.lm_bytes_per_pe
     capacity = capacity if room is None else min(capacity, room)
-    ends = (moved(steps[0][0], steps[0][1], 0), moved(steps[-1][0], steps[-1][2], 1))
+    first, last = steps[0], steps[-1]
+    ends = (moved(first.cost, first.x, first.at), moved(last.cost, last.y, len(last.ins)))
+    kept = ends[0] * (0 in onchip) + ends[1] * (inputs in onchip)
     dram = ends[0] + ends[1]
     lm = sram = l2bm = step_lm = compute_s = flop_pj = flops = 0.0
     held = 0  # bytes of the intermediate the next step reads, when it is in local memory
-    for k, (cost, x, y) in enumerate(steps):
-        dram += cost.dram_bytes - moved(cost, x, 0) - moved(cost, y, 1)
+    for k, part in enumerate(steps):
+        cost, y, outputs_at = part.cost, part.y, len(part.ins)
+        dram += cost.dram_bytes - moved(cost, part.x, part.at) - moved(cost, y, outputs_at)
+        others = [j for j in range(len(part.ins)) if j != part.at]
+        kept += sum(moved(cost, part.ins[j], j) for j, t in zip(others, part.takes) if t in onchip)
         sram += cost.sram_bytes
         l2bm += cost.l2bm_bytes
         step_lm += cost.lm_bytes
-        precision = precision_of([x, y])
+        precision = precision_of([*part.ins, y])
         compute_s += _compute_s(spec, cost, precision)
         flop_pj += cost.flops * spec.energy_pj_per_flop(precision)
         flops += cost.flops
         if k + 1 < len(steps):
-            both = moved(cost, y, 1) + moved(steps[k + 1][0], y, 0)
+            after = steps[k + 1]
+            both = moved(cost, y, outputs_at) + moved(after.cost, y, after.at)
             if held + y.nbytes <= capacity:
                 lm, held = lm + both, y.nbytes
             else:
                 dram, held = dram + both, 0
-    kept = float(sum(ends[p] for p in onchip))
     total = Cost(
         flops=flops,
         dram_bytes=max(0.0, dram - kept),

@@ -394,6 +394,10 @@ CASES += [
     ("cast", "cast", {"x": _f(3, 4, lo=-100, hi=100)}, {"to": "int32"}),
     ("chain", "chain", {"x": _f(3, 4)},
      {"steps": chain.dumps([{"op": "relu"}, {"op": "exp"}]), "x_dtype": "float"}),
+    ("chain-operands", "chain", {"x": _f(2, 3, 4), "s": _f(3, 1), "t": _f(2, 3, 4)},
+     {"steps": chain.dumps([{"op": "mul", "with": [1]}, {"op": "sub", "with": [2], "at": 1},
+                            {"op": "add", "with": [0]}, {"op": "relu"}]),
+      "x_dtype": "float", "operand_dtypes": "float,float"}),
 ]  # fmt: skip
 
 

@@ -38,26 +38,53 @@ def _fresh(shape, d: dt.DType) -> np.ndarray:
     return np.full(nbytes, 0xA5, np.uint8).view(d.storage).reshape(shape)
 
 
-def one_by_one(x: tuple[np.ndarray, dt.DType], steps: list[tuple[str, dict]]) -> tuple:
-    """The steps as separate kernels, each result stored in a buffer of its own."""
-    for op, attrs in steps:
+def _step(step: tuple) -> tuple[str, dict, list[int], int]:
+    """(op, attrs[, takes[, at]]) with the defaults filled in."""
+    op, attrs, *rest = step
+    takes = list(rest[0]) if rest else []
+    return op, attrs, takes, rest[1] if len(rest) > 1 else 0
+
+
+def one_by_one(x: tuple[np.ndarray, dt.DType], steps: list[tuple], operands=()) -> tuple:
+    """The steps as separate kernels, each result stored in a buffer of its own; a step
+    (op, attrs, takes, at) also takes the chain's inputs `takes` (x, then `operands`)."""
+    given = [x, *operands]
+    for step in steps:
+        op, attrs, takes, at = _step(step)
         kdef = lookup(op)
         checked = kdef.check_attrs(attrs)
-        (out,) = kdef.infer([TensorSpec(x[0].shape, x[1])], checked)
+        others = [given[k] for k in takes]
+        ins = [*others[:at], x, *others[at:]]
+        (out,) = kdef.infer([TensorSpec(a.shape, d) for a, d in ins], checked)
         y = (_fresh(out.shape, out.dtypes[0]), out.dtypes[0])
         with np.errstate(all="ignore"):
-            EmulatedDevice.execute(kdef, checked, [x], [y])
+            EmulatedDevice.execute(kdef, checked, ins, [y])
         x = y
     return x
 
 
-def as_chain(x: tuple[np.ndarray, dt.DType], steps: list[tuple[str, dict]]) -> tuple:
+def _dumps(steps: list[tuple]) -> str:
+    listed = []
+    for step in steps:
+        op, attrs, takes, at = _step(step)
+        listed.append({"op": op, "attrs": attrs, **({"with": takes} if takes else {}), "at": at})
+    return chain.dumps(listed)
+
+
+def as_chain(x: tuple[np.ndarray, dt.DType], steps: list[tuple], operands=()) -> tuple:
     kdef = lookup("chain")
-    attrs = _attrs(chain.dumps([{"op": o, "attrs": a} for o, a in steps]), x[1].name)
-    (out,) = kdef.infer([TensorSpec(x[0].shape, x[1])], attrs)
+    attrs = kdef.check_attrs(
+        {
+            "steps": _dumps(steps),
+            "x_dtype": x[1].name,
+            "operand_dtypes": ",".join(d.name for _, d in operands),
+        }
+    )
+    ins = [x, *operands]
+    (out,) = kdef.infer([TensorSpec(a.shape, d) for a, d in ins], attrs)
     y = (_fresh(out.shape, out.dtypes[0]), out.dtypes[0])
     with np.errstate(all="ignore"):
-        EmulatedDevice.execute(kdef, attrs, [x], [y])
+        EmulatedDevice.execute(kdef, attrs, ins, [y])
     return y
 
 
@@ -119,10 +146,89 @@ def test_random_chains_are_bitwise_their_steps_one_by_one(case, x_dtype):
     assert got[0].tobytes() == want[0].tobytes()
 
 
+_BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "prelu")
+_SAME_SHAPE = ("relu", "exp", "tanh", "sigmoid", "neg", "abs")
+
+
+@st.composite
+def operand_chains(draw):
+    """A chain whose steps take operands of its own (a per-channel scale, a skip
+    connection, a scalar) besides the result before them, in either position."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    n, c, h, w = (draw(st.integers(1, 4)) for _ in range(4))
+    x_dtype = dt.dtype(draw(st.sampled_from(FLOATS)))
+    x = operand(rng.standard_normal((n, c, h, w)) * 4, x_dtype.name)
+    operands = []
+    for _ in range(draw(st.integers(1, 3))):
+        shape = draw(st.sampled_from([(n, c, h, w), (c, 1, 1), (1,), (h, w)]))
+        values = rng.uniform(0.5, 2.0, shape) * rng.choice([-1, 1], shape)
+        operands.append(operand(values, draw(st.sampled_from(FLOATS))))
+    given = [x, *operands]
+    steps, running = [], x_dtype
+    for _ in range(draw(st.integers(1, 6))):
+        same = [k for k, (_, d) in enumerate(given) if d is running]
+        if same and draw(st.booleans()):
+            op = draw(st.sampled_from(_BINARY))
+            takes, at = [draw(st.sampled_from(same))], draw(st.integers(0, 1))
+            at = 0 if op == "prelu" and given[takes[0]][0].ndim == 4 else at
+            steps.append((op, {}, takes, at))
+        elif draw(st.booleans()):
+            running = dt.dtype(draw(st.sampled_from(FLOATS)))
+            steps.append(("cast", {"to": running.name}))
+        else:
+            steps.append((draw(st.sampled_from(_SAME_SHAPE)), {}))
+    return x, operands, steps
+
+
+@given(operand_chains())
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_chains_with_operands_are_bitwise_their_steps_one_by_one(case):
+    x, operands, steps = case
+    want, got = one_by_one(x, steps, operands), as_chain(x, steps, operands)
+    assert got[1] is want[1] and got[0].shape == want[0].shape
+    assert got[0].tobytes() == want[0].tobytes()
+
+
+def test_batch_norm_and_relu_as_one_chain_price_below_three_launches():
+    x = TensorSpec((1, 64, 56, 56), dt.FLOAT)
+    scale = TensorSpec((64, 1, 1), dt.FLOAT)
+    steps = _dumps([("mul", {}, [1]), ("add", {}, [2]), ("relu", {})])
+    attrs = lookup("chain").check_attrs(
+        {"steps": steps, "x_dtype": "float", "operand_dtypes": "float,float"}
+    )
+    ins = [x, scale, scale]
+    whole = model_kernel_call(MNCORE2, lookup("chain"), ins, [x], attrs)
+    alone = [
+        model_kernel_call(MNCORE2, lookup(op), list(s.ins), [s.y], {})
+        for op, s in zip(("mul", "add", "relu"), chain.plan(attrs, ins))
+    ]
+    # the input and output once each, and the parameters: the intermediates stay on chip
+    assert whole.dram_bytes == 2 * x.nbytes + 2 * scale.nbytes
+    assert sum(m.dram_bytes for m in alone) == 6 * x.nbytes + 2 * scale.nbytes
+    assert whole.time_s < sum(m.time_s for m in alone)
+    # operands kept in local memory come off DRAM (positions: x, the two operands, y)
+    for onchip, off in (((1,), scale.nbytes), ((1, 2), 2 * scale.nbytes), ((3,), x.nbytes)):
+        kept = model_kernel_call(MNCORE2, lookup("chain"), ins, [x], {**attrs, "onchip": onchip})
+        assert kept.dram_bytes == whole.dram_bytes - off, onchip
+
+
+def test_operands_must_be_the_dtypes_the_chain_was_made_for():
+    steps = _dumps([("mul", {}, [1])])
+    kdef = lookup("chain")
+    attrs = kdef.check_attrs({"steps": steps, "x_dtype": "float", "operand_dtypes": "float"})
+    x = TensorSpec((2, 3), dt.FLOAT)
+    assert kdef.infer([x, TensorSpec((3,), dt.FLOAT)], attrs)[0].shape == (2, 3)
+    for ins in ([x, TensorSpec((3,), dt.HALF)], [x], [x, x, x]):
+        with pytest.raises(DTypeError, match="made for operands of dtypes"):
+            kdef.infer(ins, attrs)
+    with pytest.raises(KernelAttributeError, match="'operand_dtypes' must list"):
+        kdef.check_attrs({"steps": steps, "x_dtype": "float", "operand_dtypes": "float,quad"})
+
+
 def _price(steps: list[tuple[str, dict]], x: TensorSpec, onchip=()) -> tuple:
     """(the chain's price, each step's price alone), both with the ends at `onchip`."""
     attrs = _attrs(chain.dumps([{"op": o, "attrs": a} for o, a in steps]), x.dtype.name)
-    plan = chain.plan(attrs, x)
+    plan = chain.plan(attrs, [x])
     extra = {"onchip": tuple(onchip)} if onchip else {}
     whole = model_kernel_call(MNCORE2, lookup("chain"), [x], [plan[-1].y], {**attrs, **extra})
     alone = []
@@ -190,7 +296,7 @@ def test_chain_errors_compose_its_steps():
     x = TensorSpec((4, 64), dt.FLOAT)
     steps = [("softmax", {}), ("cast", {"to": "half"}), ("exp", {})]
     attrs = _attrs(chain.dumps([{"op": o, "attrs": a} for o, a in steps]), "float")
-    plan = chain.plan(attrs, x)
+    plan = chain.plan(attrs, [x])
     want = [0.01]
     for s in plan:
         want = tolerance.kernel_errors(s.kdef, [s.x], [s.y], s.attrs, want)
@@ -299,26 +405,48 @@ def _hostile_steps(draw):
         op = draw(_ops)
         names = st.sampled_from([*lookup(op).attrs, "onchip", "x"])
         attrs = draw(st.dictionaries(names, _json_values, max_size=3))
-        steps.append(draw(st.sampled_from([{"op": op, "attrs": attrs}, {"op": op}, attrs])))
+        step = draw(st.sampled_from([{"op": op, "attrs": attrs}, {"op": op}, attrs]))
+        if draw(st.booleans()):
+            step["with"] = draw(st.one_of(st.lists(st.integers(-1, 3), max_size=3), _json_values))
+        if draw(st.booleans()):
+            step["at"] = draw(st.one_of(st.integers(-1, 3), _json_values))
+        steps.append(step)
     return json.dumps(draw(st.one_of(st.just(steps), _json_values)))
 
 
+_specs = st.lists(
+    st.tuples(st.lists(st.integers(0, 6), max_size=4), st.sampled_from(sorted(dt.DTYPES))),
+    max_size=3,
+)
+
+
 @given(
-    _hostile_steps(), st.sampled_from(sorted(dt.DTYPES)), st.lists(st.integers(0, 6), max_size=4)
+    _hostile_steps(),
+    st.sampled_from(sorted(dt.DTYPES)),
+    st.lists(st.integers(0, 6), max_size=4),
+    _specs,
 )
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_arbitrary_steps_are_accepted_or_refused_with_an_mnrt_error(steps, x_dtype, shape):
+def test_arbitrary_steps_are_accepted_or_refused_with_an_mnrt_error(steps, x_dtype, shape, given):
     """What a hostile binary could hold: the attribute check and shape rules accept it or
     raise an MnrtError; what they accept runs on small operands, or refuses the same way."""
+    specs = [TensorSpec(tuple(s), dt.DTYPES[d]) for s, d in given]
     try:
-        attrs = _attrs(steps, x_dtype)
+        attrs = lookup("chain").check_attrs(
+            {"steps": steps, "x_dtype": x_dtype, "operand_dtypes": ",".join(d for _, d in given)}
+        )
         x = TensorSpec(tuple(shape), dt.DTYPES[x_dtype])
-        (out,) = lookup("chain").infer([x], attrs)
+        (out,) = lookup("chain").infer([x, *specs], attrs)
         model_kernel_call(
-            MNCORE2, lookup("chain"), [x], [TensorSpec(out.shape, out.dtypes[0])], attrs
+            MNCORE2, lookup("chain"), [x, *specs], [TensorSpec(out.shape, out.dtypes[0])], attrs
         )
     except MnrtError:
         return
     if math.prod(shape) <= 4096 and math.prod(out.shape) <= 4096:
+        zeros = [(np.zeros(t.shape, t.dtype.storage), t.dtype) for t in (x, *specs)]
+        steps = [
+            (d["op"], d.get("attrs", {}), d.get("with", []), d.get("at", 0))
+            for d in json.loads(attrs["steps"])  # canonical: every step checked
+        ]
         with contextlib.suppress(MnrtError):
-            as_chain((np.zeros(x.shape, x.dtype.storage), x.dtype), chain.steps_of(attrs))
+            as_chain(zeros[0], steps, zeros[1:])

@@ -62,7 +62,11 @@ def _with_steps(binary: mnrt.LightBinary, steps: str, x_dtype: str = "half"):
 HOSTILE = {
     "unknown op": ('[{"op":"nope"}]', "half", "unknown kernel 'nope'"),
     "nested chain": ('[{"op":"chain"}]', "half", "cannot hold a chain"),
-    "multi-input op": ('[{"op":"gemm"}]', "half", "a chain's steps take one"),
+    "matrix op": ('[{"op":"gemm","with":[0]}]', "half", "steps are vector kernels"),
+    "operand not given": ('[{"op":"mul"}]', "half", "this step gives it 1"),
+    "operand not there": ('[{"op":"mul","with":[1]}]', "half", "the chain has 1 inputs"),
+    "bad with": ('[{"op":"mul","with":["a"]}]', "half", "must be an integer from 0"),
+    "bad at": ('[{"op":"mul","with":[0],"at":2}]', "half", "'at' must be an integer from 0 to 1"),
     "bad attrs": ('[{"op":"softmax","attrs":{"axis":"x"}}]', "half", "must be int"),
     "absurd length": (json.dumps([{"op": "relu"}] * 1000), "half", "1 to 64 steps"),
     "deep nesting": ("[" * 60_000, "half", "nests too deeply"),

@@ -1,4 +1,4 @@
-"""`chain`: several single-input single-output kernels run in order in one launch.
+"""`chain`: several kernels run in order in one launch, each on the one before's result.
 
 Real compilers fuse such runs (XLA's loop fusion; MN-Core's compiler keeps a producer's
 result on chip for its consumer): one launch instead of one per kernel, the intermediates
@@ -6,15 +6,24 @@ kept in PE local memory. The steps are the registered kernels themselves, each c
 its own `compute` and its result rounded to its own dtype exactly as storing it in a buffer
 would, so a chain's output is bitwise what the kernels run one by one give.
 
+Each step gives one output and takes the result before it (the chain's input `x`, for the
+first) and, optionally, operands of the chain's own: an inference BatchNormalization is a
+`mul` by a per-channel scale and an `add` of a shift, and a residual block ends in an `add`
+of the skip connection, runs XLA fuses whole. A step's `with` lists which of the chain's
+inputs (0 is `x`, 1 the first of `operands`) it takes besides, in order, and `at` where the
+result before it goes among its inputs (0, first, unless said).
+
 The steps are one string attribute, a compact JSON list such as
-`[{"op":"cast","attrs":{"to":"float"}},{"op":"max_pool2d","attrs":{"kernel":[2,2]}}]`
-(attributes at their defaults left out), and `x_dtype` names the chain's input dtype: each
-intermediate's shape and dtype then follow from the steps' own shape and dtype rules (the
-emulator computes half and float16 in float32, so a step's result could not tell which to
-round to otherwise). Both survive a light binary's round trip as any attribute does, and
-a hostile value (unknown or nested op, a step of several operands, bad attributes,
-mismatched dtypes, too many steps, too large an intermediate) is refused with a
-KernelAttributeError, ShapeError or DTypeError before anything runs.
+`[{"op":"cast","attrs":{"to":"float"}},{"op":"mul","with":[1]},{"op":"max_pool2d","attrs":{"kernel":[2,2]}}]`
+(attributes at their defaults, `at` 0 and an empty `with` left out), and `x_dtype` names
+the chain's input dtype: each intermediate's shape and dtype then follow from the steps' own
+shape and dtype rules and the operands' specs (the emulator computes half and float16 in
+float32, so a step's result could not tell which to round to otherwise). Both survive a
+light binary's round trip as any attribute does, and a hostile value (unknown or nested
+op, a matrix kernel, a step of the wrong number of operands or naming an input the chain
+does not have, bad attributes, mismatched dtypes, too many steps, too large an
+intermediate) is refused with a KernelAttributeError, ShapeError or DTypeError before
+anything runs.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from .registry import (
     KernelDef,
     Out,
     OutSpec,
+    Part,
     TensorSpec,
     lookup,
     register,
@@ -52,14 +62,20 @@ NAME = "chain"
 MAX_STEPS = 64  # a chain is a run of kernels in a model, never thousands of them
 MAX_STEPS_CHARS = 1 << 16  # characters of the steps attribute: 64 steps of long attributes
 WHOLE_CHIP = -1  # lm_room of a chain that may use the chip's whole local memory
+MAX_OPERANDS = 256  # inputs of a chain besides x: a step or two's each, for 64 steps
+_STEP_KEYS = {"op", "attrs", "with", "at"}
 
 
 class Step(NamedTuple):
-    """One step of a chain: the kernel, its checked attributes, its input and its output."""
+    """One step of a chain: the kernel, its checked attributes, its inputs (the result
+    before it at position `at`, the chain's inputs `takes` at the others, in order) and its
+    output."""
 
     op: str
     attrs: Mapping[str, Any]
-    x: TensorSpec
+    ins: tuple[TensorSpec, ...]
+    at: int
+    takes: tuple[int, ...]
     y: TensorSpec
 
     @property
@@ -67,13 +83,28 @@ class Step(NamedTuple):
         """The registered kernel, looked up when used (never a stale copy)."""
         return lookup(self.op)
 
+    @property
+    def x(self) -> TensorSpec:
+        """The result of the step before (the chain's input, for the first)."""
+        return self.ins[self.at]
+
+
+class _Parsed(NamedTuple):
+    """A step as its attribute lists it (`takes` is its `with`)."""
+
+    op: str
+    attrs: Mapping[str, Any]
+    at: int
+    takes: tuple[int, ...]
+
 
 def _refuse(why: str) -> KernelAttributeError:
     return KernelAttributeError(f"kernel '{NAME}': attribute 'steps' {why}")
 
 
-def _step_kernel(op: Any, i: int) -> KernelDef:
-    """The kernel a step names, which must take one input and give one output."""
+def _step_kernel(op: Any, i: int, operands: int) -> KernelDef:
+    """The kernel a step names, which must give one output, take the result before it and
+    `operands` more, and run on the vector unit."""
     if not isinstance(op, str):
         raise _refuse(f"step {i}: 'op' must be a kernel name, got {op!r}")
     if op == NAME:
@@ -82,18 +113,30 @@ def _step_kernel(op: Any, i: int) -> KernelDef:
         kdef = lookup(op)
     except UnknownKernelError as e:
         raise _refuse(f"step {i}: {e}") from None
+    if kdef.matrix:
+        raise _refuse(
+            f"step {i}: kernel '{op}' runs on the matrix unit; a chain's steps are vector "
+            "kernels (give it its own launch)"
+        )
     try:
-        kdef.check_arity(1, 1)
+        kdef.check_arity(1 + operands, 1)
     except KernelAttributeError:
         raise _refuse(
             f"step {i}: kernel '{op}' takes inputs ({', '.join(kdef.inputs)}) and gives "
-            f"outputs ({', '.join(kdef.outputs)}); a chain's steps take one and give one"
+            f"outputs ({', '.join(kdef.outputs)}); this step gives it {1 + operands} "
+            "(the result before it, and the chain inputs its 'with' lists) and takes one"
         ) from None
     return kdef
 
 
+def _index(value: Any, i: int, what: str, most: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
+        raise _refuse(f"step {i}: {what} must be an integer from 0 to {most}, got {value!r:.40}")
+    return value
+
+
 @functools.lru_cache(maxsize=512)
-def _parse(text: str) -> tuple[tuple[str, Mapping[str, Any]], ...]:
+def _parse(text: str) -> tuple[_Parsed, ...]:
     """The steps a chain's attribute lists, each kernel with its checked attributes."""
     if len(text) > MAX_STEPS_CHARS:
         raise _refuse(f"is {len(text)} characters long; at most {MAX_STEPS_CHARS} are allowed")
@@ -109,9 +152,20 @@ def _parse(text: str) -> tuple[tuple[str, Mapping[str, Any]], ...]:
         )
     steps = []
     for i, step in enumerate(listed):
-        if not isinstance(step, dict) or "op" not in step or set(step) - {"op", "attrs"}:
-            raise _refuse(f'step {i} must be {{"op": name, "attrs": {{...}}}}, got {step!r:.80}')
-        kdef = _step_kernel(step["op"], i)
+        if not isinstance(step, dict) or "op" not in step or set(step) - _STEP_KEYS:
+            raise _refuse(
+                f'step {i} must be {{"op": name, "attrs": {{...}}, "with": [...], "at": n}} '
+                f"(all but op optional), got {step!r:.80}"
+            )
+        takes = step.get("with", [])
+        if not isinstance(takes, list) or len(takes) > MAX_OPERANDS:
+            raise _refuse(
+                f"step {i}: 'with' must be a list of at most {MAX_OPERANDS} chain inputs, "
+                f"got {takes!r:.80}"
+            )
+        takes = tuple(_index(k, i, "an input of 'with'", MAX_OPERANDS) for k in takes)
+        at = _index(step.get("at", 0), i, "'at'", len(takes))
+        kdef = _step_kernel(step["op"], i, len(takes))
         attrs = step.get("attrs", {})
         if not isinstance(attrs, dict) or set(attrs) & set(COMMON_ATTRS):
             raise _refuse(
@@ -128,7 +182,7 @@ def _parse(text: str) -> tuple[tuple[str, Mapping[str, Any]], ...]:
             checked = kdef.check_attrs(attrs)
         except KernelAttributeError as e:
             raise _refuse(f"step {i}: {e}") from None
-        steps.append((kdef.name, MappingProxyType(checked)))
+        steps.append(_Parsed(kdef.name, MappingProxyType(checked), at, takes))
     return tuple(steps)
 
 
@@ -141,17 +195,25 @@ def _fits_int64(value: Any) -> bool:
 
 
 def _canonical(text: str) -> str:
-    """The steps as compact JSON with attributes at their defaults left out, so that equal
-    chains are equal strings (and binaries, and common-subexpression keys)."""
+    """The steps as compact JSON with attributes at their defaults, `at` 0 and an empty
+    `with` left out, so that equal chains are equal strings (and binaries, and
+    common-subexpression keys)."""
     listed = []
-    for op, attrs in _parse(text):
+    for op, attrs, at, takes in _parse(text):
         kdef = lookup(op)
         given = {
             name: list(value) if isinstance(value, tuple) else value
             for name, value in attrs.items()
             if not _is_default(kdef.attrs[name], value)
         }
-        listed.append({"op": kdef.name, **({"attrs": given} if given else {})})
+        listed.append(
+            {
+                "op": kdef.name,
+                **({"attrs": given} if given else {}),
+                **({"with": list(takes)} if takes else {}),
+                **({"at": at} if at else {}),
+            }
+        )
     return dumps(listed)
 
 
@@ -160,56 +222,89 @@ def _is_default(schema: Attr, value: Any) -> bool:
 
 
 def dumps(steps: Sequence[Mapping[str, Any]]) -> str:
-    """Steps ({"op": name, "attrs": {...}}) as the attribute's compact JSON."""
+    """Steps ({"op": name, "attrs": {...}, "with": [...], "at": n}) as the attribute's
+    compact JSON."""
     return json.dumps(list(steps), separators=(",", ":"))
 
 
-def plan(attrs: Mapping[str, Any], x: TensorSpec) -> list[Step]:
-    """Each step with its input and output spec, derived by the step kernels' own rules from
-    the chain's input `x`: what infer checks, cost prices and compute runs."""
-    return list(_plan(attrs["steps"], x.shape, x.dtype.name))
+def _dtype_names(text: str) -> str:
+    names = text.split(",") if text else []
+    wrong = [n for n in names if n not in dt.DTYPES]
+    if wrong or len(names) > MAX_OPERANDS:
+        raise KernelAttributeError(
+            f"kernel '{NAME}': attribute 'operand_dtypes' must list at most {MAX_OPERANDS} "
+            f"dtypes ({', '.join(dt.DTYPES)}) separated by commas, got {text!r:.80}"
+        )
+    return text
+
+
+def plan(attrs: Mapping[str, Any], ins: Sequence[TensorSpec]) -> list[Step]:
+    """Each step with its inputs' and output's specs, derived by the step kernels' own rules
+    from the chain's inputs `ins` (x, then the operands): what infer checks, cost prices and
+    compute runs."""
+    return list(_plan(attrs["steps"], tuple((t.shape, t.dtype.name) for t in ins)))
 
 
 @functools.lru_cache(maxsize=512)
-def _plan(text: str, shape: tuple[int, ...], x_dtype: str) -> tuple[Step, ...]:
-    x = TensorSpec(shape, dt.DTYPES[x_dtype])
+def _plan(text: str, specs: tuple[tuple[tuple[int, ...], str], ...]) -> tuple[Step, ...]:
+    given = [TensorSpec(shape, dt.DTYPES[name]) for shape, name in specs]
+    x = given[0]
     steps = []
-    for i, (op, attrs) in enumerate(_parse(text)):
+    for i, (op, attrs, at, takes) in enumerate(_parse(text)):
         kdef = lookup(op)
         where = f"kernel '{NAME}' step {i} ({kdef.name})"
+        missing = [k for k in takes if k >= len(given)]
+        if missing:
+            raise KernelAttributeError(
+                f"{where}: takes chain input {missing[0]}, but the chain has {len(given)} "
+                "inputs (x and its operands)"
+            )
+        others = [given[k] for k in takes]
+        ins = (*others[:at], x, *others[at:])
         try:
-            (out,) = kdef.infer([x], attrs)
+            (out,) = kdef.infer(list(ins), attrs)
         except (ShapeError, DTypeError) as e:
             raise type(e)(f"{where}: {e}") from None
         except KernelAttributeError as e:
             raise KernelAttributeError(f"{where}: {e}") from None
         y = TensorSpec(tuple(out.shape), out.dtypes[0])
         check_temporary(NAME, f"step {i} ({kdef.name})'s result", y.size)
-        steps.append(Step(op, attrs, x, y))
+        steps.append(Step(op, attrs, ins, at, takes, y))
         x = y
     return tuple(steps)
 
 
 def _infer(ins: Sequence[TensorSpec | None], attrs: Mapping[str, Any]) -> list[OutSpec]:
-    x = ins[0]
+    x, operands = ins[0], ins[1:]
     if x.dtype.name != attrs["x_dtype"]:
         raise DTypeError(
             f"kernel '{NAME}' was made for a {attrs['x_dtype']} input (attribute 'x_dtype'), "
             f"got {x.dtype.name}; compile the chain again for this input"
         )
-    last = plan(attrs, x)[-1].y
+    named = attrs["operand_dtypes"].split(",") if attrs["operand_dtypes"] else []
+    got = [t.dtype.name for t in operands if t is not None]
+    if got != named or len(got) != len(operands):
+        raise DTypeError(
+            f"kernel '{NAME}' was made for operands of dtypes [{', '.join(named)}] (attribute "
+            f"'operand_dtypes'), got [{', '.join(got)}]; compile the chain again for them"
+        )
+    last = plan(attrs, ins)[-1].y
     return [OutSpec(last.shape, (last.dtype,))]
 
 
 def _compute(ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any], outs: Sequence[Out]):
-    """Each step on the one before's result, rounded to its dtype as a buffer would hold it;
-    the last into the chain's own output."""
+    """Each step on the one before's result (and the operands it takes), rounded to its
+    dtype as a buffer would hold it; the last into the chain's own output."""
     x = ins[0]
-    steps = _plan(attrs["steps"], tuple(x.shape), attrs["x_dtype"])
+    named = attrs["operand_dtypes"].split(",") if attrs["operand_dtypes"] else []
+    operands = ((tuple(a.shape), d) for a, d in zip(ins[1:], named))
+    specs = ((tuple(x.shape), attrs["x_dtype"]), *operands)
+    steps = _plan(attrs["steps"], specs)
     for step in steps[:-1]:
         d, shape = step.y.dtype, step.y.shape
         bits = np.empty(shape, d.storage)
-        (result,) = step.kdef.compute([x], step.attrs, [Out(shape, d, bits if d.direct else None)])
+        target = [Out(shape, d, bits if d.direct else None)]
+        (result,) = step.kdef.compute(_inputs(step, x, ins), step.attrs, target)
         if np.shape(result) != shape:
             raise DeviceExecutionError(
                 f"kernel '{step.op}' in a chain produced shape {np.shape(result)} for a "
@@ -219,16 +314,24 @@ def _compute(ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any], outs: S
             d.store(bits, result)
         x = d.load(bits)
     last = steps[-1]
-    return last.kdef.compute([x], last.attrs, outs)
+    return last.kdef.compute(_inputs(last, x, ins), last.attrs, outs)
+
+
+def _inputs(step: Step, x: np.ndarray, ins: Sequence[np.ndarray | None]) -> list:
+    others = [ins[k] for k in step.takes]
+    return [*others[: step.at], x, *others[step.at :]]
 
 
 def _cost(ins: Sequence[TensorSpec | None], outs: Sequence[TensorSpec], attrs: Mapping[str, Any]):
-    parts = tuple((s.kdef.cost([s.x], [s.y], s.attrs), s.x, s.y) for s in plan(attrs, ins[0]))
+    parts = tuple(
+        Part(s.kdef.cost(list(s.ins), [s.y], s.attrs), s.ins, s.at, s.takes, s.y)
+        for s in plan(attrs, ins)
+    )
     room = attrs.get("lm_room", WHOLE_CHIP)
     return Cost(
-        flops=sum(c.flops for c, _, _ in parts),
-        dram_bytes=sum(c.dram_bytes for c, _, _ in parts),
-        sram_bytes=sum(c.sram_bytes for c, _, _ in parts),
+        flops=sum(p.cost.flops for p in parts),
+        dram_bytes=sum(p.cost.dram_bytes for p in parts),
+        sram_bytes=sum(p.cost.sram_bytes for p in parts),
         steps=parts,
         lm_room=None if room == WHOLE_CHIP else float(room),
     )
@@ -246,31 +349,41 @@ def _room(value: int) -> int:
 def _reduction(ins: Sequence[TensorSpec | None], attrs: Mapping[str, Any]) -> int:
     from ..tolerance import terms
 
-    return sum(terms(s.kdef, [s.x], s.attrs) for s in plan(attrs, ins[0]))
+    return sum(terms(s.kdef, list(s.ins), s.attrs) for s in plan(attrs, ins))
 
 
 def _errors(ins, outs, attrs, in_errors) -> list[float]:
     from ..tolerance import kernel_errors
 
-    errors = list(in_errors)
-    for s in plan(attrs, ins[0]):
-        errors = kernel_errors(s.kdef, [s.x], [s.y], s.attrs, errors)
-    return errors
+    error = [in_errors[0]] if in_errors else []
+    for s in plan(attrs, ins):
+        others = [in_errors[k] if k < len(in_errors) else 0.0 for k in s.takes]
+        errors = [*others[: s.at], *error, *others[s.at :]]
+        error = kernel_errors(s.kdef, list(s.ins), [s.y], s.attrs, errors)
+    return error
 
 
 register(
     KernelDef(
         name=NAME,
-        doc="a run of one-input one-output kernels in one launch, intermediates kept on chip",
-        inputs=("x",),
+        doc="kernels in one launch, each on the one before's result; intermediates kept on chip",
+        inputs=("x", "operands*?"),
         outputs=("y",),
         attrs={
             "steps": Attr(
                 "str",
-                doc='JSON list of the kernels run in order: [{"op": name, "attrs": {...}}, ...]',
+                doc='JSON list of the kernels run in order: [{"op": name, "attrs": {...}, '
+                '"with": [chain inputs it takes besides], "at": position of the result '
+                "before it among its inputs}, ...]",
                 parse=_canonical,
             ),
             "x_dtype": Attr("str", doc="dtype of the input x", choices=tuple(dt.DTYPES)),
+            "operand_dtypes": Attr(
+                "str",
+                "",
+                "dtypes of the operands, in order, separated by commas (none: '')",
+                parse=_dtype_names,
+            ),
             "lm_room": Attr(
                 "int",
                 WHOLE_CHIP,
@@ -290,7 +403,7 @@ register(
 
 def steps_of(attrs: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(op, checked attributes) of each step of a chain's (checked) attributes."""
-    return [(op, dict(a)) for op, a in _parse(attrs["steps"])]
+    return [(p.op, dict(p.attrs)) for p in _parse(attrs["steps"])]
 
 
-__all__ = ["MAX_STEPS", "NAME", "WHOLE_CHIP", "Step", "dumps", "plan", "steps_of"]
+__all__ = ["MAX_OPERANDS", "MAX_STEPS", "NAME", "WHOLE_CHIP", "Step", "dumps", "plan", "steps_of"]

@@ -72,9 +72,9 @@ class Cost:
     share of a unit's capacity the work fills (a GEMM's 4x4 output blocks at a ragged edge
     are partly empty, yet take a PE for a whole wave); `matrix` says the flops run on the
     MAU (matrix unit) rather than the vector ALUs. `steps` is set by a kernel that runs
-    others in one launch (a chain): each step's own cost with its input and output, which
-    the model prices together (device/cost.py `model_chain`); the fields above then hold
-    their sums, with every intermediate going through DRAM.
+    others in one launch (a chain): each step's own cost with its operands (a `Part`),
+    which the model prices together (device/cost.py `model_chain`); the fields above then
+    hold their sums, with every intermediate going through DRAM.
     """
 
     flops: float
@@ -84,7 +84,7 @@ class Cost:
     matrix: bool = False
     fill: float = 1.0
     traffic: tuple[float, ...] | None = None
-    steps: tuple[tuple[Cost, TensorSpec, TensorSpec], ...] = ()
+    steps: tuple[Part, ...] = ()
     # Bytes moved between L1Bs through L2BM, and within PEs' local memory: what a layout
     # switch (the relayout kernel) moves instead of DRAM traffic.
     l2bm_bytes: float = 0.0
@@ -92,6 +92,23 @@ class Cost:
     # A chain's: bytes of PE local memory its intermediates may take (None: the chip's
     # whole local memory; a compiled program leaves them what placement did not use).
     lm_room: float | None = None
+
+
+class Part(NamedTuple):
+    """One step of a kernel made of others (a chain), as the timing model prices it: its
+    own cost, its inputs, the position among them of the result before it (`at`), which of
+    the whole kernel's inputs each other one is (`takes`, in order), and its output."""
+
+    cost: Cost
+    ins: tuple[TensorSpec, ...]
+    at: int
+    takes: tuple[int, ...]
+    y: TensorSpec
+
+    @property
+    def x(self) -> TensorSpec:
+        """The result of the step before (the whole kernel's first input, for the first)."""
+        return self.ins[self.at]
 
 
 _KINDS: dict[str, tuple[type, ...]] = {
@@ -189,7 +206,8 @@ class KernelDef:
     """A registered kernel.
 
     `inputs` names the operands in order; a name ending in '?' is optional (its slot may be
-    left out of the Kernel's input list) and one ending in '*' takes one or more operands.
+    left out of the Kernel's input list), one ending in '*' takes one or more operands and
+    one ending in '*?' none or more.
     `reduction` states the kernel's error behaviour for the tolerance model
     (device/tolerance.py): how many terms each output element sums, from the operand specs
     and attributes (`elementwise`, `exact`, a GEMM's K); a kernel that does not state it is
@@ -218,7 +236,7 @@ class KernelDef:
 
     def __post_init__(self) -> None:
         required = sum(1 for n in self.inputs if not n.endswith("?"))
-        variadic = any(n.endswith("*") for n in self.inputs)
+        variadic = any(n.rstrip("?").endswith("*") for n in self.inputs)
         object.__setattr__(self, "_min_inputs", required)
         object.__setattr__(self, "_max_inputs", float("inf") if variadic else len(self.inputs))
 
