@@ -11,8 +11,10 @@ Figures:
   mapper against brute force on 50 random small GEMMs and 20 convs: same optimum on every
     one, evaluated mappings brute / mapper (target >= 10x)
   compile time: CNN at O1 (target <= 2 s) and O4 (<= 60 s), ResNet-50 at O3 (<= 30 s)
+  with --light-models: every light model of the onnx wheel, per preset as above (modelled
+    time, O3 / O0, monotone, identical at float), instead of the figures above
 
-    python benchmarks/bench_mapping.py [--skip-resnet]
+    python benchmarks/bench_mapping.py [--skip-resnet | --light-models]
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from mnrt.device.mapping import PROBLEMS
 from mnrt.device.spec import MNCORE2
 
 PRESETS = ("O0", "O1", "O2", "O3", "O4")
+LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
+                "shufflenet", "squeezenet", "vgg19", "zfnet512")  # fmt: skip
 
 
 def compile_model(ctx, model, inputs, preset, dtype):
@@ -55,11 +59,11 @@ def presets(ctx, name, model, inputs) -> dict:
         compiled, _, _ = compile_model(ctx, model, inputs, p, "float")
         outs.append({k: np.asarray(v.cpu()) for k, v in compiled(inputs).items()})
     same = all(np.array_equal(o[k], outs[0][k]) for o in outs[1:] for k in outs[0])
-    row = "  ".join(f"{p} {times[p] * 1e6:9.1f} us" for p in PRESETS)
+    row = "  ".join(f"{p} {times[p] * 1e6:8.1f} us" for p in PRESETS)
     monotone = all(times[a] >= times[b] for a, b in itertools.pairwise(PRESETS))
     ratio = times["O3"] / times["O0"]
-    print(f"{name:14s} {row}")
-    print(f"{'':14s} O3/O0 {ratio:.3f} {verdict(ratio, 0.67, higher_is_better=False)}; "
+    print(f"{name:18s} {row}")
+    print(f"{'':18s} O3/O0 {ratio:.3f} {verdict(ratio, 0.67, higher_is_better=False)}; "
           f"monotone {'yes' if monotone else 'NO'}; identical at float across presets: "
           f"{'yes' if same else 'NO'}; compile s: "
           + " ".join(f"{p} {seconds[p]:.2f}" for p in PRESETS))  # fmt: skip
@@ -161,8 +165,14 @@ def mapper_vs_brute(seed: int = 0) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--skip-resnet", action="store_true")
+    parser.add_argument("--light-models", action="store_true")
     args = parser.parse_args()
     ctx = mnrt.Context(mnrt.MNDevice("mncore2:auto"))
+    if args.light_models:
+        for name in LIGHT_MODELS:
+            model, x = light_model(name)
+            presets(ctx, name, model, x)
+        return
     big_gemm()
     encoder, x = MODELS["transformer"](seq=128, dim=768, heads=12)
     presets(ctx, "encoder block", encoder, x)
