@@ -9,16 +9,17 @@ would, so a chain's output is bitwise what the kernels run one by one give.
 Each step gives one output and takes the result before it (the chain's input `x`, for the
 first) and, optionally, operands of the chain's own: an inference BatchNormalization is a
 `mul` by a per-channel scale and an `add` of a shift, and a residual block ends in an `add`
-of the skip connection, runs XLA fuses whole. A step's `with` lists which of the chain's
+of the skip connection: runs XLA fuses whole. A step's `with` lists which of the chain's
 inputs (0 is `x`, 1 the first of `operands`) it takes besides, in order, and `at` where the
 result before it goes among its inputs (0, first, unless said).
 
 The steps are one string attribute, a compact JSON list such as
 `[{"op":"cast","attrs":{"to":"float"}},{"op":"mul","with":[1]},{"op":"max_pool2d","attrs":{"kernel":[2,2]}}]`
-(attributes at their defaults, `at` 0 and an empty `with` left out), and `x_dtype` names
-the chain's input dtype: each intermediate's shape and dtype then follow from the steps' own
-shape and dtype rules and the operands' specs (the emulator computes half and float16 in
-float32, so a step's result could not tell which to round to otherwise). Both survive a
+(attributes at their defaults, `at` 0 and an empty `with` left out), and `x_dtype` and
+`operand_dtypes` name the dtypes of the chain's input and operands: each intermediate's
+shape and dtype then follow from the steps' own shape and dtype rules (the emulator
+computes half and float16 in float32, so a step's result could not tell which to round to
+otherwise). Both survive a
 light binary's round trip as any attribute does, and a hostile value (unknown or nested
 op, a matrix kernel, a step of the wrong number of operands or naming an input the chain
 does not have, bad attributes, mismatched dtypes, too many steps, too large an
@@ -123,8 +124,8 @@ def _step_kernel(op: Any, i: int, operands: int) -> KernelDef:
     except KernelAttributeError:
         raise _refuse(
             f"step {i}: kernel '{op}' takes inputs ({', '.join(kdef.inputs)}) and gives "
-            f"outputs ({', '.join(kdef.outputs)}); this step gives it {1 + operands} "
-            "(the result before it, and the chain inputs its 'with' lists) and takes one"
+            f"outputs ({', '.join(kdef.outputs)}); this step gives it {1 + operands} input(s) "
+            "(the result before it and the chain inputs its 'with' lists) and takes one output"
         ) from None
     return kdef
 
