@@ -214,23 +214,24 @@ def _verdict_of_outputs(case: Any, outputs: list[Any], expected: list[Any],
     return None
 
 
-def _compile(ctx: mnrt.Context, case: Any, feeds: dict[str, Any], precision: str) -> tuple:
+def _compile(
+    ctx: mnrt.Context, case: Any, feeds: dict[str, Any], precision: str, preset: str
+) -> tuple:
     """The case's model compiled for these inputs, and the inputs it folded: from_onnx with
     example inputs makes those that ops need at import time (axes, pads, shapes) constants,
     so the compiled function no longer takes them."""
     from mnrt.compiler.onnx import from_onnx
 
     graph = from_onnx(case.model, feeds)
-    compiled = ctx.compile(
-        graph, {n: feeds[n] for n in graph.inputs}, options={"float_dtype": precision}
-    )
+    options = {"float_dtype": precision, "option_json": preset}
+    compiled = ctx.compile(graph, {n: feeds[n] for n in graph.inputs}, options=options)
     return compiled, [n for n in feeds if n not in graph.inputs]
 
 
-def run_mnrt(case: Any, ctx: mnrt.Context) -> Result:
+def run_mnrt(case: Any, ctx: mnrt.Context, preset: str = "O1") -> Result:
     """Compile the case's model with mnrt on `ctx` (one Context for every case: devices are
-    few) and run it on every data set; a data set that gives a folded input another value
-    is compiled again for it."""
+    few) at `preset` and run it on every data set; a data set that gives a folded input
+    another value is compiled again for it."""
     op = op_of(case)
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
@@ -239,13 +240,13 @@ def run_mnrt(case: Any, ctx: mnrt.Context) -> Result:
             if precision is None:
                 return Result(case.name, op, "refused", NO_PRECISION)
             folded_from = _inputs(case, case.data_sets[0][0])
-            compiled, folded = _compile(ctx, case, folded_from, precision)
+            compiled, folded = _compile(ctx, case, folded_from, precision, preset)
             order = [o.name for o in case.model.graph.output]
             for data, expected in case.data_sets:
                 feeds = _inputs(case, data)
                 if any(not np.array_equal(feeds[n], folded_from[n]) for n in folded):
                     folded_from = feeds
-                    compiled, folded = _compile(ctx, case, feeds, precision)
+                    compiled, folded = _compile(ctx, case, feeds, precision, preset)
                 got = compiled({n: feeds[n] for n in compiled.input_names})
                 outputs = [got[n].cpu() for n in order]
                 diff = _verdict_of_outputs(case, outputs, list(expected), False)

@@ -40,6 +40,20 @@ def test_no_case_is_wrong_or_crashes(module, ctx):
     assert not bad, f"{len(bad)} case(s) wrong or crashed:\n" + "\n".join(bad)
 
 
+def test_at_o3_no_case_of_several_nodes_is_wrong_or_crashes(ctx):
+    """The cases of several nodes (a function expanded into its body: layer and group norm,
+    softmax cross-entropy, attention; a case that builds its inputs) compiled at O3, where
+    runs of vector kernels become chains that take the other operands of their steps: the
+    fusion keeps every result, and refuses nothing the default preset runs."""
+    cases = [c for c in onnx_suite.node_cases() if len(c.model.graph.node) > 1]
+    results = {c.name: onnx_suite.run_mnrt(c, ctx, preset="O3") for c in cases}
+    default = {r.case: r for m in onnx_suite.case_modules() for r in _results(m, ctx)}
+    bad = [f"{r.verdict}: {r.case} ({r.op}): {r.detail}" for r in results.values()
+           if r.verdict in ("wrong", "crash") or default[r.case].verdict != r.verdict]  # fmt: skip
+    assert not bad, f"{len(bad)} case(s) wrong, crashed or refused at O3:\n" + "\n".join(bad)
+    assert len(results) > 300
+
+
 def test_enough_cases_pass(ctx):
     results = [r for m in onnx_suite.case_modules() for r in _results(m, ctx)]
     passed = sum(r.verdict == "pass" for r in results)
