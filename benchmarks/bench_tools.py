@@ -213,13 +213,15 @@ def _process_s(*args: str) -> tuple[float, int]:
     return time.perf_counter() - start, code
 
 
-def diff_figures(ctx: mnrt.Context, vgg: Path, folder: Path) -> list[tuple]:
+def diff_figures(ctx: mnrt.Context, vgg: Path, folder: Path, preset: str) -> list[tuple]:
     """(pair, in-process seconds, whole `mnrt diff` process seconds, exit code, `mnrt
-    --version` process seconds: the start-up every mnrt command pays), fastest of three."""
+    --version` process seconds: the start-up every mnrt command pays), fastest of three;
+    the second capture compiled at `preset`, as the first was."""
     model = onnx.load(str(Path(onnx.__file__).parent / "backend/test/data/light/light_vgg19.onnx"))
     inputs = example_inputs(model)
     again = folder / "vgg19_again.mnlb"
-    ctx.compile(model, inputs, options={"float_dtype": "float"}).save_binary(again)
+    options = {"float_dtype": "float", "option_json": preset}
+    ctx.compile(model, inputs, options=options).save_binary(again)
     binary = mnrt.LightBinary.load(vgg)
     edited = folder / "vgg19_perturbed.mnlb"
     perturbed(binary, weight_sites(binary)[5][2]).save(edited)
@@ -290,7 +292,7 @@ def main() -> None:
             print(f"  {what}: {before} -> {after} kernels in {seconds:.2f} s [{steps}]")
         if vgg is not None:
             print("diff (two VGG-19 binaries)")
-            for what, inside, whole, code, startup in diff_figures(ctx, vgg, folder):
+            for what, inside, whole, code, startup in diff_figures(ctx, vgg, folder, args.preset):
                 print(
                     f"  {what}: {inside * 1e3:.1f} ms in process; {whole * 1e3:.0f} ms as a "
                     f"`mnrt diff` process (exit {code}); `mnrt --version` alone: "
