@@ -372,14 +372,16 @@ def _save_npy(path: Path, array: np.ndarray) -> None:
 
 def _reference(step: Step, inputs: list[np.ndarray]) -> tuple[list[np.ndarray] | None, str]:
     """The kernel evaluated in float64 on its inputs (floating inputs widened), or None
-    and why not (a kernel without a double form). A kernel made for its input's dtype (a
-    chain's `x_dtype`) is evaluated as made for the widened one: its steps then run in
-    float64 except where one casts."""
+    and why not (a kernel without a double form). A kernel made for its inputs' dtypes (a
+    chain's `x_dtype` and `operand_dtypes`) is evaluated as made for the widened ones: its
+    steps then run in float64 except where one casts."""
     kdef, attrs = step.kdef, step.bound.attrs
     wide = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in inputs]
     specs = [TensorSpec(b.shape, DOUBLE if b.dtype.is_float else b.dtype) for b in step.ins]
-    if "x_dtype" in attrs and specs and specs[0].dtype is DOUBLE:
-        attrs = {**attrs, "x_dtype": DOUBLE.name}
+    if "x_dtype" in attrs and specs:
+        attrs = {**attrs, "x_dtype": specs[0].dtype.name}
+    if attrs.get("operand_dtypes"):
+        attrs = {**attrs, "operand_dtypes": ",".join(s.dtype.name for s in specs[1:])}
     try:
         outs = kdef.infer(specs, attrs)
         targets = [Out(o.shape, DOUBLE if DOUBLE in o.dtypes else o.dtypes[0], None) for o in outs]

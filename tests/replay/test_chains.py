@@ -149,6 +149,40 @@ def test_locate_names_a_chain_whose_step_computes_wrongly(cnn_binary, tmp_path, 
     np.testing.assert_allclose(reference, np.load(replayed), rtol=1e-2, atol=1e-3)
 
 
+def test_locate_names_the_chain_that_takes_a_perturbed_batch_norm_scale(tmp_path):
+    """A pre-activation block at O3: BatchNorm's scale and shift are operands of the chain
+    that runs mul, add and relu. Perturbing either (or the input), `--locate` names it and
+    saves all three of its inputs, and the float64 reference of the chain on them."""
+    from binaries import perturbed, weight_sites
+
+    from mnrt.compiler import GraphBuilder
+
+    rng = np.random.default_rng(3)
+    b = GraphBuilder("pre")
+    x = b.input("x", (1, 4, 6, 6), "float")
+    scale = b.param("scale", rng.uniform(0.5, 2, (4, 1, 1)).astype(np.float32))
+    shift = b.param("shift", rng.standard_normal((4, 1, 1)).astype(np.float32))
+    w = b.param("w", rng.standard_normal((4, 4, 3, 3)).astype(np.float32) * 0.2)
+    b.output(b.conv2d(b.relu(b.add(b.mul(x, scale), shift)), w), "y")
+    inputs = {"x": rng.standard_normal((1, 4, 6, 6)).astype(np.float32)}
+    with mnrt.Context() as ctx:
+        compiled = ctx.compile(b, inputs, options={"option_json": "O3", "float_dtype": "float"})
+        assert [n.op for n in compiled.graph.nodes] == ["chain", "conv2d"]
+        compiled.save_binary(tmp_path / "pre.mnlb")
+    binary = mnrt.LightBinary.load(tmp_path / "pre.mnlb")
+    chains = [site for site in weight_sites(binary) if site[1] == 0]
+    assert len(chains) == 3  # the model's input, the scale and the shift
+    for command, _, gid in chains:
+        report = mnrt.replay(perturbed(binary, gid), locate_dir=tmp_path / str(gid))
+        site = report.locate.first_wrong
+        assert (site.command, site.kernel, site.op) == (command, 0, "chain") and not report.passed
+        (folder,) = (tmp_path / str(gid)).iterdir()
+        assert len(list(folder.glob("input*.npy"))) == 3
+        (replayed,) = folder.glob("output.*.replayed.npy")
+        reference = np.load(str(replayed).replace(".replayed.", ".reference."))
+        np.testing.assert_allclose(reference, np.load(replayed), rtol=1e-5, atol=1e-6)
+
+
 def test_mnrt_compile_explain_at_o3_with_chains(tmp_path):
     pytest.importorskip("onnx")
     from mnrt.compiler import onnx_export
