@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import mnrt
 from mnrt.compiler import GraphBuilder, lower
@@ -301,3 +303,59 @@ def test_a_run_longer_than_a_chain_holds_becomes_several_chains(dev):
     assert [len(json.loads(n.attrs["steps"])) for n in fused.nodes] == [MAX_STEPS, 6]
     inputs = {x: np.linspace(-2, 2, 15, dtype=np.float32).reshape(3, 5)}
     assert run(fused, dev, inputs)["y"].tobytes() == run(g, dev, inputs)["y"].tobytes()
+
+
+@st.composite
+def _vector_dags(draw):
+    """Random DAGs of vector kernels (unary, and joins of two values or of a value and a
+    parameter broadcast along a row or a column), a GEMM now and then, and outputs along
+    the way: what fuse_chains meets in real models, at random."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    n = draw(st.sampled_from([3, 8]))
+    b = GraphBuilder("dag")
+    vals = [b.input("x", (n, n), "float")]
+    params: dict[int, str] = {}
+
+    def param(k: int) -> str:  # made when first read: a parameter nothing reads is not lowered
+        if k not in params:
+            shape = [(n, 1), (1, n), (n, n)][k]
+            params[k] = b.param(f"p{k}", rng.uniform(0.5, 1.5, shape).astype(np.float32))
+        return params[k]
+
+    unary = (b.tanh, b.relu, b.neg, b.exp, b.sigmoid)
+    binary = (b.add, b.mul, b.sub, b.maximum)
+    for _ in range(draw(st.integers(1, 14))):
+        kind = draw(st.sampled_from(["unary", "join", "param", "param", "gemm"]))
+        a = vals[draw(st.integers(0, len(vals) - 1))]
+        if kind == "unary":
+            v = draw(st.sampled_from(unary))(a)
+        elif kind == "gemm":
+            v = b.gemm(a, param(2))
+        else:
+            other = (
+                vals[draw(st.integers(0, len(vals) - 1))]
+                if kind == "join"
+                else param(draw(st.integers(0, 2)))
+            )
+            p, q = (a, other) if draw(st.booleans()) else (other, a)
+            v = draw(st.sampled_from(binary))(p, q)
+        vals.append(v)
+    b.output(vals[-1], "y")
+    if len(vals) > 3 and draw(st.booleans()):
+        b.output(vals[len(vals) // 2], "z")
+    x = rng.standard_normal((n, n)).astype(np.float32)
+    return b.build(), {"x": x}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_vector_dags())
+def test_fuse_chains_on_random_graphs_keeps_every_result_bitwise(case):
+    graph, inputs = case
+    fused = fuse_chains(graph)
+    fused.verify()
+    assert fused.outputs == graph.outputs
+    assert fuse_chains(fused).dump() == fused.dump()
+    with mnrt.open_device("auto") as dev:
+        want, got = run(graph, dev, inputs), run(fused, dev, inputs)
+    for name in graph.outputs:
+        assert got[name].tobytes() == want[name].tobytes(), name
