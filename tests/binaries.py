@@ -59,6 +59,26 @@ def light_model_binary(name: str, folder) -> mnrt.LightBinary:
     return mnrt.LightBinary.load(path)
 
 
+def preact_block(shape: tuple[int, int, int, int], residual: bool = True):
+    """A pre-activation block (DenseNet's and ResNet v2's): BatchNormalization as an
+    inference compiles it (a mul and an add of per-channel parameters), Relu, a 3x3 conv,
+    then, with `residual`, the add of the block's input and a Relu. O3 fuses the first
+    three, and the residual add with its Relu, into chains that take operands. Returns the
+    GraphBuilder and a random input."""
+    from mnrt.compiler import GraphBuilder
+
+    rng = np.random.default_rng(3)
+    c = shape[1]
+    b = GraphBuilder("pre")
+    x = b.input("x", shape, "float")
+    scale = b.param("scale", rng.uniform(0.5, 2, (c, 1, 1)).astype(np.float32))
+    shift = b.param("shift", rng.standard_normal((c, 1, 1)).astype(np.float32))
+    w = b.param("w", rng.standard_normal((c, c, 3, 3)).astype(np.float32) * 0.2)
+    h = b.conv2d(b.relu(b.add(b.mul(x, scale), shift)), w, padding=(1, 1, 1, 1))
+    b.output(b.relu(b.add(h, x)) if residual else h, "y")
+    return b, {"x": rng.standard_normal(shape).astype(np.float32)}
+
+
 def weight_sites(binary: mnrt.LightBinary, min_rank: int = 2) -> list[tuple[int, int, int]]:
     """(command, kernel, buffer id) of the first execution of every kernel that reads a
     floating-point weight of at least `min_rank` dimensions (a bias changed by a little

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from binaries import preact_block
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -247,17 +248,7 @@ def test_batch_norm_then_relu_and_a_residual_add_become_chains_with_operands(flo
     parameters, then Relu) and a residual block's end (an add of the skip connection, then
     Relu) each fuse into one chain whose operands are the parameters or the skip; the
     results are bitwise those of the kernels one by one, and the modelled time less."""
-    rng = np.random.default_rng(3)
-    b = GraphBuilder("pre")
-    x = b.input("x", (2, 8, 6, 6), "float")
-    scale = b.param("scale", rng.uniform(0.5, 2, (8, 1, 1)).astype(np.float32))
-    shift = b.param("shift", rng.standard_normal((8, 1, 1)).astype(np.float32))
-    w = b.param("w", rng.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.2)
-    h = b.relu(b.add(b.mul(x, scale), shift))
-    h = b.relu(b.add(b.conv2d(h, w, padding=(1, 1, 1, 1)), x))
-    b.output(h, "y")
-    g = b.build()
-    inputs = {"x": rng.standard_normal((2, 8, 6, 6)).astype(np.float32)}
+    g, inputs = preact_block((2, 8, 6, 6))
     with mnrt.Context() as ctx:
         per = {
             p: ctx.compile(g, inputs, options={"option_json": p, "float_dtype": float_dtype})

@@ -153,18 +153,9 @@ def test_locate_names_the_chain_that_takes_a_perturbed_batch_norm_scale(tmp_path
     """A pre-activation block at O3: BatchNorm's scale and shift are operands of the chain
     that runs mul, add and relu. Perturbing either (or the input), `--locate` names it and
     saves all three of its inputs, and the float64 reference of the chain on them."""
-    from binaries import perturbed, weight_sites
+    from binaries import perturbed, preact_block, weight_sites
 
-    from mnrt.compiler import GraphBuilder
-
-    rng = np.random.default_rng(3)
-    b = GraphBuilder("pre")
-    x = b.input("x", (1, 4, 6, 6), "float")
-    scale = b.param("scale", rng.uniform(0.5, 2, (4, 1, 1)).astype(np.float32))
-    shift = b.param("shift", rng.standard_normal((4, 1, 1)).astype(np.float32))
-    w = b.param("w", rng.standard_normal((4, 4, 3, 3)).astype(np.float32) * 0.2)
-    b.output(b.conv2d(b.relu(b.add(b.mul(x, scale), shift)), w), "y")
-    inputs = {"x": rng.standard_normal((1, 4, 6, 6)).astype(np.float32)}
+    b, inputs = preact_block((1, 4, 6, 6), residual=False)
     with mnrt.Context() as ctx:
         compiled = ctx.compile(b, inputs, options={"option_json": "O3", "float_dtype": "float"})
         assert [n.op for n in compiled.graph.nodes] == ["chain", "conv2d"]
