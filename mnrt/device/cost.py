@@ -50,14 +50,17 @@ steps' together:
     time_s    = kernel_launch_s + max(compute_s, dram_s, sram_s, lm_s), energy as above with
                 each step's flops at its own precision's pJ/flop
 
-Intermediates are kept in local memory in order while each fits beside the one the step
-making it reads (the previous intermediate, when that was kept) in the local memory left
-to the chain (its `lm_room` attribute: what a compiled program does not keep there within
-its sram_budget; else the chip's whole, pe_count * lm_bytes_per_pe); one that does not
-fit makes a DRAM round trip. The chain's own operands (its input, the others, its output)
-follow `onchip` as any kernel's do. A one-step chain is priced exactly as its step; a
-longer one saves a launch per step it absorbs, and every intermediate's DRAM traffic that
-fits on chip.
+An intermediate between two pointwise steps (each output element from the same element of
+each input: unary and binary arithmetic, casts, where) is streamed, element by element,
+as loop fusion computes it: it moves through local memory in tiles and never needs room
+for the whole of it. Other intermediates are kept in local memory in order while each
+fits beside the one the step making it reads (the previous intermediate, when that was
+kept) in the local memory left to the chain (its `lm_room` attribute: what a compiled
+program does not keep there within its sram_budget; else the chip's whole, pe_count *
+lm_bytes_per_pe); one that does not fit makes a DRAM round trip. The chain's own operands
+(its input, the others, its output) follow `onchip` as any kernel's do. A one-step chain
+is priced exactly as its step; a longer one saves a launch per step it absorbs, and every
+intermediate's DRAM traffic that fits on chip.
 
 Host transfers (write/read buffer) move bytes over the host link and through DRAM:
     time_s = nbytes / host_link_bandwidth, energy from the DRAM bytes and static power.
@@ -160,7 +163,9 @@ def model_chain(
         if k + 1 < len(steps):
             after = steps[k + 1]
             both = moved(cost, y, outputs_at) + moved(after.cost, y, after.at)
-            if held + y.nbytes <= capacity:
+            if part.pointwise and after.pointwise:
+                lm, held = lm + both, 0  # streamed: never whole in local memory
+            elif held + y.nbytes <= capacity:
                 lm, held = lm + both, y.nbytes
             else:
                 dram, held = dram + both, 0

@@ -264,9 +264,14 @@ def test_a_longer_chain_is_priced_below_its_steps_one_by_one(case, onchip, scale
     assert whole.dram_bytes <= sum(m.dram_bytes for m in alone)
 
 
+# Steps that are not pointwise: their intermediates are held whole (a pointwise pair's are
+# streamed, see the test after these).
+WHOLE = [("softmax", {}), ("cumsum", {"axis": 0}), ("softmax", {})]
+
+
 def test_intermediates_that_do_not_fit_local_memory_go_through_dram():
     capacity = MNCORE2.pe_count * MNCORE2.lm_bytes_per_pe
-    steps = [("relu", {}), ("neg", {}), ("abs", {})]
+    steps = WHOLE
     small = TensorSpec((capacity // 8,), dt.FLOAT)  # half the local memory each
     big = TensorSpec((capacity // 2,), dt.FLOAT)  # twice it
     for x, spilled in ((small, 0), (big, 2)):
@@ -275,7 +280,7 @@ def test_intermediates_that_do_not_fit_local_memory_go_through_dram():
 
 
 def test_intermediates_take_only_the_local_memory_left_to_the_chain():
-    steps = [("relu", {}), ("neg", {}), ("abs", {})]
+    steps = WHOLE
     x = TensorSpec((1 << 16,), dt.FLOAT)  # 256 KiB an intermediate
     attrs = _attrs(chain.dumps([{"op": o, "attrs": a} for o, a in steps]), "float")
     assert attrs["lm_room"] == chain.WHOLE_CHIP
@@ -290,6 +295,26 @@ def test_intermediates_take_only_the_local_memory_left_to_the_chain():
         assert whole.dram_bytes == 2 * x.nbytes + spilled * 2 * x.nbytes, room
     with pytest.raises(KernelAttributeError, match="'lm_room' must be a number of bytes"):
         lookup("chain").check_attrs({**attrs, "lm_room": -2})
+
+
+def test_an_intermediate_between_pointwise_steps_is_streamed_whatever_the_room():
+    """relu, neg, abs (and casts) compute element by element: loop fusion streams their
+    intermediates through local memory in tiles, so none makes a DRAM round trip even when
+    the whole of it would not fit; a softmax between them needs its input whole."""
+    x = TensorSpec((1 << 16,), dt.FLOAT)  # 256 KiB an intermediate
+    for steps, held in (
+        ([("relu", {}), ("cast", {"to": "half"}), ("neg", {}), ("abs", {})], 0),
+        ([("relu", {}), ("softmax", {}), ("abs", {})], 2),
+    ):
+        attrs = _attrs(chain.dumps([{"op": o, "attrs": a} for o, a in steps]), "float")
+        y = chain.plan(attrs, [x])[-1].y
+        ends = x.nbytes + y.nbytes
+        for room in (chain.WHOLE_CHIP, 0):
+            whole = model_kernel_call(
+                MNCORE2, lookup("chain"), [x], [y], {**attrs, "lm_room": room}
+            )
+            spilled = held if room == 0 else 0
+            assert whole.dram_bytes == ends + spilled * 2 * x.nbytes, (steps, room)
 
 
 def test_chain_errors_compose_its_steps():

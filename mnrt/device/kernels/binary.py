@@ -122,6 +122,7 @@ def binary_kernel(
         compute=compute,
         cost=lambda ins, outs, attrs: streaming_cost(ins, outs, flops),
         reduction=elementwise,
+        pointwise=True,
     )
 
 

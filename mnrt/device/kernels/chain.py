@@ -325,7 +325,7 @@ def _inputs(step: Step, x: np.ndarray, ins: Sequence[np.ndarray | None]) -> list
 
 def _cost(ins: Sequence[TensorSpec | None], outs: Sequence[TensorSpec], attrs: Mapping[str, Any]):
     parts = tuple(
-        Part(s.kdef.cost(list(s.ins), [s.y], s.attrs), s.ins, s.at, s.takes, s.y)
+        Part(s.kdef.cost(list(s.ins), [s.y], s.attrs), s.ins, s.at, s.takes, s.y, s.kdef.pointwise)
         for s in plan(attrs, ins)
     )
     room = attrs.get("lm_room", WHOLE_CHIP)

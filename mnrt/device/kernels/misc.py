@@ -128,6 +128,7 @@ register(
         compute=lambda ins, attrs, outs: [np.where(ins[0], ins[1], ins[2])],
         cost=_same_shape_cost,
         reduction=exact,
+        pointwise=True,
     )
 )
 
@@ -142,6 +143,7 @@ register(
         compute=lambda ins, attrs, outs: [_convert(ins[0], dt.DTYPES[attrs["to"]])],
         cost=_same_shape_cost,
         reduction=exact,
+        pointwise=True,
     )
 )
 
@@ -174,5 +176,6 @@ register(
         compute=lambda ins, attrs, outs: [ins[0]],
         cost=lambda ins, outs, attrs: streaming_cost(ins, outs, 0.0),
         reduction=exact,
+        pointwise=True,
     )
 )

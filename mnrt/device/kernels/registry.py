@@ -97,13 +97,15 @@ class Cost:
 class Part(NamedTuple):
     """One step of a kernel made of others (a chain), as the timing model prices it: its
     own cost, its inputs, the position among them of the result before it (`at`), which of
-    the whole kernel's inputs each other one is (`takes`, in order), and its output."""
+    the whole kernel's inputs each other one is (`takes`, in order), its output, and
+    whether its kernel is pointwise."""
 
     cost: Cost
     ins: tuple[TensorSpec, ...]
     at: int
     takes: tuple[int, ...]
     y: TensorSpec
+    pointwise: bool = False
 
     @property
     def x(self) -> TensorSpec:
@@ -227,6 +229,9 @@ class KernelDef:
     # Runs on the MAU (matrix unit): what the compiler's mixed precision puts in half and
     # the layout planner lays out for it (its cost says so per launch, in Cost.matrix).
     matrix: bool = False
+    # Each output element from the same element of each input (broadcast): a chain streams
+    # such a step's input from the step before element by element (device/cost.py).
+    pointwise: bool = False
     errors: ErrorsFn | None = None
     # Checks the attributes together once each has its kind (a relayout's layout texts
     # must parse): raises KernelAttributeError naming what is wrong.

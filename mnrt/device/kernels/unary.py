@@ -288,6 +288,7 @@ def make_unary(
         compute=compute,
         cost=lambda ins, outs, attrs: streaming_cost(ins, outs, flops),
         reduction=elementwise,
+        pointwise=True,
     )
 
 
