@@ -6,13 +6,15 @@ Figures:
     O3 / O0 (target <= 0.67), monotone O0 -> O4; results identical across presets at float
   a 4096^3 half GEMM's modelled throughput / the 393.2 TFLOPS half peak (target >= 0.90)
   ResNet-50 at O3: every matrix layer's modelled utilisation and its roofline bound;
-    it and the CNN at batch 32: modelled time under a shrinking sram_budget (chains
-    included, priced by the scheduler with the room placement leaves them), monotone
+    it, the encoder block and the CNN at batch 32: modelled time under a shrinking
+    sram_budget (chains included, priced by the scheduler with the room placement leaves
+    them), monotone
   mapper against brute force on 50 random small GEMMs and 20 convs: same optimum on every
     one, evaluated mappings brute / mapper (target >= 10x)
   compile time: CNN at O1 (target <= 2 s) and O4 (<= 60 s), ResNet-50 at O3 (<= 30 s)
   with --light-models: every light model of the onnx wheel, per preset as above (modelled
-    time, O3 / O0, monotone, identical at float), instead of the figures above
+    time, O3 / O0, monotone, identical at float) and under a shrinking sram_budget,
+    instead of the figures above
 
     python benchmarks/bench_mapping.py [--skip-resnet | --light-models]
 """
@@ -172,10 +174,12 @@ def main() -> None:
         for name in LIGHT_MODELS:
             model, x = light_model(name)
             presets(ctx, name, model, x)
+            budgets(ctx, name, model, x)
         return
     big_gemm()
     encoder, x = MODELS["transformer"](seq=128, dim=768, heads=12)
     presets(ctx, "encoder block", encoder, x)
+    budgets(ctx, "encoder block", encoder, x)
     # The bundled CNN (batch 2 of 32x32 images) is launch-bound: 16 kernels of ~2 us each
     # whatever their mapping; on a batch of 32 its convolutions are what takes the time.
     cnn, x = MODELS["cnn"]()
