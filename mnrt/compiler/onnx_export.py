@@ -166,9 +166,7 @@ def _chain(out: Emitter, n: Node) -> None:
     for i, step in enumerate(steps):
         y = n.outputs[0] if i + 1 == len(steps) else out.temp()
         out.shapes[y], out.dtypes[y] = step.y.shape, step.y.dtype
-        others = [n.inputs[k] for k in step.takes]
-        inputs = [*others[: step.at], x, *others[step.at :]]
-        _EXPORTERS[step.op](out, Node(step.op, inputs, [y], dict(step.attrs)))
+        _EXPORTERS[step.op](out, Node(step.op, step.inputs(x, n.inputs), [y], dict(step.attrs)))
         x = y
 
 

@@ -89,6 +89,17 @@ class Step(NamedTuple):
         """The result of the step before (the chain's input, for the first)."""
         return self.ins[self.at]
 
+    def inputs(self, x: Any, given: Sequence[Any]) -> list:
+        """The step's inputs in order, of anything held per chain input (a spec, an array,
+        an error, a value's name): `x` for the result before it, `given[k]` for each chain
+        input k it takes."""
+        return _arranged(self.at, self.takes, x, given)
+
+
+def _arranged(at: int, takes: Sequence[int], x: Any, given: Sequence[Any]) -> list:
+    others = [given[k] for k in takes]
+    return [*others[:at], x, *others[at:]]
+
 
 class _Parsed(NamedTuple):
     """A step as its attribute lists it (`takes` is its `with`)."""
@@ -260,8 +271,7 @@ def _plan(text: str, specs: tuple[tuple[tuple[int, ...], str], ...]) -> tuple[St
                 f"{where}: takes chain input {missing[0]}, but the chain has {len(given)} "
                 "inputs (x and its operands)"
             )
-        others = [given[k] for k in takes]
-        ins = (*others[:at], x, *others[at:])
+        ins = tuple(_arranged(at, takes, x, given))
         try:
             (out,) = kdef.infer(list(ins), attrs)
         except (ShapeError, DTypeError) as e:
@@ -282,7 +292,7 @@ def _infer(ins: Sequence[TensorSpec | None], attrs: Mapping[str, Any]) -> list[O
             f"kernel '{NAME}' was made for a {attrs['x_dtype']} input (attribute 'x_dtype'), "
             f"got {x.dtype.name}; compile the chain again for this input"
         )
-    named = attrs["operand_dtypes"].split(",") if attrs["operand_dtypes"] else []
+    named = _operand_dtypes(attrs)
     got = [t.dtype.name for t in operands if t is not None]
     if got != named or len(got) != len(operands):
         raise DTypeError(
@@ -297,15 +307,14 @@ def _compute(ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any], outs: S
     """Each step on the one before's result (and the operands it takes), rounded to its
     dtype as a buffer would hold it; the last into the chain's own output."""
     x = ins[0]
-    named = attrs["operand_dtypes"].split(",") if attrs["operand_dtypes"] else []
-    operands = ((tuple(a.shape), d) for a, d in zip(ins[1:], named))
+    operands = ((tuple(a.shape), d) for a, d in zip(ins[1:], _operand_dtypes(attrs)))
     specs = ((tuple(x.shape), attrs["x_dtype"]), *operands)
     steps = _plan(attrs["steps"], specs)
     for step in steps[:-1]:
         d, shape = step.y.dtype, step.y.shape
         bits = np.empty(shape, d.storage)
         target = [Out(shape, d, bits if d.direct else None)]
-        (result,) = step.kdef.compute(_inputs(step, x, ins), step.attrs, target)
+        (result,) = step.kdef.compute(step.inputs(x, ins), step.attrs, target)
         if np.shape(result) != shape:
             raise DeviceExecutionError(
                 f"kernel '{step.op}' in a chain produced shape {np.shape(result)} for a "
@@ -315,12 +324,11 @@ def _compute(ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any], outs: S
             d.store(bits, result)
         x = d.load(bits)
     last = steps[-1]
-    return last.kdef.compute(_inputs(last, x, ins), last.attrs, outs)
+    return last.kdef.compute(last.inputs(x, ins), last.attrs, outs)
 
 
-def _inputs(step: Step, x: np.ndarray, ins: Sequence[np.ndarray | None]) -> list:
-    others = [ins[k] for k in step.takes]
-    return [*others[: step.at], x, *others[step.at :]]
+def _operand_dtypes(attrs: Mapping[str, Any]) -> list[str]:
+    return attrs["operand_dtypes"].split(",") if attrs["operand_dtypes"] else []
 
 
 def _cost(ins: Sequence[TensorSpec | None], outs: Sequence[TensorSpec], attrs: Mapping[str, Any]):
@@ -356,12 +364,11 @@ def _reduction(ins: Sequence[TensorSpec | None], attrs: Mapping[str, Any]) -> in
 def _errors(ins, outs, attrs, in_errors) -> list[float]:
     from ..tolerance import kernel_errors
 
-    error = [in_errors[0]] if in_errors else []
+    given = [*in_errors, *[0.0] * len(ins)]  # an input of unstated error: none
+    errors = [given[0]]
     for s in plan(attrs, ins):
-        others = [in_errors[k] if k < len(in_errors) else 0.0 for k in s.takes]
-        errors = [*others[: s.at], *error, *others[s.at :]]
-        error = kernel_errors(s.kdef, list(s.ins), [s.y], s.attrs, errors)
-    return error
+        errors = kernel_errors(s.kdef, list(s.ins), [s.y], s.attrs, s.inputs(errors[0], given))
+    return errors
 
 
 register(
