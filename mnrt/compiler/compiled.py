@@ -7,15 +7,16 @@ import contextlib
 import os
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..capture import CaptureError, capture_if_idle
-from ..errors import DTypeError, InvalidArgumentError
+from ..errors import DTypeError, InvalidArgumentError, UseAfterFreeError
 from ..host import Buffer, CommandQueue, observe
-from . import codegen, goldens
+from . import codegen, goldens, release
 from .codegen import CAPTURE_RUNNING
 from .ir import INPUT, PARAM, Graph
 from .lower import Lowered, lower
@@ -90,10 +91,26 @@ class CompiledFunction:
             )
         if share:
             _refuse_registered_of_another_dtype(ctx, graph, options)
+        ctx.orphans.release()
         self.lowered: Lowered = lower(graph, ctx.device)  # first: a model too big fails here
         self.example_inputs = {k: np.array(v) for k, v in inputs.items()}
         # Registered values this function is bound to (share=False: it owns every buffer).
         self.shared: dict[str, TensorProxy] = {}
+        # The buffers it owns, freed by close() or, once the function is dropped, by the
+        # context (see release.py): the lowering's (a registered value it binds later
+        # replaces one, which it frees, and stays the context's).
+        owned = list(self.lowered.bindings.values())
+        self._finalizer = weakref.finalize(self, ctx.orphans.adopt, owned)
+        try:
+            self._upload(ctx, graph, share)
+        except BaseException:
+            self.close()
+            raise
+        if share:
+            self._warn_unbound(ctx, source)
+
+    def _upload(self, ctx: Context, graph: Graph, share: bool) -> None:
+        """Write the weights, or bind the registered values of the same shape and dtype."""
         q = ctx.queue
         for name in graph.params:
             shared = ctx._registered.get(name) if share else None
@@ -111,8 +128,28 @@ class CompiledFunction:
             else:
                 q.enqueue_write_buffer(buf, as_host(graph.values[name].data, buf))
         q.finish()
-        if share:
-            self._warn_unbound(ctx, source)
+
+    def close(self) -> None:
+        """Free the device memory this function owns now (registered values it binds stay
+        the context's). Idempotent; calling the function afterwards raises. A function
+        dropped without it has its memory freed at the context's next compile or call."""
+        held = self._finalizer.detach()
+        if held is not None:
+            release.free(held[2][0])
+
+    def __enter__(self) -> CompiledFunction:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self, what: str) -> None:
+        if not self._finalizer.alive:
+            raise UseAfterFreeError(
+                f"cannot {what}: compiled function '{self.graph.name}' was closed, which "
+                "freed its device memory; compile the model again"
+            )
+        self.ctx.orphans.release()
 
     def _warn_unbound(self, ctx: Context, source: Graph) -> None:
         """Registered values that a parameter of the model was meant to use but the compiled
@@ -152,6 +189,7 @@ class CompiledFunction:
 
     def allocate_input_proxy(self, name: str) -> TensorProxy:
         """The device tensor an input is read from, to fill with `load_from`."""
+        self._check_open("allocate an input proxy")
         if name not in self.graph.inputs:
             raise InvalidArgumentError(
                 f"no input {name!r}; the inputs are {', '.join(self.graph.inputs)}"
@@ -175,6 +213,7 @@ class CompiledFunction:
     def __call__(self, inputs: Mapping[str, Any] | None = None) -> dict[str, TensorProxy]:
         """Run once. Inputs not given keep what their proxies hold. The outputs are proxies
         of this function's output buffers: the next call (or save_binary) overwrites them."""
+        self._check_open("call it")
         if inputs is not None and not isinstance(inputs, Mapping):
             raise InvalidArgumentError(
                 f"call inputs must be a dict of input name -> array, not {type(inputs).__name__}"
@@ -252,6 +291,7 @@ class CompiledFunction:
     ) -> dict | None:
         """save_binary; its accuracy check (goldens.accuracy) for report.json, or None when a
         capture (of the user's) is running."""
+        self._check_open("save its binary")
         if inputs is None:
             inputs = self.example_inputs
         else:  # the reference needs every input, as the replay will

@@ -30,6 +30,7 @@ from .cache import CacheOptions, cache_key, checksums_hold, store_cached, stored
 from .compiled import CompiledFunction
 from .ir import Graph
 from .options import resolve
+from .release import Orphans
 from .tensors import TensorProxy, as_array, input_arrays
 
 
@@ -94,6 +95,9 @@ class Context:
         self.queue = self.device.command_queue(0)
         self._registered: dict[str, TensorProxy] = {}
         self._pipelined: weakref.WeakSet = weakref.WeakSet()  # its functions' other devices
+        # Buffers of its compiled functions dropped without close(), freed at the next
+        # compile or call (see release.py).
+        self.orphans = Orphans()
         self.last_compile_s = 0.0
 
     def register_param(self, name: str, array: np.ndarray, dtype: Any = None) -> TensorProxy:
@@ -157,12 +161,16 @@ class Context:
                 compiled.source, compiled.onnx_model, compiled.options = graph, onnx_model, opts
                 compiled.example_inputs = {k: np.array(v) for k, v in inputs.items()}
                 compiled.folded = folded
-                if codegen_dir is not None:
-                    compiled.write_codegen_dir(codegen_dir, phases)
-                if opts["out_onnx"]:
-                    codegen.export_onnx(
-                        compiled.graph, Path(opts["out_onnx"]), phases, required=True
-                    )
+                try:
+                    if codegen_dir is not None:
+                        compiled.write_codegen_dir(codegen_dir, phases)
+                    if opts["out_onnx"]:
+                        codegen.export_onnx(
+                            compiled.graph, Path(opts["out_onnx"]), phases, required=True
+                        )
+                except BaseException:
+                    compiled.close()
+                    raise
                 self.last_compile_s = time.perf_counter() - start
                 return compiled
             phases.append(_cache_phase("miss", cached, t0))
@@ -173,12 +181,16 @@ class Context:
         compiled.folded = folded
         compiled.stages = stages
         phases.append({"name": "lower", "status": "ok", "seconds": time.perf_counter() - t0})
-        if codegen_dir is not None:
-            compiled.write_codegen_dir(codegen_dir, list(phases))
-        if cached is not None:
-            store_cached(compiled, cached, phases)
-        if opts["out_onnx"]:
-            codegen.export_onnx(compiled.graph, Path(opts["out_onnx"]), phases, required=True)
+        try:
+            if codegen_dir is not None:
+                compiled.write_codegen_dir(codegen_dir, list(phases))
+            if cached is not None:
+                store_cached(compiled, cached, phases)
+            if opts["out_onnx"]:
+                codegen.export_onnx(compiled.graph, Path(opts["out_onnx"]), phases, required=True)
+        except BaseException:
+            compiled.close()  # its memory, now: the caller never gets the function
+            raise
         self.last_compile_s = time.perf_counter() - start
         return compiled
 
@@ -242,6 +254,7 @@ class Context:
         self._finalizer.detach()
         for compiled in list(self._pipelined):
             compiled.close()
+        self.orphans.clear()
         self.device.close()
 
     def __enter__(self) -> Context:

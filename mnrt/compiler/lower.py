@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ..device.dtypes import DType
 from ..host import Buffer, Device, Kernel, Program
+from . import release
 from .ir import INPUT, PARAM, Graph, Node
 from .placement import ON_CHIP
 
@@ -43,29 +44,42 @@ def plan_buffers(graph: Graph, dev: Device) -> dict[str, Buffer]:
         v = graph.values[name]
         return dev.create_buffer(v.shape, v.dtype, name=f"{graph.name}.{name}")
 
-    for name in keep:
-        bindings[name] = new(name)
-    for i, node in enumerate(graph.nodes):
-        for name in node.outputs:
-            if name in keep:
-                continue
-            v = graph.values[name]
-            pool = free.setdefault((v.shape, v.dtype), [])
-            bindings[name] = pool.pop() if pool else new(name)
-            if name not in last:  # never read: free again at once
-                pool.append(bindings[name])
-        for name in dict.fromkeys(node.inputs):
-            if name not in keep and last.get(name) == i:
+    try:
+        for name in keep:
+            bindings[name] = new(name)
+        for i, node in enumerate(graph.nodes):
+            for name in node.outputs:
+                if name in keep:
+                    continue
                 v = graph.values[name]
-                free.setdefault((v.shape, v.dtype), []).append(bindings[name])
+                pool = free.setdefault((v.shape, v.dtype), [])
+                bindings[name] = pool.pop() if pool else new(name)
+                if name not in last:  # never read: free again at once
+                    pool.append(bindings[name])
+            for name in dict.fromkeys(node.inputs):
+                if name not in keep and last.get(name) == i:
+                    v = graph.values[name]
+                    free.setdefault((v.shape, v.dtype), []).append(bindings[name])
+    except BaseException:  # the device ran out of memory at a buffer: none of them kept
+        release.free_quietly(bindings.values())
+        raise
     return bindings
 
 
 def lower(graph: Graph, dev: Device) -> Lowered:
+    """The graph's program on `dev`, and its buffers: those of the program's slots only (a
+    parameter or input no kernel reads gets none)."""
     bindings = plan_buffers(graph, dev)
-    kernels = [Kernel(n.op, n.inputs, n.outputs, kernel_attrs(graph, n)) for n in graph.nodes]
-    program = dev.create_program(kernels, name=graph.name)
-    return Lowered(graph, program, {slot: bindings[slot] for slot in program.slots})
+    try:
+        kernels = [Kernel(n.op, n.inputs, n.outputs, kernel_attrs(graph, n)) for n in graph.nodes]
+        program = dev.create_program(kernels, name=graph.name)
+    except BaseException:
+        release.free_quietly(bindings.values())
+        raise
+    slots = {slot: bindings[slot] for slot in program.slots}
+    bound = {id(b) for b in slots.values()}
+    release.free(b for b in bindings.values() if id(b) not in bound)
+    return Lowered(graph, program, slots)
 
 
 def kernel_attrs(graph: Graph, node: Node) -> dict:

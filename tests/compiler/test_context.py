@@ -16,6 +16,7 @@ from mnrt.compiler import GraphBuilder
 from mnrt.compiler.models import MODELS
 from mnrt.compiler.options import OptionError, resolve
 from mnrt.host.device import open_indices
+from mnrt.replay.executor import COMMAND_NAMES
 
 
 def mlp(rng, batch=4):
@@ -510,3 +511,85 @@ def test_a_calls_outputs_keep_the_device_open_until_read():
     assert y.cpu().shape == (4, 3)
     del y
     assert open_indices() == set()
+
+
+def _used(ctx) -> tuple[int, int]:
+    info = ctx.device.memory_info()
+    return info["used_bytes"], info["buffers"]
+
+
+def test_a_closed_compiled_function_frees_its_memory_and_refuses_calls(ctx, tmp_path):
+    b = mlp(np.random.default_rng(3))
+    shared = ctx.register_param("w0", b.graph.values["w0"].data)
+    x = {"x": np.ones((4, 8), np.float32)}
+    before = _used(ctx)
+    with ctx.compile(b, x) as compiled:
+        assert compiled.lowered.bindings["w0"] is shared.buffer
+        y = compiled(x)["y"]
+        assert _used(ctx)[1] > before[1]
+    assert _used(ctx) == before  # the registered value it bound stays the context's
+    assert shared.buffer.is_allocated
+    for call in (
+        lambda: compiled(x),
+        lambda: compiled.save_binary(tmp_path / "m.mnlb"),
+        lambda: compiled.allocate_input_proxy("x"),
+    ):
+        with pytest.raises(mnrt.UseAfterFreeError, match="'mlp' was closed.*compile the model"):
+            call()
+    with pytest.raises(mnrt.UseAfterFreeError):  # an output proxy of a call before the close
+        y.cpu()
+    compiled.close()  # twice is harmless
+    assert not (tmp_path / "m.mnlb").exists()
+
+
+def test_compiled_functions_dropped_without_close_free_their_memory_at_the_next_compile(ctx):
+    # Before: every function kept its buffers until the context closed (VGG-19 compiled
+    # five times in one context held five copies of its weights, even after gc.collect()).
+    rng = np.random.default_rng(4)
+    x = {"x": rng.standard_normal((4, 8)).astype(np.float32)}
+    used = []
+    for _ in range(4):
+        compiled = ctx.compile(mlp(rng), x)
+        compiled(x)  # dropped with its run still queued: the free waits for it
+        used.append(_used(ctx))
+        compiled = None
+        gc.collect()
+    assert used == used[:1] * 4
+    last = ctx.compile(mlp(rng), x)
+    last.close()
+    assert _used(ctx) == (0, 0)
+
+
+def test_a_function_dropped_during_a_capture_is_freed_after_it_not_in_it(ctx):
+    rng = np.random.default_rng(5)
+    x = {"x": rng.standard_normal((4, 8)).astype(np.float32)}
+    kept = ctx.compile(mlp(rng), x)
+    one = _used(ctx)
+    dropped = ctx.compile(mlp(rng), x)
+    mnrt.begin_capture()
+    dropped(x)
+    dropped = None
+    gc.collect()
+    kept(x)["y"].cpu()  # a call: the free would be recorded in the capture, so it waits
+    binary = mnrt.end_capture()
+    assert "deallocate_buffer" not in {COMMAND_NAMES[c.cmdType] for c in binary.commands}
+    assert _used(ctx) > one
+    kept(x)
+    assert _used(ctx) == one
+
+
+def test_a_compile_that_runs_out_of_memory_keeps_no_buffer(ctx):
+    filler = ctx.device.create_buffer((ctx.device.memory_info()["free_bytes"] - 512,), "uint8")
+    before = _used(ctx)
+    with pytest.raises(mnrt.OutOfMemoryError):
+        ctx.compile(mlp(np.random.default_rng(6)), {"x": np.ones((4, 8), np.float32)})
+    assert _used(ctx) == before
+    filler.deallocate()
+
+
+def test_a_compile_whose_codegen_dir_fails_keeps_no_buffer(ctx, tmp_path):
+    a_file = tmp_path / "f"
+    a_file.write_text("x")
+    with pytest.raises(mnrt.InvalidArgumentError, match="codegen_dir"):
+        ctx.compile(relu_model(), {"x": np.zeros((2, 3), np.float32)}, codegen_dir=a_file)
+    assert _used(ctx) == (0, 0)

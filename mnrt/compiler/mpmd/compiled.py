@@ -45,6 +45,7 @@ from .schedule import Plan
 
 if TYPE_CHECKING:
     from ..context import Context
+    from ..release import Orphans
 
 
 def fragment_graph(program: MpmdProgram, fragment: Fragment, sram_budget: int) -> Graph:
@@ -98,7 +99,10 @@ class PipelinedFunction:
         self.example_inputs = {k: np.array(v) for k, v in inputs.items()}
         self.devices: dict[int, Device] = {}
         owned: list[Device] = []
-        self._finalizer = weakref.finalize(self, _close_all, owned)
+        # Its buffers on the context's device, which stays open: freed as a CompiledFunction's
+        # are (see compiler/release.py).
+        self._on_ctx: list[Buffer] = []
+        self._finalizer = weakref.finalize(self, _release, owned, ctx.orphans, self._on_ctx)
         self._buffers: dict[tuple[str, int], Buffer] = {}
         self._copy_queues: dict[tuple[int, int], CommandQueue] = {}  # by (device, index)
         self._commands: list[Command] | None = None
@@ -115,7 +119,7 @@ class PipelinedFunction:
             self.queues = {i: d.command_queue(COMPUTE) for i, d in self.devices.items()}
             self._load(options["sram_budget"])
         except BaseException:
-            self._finalizer()  # a device that would not open, a model too big: none kept
+            self.close()  # a device that would not open, a model too big: none kept
             raise
 
     def _load(self, sram_budget: int) -> None:
@@ -123,6 +127,8 @@ class PipelinedFunction:
         for fragment in self.program.fragments:
             sub = fragment_graph(self.program, fragment, sram_budget)
             lowered = lower(sub, self.devices[fragment.device])
+            if self.devices[fragment.device] is self.ctx.device:
+                self._on_ctx += lowered.bindings.values()
             self.lowered[fragment.name] = lowered
             q = self.queues[fragment.device]
             for name in sub.params:
@@ -163,6 +169,8 @@ class PipelinedFunction:
             v = self.program.values[name]
             device = self.devices[self.where[name]]
             self._buffers[key] = device.create_buffer(v.shape, v.dtype, name=f"{name}#{microbatch}")
+            if device is self.ctx.device:
+                self._on_ctx.append(self._buffers[key])
         return self._buffers[key]
 
     def _check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -313,8 +321,18 @@ class PipelinedFunction:
                     compare_to_golden(q, buf, golden, rtol=rtol, atol=atol, name=f"{out}#{m}")
 
     def close(self) -> None:
-        """Close the devices this function opened (the Context's own stays open)."""
+        """Close the devices this function opened and free its memory on the Context's own
+        device, which stays open."""
         self._finalizer()
+        self.ctx.orphans.release()
+
+
+def _release(devices: list[Device], orphans: Orphans, on_ctx: list[Buffer]) -> None:
+    """What a pipelined function holds, given back: the devices it opened closed now, its
+    buffers on the context's device to the context to free (it may be dropped on any
+    thread, at any moment)."""
+    _close_all(devices)
+    orphans.adopt(on_ctx)
 
 
 def _close_all(devices: list[Device]) -> None:

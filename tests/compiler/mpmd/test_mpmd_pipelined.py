@@ -3,6 +3,7 @@ fragments and transfers, writes the IR after every pass, and a captured run repl
 
 from __future__ import annotations
 
+import gc
 import json
 
 import numpy as np
@@ -305,3 +306,21 @@ def test_an_unwritable_codegen_dir_leaves_no_device_open(ctx, tmp_path):
         ctx.compile(builder, inputs, codegen_dir=tmp_path / "file",
                     options={"mpmd": {"devices": [0, 1]}})  # fmt: skip
     mnrt.open_device(1).close()  # released, so free again
+
+
+def test_a_pipelined_function_frees_its_memory_on_the_contexts_device(ctx):
+    builder, inputs = mlp()
+    own = ctx.device.index
+    mpmd = {"devices": [own, (own + 1) % 8], "microbatches": 2}
+    used = ctx.device.memory_info()["used_bytes"]
+    compiled = ctx.compile(builder, inputs, options={"mpmd": mpmd})
+    compiled(_microbatches(inputs, 2))
+    assert ctx.device.memory_info()["used_bytes"] > used
+    compiled.close()
+    assert ctx.device.memory_info()["used_bytes"] == used and ctx.device.is_open
+    dropped = ctx.compile(builder, inputs, options={"mpmd": mpmd})
+    dropped(_microbatches(inputs, 2))
+    dropped = None
+    gc.collect()
+    ctx.compile(builder, inputs).close()  # the next compile frees what it left
+    assert ctx.device.memory_info()["used_bytes"] == used
