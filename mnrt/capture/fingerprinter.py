@@ -19,13 +19,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..format.fingerprints import SAMPLE, Stats, hash_of, summaries, summary
+from ..format.fingerprints import SAMPLE, Sample, Stats, hash_of, summaries, summary
 from ..host.commands import Command, KernelWatch
 from ..host.program import Step
 
-# Samples per block: a block of float32 samples (128 KiB) stays in a core's cache (blocks of
-# 256 samples of format 1.2's size, 16 MiB, made captures slower, not faster).
-BLOCK_ROWS = 16
+# Samples per block: a block of float32 samples (512 KiB) stays in a core's cache (blocks of
+# 256 samples of format 1.2's size, 16 MiB, made captures slower, not faster; blocks of 16
+# spent more on calls than on reductions).
+BLOCK_ROWS = 64
 
 
 class Fingerprinter(KernelWatch):
@@ -33,7 +34,7 @@ class Fingerprinter(KernelWatch):
     every output of every kernel the command runs, kernel by kernel (`kernels`, complete
     once the command is done)."""
 
-    __slots__ = ("_blocks", "_counts", "_hashes", "_stats", "kernels")
+    __slots__ = ("_block", "_blocks", "_counts", "_hashes", "_sample", "_stats", "kernels")
 
     def __init__(self) -> None:
         self.kernels: list[list[Stats]] = []
@@ -41,6 +42,8 @@ class Fingerprinter(KernelWatch):
         self._hashes: list[int] = []  # of every output, in order
         self._stats: list[Stats | None] = []  # of every output; None until summarised
         self._blocks: dict[np.dtype, _Block] = {}  # samples not yet summarised, by dtype
+        self._block: _Block | None = None  # the one the last output went to
+        self._sample = SAMPLE
 
     @staticmethod
     def factory(groups: list[list[list[Stats]]]):
@@ -54,21 +57,23 @@ class Fingerprinter(KernelWatch):
         return watch
 
     def after(self, step: Step, results: Sequence[np.ndarray]) -> None:
-        hashes, stats = self._hashes, self._stats
+        # Runs once per kernel output: a model of many small kernels feels every call here.
+        hashes, stats, sample = self._hashes, self._stats, self._sample
         for b, values in zip(step.outs, results):
             digest = hash_of(b.peek())
-            if not SAMPLE.covers(values.size):
-                stats.append(summary(digest, values.reshape(-1)))
-                hashes.append(digest)
-                continue
-            block = self._blocks.get(values.dtype)
-            if block is None:
-                block = self._blocks[values.dtype] = _Block(values.dtype)
-            SAMPLE.copy(values, block.samples[len(block.outputs)])
-            block.outputs.append(len(stats))
-            stats.append(None)
             hashes.append(digest)
-            if len(block.outputs) == BLOCK_ROWS:
+            if values.size < sample.least:
+                stats.append(summary(digest, values.reshape(-1)))
+                continue
+            block = self._block
+            if block is None or block.dtype is not values.dtype:
+                block = self._blocks.get(values.dtype)
+                if block is None:
+                    block = self._blocks[values.dtype] = _Block(values.dtype, sample)
+                self._block = block
+            block.take(sample.runs_of(values.reshape(-1)), len(stats))
+            stats.append(None)
+            if len(block.outputs) == len(block.rows):
                 block.summarise(hashes, stats)
         self._counts.append(len(results))  # not before: a kernel whose fingerprint failed
 
@@ -81,6 +86,7 @@ class Fingerprinter(KernelWatch):
                 block.summarise(self._hashes, self._stats)
         finally:
             self._blocks.clear()
+            self._block = None
             at = 0
             for count in self._counts:
                 row = self._stats[at : at + count]
@@ -91,14 +97,21 @@ class Fingerprinter(KernelWatch):
 
 
 class _Block:
-    """Samples of outputs of one dtype, one a row, with the index of each output among
-    the command's (`outputs`)."""
+    """Samples of outputs of one dtype, one a row (`rows`: each shaped as the sample's
+    runs), with the index of each output among the command's (`outputs`)."""
 
-    __slots__ = ("outputs", "samples")
+    __slots__ = ("dtype", "outputs", "rows", "samples")
 
-    def __init__(self, dtype: np.dtype) -> None:
-        self.samples = np.empty((BLOCK_ROWS, SAMPLE.size), dtype)
+    def __init__(self, dtype: np.dtype, sample: Sample) -> None:
+        self.dtype = dtype
+        self.samples = np.empty((BLOCK_ROWS, sample.size), dtype)
+        self.rows = list(self.samples.reshape(BLOCK_ROWS, sample.runs, sample.run))
         self.outputs: list[int] = []
+
+    def take(self, runs: np.ndarray, output: int) -> None:
+        """Copy the sample of output `output` (see Sample.runs_of) into the next row."""
+        np.copyto(self.rows[len(self.outputs)], runs)
+        self.outputs.append(output)
 
     def summarise(self, hashes: list[int], stats: list[Stats | None]) -> None:
         n, outputs = len(self.outputs), self.outputs

@@ -9,6 +9,7 @@ tolerance) from "wrong". Recording one costs one pass over the output (the hash)
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -64,10 +65,15 @@ class Sample(NamedTuple):
     def size(self) -> int:
         return self.runs * self.run
 
+    @property
+    def least(self) -> int:
+        """The fewest elements of an output summarised over this sample (`self.size` of
+        them) rather than whole."""
+        return self.runs * (self.run + 1)
+
     def covers(self, size: int) -> bool:
-        """Whether an output of `size` elements is summarised over this sample (`self.size`
-        of its elements) rather than whole."""
-        return size // self.runs > self.run
+        """Whether an output of `size` elements is summarised over this sample."""
+        return size >= self.least
 
     def of(self, values: np.ndarray) -> np.ndarray:
         """The elements of an output that its statistics summarise, as one contiguous 1-D
@@ -76,14 +82,11 @@ class Sample(NamedTuple):
         flat = values.reshape(-1)
         if not self.covers(flat.size):
             return flat
-        return np.ascontiguousarray(self._runs(flat)).reshape(-1)
+        return np.ascontiguousarray(self.runs_of(flat)).reshape(-1)
 
-    def copy(self, values: np.ndarray, out: np.ndarray) -> None:
-        """Copy the sample of an output it `covers` into `out` (`size` elements of the
-        output's dtype), as `of` would give it."""
-        np.copyto(out.reshape(self.runs, self.run), self._runs(values.reshape(-1)))
-
-    def _runs(self, flat: np.ndarray) -> np.ndarray:
+    def runs_of(self, flat: np.ndarray) -> np.ndarray:
+        """The sample of a 1-D output it `covers`, a run a row: a strided view of the
+        output, to copy before the output changes."""
         step = flat.size // self.runs
         return flat[: step * self.runs].reshape(self.runs, step)[:, : self.run]
 
@@ -134,18 +137,18 @@ def summaries(digests: Sequence[int], samples: np.ndarray) -> list[Stats]:
     the row holds values that are not finite."""
     if samples.dtype.kind == "b":
         samples = samples.view(np.uint8)
-    floats = samples.dtype.kind == "f"
-    lo = np.minimum.reduce(samples, axis=1).tolist()
-    hi = np.maximum.reduce(samples, axis=1).tolist()
+    lo = np.minimum.reduce(samples, axis=1)
+    hi = np.maximum.reduce(samples, axis=1)
     with np.errstate(invalid="ignore"):  # inf - inf in a row summarised again below
-        total = np.add.reduce(samples, axis=1, dtype=_sum_dtype(samples.dtype)).tolist()
-    n = samples.shape[1]
-    out = []
-    for i, digest in enumerate(digests):
-        if floats and not (math.isfinite(lo[i]) and math.isfinite(hi[i])):
-            out.append(summary(digest, samples[i]))
-        else:
-            out.append(Stats(digest, float(lo[i]), float(hi[i]), float(total[i]) / n, 0))
+        total = np.add.reduce(samples, axis=1, dtype=_sum_dtype(samples.dtype))
+    means = (total.astype(np.float64) / samples.shape[1]).tolist()
+    floats = samples.dtype.kind == "f"
+    if not floats:
+        lo, hi = lo.astype(np.float64), hi.astype(np.float64)
+    out = list(map(Stats, digests, lo.tolist(), hi.tolist(), means, itertools.repeat(0)))
+    if floats:
+        for i in np.flatnonzero(~(np.isfinite(lo) & np.isfinite(hi))).tolist():
+            out[i] = summary(digests[i], samples[i])
     return out
 
 
