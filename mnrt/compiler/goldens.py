@@ -174,14 +174,11 @@ def reference(compiled: Any, inputs: Mapping[str, np.ndarray]) -> tuple[str, dic
         value = graph.values.get(name)
         if value is not None and value.role == PARAM and value.shape == proxy.shape:
             value.data = proxy.cpu()
-    # share=False: the reference frees its buffers, which must not be registered ones.
+    # share=False: its parameters its own (in double), none bound to a registered value.
     ref = type(compiled)(compiled.ctx, graph, compiled.options, compiled.source, inputs,
                          share=False)  # fmt: skip
-    try:
+    with ref:
         return "float64 graph", {k: v.cpu() for k, v in ref(inputs).items()}
-    finally:
-        for buf in {id(b): b for b in ref.lowered.bindings.values()}.values():
-            buf.deallocate()
 
 
 def _onnxruntime_for(compiled: Any) -> Any:

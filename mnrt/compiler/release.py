@@ -39,7 +39,8 @@ class Orphans:
 
     def __init__(self) -> None:
         self._pending: list[list[Buffer]] = []
-        self._lock = threading.Lock()
+        # Reentrant: a collection that drops a function may run on the thread in `release`.
+        self._lock = threading.RLock()
 
     def adopt(self, buffers: list[Buffer]) -> None:
         """Take a dropped function's buffers (a finalizer: any thread, any moment)."""
