@@ -11,8 +11,11 @@ overhead: capture of the compiled model's run with fingerprints against without,
           (the hash is the one pass over every output a fingerprint needs); fingerprints
           over format 1.2's larger sample (64 runs of 256, "1.2smp"); as context,
           the whole `save_binary` (the capture a compiled binary is made by: run, goldens,
-          reference check, file) with fingerprints against without; with --overhead-only,
-          these figures alone (no locate, reduce, diff or optimize)
+          reference check, file) with fingerprints against without; the CPU time the
+          fingerprints take on the thread running the queue (the capture waits for it),
+          as a share of the process's CPU time and of the fastest capture's wall time
+          (steadier than the ratio of two wall times on a shared machine); with
+          --overhead-only, these figures alone (no locate, reduce, diff or optimize)
 reduce:   a 200-kernel binary with one weight perturbed, and one whose gather gets an
           index out of range, reduced by `mnrt reduce` (target: <= 3 kernels, <= 60 s)
 diff:     `mnrt diff` of two VGG-19 binaries (a second capture of the same model, and one
@@ -267,7 +270,8 @@ def main() -> None:
         )
         print(
             f"  {'model':<22} {'kernels':>7} {'named':>6} {'capture':>10} {'+prints':>10} "
-            f"{'wall':>6} {'median':>6} {'hash':>6} {'1.2smp':>6} {'cpu':>6} {'queue/cpu':>15} "
+            f"{'wall':>6} {'median':>6} {'hash':>6} {'1.2smp':>6} {'cpu':>6} "
+            f"{'queue/cpu/wall':>22} "
             f"{'save_binary':>18}"
         )
         vgg = None
@@ -283,6 +287,7 @@ def main() -> None:
                 f"{r['hash_ratio']:>5.3f}x {r['sample_1_2_ratio']:>5.3f}x "
                 f"{r['with_prints_cpu_s'] / r['cpu_s']:>5.3f}x "
                 f"{r['queue_s'] * 1e3:>6.1f}ms {r['queue_s'] / r['cpu_s']:>6.1%} "
+                f"{r['queue_s'] / r['capture_s']:>6.1%} "
                 f"{r['save_s'] * 1e3:>8.0f}ms {r['save_with_prints_s'] / r['save_s']:>6.3f}x"
             )
         if args.overhead_only:

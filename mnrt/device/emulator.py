@@ -7,6 +7,7 @@ what a kernel or a transfer costs on the modelled device.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Mapping, Sequence
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from ..errors import DeviceExecutionError, KernelAttributeError
+from ..errors import DeviceExecutionError, KernelAttributeError, UseAfterFreeError
 from . import cost as cost_model
 from . import mapping, parallel
 from .dtypes import DType
@@ -182,6 +183,12 @@ class BoundKernel:
         self.widened = [j for j, (_, d) in enumerate(outs) if not d.direct]
         self.outs = list(outs)
 
+    def release(self) -> None:
+        """Let go of the storage views (one of the buffers was freed, and a record of a
+        past run may keep this kernel): running it afterwards raises."""
+        self.values, self.loads, self.targets, self.widened, self.outs = [], [], [], [], []
+        self.compute = functools.partial(_released, self.kdef.name)
+
     def run(self) -> Sequence[np.ndarray]:
         """Load (widen) inputs, compute, round and store; returns the outputs as computed
         (before rounding to a narrower stored dtype), for whoever watches kernels.
@@ -210,3 +217,9 @@ class BoundKernel:
                 )
             d.store(bits, result)
         return results
+
+
+def _released(name: str, *args: Any) -> Any:
+    raise UseAfterFreeError(
+        f"kernel '{name}' is bound to a buffer that was deallocated; bind live buffers"
+    )

@@ -70,6 +70,11 @@ class Command:
     def skipped(self, error: Exception) -> None:
         """Called instead of running when the queue skips this command behind `error`."""
 
+    def retire(self) -> None:
+        """Drop what only running needed, as the command joins the queue's history: a
+        record there keeps what profiles read (label, status, times, modelled cost), not
+        the data of a write or read (a compile's weights, held long after the upload)."""
+
     def execute(self, backend: EmulatedDevice) -> None:
         self.start_s = start = time.perf_counter()
         try:
@@ -115,6 +120,9 @@ class WriteBuffer(Command):
     def label(self) -> str:
         return f"write_buffer '{self.buffer.name}'"
 
+    def retire(self) -> None:
+        self.data = None
+
     def run(self, backend: EmulatedDevice) -> Modelled:
         data = self.data if self.stored else self.buffer.dtype.to_storage(self.data)
         np.copyto(self.buffer._storage(), data)
@@ -141,6 +149,9 @@ class ReadBuffer(Command):
     @property
     def label(self) -> str:
         return f"read_buffer '{self.buffer.name}'"
+
+    def retire(self) -> None:
+        self.out = self.keep = None
 
     def run(self, backend: EmulatedDevice) -> Modelled:
         keep = self.keep

@@ -171,6 +171,13 @@ class Plan:
             tuple(b for b in buffers if seen[b.uid]),
         )
 
+    def release(self) -> None:
+        """Let go of the memory its kernels are bound to, once a buffer of it is freed: a
+        queue's history keeps the plans of past runs, which must not keep freed memory
+        (running the plan afterwards raises UseAfterFreeError)."""
+        for step in self.steps:
+            step.bound.release()
+
 
 class _Hashed:
     """A value that hashes once. A program's kernel signature is part of the key of every
@@ -252,10 +259,15 @@ class Program:
     def _forget(self, buffer_uid: int | None) -> None:
         """Drop cached plans that use a freed buffer (all plans for None): they hold views
         of its memory."""
-        if buffer_uid is None:
-            self._plans.clear()
-        else:
-            self._plans = {k: v for k, v in self._plans.items() if buffer_uid not in k}
+        kept = (
+            {}
+            if buffer_uid is None
+            else {k: v for k, v in self._plans.items() if buffer_uid not in k}
+        )
+        for key, plan in self._plans.items():
+            if key not in kept:
+                plan.release()
+        self._plans = kept
 
     def _validate(self, bindings: Mapping[str, Buffer]) -> Plan:
         """Check a new binding and bind every kernel to its buffers' memory. A replay loop

@@ -538,6 +538,7 @@ class CommandQueue:
             except BaseException as e:  # Ctrl-C while the host thread ran it
                 cmd.status = FAILED
                 self._error = self._wrap_error(cmd, e)
+                cmd.retire()
                 self.history.append(cmd)
                 raise
             if cmd.status == DONE:
@@ -548,6 +549,7 @@ class CommandQueue:
             cmd.status = SKIPPED
             self.skipped += 1
             cmd.skipped(self._error)
+        cmd.retire()
         self.history.append(cmd)
 
     def _wrap_error(self, cmd: Command, e: Exception) -> DeviceExecutionError:
