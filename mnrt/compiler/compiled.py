@@ -144,6 +144,8 @@ class CompiledFunction:
         self.close()
 
     def _check_open(self, what: str) -> None:
+        """Refuse `what` once closed. Otherwise free what dropped functions left: a host
+        call of the context's is a moment when that is safe (see release.py)."""
         if not self._finalizer.alive:
             raise UseAfterFreeError(
                 f"cannot {what}: compiled function '{self.graph.name}' was closed, which "
