@@ -132,10 +132,12 @@ class CompiledFunction:
     def close(self) -> None:
         """Free the device memory this function owns now (registered values it binds stay
         the context's). Idempotent; calling the function afterwards raises. A function
-        dropped without it has its memory freed at the context's next compile or call."""
+        dropped without it has its memory freed at the context's next compile, call or
+        close."""
         held = self._finalizer.detach()
         if held is not None:
             release.free(held[2][0])
+        self.ctx.orphans.release()
 
     def __enter__(self) -> CompiledFunction:
         return self

@@ -96,7 +96,7 @@ class Context:
         self._registered: dict[str, TensorProxy] = {}
         self._pipelined: weakref.WeakSet = weakref.WeakSet()  # its functions' other devices
         # Buffers of its compiled functions dropped without close(), freed at the next
-        # compile or call (see release.py).
+        # compile, call or close of a function (see release.py).
         self.orphans = Orphans()
         self.last_compile_s = 0.0
 

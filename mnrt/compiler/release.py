@@ -6,8 +6,8 @@ function dropped without it has them freed too, but later: the garbage collector
 it on any thread, the queue's worker included, at any moment, a capture's included, and a
 free waits for the device's queues and is a host call a capture would record. So the
 function's finalizer only hands its buffers to its context's `Orphans`, which frees them
-at the context's next compile or call, outside any capture and any trace capture (as a
-stream-ordered free runs once the stream gets there)."""
+at the context's next compile, call or close of a function, outside any capture and any
+trace capture (as a stream-ordered free runs once the stream gets there)."""
 
 from __future__ import annotations
 

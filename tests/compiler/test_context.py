@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import warnings
 
 import numpy as np
 import pytest
 from graph_harness import mlp_input, small_mlp
+from hypothesis import settings
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, rule
 from onnx_harness import relu_model
 
 import mnrt
@@ -593,3 +596,76 @@ def test_a_compile_whose_codegen_dir_fails_keeps_no_buffer(ctx, tmp_path):
     with pytest.raises(mnrt.InvalidArgumentError, match="codegen_dir"):
         ctx.compile(relu_model(), {"x": np.zeros((2, 3), np.float32)}, codegen_dir=a_file)
     assert _used(ctx) == (0, 0)
+
+
+class CompiledMemory(RuleBasedStateMachine):
+    """Any sequence of compiles, calls (plain or inside a capture), closes and drops: after
+    a compile or a plain call, the device holds exactly the buffers of the functions still
+    open; inside a capture nothing is freed (a free would be recorded). The bundle holds
+    numbers, not functions (hypothesis keeps what a bundle held)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ctx = mnrt.Context(mnrt.MNDevice("mncore2:auto"))
+        self.rng = np.random.default_rng(0)
+        self.functions: dict = {}  # number -> function, until dropped
+        self.numbering = itertools.count()
+        self.closed: set[int] = set()
+
+    numbers = Bundle("numbers")
+
+    def _held(self) -> int:
+        return sum(
+            f.lowered.distinct_buffers for n, f in self.functions.items() if n not in self.closed
+        )
+
+    def _calls(self, n: int) -> None:
+        if n in self.closed:
+            with pytest.raises(mnrt.UseAfterFreeError):
+                self.functions[n]({"x": mlp_input()})
+        else:
+            self.functions[n]({"x": mlp_input()})["y"].cpu()
+
+    @rule(target=numbers)
+    def compile(self):
+        n = next(self.numbering)
+        self.functions[n] = self.ctx.compile(mlp(self.rng), {"x": mlp_input()})
+        assert _used(self.ctx)[1] == self._held()
+        return n
+
+    @rule(n=numbers)
+    def call(self, n):
+        self._calls(n)
+        if n not in self.closed:  # a closed function refuses before anything else
+            assert _used(self.ctx)[1] == self._held()
+
+    @rule(n=numbers)
+    def call_in_a_capture(self, n):
+        before = _used(self.ctx)[1]
+        mnrt.begin_capture()
+        try:
+            self._calls(n)
+        finally:
+            mnrt.end_capture()
+        assert _used(self.ctx)[1] == before
+
+    @rule(n=numbers)
+    def close(self, n):
+        self.functions[n].close()
+        self.closed.add(n)
+        assert _used(self.ctx)[1] == self._held()
+
+    @rule(n=consumes(numbers))
+    def drop(self, n):
+        del self.functions[n]
+        self.closed.discard(n)
+        gc.collect()
+        assert _used(self.ctx)[1] >= self._held()
+
+    def teardown(self) -> None:
+        self.functions.clear()
+        self.ctx.close()
+
+
+CompiledMemory.TestCase.settings = settings(max_examples=25, stateful_step_count=12, deadline=None)
+test_compiled_memory = CompiledMemory.TestCase
