@@ -34,7 +34,7 @@ class Fingerprinter(KernelWatch):
     every output of every kernel the command runs, kernel by kernel (`kernels`, complete
     once the command is done)."""
 
-    __slots__ = ("_block", "_blocks", "_counts", "_hashes", "_sample", "_stats", "kernels")
+    __slots__ = ("_blocks", "_counts", "_hashes", "_sample", "_stats", "kernels")
 
     def __init__(self) -> None:
         self.kernels: list[list[Stats]] = []
@@ -42,7 +42,6 @@ class Fingerprinter(KernelWatch):
         self._hashes: list[int] = []  # of every output, in order
         self._stats: list[Stats | None] = []  # of every output; None until summarised
         self._blocks: dict[np.dtype, _Block] = {}  # samples not yet summarised, by dtype
-        self._block: _Block | None = None  # the one the last output went to
         self._sample = SAMPLE
 
     @staticmethod
@@ -65,12 +64,9 @@ class Fingerprinter(KernelWatch):
             if values.size < sample.least:
                 stats.append(summary(digest, values.reshape(-1)))
                 continue
-            block = self._block
-            if block is None or block.dtype is not values.dtype:
-                block = self._blocks.get(values.dtype)
-                if block is None:
-                    block = self._blocks[values.dtype] = _Block(values.dtype, sample)
-                self._block = block
+            block = self._blocks.get(values.dtype)
+            if block is None:
+                block = self._blocks[values.dtype] = _Block(values.dtype, sample)
             block.take(sample.runs_of(values.reshape(-1)), len(stats))
             stats.append(None)
             if len(block.outputs) == len(block.rows):
@@ -86,7 +82,6 @@ class Fingerprinter(KernelWatch):
                 block.summarise(self._hashes, self._stats)
         finally:
             self._blocks.clear()
-            self._block = None
             at = 0
             for count in self._counts:
                 row = self._stats[at : at + count]
@@ -100,10 +95,9 @@ class _Block:
     """Samples of outputs of one dtype, one a row (`rows`: each shaped as the sample's
     runs), with the index of each output among the command's (`outputs`)."""
 
-    __slots__ = ("dtype", "outputs", "rows", "samples")
+    __slots__ = ("outputs", "rows", "samples")
 
     def __init__(self, dtype: np.dtype, sample: Sample) -> None:
-        self.dtype = dtype
         self.samples = np.empty((BLOCK_ROWS, sample.size), dtype)
         self.rows = list(self.samples.reshape(BLOCK_ROWS, sample.runs, sample.run))
         self.outputs: list[int] = []

@@ -51,7 +51,7 @@ class Orphans:
         """Free what was adopted, on the host thread of a compile or a call. Not while a
         capture records host calls (a free would land in its binary) nor while a queue
         records a trace (which forbids frees): then at a later call."""
-        if observe.current() is not None:
+        if not self._pending or observe.current() is not None:  # the common case: nothing
             return
         while True:
             with self._lock:
