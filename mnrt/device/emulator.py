@@ -159,7 +159,17 @@ class BoundKernel:
     """One kernel on fixed storage views. Everything that does not depend on the data is
     worked out here, once, so `run()` is the kernel's numpy work and little else."""
 
-    __slots__ = ("attrs", "compute", "kdef", "loads", "outs", "targets", "values", "widened")
+    __slots__ = (
+        "attrs",
+        "compute",
+        "kdef",
+        "loads",
+        "noted",
+        "outs",
+        "targets",
+        "values",
+        "widened",
+    )
 
     def __init__(
         self,
@@ -182,11 +192,15 @@ class BoundKernel:
         self.targets = [Out(bits.shape, d, bits if d.direct else None) for bits, d in outs]
         self.widened = [j for j, (_, d) in enumerate(outs) if not d.direct]
         self.outs = list(outs)
+        # What a KernelWatch worked out once about this kernel (views of its outputs'
+        # storage, say), for every later run to reuse; dropped on release with the views.
+        self.noted: Any = None
 
     def release(self) -> None:
         """Let go of the storage views (one of the buffers was freed, and a record of a
         past run may keep this kernel): running it afterwards raises."""
         self.values, self.loads, self.targets, self.widened, self.outs = [], [], [], [], []
+        self.noted = None
         self.compute = functools.partial(_released, self.kdef.name)
 
     def run(self) -> Sequence[np.ndarray]:

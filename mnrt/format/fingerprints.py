@@ -108,7 +108,11 @@ def stats_of(bits: np.ndarray, values: np.ndarray, sample: Sample = SAMPLE) -> S
 def hash_of(bits: np.ndarray) -> int:
     """xxh3-64 of an output's stored bits (xxhash lets other threads run meanwhile when
     they are more than 64 KiB)."""
-    return xxhash.xxh3_64_intdigest(bits if bits.flags.c_contiguous else bits.copy())
+    return hash_contiguous(bits if bits.flags.c_contiguous else bits.copy())
+
+
+# `hash_of` of bits known to be C-contiguous, for a caller that checked once for many runs.
+hash_contiguous = xxhash.xxh3_64_intdigest
 
 
 def summary(digest: int, sample: np.ndarray) -> Stats:

@@ -20,13 +20,11 @@ DTYPES = ["float16", "float32", "float64", "int8", "int32", "int64", "uint8", "u
 SIZES = [0, 1, 5, 1000, SAMPLE.runs * (SAMPLE.run + 1), SAMPLE.runs * (SAMPLE.run + 1) + 1, 70_001]
 
 
-def _buffer(bits: np.ndarray) -> SimpleNamespace:
-    """What a Fingerprinter reads of a buffer: its stored bits."""
-    return SimpleNamespace(peek=lambda: bits)
-
-
-def _step(*outs: SimpleNamespace) -> SimpleNamespace:
-    return SimpleNamespace(outs=list(outs))
+def _step(*bits: np.ndarray, direct: bool = True) -> SimpleNamespace:
+    """What a Fingerprinter reads of a kernel: its outputs' storage, whether they hold the
+    values as computed (`direct`), and what it noted there."""
+    d = SimpleNamespace(direct=direct)
+    return SimpleNamespace(bound=SimpleNamespace(outs=[(b, d) for b in bits], noted=None))
 
 
 @st.composite
@@ -57,23 +55,32 @@ def outputs(draw) -> tuple[np.ndarray, np.ndarray]:
     return bits, bits.astype(np.float64 if dtype.kind == "f" else dtype)
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(outputs(), min_size=1, max_size=6), st.integers(1, 3), st.integers(1, 3))
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(outputs(), min_size=1, max_size=6),
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.booleans(),
+    st.integers(1, 2),
+)
 def test_fingerprints_in_blocks_equal_those_of_one_output_at_a_time(
-    produced, per_kernel, block_rows
+    produced, per_kernel, block_rows, direct, runs
 ):
-    expected = [stats_of(b, v).to_dict() for b, v in produced]
+    """Whatever the outputs, and however often the kernels run (the second time from what
+    the first noted on them)."""
+    expected = [stats_of(b, v).to_dict() for b, v in produced] * runs
+    groups = [produced[i : i + per_kernel] for i in range(0, len(produced), per_kernel)]
+    steps = [_step(*(b for b, _ in group), direct=direct) for group in groups]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(fingerprinter, "BLOCK_ROWS", block_rows)
         f = Fingerprinter()
-        groups = [produced[i : i + per_kernel] for i in range(0, len(produced), per_kernel)]
-        for group in groups:
-            step = _step(*(_buffer(b) for b, _ in group))
-            f.before(step)
-            f.after(step, [v for _, v in group])
+        for _ in range(runs):
+            for step, group in zip(steps, groups):
+                f.before(step)
+                f.after(step, [v for _, v in group])
         f.done()
     assert [s.to_dict() for row in f.kernels for s in row] == expected
-    assert [len(row) for row in f.kernels] == [len(g) for g in groups]
+    assert [len(row) for row in f.kernels] == [len(g) for g in groups] * runs
 
 
 def test_a_sample_is_summarised_as_it_was_when_the_kernel_wrote_it(monkeypatch):
@@ -81,7 +88,7 @@ def test_a_sample_is_summarised_as_it_was_when_the_kernel_wrote_it(monkeypatch):
     a = np.arange(100_000, dtype=np.float32)
     expected = [stats_of(a + 1, a + 1), stats_of(a * 3, a * 3)]
     f = Fingerprinter()
-    step = _step(_buffer(a))
+    step = _step(a)
     for value in (a + 1, a * 3):  # two kernels write `a`; then the buffer changes again
         f.before(step)
         a[:] = value
@@ -139,7 +146,7 @@ def test_a_failed_summary_is_raised_and_its_kernels_have_no_fingerprint(monkeypa
     with pytest.raises(RuntimeError, match="summaries broke"):
         try:  # as RunProgram.run watches a command
             for out in (small, large, small, large):
-                step = _step(_buffer(out))
+                step = _step(out)
                 f.before(step)
                 f.after(step, [out])
         except RuntimeError:
@@ -184,3 +191,50 @@ def test_a_failing_kernel_raises_its_own_error(dev, monkeypatch, broken):
     assert "index 40005 is out of range" in message
     assert ("the kernel watch failed: RuntimeError: summaries broke" in message) == broken
     mnrt.end_capture()
+
+
+def _mixed(dev) -> mnrt.LightBinary:
+    """A capture of one program run twice, whose kernels write outputs in place and not,
+    stored as computed and rounded (half, float16), large and small."""
+    rng = np.random.default_rng(1)
+    n = 200
+    specs = {
+        "x": ((n, n), "float"),
+        "a": ((n, n), "float"),
+        "t": ((n, n), "float"),
+        "h": ((n, n), "half"),
+        "f": ((n, n), "float16"),
+        "i": ((n, n), "int32"),
+        "s": ((3,), "float"),
+        "r": ((3,), "float"),
+    }
+    bufs = {k: dev.create_buffer(shape, dt, name=k) for k, (shape, dt) in specs.items()}
+    program = dev.create_program(
+        [
+            mnrt.Kernel("relu", ["x"], ["a"]),
+            mnrt.Kernel("transpose", ["a"], ["t"]),
+            mnrt.Kernel("cast", ["t"], ["h"], {"to": "half"}),
+            mnrt.Kernel("cast", ["x"], ["f"], {"to": "float16"}),
+            mnrt.Kernel("cast", ["h"], ["i"], {"to": "int32"}),
+            mnrt.Kernel("relu", ["s"], ["r"]),
+        ],
+        name="mixed",
+    )
+    q = dev.command_queue(0)
+    mnrt.begin_capture(fingerprints=True)
+    q.enqueue_write_buffer(bufs["x"], (rng.standard_normal((n, n)) * 100).astype(np.float32))
+    q.enqueue_write_buffer(bufs["s"], np.array([-1, 2, np.inf], np.float32))
+    for _ in range(2):
+        q.enqueue_program(program, bufs)
+    q.enqueue_read_buffer(bufs["i"])
+    return mnrt.end_capture()
+
+
+def test_what_a_kernel_notes_for_later_runs_fingerprints_as_the_general_way(dev, monkeypatch):
+    kept = _mixed(dev)
+    monkeypatch.setattr(Fingerprinter, "_view", lambda self, bits, dtype: (bits, None))
+    general = _mixed(dev)
+    assert len(kept.fingerprints) == 12
+    assert [(f[:3], f.stats.to_dict()) for f in kept.fingerprints] == [
+        (f[:3], f.stats.to_dict()) for f in general.fingerprints
+    ]

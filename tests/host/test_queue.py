@@ -583,18 +583,23 @@ def _root(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def test_the_history_keeps_no_data_of_past_transfers_nor_freed_memory(dev, q):
+@pytest.mark.parametrize("captured", [False, True])  # a capture's fingerprints note views
+def test_the_history_keeps_no_data_of_past_transfers_nor_freed_memory(dev, q, captured):
     # Before: the history's last 4096 commands kept each write's data, each read's array
     # and each run's bound memory, so a compile's weights stayed in host memory after
     # their buffers were freed (VGG-19 compiled five times in one context: 1.25 -> 5.9 GB).
     bufs, prog = _mlp(dev)
     rng = np.random.default_rng(4)
     x, w = rng.standard_normal((4, 8), np.float32), rng.standard_normal((8, 3), np.float32)
+    if captured:
+        mnrt.begin_capture(fingerprints=True)
     q.enqueue_write_buffer(bufs["x"], x)
     q.enqueue_write_buffer(bufs["w"], w)
     q.enqueue_program(prog, bufs)
     out = q.enqueue_read_buffer(bufs["y"])
     q.finish()
+    if captured:
+        assert mnrt.end_capture().fingerprints
     assert [c.kind for c in q.history] == ["write_buffer", "write_buffer", "program", "read_buffer"]
     held = {id(x), id(w), id(out)}
     for cmd in q.history:
