@@ -76,20 +76,14 @@ class Fingerprinter(KernelWatch):
         noted = bound.noted
         if noted is None or noted[0] is not self._sample:
             noted = bound.noted = (self._sample, [self._view(*out) for out in bound.outs])
-        hashes, stats, blocks = self._hashes, self._stats, self._blocks
+        hashes = self._hashes
         for (bits, runs), values in zip(noted[1], results):
             # The sample is of the stored bits where they hold the values as computed.
             if runs is None or not (values is bits or values.dtype == bits.dtype):
                 self._one(bits, values)
                 continue
             hashes.append(hash_contiguous(bits))
-            block = blocks.get(bits.dtype)
-            if block is None:
-                block = blocks[bits.dtype] = _Block(bits.dtype, self._sample)
-            block.take(runs, len(stats))
-            stats.append(None)
-            if len(block.outputs) == BLOCK_ROWS:
-                block.summarise(hashes, stats)
+            self._take(runs, bits.dtype)
         self._counts.append(len(results))  # not before: a kernel whose fingerprint failed
 
     def _view(self, bits: np.ndarray, dtype: DType) -> tuple[np.ndarray, np.ndarray | None]:
@@ -106,14 +100,18 @@ class Fingerprinter(KernelWatch):
         """Fingerprint one output the general way (see `after`)."""
         digest = hash_of(bits)
         self._hashes.append(digest)
-        sample = self._sample
-        if values.size < sample.least:
+        if values.size < self._sample.least:
             self._stats.append(summary(digest, values.reshape(-1)))
-            return
-        block = self._blocks.get(values.dtype)
+        else:
+            self._take(self._sample.runs_of(values.reshape(-1)), values.dtype)
+
+    def _take(self, runs: np.ndarray, dtype: np.dtype) -> None:
+        """Copy the sample of the output last hashed into its dtype's block, and summarise
+        the block once it is full."""
+        block = self._blocks.get(dtype)
         if block is None:
-            block = self._blocks[values.dtype] = _Block(values.dtype, sample)
-        block.take(sample.runs_of(values.reshape(-1)), len(self._stats))
+            block = self._blocks[dtype] = _Block(dtype, self._sample)
+        block.take(runs, len(self._stats))
         self._stats.append(None)
         if len(block.outputs) == BLOCK_ROWS:
             block.summarise(self._hashes, self._stats)
