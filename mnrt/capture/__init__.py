@@ -77,6 +77,16 @@ def _begin(
         return rec
 
 
+def vouch(contents: Callable[[], Mapping[int, tuple[Buffer, Callable[[], np.ndarray]]]]) -> None:
+    """For code whose buffers hold arrays that nothing changes (a compiled function's
+    weights): when a capture is running, it snapshots those of the buffers it has not seen
+    yet from the arrays (what `contents()` gives, as for capture_if_idle) rather than
+    copying hundreds of megabytes of device memory. Nothing is asked when none runs."""
+    rec = observe.current()
+    if isinstance(rec, Recorder):
+        rec.vouch(contents())
+
+
 def _forget_in_child() -> None:
     """In a forked child the lock may have been held by a thread the child does not have,
     and a capture that a compile was recording on another thread has no one to end it

@@ -224,6 +224,14 @@ class Recorder:
         self.log.insert(at, entry)
         self._open_traces = {t: i + 1 if i >= at else i for t, i in self._open_traces.items()}
 
+    def vouch(self, contents: Mapping[int, tuple[Buffer, Callable[[], np.ndarray]]]) -> None:
+        """More buffers whose contents their owner vouches for (see __init__): those not
+        seen yet are snapshotted from the arrays given when they are first seen."""
+        with self._lock:
+            for key, known in contents.items():
+                if not known[0].tag:
+                    self._contents.setdefault(key, known)
+
     def close(self) -> tuple[int, dict[int, int]]:
         """Stop recording: end the device traces still being captured (the binary must
         not leave one open; the live queue still records into it), clear the tags given

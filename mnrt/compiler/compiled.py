@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..capture import CaptureError, capture_if_idle
+from ..capture import CaptureError, capture_if_idle, vouch
 from ..errors import DTypeError, InvalidArgumentError, UseAfterFreeError
 from ..host import Buffer, CommandQueue, observe
 from . import codegen, goldens, release
@@ -242,6 +242,9 @@ class CompiledFunction:
                 as_array(name, data)
                 continue
             q.enqueue_write_buffer(buf, call_input(name, data, buf))
+        # A capture of this call records the weights from the arrays they were written
+        # from, as save_binary does, not from a copy of the device's memory.
+        vouch(self._weights_as_stored)
         q.enqueue_program(self.lowered.program, self.lowered.bindings)
         return {
             name: TensorProxy(q, self.lowered.bindings[name], self, self._wider.get(name, ""))
