@@ -14,6 +14,9 @@ in the same run:
                                                         replay / live   target <= 1.0
     (reported too: the same for the 10k-command inference loop, and end to end)
   size: 100 writes of one 4 MiB array store one blob; zstd ratio of samples/mlp.mnlb
+  capture of a compiled call (light models at O3; needs onnx): weights recorded from the
+    arrays they were uploaded from vs copied out of device memory, wall time and minor
+    page faults a capture                                  vouched / copied (lower better)
 
 Timed regions: the overhead loop includes the final finish() (wall time until the device
 is done) and not end_capture; off and on runs alternate, fastest of each, each run starting
@@ -25,7 +28,7 @@ fastest of several; "+read all" shows what the lazy load defers. Replay's time i
 not load, validation, golden checks or close); live is the same device work from
 samples/mlp.py, from open_device to the output read back (writes round float32 to half).
 
-    python benchmarks/bench_capture.py [--only overhead,serialise,open,replay,size]
+    python benchmarks/bench_capture.py [--only overhead,serialise,open,replay,size,compiled]
         [--repeat 5] [--overhead-repeat 15] [--replay-repeat 60] [--open-gib 1.0]
         [--no-pin]
 """
@@ -53,7 +56,10 @@ import mnrt
 from mnrt.replay.info import info
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("overhead", "serialise", "open", "replay", "size")
+SECTIONS = ("overhead", "serialise", "open", "replay", "size", "compiled")
+# Light models (the onnx wheel's) whose capture the "compiled" section times: the three
+# with most weight, and DenseNet-121 (many small ones).
+COMPILED = ("light_bvlc_alexnet", "light_vgg19", "light_zfnet512", "light_densenet121")
 CALLS = 10_000
 MiB = 1 << 20
 
@@ -483,6 +489,53 @@ def section_size(rng) -> None:
     )
 
 
+def section_compiled(repeat: int) -> None:
+    """A capture of one call of a compiled light model, at O3 (begin_capture, the call,
+    end_capture): its weights recorded from the arrays they were uploaded from (as it is
+    made) against copied out of device memory (as before, the baseline: the function then
+    vouches for none), alternating rounds; wall time and minor page faults a capture."""
+    import onnx
+    from bench_goldens import example_inputs, light_models
+
+    from mnrt.compiler.compiled import CompiledFunction
+
+    print("\n6. capture of a compiled call: weights vouched for vs copied from the device")
+    print(
+        f"  {'model':<20} {'copied':>10} {'vouched':>10} {'ratio':>6} {'faults copied/vouched':>22}"
+    )
+    vouched = CompiledFunction._weights_as_stored
+    ctx = mnrt.Context()
+    for path in (p for p in light_models() if Path(p).stem in COMPILED):
+        model = onnx.load(path)
+        inputs = example_inputs(model)
+        f = ctx.compile(model, inputs, options={"float_dtype": "float", "option_json": "O3"})
+        times: dict[bool, list[float]] = {False: [], True: []}
+        faults: dict[bool, list[int]] = {False: [], True: []}
+        try:
+            for _ in range(repeat + 1):  # the first round warms up and is not kept
+                for vouch in (False, True):
+                    CompiledFunction._weights_as_stored = vouched if vouch else lambda self: {}
+                    gc.collect()
+                    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                    start = time.perf_counter()
+                    mnrt.begin_capture()
+                    f(inputs)
+                    mnrt.end_capture()
+                    times[vouch].append(time.perf_counter() - start)
+                    faults[vouch].append(
+                        resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+                    )
+        finally:
+            CompiledFunction._weights_as_stored = vouched
+            f.close()
+        copied, kept = min(times[False][1:]), min(times[True][1:])
+        print(
+            f"  {Path(path).stem:<20} {copied * 1e3:>8.0f}ms {kept * 1e3:>8.0f}ms "
+            f"{kept / copied:>5.2f}x {statistics.median(faults[False][1:]):>11,.0f} / "
+            f"{statistics.median(faults[True][1:]):,.0f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
@@ -499,7 +552,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     results: dict = {}
     start = time.perf_counter()
-    pin = not args.no_pin and hasattr(os, "sched_setaffinity")
+    pinned = set(only) - {"compiled"}
+    pin = bool(pinned) and not args.no_pin and hasattr(os, "sched_setaffinity")
     if pin:
         print(
             "(pinned to one CPU, queue worker threads included; --no-pin for the noisier default)"
@@ -518,6 +572,8 @@ def main() -> None:
             section_replay(args.replay_repeat)
         if "size" in only:
             section_size(rng)
+    if "compiled" in only:  # not pinned: the models' products use both cores
+        section_compiled(args.repeat)
     print(f"\n(total {time.perf_counter() - start:.0f} s)")
 
 
