@@ -21,7 +21,7 @@ from .codegen import CAPTURE_RUNNING
 from .ir import INPUT, PARAM, Graph
 from .lower import Lowered, lower
 from .options import CompileOptions
-from .tensors import TensorProxy, as_array, as_host, call_input, input_arrays
+from .tensors import TensorProxy, as_array, as_host, call_input, input_arrays, stored_form
 
 if TYPE_CHECKING:
     from .context import Context
@@ -290,7 +290,7 @@ class CompiledFunction:
         for name in self.graph.params:
             buf = self.lowered.bindings.get(name)
             if buf is not None and name not in self.shared:
-                weights[id(buf)] = (buf, _stored(self.graph.values[name].data, buf))
+                weights[id(buf)] = (buf, stored_form(self.graph.values[name].data, buf))
         return weights
 
     def _save(
@@ -351,10 +351,6 @@ class CompiledFunction:
                     with observe.unobserved():
                         _put_back(q, held)
         return results
-
-
-def _stored(data: np.ndarray, buf: Buffer) -> Callable[[], np.ndarray]:
-    return lambda: buf.dtype.to_storage(as_host(data, buf))
 
 
 def _put_back(q: CommandQueue, held: dict[str, tuple[Buffer, np.ndarray]]) -> None:

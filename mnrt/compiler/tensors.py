@@ -4,7 +4,7 @@ inputs and outputs take: checked against the graph and converted to the buffers'
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -76,6 +76,13 @@ def as_host(data: np.ndarray, buf: Buffer) -> np.ndarray:
         _check_int_range(data, host, buf.name)
         return data.astype(host)  # ONNX int64 indices run as the device's int32
     return data
+
+
+def stored_form(data: np.ndarray, buf: Buffer) -> Callable[[], np.ndarray]:
+    """What `buf` holds once `data` is written to it, worked out when asked: how a capture
+    snapshots a weight its function vouches for (see capture.vouch) instead of copying
+    it out of the device."""
+    return lambda: buf.dtype.to_storage(as_host(data, buf))
 
 
 def call_input(name: str, data: Any, buf: Buffer) -> np.ndarray:

@@ -21,12 +21,12 @@ import contextlib
 import math
 import os
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ...capture import CaptureError, capture_if_idle, compare_to_golden
+from ...capture import CaptureError, capture_if_idle, compare_to_golden, vouch
 from ...device.cost import model_transfer
 from ...device.parallel import sharing_cores
 from ...device.spec import MNCORE2
@@ -37,7 +37,7 @@ from ...host.timeline import Span, Timeline, schedule
 from .. import goldens, placement
 from ..ir import INPUT, PARAM, TEMP, Graph, Value
 from ..lower import Lowered, lower
-from ..tensors import as_host
+from ..tensors import as_host, stored_form
 from .cost import program_cost
 from .ir import Fragment, MpmdProgram, Transfer
 from .options import MpmdOptions
@@ -109,6 +109,9 @@ class PipelinedFunction:
         self.program_of = {f.name: f for f in program.fragments}
         self.where = program.device_of()
         self.lowered: dict[str, Lowered] = {}
+        # id(buffer) -> (buffer, its stored contents) of every weight uploaded: what a capture
+        # of this function records them from (see capture.vouch).
+        self._weights: dict[int, tuple[Buffer, Callable[[], np.ndarray]]] = {}
         try:
             for index in mpmd.devices:
                 if index == ctx.device.index:
@@ -135,6 +138,7 @@ class PipelinedFunction:
                 if name in lowered.bindings:
                     buf = lowered.bindings[name]
                     q.enqueue_write_buffer(buf, as_host(sub.values[name].data, buf))
+                    self._weights[id(buf)] = (buf, stored_form(sub.values[name].data, buf))
         for q in self.queues.values():
             q.finish()
 
@@ -218,6 +222,7 @@ class PipelinedFunction:
 
     def _enqueue(self, arrays: Mapping[str, np.ndarray]) -> dict[tuple[str, int], np.ndarray]:
         """Enqueue one run; the arrays the output reads fill by finish(), by (name, m)."""
+        vouch(lambda: self._weights)  # a capture records them from their arrays, not copies
         events: dict[tuple, Event] = {}
         reads: dict[tuple[str, int], np.ndarray] = {}
         for c in self.commands():
@@ -305,7 +310,9 @@ class PipelinedFunction:
         arrays = self._check_inputs(self.example_inputs if inputs is None else inputs)
         errors = goldens.value_errors(self.graph)
         description = f"pipelined graph {self.program.name}"
-        with capture_if_idle(path, False, description, fingerprints=True) as recording:
+        with capture_if_idle(
+            path, False, description, fingerprints=True, contents=self._weights
+        ) as recording:
             if not recording:
                 raise CaptureError(
                     "cannot save_binary: a capture is running; call it after end_capture()"
