@@ -494,12 +494,16 @@ def section_compiled(repeat: int) -> None:
     end_capture): its weights recorded from the arrays they were uploaded from (as it is
     made) against copied out of device memory (as before, the baseline: the function then
     vouches for none), alternating rounds; wall time and minor page faults a capture."""
-    import onnx
+    print("\n6. capture of a compiled call: weights vouched for vs copied from the device")
+    try:
+        import onnx
+    except ImportError:
+        print("  (skipped: needs onnx, `pip install onnx`, for the light models)")
+        return
     from bench_goldens import example_inputs, light_models
 
     from mnrt.compiler.compiled import CompiledFunction
 
-    print("\n6. capture of a compiled call: weights vouched for vs copied from the device")
     print(
         f"  {'model':<20} {'copied':>10} {'vouched':>10} {'ratio':>6} {'faults copied/vouched':>22}"
     )
