@@ -8,6 +8,8 @@ rounded to half within one half ulp (accumulation order may move a value across 
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -16,7 +18,8 @@ from kernel_harness import infer, operand, run, spec
 
 from mnrt.device import dtypes as dt
 from mnrt.device.emulator import EmulatedDevice
-from mnrt.device.kernels import lookup
+from mnrt.device.kernels import common, lookup
+from mnrt.device.kernels.common import columns
 from mnrt.device.numerics import round_to_half
 from mnrt.errors import DTypeError, KernelAttributeError, ShapeError
 
@@ -400,3 +403,20 @@ def test_int32_gemm_relu_epilogue():
     a, b, _ = _int_gemm_operands()
     y = run("gemm", operand(a), operand(b), epilogue="relu")
     assert y.tolist() == np.maximum(a @ b, 0).tolist()
+
+
+def test_im2col_columns_are_reused_on_a_thread_up_to_a_limit(monkeypatch):
+    """So that a large convolution's columns fault their pages in once, not every run;
+    the other convolution tests check results with the columns reused across shapes."""
+    first = columns((4, 100), np.float32)
+    assert np.shares_memory(columns((10, 10), np.float64), first)  # smaller: the same space
+    grown = columns((1000, 100), np.float32)
+    assert np.shares_memory(columns((10,), np.float32), grown)
+    elsewhere = []
+    thread = threading.Thread(target=lambda: elsewhere.append(columns((10,), np.float32)))
+    thread.start()
+    thread.join()
+    assert not np.shares_memory(elsewhere[0], grown)  # each thread its own
+    monkeypatch.setattr(common, "KEPT_COLUMNS", 1000)
+    own = columns((1000,), np.float32)  # 4000 bytes: over the limit, not kept
+    assert not np.shares_memory(own, columns((10,), np.float32))

@@ -14,7 +14,15 @@ import numpy as np
 
 from ...errors import DTypeError, KernelAttributeError, ShapeError
 from .. import dtypes as dt
-from .common import check_padding, check_temporary, mau_blocks, pad_hw, require_rank, same_dtype
+from .common import (
+    check_padding,
+    check_temporary,
+    columns,
+    mau_blocks,
+    pad_hw,
+    require_rank,
+    same_dtype,
+)
 from .registry import Attr, Cost, KernelDef, OutSpec, register
 from .unary import EPILOGUES, epilogue, epilogue_flops
 
@@ -92,7 +100,7 @@ def _im2col(xp: np.ndarray, w_shape: tuple[int, ...], attrs, oh: int, ow: int) -
     n, c = xp.shape[:2]
     kh, kw = w_shape[2:]
     (sh, sw), (dh, dw) = attrs["stride"], attrs["dilation"]
-    cols = np.empty((n, c, kh, kw, oh, ow), xp.dtype)
+    cols = columns((n, c, kh, kw, oh, ow), xp.dtype)
     for i in range(kh):
         rows = slice(i * dh, i * dh + (oh - 1) * sh + 1, sh)
         for j in range(kw):
