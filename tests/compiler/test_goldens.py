@@ -140,39 +140,25 @@ def _content(path: Path) -> dict:
     return doc
 
 
+def _record(compiled, inputs: dict, path: Path, how: str) -> None:
+    if how == "save_binary":
+        compiled.save_binary(path)
+        return
+    mnrt.begin_capture(fingerprints=True)
+    compiled(inputs)
+    compiled(inputs)
+    mnrt.end_capture().save(path)
+
+
+@pytest.mark.parametrize("how", ["save_binary", "calls"])
 @pytest.mark.parametrize("float_dtype", ["float", "mixed", "half"])
-def test_a_binary_records_the_uploaded_weights_as_they_are_without_copying_them(
-    ctx, tmp_path, monkeypatch, float_dtype
+def test_a_capture_records_the_uploaded_weights_as_they_are_without_copying_them(
+    ctx, tmp_path, monkeypatch, float_dtype, how
 ):
-    """save_binary's capture records each parameter from the array it was uploaded from
-    (compiled._weights_as_stored), not from a copy of the device memory: the binary holds
-    the same bytes either way."""
-    builder, inputs = models.MODELS["cnn"]()
-    compiled = ctx.compile(builder, inputs, options={"float_dtype": float_dtype})
-    vouched = type(compiled)._weights_as_stored
-    used = []
-
-    def counted(self):
-        return {k: (buf, lambda f=f, buf=buf: used.append(buf) or f())
-                for k, (buf, f) in vouched(self).items()}  # fmt: skip
-
-    monkeypatch.setattr(type(compiled), "_weights_as_stored", counted)
-    compiled.save_binary(tmp_path / "vouched.mnlb")
-    assert len(used) == len(compiled.graph.params)
-    monkeypatch.setattr(type(compiled), "_weights_as_stored", lambda self: {})
-    compiled.save_binary(tmp_path / "copied.mnlb")
-    assert _content(tmp_path / "vouched.mnlb") == _content(tmp_path / "copied.mnlb")
-    assert mnrt.replay(tmp_path / "vouched.mnlb", rtol=0, atol=0).passed
-
-
-@pytest.mark.parametrize("float_dtype", ["float", "half"])
-def test_a_capture_of_the_users_records_the_weights_without_copying_them_too(
-    ctx, tmp_path, monkeypatch, float_dtype
-):
-    """A capture of a call (begin_capture, call, end_capture) records the weights from the
-    arrays they were uploaded from, as save_binary does: copying them from the device
-    made such a capture two to three times slower on the light VGG-19 and ZFNet-512.
-    The buffers are recorded once, on their first call in the capture."""
+    """save_binary's capture, and a capture of the user's around two calls, record each
+    parameter once, from the array it was uploaded from (compiled._weights_as_stored),
+    not from a copy of the device memory: the binary holds the same bytes either way.
+    (Copying made a capture of the light VGG-19's call twice as slow.)"""
     builder, inputs = models.MODELS["cnn"]()
     compiled = ctx.compile(builder, inputs, options={"float_dtype": float_dtype})
     vouched = type(compiled)._weights_as_stored
@@ -185,18 +171,12 @@ def test_a_capture_of_the_users_records_the_weights_without_copying_them_too(
     monkeypatch.setattr(type(compiled), "_weights_as_stored", counted)
     compiled(inputs)  # no capture: nothing asked
     assert used == []
-    mnrt.begin_capture(fingerprints=True)
-    compiled(inputs)
-    compiled(inputs)
-    mnrt.end_capture().save(tmp_path / "vouched.mnlb")
+    _record(compiled, inputs, tmp_path / "vouched.mnlb", how)
     assert sorted(map(id, used)) == sorted(
         id(compiled.lowered.bindings[n]) for n in compiled.graph.params
     )
     monkeypatch.setattr(type(compiled), "_weights_as_stored", lambda self: {})
-    mnrt.begin_capture(fingerprints=True)
-    compiled(inputs)
-    compiled(inputs)
-    mnrt.end_capture().save(tmp_path / "copied.mnlb")
+    _record(compiled, inputs, tmp_path / "copied.mnlb", how)
     assert _content(tmp_path / "vouched.mnlb") == _content(tmp_path / "copied.mnlb")
     assert mnrt.replay(tmp_path / "vouched.mnlb", rtol=0, atol=0).passed
 
