@@ -331,6 +331,7 @@ class PipelinedFunction:
         """Close the devices this function opened and free its memory on the Context's own
         device, which stays open."""
         self._finalizer()
+        self._weights.clear()
         self.ctx.orphans.release()
 
 
