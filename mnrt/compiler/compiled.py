@@ -96,6 +96,7 @@ class CompiledFunction:
         self.example_inputs = {k: np.array(v) for k, v in inputs.items()}
         # Registered values this function is bound to (share=False: it owns every buffer).
         self.shared: dict[str, TensorProxy] = {}
+        self._weights: dict[int, tuple[Buffer, Callable[[], np.ndarray]]] | None = None
         # The buffers it owns, freed by close() or, once the function is dropped, by the
         # context (see release.py): the lowering's (a registered value it binds later
         # replaces one, which it frees, and stays the context's).
@@ -285,13 +286,15 @@ class CompiledFunction:
         form, for the capture of its binary to record instead of a copy (see
         capture_if_idle): they were written from the graph's arrays, which nothing changes
         (passes replace arrays, never write into them), and no kernel writes a parameter.
-        Registered values are left out: their owner may change them."""
-        weights = {}
-        for name in self.graph.params:
-            buf = self.lowered.bindings.get(name)
-            if buf is not None and name not in self.shared:
-                weights[id(buf)] = (buf, stored_form(self.graph.values[name].data, buf))
-        return weights
+        Registered values are left out: their owner may change them. Worked out once (a
+        capture asks at every call): what is bound where does not change after the compile."""
+        if self._weights is None:
+            self._weights = {
+                id(buf): (buf, stored_form(self.graph.values[name].data, buf))
+                for name in self.graph.params
+                if (buf := self.lowered.bindings.get(name)) is not None and name not in self.shared
+            }
+        return self._weights
 
     def _save(
         self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None
