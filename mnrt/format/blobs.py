@@ -25,6 +25,7 @@ _ZSTD_LEVEL = 3
 # No zstd frame expands by more than this: a 128 KiB RLE block costs at least 3 bytes. A blob
 # claiming more is hostile; checking it first keeps allocations within what the file justifies.
 _MAX_ZSTD_RATIO = 1 << 16
+_COMPARE_PIECE = 1 << 24  # bytes compared at a time by BlobTable.same_payload
 
 
 def align(n: int) -> int:
@@ -168,6 +169,37 @@ class BlobTable:
     def verify_all(self) -> None:
         for blob_id in range(1, len(self.infos) + 1):
             self.read(blob_id)
+
+    def same_payload(self, blob_id: int, other: BlobTable, other_id: int) -> bool:
+        """Whether blob `blob_id` here holds what blob `other_id` of `other` does. Blobs of
+        another hash or size do not. Blobs of one hash stored as the same bytes do, without
+        decompressing or hashing them (diffing two large binaries stays cheap); where their
+        stored bytes differ (another zstd level, or a corrupt payload) both are read, so a
+        payload that does not match its recorded hash is refused (InvalidBinaryError)
+        rather than taken for the one it claims to be."""
+        a, b = self.info(blob_id), other.info(other_id)
+        if (a.hash, a.size) != (b.hash, b.size):
+            return False
+        if a.compression == b.compression and _same_bytes(
+            self._data[a.offset : a.offset + a.stored_size],
+            other._data[b.offset : b.offset + b.stored_size],
+        ):
+            return True
+        return _same_bytes(self.read(blob_id), other.read(other_id))
+
+
+def _same_bytes(a: memoryview, b: memoryview) -> bool:
+    """Byte-wise equality, in pieces so that comparing two large payloads allocates little
+    (memoryview's own == compares element by element, an order of magnitude slower)."""
+    if len(a) != len(b):
+        return False
+    step = _COMPARE_PIECE
+    return all(
+        np.array_equal(
+            np.frombuffer(a[i : i + step], np.uint8), np.frombuffer(b[i : i + step], np.uint8)
+        )
+        for i in range(0, len(a), step)
+    )
 
 
 def _decompress(stored: memoryview, size: int, blob_id: int, command: int | None) -> bytes:

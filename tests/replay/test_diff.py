@@ -6,6 +6,7 @@ import base64
 import json
 
 import numpy as np
+import pytest
 from binaries import (
     chain_capture,
     json_paths,
@@ -15,12 +16,14 @@ from binaries import (
     weight_sites,
     with_written,
 )
-from cli_harness import invoke_cli
+from cli_harness import assert_one_line_error, invoke_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mnrt
-from mnrt.format import jsonio
+from mnrt.format import blobs, jsonio
+from mnrt.format.blobs import BlobTable
+from mnrt.format.edit import STRONG_LEVEL, Editor
 from mnrt.format.fb.CommandUnion import CommandUnion as U
 from mnrt.replay.diff import diff, to_text
 from mnrt.replay.reduce import with_kernels, without
@@ -132,6 +135,48 @@ def test_cli_exit_codes_and_json(tmp_path):
     assert invoke_cli("diff", pa, tmp_path / "missing.mnlb")[0] == 2
 
 
+def test_a_corrupt_copy_is_unreadable_not_equal(tmp_path):
+    """A copy whose payload no longer matches the hash its blob table records: compared by
+    recorded hashes alone, it would be "equal"; diff names the corrupt file instead, in
+    either order (exit 2)."""
+    pa, pb = tmp_path / "a.mnlb", tmp_path / "b.mnlb"
+    chain_capture(10).save(pa)
+    data = bytearray(pa.read_bytes())
+    data[-1] ^= 0x40  # the last byte of the data section belongs to the last blob
+    pb.write_bytes(data)
+    for x, y in ((pa, pb), (pb, pa)):
+        assert_one_line_error(*invoke_cli("diff", x, y), f"{pb}: blob ")
+    with pytest.raises(mnrt.InvalidBinaryError, match="corrupt|decompress"):
+        diff(mnrt.LightBinary.load(pa), mnrt.LightBinary.load(pb))
+
+
+def test_payloads_stored_as_other_bytes_are_compared_by_their_contents(monkeypatch):
+    """Recompressed at another zstd level, every payload is stored as other bytes and read
+    to compare (equal); stored as the same bytes, none is decompressed. Two payloads that
+    match one recorded hash and still differ (a collision, forced here) are a difference."""
+    mlp = mnrt.LightBinary.load("samples/mlp.mnlb")  # format 1.0: rewritten as today's
+    a = Editor(mlp).build(list(mlp.commands))
+    packed = {i for i, b in enumerate(a.blobs.infos, 1) if b.compression == blobs.ZSTD}
+    strong = Editor(a).build(list(a.commands), fingerprints=a.fingerprints, level=STRONG_LEVEL)
+    assert packed and all(strong.blobs.infos[i - 1] != a.blobs.infos[i - 1] for i in packed)
+    real, reads = BlobTable.read, []
+    monkeypatch.setattr(BlobTable, "read", lambda t, i, c=None: reads.append(i) or real(t, i, c))
+    assert diff(a, mnrt.LightBinary(a.to_bytes()))["equal"] and reads == []
+    assert diff(a, strong)["equal"] and set(reads) == packed
+    w = np.ones((4, 4), np.float32)
+    colliding = {w.tobytes(), (w * 2).tobytes()}
+    xxh3 = blobs.xxhash.xxh3_64_intdigest
+    hashes = type(
+        "Colliding", (), {"xxh3_64_intdigest": lambda d: 7 if bytes(d) in colliding else xxh3(d)}
+    )
+    monkeypatch.setattr(blobs, "xxhash", hashes)
+    a = chain_capture(10)
+    one, other = with_written(a, "w3", w), with_written(a, "w3", w * 2)
+    d = diff(one, other)
+    assert not d["equal"] and d["commands"] == [] and len(d["payloads"]) == 1
+    assert "same hash, other payload" in to_text(d)
+
+
 def test_two_light_model_binaries(tmp_path):
     a = light_model_binary("light_squeezenet", tmp_path)
     assert diff(a, mnrt.LightBinary.load(a.path))["equal"]
@@ -165,8 +210,8 @@ HOSTILE = [0, 1, -1, 5, 2**31 - 1, 2**32 - 1, 2**40, 1e300, -1e300, "", "x", "AA
 def test_a_diff_against_any_edited_binary_is_a_verdict(data):
     """Whatever an edit of its JSON form makes of a binary (a size, id, shape, dtype, blob or
     attribute changed: mostly binaries `mnrt verify` refuses), diff against the original
-    gives its verdict, or the load refuses the edit with an MnrtError: never another
-    exception."""
+    gives its verdict, or names the edited binary unreadable, or the load refuses the edit
+    with an MnrtError: never another exception."""
     a = chain_capture(3)
     doc = json.loads(jsonio.dumps(a))
     leaves = [p for p in json_paths(doc) if type(_at(doc, p)) in (int, float, str)]  # not bool
@@ -182,6 +227,11 @@ def test_a_diff_against_any_edited_binary_is_a_verdict(data):
         b = jsonio.from_json(doc)
     except mnrt.MnrtError:
         return
-    for d in (diff(a, b), diff(b, a)):
+    for x, y, edited_side in ((a, b, "B"), (b, a, "A")):
+        try:
+            d = diff(x, y)
+        except mnrt.InvalidBinaryError as e:  # a payload that is not what its hash says
+            assert str(e).startswith(f"{edited_side}: blob "), e
+            continue
         assert isinstance(d["equal"], bool)
         to_text(d)
