@@ -18,23 +18,44 @@ from .run import _device, _progress
 
 
 def _baseline(path: Path) -> dict:
-    """The `modelled` part of an earlier `mnrt bench --json`."""
+    """The `modelled` part of an earlier `mnrt bench --json`, with every field the gate
+    reads checked first: an edited or foreign file is a usage error, not a traceback or a
+    verdict on nonsense (a negative time would make anything a regression)."""
     try:
         doc = json.loads(path.read_text())
-        modelled = doc["modelled"]
-        for name in ("makespan_s", "energy_j"):
-            if not (isinstance(modelled[name], (int, float)) and math.isfinite(modelled[name])):
-                raise ValueError(name)
-        if not isinstance(modelled.get("kernels", []), list):
-            raise ValueError("kernels")
-        return modelled
     except OSError as e:
         raise errors.InvalidArgumentError(f"cannot read --baseline {path}: {e.strerror}") from None
-    except (ValueError, KeyError, TypeError):
-        raise errors.InvalidArgumentError(
-            f"--baseline {path} is not the JSON `mnrt bench FILE --json` prints (it needs "
-            "modelled.makespan_s, modelled.energy_j and modelled.kernels)"
-        ) from None
+    except ValueError:
+        doc = None
+    modelled = doc.get("modelled") if isinstance(doc, dict) else None
+    if isinstance(modelled, dict) and _amounts(modelled, ("makespan_s", "energy_j")):
+        kernels = modelled.get("kernels", [])
+        if isinstance(kernels, list) and all(_kernel(k) for k in kernels):
+            return modelled
+    raise errors.InvalidArgumentError(
+        f"--baseline {path} is not the JSON `mnrt bench FILE --json` prints (it needs "
+        "modelled.makespan_s and modelled.energy_j, and modelled.kernels of program, "
+        "program_kernel, op and time_s: non-negative finite amounts)"
+    )
+
+
+def _amounts(row: dict, names: tuple[str, ...]) -> bool:
+    """Whether `row` holds each of `names` as a finite non-negative number."""
+    return all(
+        type(row.get(n)) in (int, float) and math.isfinite(row[n]) and row[n] >= 0 for n in names
+    )
+
+
+def _kernel(row: object) -> bool:
+    """Whether `row` is a kernel of `mnrt bench --json`'s modelled.kernels, as far as the
+    gate reads it (see costs.regressions)."""
+    return (
+        isinstance(row, dict)
+        and isinstance(row.get("program"), str)
+        and isinstance(row.get("op"), str)
+        and type(row.get("program_kernel")) is int
+        and _amounts(row, ("time_s",))
+    )
 
 
 @click.command()

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from binaries import chain_capture
-from cli_harness import invoke_cli
+from cli_harness import assert_one_line_error, invoke_cli
 
 
 def _bench(*args) -> tuple[int, str]:
@@ -43,11 +44,37 @@ def test_baseline_gate_passes_unchanged_and_names_the_kernels_that_got_slower(tm
     assert code == 1 and json.loads(out)["regression"]["slower_kernels"][0]["op"] == "add"
 
 
-def test_a_baseline_that_is_not_bench_json_is_a_usage_error(tmp_path):
+NOT_BENCH_JSON = {
+    "no totals": lambda m: m.clear(),
+    "not JSON": None,
+    "a list": [],
+    "time as text": lambda m: m.update(makespan_s="fast"),
+    "negative time": lambda m: m.update(makespan_s=-1.0),
+    "time true": lambda m: m.update(makespan_s=True),
+    "energy a list": lambda m: m.update(energy_j=[1.0]),
+    "kernels a dict": lambda m: m.update(kernels={"a": 1}),
+    "kernels numbers": lambda m: m.update(kernels=[1, 2]),
+    "kernel without program": lambda m: m["kernels"][0].pop("program"),
+    "kernel time text": lambda m: m["kernels"][1].update(time_s="a"),
+    "kernel time infinite": lambda m: m["kernels"][2].update(time_s=float("inf")),
+    "kernel index text": lambda m: m["kernels"][0].update(program_kernel="0"),
+}
+
+
+@pytest.mark.parametrize("case", NOT_BENCH_JSON)
+def test_a_baseline_that_is_not_bench_json_is_a_usage_error(tmp_path, case):
+    """Every field the gate reads is checked before any is used: an edited or foreign
+    baseline is a one-line usage error, never a traceback or a verdict on nonsense."""
     path, base = tmp_path / "c.mnlb", tmp_path / "base.json"
     chain_capture(3).save(path)
-    base.write_text('{"modelled": {}}')
-    code, out = _bench(path, "--baseline", base)
-    assert code == 2 and "is not the JSON" in out
-    code, out = _bench(path, "--baseline", tmp_path / "nope.json")
-    assert code == 2 and "cannot read --baseline" in out
+    doc = json.loads(_bench(path, "--json")[1])
+    edit = NOT_BENCH_JSON[case]
+    if callable(edit):
+        edit(doc["modelled"])
+        base.write_text(json.dumps(doc))
+    else:
+        base.write_text("{" if edit is None else json.dumps(edit))
+    assert_one_line_error(*_bench(path, "--baseline", base), "is not the JSON")
+    assert_one_line_error(
+        *_bench(path, "--baseline", tmp_path / "no.json"), "cannot read --baseline"
+    )
