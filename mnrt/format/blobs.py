@@ -53,7 +53,14 @@ class BlobStore:
         self._infos: list[BlobInfo] = []
         self._end = 0
 
-    def add(self, data: bytes | bytearray | memoryview | np.ndarray) -> int:
+    def add(
+        self,
+        data: bytes | bytearray | memoryview | np.ndarray,
+        packed: memoryview | None = None,
+    ) -> int:
+        """The id of `data`'s blob, added if new. `packed`: `data` as a zstd frame another
+        writer made (BlobTable.stored), kept where this store's level does no better: a
+        stronger level is not always smaller."""
         view = _as_bytes(data)
         size = view.nbytes
         digest = xxhash.xxh3_64_intdigest(view)
@@ -63,9 +70,11 @@ class BlobStore:
             return found
         payload, compression, stored = view, NONE, size
         if size >= _MIN_COMPRESS:
-            packed = zstandard.ZstdCompressor(level=self._level).compress(view)
-            if len(packed) <= size - size // 8:
-                payload, compression, stored = packed, ZSTD, len(packed)
+            ours = zstandard.ZstdCompressor(level=self._level).compress(view)
+            if len(ours) <= size - size // 8:
+                payload, compression, stored = ours, ZSTD, len(ours)
+        if packed is not None and len(packed) < stored:
+            payload, compression, stored = packed, ZSTD, len(packed)
         end = self._end
         self._infos.append(BlobInfo(end, stored, size, compression, digest))
         self._payloads.append(payload)
@@ -169,6 +178,14 @@ class BlobTable:
     def verify_all(self) -> None:
         for blob_id in range(1, len(self.infos) + 1):
             self.read(blob_id)
+
+    def stored(self, blob_id: int) -> memoryview | None:
+        """Blob `blob_id` as its zstd frame, once read (so known to decompress to the payload
+        its hash names); None where it is stored uncompressed or not yet read."""
+        b = self.info(blob_id)
+        if b.compression != ZSTD or blob_id not in self._checked:
+            return None
+        return self._data[b.offset : b.offset + b.stored_size]
 
     def same_payload(self, blob_id: int, other: BlobTable, other_id: int) -> bool:
         """Whether blob `blob_id` here holds what blob `other_id` of `other` does. Blobs of

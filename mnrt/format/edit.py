@@ -47,6 +47,10 @@ class Editor:
         n = len(self.source.blobs)
         return self.source.blobs.read(blob_id) if blob_id <= n else self.extra[blob_id - n - 1]
 
+    def _packed(self, blob_id: int) -> memoryview | None:
+        """A source blob's zstd frame, for the new store to keep where it is the smaller."""
+        return self.source.blobs.stored(blob_id) if blob_id <= len(self.source.blobs) else None
+
     def build(
         self,
         commands: Sequence[CommandT],
@@ -77,7 +81,7 @@ class Editor:
                     old = getattr(body, a)
                     if old:
                         if old not in moved:
-                            moved[old] = store.add(self.payload(old))
+                            moved[old] = store.add(self.payload(old), self._packed(old))
                         setattr(body, a, moved[old])
             out.append(CommandT(c.cmdType, body))
         src = self.source

@@ -3,9 +3,10 @@
 Three steps: dead commands go (writes and copies whose data nothing later reads, programs
 whose outputs nothing later needs, device traces never replayed, then the buffers and programs
 no kept command uses); identical programs of one device are created once; payloads are
-stored once and recompressed at zstd's strong level. Reads and golden checks are what the
-binary is for, so they and everything they depend on stay. The result is replayed before
-it is handed back and must pass its goldens.
+stored once and recompressed at zstd's strong level, or kept as they were where that is
+smaller (a stronger level is not always). Reads and golden checks are what the binary is
+for, so they and everything they depend on stay. The result is replayed before it is
+handed back and must pass its goldens.
 """
 
 from __future__ import annotations
