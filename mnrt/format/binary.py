@@ -26,6 +26,7 @@ from .fb import LightBinary as fb_root
 from .fb.Command import CommandT
 from .fb.DeviceDescription import DeviceDescriptionT
 from .fb.LightBinary import LightBinary as FbLightBinary
+from .fb.LightBinary import LightBinaryT
 from .fb.Metadata import MetadataT
 from .fb.Version import CreateVersion
 from .fields import STRUCT_CODES, scalar_type
@@ -208,6 +209,11 @@ class LightBinary:
         if self._commands is None:
             self._commands = read_commands(self._fb, self._root._tab.Pos)
         return self._commands
+
+    def unpacked(self) -> LightBinaryT:
+        """The whole root in FlatBuffers' object API, decoded afresh: the form JSON and
+        `mnrt dump` show (replay reads `commands`, decoded once)."""
+        return LightBinaryT.InitFromObj(self._root)
 
     @property
     def io_recorded(self) -> bool:

@@ -20,7 +20,6 @@ from ..errors import InvalidBinaryError, MnrtError
 from .binary import LightBinary, check_readable
 from .blobs import BlobStore
 from .fb.DeviceDescription import DeviceDescriptionT
-from .fb.LightBinary import LightBinaryT
 from .fb.Metadata import MetadataT
 from .fields import attr_name, object_class
 from .files import open_regular, write_atomically
@@ -79,7 +78,7 @@ def table_to_json(table: str, obj: Any) -> dict:
 
 def to_json(binary: LightBinary, blob_dir: Path | None = None) -> dict:
     """The whole binary as JSON-ready data; blobs inline (base64) or written to `blob_dir`."""
-    root = LightBinaryT.InitFromObj(binary._root)
+    root = binary.unpacked()
     doc = {"format": JSON_FORMAT, **table_to_json("LightBinary", root)}
     _stamps_as_hex(doc)
     blobs = []
@@ -126,7 +125,7 @@ def dumps(binary: LightBinary, blob_dir: Path | None = None, with_data: bool = T
 
 def describe(binary: LightBinary) -> dict:
     """Header, commands and blob table without payloads (what `mnrt dump --json` prints)."""
-    root = LightBinaryT.InitFromObj(binary._root)
+    root = binary.unpacked()
     doc = {"format": JSON_FORMAT, **table_to_json("LightBinary", root)}
     _stamps_as_hex(doc)
     doc["blobs"] = [

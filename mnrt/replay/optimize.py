@@ -23,7 +23,7 @@ from ..format.fb.CommandUnion import CommandUnion as U
 from ..format.fingerprints import Fingerprint
 from .diff import plain
 from .plan import Plan, validate
-from .trim import TrimError, _Live, check_replays, referenced_ids
+from .trim import Live, TrimError, check_replays, referenced_ids
 
 
 class OptimizeError(TrimError):
@@ -56,7 +56,7 @@ def _program_buffers(plan: Plan, program: int, ids: Sequence[int]) -> tuple[list
 def live_commands(binary: LightBinary, plan: Plan) -> list[int]:
     """Indices of the commands a replay's reads and goldens depend on (see module doc)."""
     commands = binary.commands
-    live = _Live()
+    live = Live()
     live.follow(commands, len(commands))
     in_trace = {i for ids in live.traces.values() for i in ids}
     trace_of = {i: t for t, ids in live.traces.items() for i in ids}

@@ -55,7 +55,7 @@ def parse_range(text: str, count: int) -> tuple[int, int]:
 
 
 @dataclass
-class _Live:
+class Live:
     """What is defined at some command: creation commands by id, and each device trace's
     commands (begin, enqueues, end) with whether it is still being captured."""
 
@@ -103,7 +103,7 @@ def referenced_ids(cmd: Any) -> set[int]:
     return ids
 
 
-def _closure(commands: Sequence[CommandT], wanted: set[int], live: _Live) -> set[int]:
+def _closure(commands: Sequence[CommandT], wanted: set[int], live: Live) -> set[int]:
     """`wanted` plus what defining them needs (a queue's device, a buffer's device...)."""
     todo, seen = list(wanted), set()
     while todo:
@@ -134,7 +134,7 @@ def trim(binary: LightBinary, start: int, stop: int, verify: bool = True) -> Lig
     with `verify`, replayed first: one that fails raises TrimError."""
     plan = validate(binary, blobs=False)
     commands = binary.commands
-    live = _Live()
+    live = Live()
     live.follow(commands, start)
     if live.capturing:
         trace = next(iter(live.capturing.values()))

@@ -1,8 +1,10 @@
-"""Command-line values that several subcommands parse: NAME=VALUE pairs."""
+"""Command-line values that several subcommands parse: NAME=VALUE pairs, device indices."""
 
 from __future__ import annotations
 
 import click
+
+from .. import errors
 
 
 def pair(spec: str, form: str) -> tuple[str, str]:
@@ -24,3 +26,16 @@ def named_sources(specs: tuple[str, ...], flag: str, form: str) -> dict[str, str
             raise click.BadParameter(f"{what} {name} is given twice", param_hint=flag)
         given[name] = source
     return given
+
+
+def device_index(value: str) -> int | str:
+    """`--device`: 'auto' (the first free device) or an index, which the device layer
+    checks against the devices there are."""
+    if value == "auto":
+        return "auto"
+    try:
+        return int(value)
+    except ValueError:
+        raise errors.InvalidArgumentError(
+            f"--device {value!r}: use 'auto' or a device index"
+        ) from None

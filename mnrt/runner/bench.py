@@ -14,7 +14,8 @@ from ..replay import MAX_LOOPS, replay
 from ..replay.costs import kernel_costs, modelled_totals, regressions
 from ..replay.placement import parse_device_map
 from ..replay.report import check_dict
-from .run import _device, _progress
+from .args import device_index
+from .run import loop_progress
 
 
 def _baseline(path: Path) -> dict:
@@ -91,10 +92,10 @@ def bench(
     base = _baseline(baseline) if baseline is not None else None
     report = replay(
         file,
-        device=_device(device),
+        device=device_index(device),
         verify=not no_verify,
         loops=loops,
-        progress=_progress(loops),
+        progress=loop_progress(loops),
         device_map=None if device_map is None else parse_device_map(device_map),
         devices=devices,
     )

@@ -22,21 +22,10 @@ from ..replay.io import header_check
 from ..replay.placement import parse_device_map
 from ..replay.report import error_document
 from . import interrupt
-from .args import named_sources
+from .args import device_index, named_sources
 
 
-def _device(value: str) -> int | str:
-    if value == "auto":
-        return "auto"
-    try:
-        return int(value)
-    except ValueError:
-        raise errors.InvalidArgumentError(
-            f"--device {value!r}: use 'auto' or a device index"
-        ) from None
-
-
-def _progress(total_loops: int):
+def loop_progress(total_loops: int):
     """What a replay calls after each loop: a Ctrl-C Python dropped is raised again there
     (see interrupt.py), and a multi-loop run on a terminal shows a progress bar."""
     if total_loops < 2 or not sys.stderr.isatty():
@@ -282,7 +271,7 @@ def run(
             binary,
             _arrays(binary, "input", input_specs),
             _arrays(binary, "output", expected_specs),
-            _device(device),
+            device_index(device),
             None if device_map is None else parse_device_map(device_map),
         )
 
@@ -295,7 +284,7 @@ def run(
             loops=loops,
             rtol=rtol,
             atol=atol,
-            progress=_progress(loops) if transport is None or transport.rank == 0 else None,
+            progress=loop_progress(loops) if transport is None or transport.rank == 0 else None,
             profile=profile_path is not None,
             inputs=inputs if input_specs else None,
             expected=expected if expected_specs else None,

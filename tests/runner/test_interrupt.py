@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from mnrt.runner import interrupt
-from mnrt.runner.run import _progress
+from mnrt.runner.run import loop_progress
 
 
 class _Finalized:
@@ -22,7 +22,7 @@ class _Finalized:
 def test_a_ctrl_c_python_drops_in_a_finalizer_is_raised_between_loops():
     before = signal.getsignal(signal.SIGINT)
     with interrupt.kept():
-        step = _progress(3)
+        step = loop_progress(3)
         step(1, 3)  # nothing pressed yet
         _Finalized()  # dropped at once: its finalizer runs, the interrupt is lost there
         with pytest.raises(KeyboardInterrupt):
