@@ -91,7 +91,7 @@ def one(ctx: mnrt.Context, model, inputs: dict, float_dtype: str, folder: Path, 
     compiled = ctx.compile(model, inputs, options={"float_dtype": float_dtype})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        accuracy = compiled._save(folder / "own.mnlb")
+        accuracy = compiled.save_binary_and_check(folder / "own.mnlb")
     compile_s = time.perf_counter() - t0
     own = mnrt.replay(folder / "own.mnlb")
     others = other_blas(folder / "own.mnlb") if blas else (0, 0)

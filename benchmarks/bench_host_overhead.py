@@ -40,7 +40,7 @@ def main() -> None:
         # Serial baseline: the same command objects executed inline, no queue, no thread.
         from mnrt.host.commands import RunProgram
 
-        plan = prog._plan(binding)
+        plan = prog.plan(binding)
         cmds = [RunProgram(prog, plan, binding) for _ in range(n)]
         backend = dev._backend
         start = time.perf_counter()

@@ -47,7 +47,7 @@ def compile_model(ctx, model, inputs, preset, dtype):
     start = time.perf_counter()
     compiled = ctx.compile(model, inputs, options={"option_json": preset, "float_dtype": dtype})
     seconds = time.perf_counter() - start
-    plan = compiled.lowered.program._plan(compiled.lowered.bindings)
+    plan = compiled.lowered.program.plan(compiled.lowered.bindings)
     return compiled, plan, seconds
 
 
@@ -79,7 +79,7 @@ def budgets(ctx, name, model, inputs) -> None:
     for budget in (0, 16 << 20, 1 << 20, 64 << 10):
         options = {"option_json": "O3", "float_dtype": "mixed", "sram_budget": budget}
         compiled = ctx.compile(model, inputs, options=options)
-        plan = compiled.lowered.program._plan(compiled.lowered.bindings)
+        plan = compiled.lowered.program.plan(compiled.lowered.bindings)
         chains = [s.modelled for s in plan.steps if s.kdef.name == "chain"]
         times.append(plan.modelled.time_s)
         rows.append(

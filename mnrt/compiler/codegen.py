@@ -64,7 +64,7 @@ def write(
     with ThreadPoolExecutor(1, thread_name_prefix="mnrt-codegen") as writer:
         written = writer.submit(_write_graph, compiled, folder)
         start = time.perf_counter()
-        accuracy = compiled._save(folder / "model.mnlb")
+        accuracy = compiled.save_binary_and_check(folder / "model.mnlb")
         if accuracy is None:  # an earlier compile's binary must not pass for this one's
             _remove_stale(folder / "model.mnlb", what)
         seconds = time.perf_counter() - start
@@ -111,7 +111,7 @@ def _write_graph(compiled: CompiledFunction, folder: Path) -> dict[str, tuple[in
 def report(compiled: CompiledFunction, phases: list[dict]) -> dict:
     """Compile phases, one entry per layer (node) with its modelled device cost, and
     totals per kernel: report.json of codegen_dir."""
-    plan = compiled.lowered.program._plan(compiled.lowered.bindings)
+    plan = compiled.lowered.program.plan(compiled.lowered.bindings)
     layers: list[dict] = []
     per_op: dict[str, dict] = {}
     switches = {"count": 0, "device_time_s": 0.0}

@@ -33,11 +33,11 @@ def _refuse_registered_of_another_dtype(ctx: Context, graph: Graph, options: Any
     would compute with its own copy and never see updates to the registered value. Say which
     dtype to register it in instead. (A shape that differs is warned about after binding.)"""
     wrong = [
-        (name, ctx._registered[name].buffer.dtype, graph.values[name].dtype)
+        (name, ctx.registered[name].buffer.dtype, graph.values[name].dtype)
         for name in graph.params
-        if name in ctx._registered
-        and ctx._registered[name].shape == graph.values[name].shape
-        and ctx._registered[name].buffer.dtype is not graph.values[name].dtype
+        if name in ctx.registered
+        and ctx.registered[name].shape == graph.values[name].shape
+        and ctx.registered[name].buffer.dtype is not graph.values[name].dtype
     ]
     if wrong:
         raise DTypeError(
@@ -114,7 +114,7 @@ class CompiledFunction:
         """Write the weights, or bind the registered values of the same shape and dtype."""
         q = ctx.queue
         for name in graph.params:
-            shared = ctx._registered.get(name) if share else None
+            shared = ctx.registered.get(name) if share else None
             buf = self.lowered.bindings.get(name)
             if buf is None:  # a parameter no kernel reads: nothing to upload
                 continue
@@ -161,13 +161,13 @@ class CompiledFunction:
         graph cannot: converted to another precision (float_dtype) or folded into other
         weights. The function computes with its own copy, so say that updates to the
         registered value will not reach it."""
-        missed = sorted(n for n in ctx._registered if n in source.params and n not in self.shared)
-        shaped = [n for n in missed if ctx._registered[n].shape != source.values[n].shape]
+        missed = sorted(n for n in ctx.registered if n in source.params and n not in self.shared)
+        shaped = [n for n in missed if ctx.registered[n].shape != source.values[n].shape]
         if shaped:
             warnings.warn(
                 f"compiled graph '{self.graph.name}' does not bind registered value(s) "
                 + ", ".join(
-                    f"{n!r} (registered {list(ctx._registered[n].shape)}, the model's "
+                    f"{n!r} (registered {list(ctx.registered[n].shape)}, the model's "
                     f"parameter {list(source.values[n].shape)})"
                     for n in shaped
                 )
@@ -276,7 +276,7 @@ class CompiledFunction:
         results are checked against `reference` too, and a miss warns. The function's inputs
         hold afterwards what they held before: a later call that gives none still uses them
         (its outputs, like any call's, are overwritten)."""
-        if self._save(path, inputs) is None:
+        if self.save_binary_and_check(path, inputs) is None:
             raise CaptureError(
                 f"cannot save_binary: {CAPTURE_RUNNING}; call save_binary after end_capture()"
             )
@@ -296,11 +296,12 @@ class CompiledFunction:
             }
         return self._weights
 
-    def _save(
+    def save_binary_and_check(
         self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None
     ) -> dict | None:
-        """save_binary; its accuracy check (goldens.accuracy) for report.json, or None when a
-        capture (of the user's) is running."""
+        """save_binary, returning its accuracy check against the reference (goldens.accuracy:
+        what codegen_dir's report.json shows); None, with nothing written, where a capture
+        of the user's is running (save_binary raises instead)."""
         self._check_open("save its binary")
         if inputs is None:
             inputs = self.example_inputs

@@ -18,6 +18,7 @@ import time
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -113,6 +114,12 @@ class Context:
         proxy.load_from(array)
         self._registered[name] = proxy
         return proxy
+
+    @property
+    def registered(self) -> Mapping[str, TensorProxy]:
+        """The values `register_param` put on the device, by name (read only: register
+        more with register_param)."""
+        return MappingProxyType(self._registered)
 
     def get_registered_value_proxy(self, name: str) -> TensorProxy:
         if not isinstance(name, str):

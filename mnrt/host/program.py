@@ -1,6 +1,6 @@
 """Kernel and Program: what a device runs, with operand slots bound to buffers at enqueue.
 
-Validation happens once per distinct binding: `Program._plan` checks every slot, infers
+Validation happens once per distinct binding: `Program.plan` checks every slot, infers
 every kernel's output shapes from the bound buffers, prices each kernel with the timing
 model, binds each kernel to its buffers' memory and caches the result, so enqueueing the
 same program on the same buffers again costs a dict lookup. Plans are dropped when a buffer
@@ -236,7 +236,10 @@ class Program:
             tuple((k.op, k.inputs, k.outputs, tuple(k.attrs.items())) for k in self.kernels)
         )
 
-    def _plan(self, bindings: Mapping[str, Buffer]) -> Plan:
+    def plan(self, bindings: Mapping[str, Buffer]) -> Plan:
+        """The program run with `bindings` (slot name -> Buffer), validated once per
+        distinct binding and kept: its steps and their modelled time and energy, without
+        running it (what an enqueue runs, and what compile reports and benchmarks read)."""
         if not isinstance(bindings, Mapping):
             raise BindingError(
                 f"program '{self.name}': bind slots with a dict of slot name -> Buffer"

@@ -219,7 +219,7 @@ class CommandQueue:
                 "was created on",
                 "create it on the device that runs it",
             )
-        cmd = RunProgram(program, program._plan(bindings), bindings)
+        cmd = RunProgram(program, program.plan(bindings), bindings)
         _check_blocking(blocking)
         if self._capture is not None and blocking:
             raise TraceError(

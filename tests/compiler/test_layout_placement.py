@@ -232,7 +232,7 @@ def test_chains_keep_intermediates_only_in_the_local_memory_placement_leaves(ctx
         assert at
         for i in at:
             assert graph.nodes[i].attrs["lm_room"] == max(0, (budget or on_chip_bytes()) - live[i])
-        plan = compiled.lowered.program._plan(compiled.lowered.bindings)
+        plan = compiled.lowered.program.plan(compiled.lowered.bindings)
         steps = [s for s in plan.steps if s.kdef.name == "chain"]
         kernels = [k for k in compiled.lowered.program.kernels if k.op == "chain"]
         assert [k.attrs["lm_room"] for k in kernels] == [

@@ -23,7 +23,7 @@ def ctx():
 
 
 def modelled(compiled) -> float:
-    return compiled.lowered.program._plan(compiled.lowered.bindings).modelled.time_s
+    return compiled.lowered.program.plan(compiled.lowered.bindings).modelled.time_s
 
 
 @pytest.mark.parametrize(("model", "kwargs"), [("cnn", {"batch": 8}), ("transformer", {})])

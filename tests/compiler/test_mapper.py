@@ -154,7 +154,7 @@ def test_a_fused_chain_keeps_the_intermediate_on_chip_when_it_fits():
         q.enqueue_write_buffer(bufs["a"], a)
         q.enqueue_write_buffer(bufs["b"], b)
         prog = dev.create_program(kernels)
-        assert prog._plan(bufs).modelled.time_s == pytest.approx(front.best.time_s, rel=1e-12)
+        assert prog.plan(bufs).modelled.time_s == pytest.approx(front.best.time_s, rel=1e-12)
         q.enqueue_program(prog, bufs)
         y = q.enqueue_read_buffer(bufs["y"], blocking=True)
     np.testing.assert_allclose(y, np.maximum(a @ b, 0), rtol=1e-4, atol=1e-3)

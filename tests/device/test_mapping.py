@@ -87,7 +87,7 @@ def _run(kernels, arrays, out_shape, dtype):
             q.enqueue_write_buffer(bufs[name], arr)
         bufs["y"] = dev.create_buffer(out_shape, dtype, name="y")
         prog = dev.create_program(kernels)
-        plan = prog._plan(bufs)
+        plan = prog.plan(bufs)
         q.enqueue_program(prog, bufs)
         return q.enqueue_read_buffer(bufs["y"], blocking=True), plan.modelled
 

@@ -224,14 +224,14 @@ def test_program_and_queue_totals_are_the_sums_of_their_parts():
             q.enqueue_program(prog, {"x": x, "w": w, "h": h, "y": y})
         q.finish()
         binding = {"x": x, "w": w, "h": h, "y": y}
-        steps = prog._plan(binding).steps
+        steps = prog.plan(binding).steps
         parts = [
             dev._backend.kernel_cost(
                 k.kdef, [b.spec for b in s.ins], [b.spec for b in s.outs], k.attrs
             )
             for k, s in zip(kernels, steps)
         ]
-        total = prog._plan(binding).modelled
+        total = prog.plan(binding).modelled
         assert total.time_s == sum(p.time_s for p in parts)
         assert total.energy_j == sum(p.energy_j for p in parts)
         history = [c.modelled for c in q.history if c.modelled is not None]

@@ -31,7 +31,7 @@ def test_capture_records_without_executing_and_replay_runs(dev, q, counter):
     np.testing.assert_array_equal(q.enqueue_read_buffer(acc), 20)
     replay = list(q.history)[-2]
     assert replay.kind == "replay_trace"
-    one_step = prog._plan({"acc": acc, "step": step}).modelled.time_s
+    one_step = prog.plan({"acc": acc, "step": step}).modelled.time_s
     assert replay.modelled.time_s == pytest.approx(2 * one_step)
     dev.release_trace(tid)
     with pytest.raises(mnrt.TraceError, match="never captured, or released"):
