@@ -655,6 +655,15 @@ BAD_FILES = {
     "truncated": (lambda p: relu_model().SerializeToString()[:20], "not a readable ONNX model"),
     "missing external data": (lambda p: _external(p, "gone.bin"), "gone.bin"),
     "external data outside": (lambda p: _external(p, "../../x.bin"), "outside the directory"),
+    # protobuf hands names that are not UTF-8 over as bytes, which the importer tripped on
+    "an op type not text": (
+        lambda p: relu_model().SerializeToString().replace(b"Relu", b"R\xfflu"),
+        r"field model\.graph\.node\[0\]\.op_type is not UTF-8 text",
+    ),
+    "a value name not text": (
+        lambda p: relu_model().SerializeToString().replace(b"\n\x01x", b"\n\x01\xff"),
+        r"field model\.graph\.(node\[0\]\.input|input\[0\]\.name) is not UTF-8 text",
+    ),
 }
 
 

@@ -195,6 +195,28 @@ def load_model(path: str | os.PathLike) -> Any:
     return model
 
 
+def _check_text(message: Any, where: str) -> None:
+    """Every string field of the model holds text. Protobuf hands a name that is not UTF-8
+    (a corrupt file's op type or value name) over as bytes, which every later step would
+    trip on; bytes fields (raw tensor data, string attributes) are not names and may hold
+    any bytes."""
+    from google.protobuf.descriptor import FieldDescriptor
+    from google.protobuf.message import Message
+
+    for field, value in message.ListFields():
+        if field.type == FieldDescriptor.TYPE_STRING:
+            items = [value] if isinstance(value, (str, bytes)) else value
+            if not all(isinstance(v, str) for v in items):
+                raise InvalidModelError(
+                    f"ONNX field {where}.{field.name} is not UTF-8 text (the file is "
+                    "corrupt, or was not written by an ONNX exporter); export the model again"
+                )
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            items = [value] if isinstance(value, Message) else value
+            for i, item in enumerate(items):
+                _check_text(item, f"{where}.{field.name}" + ("" if item is value else f"[{i}]"))
+
+
 def _check_opset(model: Any) -> int:
     """The default domain's opset; one newer than the installed onnx knows is refused (its
     ops' meaning is unknown here), as is a version below 1."""
@@ -368,6 +390,7 @@ def from_onnx(model: Any, inputs: Mapping[str, Any] | None = None) -> Graph:
         model = load_model(model)
     if not isinstance(model, onnx.ModelProto):
         raise InvalidArgumentError(f"from_onnx takes an onnx.ModelProto or a path, not {model!r}")
+    _check_text(model, "model")
     opset = _check_opset(model)
     examples = _examples(model.graph, inputs)
     declared = {i.name: i for i in model.graph.input}  # before examples fix their shapes
