@@ -274,6 +274,10 @@ def _onnxruntime(ort: Any, compiled: Any, inputs: Mapping[str, np.ndarray]) -> d
     # compile's own work that follows.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    # Errors only: its warnings about the user's model (an output shape it declares and
+    # does not compute) were printed to the terminal in the middle of `mnrt compile`'s own
+    # output; what the reference cannot run, it says by raising.
+    options.log_severity_level = 3
     try:
         session = ort.InferenceSession(
             model.SerializeToString(), options, providers=["CPUExecutionProvider"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import click
@@ -203,7 +204,9 @@ def compile_cmd(
             "--explain lists one device's mappings; compile without --devices to see them "
             "(a pipeline's stages use the same mapper)"
         )
-    graph = from_onnx(model)
+    with warnings.catch_warnings():  # what it says, the compile below says again
+        warnings.simplefilter("ignore")
+        graph = from_onnx(model)  # for the names of its inputs
     given = named_sources(input_specs, "--input", "name=file.npy or name=random")
     unknown = sorted(set(given) - set(graph.inputs))
     if unknown:

@@ -679,6 +679,27 @@ def test_an_unreadable_model_file_is_an_error(tmp_path, ctx, case):
     assert len(r.output.splitlines()) == 1
 
 
+def test_an_output_declared_with_another_shape_is_named_in_a_warning(ctx, capfd, tmp_path):
+    """ONNX's strict checker refuses such a model and onnxruntime runs it: the compile
+    warns, naming both shapes, and gives the shape the model computes; onnxruntime's own
+    warning (the reference session's) no longer lands on the terminal."""
+    model = onnx_model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [value_info("x", [2, 3])],
+        [value_info("y", [2, 5])],
+        [initializer("w", np.ones((3, 4), np.float32))],
+    )
+    with pytest.warns(UserWarning, match=r"declares output 'y' as \[2, 5\] but computes \[2, 4\]"):
+        compiled = ctx.compile(model, {"x": np.ones((2, 3), np.float32)})
+    assert compiled({"x": np.ones((2, 3), np.float32)})["y"].cpu().shape == (2, 4)
+    compiled.save_binary(tmp_path / "m.mnlb")  # checked against onnxruntime's run
+    assert "onnxruntime" not in capfd.readouterr().err
+    model.graph.output[0].type.tensor_type.shape.dim[1].dim_param = "n"  # not promised
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ctx.compile(model, {"x": np.ones((2, 3), np.float32)})
+
+
 def test_bad_initializers_are_named():
     short = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[3, 4], raw_data=b"\0" * 8)
     model = onnx_model(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -394,6 +395,8 @@ def from_onnx(model: Any, inputs: Mapping[str, Any] | None = None) -> Graph:
     opset = _check_opset(model)
     examples = _examples(model.graph, inputs)
     declared = {i.name: i for i in model.graph.input}  # before examples fix their shapes
+    outputs = {o.name for o in model.graph.output}
+    promised = {n: s for n, (s, _) in shapes.static_shapes(model.graph).items() if n in outputs}
     model = shapes.infer(_with_example_shapes(model, examples))
     g = model.graph
     _check_structure(g)
@@ -434,7 +437,24 @@ def from_onnx(model: Any, inputs: Mapping[str, Any] | None = None) -> Graph:
     cx.add_unread_inputs()
     graph = cx.b.build()
     graph.inputs[:] = [name for name in order if name in graph.inputs]
+    _warn_of_other_output_shapes(graph, promised)
     return graph
+
+
+def _warn_of_other_output_shapes(graph: Graph, promised: dict[str, tuple[int, ...]]) -> None:
+    """Say where the model computes an output of another shape than it declares (ONNX's
+    strict checker refuses such a model; onnxruntime runs it, with a warning of its own that
+    the reference session no longer prints): the compiled function gives what the model
+    computes."""
+    for name, shape in promised.items():
+        got = graph.values[name].shape if name in graph.values else None
+        if got is not None and tuple(got) != tuple(shape):
+            warnings.warn(
+                f"ONNX model '{graph.name}' declares output '{name}' as {list(shape)} but "
+                f"computes {list(got)}; the compiled function gives {list(got)}: fix the "
+                "model's declared output shape",
+                stacklevel=5,  # the caller of Context.compile (from_onnx, graph_of, compile)
+            )
 
 
 def _add_output(cx: Ctx, name: str) -> None:
