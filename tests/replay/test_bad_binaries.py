@@ -4,6 +4,7 @@ a hang, or an allocation larger than the file justifies; `mnrt run` exits 2."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib
 import json
 import re
@@ -193,6 +194,49 @@ def test_mutated_sample_binaries_fail_cleanly(data):
     else:
         assert isinstance(report.passed, bool)
     assert time.perf_counter() - start < 10
+
+
+FINGERPRINTED = "samples/mlp_fingerprinted.mnlb"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_hostile_writer_s_edits_never_crash_a_tool_nor_diff_as_equal(data, tmp_path_factory):
+    """Bytes changed and the integrity hash stamped again, as a hostile writer would (random
+    edits of the FlatBuffer alone mostly stop at the integrity check): every command that
+    reads a binary answers with a documented exit code, never a traceback; and a binary
+    `mnrt verify` refuses never diffs as equal to the original (a corrupt payload under its
+    recorded hash did)."""
+    original = Path(FINGERPRINTED).read_bytes()
+    end = 4 + struct.unpack_from("<I", original)[0]
+    mutated = bytearray(original)
+    rng = data.draw(st.randoms(use_true_random=False))  # positions uniform, not at the ends
+    for _ in range(data.draw(st.integers(1, 4))):
+        # in the FlatBuffer, or in the payloads (which the integrity hash does not cover);
+        # a flipped bit keeps an offset aligned and in bounds more often than a new byte
+        at = rng.randrange(8, end) if rng.random() < 0.5 else rng.randrange(end, len(mutated))
+        flip = mutated[at] ^ 1 << rng.randrange(8)
+        mutated[at] = rng.randrange(256) if rng.random() < 0.5 else flip
+    with contextlib.suppress(Exception):  # a root too broken to stamp: refused all the same
+        stamp_integrity(mutated)
+    folder = tmp_path_factory.mktemp("hostile")
+    path = folder / "m.mnlb"
+    path.write_bytes(mutated)
+    out = folder / "out.mnlb"
+    codes = {}
+    for tool in (["info"], ["verify"], ["dump", "--json"], ["bench", "--json", "--loops", "1"],
+                 ["run", "--locate", "--locate-dir", folder / "located"],
+                 ["trim", "--commands", "20:27", "-o", out], ["optimize", "-o", out],
+                 ["reduce", "-o", out]):  # fmt: skip
+        r = CliRunner().invoke(cli, [str(a) for a in (tool[0], *tool[1:], path)])
+        assert r.exception is None or isinstance(r.exception, SystemExit), (tool, r.exception)
+        assert r.exit_code in (0, 1, 2, 3, 4) and "Traceback" not in r.output, (tool, r.output)
+        codes[tool[0]] = r.exit_code
+    for pair in ((FINGERPRINTED, path), (path, FINGERPRINTED)):
+        r = CliRunner().invoke(cli, ["diff", *map(str, pair)])
+        assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+        assert r.exit_code in (0, 1, 2) and "Traceback" not in r.output, r.output
+        assert not (codes["verify"] == 2 and r.exit_code == 0), r.output
 
 
 def test_cli_exits_2_on_invalid_binaries(tmp_path, small_binary):
