@@ -15,8 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, MnrtError
 from ..format import IDENTIFIER, LightBinary, jsonio
+from ..format.files import open_regular
 from ..replay import replay
 from ..replay.info import info as binary_info
 
@@ -52,11 +53,11 @@ def _kind(path: Path) -> str:
     """What PATH is, from its contents (not only its name)."""
     if path.is_dir():
         return "codegen_dir"
-    try:
-        with path.open("rb") as f:
+    try:  # a FIFO would wait for a writer, /dev/zero never end
+        with open_regular(path, "a codegen_dir, a .mnlb light binary or a run report") as f:
             head = f.read(8)
-    except OSError as e:
-        raise ArtifactMissingError(f"{path}: cannot read it ({e.strerror or e})") from None
+    except MnrtError as e:
+        raise ArtifactMissingError(str(e)) from None
     if head[4:8] == IDENTIFIER or path.suffix == ".mnlb":
         return "binary"
     if path.suffix == ".json":
@@ -68,10 +69,13 @@ def _kind(path: Path) -> str:
 
 
 def _load_json(path: Path, what: str) -> Any:
+    if not path.exists() and not path.is_symlink():
+        raise ArtifactMissingError(f"{path}: {what} is missing")
     try:
-        return json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise ArtifactMissingError(f"{path}: {what} is missing") from None
+        with open_regular(path, what) as f:  # not a FIFO, not /dev/zero
+            return json.loads(f.read())
+    except MnrtError as e:
+        raise ArtifactMissingError(f"{path}: cannot read {what} ({e})") from None
     except OSError as e:
         raise ArtifactMissingError(f"{path}: cannot read {what} ({e.strerror or e})") from None
     except (ValueError, UnicodeDecodeError) as e:

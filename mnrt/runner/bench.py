@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from .. import errors
+from ..format.files import open_regular
 from ..replay import MAX_LOOPS, replay
 from ..replay.costs import kernel_costs, modelled_totals, regressions
 from ..replay.placement import parse_device_map
@@ -23,10 +24,13 @@ def _baseline(path: Path) -> dict:
     reads checked first: an edited or foreign file is a usage error, not a traceback or a
     verdict on nonsense (a negative time would make anything a regression)."""
     try:
-        doc = json.loads(path.read_text())
+        with open_regular(path, "a --baseline JSON file") as f:  # not a FIFO, not /dev/zero
+            doc = json.loads(f.read())
+    except errors.MnrtError as e:
+        raise errors.InvalidArgumentError(f"cannot read --baseline {path}: {e}") from None
     except OSError as e:
         raise errors.InvalidArgumentError(f"cannot read --baseline {path}: {e.strerror}") from None
-    except ValueError:
+    except ValueError:  # not JSON, or not text
         doc = None
     modelled = doc.get("modelled") if isinstance(doc, dict) else None
     if isinstance(modelled, dict) and _amounts(modelled, ("makespan_s", "energy_j")):

@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from cli_harness import invoke_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -216,6 +217,19 @@ def test_corrupt_and_missing_files_are_pages_not_tracebacks(tmp_path, cnn_dir):
     assert r.status_code in (404, 422) and "Traceback" not in r.text
     assert client(folder).get("/binary").status_code == 404
     assert "no page" in c.get("/nosuchpage").text
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path, cnn_dir, fifo):
+    """As PATH, or as the compile report a codegen_dir names (here a link to it): refused
+    as not a regular file, where reading it waited for a writer."""
+    code, out = invoke_cli("dashboard", fifo, "--export", tmp_path / "pages")
+    assert code == 2 and "is not a regular file" in out and "Traceback" not in out
+    folder = tmp_path / "cg"
+    shutil.copytree(cnn_dir, folder)
+    (folder / "report.json").unlink()
+    (folder / "report.json").symlink_to(fifo)
+    r = client(folder).get("/compile")
+    assert r.status_code == 404 and "is not a regular file" in r.text
 
 
 def statuses(html: str) -> list[str]:

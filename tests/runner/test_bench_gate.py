@@ -78,3 +78,11 @@ def test_a_baseline_that_is_not_bench_json_is_a_usage_error(tmp_path, case):
     assert_one_line_error(
         *_bench(path, "--baseline", tmp_path / "no.json"), "cannot read --baseline"
     )
+
+
+def test_a_baseline_that_is_not_a_regular_file_is_refused_not_read(tmp_path, fifo):
+    """A FIFO waited for a writer and /dev/zero was read for ever."""
+    path = tmp_path / "c.mnlb"
+    chain_capture(3).save(path)
+    for special in (fifo, "/dev/zero"):
+        assert_one_line_error(*_bench(path, "--baseline", special), "is not a regular file")
