@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, MnrtError
+from ..errors import DeviceClosedError, InvalidArgumentError, MnrtError
 from ..host import Device, open_device
 from . import codegen, pipeline
 from .builder import GraphBuilder
@@ -104,6 +104,7 @@ class Context:
     def register_param(self, name: str, array: np.ndarray, dtype: Any = None) -> TensorProxy:
         """Put a tensor on the device once; graphs compiled later bind their parameter of
         that name (and shape and dtype) to it instead of uploading their own copy."""
+        self._check_open("register a value")
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"register_param: name must be a string, got {name!r}")
         array = as_array(name, array)
@@ -141,6 +142,7 @@ class Context:
         cache_options: CacheOptions | None = None,
     ) -> CompiledFunction:
         start = time.perf_counter()
+        self._check_open("compile")
         _check_paths(codegen_dir, cache_options)
         graph, onnx_model = pipeline.graph_of(model, inputs)
         phases = [{"name": "import", "status": "ok", "seconds": time.perf_counter() - start}]
@@ -236,6 +238,7 @@ class Context:
 
     def load_codegen_dir(self, path: str | os.PathLike) -> CompiledFunction:
         """A compiled graph from a codegen_dir, without compiling it again."""
+        self._check_open("load a codegen_dir")
         if (Path(path) / "mpmd").is_dir():
             raise InvalidArgumentError(
                 f"{path} holds a pipelined (mpmd) compile, which load_codegen_dir does not "
@@ -254,6 +257,15 @@ class Context:
             return self.load_codegen_dir(entry)
         except MnrtError:
             return None
+
+    def _check_open(self, what: str) -> None:
+        """Say so, in this object's terms, when it was closed (the device's own error would
+        advise opening the device again with the host API)."""
+        if not self.device.is_open:
+            raise DeviceClosedError(
+                f"cannot {what}: this Context was closed, which released its device; "
+                "create a new mnrt.Context"
+            )
 
     def close(self) -> None:
         """Release the device: wait for its queue, free its memory and index, and raise a

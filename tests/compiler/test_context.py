@@ -502,6 +502,15 @@ def test_context_and_mndevice_close_and_with_blocks_release_the_device():
     again = mnrt.Context(mnrt.MNDevice("mncore2:5"))  # the index is free again
     again.close()
     assert open_indices() == set()
+    # Used after close, it says so in its own terms (not "open the device again").
+    x = np.ones((4, 8), np.float32)
+    for use in (
+        lambda: again.compile(mlp(np.random.default_rng(0)), {"x": x}),
+        lambda: again.register_param("w", x),
+        lambda: again.load_codegen_dir("anywhere"),
+    ):
+        with pytest.raises(mnrt.DeviceClosedError, match="this Context was closed"):
+            use()
 
 
 def test_a_calls_outputs_keep_the_device_open_until_read():
