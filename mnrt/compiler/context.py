@@ -107,7 +107,7 @@ class Context:
         self._check_open("register a value")
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"register_param: name must be a string, got {name!r}")
-        array = as_array(name, array)
+        array = as_array(name, array, "registered value")
         buf = self.device.create_buffer(
             array.shape, dtype if dtype is not None else array.dtype, name=name
         )

@@ -55,7 +55,7 @@ class TensorProxy:
     def load_from(self, array: np.ndarray, clone: bool = True) -> None:
         """Copy host data in. With clone=False the array is used as it is: do not change it
         until the device has read it (the next call or finish())."""
-        data = as_array(self.buffer.name, array)
+        data = as_array(self.buffer.name, array, "data loaded into")
         if clone and data is array:
             data = data.copy()
         self.queue.enqueue_write_buffer(self.buffer, as_host(data, self.buffer))
@@ -104,15 +104,16 @@ def _check_int_range(data: np.ndarray, host: np.dtype, name: str) -> None:
         )
 
 
-def as_array(name: str, data: Any) -> np.ndarray:
-    """An input's data as a numeric numpy array, or an error naming the input."""
+def as_array(name: str, data: Any, role: str = "input") -> np.ndarray:
+    """Data given for a value as a numeric numpy array, or an error naming the value and
+    its `role` (an input, a registered value, what a proxy loads)."""
     try:
         array = np.asarray(data)
     except (TypeError, ValueError) as e:
-        raise InvalidArgumentError(f"input {name!r} is not an array: {e}") from None
+        raise InvalidArgumentError(f"{role} {name!r} is not an array: {e}") from None
     if array.dtype.kind not in "biuf":
         raise InvalidArgumentError(
-            f"input {name!r} is {type(data).__name__} of dtype {array.dtype}; "
+            f"{role} {name!r} is {type(data).__name__} of dtype {array.dtype}; "
             "pass a numeric numpy array"
         )
     return array

@@ -311,9 +311,11 @@ def test_context_with_device_string_message():
     assert "built-in method" not in str(e.value)
 
 
-def test_register_param_ragged(ctx):
-    with pytest.raises(mnrt.MnrtError):  # ValueError from np.asarray (context.py:579)
+def test_register_param_of_what_is_not_a_numeric_array_names_the_registered_value(ctx):
+    with pytest.raises(mnrt.InvalidArgumentError, match="registered value 'r' is not an array"):
         ctx.register_param("r", [[1.0], [1.0, 2.0]])
+    with pytest.raises(mnrt.InvalidArgumentError, match="registered value 'r' is str of dtype"):
+        ctx.register_param("r", "nope")
 
 
 def test_register_param_none_name_breaks_later_lookups():
