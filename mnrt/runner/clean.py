@@ -6,16 +6,21 @@ from pathlib import Path
 
 import click
 
+from ..errors import InvalidArgumentError
 from ..format.files import leftovers, remove_leftovers
 
 
 @click.command()
-@click.argument("folders", nargs=-1, type=click.Path(file_okay=False, path_type=Path))
+@click.argument("folders", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--list", "list_only", is_flag=True, help="Only list them; remove nothing.")
 def clean(folders: tuple[Path, ...], list_only: bool) -> None:
     """Remove temporary files and staging folders (.mnrt-<pid>-<hex>.tmp) that mnrt
     writers killed mid-write left in FOLDERS (default: the current folder). Those of a
     process still running are kept. The next write to a folder removes them too."""
+    for folder in folders:  # a mistyped one would report "0 removed" as if it were clean
+        if not folder.is_dir():
+            what = "is not a folder" if folder.exists() else "does not exist"
+            raise InvalidArgumentError(f"{folder} {what}; give the folders to clean")
     found = [p for folder in folders or (Path("."),) for p in leftovers(folder)]
     done = found if list_only else remove_leftovers(found)
     for path in done:

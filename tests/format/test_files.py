@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from cli_harness import invoke_cli
+from cli_harness import assert_one_line_error, invoke_cli
 
 from mnrt.format import files
 from mnrt.format.files import leftovers, write_atomically, write_with_folder
@@ -86,6 +86,16 @@ def test_mnrt_clean_lists_and_removes_leftovers(tmp_path):
     code, out = invoke_cli("clean", tmp_path)
     assert code == 0 and str(left) in out and "1 leftover(s) removed" in out
     assert not left.exists()
+
+
+def test_mnrt_clean_of_what_is_not_a_folder_is_an_error_not_a_clean_folder(tmp_path):
+    """A mistyped folder reported "0 leftover(s) removed", as if it had been clean."""
+    (tmp_path / "file").write_bytes(b"")
+    for path, says in (
+        (tmp_path / "missing", "does not exist"),
+        (tmp_path / "file", "is not a folder"),
+    ):
+        assert_one_line_error(*invoke_cli("clean", tmp_path, path), f"{path} {says}")
 
 
 def _dead_pid() -> int:
