@@ -11,7 +11,7 @@ import zipfile
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,25 @@ if TYPE_CHECKING:
     from .compiled import CompiledFunction
 
 CAPTURE_RUNNING = "a capture is running, and recording the light binary takes a capture of its own"
+
+
+# The compiled graph as ONNX, written into every codegen_dir.
+EXPORTED_MODEL = "model.onnx"
+
+
+def check_model_kept(model: Any, folder: str | os.PathLike) -> None:
+    """Refuse to compile a model file into the codegen_dir that holds it as EXPORTED_MODEL
+    (compiling an earlier compile's export into the same folder): the export would replace
+    the model being compiled."""
+    if not isinstance(model, (str, os.PathLike)):
+        return
+    path, target = Path(model), Path(folder) / EXPORTED_MODEL
+    if path.exists() and target.exists() and os.path.samefile(path, target):
+        raise InvalidArgumentError(
+            f"codegen_dir {folder} would replace the model being compiled ({model}) with "
+            f"the compiled graph's {EXPORTED_MODEL}; give another codegen_dir, or copy the "
+            "model out of it first"
+        )
 
 
 def make_dir(folder: Path, what: str) -> Path:
@@ -76,7 +95,7 @@ def write(
         # model.onnx's weights are those of graph.params.npz, where they lie: not a copy.
         export_onnx(
             compiled.graph,
-            folder / "model.onnx",
+            folder / EXPORTED_MODEL,
             phases,
             required=False,
             weights_in=("graph.params.npz", weights),

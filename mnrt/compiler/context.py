@@ -144,6 +144,8 @@ class Context:
         start = time.perf_counter()
         self._check_open("compile")
         _check_paths(codegen_dir, cache_options)
+        if codegen_dir is not None:
+            codegen.check_model_kept(model, codegen_dir)
         graph, onnx_model = pipeline.graph_of(model, inputs)
         phases = [{"name": "import", "status": "ok", "seconds": time.perf_counter() - start}]
         folded = {}

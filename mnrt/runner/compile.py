@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import warnings
@@ -203,6 +204,10 @@ def compile_cmd(
         raise errors.InvalidArgumentError(
             "--explain lists one device's mappings; compile without --devices to see them "
             "(a pipeline's stages use the same mapper)"
+        )
+    if output.exists() and Path(model).exists() and os.path.samefile(output, model):
+        raise errors.InvalidArgumentError(
+            f"-o {output} is the model being compiled; write the binary elsewhere"
         )
     with warnings.catch_warnings():  # what it says, the compile below says again
         warnings.simplefilter("ignore")
