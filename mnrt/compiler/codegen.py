@@ -33,19 +33,22 @@ CAPTURE_RUNNING = "a capture is running, and recording the light binary takes a 
 EXPORTED_MODEL = "model.onnx"
 
 
-def check_model_kept(model: Any, folder: str | os.PathLike) -> None:
-    """Refuse to compile a model file into the codegen_dir that holds it as EXPORTED_MODEL
-    (compiling an earlier compile's export into the same folder): the export would replace
-    the model being compiled."""
-    if not isinstance(model, (str, os.PathLike)):
+def check_model_kept(
+    model: Any, codegen_dir: str | os.PathLike | None, out_onnx: str | os.PathLike | None
+) -> None:
+    """Refuse to compile a model file into what the compile writes as ONNX: the codegen_dir
+    that holds it as EXPORTED_MODEL (an earlier compile's export compiled into the same
+    folder), or the `out_onnx` path. The export would replace the model being compiled."""
+    if not isinstance(model, (str, os.PathLike)) or not Path(model).exists():
         return
-    path, target = Path(model), Path(folder) / EXPORTED_MODEL
-    if path.exists() and target.exists() and os.path.samefile(path, target):
-        raise InvalidArgumentError(
-            f"codegen_dir {folder} would replace the model being compiled ({model}) with "
-            f"the compiled graph's {EXPORTED_MODEL}; give another codegen_dir, or copy the "
-            "model out of it first"
-        )
+    targets = [("codegen_dir", codegen_dir, Path(codegen_dir or ".") / EXPORTED_MODEL),
+               ("out_onnx", out_onnx, Path(out_onnx or "."))]  # fmt: skip
+    for option, given, target in targets:
+        if given and target.exists() and os.path.samefile(model, target):
+            raise InvalidArgumentError(
+                f"{option} {given} would replace the model being compiled ({model}) with the "
+                "compiled graph's ONNX; give another path, or copy the model elsewhere first"
+            )
 
 
 def make_dir(folder: Path, what: str) -> Path:

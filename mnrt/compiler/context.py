@@ -144,8 +144,6 @@ class Context:
         start = time.perf_counter()
         self._check_open("compile")
         _check_paths(codegen_dir, cache_options)
-        if codegen_dir is not None:
-            codegen.check_model_kept(model, codegen_dir)
         graph, onnx_model = pipeline.graph_of(model, inputs)
         phases = [{"name": "import", "status": "ok", "seconds": time.perf_counter() - start}]
         folded = {}
@@ -156,6 +154,7 @@ class Context:
             inputs = {k: v for k, v in inputs.items() if k not in names}
         inputs = input_arrays(graph, inputs)
         opts = resolve(options)
+        codegen.check_model_kept(model, codegen_dir, opts["out_onnx"])
         if opts["mpmd"]:
             return self._compile_pipelined(graph, opts, inputs, phases, codegen_dir,
                                            cache_options, start)  # fmt: skip

@@ -76,9 +76,9 @@ def test_compile_cli_errors(tmp_path):
 
 
 def test_a_model_is_never_overwritten_by_what_its_compile_writes(tmp_path):
-    """`-o` naming the model itself, or a codegen_dir holding the model as the model.onnx it
-    writes (compiling an earlier compile's export into the same folder): refused, and the
-    model's bytes stay as they were."""
+    """`-o` or `out_onnx` naming the model itself, or a codegen_dir holding the model as the
+    model.onnx it writes (compiling an earlier compile's export into the same folder):
+    refused, and the model's bytes stay as they were."""
     model = tmp_path / "small.onnx"
     small_model(model)
     kept = model.read_bytes()
@@ -94,6 +94,10 @@ def test_a_model_is_never_overwritten_by_what_its_compile_writes(tmp_path):
                                  str(tmp_path / "b.mnlb"), "--codegen-dir", str(cg)])  # fmt: skip
     assert r.exit_code == 2 and "would replace the model being compiled" in r.output
     assert (cg / "model.onnx").read_bytes() == export
+    r = CliRunner().invoke(cli, ["compile", str(model), "-o", str(tmp_path / "c.mnlb"),
+                                 "--option", f"out_onnx={model}"])  # fmt: skip
+    assert r.exit_code == 2 and "out_onnx" in r.output and "would replace the model" in r.output
+    assert model.read_bytes() == kept
 
 
 def test_the_reference_of_an_onnx_model_comes_from_onnxruntime(tmp_path):
