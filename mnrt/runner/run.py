@@ -104,6 +104,26 @@ def _check_outputs(file: Path, paths: dict[str, Path | None], folder: Path | Non
             )
 
 
+def _check_outputs_spare_inputs(
+    binary: LightBinary, folder: Path, specs: list[tuple[str, str]]
+) -> None:
+    """--save-outputs writes FOLDER/<output>.npy once the run is done: where that is a file
+    the run reads (an --input or --expected NAME=FILE), the user's file would be replaced.
+    Refused before the run."""
+    read = {}
+    for flag, spec in specs:
+        _, sep, source = spec.partition("=")
+        if sep and source:
+            read[Path(source).resolve()] = f"{flag} {spec}"
+    for out in binary.outputs:
+        target = (folder / f"{_file_name(out.name)}.npy").resolve()
+        if target in read:
+            raise errors.InvalidArgumentError(
+                f"--save-outputs {folder} would replace {read[target]} (a file this run "
+                f"reads) with output '{out.name}'; save the outputs in another directory"
+            )
+
+
 def _arrays(binary: LightBinary, kind: str, specs: tuple[str, ...]) -> dict[str, np.ndarray]:
     """--input (kind "input") or --expected (kind "output") NAME=FILE.npy options, each file
     checked against the binary's buffer from its header before its data is read."""
@@ -267,6 +287,10 @@ def run(
     def prepare() -> tuple[LightBinary, dict, dict, int | str, dict | None]:
         """Everything that can be refused before the replay (on every rank, with --mpi)."""
         binary = LightBinary.load(file)
+        if save_outputs is not None:
+            given = [("--input", s) for s in input_specs]
+            given += [("--expected", s) for s in expected_specs]
+            _check_outputs_spare_inputs(binary, save_outputs, given)
         return (
             binary,
             _arrays(binary, "input", input_specs),
