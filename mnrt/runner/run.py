@@ -69,14 +69,23 @@ def _save_outputs(folder: Path, outputs: dict[str, np.ndarray]) -> None:
         write_atomically(folder / f"{stem}.npy", data.getbuffer())
 
 
-def _check_outputs(file: Path, paths: dict[str, Path | None], folder: Path | None) -> None:
-    """Every output place, before the replay: the binary itself, two outputs in one file, a
-    missing directory or one where a file must go would otherwise be found only after the
-    run, with some outputs written and the binary perhaps overwritten."""
+def _check_outputs(
+    file: Path,
+    paths: dict[str, Path | None],
+    folder: Path | None,
+    reads: list[tuple[str, str]],
+) -> None:
+    """Every output place, before the replay: the binary itself or a file the run reads
+    (`reads`: --input and --expected NAME=FILE), two outputs in one file, a missing
+    directory or one where a file must go would otherwise be found only after the run, with
+    some outputs written and the binary or an input perhaps overwritten."""
     given = {flag: path for flag, path in paths.items() if path is not None}
     if folder is not None:
         given["--save-outputs"] = folder
     seen: dict[Path, str] = {file.resolve(): "the binary being replayed"}
+    seen.update((Path(source).resolve(), f"the file of {flag} {spec}")
+                for flag, spec in reads for _, sep, source in [spec.partition("=")]
+                if sep and source)  # fmt: skip
     for flag, path in given.items():
         where = path.resolve()
         if where in seen:
@@ -281,16 +290,17 @@ def run(
     if locate and locate_dir is None:
         locate_dir = Path(f"{_file_name(file.name)}.locate")
 
+    reads = [("--input", s) for s in input_specs] + [("--expected", s) for s in expected_specs]
+
     def check_outputs() -> None:
-        _check_outputs(file, {"--report": report_path, "--profile": profile_path}, save_outputs)
+        paths = {"--report": report_path, "--profile": profile_path}
+        _check_outputs(file, paths, save_outputs, reads)
 
     def prepare() -> tuple[LightBinary, dict, dict, int | str, dict | None]:
         """Everything that can be refused before the replay (on every rank, with --mpi)."""
         binary = LightBinary.load(file)
         if save_outputs is not None:
-            given = [("--input", s) for s in input_specs]
-            given += [("--expected", s) for s in expected_specs]
-            _check_outputs_spare_inputs(binary, save_outputs, given)
+            _check_outputs_spare_inputs(binary, save_outputs, reads)
         return (
             binary,
             _arrays(binary, "input", input_specs),

@@ -54,13 +54,18 @@ def test_new_inputs_saved_outputs_and_a_verdict_that_is_no_pass(affine, tmp_path
 
 def test_saved_outputs_never_replace_a_file_the_run_reads(affine, tmp_path):
     """`--input x=D/y.npy --output-dir D` (or `--expected y=D/y.npy`) would write output y
-    over the user's file after reading it: refused before the run, the file kept."""
+    over the user's file after reading it, and `--report` or `--profile` naming it would
+    write over it: refused before the run, the file kept."""
     for flag, name in (("--input", "x"), ("--expected", "y")):
         given = _npy(tmp_path, "y.npy", X if name == "x" else Y)
         kept = (tmp_path / "y.npy").read_bytes()
         r = run("run", str(affine), flag, f"{name}={given}", "--output-dir", str(tmp_path))
         assert r.exit_code == 2 and f"would replace {flag} {name}={given}" in one_line_error(r)
         assert (tmp_path / "y.npy").read_bytes() == kept
+        for output in ("--report", "--profile"):  # nor --report or --profile over it
+            r = run("run", str(affine), flag, f"{name}={given}", output, given)
+            assert r.exit_code == 2 and f"is also the file of {flag}" in one_line_error(r)
+            assert (tmp_path / "y.npy").read_bytes() == kept
 
 
 def test_expected_outputs_pass_or_fail(affine, tmp_path):
