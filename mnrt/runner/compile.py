@@ -8,6 +8,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any
 
 import click
 import numpy as np
@@ -52,6 +53,20 @@ def _preset_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
     if value.isdigit() and (PRESETS / f"O{value}.json").is_file():
         return f"O{value}"
     return value
+
+
+def _check_writes_spare_reads(writes: dict[str, Any], read: dict[Any, str]) -> None:
+    """Refuse, before compiling, a path the compile writes (`writes`: option -> path) that
+    is a file it reads (`read`: path -> what it is): the user's file would be replaced."""
+    files = {Path(p): what for p, what in read.items() if isinstance(p, (str, Path))}
+    for option, path in writes.items():
+        if not isinstance(path, (str, Path)) or not str(path) or not Path(path).exists():
+            continue
+        for source, what in files.items():
+            if source.exists() and os.path.samefile(path, source):
+                raise errors.InvalidArgumentError(
+                    f"{option} {path} is {what}; write the compile's output elsewhere"
+                )
 
 
 def _options(preset: str, float_dtype: str | None, option_specs: tuple[str, ...]) -> dict:
@@ -205,10 +220,6 @@ def compile_cmd(
             "--explain lists one device's mappings; compile without --devices to see them "
             "(a pipeline's stages use the same mapper)"
         )
-    if output.exists() and Path(model).exists() and os.path.samefile(output, model):
-        raise errors.InvalidArgumentError(
-            f"-o {output} is the model being compiled; write the binary elsewhere"
-        )
     with warnings.catch_warnings():  # what it says, the compile below says again
         warnings.simplefilter("ignore")
         graph = from_onnx(model)  # for the names of its inputs
@@ -231,6 +242,9 @@ def compile_cmd(
             inputs[name] = _load_npy(name, source)
     options = _options(preset, float_dtype, option_specs)
     options.update(_pipeline_options(devices, microbatches, schedule, stages, assignment_specs))
+    read = {model: "the model being compiled", preset: f"the option_json file -O {preset}"}
+    read.update((source, f"the file of --input {name}={source}") for name, source in given.items())
+    _check_writes_spare_reads({"-o": output, "out_onnx": options.get("out_onnx")}, read)
     with Context() as ctx:
         compiled = ctx.compile(model, inputs, codegen_dir=codegen_dir, options=options)
         compiled.save_binary(output)

@@ -76,9 +76,9 @@ def test_compile_cli_errors(tmp_path):
 
 
 def test_a_model_is_never_overwritten_by_what_its_compile_writes(tmp_path):
-    """`-o` or `out_onnx` naming the model itself, or a codegen_dir holding the model as the
-    model.onnx it writes (compiling an earlier compile's export into the same folder):
-    refused, and the model's bytes stay as they were."""
+    """`-o` or `out_onnx` naming the model itself or an --input file, or a codegen_dir
+    holding the model as the model.onnx it writes (compiling an earlier compile's export
+    into the same folder): refused, and the file's bytes stay as they were."""
     model = tmp_path / "small.onnx"
     small_model(model)
     kept = model.read_bytes()
@@ -96,8 +96,16 @@ def test_a_model_is_never_overwritten_by_what_its_compile_writes(tmp_path):
     assert (cg / "model.onnx").read_bytes() == export
     r = CliRunner().invoke(cli, ["compile", str(model), "-o", str(tmp_path / "c.mnlb"),
                                  "--option", f"out_onnx={model}"])  # fmt: skip
-    assert r.exit_code == 2 and "out_onnx" in r.output and "would replace the model" in r.output
+    assert r.exit_code == 2 and "out_onnx" in r.output and "the model being compiled" in r.output
     assert model.read_bytes() == kept
+    given = tmp_path / "x.npy"  # nor an --input file
+    np.save(given, np.ones((2, 3), np.float32))
+    before = given.read_bytes()
+    for option in (["-o", str(given)], ["-o", str(tmp_path / "d.mnlb"), "--option",
+                                        f"out_onnx={given}"]):  # fmt: skip
+        r = CliRunner().invoke(cli, ["compile", str(model), "--input", f"x={given}", *option])
+        assert r.exit_code == 2 and "is the file of --input x=" in r.output, r.output
+        assert given.read_bytes() == before
 
 
 def test_the_reference_of_an_onnx_model_comes_from_onnxruntime(tmp_path):
