@@ -41,9 +41,10 @@ def export(art: Artifacts, folder: str | os.PathLike) -> dict[str, int]:
             write_atomically(out / "index.html", html.encode())
     for asset in [*own_assets(), plotly_js()]:
         write_atomically(out / "static" / asset.name, asset.read_bytes())
-    if art.binary_path is not None:
-        # A binary that cannot be replayed has no trace: its timeline page says why.
-        with contextlib.suppress(MnrtError):
+    # A binary that cannot be replayed, or a report that cannot be read to find it, has no
+    # trace: the pages say why (the export went on to fail here after writing them).
+    with contextlib.suppress(MnrtError):
+        if art.binary_path is not None:
             write_atomically(out / "trace.json", json.dumps(art.trace, default=str).encode())
     for f in art.files():
         if f["bytes"] <= COPY_LIMIT and not f["name"].endswith((".npz", ".mnlb")):

@@ -318,6 +318,16 @@ def test_export_writes_every_page_offline(tmp_path, cnn_dir):
     assert json.loads((tmp_path / "out" / "trace.json").read_text())["traceEvents"]
 
 
+def test_export_of_a_report_that_is_not_a_run_report_writes_pages_that_say_so(tmp_path):
+    """A JSON file without a verdict: every page is written, the ones that need the report
+    show why they cannot (the export went on to fail after writing them, exit 2)."""
+    (tmp_path / "r.json").write_text('{"phases": []}')
+    statuses = export(Artifacts(tmp_path / "r.json"), tmp_path / "out")
+    assert set(statuses) == set(PAGES) and statuses["summary"] == 422
+    assert "not a run report" in (tmp_path / "out" / "summary.html").read_text()
+    assert not (tmp_path / "out" / "trace.json").exists()
+
+
 def test_cli(tmp_path, cnn_dir):
     def mnrt(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
