@@ -115,6 +115,12 @@ def convert(source, dest, blob_files, as_json) -> None:
         binary = LightBinary.load(source)
         if blob_files:
             blob_dir = dest.parent / f"{dest.stem}.blobs"
+            if blob_dir.resolve() in source.resolve().parents:
+                raise InvalidArgumentError(
+                    f"convert --blob-files {source} {dest}: the source lies in {blob_dir}, "
+                    "the folder the blob files replace; move it out or give another "
+                    "destination"
+                )
 
             def fill(staging: Path) -> bytes:
                 doc = jsonio.to_json(binary, staging)

@@ -45,6 +45,17 @@ def test_a_blob_folder_name_taken_by_a_file_is_one_line(tmp_path):
         jsonio.to_json(LightBinary.load(SAMPLE), tmp_path / "out.blobs")
 
 
+def test_a_source_inside_the_blob_folder_is_refused_not_deleted(tmp_path):
+    """The folder the blob files go to is replaced whole: a source inside it was converted
+    and then gone."""
+    (tmp_path / "out.blobs").mkdir()
+    source = tmp_path / "out.blobs" / "src.mnlb"
+    source.write_bytes(Path(SAMPLE).read_bytes())
+    r = run("convert", str(source), str(tmp_path / "out.json"), "--blob-files")
+    assert r.exit_code == 2 and "the source lies in" in one_line_error(r)
+    assert source.read_bytes() == Path(SAMPLE).read_bytes()
+
+
 def test_a_failed_conversion_leaves_no_blob_folder(tmp_path):
     r = run("convert", str(SAMPLE), str(tmp_path / "foo.blobs"), "--blob-files")
     assert r.exit_code == 2 and "same name" in one_line_error(r)
