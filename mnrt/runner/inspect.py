@@ -139,9 +139,26 @@ def convert(source, dest, blob_files, as_json) -> None:
         )
     doc = jsonio.loads(text, source)
     base = jsonio.blob_base(doc, Path(source).parent)
+    entries = doc.get("blobs") if isinstance(doc, dict) else None
+    for entry in entries if isinstance(entries, list) else []:
+        name = entry.get("file") if isinstance(entry, dict) else None
+        if isinstance(name, str) and _same_file(dest, base / name):
+            raise InvalidArgumentError(
+                f"convert {source} {dest}: the destination is one of the document's blob "
+                "files; give another destination"
+            )
     binary = jsonio.from_json(doc, base)
     binary.save(dest)
     _converted(source, dest, "binary", len(binary), binary.file_size, as_json)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one existing file (a name the document made up, with a NUL
+    say, names none)."""
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
 
 
 def _converted(source: Path, dest: Path, to: str, commands: int, size: int, as_json: bool) -> None:

@@ -56,6 +56,15 @@ def test_a_source_inside_the_blob_folder_is_refused_not_deleted(tmp_path):
     assert source.read_bytes() == Path(SAMPLE).read_bytes()
 
 
+def test_a_destination_that_is_one_of_the_documents_blob_files_is_refused(tmp_path):
+    assert run("convert", str(SAMPLE), str(tmp_path / "out.json"), "--blob-files").exit_code == 0
+    blob = next((tmp_path / "out.blobs").iterdir())
+    kept = blob.read_bytes()
+    r = run("convert", str(tmp_path / "out.json"), str(blob))
+    assert r.exit_code == 2 and "one of the document's blob files" in one_line_error(r)
+    assert blob.read_bytes() == kept
+
+
 def test_a_failed_conversion_leaves_no_blob_folder(tmp_path):
     r = run("convert", str(SAMPLE), str(tmp_path / "foo.blobs"), "--blob-files")
     assert r.exit_code == 2 and "same name" in one_line_error(r)
