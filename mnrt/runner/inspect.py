@@ -102,7 +102,7 @@ def verify(file, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 def convert(source, dest, blob_files, as_json) -> None:
     """Convert a binary to JSON or JSON to a binary (chosen by SOURCE's contents)."""
-    if dest.exists() and source.exists() and os.path.samefile(source, dest):
+    if _same_file(source, dest):
         raise InvalidArgumentError(
             f"convert {source} {dest}: the source and the destination are the same file; "
             "give another destination"
