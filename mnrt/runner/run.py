@@ -83,9 +83,7 @@ def _check_outputs(
     if folder is not None:
         given["--save-outputs"] = folder
     seen: dict[Path, str] = {file.resolve(): "the binary being replayed"}
-    seen.update((Path(source).resolve(), f"the file of {flag} {spec}")
-                for flag, spec in reads for _, sep, source in [spec.partition("=")]
-                if sep and source)  # fmt: skip
+    seen.update((path, f"the file of {given}") for path, given in _files_read(reads).items())
     for flag, path in given.items():
         where = path.resolve()
         if where in seen:
@@ -113,17 +111,23 @@ def _check_outputs(
             )
 
 
+def _files_read(reads: list[tuple[str, str]]) -> dict[Path, str]:
+    """The files of (flag, NAME=FILE) options, resolved, each with its option as given."""
+    out = {}
+    for flag, spec in reads:
+        _, sep, source = spec.partition("=")
+        if sep and source:
+            out[Path(source).resolve()] = f"{flag} {spec}"
+    return out
+
+
 def _check_outputs_spare_inputs(
     binary: LightBinary, folder: Path, specs: list[tuple[str, str]]
 ) -> None:
     """--save-outputs writes FOLDER/<output>.npy once the run is done: where that is a file
     the run reads (an --input or --expected NAME=FILE), the user's file would be replaced.
     Refused before the run."""
-    read = {}
-    for flag, spec in specs:
-        _, sep, source = spec.partition("=")
-        if sep and source:
-            read[Path(source).resolve()] = f"{flag} {spec}"
+    read = _files_read(specs)
     for out in binary.outputs:
         target = (folder / f"{_file_name(out.name)}.npy").resolve()
         if target in read:
