@@ -76,6 +76,10 @@ class TraceError(InvalidArgumentError):
 # --- light binaries ------------------------------------------------------------------------
 
 
+class CaptureError(InvalidArgumentError):
+    """A host call that a light binary cannot represent happened during capture."""
+
+
 class InvalidBinaryError(MnrtError):
     """A light binary (.mnlb) is malformed, corrupt, truncated, or not one at all.
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import CaptureError
 from ..format.fingerprints import Stats
 from ..host import Buffer, CommandQueue, Device, Event, Program, observe
 from ..host.commands import ReadBuffer, RunProgram
@@ -44,10 +44,6 @@ WAIT_EVENT = "wait_event"
 
 
 _SLOW = object()  # a fast handler's answer: take the general path instead
-
-
-class CaptureError(InvalidArgumentError):
-    """A host call that a light binary cannot represent happened during capture."""
 
 
 _WIDTH = 8  # cells per log row: its length and up to seven fields

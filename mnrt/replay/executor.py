@@ -23,10 +23,10 @@ import numpy as np
 
 from ..device.memory import Fill
 from ..device.tolerance import default_tolerance
-from ..errors import InvalidBinaryError
+from ..errors import CaptureError, InvalidBinaryError
 from ..format.fb.CommandUnion import CommandUnion as U
 from ..format.io import Namer
-from ..host import Device
+from ..host import Device, observe
 from ..host.commands import Command, KernelWatch
 from ..host.device import MAX_QUEUES, open_device_with_fill
 from ..host.golden import Check, compare
@@ -82,6 +82,14 @@ class Executor:
         `timeline`, each queue command is kept for the modelled timeline (`submitted`).
         `watch(command index)` gives the KernelWatch of each command that runs kernels
         (see locate.py)."""
+        if observe.current() is not None:
+            # Its host calls would land in the capture, the data it writes (unobserved,
+            # from the binary's blobs) would not: a binary that cannot reproduce itself.
+            raise CaptureError(
+                "a binary cannot be replayed while a capture is running (the capture would "
+                "record the replay's device work without the data it writes); replay before "
+                "begin_capture() or after end_capture()"
+            )
         self.plan = plan
         self.watch = watch
         self.ranks = Ranks(plan, transport or LocalTransport())

@@ -15,6 +15,7 @@ from mnrt.format import jsonio
 from mnrt.format.fb.CommandUnion import CommandUnion as U
 from mnrt.host import CommandQueue, observe
 from mnrt.host.commands import ReplayTrace
+from mnrt.replay.costs import kernel_costs
 
 NAMES = {v: k for k, v in vars(U).items() if not k.startswith("_") and isinstance(v, int)}
 
@@ -255,6 +256,24 @@ def test_capture_rules(dev, q):
             dev.reset()
     finally:
         mnrt.end_capture()
+
+
+def test_a_replay_inside_a_capture_is_refused_and_nothing_is_saved(tmp_path):
+    """Its host calls would be recorded and the data it writes would not: the capture of a
+    replay of samples/mlp.mnlb replayed with every golden failing. Any replay (mnrt.replay,
+    or a tool's, through the same executor) is refused; the capture saves nothing."""
+    path = tmp_path / "c.mnlb"
+    refused = pytest.raises(mnrt.CaptureError, match="cannot be replayed while a capture")
+    with refused, mnrt.capture(path):
+        mnrt.replay("samples/mlp.mnlb")
+    assert not path.exists()
+    mnrt.begin_capture()
+    try:
+        with pytest.raises(mnrt.CaptureError, match="cannot be replayed while a capture"):
+            kernel_costs(mnrt.LightBinary.load("samples/mlp.mnlb"))
+    finally:
+        mnrt.end_capture()
+    assert mnrt.replay("samples/mlp.mnlb").passed  # and after it, as before
 
 
 def test_compare_to_golden_live_result_and_errors(dev, q):
