@@ -149,6 +149,11 @@ def replay(
         raise InvalidArgumentError(
             f"progress must be a function of (loops done, loops) or None, got {progress!r}"
         )
+    if transport is not None and not isinstance(transport, Transport):
+        raise InvalidArgumentError(
+            f"transport must be a replay Transport (mnrt.replay.transport) or None, got "
+            f"{type(transport).__name__}"
+        )
     start = time.perf_counter()
     if isinstance(binary, (bytes, bytearray, memoryview)):
         binary = LightBinary(bytes(binary))

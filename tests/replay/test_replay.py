@@ -60,9 +60,11 @@ def test_replay_takes_a_binarys_bytes():
     assert mnrt.replay((SAMPLES / "mlp.mnlb").read_bytes()).passed
 
 
-def test_replay_checks_its_progress_callback_first():
+def test_replay_checks_its_progress_callback_and_transport_first():
     with pytest.raises(mnrt.InvalidArgumentError, match="progress must be a function"):
         mnrt.replay(SAMPLES / "mlp.mnlb", progress=5)
+    with pytest.raises(mnrt.InvalidArgumentError, match="transport must be a replay Transport"):
+        mnrt.replay(SAMPLES / "mlp.mnlb", transport=5)  # was an AttributeError
 
 
 @pytest.mark.parametrize("mapping", [{"0": 1}, {5: 3}])
