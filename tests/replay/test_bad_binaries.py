@@ -227,7 +227,7 @@ def test_a_hostile_writer_s_edits_never_crash_a_tool_nor_diff_as_equal(data, tmp
     for tool in (["info"], ["verify"], ["dump", "--json"], ["bench", "--json", "--loops", "1"],
                  ["run", "--locate", "--locate-dir", folder / "located"],
                  ["trim", "--commands", "20:27", "-o", out], ["optimize", "-o", out],
-                 ["reduce", "-o", out]):  # fmt: skip
+                 ["reduce", "--time-limit", "20", "-o", out]):  # fmt: skip
         r = CliRunner().invoke(cli, [str(a) for a in (tool[0], *tool[1:], path)])
         assert r.exception is None or isinstance(r.exception, SystemExit), (tool, r.exception)
         assert r.exit_code in (0, 1, 2, 3, 4) and "Traceback" not in r.output, (tool, r.output)
