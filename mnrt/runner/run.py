@@ -122,12 +122,12 @@ def _files_read(reads: list[tuple[str, str]]) -> dict[Path, str]:
 
 
 def _check_outputs_spare_inputs(
-    binary: LightBinary, folder: Path, specs: list[tuple[str, str]]
+    file: Path, binary: LightBinary, folder: Path, specs: list[tuple[str, str]]
 ) -> None:
     """--save-outputs writes FOLDER/<output>.npy once the run is done: where that is a file
-    the run reads (an --input or --expected NAME=FILE), the user's file would be replaced.
-    Refused before the run."""
-    read = _files_read(specs)
+    the run reads (the binary, an --input or --expected NAME=FILE), the user's file would be
+    replaced. Refused before the run."""
+    read = {file.resolve(): f"the binary {file}", **_files_read(specs)}
     for out in binary.outputs:
         target = (folder / f"{_file_name(out.name)}.npy").resolve()
         if target in read:
@@ -304,7 +304,7 @@ def run(
         """Everything that can be refused before the replay (on every rank, with --mpi)."""
         binary = LightBinary.load(file)
         if save_outputs is not None:
-            _check_outputs_spare_inputs(binary, save_outputs, reads)
+            _check_outputs_spare_inputs(file, binary, save_outputs, reads)
         return (
             binary,
             _arrays(binary, "input", input_specs),

@@ -66,6 +66,11 @@ def test_saved_outputs_never_replace_a_file_the_run_reads(affine, tmp_path):
             r = run("run", str(affine), flag, f"{name}={given}", output, given)
             assert r.exit_code == 2 and f"is also the file of {flag}" in one_line_error(r)
             assert (tmp_path / "y.npy").read_bytes() == kept
+    binary = tmp_path / "y.npy"  # nor the binary itself, whatever its name
+    binary.write_bytes(affine.read_bytes())
+    r = run("run", str(binary), "--output-dir", str(tmp_path))
+    assert r.exit_code == 2 and f"would replace the binary {binary}" in one_line_error(r)
+    assert binary.read_bytes() == affine.read_bytes()
 
 
 def test_expected_outputs_pass_or_fail(affine, tmp_path):
