@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..format import LightBinary
 from ..format.text import unprintable
-from ..host import Buffer, CommandQueue, observe
+from ..host import Buffer, CommandQueue, internal, observe
 from ..host.golden import Check, compare
 from .build import build
 from .recorder import READ, CaptureError, Recorder
@@ -113,7 +113,7 @@ def end_capture(description: str = "") -> LightBinary:
     rows, devices = rec.close()
     queues = {id(q): q for q in rec._keep if isinstance(q, CommandQueue)}
     for q in queues.values():
-        q._drain()
+        internal.drain(q)
     _check_nothing_skipped(rec)
     # Non-blocking reads have run by now: each copied its data as it ran.
     log = [(*e[:4], _kept(e[4])) if e[0] == READ else e for e in itertools.islice(rec.log, rows)]

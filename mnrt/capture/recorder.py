@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import CaptureError
 from ..format.fingerprints import Stats
-from ..host import Buffer, CommandQueue, Device, Event, Program, observe
+from ..host import Buffer, CommandQueue, Device, Event, Program, internal, observe
 from ..host.commands import ReadBuffer, RunProgram
 from .fingerprinter import Fingerprinter
 
@@ -278,7 +278,7 @@ class Recorder:
                 if self.fingerprints:
                     q.watch_kernels(Fingerprinter.factory(self.printed.setdefault(gid, [])))
                 self._emit((OPEN_QUEUE, gid, dev, q.index))
-                if q._capture is not None:
+                if internal.capturing(q) is not None:
                     self._adopt_trace(q, gid, dev)
         return gid
 
@@ -286,7 +286,7 @@ class Recorder:
         """A queue first seen while it captures a device trace begun before this capture:
         record the trace's beginning and the programs it holds so far, so that what the
         queue records from now on lands in the trace on replay too."""
-        trace = q._capture
+        trace = internal.capturing(q)
         steps = [
             (self._program(cmd.program), tuple(self._buffer(b, q) for b in cmd.plan.buffers))
             for cmd in trace.commands
@@ -308,11 +308,10 @@ class Recorder:
         if with_data and buf.is_allocated:
             q = q if q is not None else buf.device.command_queue(0)
             qid = self._queue(q)
-            buf.device._sync()  # contents as of now, after everything enqueued before
+            internal.sync(buf.device)  # contents as of now, after everything enqueued before
             data = self._vouched(buf)
             if data is None:
-                buf._fill_in()
-                data = np.array(buf._storage())
+                data = np.array(buf.peek())
             # Blocking: on replay the contents are in place before the next command is
             # issued, as they were live, whichever queue uses the buffer next.
             self._emit((WRITE, qid, gid, data, True, True))
@@ -324,8 +323,7 @@ class Recorder:
         if known is None or known[0] is not buf:
             return None
         data = known[1]()
-        storage = buf._storage()
-        if data.dtype != storage.dtype or data.shape != storage.shape:
+        if data.dtype != buf.dtype.storage or data.shape != buf.shape:
             return None
         return data
 
@@ -358,7 +356,7 @@ class Recorder:
         dev = self._device(q.device)
         if not isinstance(tid, (int, np.integer)) or (dev, tid) in self._traces:
             return  # known, or the call itself will reject the id
-        trace = q.device._traces.get(tid)
+        trace = internal.trace(q.device, tid)
         if trace is None or not trace.complete:
             return  # the call itself will raise
         # A trace captured before capture began: record it again, program by program.
@@ -388,7 +386,7 @@ class Recorder:
         # A new buffer holds the device's fill. Zeros are what replay's fresh buffers hold;
         # any other fill (Device.clear) is recorded, or reading the buffer before writing
         # it would give other data on replay.
-        self._buffer(buf, None, with_data=buf.device._backend.memory.fill.kind != "zero")
+        self._buffer(buf, None, with_data=not internal.fills_with_zeros(buf.device))
 
     def _after_deallocate(self, args: tuple, kwargs: dict, result: None) -> None:
         self.log.append((DEALLOCATE, args[0].tag))

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DeviceClosedError, InvalidArgumentError, MnrtError
-from ..host import Device, open_device
+from ..host import Device, internal, open_device
 from . import codegen, pipeline
 from .builder import GraphBuilder
 from .cache import CacheOptions, cache_key, checksums_hold, store_cached, stored_phases
@@ -92,7 +92,7 @@ class Context:
         self.device: Device = self.mn_device._open()
         # Dropped without close(): the device is released now, not when the cycle collector
         # reaches it (its queues and buffers point back at it).
-        self._finalizer = weakref.finalize(self, self.device._close_quietly)
+        self._finalizer = weakref.finalize(self, internal.close_quietly, self.device)
         self.queue = self.device.command_queue(0)
         self._registered: dict[str, TensorProxy] = {}
         self._pipelined: weakref.WeakSet = weakref.WeakSet()  # its functions' other devices

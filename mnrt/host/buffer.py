@@ -76,7 +76,9 @@ class Buffer:
     def peek(self) -> np.ndarray:
         """The stored bits as they are now (a live view; copy to keep them), without a
         queue: for a KernelWatch (see commands.py), which runs between two kernels on the
-        thread running the queue. Anywhere else use `enqueue_read_buffer`."""
+        thread running the queue, and for capture's snapshots and the sending end of a copy
+        between MPI ranks, once their queues are drained (see internal.py), which must not
+        enqueue. Anywhere else use `enqueue_read_buffer`."""
         self._fill_in()
         return self._storage()
 

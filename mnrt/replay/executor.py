@@ -26,7 +26,7 @@ from ..device.tolerance import default_tolerance
 from ..errors import CaptureError, InvalidBinaryError
 from ..format.fb.CommandUnion import CommandUnion as U
 from ..format.io import Namer
-from ..host import Device, observe
+from ..host import Device, internal, observe
 from ..host.commands import Command, KernelWatch
 from ..host.device import MAX_QUEUES, open_device_with_fill
 from ..host.golden import Check, compare
@@ -181,7 +181,7 @@ class Executor:
                 if submitted is not None and kind in QUEUE_COMMANDS:
                     qid = command.cmd.queueId
                     q = queues.get(qid)
-                    last = q._last if q is not None else None
+                    last = internal.last_command(q) if q is not None else None
                     if last is not seen.get(qid):
                         seen[qid] = last
                         submitted.append((index, qid, last))
@@ -209,7 +209,7 @@ class Executor:
             for q in self.tables[QUEUE].values():
                 q.watch_kernels(None)
         for dev in self.tables[DEVICE].values():
-            dev._close_quietly()
+            internal.close_quietly(dev)
 
     # --- handlers -------------------------------------------------------------------
     def open_device(self, c) -> None:
@@ -245,7 +245,7 @@ class Executor:
             # Called as each command is put on the queue: by this thread, in its handler.
             q.watch_kernels(lambda cmd, logged: self.watch(self.index))
         if self.profiling:
-            q._start_profiling()
+            internal.start_profiling(q)
 
     def _queue_slot(self, runner: int, logical: int, index: int) -> int:
         """The runner device's queue for queue `index` of logical device `logical`: its own
@@ -371,9 +371,8 @@ class Executor:
         if q is not None:
             q.finish()
         else:
-            src.device._sync()
-        src._fill_in()
-        data = np.ascontiguousarray(src._storage())
+            internal.sync(src.device)
+        data = np.ascontiguousarray(src.peek())
         self.transport.send(data, self.ranks.owner_of_buffer(c.dstId), c.copyId)
         if q is not None:  # the copy is this rank's queue's: its cost is this rank's
             cost = self._copy_cost(c, q)
@@ -391,9 +390,7 @@ class Executor:
         if q is not None:  # priced as the copy it is, not as a host write
             q.enqueue_write_stored(dst, data, c.blocking, priced=self._copy_cost(c, q))
             return
-        dst.device._sync()
-        np.copyto(dst._storage(), data)
-        dst._unfilled = False
+        internal.overwrite(dst, data)
 
     def _copy_cost(self, c, q: CommandQueue) -> Modelled:
         """A copy between ranks priced as the in-process replay prices it: between its
