@@ -39,7 +39,7 @@ def check_model_kept(
     """Refuse to compile a model file into what the compile writes as ONNX: the codegen_dir
     that holds it as EXPORTED_MODEL (an earlier compile's export compiled into the same
     folder), or the `out_onnx` path. The export would replace the model being compiled."""
-    if not isinstance(model, (str, os.PathLike)) or not Path(model).exists():
+    if model_file(model) is None:
         return
     targets = [("codegen_dir", codegen_dir, Path(codegen_dir or ".") / EXPORTED_MODEL),
                ("out_onnx", out_onnx, Path(out_onnx or "."))]  # fmt: skip
@@ -49,6 +49,30 @@ def check_model_kept(
                 f"{option} {given} would replace the model being compiled ({model}) with the "
                 "compiled graph's ONNX; give another path, or copy the model elsewhere first"
             )
+
+
+def model_file(model: Any) -> Path | None:
+    """The file `model` names, when a compile was given a path: what nothing the compiled
+    function writes may replace."""
+    if isinstance(model, (str, os.PathLike)) and Path(model).is_file():
+        return Path(model)
+    return None
+
+
+def check_binary_spares_model(path: str | os.PathLike, model: Path | None) -> None:
+    """Refuse a save_binary `path` that is the model file the function was compiled from:
+    the binary would replace the model (which may be the user's only copy)."""
+    if model is None:
+        return
+    try:
+        same = os.path.samefile(path, model)
+    except (OSError, ValueError):  # either is not there (any more), or not a path
+        return
+    if same:
+        raise InvalidArgumentError(
+            f"save_binary: {path} is the model this function was compiled from; the binary "
+            "would replace it: give another path"
+        )
 
 
 def make_dir(folder: Path, what: str) -> Path:

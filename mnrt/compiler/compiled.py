@@ -9,6 +9,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -81,6 +82,7 @@ class CompiledFunction:
             and want.itemsize > graph.values[name].dtype.itemsize
         }
         self.onnx_model: Any = None  # the ONNX model it came from, if it did
+        self.model_file: Path | None = None  # the file it was compiled from, if given one
         self.stages: list[tuple[str, str]] = []  # (phase, graph dump) of the compile
         unbound = [n for n in graph.outputs if graph.values[n].role in (INPUT, PARAM)]
         if unbound:
@@ -303,6 +305,7 @@ class CompiledFunction:
         what codegen_dir's report.json shows); None, with nothing written, where a capture
         of the user's is running (save_binary raises instead)."""
         self._check_open("save its binary")
+        codegen.check_binary_spares_model(path, self.model_file)
         if inputs is None:
             inputs = self.example_inputs
         else:  # the reference needs every input, as the replay will

@@ -156,8 +156,10 @@ class Context:
         opts = resolve(options)
         codegen.check_model_kept(model, codegen_dir, opts["out_onnx"])
         if opts["mpmd"]:
-            return self._compile_pipelined(graph, opts, inputs, phases, codegen_dir,
+            made = self._compile_pipelined(graph, opts, inputs, phases, codegen_dir,
                                            cache_options, start)  # fmt: skip
+            made.model_file = codegen.model_file(model)
+            return made
         cached = None
         if cache_options is not None:
             cached = cache_options.cache_dir / cache_key(graph, opts, inputs)
@@ -169,6 +171,7 @@ class Context:
                 # What the entry cannot know: this compile's model, options and inputs
                 # (the goldens of save_binary come from them).
                 compiled.source, compiled.onnx_model, compiled.options = graph, onnx_model, opts
+                compiled.model_file = codegen.model_file(model)
                 compiled.example_inputs = {k: np.array(v) for k, v in inputs.items()}
                 compiled.folded = folded
                 try:
@@ -188,6 +191,7 @@ class Context:
         t0 = time.perf_counter()
         compiled = CompiledFunction(self, optimised, opts, graph, inputs)
         compiled.onnx_model = onnx_model
+        compiled.model_file = codegen.model_file(model)
         compiled.folded = folded
         compiled.stages = stages
         phases.append({"name": "lower", "status": "ok", "seconds": time.perf_counter() - t0})

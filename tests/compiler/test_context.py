@@ -12,7 +12,7 @@ import pytest
 from graph_harness import mlp_input, small_mlp
 from hypothesis import settings
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, rule
-from onnx_harness import relu_model
+from onnx_harness import onnx_model, onnx_module, relu_model, value_info
 
 import mnrt
 from mnrt.compiler import GraphBuilder
@@ -353,6 +353,37 @@ def test_save_binary_path_with_nul(ctx, tmp_path):
     f = ctx.compile(b, inp)
     with pytest.raises(mnrt.MnrtError):  # ValueError: embedded null byte (format/files.py:25)
         f.save_binary(str(tmp_path / "x\x00.mnlb"))
+
+
+@pytest.mark.parametrize("how", ["compiled", "cached", "pipelined"])
+def test_save_binary_never_replaces_the_model_it_was_compiled_from(ctx, tmp_path, how):
+    """A compile given the model's path remembers it: save_binary over that file (by any
+    spelling of it) is refused and the model keeps its bytes; other paths are written."""
+    helper = onnx_module().helper
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])]
+    model = tmp_path / "relu.onnx"  # two nodes: a pipeline of two stages
+    onnx_module().save(
+        onnx_model(nodes, [value_info("x", [2, 3])], [value_info("y", [2, 3])]), model
+    )
+    kept = model.read_bytes()
+    inputs = {"x": np.ones((2, 3), np.float32)}
+    kwargs = {
+        "compiled": {},
+        "cached": {"cache_options": mnrt.CacheOptions(tmp_path / "cache")},
+        "pipelined": {"options": {"mpmd": {"devices": [1, 2], "microbatches": 1}}},
+    }[how]
+    if how == "cached":  # the second compile is the cache's hit
+        ctx.compile(str(model), inputs, **kwargs).close()
+    f = ctx.compile(str(model), inputs, **kwargs)
+    try:
+        for spelling in (model, str(tmp_path / "." / "relu.onnx")):
+            with pytest.raises(mnrt.InvalidArgumentError, match="the model this function was"):
+                f.save_binary(spelling)
+            assert model.read_bytes() == kept
+        f.save_binary(tmp_path / "relu.mnlb")
+        assert mnrt.replay(mnrt.LightBinary.load(tmp_path / "relu.mnlb")).passed
+    finally:
+        f.close()
 
 
 @pytest.mark.parametrize("spec", ["mncore2: 1", "mncore2:\u0663", "mncore2:-1", "mncore2:1.0"])

@@ -22,6 +22,7 @@ import math
 import os
 import weakref
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -35,6 +36,7 @@ from ...errors import InvalidArgumentError, MnrtError
 from ...host import Buffer, CommandQueue, Device, Event, open_device
 from ...host.timeline import Span, Timeline, schedule
 from .. import goldens, placement
+from ..codegen import check_binary_spares_model
 from ..ir import INPUT, PARAM, TEMP, Graph, Value
 from ..lower import Lowered, lower
 from ..tensors import as_host, stored_form
@@ -95,6 +97,7 @@ class PipelinedFunction:
         self.options = options
         self.graph = graph  # the optimised graph of one microbatch, before partitioning
         self.stages: list[tuple[str, str]] = []  # (phase, graph dump) of the compile
+        self.model_file: Path | None = None  # the file it was compiled from, if given one
         self.passes: list[tuple[str, str]] = []  # (pass, MPMD IR text) after each
         self.example_inputs = {k: np.array(v) for k, v in inputs.items()}
         self.devices: dict[int, Device] = {}
@@ -307,6 +310,7 @@ class PipelinedFunction:
         into a multi-device light binary whose goldens are the run's outputs, each checked
         with the tolerance model's bound for its value, and whose kernels are fingerprinted
         (as a single-device compile's are: `mnrt run --locate`)."""
+        check_binary_spares_model(path, self.model_file)
         arrays = self._check_inputs(self.example_inputs if inputs is None else inputs)
         errors = goldens.value_errors(self.graph)
         description = f"pipelined graph {self.program.name}"
