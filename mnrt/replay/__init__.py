@@ -149,6 +149,8 @@ def replay(
         raise InvalidArgumentError(
             f"progress must be a function of (loops done, loops) or None, got {progress!r}"
         )
+    if locate_dir is not None:
+        _check_locate_dir(locate_dir)
     if transport is not None and not isinstance(transport, Transport):
         raise InvalidArgumentError(
             f"transport must be a replay Transport (mnrt.replay.transport) or None, got "
@@ -199,6 +201,24 @@ def replay(
     elif report.verified and not report.checks:  # a PASS needs evidence
         report.verified, report.no_goldens = False, True
     return report
+
+
+def _check_locate_dir(path: object) -> None:
+    """Where locate will save a kernel's arrays, checked before the replay rather than when
+    it has found one."""
+    if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
+        raise InvalidArgumentError(
+            f"locate_dir must be a folder path (a str or os.PathLike), got {type(path).__name__}"
+        )
+    text = os.fspath(path)
+    why = (
+        "is empty" if not text
+        else "holds a NUL character" if "\0" in text
+        else "is a file" if os.path.exists(text) and not os.path.isdir(text)
+        else None
+    )  # fmt: skip
+    if why is not None:
+        raise InvalidArgumentError(f"locate_dir {text!r} {why}; give a folder path")
 
 
 def _run_loops(

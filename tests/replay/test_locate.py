@@ -366,6 +366,31 @@ def test_locate_with_new_inputs_is_refused():
         mnrt.replay(binary, inputs={"x": x}, locate=True)
 
 
+@pytest.mark.parametrize(
+    ("folder", "why"),
+    [
+        (5, "got int"),
+        (b"loc", "got bytes"),
+        ("", "is empty"),
+        ("l\0c", "NUL"),
+        ("a.txt", "is a file"),
+    ],
+)
+def test_a_locate_dir_that_cannot_be_a_folder_is_refused_before_the_replay(
+    tmp_path, monkeypatch, folder, why
+):
+    """Not after replaying to the divergent kernel; and "" is not the current directory."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.txt").write_text("kept")
+    binary = _mlp_capture()
+    bad = perturbed(binary, weight_sites(binary)[0][2])
+    ran = []
+    with pytest.raises(mnrt.InvalidArgumentError, match=f"locate_dir .*{why}"):
+        mnrt.replay(bad, locate_dir=folder, progress=lambda done, loops: ran.append(done))
+    assert not ran
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+
+
 def _three_devices_with(tmp_path, buffer: str) -> tuple[mnrt.LightBinary, int]:
     """The three-device capture with fingerprints and the data written to `buffer`
     perturbed, and the index of the command that runs the program of device 0."""
