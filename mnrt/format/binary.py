@@ -20,7 +20,7 @@ import flatbuffers
 import numpy as np
 import xxhash
 
-from ..errors import InvalidBinaryError, UnsupportedVersionError
+from ..errors import InvalidArgumentError, InvalidBinaryError, UnsupportedVersionError
 from .blobs import BlobInfo, BlobStore, BlobTable, align
 from .fb import LightBinary as fb_root
 from .fb.Command import CommandT
@@ -30,7 +30,7 @@ from .fb.LightBinary import LightBinaryT
 from .fb.Metadata import MetadataT
 from .fb.Version import CreateVersion
 from .fields import STRUCT_CODES, scalar_type
-from .files import open_regular, write_atomically
+from .files import as_path, open_regular, write_atomically
 from .fingerprints import SAMPLE, Fingerprint, Sample, Stats, to_columns
 from .io import IoBuffer, derive, describe
 from .pack import pack_commands, pack_tables
@@ -53,6 +53,11 @@ class LightBinary:
     ):
         """Wrap a whole file's bytes; verifies structure, version and schema first (except for
         what `build` just wrote, which is correct by construction and tested to be)."""
+        if not isinstance(content, (bytes, bytearray, memoryview, mmap.mmap)):
+            raise InvalidArgumentError(
+                f"LightBinary takes a light binary's bytes, not {type(content).__name__}; "
+                "LightBinary.load(path) reads one from a file"
+            )
         self.path = path
         self._content = content
         view = memoryview(content)
@@ -91,7 +96,7 @@ class LightBinary:
     @classmethod
     def load(cls, path: str | os.PathLike) -> LightBinary:
         """Map a file read-only; cost is independent of how much payload it holds."""
-        path = Path(path)
+        path = as_path(path, "LightBinary.load")
         with open_regular(path, "a light binary") as f:
             if os.fstat(f.fileno()).st_size == 0:
                 raise InvalidBinaryError(f"{path} is empty, not a light binary", offset=0)
@@ -277,7 +282,7 @@ class LightBinary:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the binary atomically: a temporary file in the same folder, then rename."""
-        write_atomically(path, memoryview(self._content))
+        write_atomically(as_path(path, "LightBinary.save"), memoryview(self._content))
 
     def __repr__(self) -> str:
         where = f" from {self.path}" if self.path else ""

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import MnrtError
+from ..errors import InvalidArgumentError, MnrtError
 
 _LEFTOVER = re.compile(r"\.mnrt-(\d+)-[0-9a-f]+\.tmp(\.old)?")
 _swept: set[str] = set()  # folders this process has already swept
@@ -88,6 +88,19 @@ def _sweep(folder: Path) -> None:
         remove_leftovers(leftovers(folder))
     except MnrtError:
         return
+
+
+def as_path(path: object, what: str) -> Path:
+    """`path` (a str, bytes or os.PathLike) as a Path; InvalidArgumentError saying that
+    `what` takes a file path for anything else (an int would open a file descriptor)."""
+    if isinstance(path, (str, bytes, os.PathLike)):
+        try:
+            return Path(os.fsdecode(os.fspath(path)))
+        except TypeError:  # a PathLike whose __fspath__ gives neither str nor bytes
+            pass
+    raise InvalidArgumentError(
+        f"{what} takes a file path (a str or os.PathLike), not {type(path).__name__}"
+    )
 
 
 def write_atomically(path: str | os.PathLike, data: bytes | memoryview) -> None:

@@ -142,6 +142,9 @@ def test_no_silent_casting_between_input_dtypes(dev, q):
 def test_kernel_construction_errors():
     with pytest.raises(mnrt.UnknownKernelError, match="'gemmm'.*known kernels are.*gemm"):
         mnrt.Kernel("gemmm", ["a", "b"], ["y"])
+    for op in (["gemm"], {}, None, 5):
+        with pytest.raises(mnrt.UnknownKernelError, match="known kernels are"):
+            mnrt.Kernel(op, ["a", "b"], ["y"])
     with pytest.raises(mnrt.KernelAttributeError, match="no attribute 'transA'.*trans_a"):
         mnrt.Kernel("gemm", ["a", "b"], ["y"], {"transA": True})
     with pytest.raises(mnrt.KernelAttributeError, match="'alpha' must be float"):

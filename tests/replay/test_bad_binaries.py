@@ -65,6 +65,22 @@ def test_empty_and_missing_files_give_one_line_errors(tmp_path):
     assert code == 2 and "no such file" in out
 
 
+@pytest.mark.parametrize("what", [None, 5, 1.5, ["a.mnlb"], object()])
+def test_what_is_not_a_path_or_bytes_is_an_argument_error(small_binary, tmp_path, what):
+    """An int is not taken as a file descriptor, nor anything else for a path; bytes paths
+    are paths."""
+    with pytest.raises(mnrt.InvalidArgumentError, match="LightBinary.load takes a file path"):
+        mnrt.LightBinary.load(what)
+    with pytest.raises(mnrt.InvalidArgumentError, match="LightBinary.save takes a file path"):
+        small_binary.save(what)
+    with pytest.raises(mnrt.InvalidArgumentError, match="LightBinary takes a light binary's"):
+        mnrt.LightBinary(what)
+    with pytest.raises(mnrt.InvalidArgumentError, match="LightBinary.load.* reads one"):
+        mnrt.LightBinary(str(tmp_path / "a.mnlb"))
+    small_binary.save(bytes(tmp_path / "b.mnlb"))
+    assert len(mnrt.LightBinary.load(bytes(tmp_path / "b.mnlb"))) == len(small_binary)
+
+
 def test_wrong_identifier(small_binary):
     data = bytearray(small_binary.to_bytes())
     data[8:12] = b"ONNX"

@@ -332,7 +332,7 @@ def register(kdef: KernelDef) -> KernelDef:
 def lookup(name: str) -> KernelDef:
     try:
         return _REGISTRY[name]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: a name that is not a string (a list, say)
         raise UnknownKernelError(
             f"unknown kernel {name!r}: known kernels are {', '.join(sorted(_REGISTRY))}"
         ) from None
