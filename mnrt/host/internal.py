@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..device.cost import Modelled
 from .buffer import Buffer
 from .commands import Command
 from .device import Device
@@ -65,6 +66,20 @@ def last_command(queue: CommandQueue) -> Command | None:
     """The command submitted last to `queue`: what a replay ties the binary's command to
     in its timeline."""
     return queue._last
+
+
+def write_stored(
+    queue: CommandQueue,
+    buffer: Buffer,
+    bits: np.ndarray,
+    blocking: bool = False,
+    priced: Modelled | None = None,
+) -> None:
+    """Enqueue a write of bits already in `buffer`'s stored form, as a binary holds them
+    (no rounding), of `buffer`'s size, which the caller has checked. `priced`: what the
+    write costs when the bits did not come over the host link (the receiving end of a copy
+    between MPI ranks: that copy's cost)."""
+    queue._enqueue_write_stored(buffer, bits, blocking, priced)
 
 
 def start_profiling(queue: CommandQueue) -> None:

@@ -161,22 +161,6 @@ class CommandQueue:
             log, cells = hot.log_cells, hot.write(self, buffer, data, blocking)
         self._submit(WriteBuffer(buffer, data), blocking, log, cells)
 
-    def enqueue_write_stored(
-        self,
-        buffer: Buffer,
-        bits: np.ndarray,
-        blocking: bool = False,
-        priced: Modelled | None = None,
-    ) -> None:
-        """Write bits already in the buffer's stored form (as replay has them): no rounding.
-        The caller has checked that `bits` has the buffer's size. `priced`: what the write
-        costs when the bits did not come over the host link (a distributed replay's end of
-        a copy from a device another process runs: that copy's cost)."""
-        self._check_host_transfer("write")
-        self._check_buffer(buffer)
-        command = WriteBuffer(buffer, bits.reshape(buffer.shape), stored=True, priced=priced)
-        self._submit(command, blocking)
-
     def enqueue_read_buffer(self, buffer: Buffer, blocking: bool = True) -> np.ndarray:
         """Copy a buffer to a new host array. Without blocking, the array is filled by the
         time finish() returns."""
@@ -396,6 +380,19 @@ class CommandQueue:
             self._watch = watch
 
     # --- internals ----------------------------------------------------------------
+    def _enqueue_write_stored(
+        self,
+        buffer: Buffer,
+        bits: np.ndarray,
+        blocking: bool = False,
+        priced: Modelled | None = None,
+    ) -> None:
+        """See internal.write_stored."""
+        self._check_host_transfer("write")
+        self._check_buffer(buffer)
+        command = WriteBuffer(buffer, bits.reshape(buffer.shape), stored=True, priced=priced)
+        self._submit(command, blocking)
+
     def _start_profiling(self) -> None:
         """Keep every command from now on (not just the last `history`), with when it was
         enqueued and when each of a program's kernels ran: what a profile is drawn from."""

@@ -286,7 +286,7 @@ class Executor:
         data = self.inputs.get(c.bufferId)
         if data is None:
             data = self._stored(c.data, c.bufferId)
-        q.enqueue_write_stored(self.lookup(BUFFER, c.bufferId), data, c.blocking)
+        internal.write_stored(q, self.lookup(BUFFER, c.bufferId), data, c.blocking)
 
     def read(self, c) -> None:
         q = self.lookup(QUEUE, c.queueId)
@@ -388,7 +388,7 @@ class Executor:
         self.transport.recv(data, self.ranks.owner_of_buffer(c.srcId), c.copyId)
         q = self.tables[QUEUE].get(c.queueId)
         if q is not None:  # priced as the copy it is, not as a host write
-            q.enqueue_write_stored(dst, data, c.blocking, priced=self._copy_cost(c, q))
+            internal.write_stored(q, dst, data, c.blocking, priced=self._copy_cost(c, q))
             return
         internal.overwrite(dst, data)
 
