@@ -17,7 +17,7 @@ import numpy as np
 
 from ..device.mapping import Mapping as KernelMapping
 from ..errors import InvalidArgumentError, MnrtError
-from ..format.files import write_atomically
+from ..format.files import as_path, write_atomically
 from . import layout, placement, serialize, time_slice
 from .ir import Graph
 from .liveness import peak_live_bytes
@@ -99,7 +99,7 @@ def write(
 ) -> None:
     """option.json (usable as option_json), l3ir.txt (the graph as scheduled, one node a
     line), report.json, model.mnlb, and the graph and inputs for load_codegen_dir."""
-    folder = make_dir(Path(folder), what)
+    folder = make_dir(as_path(folder, what), what)
     if compiled.options.envs.get("CODEGEN_DEBUG", "0") not in ("", "0"):
         # CODEGEN_DEBUG (an option_json env): the graph after every compile phase.
         for i, (phase, dump) in enumerate(compiled.stages):

@@ -197,11 +197,20 @@ class CompiledFunction:
     def allocate_input_proxy(self, name: str) -> TensorProxy:
         """The device tensor an input is read from, to fill with `load_from`."""
         self._check_open("allocate an input proxy")
-        if name not in self.graph.inputs:
+        if not isinstance(name, str) or name not in self.graph.inputs:
             raise InvalidArgumentError(
                 f"no input {name!r}; the inputs are {', '.join(self.graph.inputs)}"
             )
         return TensorProxy(self.ctx.queue, self.lowered.bindings[name], self)
+
+    def _every_input(self, inputs: Any, what: str) -> dict[str, np.ndarray]:
+        """`inputs` of a save_binary or a reference: an array for every input (a folded
+        one, if given, with the value compiled in)."""
+        if not isinstance(inputs, Mapping):
+            raise InvalidArgumentError(
+                f"{what} inputs must be a dict of input name -> array, not {type(inputs).__name__}"
+            )
+        return input_arrays(self.graph, self._without_folded(dict(inputs)), what)
 
     def _without_folded(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """`inputs` less the folded ones, each of which must hold the value compiled in: a
@@ -258,17 +267,24 @@ class CompiledFunction:
         """The model's reference outputs (goldens.reference: onnxruntime for an ONNX model
         when installed, else the graph run in double precision), which the compile checks
         the compiled result against when it saves a binary."""
-        return goldens.reference(self, inputs)[1]
+        return goldens.reference(self, self._every_input(inputs, "reference"))[1]
 
     def report(self, phases: list[dict]) -> dict:
         """report.json of codegen_dir (see codegen.report)."""
         return codegen.report(self, phases)
 
     def write_codegen_dir(
-        self, folder: str | os.PathLike, phases: list[dict], what: str = "codegen_dir"
+        self, folder: str | os.PathLike, phases: list[dict] | None = None, what: str = "codegen_dir"
     ) -> None:
-        """Write this function's codegen_dir (see codegen.write)."""
-        codegen.write(self, folder, phases, what)
+        """Write this function's codegen_dir (see codegen.write); `phases`: the compile's
+        phases so far (report.json's), none for a function written again later."""
+        if phases is not None and not (
+            isinstance(phases, list) and all(isinstance(p, dict) for p in phases)
+        ):
+            raise InvalidArgumentError(
+                f"write_codegen_dir: phases must be a list of dicts, got {phases!r:.60}"
+            )
+        codegen.write(self, folder, [] if phases is None else phases, what)
 
     def save_binary(
         self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None
@@ -306,10 +322,8 @@ class CompiledFunction:
         of the user's is running (save_binary raises instead)."""
         self._check_open("save its binary")
         codegen.check_binary_spares_model(path, self.model_file)
-        if inputs is None:
-            inputs = self.example_inputs
-        else:  # the reference needs every input, as the replay will
-            inputs = input_arrays(self.graph, self._without_folded(dict(inputs)), "save_binary")
+        # the reference needs every input, as the replay will
+        inputs = self.example_inputs if inputs is None else self._every_input(inputs, "save_binary")
         # Outside the lock, so that other compiles need not wait for it, and unobserved: a
         # capture of the user's may be running, and this is none of its business. From
         # onnxruntime, it runs once the recorded run is done (see PendingReference).

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DeviceClosedError, InvalidArgumentError, MnrtError
+from ..format.files import as_path
 from ..host import Device, internal, open_device
 from . import codegen, pipeline
 from .builder import GraphBuilder
@@ -244,7 +245,8 @@ class Context:
     def load_codegen_dir(self, path: str | os.PathLike) -> CompiledFunction:
         """A compiled graph from a codegen_dir, without compiling it again."""
         self._check_open("load a codegen_dir")
-        if (Path(path) / "mpmd").is_dir():
+        path = as_path(path, "load_codegen_dir")
+        if (path / "mpmd").is_dir():
             raise InvalidArgumentError(
                 f"{path} holds a pipelined (mpmd) compile, which load_codegen_dir does not "
                 "load: compile the model again, or replay its model.mnlb with mnrt run"

@@ -55,6 +55,8 @@ class TensorProxy:
     def load_from(self, array: np.ndarray, clone: bool = True) -> None:
         """Copy host data in. With clone=False the array is used as it is: do not change it
         until the device has read it (the next call or finish())."""
+        if not isinstance(clone, bool):
+            raise InvalidArgumentError(f"load_from: clone must be True or False, got {clone!r}")
         data = as_array(self.buffer.name, array, "data loaded into")
         if clone and data is array:
             data = data.copy()

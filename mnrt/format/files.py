@@ -10,6 +10,7 @@ is gone (once per folder per process), and `mnrt clean FOLDER` lists or removes 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -92,15 +93,22 @@ def _sweep(folder: Path) -> None:
 
 def as_path(path: object, what: str) -> Path:
     """`path` (a str, bytes or os.PathLike) as a Path; InvalidArgumentError saying that
-    `what` takes a file path for anything else (an int would open a file descriptor)."""
+    `what` takes a path for anything else (an int would open a file descriptor) and for a
+    path no file can have (empty, or holding a NUL)."""
+    text = None
     if isinstance(path, (str, bytes, os.PathLike)):
-        try:
-            return Path(os.fsdecode(os.fspath(path)))
-        except TypeError:  # a PathLike whose __fspath__ gives neither str nor bytes
-            pass
-    raise InvalidArgumentError(
-        f"{what} takes a file path (a str or os.PathLike), not {type(path).__name__}"
-    )
+        # TypeError: a PathLike whose __fspath__ gives neither str nor bytes
+        with contextlib.suppress(TypeError):
+            text = os.fsdecode(os.fspath(path))
+    if text is None:
+        raise InvalidArgumentError(
+            f"{what} takes a path (a str or os.PathLike), not {type(path).__name__}"
+        )
+    if not text or "\0" in text:
+        raise InvalidArgumentError(
+            f"{what} {text!r}: " + ("an empty path" if not text else "a path cannot hold a NUL")
+        )
+    return Path(text)
 
 
 def write_atomically(path: str | os.PathLike, data: bytes | memoryview) -> None:

@@ -348,6 +348,36 @@ def test_load_from_ragged(ctx):
         p.load_from([[1.0], [1.0, 2.0]])
 
 
+def test_arguments_of_a_wrong_type_are_argument_errors(ctx, tmp_path):
+    """Each was a TypeError, ValueError or AttributeError from deep inside."""
+    b, inp = MODELS["mlp"]()
+    f = ctx.compile(b, inp)
+    name = next(iter(inp))
+    cases = [
+        (lambda: f.allocate_input_proxy(np.ones(2)), "no input"),
+        (lambda: f.reference(None), "reference inputs must be a dict"),
+        (lambda: f.reference({}), "reference inputs must be exactly"),
+        (lambda: f.save_binary(tmp_path / "a.mnlb", inputs=5), "save_binary inputs must be a dict"),
+        (
+            lambda: f.save_binary(tmp_path / "a.mnlb", inputs="x"),
+            "save_binary inputs must be a dict",
+        ),
+        (lambda: f.write_codegen_dir(None), "codegen_dir takes a path"),
+        (lambda: f.write_codegen_dir(tmp_path / "cg", "phases"), "phases must be a list"),
+        (lambda: ctx.load_codegen_dir(None), "load_codegen_dir takes a path"),
+        (lambda: ctx.load_codegen_dir(""), "an empty path"),
+        (lambda: f.allocate_input_proxy(name).load_from(inp[name], np.ones(2)), "clone must be"),
+    ]
+    for call, message in cases:
+        with pytest.raises(mnrt.InvalidArgumentError, match=message):
+            call()
+    assert not (tmp_path / "a.mnlb").exists() and not (tmp_path / "cg").exists()
+    assert f.reference(inp)["probs"].shape == f(inp)["probs"].shape
+    f.write_codegen_dir(bytes(tmp_path / "cg"))  # a bytes path, no phases
+    loaded = ctx.load_codegen_dir(bytes(tmp_path / "cg"))
+    np.testing.assert_array_equal(loaded(inp)["probs"].cpu(), f(inp)["probs"].cpu())
+
+
 def test_save_binary_path_with_nul(ctx, tmp_path):
     b, inp = MODELS["mlp"]()
     f = ctx.compile(b, inp)

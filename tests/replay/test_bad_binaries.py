@@ -69,9 +69,9 @@ def test_empty_and_missing_files_give_one_line_errors(tmp_path):
 def test_what_is_not_a_path_or_bytes_is_an_argument_error(small_binary, tmp_path, what):
     """An int is not taken as a file descriptor, nor anything else for a path; bytes paths
     are paths."""
-    with pytest.raises(mnrt.InvalidArgumentError, match="LightBinary.load takes a file path"):
+    with pytest.raises(mnrt.InvalidArgumentError, match="LightBinary.load takes a path"):
         mnrt.LightBinary.load(what)
-    with pytest.raises(mnrt.InvalidArgumentError, match="LightBinary.save takes a file path"):
+    with pytest.raises(mnrt.InvalidArgumentError, match="LightBinary.save takes a path"):
         small_binary.save(what)
     with pytest.raises(mnrt.InvalidArgumentError, match="LightBinary takes a light binary's"):
         mnrt.LightBinary(what)
