@@ -23,6 +23,17 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_session_state(tmp_path_factory):
+    """Fixtures of a wider scope (binaries built once for many tests) are made before any
+    test's own state folder below: they get the session's, never the user's device state
+    (a device `mnrt smi clear` left holding a seed makes captures record its fill)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MNRT_HOME", str(tmp_path_factory.mktemp("mnrt-home")))
+        patch.delenv("MNRT_DEVICE_COUNT", raising=False)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _isolated_state(tmp_path, monkeypatch):
     monkeypatch.setenv("MNRT_HOME", str(tmp_path / "mnrt-home"))
