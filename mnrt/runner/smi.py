@@ -46,9 +46,10 @@ def smi() -> None:
 @smi.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
 def list_cmd(as_json: bool) -> None:
-    """List devices as 'INDEX: NAME', each with the host PCIe switch it sits behind, then
-    the link between them. With --json, a row per device, its `link` the figures of the
-    link that joins it to the others."""
+    """List devices as 'INDEX: NAME', each with the host PCIe switch it sits behind and,
+    where `mnrt smi clear` left it one, what its unwritten DRAM holds (captures record that
+    fill as data), then the link between them. With --json, a row per device, its `link`
+    the figures of the link that joins it to the others."""
     infos = boards.list_devices()
     link = MNCORE2.link
     if as_json:
@@ -56,7 +57,8 @@ def list_cmd(as_json: bool) -> None:
         click.echo(json.dumps([{**asdict(i), "link": figures} for i in infos], indent=1))
         return
     for info in infos:
-        click.echo(f"{info}  switch {info.switch}")
+        fill = f"  unwritten DRAM: {info.fill}" if info.fill != "zero" else ""
+        click.echo(f"{info}  switch {info.switch}{fill}")
     latency = link.describe()["latency_s"]
     same = latency["same_switch"]
     click.echo(

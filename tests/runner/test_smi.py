@@ -42,8 +42,13 @@ def test_clear_then_open_sees_the_pattern_and_reset_restores():
     with mnrt.open_device(2) as dev:
         b = dev.create_buffer((4,), "uint8")
         assert dev.command_queue().enqueue_read_buffer(b).tobytes() == bytes.fromhex("efbeadde")
+    assert "2: mnc2emu2  switch 1  unwritten DRAM: pattern 0xdeadbeef" in run("smi", "list").output
     assert run("smi", "clear", "2", "--seed", "42").exit_code == 0
     assert "seed 42" in run("smi", "list", "--json").output
+    assert run("smi", "list").output.splitlines()[:3] == [
+        "0: mnc2emu0  switch 0", "1: mnc2emu1  switch 0",
+        "2: mnc2emu2  switch 1  unwritten DRAM: seed 42",
+    ]  # fmt: skip
     r = run("smi", "reset", "2")
     assert r.exit_code == 0 and "2: mnc2emu2 reset" in r.output
     assert json.loads(run("smi", "list", "--json").output)[2]["fill"] == "zero"
