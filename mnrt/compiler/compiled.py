@@ -22,7 +22,15 @@ from .codegen import CAPTURE_RUNNING
 from .ir import INPUT, PARAM, Graph
 from .lower import Lowered, lower
 from .options import CompileOptions
-from .tensors import TensorProxy, as_array, as_host, call_input, input_arrays, stored_form
+from .tensors import (
+    TensorProxy,
+    as_array,
+    as_host,
+    call_input,
+    check_mapping,
+    input_arrays,
+    stored_form,
+)
 
 if TYPE_CHECKING:
     from .context import Context
@@ -206,10 +214,7 @@ class CompiledFunction:
     def _every_input(self, inputs: Any, what: str) -> dict[str, np.ndarray]:
         """`inputs` of a save_binary or a reference: an array for every input (a folded
         one, if given, with the value compiled in)."""
-        if not isinstance(inputs, Mapping):
-            raise InvalidArgumentError(
-                f"{what} inputs must be a dict of input name -> array, not {type(inputs).__name__}"
-            )
+        check_mapping(inputs, what)
         return input_arrays(self.graph, self._without_folded(dict(inputs)), what)
 
     def _without_folded(self, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -230,10 +235,8 @@ class CompiledFunction:
         """Run once. Inputs not given keep what their proxies hold. The outputs are proxies
         of this function's output buffers: the next call (or save_binary) overwrites them."""
         self._check_open("call it")
-        if inputs is not None and not isinstance(inputs, Mapping):
-            raise InvalidArgumentError(
-                f"call inputs must be a dict of input name -> array, not {type(inputs).__name__}"
-            )
+        if inputs is not None:
+            check_mapping(inputs, "call")
         inputs = self._without_folded(dict(inputs or {}))
         unknown = sorted(repr(n) for n in set(inputs) - set(self.graph.inputs))
         if unknown:

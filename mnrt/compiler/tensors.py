@@ -121,15 +121,20 @@ def as_array(name: str, data: Any, role: str = "input") -> np.ndarray:
     return array
 
 
+def check_mapping(inputs: Any, what: str) -> None:
+    """Refuse inputs (of a call, a compile, a save_binary...) that are not a dict."""
+    if not isinstance(inputs, Mapping):
+        raise InvalidArgumentError(
+            f"{what} inputs must be a dict of input name -> array, not {type(inputs).__name__}"
+        )
+
+
 def input_arrays(graph: Graph, inputs: Any, what: str = "compile") -> dict[str, np.ndarray]:
     """The inputs of a compile (or a save_binary) checked against the graph: exactly its
     input names, each a numeric array of the input's shape."""
     if inputs is None:
         inputs = {}
-    if not isinstance(inputs, Mapping):
-        raise InvalidArgumentError(
-            f"{what} inputs must be a dict of input name -> array, not {type(inputs).__name__}"
-        )
+    check_mapping(inputs, what)
     missing = [n for n in graph.inputs if n not in inputs]
     unknown = [repr(n) for n in inputs if n not in graph.inputs]
     if missing or unknown:

@@ -39,7 +39,7 @@ from .. import goldens, placement
 from ..codegen import check_binary_spares_model
 from ..ir import INPUT, PARAM, TEMP, Graph, Value
 from ..lower import Lowered, lower
-from ..tensors import as_host, stored_form
+from ..tensors import as_host, check_mapping, stored_form
 from .cost import program_cost
 from .ir import Fragment, MpmdProgram, Transfer
 from .options import MpmdOptions
@@ -181,10 +181,7 @@ class PipelinedFunction:
         return self._buffers[key]
 
     def _check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        if not isinstance(inputs, Mapping):
-            raise InvalidArgumentError(
-                f"call inputs must be a dict of input name -> array, not {type(inputs).__name__}"
-            )
+        check_mapping(inputs, "call")
         names = self.program.inputs
         unknown = sorted(set(inputs) - set(names))
         missing = [n for n in names if n not in inputs]
