@@ -94,6 +94,7 @@ def test_mnrt_clean_of_what_is_not_a_folder_is_an_error_not_a_clean_folder(tmp_p
     for path, says in (
         (tmp_path / "missing", "does not exist"),
         (tmp_path / "file", "is not a folder"),
+        (tmp_path / ("x" * 300), "cannot be read (File name too long)"),  # was an OSError
     ):
         assert_one_line_error(*invoke_cli("clean", tmp_path, path), f"{path} {says}")
 
