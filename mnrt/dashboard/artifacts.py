@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from ..errors import InvalidArgumentError, MnrtError
 from ..format import IDENTIFIER, LightBinary, jsonio
-from ..format.files import open_regular
+from ..format.files import check_usable, open_regular
 from ..replay import replay
 from ..replay.info import info as binary_info
 
@@ -89,6 +89,7 @@ class Artifacts:
 
     def __init__(self, path: str | Path, other: str | Path | None = None) -> None:
         self.path = Path(path)
+        check_usable(self.path)
         if not self.path.exists():
             raise ArtifactMissingError(
                 f"{self.path}: no such file or directory; give a codegen_dir, a .mnlb binary "

@@ -111,6 +111,21 @@ def as_path(path: object, what: str) -> Path:
     return Path(text)
 
 
+def check_usable(path: Path, what: str = "") -> None:
+    """Refuse a path that no file can have (a name too long, a loop of links, a folder that
+    cannot be searched): asking pathlib whether it exists or is a folder raises OSError
+    there, rather than answering. One not there yet is usable. `what`: the option that
+    named it, with a trailing space ("-o "), if any."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as e:
+        raise InvalidArgumentError(f"cannot use {what}{path}: {e.strerror or e}") from None
+    except ValueError:  # a NUL
+        raise InvalidArgumentError(f"cannot use {what}{path!r}: a path holds a NUL") from None
+
+
 def write_atomically(path: str | os.PathLike, data: bytes | memoryview) -> None:
     """Replace `path` with `data`, or leave it as it was and raise MnrtError saying why
     (removing the temporary file). The temporary name is unique and opened with O_EXCL, so it

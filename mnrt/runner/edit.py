@@ -9,12 +9,14 @@ import click
 
 from ..errors import InvalidArgumentError
 from ..format import LightBinary
+from ..format.files import check_usable
 from ..replay.optimize import optimize
 from ..replay.trim import parse_range, trim
 
 
 def check_output_path(file: Path, out: Path) -> None:
     """Refuse an output path that is the input or cannot be a new file."""
+    check_usable(out, "-o ")
     if out.resolve() == file.resolve():
         raise InvalidArgumentError(f"-o {out} is the input binary; write the result elsewhere")
     if out.is_dir() or not out.resolve().parent.is_dir():

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import errors
 from ..format import LightBinary
-from ..format.files import write_atomically
+from ..format.files import check_usable, write_atomically
 from ..format.npy import load_npy
 from ..replay import MAX_LOOPS, replay
 from ..replay.io import header_check
@@ -85,6 +85,7 @@ def _check_outputs(
     seen: dict[Path, str] = {file.resolve(): "the binary being replayed"}
     seen.update((path, f"the file of {given}") for path, given in _files_read(reads).items())
     for flag, path in given.items():
+        check_usable(path, f"{flag} ")
         where = path.resolve()
         if where in seen:
             raise errors.InvalidArgumentError(

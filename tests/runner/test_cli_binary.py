@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_harness import invoke_cli
+from cli_harness import assert_one_line_error, invoke_cli
 from click.testing import CliRunner
 
 import mnrt
@@ -290,3 +290,29 @@ def test_loops_are_bounded(loops):
     assert r.exit_code == 2 and "--loops" in r.output
     with pytest.raises(mnrt.InvalidArgumentError, match="loops must be an integer from 1 to"):
         mnrt.replay(SAMPLE, loops=10**23)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "{bin}", "--report", "{long}"],
+        ["run", "{bin}", "--profile", "{long}"],
+        ["run", "{bin}", "--save-outputs", "{long}"],
+        ["run", "{bin}", "--save-outputs", "{long}/y"],
+        ["trim", "{bin}", "--commands", "0:3", "-o", "{long}"],
+        ["optimize", "{bin}", "-o", "{long}"],
+        ["reduce", "{bin}", "-o", "{long}"],
+        ["dashboard", "{long}", "--export", "{tmp}/e"],
+        ["dashboard", "{bin}", "{long}", "--export", "{tmp}/e"],
+        ["clean", "{long}"],
+    ],
+)
+def test_a_path_no_file_can_have_is_a_one_line_error(small_binary, tmp_path, args):
+    """A name longer than the file system takes: asking whether it exists raised an
+    OSError (a traceback) in each of these."""
+    path = tmp_path / "b.mnlb"
+    small_binary.save(path)
+    long = tmp_path / ("x" * 300)
+    given = [a.format(bin=path, long=long, tmp=tmp_path) for a in args]
+    code, out = invoke_cli(*given)
+    assert_one_line_error(code, out, "File name too long")
