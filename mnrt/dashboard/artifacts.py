@@ -10,6 +10,8 @@ PATH."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +29,11 @@ KINDS = ("codegen_dir", "binary", "report")
 # JSON files a codegen_dir holds for other purposes: never taken for a run report or trace.
 _COMPILER_JSON = {"report.json", "option.json", "graph.json"}
 _SCAN_BYTES = 64 << 20  # larger JSON files are not opened while looking for reports/traces
+# What every compile writes into its codegen_dir (compiler/codegen.py, mpmd/codegen.py): a
+# folder with none of them is not one (and walking, say, / for its files would never end).
+_CODEGEN_FILES = ("report.json", "option.json", "l3ir.txt", "model.mnlb")
+# Files a codegen_dir lists at most: a compile writes a few dozen.
+_MAX_FILES = 10_000
 _LAYOUT_WORDS = ("layout", "slice", "slicing", "plan")
 _LAYOUT_SUFFIXES = {".json", ".html", ".htm", ".txt"}
 
@@ -52,6 +59,12 @@ class CorruptArtifactError(InvalidArgumentError):
 def _kind(path: Path) -> str:
     """What PATH is, from its contents (not only its name)."""
     if path.is_dir():
+        if not any((path / name).exists() for name in _CODEGEN_FILES):
+            raise InvalidArgumentError(
+                f"{path}: a folder that is not a codegen_dir (it holds none of "
+                f"{', '.join(_CODEGEN_FILES)}); give a codegen_dir, a .mnlb light binary or a "
+                "run report"
+            )
         return "codegen_dir"
     try:  # a FIFO would wait for a writer, /dev/zero never end
         with open_regular(path, "a codegen_dir, a .mnlb light binary or a run report") as f:
@@ -66,6 +79,11 @@ def _kind(path: Path) -> str:
         f"{path}: not a codegen_dir, a .mnlb light binary or a run report (.json from "
         "`mnrt run --report`); give one of those"
     )
+
+
+def _by_parts(file: dict) -> list[str]:
+    """A file's place in a listing: by folder, then name (a/b before a.json)."""
+    return file["name"].split("/")
 
 
 def _load_json(path: Path, what: str) -> Any:
@@ -133,10 +151,20 @@ class Artifacts:
         if self.kind != "codegen_dir":
             return [{"name": self.path.name, "bytes": self.path.stat().st_size}]
         out = []
-        for p in sorted(self.root.rglob("*")):
-            if p.is_file() and not p.is_symlink():
-                out.append({"name": p.relative_to(self.root).as_posix(), "bytes": p.stat().st_size})
-        return out
+        # os.walk: a folder it cannot read is skipped, and links are not followed.
+        for folder, dirs, names in os.walk(self.root):
+            dirs.sort()
+            for name in names:
+                p = Path(folder) / name
+                try:
+                    st = p.lstat()
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    out.append({"name": p.relative_to(self.root).as_posix(), "bytes": st.st_size})
+                    if len(out) == _MAX_FILES:
+                        return sorted(out, key=_by_parts)
+        return sorted(out, key=_by_parts)
 
     def cached(self, key: str, make: Callable[[], T]) -> T:
         """`make()`'s value, made once per key even when pages ask on several threads; a

@@ -328,6 +328,30 @@ def test_export_of_a_report_that_is_not_a_run_report_writes_pages_that_say_so(tm
     assert not (tmp_path / "out" / "trace.json").exists()
 
 
+def test_a_folder_that_is_not_a_codegen_dir_is_refused_not_walked(tmp_path):
+    """`mnrt dashboard /` walked the whole file system (2.5 minutes), then failed with a
+    PermissionError traceback; a folder holding none of a compile's files is refused."""
+    (tmp_path / "notes.txt").write_text("hello")
+    for folder in (tmp_path, Path("/")):
+        code, out = invoke_cli("dashboard", folder, "--export", tmp_path / "pages")
+        assert code == 2 and "a folder that is not a codegen_dir" in out, out
+        assert "Traceback" not in out and len(out.strip().splitlines()) == 1
+    assert not (tmp_path / "pages").exists()
+
+
+def test_a_codegen_dir_s_files_are_listed_without_following_links(tmp_path):
+    """A link to / inside a codegen_dir is not followed (a walk of the whole file system
+    would never end); other files are listed by folder, then name."""
+    (tmp_path / "report.json").write_text("{}")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "b.txt").write_text("b")
+    (tmp_path / "a.json").write_text("{}")
+    (tmp_path / "root").symlink_to("/")
+    files = Artifacts(tmp_path).files()
+    assert [f["name"] for f in files] == ["a/b.txt", "a.json", "report.json"]
+    assert files[0]["bytes"] == 1
+
+
 def test_cli(tmp_path, cnn_dir):
     def mnrt(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
