@@ -8,6 +8,7 @@ explicitly override the file's. Unknown options are errors that list the valid o
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,12 +183,15 @@ def _check(name: str, value: Any) -> Any:
 
 def _load_option_json(ref: str) -> tuple[dict[str, Any], dict[str, str], str]:
     """(options from its args, its envs, its name) for a preset name or a JSON file path."""
-    path = PRESETS / f"{ref}.json" if (PRESETS / f"{ref}.json").is_file() else Path(ref)
-    if not path.exists():
-        presets = ", ".join(sorted(p.stem for p in PRESETS.glob("*.json")))
+    presets = {p.stem: p for p in PRESETS.glob("*.json")}
+    path = presets.get(ref, Path(ref))
+    try:
+        os.stat(path)
+    except (OSError, ValueError):  # not there, a name too long, a NUL...
         raise OptionError(
-            f"option_json {ref!r} is neither a preset ({presets}) nor a readable file"
-        )
+            f"option_json {ref!r} is neither a preset ({', '.join(sorted(presets))}) nor a "
+            "readable file"
+        ) from None
     try:
         with open_regular(path, "an option_json file") as f:  # not a FIFO, not /dev/zero
             text = f.read(_MAX_OPTION_JSON + 1)

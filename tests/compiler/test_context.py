@@ -117,8 +117,9 @@ def test_option_json_presets_files_and_overrides(tmp_path):
     opts = resolve({"option_json": str(path)})
     assert opts["float_dtype"] == "half" and opts.envs == {"CODEGEN_X": "1"} and opts.name == "mine"
     assert "--float_dtype=half" in opts.to_json()["args"]
-    with pytest.raises(OptionError, match="neither a preset"):
-        resolve({"option_json": "O9"})
+    for ref in ("O9", "x" * 300, str(tmp_path / ("x" * 300))):  # too long: was an OSError
+        with pytest.raises(OptionError, match="neither a preset"):
+            resolve({"option_json": ref})
 
 
 def test_save_binary_replays_with_mnrt_run(ctx, tmp_path):
