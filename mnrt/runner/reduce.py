@@ -43,10 +43,11 @@ def reduce_cmd(
     (when it names one), then delta debugging over commands and kernels. Prints each step.
 
     Exit codes: 0 reduced and written, 2 FILE does not fail (or is unreadable)."""
+    binary = LightBinary.load(file)  # first: FILE names no binary (say '') but a folder
     if out is None:
         out = file.with_name(f"{file.stem}.reduced.mnlb")
     check_output_path(file, out)
-    result = reduce(LightBinary.load(file), time_limit_s=time_limit)
+    result = reduce(binary, time_limit_s=time_limit)
     result.binary.save(out)
     if as_json:
         click.echo(json.dumps({"output": str(out), **result.to_dict()}, indent=1))

@@ -97,7 +97,8 @@ def _check_outputs(
                 raise errors.InvalidArgumentError(
                     f"cannot save outputs in {path}: it is not a directory"
                 )
-            parent = next(p for p in where.parents if p.exists())  # mkdir makes the rest
+            # the nearest that exists (mkdir makes the rest); / has no parents
+            parent = next(p for p in (where, *where.parents) if p.exists())
         else:
             if path.is_dir():
                 raise errors.InvalidArgumentError(

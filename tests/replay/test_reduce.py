@@ -97,6 +97,8 @@ def test_cli_reduce_reports_its_steps(tmp_path):
     assert invoke_cli("reduce", good, "-o", out)[0] == 2
     code, text = invoke_cli("reduce", bad, "--failing")  # as DESIGN.md spells it
     assert code == 0 and (tmp_path / "bad.reduced.mnlb").exists(), text
+    code, text = invoke_cli("reduce", "")  # '' is the current folder: was a ValueError
+    assert code == 2 and "is a directory, not a light binary" in text, text
 
 
 def test_a_multi_device_binary_reduces_keeping_the_copies_and_events_the_failure_needs():

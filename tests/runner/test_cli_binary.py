@@ -23,6 +23,7 @@ from mnrt.errors import EXIT_INTERRUPTED
 from mnrt.format import jsonio
 from mnrt.replay.executor import COMMAND_NAMES
 from mnrt.runner.cli import cli
+from mnrt.runner.run import _check_outputs
 
 SAMPLE = "samples/mlp.mnlb"  # captured by an earlier mnrt: the compatibility corpus
 
@@ -316,3 +317,10 @@ def test_a_path_no_file_can_have_is_a_one_line_error(small_binary, tmp_path, arg
     given = [a.format(bin=path, long=long, tmp=tmp_path) for a in args]
     code, out = invoke_cli(*given)
     assert_one_line_error(code, out, "File name too long")
+
+
+def test_save_outputs_may_name_the_root_folder(tmp_path):
+    """The nearest folder that exists of / is / (it has no parents: was StopIteration).
+    Only the check runs here: nothing is written to /."""
+    binary = tmp_path / "b.mnlb"
+    _check_outputs(binary, {}, Path("/"), [])
