@@ -88,6 +88,12 @@ class GraphBuilder:
         kdef = lookup(op)
         if outputs is not None and (isinstance(outputs, bool) or not isinstance(outputs, int)):
             raise GraphError(f"{op}: outputs is a count of outputs, got {outputs!r}")
+        if outputs is not None and outputs != len(kdef.outputs):
+            # every kernel has a fixed number of outputs (names were made for any count
+            # before: outputs=2**70 ran out of memory)
+            raise GraphError(
+                f"{op} has {len(kdef.outputs)} output(s) ({', '.join(kdef.outputs)}), not {outputs}"
+            )
         bad = [n for n in inputs if not isinstance(n, str)]
         if bad:
             raise GraphError(f"{op}: operands are values of this builder, got {bad[0]!r}")

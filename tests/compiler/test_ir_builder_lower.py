@@ -130,6 +130,10 @@ def test_builder_node_outputs_not_int():
     x = b.input("x", (2, 3))
     with pytest.raises(mnrt.MnrtError):  # TypeError (builder.py:66 range over str)
         b.node("relu", x, outputs="1")
+    for count in (0, -1, 2, 2**70):  # 2**70 made names until memory ran out
+        with pytest.raises(mnrt.MnrtError, match="relu has 1 output"):
+            b.node("relu", x, outputs=count)
+    assert b.graph.values[b.node("relu", x, outputs=1)].shape == (2, 3)
 
 
 def test_builder_reshape_to_a_huge_shape_is_a_shape_error():
