@@ -136,6 +136,16 @@ def test_builder_node_outputs_not_int():
     assert b.graph.values[b.node("relu", x, outputs=1)].shape == (2, 3)
 
 
+def test_builder_reserve_takes_names():
+    b = GraphBuilder("g")
+    for names in (None, 5, "ab", [1], b"x"):  # were TypeErrors, or "ab" reserved a and b
+        with pytest.raises(mnrt.MnrtError, match="reserve takes a list of value names"):
+            b.reserve(names)
+    b.reserve(["relu_0"])
+    x = b.input("x", (2, 3))
+    assert b.relu(x) != "relu_0"
+
+
 def test_builder_reshape_to_a_huge_shape_is_a_shape_error():
     b = GraphBuilder("g")
     x = b.input("x", (2, 3))
