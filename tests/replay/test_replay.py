@@ -76,15 +76,18 @@ def test_a_device_mapping_of_devices_the_binary_never_captured_is_refused(mappin
 def test_auto_replays_on_several_threads_never_pick_the_same_device():
     binary = LightBinary.load(SAMPLES / "traced_loop.mnlb")
     results: collections.Counter = collections.Counter()
+    counting = threading.Lock()  # `results[k] += 1` from six threads loses counts without it
     start = threading.Barrier(6)
 
     def work() -> None:
         start.wait(HANG_S)
         for _ in range(8):
             try:
-                results["passed" if mnrt.replay(binary, loops=2).passed else "failed"] += 1
+                verdict = "passed" if mnrt.replay(binary, loops=2).passed else "failed"
             except mnrt.MnrtError as e:
-                results[str(e)] += 1
+                verdict = str(e)
+            with counting:
+                results[verdict] += 1
 
     threads = [threading.Thread(target=work) for _ in range(6)]
     for t in threads:
