@@ -414,6 +414,18 @@ def test_malformed_graph_structure_is_named(case):
         from_onnx(onnx_model(nodes, [value_info("x", [2])], outputs))
 
 
+@pytest.mark.parametrize(
+    "node", [helper.make_node("Relu", [], ["y"]), helper.make_node("Softmax", [], ["y"])],
+    ids=["Relu()", "Softmax()"],
+)  # fmt: skip
+def test_a_model_shape_inference_refuses_is_an_invalid_model(node):
+    """A node given fewer inputs than its op takes: ONNX shape inference refuses the model,
+    and the model is what to fix (was an InvalidArgumentError)."""
+    model = onnx_model([node], [value_info("x", [1, 1, 3, 3])], [value_info("y", None)])
+    with pytest.raises(InvalidModelError, match="model 'g' is invalid: ONNX shape inference"):
+        from_onnx(model)
+
+
 def test_two_outputs_of_one_value_both_compile(ctx):
     """Identity makes two ONNX names of one value; both are outputs."""
     nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Identity", ["a"], ["b"])]

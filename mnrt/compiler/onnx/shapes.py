@@ -5,17 +5,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import InvalidArgumentError
+from .errors import InvalidModelError
 
 
 def infer(model: Any) -> Any:
-    """The model with ONNX shape inference's value_info added."""
+    """The model with ONNX shape inference's value_info added. Inference fails on what the
+    model declares (its values' types and shapes, with the example inputs' sizes in its
+    symbolic dimensions), so the failure is the model's."""
     import onnx
 
     try:
         return onnx.shape_inference.infer_shapes(model)
     except Exception as e:
-        raise InvalidArgumentError(f"ONNX shape inference failed: {e}") from None
+        raise InvalidModelError(
+            f"ONNX model '{model.graph.name}' is invalid: ONNX shape inference failed: {e} "
+            "(fix the types and shapes the model declares, or the example inputs' shapes; "
+            "onnx.checker.check_model(model, full_check=True) explains ONNX's rules)"
+        ) from None
 
 
 def static_shapes(g: Any) -> dict[str, tuple[tuple[int, ...], int]]:
