@@ -213,10 +213,13 @@ def test_cancel_round_trip_casts_drops_only_exact_pairs(dev, source, chain, kept
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.one_of(graphs(), conv_graphs()))
 def test_reduced_precision_compiles_agree(ctx, case):
-    """O1 against O3 at mixed and at half: epilogue fusion and scale/shift folding move a
-    half rounding (2**-10 of what is rounded) across an activation or into a bias, so they
-    agree to a few of those of the output's size (2**-7 allows eight); and each is within
-    the tolerances save_binary records against the double reference."""
+    """O1 against O3 at mixed and at half: each is within the accuracy tolerances the
+    compile checks against the double reference, and they agree with each other within the
+    same tolerances. Epilogue fusion and scale/shift folding move a half rounding (2**-10 of
+    what is rounded) across an activation or into the weights, and what is rounded can be
+    larger than the output: a fixed 2**-7 of the output's size failed on two convolutions
+    with a folded scale (0.0098 apart on outputs of about 1, each 0.005 from the
+    reference)."""
     builder, inputs = case
     for float_dtype in ("mixed", "half"):
         results = []
@@ -229,5 +232,5 @@ def test_reduced_precision_compiles_agree(ctx, case):
                 rtol, atol = accuracy_tolerance(float_dtype, want, buf)
                 np.testing.assert_allclose(results[-1][name], want, rtol=rtol, atol=atol)
         for name, want in results[0].items():
-            scale = max(1.0, float(np.max(np.abs(want), initial=0.0)))
-            np.testing.assert_allclose(results[1][name], want, rtol=0, atol=2.0**-7 * scale)
+            rtol, atol = accuracy_tolerance(float_dtype, want, compiled.lowered.bindings[name])
+            np.testing.assert_allclose(results[1][name], want, rtol=rtol, atol=atol)

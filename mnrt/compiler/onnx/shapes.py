@@ -11,7 +11,9 @@ from .errors import InvalidModelError
 def infer(model: Any) -> Any:
     """The model with ONNX shape inference's value_info added. Inference fails on what the
     model declares (its values' types and shapes, with the example inputs' sizes in its
-    symbolic dimensions), so the failure is the model's."""
+    symbolic dimensions), so the failure is the model's. Not `check_type`: it calls types
+    invalid that are unsupported (a Cast to uint2), and one node's error would hide the
+    others that the import lists together."""
     import onnx
 
     try:
