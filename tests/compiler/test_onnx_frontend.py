@@ -432,6 +432,20 @@ def test_a_model_shape_inference_refuses_is_an_invalid_model(case):
         from_onnx(model)
 
 
+def test_a_kernel_error_names_the_onnx_node_first():
+    """An Add whose inputs do not broadcast, or mix float and int64: the kernel's error,
+    naming the ONNX node that made the kernel (the kernel's name, add0, is the compiler's)."""
+    add = helper.make_node("Add", ["x", "w"], ["y"], name="residual")
+    for w, error, message in [
+        (np.ones(3, np.float32), mnrt.ShapeError, "do not broadcast"),
+        (np.ones(1, np.int64), mnrt.DTypeError, "mix float and int64"),
+    ]:
+        model = onnx_model([add], [value_info("x", [2, 4])], [value_info("y", None)],
+                           [initializer("w", w)])  # fmt: skip
+        with pytest.raises(error, match=f"^ONNX node residual \\(Add\\): .*{message}"):
+            from_onnx(model)
+
+
 def test_two_outputs_of_one_value_both_compile(ctx):
     """Identity makes two ONNX names of one value; both are outputs."""
     nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Identity", ["a"], ["b"])]

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InvalidArgumentError, MnrtError
+from ...errors import DTypeError, InvalidArgumentError, MnrtError, ShapeError
 from ..builder import Symbol
-from ..ir import Graph
+from ..ir import Graph, GraphError
 from . import (
     names,
     ops,  # noqa: F401  (fills the registry)
@@ -140,7 +140,8 @@ def _run_converter(cx: Ctx, node: Any, converter: Converter, label: str,
     """The converter's results, or None with the reason recorded in `problems`. A Python
     error of an converter (an index past a list, a bad reshape) means the node is not what
     the ONNX spec allows in some way no check caught: it is reported as such, with the node,
-    never as a traceback. Kernel shape and dtype errors (MnrtError) propagate as they are."""
+    never as a traceback. Kernel shape, dtype and graph errors (MnrtError) propagate as the
+    same error, naming the ONNX node first: the kernel they name is the compiler's."""
     at = Attrs(node)
     try:
         results = converter(cx, node, at)
@@ -152,6 +153,8 @@ def _run_converter(cx: Ctx, node: Any, converter: Converter, label: str,
         problems.unsupported.append(f"{label}: {e}")
     except Invalid as e:
         problems.invalid.append(f"{label}: {e}")
+    except (ShapeError, DTypeError, GraphError) as e:
+        raise type(e)(f"ONNX node {label}: {e}") from None
     except MnrtError:
         raise
     except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as e:
