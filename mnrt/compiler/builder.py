@@ -40,8 +40,8 @@ class GraphBuilder:
     def reserve(self, names: Iterable[str]) -> None:
         """Keep generated value names off `names`: ones an importer will give outputs."""
         listed = isinstance(names, Iterable) and not isinstance(names, (str, bytes))
-        names = list(names) if listed else [None]
-        if not all(isinstance(n, str) for n in names):
+        names = list(names) if listed else None  # a string is one name, not its letters
+        if names is None or not all(isinstance(n, str) for n in names):
             raise GraphError(f"reserve takes a list of value names, got {names!r:.60}")
         self._reserved.update(names)
 
