@@ -448,7 +448,7 @@ class CommandQueue:
                 return False
             if not self._started:  # first, so that a failed start logs and queues nothing
                 try:
-                    workers.run(self._work)
+                    workers.run(self._work, self._wakeups)
                 except RuntimeError as e:  # threading's "can't start new thread"
                     raise DeviceError(
                         f"device {self.device.index} queue {self.index}: cannot start its "
@@ -583,7 +583,7 @@ class CommandQueue:
             self._stopped = True
         if self._started:
             self._run_pending()
-            self._wakeups.put(False)  # behind every command's wake-up
+            workers.stop(self._wakeups)  # behind every command's wake-up
 
     def _forget_worker(self) -> None:
         """In a forked child: the worker (and whoever held the lock) stayed in the parent."""

@@ -338,7 +338,7 @@ def test_a_worker_that_cannot_start_is_a_device_error_and_queues_nothing(dev, mo
     b = dev.create_buffer((2,), "float")
     start = workers.run
 
-    def out_of_threads(loop):
+    def out_of_threads(loop, channel):
         raise RuntimeError("can't start new thread")
 
     monkeypatch.setattr(workers, "run", out_of_threads)
