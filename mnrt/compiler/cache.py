@@ -18,7 +18,7 @@ import xxhash
 
 from .._version import __version__
 from ..errors import InvalidArgumentError, MnrtError
-from ..format.files import open_regular
+from ..format.files import open_regular, parse_json
 from . import serialize
 from .codegen import make_dir
 from .ir import Graph
@@ -72,14 +72,14 @@ def checksums_hold(entry: Path) -> bool:
     not what was stored either, and a listed name outside the entry is never read."""
     try:
         with open_regular(entry / CHECKSUMS, "a cache file") as f:
-            listed = json.loads(f.read())
+            listed = parse_json(f.read())
         return (
             isinstance(listed, dict)
             and set(listed) == {p.name for p in entry.iterdir()} - {CHECKSUMS}
             and {"graph.json", "graph.params.npz", "option.json", "inputs.npz"} <= set(listed)
             and all(_digest(entry / name) == want for name, want in listed.items())
         )
-    except (OSError, ValueError, TypeError, RecursionError, MnrtError):  # deep JSON: Recursion
+    except (OSError, ValueError, TypeError, MnrtError):
         return False
 
 
@@ -91,10 +91,10 @@ def stored_phases(entry: Path) -> list[dict]:
     and each is marked `cached`. None of them when the report cannot be read."""
     try:
         with open_regular(entry / "report.json", "a cache file") as f:
-            phases = json.loads(f.read())["phases"]
+            phases = parse_json(f.read())["phases"]
         own = {"import", "cache", "light binary", "onnx export"}
         return [{**p, "cached": True} for p in phases if p["name"] not in own]
-    except (OSError, ValueError, TypeError, KeyError, RecursionError, MnrtError):
+    except (OSError, ValueError, TypeError, KeyError, MnrtError):
         return []
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..device.mapping import Mapping as KernelMapping
 from ..errors import InvalidArgumentError, MnrtError
-from ..format.files import as_path, write_atomically
+from ..format.files import as_path, parse_json, write_atomically
 from . import layout, placement, serialize, time_slice
 from .ir import Graph
 from .liveness import peak_live_bytes
@@ -281,7 +281,7 @@ def load(folder: Path) -> tuple[Graph, CompileOptions, dict[str, np.ndarray]]:
     plan = folder / "layout_plan.json"
     if plan.is_file():  # the layout step's history goes with the graph it planned
         try:
-            graph.notes["layout_plan"] = json.loads(plan.read_text())
+            graph.notes["layout_plan"] = parse_json(plan.read_text())
         except (OSError, ValueError) as e:
             raise InvalidArgumentError(
                 f"{folder}: layout_plan.json is not readable JSON ({e}); compile again"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidArgumentError, MnrtError
-from ..format.files import open_regular
+from ..format.files import open_regular, parse_json
 from .layout import parse as parse_layout
 from .layout_planners import ALIASES, PLANNERS
 from .mpmd.options import parse_assignment, parse_mpmd
@@ -203,8 +203,8 @@ def _load_option_json(ref: str) -> tuple[dict[str, Any], dict[str, str], str]:
             "small JSON object of envs, args and a name"
         )
     try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError) as e:  # RecursionError: deeply nested
+        doc = parse_json(text)
+    except ValueError as e:
         raise OptionError(f"option_json {ref!r} is not valid JSON: {e}") from None
     if not isinstance(doc, dict):
         raise OptionError(f"option_json {ref!r} must hold a JSON object")

@@ -9,7 +9,6 @@ PATH."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import threading
@@ -19,7 +18,7 @@ from typing import Any, TypeVar
 
 from ..errors import InvalidArgumentError, MnrtError
 from ..format import IDENTIFIER, LightBinary, jsonio
-from ..format.files import check_usable, open_regular
+from ..format.files import check_usable, open_regular, parse_json
 from ..replay import replay
 from ..replay.info import info as binary_info
 
@@ -91,7 +90,7 @@ def _load_json(path: Path, what: str) -> Any:
         raise ArtifactMissingError(f"{path}: {what} is missing")
     try:
         with open_regular(path, what) as f:  # not a FIFO, not /dev/zero
-            return json.loads(f.read())
+            return parse_json(f.read())
     except MnrtError as e:
         raise ArtifactMissingError(f"{path}: cannot read {what} ({e})") from None
     except OSError as e:
@@ -194,7 +193,7 @@ class Artifacts:
                 if f["bytes"] > _SCAN_BYTES:
                     continue
                 try:
-                    found.append((f["name"], json.loads((self.root / f["name"]).read_bytes())))
+                    found.append((f["name"], parse_json((self.root / f["name"]).read_bytes())))
                 except (OSError, ValueError, UnicodeDecodeError):
                     continue
             return found

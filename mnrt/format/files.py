@@ -11,6 +11,7 @@ is gone (once per folder per process), and `mnrt clean FOLDER` lists or removes 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -18,7 +19,7 @@ import shutil
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ..errors import InvalidArgumentError, MnrtError
 
@@ -193,6 +194,16 @@ def open_regular(path: Path, what: str, follow_links: bool = True) -> BinaryIO:
         kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
         raise MnrtError(f"{path} is {kind}, not {what}")
     return os.fdopen(fd, "rb")
+
+
+def parse_json(text: str | bytes) -> Any:
+    """json.loads for text from outside: nesting too deep for the parser is a ValueError,
+    like any other malformed JSON (json raises RecursionError for it, which a reader's
+    `except ValueError` lets through as a traceback)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to parse") from None
 
 
 def write_with_folder(path: Path, folder: Path, fill: Callable[[Path], bytes]) -> None:

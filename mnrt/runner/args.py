@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import click
 
 from .. import errors
@@ -39,3 +41,17 @@ def device_index(value: str) -> int | str:
         raise errors.InvalidArgumentError(
             f"--device {value!r}: use 'auto' or a device index"
         ) from None
+
+
+class FiniteRange(click.FloatRange):
+    """click.FloatRange that refuses nan and inf as well: its bounds are comparisons, which
+    nan passes (a --tolerance of nan let every regression through, a --time-limit of nan
+    never ran out)."""
+
+    name = "finite float range"
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number

@@ -10,12 +10,12 @@ from pathlib import Path
 import click
 
 from .. import errors
-from ..format.files import open_regular
+from ..format.files import open_regular, parse_json
 from ..replay import MAX_LOOPS, replay
 from ..replay.costs import kernel_costs, modelled_totals, regressions
 from ..replay.placement import parse_device_map
 from ..replay.report import check_dict
-from .args import device_index
+from .args import FiniteRange, device_index
 from .run import loop_progress
 
 
@@ -25,7 +25,7 @@ def _baseline(path: Path) -> dict:
     verdict on nonsense (a negative time would make anything a regression)."""
     try:
         with open_regular(path, "a --baseline JSON file") as f:  # not a FIFO, not /dev/zero
-            doc = json.loads(f.read())
+            doc = parse_json(f.read())
     except errors.MnrtError as e:
         raise errors.InvalidArgumentError(f"cannot read --baseline {path}: {e}") from None
     except OSError as e:
@@ -78,7 +78,7 @@ def _kernel(row: object) -> bool:
 )
 @click.option(
     "--tolerance",
-    type=click.FloatRange(min=0.0),
+    type=FiniteRange(min=0.0),
     default=0.02,
     show_default=True,
     help="Growth allowed against --baseline (0.02: 2%).",

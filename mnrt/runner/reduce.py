@@ -9,6 +9,7 @@ import click
 
 from ..format import LightBinary
 from ..replay.reduce import reduce
+from .args import FiniteRange
 from .edit import check_output_path
 
 
@@ -29,7 +30,7 @@ from .edit import check_output_path
 )
 @click.option(
     "--time-limit",
-    type=click.FloatRange(min=0.1),
+    type=FiniteRange(min=0.1),
     default=600.0,
     show_default=True,
     help="Seconds to spend; the smallest binary found by then is written.",

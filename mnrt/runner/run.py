@@ -22,7 +22,7 @@ from ..replay.io import header_check
 from ..replay.placement import parse_device_map
 from ..replay.report import error_document
 from . import interrupt
-from .args import device_index, named_sources
+from .args import FiniteRange, device_index, named_sources
 
 
 def loop_progress(total_loops: int):
@@ -259,7 +259,7 @@ def _failure_written(
 )
 @click.option(
     "--mpi-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteRange(min=0, min_open=True),
     default=None,
     metavar="SECONDS",
     help="With --mpi: end the job when a rank waits this long for another's message "

@@ -183,6 +183,17 @@ def test_codegen_dir_holds_everything_and_loads_without_compiling(ctx, tmp_path)
     np.testing.assert_array_equal(loaded({"x": x})["y"].cpu(), compiled({"x": x})["y"].cpu())
 
 
+@pytest.mark.parametrize("plan", ["{", "[" * 100_000 + "]" * 100_000])
+def test_a_codegen_dir_whose_layout_plan_is_not_json_does_not_load(ctx, tmp_path, plan):
+    # Nested too deeply, json raised RecursionError, which load_codegen_dir let through.
+    rng = np.random.default_rng(5)
+    cg = tmp_path / "cg"
+    ctx.compile(mlp(rng), {"x": rng.standard_normal((4, 8)).astype(np.float32)}, codegen_dir=cg)
+    (cg / "layout_plan.json").write_text(plan)
+    with pytest.raises(mnrt.InvalidArgumentError, match="layout_plan.json is not readable JSON"):
+        ctx.load_codegen_dir(cg)
+
+
 def test_compile_cache_hits_on_the_same_model_options_and_shapes(ctx, tmp_path):
     rng = np.random.default_rng(6)
     b = mlp(rng)

@@ -219,6 +219,20 @@ def test_corrupt_and_missing_files_are_pages_not_tracebacks(tmp_path, cnn_dir):
     assert "no page" in c.get("/nosuchpage").text
 
 
+@pytest.mark.parametrize("name", ["report.json", "layout_plan.json", "somebody_elses.json"])
+def test_json_nested_too_deeply_is_a_page_not_a_traceback(tmp_path, cnn_dir, name):
+    # json raises RecursionError for it, not the ValueError of other malformed JSON: every
+    # page that read the file answered 500 with a traceback.
+    folder = tmp_path / "cg"
+    shutil.copytree(cnn_dir, folder)
+    (folder / name).write_text("[" * 100_000 + "]" * 100_000)
+    c = client(folder)
+    for slug in ("summary", "compile", "layers", "perf", "nodes", "timeline", "layouts"):
+        r = c.get(f"/{slug}")
+        assert r.status_code in (200, 422) and "Traceback" not in r.text, (slug, r.status_code)
+        assert r.status_code == 200 or "cannot be shown" in r.text, slug
+
+
 def test_a_fifo_is_refused_not_waited_on(tmp_path, cnn_dir, fifo):
     """As PATH, or as the compile report a codegen_dir names (here a link to it): refused
     as not a regular file, where reading it waited for a writer."""

@@ -13,7 +13,7 @@ import pytest
 from cli_harness import assert_one_line_error, invoke_cli
 
 from mnrt.format import files
-from mnrt.format.files import leftovers, write_atomically, write_with_folder
+from mnrt.format.files import leftovers, parse_json, write_atomically, write_with_folder
 
 # A writer that is killed while its temporary file is open and partly written.
 _KILLED_WRITER = """
@@ -111,3 +111,13 @@ def _dead_pid() -> int:
             return p.pid
         time.sleep(0.01)
     pytest.skip("the pid was reused at once")
+
+
+def test_json_nested_too_deeply_is_a_value_error_like_any_malformed_json():
+    # json raises RecursionError for it, which readers catching ValueError let through as a
+    # traceback (mnrt bench --baseline, the dashboard's pages, an mpmd option).
+    with pytest.raises(ValueError, match="nested too deeply"):
+        parse_json("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError):
+        parse_json("{")
+    assert parse_json(b'{"a": [[1]]}') == {"a": [[1]]}

@@ -101,6 +101,17 @@ def test_cli_reduce_reports_its_steps(tmp_path):
     assert code == 2 and "is a directory, not a light binary" in text, text
 
 
+@pytest.mark.parametrize("limit", ["nan", "inf", "1e309"])
+def test_a_time_limit_that_is_not_a_finite_number_is_refused(tmp_path, limit):
+    # nan passed the limit's range check, and a deadline of nan is never reached.
+    bad = tmp_path / "bad.mnlb"
+    binary = chain_capture(4)
+    perturbed(binary, weight_sites(binary)[1][2]).save(bad)
+    code, text = invoke_cli("reduce", bad, "--time-limit", limit, "-o", tmp_path / "out.mnlb")
+    assert code == 2 and "is not a finite number" in text, text
+    assert not (tmp_path / "out.mnlb").exists()
+
+
 def test_a_multi_device_binary_reduces_keeping_the_copies_and_events_the_failure_needs():
     binary = three_device_capture()
     bad = with_written(binary, "z", np.full((64, 64), 3, np.float32))

@@ -46,7 +46,8 @@ def test_baseline_gate_passes_unchanged_and_names_the_kernels_that_got_slower(tm
 
 NOT_BENCH_JSON = {
     "no totals": lambda m: m.clear(),
-    "not JSON": None,
+    "not JSON": "{",
+    "nested too deeply": "[" * 100_000 + "]" * 100_000,  # json: RecursionError
     "a list": [],
     "time as text": lambda m: m.update(makespan_s="fast"),
     "negative time": lambda m: m.update(makespan_s=-1.0),
@@ -73,7 +74,7 @@ def test_a_baseline_that_is_not_bench_json_is_a_usage_error(tmp_path, case):
         edit(doc["modelled"])
         base.write_text(json.dumps(doc))
     else:
-        base.write_text("{" if edit is None else json.dumps(edit))
+        base.write_text(edit if isinstance(edit, str) else json.dumps(edit))
     assert_one_line_error(*_bench(path, "--baseline", base), "is not the JSON")
     assert_one_line_error(
         *_bench(path, "--baseline", tmp_path / "no.json"), "cannot read --baseline"
@@ -86,3 +87,14 @@ def test_a_baseline_that_is_not_a_regular_file_is_refused_not_read(tmp_path, fif
     chain_capture(3).save(path)
     for special in (fifo, "/dev/zero"):
         assert_one_line_error(*_bench(path, "--baseline", special), "is not a regular file")
+
+
+@pytest.mark.parametrize("tolerance", ["nan", "inf"])
+def test_a_tolerance_that_is_not_a_finite_number_is_refused(tmp_path, tolerance):
+    # nan passed the range check, and no growth is beyond a tolerance of nan: the gate
+    # passed every regression.
+    path, base = tmp_path / "c.mnlb", tmp_path / "base.json"
+    chain_capture(3).save(path)
+    base.write_text(_bench(path, "--json")[1])
+    code, out = _bench(path, "--baseline", base, "--tolerance", tolerance)
+    assert code == 2 and "is not a finite number" in out, out

@@ -340,6 +340,7 @@ finally:
     [
         (["--mpi-timeout", "5"], "--mpi-timeout applies to --mpi runs only"),
         (["--mpi", "--mpi-timeout", "0"], "--mpi-timeout"),
+        (["--mpi", "--mpi-timeout", "nan"], "is not a finite number"),
     ],
 )
 def test_mpi_options_that_do_not_fit_are_refused(args, message):

@@ -11,12 +11,12 @@ does not make yet (it compiles inference graphs): it is refused with that reason
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import InvalidArgumentError
+from ...format.files import parse_json
 from .schedule import SCHEDULES
 
 _KEYS = ("devices", "stages", "microbatches", "schedule")
@@ -51,7 +51,7 @@ def _loaded(value: Any, what: str) -> Any:
     """A mapping, or the JSON text of one (as an option_json file's args give it)."""
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = parse_json(value)
         except ValueError as e:
             raise InvalidArgumentError(f"{what}: not valid JSON ({e})") from None
     if not isinstance(value, Mapping):

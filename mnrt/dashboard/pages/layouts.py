@@ -4,9 +4,9 @@ time-slice file), so it shows whatever the mapping work writes."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from ...format.files import parse_json
 from ..artifacts import Artifacts
 from .common import split_described
 
@@ -44,7 +44,7 @@ def _file(art: Artifacts, f: dict) -> dict[str, Any]:
         text = art.resolve(name).read_text(errors="replace")
         if name.endswith(".json"):
             try:
-                shown["json"] = json.loads(text)
+                shown["json"] = parse_json(text)
             except ValueError:
                 shown["text"] = text
         else:

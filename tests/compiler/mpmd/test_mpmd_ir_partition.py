@@ -169,6 +169,7 @@ def test_without_assignment_stages_are_balanced_by_modelled_cost():
         ({"devices": [0, 1], "microbatches": 0}, "microbatches"),
         ({"devices": [0, 1], "oops": 1}, "unknown key"),
         ("{not json", "not valid JSON"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
     ],
 )
 def test_mpmd_option_errors(value, match):
