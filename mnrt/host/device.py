@@ -8,7 +8,7 @@ import math
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -374,6 +374,15 @@ def release_dropped(generation: int = 2) -> None:
     under `_open_lock`: the finalizers it runs take it."""
     if _open:
         gc.collect(generation)
+
+
+def release_dropped_until(enough: Callable[[], bool]) -> None:
+    """release_dropped, the young generations first and the whole heap only if `enough()`
+    is not true by then."""
+    for generation in (1, 2):
+        if enough():
+            return
+        release_dropped(generation)
 
 
 def list_devices() -> list[boards.DeviceInfo]:

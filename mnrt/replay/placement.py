@@ -18,7 +18,7 @@ from typing import NamedTuple
 from ..device.boards import ENV_DEVICE_COUNT, check_index, device_count
 from ..errors import DeviceBusyError, InvalidArgumentError
 from ..format.fb.CommandUnion import CommandUnion as U
-from ..host.device import open_indices, release_dropped
+from ..host.device import open_indices, release_dropped_until
 from .plan import Plan
 
 
@@ -149,10 +149,8 @@ def _spread(plan: Plan, devices: object) -> dict[int, int]:
             f"devices={devices}, but the binary has only {len(logical)} logical device(s) "
             f"({', '.join(map(str, logical))}); give at most {len(logical)}"
         )
+    release_dropped_until(lambda: len(_free_indices(set())) >= devices)
     free = _free_indices(set())
-    if len(free) < devices:
-        release_dropped()
-        free = _free_indices(set())
     if len(free) < devices:
         raise DeviceBusyError(
             f"devices={devices}, but only {len(free)} of this runner's {device_count()} "
@@ -193,10 +191,9 @@ def _one_each(plan: Plan, device: int | str | Mapping[int, int | str]) -> Placem
             "give each its own"
         )
     wanted = sum(index not in chosen for index in captured)
+    # devices dropped without close() may hold the rest
+    release_dropped_until(lambda: len(_free_indices(set(chosen.values()))) >= wanted)
     free = _free_indices(set(chosen.values()))
-    if len(free) < wanted:
-        release_dropped()  # devices dropped without close() may hold the rest
-        free = _free_indices(set(chosen.values()))
     free = iter(free)
     assignment = dict(chosen)
     for index in captured:

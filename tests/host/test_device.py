@@ -464,13 +464,13 @@ def test_reopening_a_device_dropped_a_moment_ago_collects_only_young_objects(mon
     # A full collection costs 0.3 s in a heap of a million objects (a notebook's, the test
     # suite's), and a loop that dropped and reopened a device paid it on every open.
     gc.collect()
-    gc.disable()  # no automatic collection moves the device to the old generation
+    gc.disable()  # only the open's own collections: none that runs by itself
     try:
         _open_use_and_drop(5)
+        collected = _recording_collections(monkeypatch)
+        mnrt.open_device(5).close()
     finally:
         gc.enable()
-    collected = _recording_collections(monkeypatch)
-    mnrt.open_device(5).close()
     assert collected == [1]
 
 
@@ -480,7 +480,11 @@ def test_a_dropped_device_that_grew_old_is_freed_by_a_full_collection(monkeypatc
         dev.create_buffer((2,), "float"), np.ones(2, np.float32)
     )
     gc.collect()  # the device survives it: it is old now
-    del dev
-    collected = _recording_collections(monkeypatch)
-    mnrt.open_device(6).close()
+    gc.disable()  # only the open's own collections: none that runs by itself
+    try:
+        del dev
+        collected = _recording_collections(monkeypatch)
+        mnrt.open_device(6).close()
+    finally:
+        gc.enable()
     assert collected == [1, 2]
