@@ -61,13 +61,16 @@ def stop(channel: _queue.SimpleQueue) -> None:
 def _serve(inbox: _queue.SimpleQueue) -> None:
     while True:
         loop, channel = inbox.get()
+        returned = False
         try:
             loop()
+            returned = True
         finally:
             with _lock:
                 _serving.discard(channel)
                 _stopping.discard(channel)
-                _parked.append(inbox)
+                if returned:  # a thread that a raising loop ends must not be handed work
+                    _parked.append(inbox)
                 _parked_or_left.notify_all()
 
 

@@ -26,6 +26,7 @@ def _npy(header: bytes, version: int) -> bytes:
     return b"\x93NUMPY" + bytes([version, 0]) + size + header
 
 
+@pytest.mark.filterwarnings("ignore:invalid escape sequence")  # numpy parses "\\T" as code
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.sampled_from(_PIECES), max_size=30).map("".join),

@@ -48,3 +48,25 @@ def test_stopping_a_loop_that_never_ran_waits_for_nothing():
     workers.run(_loop(channel, started), channel)
     assert started.wait(10)
     workers.stop(channel)
+
+
+def test_a_loop_that_raises_ends_its_thread_and_no_queue_is_handed_to_it(monkeypatch):
+    # Its thread dies with the exception: parked, it would take the next queue's loop and
+    # never run it, and that queue would wait for ever.
+    died: list[threading.Thread] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: died.append(args.thread))
+
+    def raising() -> None:
+        raise RuntimeError("a bug in a loop")
+
+    workers.run(raising, queue.SimpleQueue())
+    for _ in range(1000):
+        if died:
+            break
+        threading.Event().wait(0.01)
+    died[0].join(10)
+    assert not died[0].is_alive()
+    channel, started = queue.SimpleQueue(), threading.Event()
+    workers.run(_loop(channel, started), channel)  # the last inbox parked comes first
+    assert started.wait(10)
+    workers.stop(channel)
