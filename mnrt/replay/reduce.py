@@ -343,6 +343,12 @@ def _kernel_desc(binary: LightBinary, plan: Any, command: int, kernel: int) -> A
 def reduce(binary: LightBinary, time_limit_s: float = 600.0) -> ReduceResult:
     """The smallest binary the steps find that fails as `binary` does (NotFailingError if
     it does not fail), with a record of each step."""
+    if not (
+        type(time_limit_s) in (int, float) and math.isfinite(time_limit_s) and time_limit_s > 0
+    ):
+        raise InvalidArgumentError(
+            f"time_limit_s must be a finite number of seconds > 0, got {time_limit_s!r}"
+        )
     start = time.monotonic()
     failure = failure_of(binary)
     if failure is None:

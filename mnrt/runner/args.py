@@ -1,4 +1,5 @@
-"""Command-line values that several subcommands parse: NAME=VALUE pairs, device indices."""
+"""Command-line values that several subcommands parse: NAME=VALUE pairs, device indices,
+finite numbers."""
 
 from __future__ import annotations
 

@@ -75,6 +75,15 @@ def test_without_fingerprints_ddmin_keeps_what_the_failing_golden_needs():
     assert commands[1] < commands[0]
 
 
+@pytest.mark.parametrize("limit", [float("nan"), float("inf"), 0, -1.0, "60", True])
+def test_reduce_refuses_a_time_limit_that_is_not_finite_seconds(limit):
+    # nan never ran out: a deadline of start + nan is never passed.
+    bad = chain_capture(4)
+    bad = perturbed(bad, weight_sites(bad)[1][2])
+    with pytest.raises(mnrt.InvalidArgumentError, match="time_limit_s must be"):
+        reduce(bad, time_limit_s=limit)
+
+
 def test_a_passing_binary_is_refused():
     with pytest.raises(NotFailingError, match="does not fail"):
         reduce(chain_capture(5))
