@@ -55,6 +55,15 @@ def _bytes(n: Any) -> str:
     return str(n)
 
 
+def _compact_json(value: Any) -> str:
+    """A value as one line of JSON; one nested too deeply for the encoder (a file edited by
+    hand: JSON parses a little deeper than it encodes below a page's frames) is named."""
+    try:
+        return json.dumps(value, separators=(",", ":"), default=str)
+    except RecursionError:
+        return "(nested too deeply to show here: open the file)"
+
+
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(_TEMPLATES),
@@ -64,7 +73,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters["num"] = _number
     env.filters["bytes"] = _bytes
-    env.filters["tojson_compact"] = lambda v: json.dumps(v, separators=(",", ":"), default=str)
+    env.filters["tojson_compact"] = _compact_json
     return env
 
 

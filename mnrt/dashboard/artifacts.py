@@ -21,6 +21,7 @@ from ..format import IDENTIFIER, LightBinary, jsonio
 from ..format.files import check_usable, open_regular, parse_json
 from ..replay import replay
 from ..replay.info import info as binary_info
+from . import shapes
 
 T = TypeVar("T")
 
@@ -99,6 +100,19 @@ def _load_json(path: Path, what: str) -> Any:
         raise CorruptArtifactError(
             f"{path}: {what} is not valid JSON ({e}); write it again (compile or run again)"
         ) from None
+
+
+def _shaped(doc: Any, shape: shapes.Shape, path: Path, what: str, again: str) -> Any:
+    """`doc`, read from `path`, when it has the shape the pages rely on (see shapes.py)."""
+    wrong = shapes.mismatch(doc, shape)
+    if wrong is not None:
+        raise CorruptArtifactError(f"{path}: {what} is not as mnrt writes it ({wrong}); {again}")
+    return doc
+
+
+_COMPILE_AGAIN = "compile with codegen_dir= again"
+_RUN_AGAIN = "write it again with `mnrt run FILE --report report.json`"
+_PROFILE_AGAIN = "write it again with `mnrt run FILE --profile trace.json`"
 
 
 class Artifacts:
@@ -208,13 +222,13 @@ class Artifacts:
             return None
 
         def load() -> dict:
-            doc = _load_json(self.root / "report.json", "the compile report (report.json)")
+            path = self.root / "report.json"
+            doc = _load_json(path, "the compile report (report.json)")
             if not isinstance(doc, dict) or not isinstance(doc.get("phases"), list):
                 raise CorruptArtifactError(
-                    f"{self.root / 'report.json'}: not a compile report (no phases); "
-                    "compile with codegen_dir= again"
+                    f"{path}: not a compile report (no phases); {_COMPILE_AGAIN}"
                 )
-            return doc
+            return _shaped(doc, shapes.COMPILE_REPORT, path, "the compile report", _COMPILE_AGAIN)
 
         return self.cached("compile_report", load)
 
@@ -232,9 +246,15 @@ class Artifacts:
     def graph(self) -> dict | None:
         """graph.json of a codegen_dir: the graph as compiled (nodes with ops, operands and
         attributes)."""
-        if self.kind != "codegen_dir" or not (self.root / "graph.json").exists():
+        path = self.root / "graph.json"
+        if self.kind != "codegen_dir" or not path.exists():
             return None
-        return self.cached("graph", lambda: _load_json(self.root / "graph.json", "graph.json"))
+
+        def load() -> Any:
+            doc = _load_json(path, "graph.json")
+            return _shaped(doc, shapes.GRAPH, path, "the compiled graph", _COMPILE_AGAIN)
+
+        return self.cached("graph", load)
 
     @property
     def onnx_files(self) -> list[str]:
@@ -266,12 +286,12 @@ class Artifacts:
                         f"{self.path}: not a run report (no verdict); write one with "
                         "`mnrt run FILE --report report.json`"
                     )
-                return doc
+                return _shaped(doc, shapes.RUN_REPORT, self.path, "the run report", _RUN_AGAIN)
 
             return self.cached("run_report", load)
-        for _, doc in self._json_files():
+        for name, doc in self._json_files():
             if isinstance(doc, dict) and "verdict" in doc and "checks" in doc:
-                return doc
+                return _shaped(doc, shapes.RUN_REPORT, self.root / name, "a run report", _RUN_AGAIN)
         return None
 
     @property
@@ -314,9 +334,9 @@ class Artifacts:
     @property
     def trace(self) -> dict:
         """The Perfetto trace: a profile in the codegen_dir, else that of a replay."""
-        for _, doc in self._json_files():
+        for name, doc in self._json_files():
             if isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
-                return doc
+                return _shaped(doc, shapes.TRACE, self.root / name, "a trace", _PROFILE_AGAIN)
         return self.replayed.trace
 
 

@@ -5,6 +5,7 @@ extra is not installed."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 
 from binaries import chain_capture, perturbed, weight_sites
+from cli_harness import invoke_cli
 
 import mnrt
 from mnrt.compiler.models import MODELS
@@ -44,3 +46,20 @@ def chains(tmp_path_factory) -> dict[str, Path]:
     for name, binary in binaries.items():
         binary.save(folder / f"{name}.mnlb")
     return {name: folder / f"{name}.mnlb" for name in binaries}
+
+
+@pytest.fixture(scope="session")
+def profiled_dir(tmp_path_factory, cnn_dir) -> Path:
+    """The CNN's codegen_dir with a run report and a profile of its binary beside it."""
+    folder = tmp_path_factory.mktemp("profiled") / "cnn_cg"
+    shutil.copytree(cnn_dir, folder)
+    code, out = invoke_cli(
+        "run",
+        folder / "model.mnlb",
+        "--report",
+        folder / "run_report.json",
+        "--profile",
+        folder / "trace.json",
+    )
+    assert code == 0, out
+    return folder

@@ -233,6 +233,163 @@ def test_json_nested_too_deeply_is_a_page_not_a_traceback(tmp_path, cnn_dir, nam
         assert r.status_code == 200 or "cannot be shown" in r.text, slug
 
 
+def _first_kernel(doc: dict) -> dict:
+    return next(e for e in doc["traceEvents"] if "kernel" in (e.get("args") or {}))
+
+
+# A document mnrt wrote, edited into another shape: (file, edit, a page that reads the
+# field, what the page must say). Each of these pages answered 500 with a TypeError.
+EDITS = {
+    "layers not a list": (
+        "report.json",
+        lambda d: d.update(layers=7),
+        "nodes",
+        "layers is a number, not an array",
+    ),
+    "a layer's time a string": (
+        "report.json",
+        lambda d: d["layers"][0].update(device_time_s="3 us"),
+        "nodes",
+        "layers[0].device_time_s is a string, not a number or null",
+    ),
+    "a layer's outputs null": (
+        "report.json",
+        lambda d: d["layers"][2].update(outputs=None),
+        "layouts",
+        "layers[2].outputs is null, not an array",
+    ),
+    "a layer's name an object": (
+        "report.json",
+        lambda d: d["layers"][1].update(name={"a": 1}),
+        "layers",
+        "layers[1].name is an object",
+    ),
+    "accuracy a list": (
+        "report.json",
+        lambda d: d["phases"][-2].update(accuracy=[1]),
+        "summary",
+        ".accuracy is an array, not an object",
+    ),
+    "total a string": (
+        "report.json",
+        lambda d: d.update(total="1 s"),
+        "summary",
+        "total is a string",
+    ),
+    "node attributes a list": (
+        "graph.json",
+        lambda d: d["nodes"][0].update(attrs=[["k", 1]]),
+        "nodes",
+        "nodes[0].attrs is an array, not an object",
+    ),
+    "checks an object": (
+        "run_report.json",
+        lambda d: d.update(checks={}),
+        "summary",
+        "checks is an object",
+    ),
+    "devices a number": (
+        "run_report.json",
+        lambda d: d["modelled"].update(devices=1),
+        "summary",
+        "modelled.devices is a number",
+    ),
+    "a kernel's flops a string": (
+        "trace.json",
+        lambda d: _first_kernel(d)["args"].update(flops="many"),
+        "layers",
+        ".args.flops is a string, not a number",
+    ),
+    "a kernel's outputs numbers": (
+        "trace.json",
+        lambda d: _first_kernel(d)["args"].update(outputs=[1, 2]),
+        "perf",
+        ".args.outputs[0] is a number, not a string",
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_a_document_edited_into_another_shape_is_a_page_naming_the_field(
+    tmp_path, profiled_dir, edit
+):
+    name, change, slug, said = EDITS[edit]
+    folder = tmp_path / "cg"
+    shutil.copytree(profiled_dir, folder)
+    assert client(folder).get(f"/{slug}").status_code == 200  # as mnrt wrote it
+    doc = json.loads((folder / name).read_text())
+    change(doc)
+    (folder / name).write_text(json.dumps(doc))
+    r = client(folder).get(f"/{slug}")
+    assert r.status_code == 422, r.text[-600:]
+    assert name in r.text and said in r.text and "is not as mnrt writes it" in r.text
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+# Fields of the documents the pages read, at every level they nest (see dashboard/shapes.py).
+_PLACES = [
+    ("report.json", ("layers",)),
+    ("report.json", ("layers", 0)),
+    ("report.json", ("layers", 0, "name")),
+    ("report.json", ("layers", 0, "outputs")),
+    ("report.json", ("layers", 0, "device_time_s")),
+    ("report.json", ("phases", 0)),
+    ("report.json", ("phases", -2, "accuracy")),
+    ("report.json", ("phases", -2, "accuracy", "outputs")),
+    ("report.json", ("total",)),
+    ("report.json", ("layout",)),
+    ("graph.json", ("nodes", 0)),
+    ("graph.json", ("nodes", 0, "attrs")),
+    ("graph.json", ("nodes", 0, "inputs")),
+    ("run_report.json", ("checks",)),
+    ("run_report.json", ("checks", 0)),
+    ("run_report.json", ("modelled",)),
+    ("run_report.json", ("modelled", "devices")),
+    ("run_report.json", ("locate",)),
+    ("trace.json", ("traceEvents", 0)),
+    ("trace.json", ("traceEvents", 0, "args")),
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(place=st.sampled_from(_PLACES), value=_JSON)
+def test_no_edit_of_a_document_breaks_a_page(tmp_path_factory, profiled_dir, place, value):
+    """Any JSON value in place of a field the pages read: each page is shown (200) or says
+    which file is not as mnrt writes it (422), never a 500."""
+    folder = tmp_path_factory.mktemp("edited") / "cg"
+    shutil.copytree(profiled_dir, folder)
+    name, keys = place
+    doc = json.loads((folder / name).read_text())
+    where = doc
+    for key in keys[:-1]:
+        where = where[key]
+    where[keys[-1]] = value
+    (folder / name).write_text(json.dumps(doc))
+    c = client(folder)
+    for slug in ("summary", "compile", "layers", "perf", "nodes", "layouts"):
+        r = c.get(f"/{slug}")
+        assert r.status_code in (200, 422), (slug, r.text[-600:])
+        assert r.status_code == 200 or "is not as mnrt writes it" in r.text, r.text[-600:]
+
+
+@pytest.mark.parametrize("depth", [400, 985])
+def test_a_document_nested_deeper_than_a_page_shows_is_shown_as_json(tmp_path, cnn_dir, depth):
+    # Each level of nested tables is several Python frames: a layout plan some hundreds
+    # deep (which JSON parses) exhausted the stack, and the page answered 500.
+    folder = tmp_path / "cg"
+    shutil.copytree(cnn_dir, folder)
+    (folder / "layout_plan.json").write_text('{"k": ' * depth + '"deepest"' + "}" * depth)
+    r = client(folder).get("/layouts")
+    assert r.status_code == 200
+    assert "deepest" in r.text or "nested too deeply to show here" in r.text
+
+
 def test_a_fifo_is_refused_not_waited_on(tmp_path, cnn_dir, fifo):
     """As PATH, or as the compile report a codegen_dir names (here a link to it): refused
     as not a regular file, where reading it waited for a writer."""

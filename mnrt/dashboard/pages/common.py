@@ -36,7 +36,7 @@ def _modelled_tracks(trace: dict) -> set[tuple[int, int]]:
         for e in trace.get("traceEvents", [])
         if e.get("ph") == "M"
         and e.get("name") == "thread_name"
-        and "modelled MN-Core time" in str(e.get("args", {}).get("name", ""))
+        and "modelled MN-Core time" in str((e.get("args") or {}).get("name", ""))
     }
 
 
@@ -65,11 +65,12 @@ def _kernels(art: Artifacts) -> list[dict[str, Any]]:
         flops = float(args.get("flops", 0.0))
         dram = float(args.get("dram_bytes", 0.0))
         best = roofline_s(flops, dram, dtype)
+        op = e.get("name", "")
         rows.append(
             {
                 "index": len(rows),
-                "name": f"{e['name']}{len(rows)}",
-                "op": e["name"],
+                "name": f"{op}{len(rows)}",
+                "op": op,
                 "inputs": ", ".join(f"{n} {s}" for n, _, s in ins),
                 "outputs": ", ".join(f"{n} {s}" for n, _, s in outs),
                 "dtype": dtype,
