@@ -162,6 +162,7 @@ class BoundKernel:
     __slots__ = (
         "attrs",
         "compute",
+        "empty",
         "kdef",
         "loads",
         "noted",
@@ -192,6 +193,11 @@ class BoundKernel:
         self.targets = [Out(bits.shape, d, bits if d.direct else None) for bits, d in outs]
         self.widened = [j for j, (_, d) in enumerate(outs) if not d.direct]
         self.outs = list(outs)
+        # Every output empty: nothing to compute. A kernel sizes its temporaries by its
+        # operands' dimensions (trilu's row and column indices), and an empty operand's
+        # other dimensions may be 2**31 (see host/device.py `extent_bytes`): gigabytes of
+        # temporaries for no element at all.
+        self.empty = bool(outs) and all(bits.size == 0 for bits, _ in outs)
         # What a KernelWatch worked out once about this kernel (views of its outputs'
         # storage, say), for every later run to reuse; dropped on release with the views.
         self.noted: Any = None
@@ -200,7 +206,7 @@ class BoundKernel:
         """Let go of the storage views (one of the buffers was freed, and a record of a
         past run may keep this kernel): running it afterwards raises."""
         self.values, self.loads, self.targets, self.widened, self.outs = [], [], [], [], []
-        self.noted = None
+        self.noted, self.empty = None, False
         self.compute = functools.partial(_released, self.kdef.name)
 
     def run(self) -> Sequence[np.ndarray]:
@@ -208,6 +214,8 @@ class BoundKernel:
         (before rounding to a narrower stored dtype), for whoever watches kernels.
         Floating-point exceptions are the caller's to silence (queue workers ignore them:
         the device has no traps)."""
+        if self.empty:
+            return [bits for bits, _ in self.outs]
         values, targets = self.values, self.targets
         if self.loads:
             scratch = _scratch()

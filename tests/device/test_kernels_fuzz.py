@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import mnrt
 from mnrt.device.dtypes import DTYPES
+from mnrt.device.emulator import EmulatedDevice
 from mnrt.device.kernels import TensorSpec, lookup
 from mnrt.device.kernels.registry import REQUIRED, all_kernels
 from mnrt.errors import DeviceExecutionError, MnrtError
@@ -170,3 +171,17 @@ def test_padding_that_windows_need_is_still_accepted():
     out = lookup("conv2d").infer([x, w], mnrt.Kernel("conv2d", ["x", "w"], ["y"],
                                                     {"padding": [3, 3, 3, 3]}).attrs)  # fmt: skip
     assert out[0].shape == (1, 1, 1, 1)
+
+
+@pytest.mark.parametrize("op", ["trilu", "reverse_sequence"])
+def test_found_by_fuzzing_a_kernel_whose_outputs_are_empty_computes_nothing(op):
+    # trilu listed the row indices of an empty (1, 2, 2**31, 0) operand: a 16 GiB array,
+    # 30 s, for no element (2**40 rows: 8 TiB, a MemoryError).
+    kdef = lookup(op)
+    x = np.empty((2**40, 0), np.float32)
+    ins: list = [(x, DTYPES["float"])]
+    if op == "reverse_sequence":
+        ins.append((np.empty(0, np.int64), DTYPES["int64"]))
+    bound = EmulatedDevice.bind(kdef, kdef.check_attrs({}), ins, [(x.copy(), DTYPES["float"])])
+    (y,) = bound.run()
+    assert y.shape == (2**40, 0)
