@@ -53,6 +53,7 @@ import math
 from collections.abc import Callable, Sequence
 from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .cost import Modelled, model_call, precision_of
 from .kernels.registry import KernelDef, TensorSpec
@@ -157,9 +158,10 @@ class Problem:
         return 2.0 * self.batch * self.m * self.n * self.k
 
 
-@dataclass(frozen=True)
-class Evaluation:
-    """What a mapping costs (`modelled`) and occupies (`usage`, `footprint` per memory)."""
+class Evaluation(NamedTuple):
+    """What a mapping costs (`modelled`) and occupies (`usage`, `footprint` per memory). A
+    tuple, not a frozen dataclass: the mapper makes one per mapping it weighs, and a frozen
+    dataclass's initialiser cost a fifth of `evaluate`."""
 
     modelled: Modelled
     usage: float
@@ -173,15 +175,17 @@ def _ceil_to(x: int, q: int) -> int:
 
 def footprint(spec: DeviceSpec, p: Problem, mp: Mapping) -> dict[str, float]:
     """Bytes the mapping holds in each memory: per PE for LM and GRF, chip-wide for L2BM."""
-    acc = mp.reg_m * mp.reg_n * 4  # the MAU accumulates in float32
-    lm = 2 * (mp.reg_m + mp.reg_n) * mp.tile_k * p.itemsize + (acc if mp.accum == LM else 0)
-    grf = acc if mp.accum == GRF else 0
+    reg_m, reg_n, keep = mp.reg_m, mp.reg_n, mp.keep
+    acc = reg_m * reg_n * 4  # the MAU accumulates in float32
+    lm = 2 * (reg_m + reg_n) * mp.tile_k * p.itemsize
+    if mp.accum == LM:
+        lm += acc
     l2bm = 0.0
-    if mp.keep == KEEP_A:
-        l2bm = mp.pe_b * mp.pe_m * mp.reg_m * p.k * p.itemsize
-    elif mp.keep == KEEP_B:
-        l2bm = mp.pe_b * mp.pe_n * mp.reg_n * p.k * p.itemsize
-    return {"LM": float(lm), "GRF": float(grf), "L2BM": float(l2bm)}
+    if keep == KEEP_A:
+        l2bm = mp.pe_b * mp.pe_m * reg_m * p.k * p.itemsize
+    elif keep == KEEP_B:
+        l2bm = mp.pe_b * mp.pe_n * reg_n * p.k * p.itemsize
+    return {"LM": float(lm), "GRF": float(acc if mp.accum == GRF else 0), "L2BM": float(l2bm)}
 
 
 @functools.lru_cache(maxsize=8)
@@ -193,44 +197,52 @@ def capacities(spec: DeviceSpec) -> dict[str, float]:
     }
 
 
+_HELD = {"GRF": "accumulators", "LM": "slabs and accumulators", "L2BM": "resident panel"}
+
+
 def check(spec: DeviceSpec, p: Problem, mp: Mapping) -> str | None:
     """Why the device cannot run `mp` (the resource that rules it out), or None."""
-    pes = mp.pes
+    pes = mp.pe_b * mp.pe_m * mp.pe_n * mp.pe_k
     if pes > spec.pe_count:
         return f"PE array: the grid takes {pes} PEs, the chip has {spec.pe_count}"
     if mp.reg_m % MAU_BLOCK or mp.reg_n % MAU_BLOCK:
         return f"MAU: output blocks must be multiples of {MAU_BLOCK}x{MAU_BLOCK}"
     used, cap = footprint(spec, p, mp), capacities(spec)
-    what = {"GRF": "accumulators", "LM": "slabs and accumulators", "L2BM": "resident panel"}
     for mem in ("GRF", "LM", "L2BM"):
         if used[mem] > cap[mem]:
             per = "" if mem == "L2BM" else " per PE"
-            return f"{mem}: {what[mem]} need {int(used[mem])} B{per}, it holds {int(cap[mem])}"
+            return f"{mem}: {_HELD[mem]} need {int(used[mem])} B{per}, it holds {int(cap[mem])}"
     return None
 
 
 def evaluate(spec: DeviceSpec, p: Problem, mp: Mapping, onchip: Sequence[int] = ()) -> Evaluation:
-    """The modelled cost of running `p` with a valid mapping `mp` (see `check`)."""
-    bp = _ceil_to(p.batch, mp.pe_b)
-    mp_, np_ = _ceil_to(p.m, mp.pe_m * mp.reg_m), _ceil_to(p.n, mp.pe_n * mp.reg_n)
-    kp = _ceil_to(p.k, mp.pe_k * mp.tile_k)
-    mt, nt = mp_ // (mp.pe_m * mp.reg_m), np_ // (mp.pe_n * mp.reg_n)
-    pes = mp.pes
-    blocks = bp // mp.pe_b * mt * nt  # output blocks per PE
-    steps = blocks * (kp // (mp.pe_k * mp.tile_k))
-    per_cycle = spec.peak_flops(p.precision) / (spec.pe_count * spec.clock_hz)
+    """The modelled cost of running `p` with a valid mapping `mp` (see `check`). The mapper
+    and its brute-force check call this for every mapping they weigh (a million for a large
+    product), so each operand is read once into a local."""
+    pe_b, pe_m, pe_n, pe_k = mp.pe_b, mp.pe_m, mp.pe_n, mp.pe_k
+    reg_m, reg_n, tile_k, accum, keep = mp.reg_m, mp.reg_n, mp.tile_k, mp.accum, mp.keep
+    itemsize, flops, clock_hz = p.itemsize, p.flops, spec.clock_hz
+    bp = -(-p.batch // pe_b) * pe_b
+    rows, cols, depth = pe_m * reg_m, pe_n * reg_n, pe_k * tile_k
+    mp_, np_, kp = -(-p.m // rows) * rows, -(-p.n // cols) * cols, -(-p.k // depth) * depth
+    mt, nt = mp_ // rows, np_ // cols
+    pes = pe_b * pe_m * pe_n * pe_k
+    blocks = bp // pe_b * mt * nt  # output blocks per PE
+    steps = blocks * (kp // depth)
+    peak = spec.peak_flops(p.precision)
+    per_cycle = peak / (spec.pe_count * clock_hz)
     macs = 2.0 * bp * mp_ * np_ * kp / pes
-    other = max(0.0, p.flops - p.mac_flops)
-    compute_s = (macs / per_cycle + steps * spec.mapping_step_cycles) / spec.clock_hz + other / (
-        spec.peak_flops(p.precision) * spec.vector_peak_fraction
+    other = max(0.0, flops - p.mac_flops)
+    compute_s = (macs / per_cycle + steps * spec.mapping_step_cycles) / clock_hz + other / (
+        peak * spec.vector_peak_fraction
     )
-    lm_pe = blocks * kp // mp.pe_k * (mp.reg_m + mp.reg_n) * p.itemsize
-    if mp.accum == LM:
-        lm_pe += steps * 2 * mp.reg_m * mp.reg_n * 4
-    lm_s = lm_pe / (spec.lm_bytes_per_cycle_per_pe * spec.clock_hz)
-    sram = float(bp * kp * p.itemsize * (mp_ * nt + np_ * mt))
-    sram += (mp.pe_k - 1) * bp * mp_ * np_ * 4.0  # float32 partial sums, reduced
-    reads = {"a": nt if mp.keep != KEEP_A else 1, "b": mt if mp.keep != KEEP_B else 1, "once": 1}
+    lm_pe = blocks * kp // pe_k * (reg_m + reg_n) * itemsize
+    if accum == LM:
+        lm_pe += steps * 2 * reg_m * reg_n * 4
+    lm_s = lm_pe / (spec.lm_bytes_per_cycle_per_pe * clock_hz)
+    sram = float(bp * kp * itemsize * (mp_ * nt + np_ * mt))
+    sram += (pe_k - 1) * bp * mp_ * np_ * 4.0  # float32 partial sums, reduced
+    reads = {"a": nt if keep != KEEP_A else 1, "b": mt if keep != KEEP_B else 1, "once": 1}
     dram = 0.0
     for pos, (role, nbytes) in enumerate(zip(p.roles, p.operand_bytes)):
         moved = nbytes * reads[role]
@@ -244,11 +256,14 @@ def evaluate(spec: DeviceSpec, p: Problem, mp: Mapping, onchip: Sequence[int] = 
         "sram": sram / spec.l1bm_bandwidth,
         "dram": dram / spec.dram_bandwidth,
     }
-    bound = max(terms, key=terms.__getitem__)
-    time_s = spec.kernel_launch_s + terms[bound]
+    bound, slowest = "compute", compute_s  # the first of the largest terms, as max() says
+    for name in ("lm", "sram", "dram"):
+        if terms[name] > slowest:
+            bound, slowest = name, terms[name]
+    time_s = spec.kernel_launch_s + slowest
     lm_total = lm_pe * pes
     energy_pj = (
-        p.flops * spec.energy_pj_per_flop(p.precision)
+        flops * spec.energy_pj_per_flop(p.precision)
         + dram * spec.energy_pj_per_byte_dram
         + (sram + lm_total) * spec.energy_pj_per_byte_sram
     )
@@ -257,11 +272,11 @@ def evaluate(spec: DeviceSpec, p: Problem, mp: Mapping, onchip: Sequence[int] = 
         modelled=Modelled(
             time_s=time_s,
             energy_j=energy_pj * 1e-12 + spec.static_power_w * time_s,
-            flops=p.flops,
+            flops=flops,
             dram_bytes=dram,
             bound=bound,
         ),
-        usage=max(used[m] / cap[m] for m in cap),
+        usage=max(used["LM"] / cap["LM"], used["GRF"] / cap["GRF"], used["L2BM"] / cap["L2BM"]),
         footprint=used,
         terms=terms,
     )

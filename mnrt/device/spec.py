@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from types import MappingProxyType
 
 from ..errors import InvalidArgumentError
@@ -257,39 +258,39 @@ class DeviceSpec:
         return cached
 
     # ---- derived facts: computed, never stored twice --------------------------------
-    @property
+    @cached_property
     def l2b_count(self) -> int:
         return self.groups * self.l2b_per_group
 
-    @property
+    @cached_property
     def l1b_count(self) -> int:
         return self.l2b_count * self.l1b_per_l2b
 
-    @property
+    @cached_property
     def mab_count(self) -> int:
         return self.l1b_count * self.mab_per_l1b
 
-    @property
+    @cached_property
     def pe_count(self) -> int:
         return self.mab_count * self.pe_per_mab
 
-    @property
+    @cached_property
     def dram_bytes(self) -> int:
         return self.groups * self.dram_bytes_per_group
 
-    @property
+    @cached_property
     def dram_bandwidth(self) -> float:
         return self.groups * self.dram_bandwidth_per_group
 
-    @property
+    @cached_property
     def l1bm_bandwidth(self) -> float:
         return self.l1b_count * self.l1bm_bytes_per_cycle_per_l1b * self.clock_hz
 
-    @property
+    @cached_property
     def l2bm_bandwidth(self) -> float:
         return self.l2b_count * self.l2bm_bytes_per_cycle_per_l2b * self.clock_hz
 
-    @property
+    @cached_property
     def lm_bandwidth(self) -> float:
         return self.pe_count * self.lm_bytes_per_cycle_per_pe * self.clock_hz
 
