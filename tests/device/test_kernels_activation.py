@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kernel_harness import infer, onnx_reference, operand, run, spec
 
 from mnrt.device import dtypes as dt
-from mnrt.errors import DTypeError
+from mnrt.errors import DeviceExecutionError, DTypeError
 
 pytest.importorskip("onnx")
 
@@ -82,6 +82,18 @@ def test_clip_defaults_and_int64_bounds():
     x = operand(np.array([-(2**62), 0, 2**62 + 1], np.int64))
     assert run("clip", x).tolist() == [-(2**62), 0, 2**62 + 1]
     assert run("clip", x, min=-5.5, max=5.5).tolist() == [-5, 0, 5]
+
+
+def test_found_by_fuzzing_infinite_integer_clip_bounds_saturate_and_nan_is_refused():
+    # An integer clip rounded a bound with math.ceil/floor: an OverflowError for min = inf
+    # or max = -inf, a ValueError for nan, from inside the kernel.
+    x = operand(np.array([-7, 0, 7], np.int32))
+    top, bottom = np.iinfo(np.int32).max, np.iinfo(np.int32).min
+    assert run("clip", x, min=np.inf).tolist() == [top] * 3
+    assert run("clip", x, max=-np.inf).tolist() == [bottom] * 3
+    assert run("clip", x, min=np.inf, max=-np.inf).tolist() == [bottom] * 3  # as floats do
+    with pytest.raises(DeviceExecutionError, match="min is nan, which bounds no integer"):
+        run("clip", x, min=np.nan)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -6,11 +6,12 @@ float16); attribute defaults are ONNX's."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
+from ...errors import DeviceExecutionError
 from .. import dtypes as dt
 from .registry import Attr, register
 from .unary import make_unary
@@ -65,6 +66,16 @@ def _shrink(x, a, out):
     return np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, _scalar(x, 0)))
 
 
+def _int_bound(name: str, bound: float, info: np.iinfo, inward: Callable) -> int:
+    """A clip bound of an integer dtype: rounded inward, saturated at the dtype's range (an
+    infinite bound included, either way); nan is no integer at all."""
+    if math.isnan(bound):
+        raise DeviceExecutionError(f"kernel 'clip': {name} is nan, which bounds no integer")
+    if math.isinf(bound):
+        return info.max if bound > 0 else info.min
+    return max(info.min, min(info.max, inward(bound)))
+
+
 def _clip(x: np.ndarray, a: Mapping[str, Any], out):
     """Bounds as the dtype holds them: an integer's bounds round inward (ceil of the
     minimum, floor of the maximum) and saturate at its range, so no value passes through
@@ -72,8 +83,7 @@ def _clip(x: np.ndarray, a: Mapping[str, Any], out):
     lo, hi = a["min"], a["max"]
     if x.dtype.kind in "iu":
         info = np.iinfo(x.dtype)
-        lo = info.min if lo == -math.inf else max(info.min, min(info.max, math.ceil(lo)))
-        hi = info.max if hi == math.inf else max(info.min, min(info.max, math.floor(hi)))
+        lo, hi = _int_bound("min", lo, info, math.ceil), _int_bound("max", hi, info, math.floor)
     lo, hi = x.dtype.type(lo), x.dtype.type(hi)
     return np.minimum(np.maximum(x, lo), hi, out=out)
 
