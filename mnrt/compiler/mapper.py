@@ -270,6 +270,14 @@ class _Search:
         self.rejected: list[Rejected] = []
         self.evaluated = 0
         self.ties = False  # breaking latency ties by energy (see break_ties)
+        # What lower_bound's operand traffic owes to the problem alone, worked out once: it
+        # is asked for every subspace the search weighs (tens of thousands per kernel).
+        once = {i: b for i, b in enumerate(p.operand_bytes) if i not in onchip}
+        if consumer is not None:
+            once.pop(len(p.operand_bytes) - 1, None)  # a fused chain may keep the product
+        self.once = [(once[i], p.roles[i]) for i in once]
+        self.onchip_bytes = sum(b for i, b in enumerate(p.operand_bytes) if i in onchip)
+        self.once_bytes = sum(once.values())
 
     def dominates(self, a: _Vec, b: _Vec) -> bool:
         """Whether `a` is no worse than `b` (within tolerance) on every chosen metric; while
@@ -311,15 +319,12 @@ class _Search:
         mt, nt = mp_ // (pe_m * rm), np_ // (pe_n * rn)
         sram = float(bp * p.k * p.itemsize * (mp_ * nt + np_ * mt))
         sram += (pe_k - 1) * bp * mp_ * np_ * 4.0
-        once = {i: b for i, b in enumerate(p.operand_bytes) if i not in self.onchip}
-        if self.consumer is not None:
-            once.pop(len(p.operand_bytes) - 1, None)  # a fused chain may keep the product
-        sram += sum(b for i, b in enumerate(p.operand_bytes) if i in self.onchip)
-        dram = sum(once.values())
+        sram += self.onchip_bytes
+        dram = self.once_bytes
         tiles = {"a": nt, "b": mt}
-        streamed = {i: b * tiles.get(p.roles[i], 1) for i, b in once.items()}
+        streamed = [(b, b * tiles.get(role, 1), role) for b, role in self.once]
         dram_min = min(
-            sum(once[i] if p.roles[i] == kept else b for i, b in streamed.items())
+            sum(b if role == kept else moved for b, moved, role in streamed)
             for kept in ("", "a", "b")
         )
         time_s = spec.kernel_launch_s + max(

@@ -257,7 +257,8 @@ class DeviceSpec:
             object.__setattr__(self, "_hash", cached)
         return cached
 
-    # ---- derived facts: computed, never stored twice --------------------------------
+    # ---- derived facts: computed, never stored twice (computed once: the mapper reads them
+    # for each of the up to a million mappings it weighs) ------------------------------
     @cached_property
     def l2b_count(self) -> int:
         return self.groups * self.l2b_per_group

@@ -30,7 +30,9 @@ class TensorSpec:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        # math.prod, not numpy's: exact for any shape (int64 wraps), and a compile asks
+        # tens of thousands of times.
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
