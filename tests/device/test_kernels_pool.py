@@ -9,7 +9,9 @@ max is exact; averages use the float32 golden tolerance (rtol 1e-5, atol 1e-6).
 
 from __future__ import annotations
 
+import contextlib
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -273,3 +275,72 @@ POOL_ERRORS = [
 def test_pool_infer_errors(name, error, fragment, x, attrs):
     with pytest.raises(error, match=f"kernel '{name}'.*{fragment}"):
         infer(name, x, **attrs)
+
+
+def _brute_force_empty_window(size, before, after, k, s, d, ceil) -> bool | None:
+    """Whether some window along one axis holds no input element, by listing every window
+    (None: no window fits)."""
+    span = size + before + after - d * (k - 1) - 1
+    if span < 0:
+        return None
+    count = (-(-span // s) if ceil else span // s) + 1
+    if ceil and (count - 1) * s >= size + before:
+        count -= 1
+    starts = [i * s - before for i in range(count)]
+    return any(not any(0 <= st + t * d < size for t in range(k)) for st in starts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    size=st.integers(1, 12),
+    before=st.integers(0, 40),
+    after=st.integers(0, 12),
+    k=st.integers(1, 4),
+    s=st.integers(1, 5),
+    d=st.integers(1, 16),
+    ceil=st.booleans(),
+)
+def test_windows_of_nothing_but_padding_are_found_without_listing_windows(
+    size, before, after, k, s, d, ceil
+):
+    empty = _brute_force_empty_window(size, before, after, k, s, d, ceil)
+    attrs = {"kernel": (k, 1), "stride": (s, 1), "dilation": (d, 1), "ceil_mode": ceil,
+             "padding": (before, 0, after, 0)}  # fmt: skip
+    x = spec((1, 1, size, 1))
+    if empty is None or d * (k - 1) + 1 > size + before + after:
+        with pytest.raises(ShapeError, match="does not fit"):
+            infer("max_pool2d", x, **attrs)
+    elif empty:
+        with pytest.raises(KernelAttributeError, match="no input element"):
+            infer("max_pool2d", x, **attrs)
+    else:
+        assert infer("max_pool2d", x, **attrs)[0].shape[2] >= 1
+
+
+@contextlib.contextmanager
+def _address_space_grows_at_most(extra: int):
+    """Allocations past `extra` more bytes of address space fail with a MemoryError while
+    inside (a regression then fails the test instead of paging the machine to death)."""
+    import resource  # POSIX only, like /proc
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    pages = int(Path("/proc/self/statm").read_text().split()[0])
+    cap = pages * resource.getpagesize() + extra
+    resource.setrlimit(
+        resource.RLIMIT_AS, (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard)
+    )
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("name", ["max_pool2d", "avg_pool2d"])
+def test_found_by_fuzzing_the_shape_rule_lists_no_windows(name):
+    # infer listed every window's start, and then the first tap of each: 2**30 rows of a
+    # binary's declared (not yet allocated) input made it allocate 8 GiB at a time, and
+    # the fuzz test's process was killed for want of memory.
+    with _address_space_grows_at_most(256 << 20):
+        (y,) = infer(name, spec((1, 1, 2**30, 1)), kernel=(1, 1))
+    assert y.shape == (1, 1, 2**30, 1)

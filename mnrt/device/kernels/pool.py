@@ -21,18 +21,51 @@ from .registry import Attr, KernelDef, OutSpec, exact, register
 _NUMERIC = dt.NUMERIC
 
 
-def _window_starts(size: int, before: int, after: int, k: int, s: int, d: int, ceil: bool):
-    """First input index of every window along one axis (negative inside the padding).
+def _window_count(size: int, before: int, after: int, k: int, s: int, d: int, ceil: bool) -> int:
+    """How many windows fit along one axis; window i starts at input index i * s - before
+    (negative inside the padding).
 
     In ceil mode a last, partial window is added when it starts inside the input or the
     leading padding, as PyTorch and ONNX do; it may reach past the trailing padding."""
     span = size + before + after - d * (k - 1) - 1
     if span < 0:
-        return np.zeros(0, np.int64)
+        return 0
     count = (-(-span // s) if ceil else span // s) + 1
     if ceil and (count - 1) * s >= size + before:
         count -= 1
-    return np.arange(count, dtype=np.int64) * s - before
+    return count
+
+
+# Windows in the leading padding whose taps are checked one by one at most (see `_empty`).
+_CHECKED_WINDOWS = 1 << 16
+
+
+def _empty(size: int, before: int, count: int, k: int, s: int, d: int) -> bool | None:
+    """Whether some window along one axis holds no input element (None: whether it does
+    could not be told cheaply). Worked out without listing the windows: infer runs on a
+    binary's declared shapes, and an axis of 2**31 windows would be a 16 GiB list.
+
+    A window starting at st >= 0 holds one when st < size: the last tells for them all. One
+    starting at st < 0 first reaches the input at tap ceil(-st / d), at index st mod d: it
+    holds one when that tap exists (hardest for the first window) and st mod d < size
+    (always, when size >= d)."""
+    last = (count - 1) * s - before
+    if last >= 0 and last >= size:
+        return True
+    inside = min(count, -(-before // s))  # windows starting in the leading padding
+    if inside == 0:
+        return False
+    if -(-before // d) >= k:
+        return True
+    if size >= d:
+        return False
+    period = d // math.gcd(s, d)  # st mod d repeats with this period in the window index
+    if min(inside, period) <= _CHECKED_WINDOWS:
+        starts = np.arange(min(inside, period), dtype=np.int64) * s - before
+        return bool((starts % d >= size).any())
+    if inside >= period:  # every st mod d of the orbit occurs: the largest tells
+        return (-before) % math.gcd(s, d) + d - math.gcd(s, d) >= size
+    return None
 
 
 class _Geometry:
@@ -50,36 +83,48 @@ class _Geometry:
         pt, pl, pb, pr = attrs["padding"]
         self.before, self.after = (pt, pl), (pb, pr)
         check_padding(name, shape, attrs["padding"])
-        self.starts = []
+        counts = []
         for ax in range(2):
             size, k, s, d = shape[2 + ax], self.kernel[ax], stride[ax], dilation[ax]
             padded = size + self.before[ax] + self.after[ax]
-            starts = _window_starts(
+            count = _window_count(
                 size, self.before[ax], self.after[ax], k, s, d, attrs["ceil_mode"]
             )
-            if d * (k - 1) + 1 > padded or starts.size == 0:
+            if d * (k - 1) + 1 > padded or count == 0:
                 raise ShapeError(
                     f"kernel '{name}': the {'row' if ax == 0 else 'column'} window "
                     f"({k} taps, dilation {d}) does not fit the padded input of length "
                     f"{padded}; pad more or shrink the kernel"
                 )
-            # The first tap of each window at or after index 0; the window holds an input
-            # element when that tap exists and lands before the input's end.
-            first = np.maximum(0, -(starts // d))
-            if not ((first < k) & (starts + first * d < size)).all():
+            empty = _empty(size, self.before[ax], count, k, s, d)
+            if empty is None:
+                raise KernelAttributeError(
+                    f"kernel '{name}': dilation {d} is longer than the input ({size}) and "
+                    f"padding {attrs['padding']} puts over {_CHECKED_WINDOWS} windows before "
+                    "it; reduce the padding or the dilation"
+                )
+            if empty:
                 raise KernelAttributeError(
                     f"kernel '{name}': padding {attrs['padding']} leaves a window with no "
                     "input element in it; reduce the padding"
                 )
-            self.starts.append(starts)
-        self.out = (len(self.starts[0]), len(self.starts[1]))
+            counts.append(count)
+        self.out = (counts[0], counts[1])
         self.shape = shape
         self._counts: dict[bool, np.ndarray] = {}
+
+    def starts(self, ax: int) -> np.ndarray:
+        """First input index of every window along axis `ax` (2 + ax of the input), for a
+        run: as many as the output has along it."""
+        return np.arange(self.out[ax], dtype=np.int64) * self.stride[ax] - self.before[ax]
 
     def padded(self, x: np.ndarray, fill) -> np.ndarray:
         """x padded with `fill` far enough for every window, ceil-mode overhang included."""
         ends = [
-            int(self.starts[ax][-1]) + self.dilation[ax] * (self.kernel[ax] - 1) + 1
+            (self.out[ax] - 1) * self.stride[ax]
+            - self.before[ax]
+            + self.dilation[ax] * (self.kernel[ax] - 1)
+            + 1
             for ax in range(2)
         ]
         widths = [(self.before[ax], max(0, ends[ax] - x.shape[2 + ax])) for ax in range(2)]
@@ -105,7 +150,7 @@ class _Geometry:
         for ax in range(2):
             size = self.shape[2 + ax]
             lo, hi = (-self.before[ax], size + self.after[ax]) if include_pad else (0, size)
-            starts = self.starts[ax]
+            starts = self.starts(ax)
             ends = starts + self.kernel[ax]
             per_axis.append(np.minimum(ends, hi) - np.maximum(starts, lo))
         counts = self._counts[include_pad] = np.multiply.outer(per_axis[0], per_axis[1])
