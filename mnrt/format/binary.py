@@ -435,11 +435,21 @@ def integrity(fb: memoryview | bytes | bytearray, at: int) -> int:
 def stamp_integrity(content: bytearray) -> None:
     """Write the integrity hash of the light binary `content` begins with into its integrity
     field (the writer's last step; tests that edit a binary's bytes restamp it with this)."""
-    fb_size = 4 + struct.unpack_from("<I", content)[0]
-    fb = memoryview(content)[:fb_size]
-    at = _integrity_at(fb, FbLightBinary.GetRootAs(fb, 4))
+    try:
+        fb_size = 4 + struct.unpack_from("<I", content)[0]
+        fb = memoryview(content)[:fb_size]
+        at = _integrity_at(fb, FbLightBinary.GetRootAs(fb, 4))
+    except (struct.error, TypeError, IndexError) as e:  # too short, or a root offset past it
+        raise InvalidBinaryError(
+            f"no light binary to stamp: its root cannot be read ({e})", offset=0
+        ) from None
     if at is None:
         raise InvalidBinaryError("the binary has no integrity field to stamp", offset=0)
+    if not 0 <= at <= len(fb) - 8:
+        raise InvalidBinaryError(
+            f"the integrity field at {at} lies outside the {len(fb)}-byte FlatBuffer",
+            offset=at,
+        )
     struct.pack_into("<Q", content, at, integrity(fb, at))
 
 

@@ -564,9 +564,27 @@ def file_mutants(draw):
     if restamped:
         try:
             stamp_integrity(data)
-        except Exception:
+        except InvalidBinaryError:
             restamped = False
     return bytes(data), restamped
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    cut=st.integers(0, len(CURRENT)),
+    changes=st.lists(st.tuples(st.integers(0, 63), st.integers(0, 255)), max_size=4),
+)
+def test_stamping_what_is_not_a_light_binary_is_an_invalid_binary_error(cut, changes):
+    # A size prefix past the end raised struct.error, a root offset past it IndexError.
+    data = bytearray(CURRENT[:cut])
+    for pos, value in changes:
+        if pos < len(data):
+            data[pos] = value
+    try:
+        stamp_integrity(data)
+    except InvalidBinaryError:
+        return
+    assert len(data) == cut
 
 
 @settings(max_examples=120, deadline=None, derandomize=True)
