@@ -202,7 +202,7 @@ _HELD = {"GRF": "accumulators", "LM": "slabs and accumulators", "L2BM": "residen
 
 def check(spec: DeviceSpec, p: Problem, mp: Mapping) -> str | None:
     """Why the device cannot run `mp` (the resource that rules it out), or None."""
-    pes = mp.pe_b * mp.pe_m * mp.pe_n * mp.pe_k
+    pes = mp.pes
     if pes > spec.pe_count:
         return f"PE array: the grid takes {pes} PEs, the chip has {spec.pe_count}"
     if mp.reg_m % MAU_BLOCK or mp.reg_n % MAU_BLOCK:
@@ -222,11 +222,11 @@ def evaluate(spec: DeviceSpec, p: Problem, mp: Mapping, onchip: Sequence[int] = 
     pe_b, pe_m, pe_n, pe_k = mp.pe_b, mp.pe_m, mp.pe_n, mp.pe_k
     reg_m, reg_n, tile_k, accum, keep = mp.reg_m, mp.reg_n, mp.tile_k, mp.accum, mp.keep
     itemsize, flops, clock_hz = p.itemsize, p.flops, spec.clock_hz
-    bp = -(-p.batch // pe_b) * pe_b
+    bp = _ceil_to(p.batch, pe_b)
     rows, cols, depth = pe_m * reg_m, pe_n * reg_n, pe_k * tile_k
-    mp_, np_, kp = -(-p.m // rows) * rows, -(-p.n // cols) * cols, -(-p.k // depth) * depth
+    mp_, np_, kp = _ceil_to(p.m, rows), _ceil_to(p.n, cols), _ceil_to(p.k, depth)
     mt, nt = mp_ // rows, np_ // cols
-    pes = pe_b * pe_m * pe_n * pe_k
+    pes = mp.pes
     blocks = bp // pe_b * mt * nt  # output blocks per PE
     steps = blocks * (kp // depth)
     peak = spec.peak_flops(p.precision)
