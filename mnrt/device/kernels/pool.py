@@ -49,8 +49,7 @@ def _empty(size: int, before: int, count: int, k: int, s: int, d: int) -> bool |
     starting at st < 0 first reaches the input at tap ceil(-st / d), at index st mod d: it
     holds one when that tap exists (hardest for the first window) and st mod d < size
     (always, when size >= d)."""
-    last = (count - 1) * s - before
-    if last >= 0 and last >= size:
+    if (count - 1) * s - before >= size:  # the last window starts past the input
         return True
     inside = min(count, -(-before // s))  # windows starting in the leading padding
     if inside == 0:
@@ -59,12 +58,13 @@ def _empty(size: int, before: int, count: int, k: int, s: int, d: int) -> bool |
         return True
     if size >= d:
         return False
-    period = d // math.gcd(s, d)  # st mod d repeats with this period in the window index
+    step = math.gcd(s, d)
+    period = d // step  # st mod d repeats with this period in the window index
     if min(inside, period) <= _CHECKED_WINDOWS:
         starts = np.arange(min(inside, period), dtype=np.int64) * s - before
         return bool((starts % d >= size).any())
     if inside >= period:  # every st mod d of the orbit occurs: the largest tells
-        return (-before) % math.gcd(s, d) + d - math.gcd(s, d) >= size
+        return (-before) % step + d - step >= size
     return None
 
 
