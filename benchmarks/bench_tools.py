@@ -14,7 +14,8 @@ overhead: capture of the compiled model's run with fingerprints against without,
           reference check, file) with fingerprints against without; the CPU time the
           fingerprints take on the thread running the queue (the capture waits for it),
           as a share of the process's CPU time and of the fastest capture's wall time
-          (steadier than the ratio of two wall times on a shared machine); with
+          (steadier than the ratio of two wall times on a shared machine), and the same
+          share for the hashes alone ("floor": what no faster statistics can remove); with
           --overhead-only, these figures alone (no locate, reduce, diff or optimize)
 reduce:   a 200-kernel binary with one weight perturbed, and one whose gather gets an
           index out of range, reduced by `mnrt reduce` (target: <= 3 kernels, <= 60 s)
@@ -93,6 +94,7 @@ def locate_figures(
         "cpu_s": min(cpu["none"]),
         "with_prints_cpu_s": min(cpu["prints"]),
         "queue_s": min(cpu["queue"]),
+        "queue_hash_s": min(cpu["queue_hash"]),
         "save_s": min(saved[False]),
         "save_with_prints_s": min(saved[True]),
         "path": out,
@@ -108,7 +110,8 @@ class HashOnly(KernelWatch):
 
     def after(self, step, results) -> None:
         nan = float("nan")
-        self.kernels.append([Stats(hash_of(b.peek()), nan, nan, nan, 0) for b in step.outs])
+        # the bound kernel's outputs are the storage views the fingerprinter hashes
+        self.kernels.append([Stats(hash_of(bits), nan, nan, nan, 0) for bits, _ in step.bound.outs])
 
 
 def overhead(compiled, inputs: dict, rounds: int) -> tuple[dict, dict]:
@@ -120,7 +123,7 @@ def overhead(compiled, inputs: dict, rounds: int) -> tuple[dict, dict]:
     kind (what its predecessor left to the allocator differs). Then, in captures of their
     own (timing every kernel's watch costs a few microseconds),
     `cpu["queue"]`: the CPU time fingerprinting takes on the thread running the queue (see
-    capture/fingerprinter.py)."""
+    capture/fingerprinter.py), and `cpu["queue_hash"]` what the hashes alone take there."""
     kinds = ("none", "hash", "prints", "prints_1_2")
     wall, cpu = {k: [] for k in kinds}, {**{k: [] for k in kinds}, "queue": []}
     real, sample = fingerprinter.Fingerprinter, fingerprinter.SAMPLE
@@ -141,8 +144,21 @@ def overhead(compiled, inputs: dict, rounds: int) -> tuple[dict, dict]:
                         cpu[kind].append(time.process_time() - start_cpu)
     finally:
         fingerprinter.Fingerprinter, fingerprinter.SAMPLE = real, sample
-    spent = {"queue": 0.0}
-    saved = [(real, name, getattr(real, name)) for name in ("before", "after", "done")]
+    for key, watch in (("queue", real), ("queue_hash", HashOnly)):
+        cpu[key] = watch_cpu(watch, compiled, inputs, rounds)
+    return wall, cpu
+
+
+def watch_cpu(watch: type, compiled, inputs: dict, rounds: int) -> list[float]:
+    """The CPU time a capture's kernel watches of class `watch` take on the thread running
+    the queue, a figure per capture (with fingerprints, made by `watch`)."""
+    real = fingerprinter.Fingerprinter
+    spent = [0.0]
+    saved = [
+        (name, watch.__dict__[name])
+        for name in ("before", "after", "done")
+        if name in watch.__dict__
+    ]
 
     def timed(function):
         def run(*args):
@@ -150,23 +166,26 @@ def overhead(compiled, inputs: dict, rounds: int) -> tuple[dict, dict]:
             try:
                 return function(*args)
             finally:
-                spent["queue"] += time.thread_time() - start
+                spent[0] += time.thread_time() - start
 
         return run
 
-    for owner, name, function in saved:
-        setattr(owner, name, timed(function))
+    for name, function in saved:
+        setattr(watch, name, timed(function))
+    fingerprinter.Fingerprinter = watch
+    seconds = []
     try:
         for _ in range(rounds):
-            spent["queue"] = 0.0
+            spent[0] = 0.0
             mnrt.begin_capture(fingerprints=True)
             compiled(inputs)
             mnrt.end_capture()
-            cpu["queue"].append(spent["queue"])
+            seconds.append(spent[0])
     finally:
-        for owner, name, function in saved:
-            setattr(owner, name, function)
-    return wall, cpu
+        fingerprinter.Fingerprinter = real
+        for name, function in saved:
+            setattr(watch, name, function)
+    return seconds
 
 
 def save_overhead(compiled, path: Path, rounds: int) -> dict[bool, list[float]]:
@@ -271,7 +290,7 @@ def main() -> None:
         print(
             f"  {'model':<22} {'kernels':>7} {'named':>6} {'capture':>10} {'+prints':>10} "
             f"{'wall':>6} {'median':>6} {'hash':>6} {'1.2smp':>6} {'cpu':>6} "
-            f"{'queue/cpu/wall':>22} "
+            f"{'queue/cpu/wall':>22} {'floor':>6} "
             f"{'save_binary':>18}"
         )
         vgg = None
@@ -288,6 +307,7 @@ def main() -> None:
                 f"{r['with_prints_cpu_s'] / r['cpu_s']:>5.3f}x "
                 f"{r['queue_s'] * 1e3:>6.1f}ms {r['queue_s'] / r['cpu_s']:>6.1%} "
                 f"{r['queue_s'] / r['capture_s']:>6.1%} "
+                f"{r['queue_hash_s'] / r['capture_s']:>6.1%} "
                 f"{r['save_s'] * 1e3:>8.0f}ms {r['save_with_prints_s'] / r['save_s']:>6.3f}x"
             )
         if args.overhead_only:
