@@ -303,7 +303,7 @@ def compare_to_golden(
     name = name or buffer.name
     with observe.unobserved():
         # First: the read rejects a freed buffer, another device's queue, a closed device.
-        actual = q.enqueue_read_buffer(buffer, blocking=True)
+        actual = internal.check_read(q, buffer)
     rec = observe.current()
     if isinstance(rec, Recorder):
         rec.golden(q, buffer, golden, rtol, atol, name)

@@ -133,13 +133,26 @@ class WriteBuffer(Command):
 
 
 class ReadBuffer(Command):
-    __slots__ = ("buffer", "keep", "out")
+    """A read of a buffer to the host. A golden check's read (`check`) is the runner's look
+    at device memory to verify what the workload computed, not a transfer the workload
+    makes: it takes no modelled time or energy, so that which values a binary checks (a
+    compiled binary checks the temporary its last kernel read, whose size depends on what
+    the preset fused) never changes what the workload is modelled to cost."""
+
+    __slots__ = ("buffer", "check", "keep", "out")
     kind = "read_buffer"
 
-    def __init__(self, buffer: Buffer, out: np.ndarray, keep: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        buffer: Buffer,
+        out: np.ndarray,
+        keep: np.ndarray | None = None,
+        check: bool = False,
+    ) -> None:
         super().__init__()
         self.buffer = buffer
         self.out = out
+        self.check = check
         # `keep` (a capture's golden: the caller owns `out` and may change it as soon as the
         # read has run) gets a copy of what was read as it runs. A read that fails makes it
         # read-only: that is how its holder, which keeps the array and not this command,
@@ -164,7 +177,7 @@ class ReadBuffer(Command):
             if keep is not None:
                 keep.flags.writeable = False
             raise
-        return backend.transfer_cost(self.buffer.nbytes)
+        return _NOTHING if self.check else backend.transfer_cost(self.buffer.nbytes)
 
 
 class RunProgram(Command):

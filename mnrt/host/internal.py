@@ -82,6 +82,12 @@ def write_stored(
     queue._enqueue_write_stored(buffer, bits, blocking, priced)
 
 
+def check_read(queue: CommandQueue, buffer: Buffer, blocking: bool = True) -> np.ndarray:
+    """Read `buffer` for a golden check: as `enqueue_read_buffer` reads it, at no modelled
+    cost (the runner verifying the workload, not the workload; see commands.ReadBuffer)."""
+    return queue._enqueue_read(buffer, blocking, check=True)
+
+
 def start_profiling(queue: CommandQueue) -> None:
     """Keep every command `queue` runs from now on, with when it was enqueued and when each
     kernel ran: what a profile is drawn from."""

@@ -164,6 +164,10 @@ class CommandQueue:
     def enqueue_read_buffer(self, buffer: Buffer, blocking: bool = True) -> np.ndarray:
         """Copy a buffer to a new host array. Without blocking, the array is filled by the
         time finish() returns."""
+        return self._enqueue_read(buffer, blocking)
+
+    def _enqueue_read(self, buffer: Buffer, blocking: bool, check: bool = False) -> np.ndarray:
+        """`enqueue_read_buffer`; with `check`, the read of a golden check (see ReadBuffer)."""
         self._check_host_transfer("enqueue_read_buffer")
         self._check_buffer(buffer)
         out = host_empty(buffer.shape, buffer.dtype.read_dtype, f"reading buffer '{buffer.name}'")
@@ -177,7 +181,7 @@ class CommandQueue:
             if hot is not None and hot.goldens
             else None
         )
-        cmd = ReadBuffer(buffer, out, keep)
+        cmd = ReadBuffer(buffer, out, keep, check)
         if hot is None:
             self._submit(cmd, blocking)
         else:

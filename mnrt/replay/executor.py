@@ -295,7 +295,7 @@ class Executor:
 
     def golden(self, c) -> None:
         q = self.lookup(QUEUE, c.queueId)
-        out = q.enqueue_read_buffer(self.lookup(BUFFER, c.bufferId), blocking=False)
+        out = internal.check_read(q, self.lookup(BUFFER, c.bufferId), blocking=False)
         self._note_read(c, out, c.golden, c.name.decode() if isinstance(c.name, bytes) else c.name)
 
     def _note_read(self, c, out: np.ndarray, golden: int, name: str | None) -> None:

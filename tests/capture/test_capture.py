@@ -590,6 +590,35 @@ def test_compare_to_golden_verdict_is_the_same_live_and_replayed(dev, q, dtype, 
     assert live.passed == replayed.passed
 
 
+def test_a_golden_check_costs_no_modelled_time_live_or_replayed_and_a_read_does(dev, q):
+    """A golden check is the runner verifying the workload, not the workload: which values
+    a binary checks (a compiled one checks the temporary its last kernel read, which the
+    preset's fusion makes larger or smaller) must not change its modelled makespan."""
+    big = dev.create_buffer((512, 1024), "float", name="big")
+    data = np.ones((512, 1024), np.float32)
+    q.enqueue_write_buffer(big, data)
+    q.finish()
+    mnrt.begin_capture()
+    mnrt.compare_to_golden(q, big, data)
+    q.finish()
+    binary = mnrt.end_capture()
+    check = q.history[-1]
+    assert check.kind == "read_buffer" and check.modelled.time_s == 0
+    assert check.modelled.energy_j == 0
+    mnrt.begin_capture()
+    q.enqueue_read_buffer(big)
+    read_binary = mnrt.end_capture()
+    read = q.history[-1]
+    assert read.modelled.time_s == pytest.approx(big.nbytes / dev.spec.host_link_bandwidth)
+    dev.close()
+    checked, reading = mnrt.replay(binary), mnrt.replay(read_binary)
+    assert checked.passed and reading.passed
+    assert checked.modelled["makespan_s"] < reading.modelled["makespan_s"]
+    assert reading.modelled["makespan_s"] - checked.modelled["makespan_s"] == pytest.approx(
+        read.modelled.time_s
+    )
+
+
 def _types(binary) -> list[int]:
     return [c.cmdType for c in binary.commands]
 
