@@ -41,7 +41,8 @@ def reduce_cmd(
 ) -> None:
     """Shrink FILE, a binary that fails (golden mismatch or device error), to a minimal
     binary that fails the same way: the kernel the failure names, alone on the data it had
-    (when it names one), then delta debugging over commands and kernels. Prints each step.
+    (when it names one); for failing goldens of a binary without fingerprints, what their
+    values flow from; else delta debugging over commands and kernels. Prints each step.
 
     Exit codes: 0 reduced and written, 2 FILE does not fail (or is unreadable)."""
     binary = LightBinary.load(file)  # first: FILE names no binary (say '') but a folder
@@ -59,6 +60,8 @@ def reduce_cmd(
             f"  {s['step']}: {s['tests']} replays, commands {s['commands'][0]} -> "
             f"{s['commands'][1]}, kernels {s['kernels'][0]} -> {s['kernels'][1]}"
         )
+        if "note" in s:
+            click.echo(f"    {s['note']}")
     click.echo(
         f"wrote {out}: {len(result.binary)} commands, {result.to_dict()['kernels']} kernel(s), "
         f"in {result.seconds:.2f} s"

@@ -49,9 +49,10 @@ def test_a_device_error_reduces_to_the_failing_kernel_on_its_data():
         mnrt.replay(result.binary)
 
 
-def test_without_fingerprints_ddmin_keeps_what_the_failing_golden_needs():
+def test_without_fingerprints_the_slice_keeps_what_the_failing_golden_reads_from():
     """Ten independent programs, each with its own read; one weight is wrong: the reduced
-    binary keeps that program and its read only."""
+    binary keeps that program, its writes and its read only, found by following the data
+    back from the failing read (one replay to confirm it) rather than by ddmin."""
     rng = np.random.default_rng(2)
     with mnrt.open_device("auto") as dev:
         q = dev.command_queue(0)
@@ -71,8 +72,64 @@ def test_without_fingerprints_ddmin_keeps_what_the_failing_golden_needs():
     assert result.failure.kind == "golden mismatch" and kernel_count(result.binary) == 1
     report = mnrt.replay(result.binary)
     assert [c.name for c in report.checks] == ["y6"] and not report.passed
-    commands = next(s for s in result.steps if s["step"] == "commands")["commands"]
-    assert commands[1] < commands[0]
+    assert failure_of(result.binary) == result.failure
+    (step,) = result.steps
+    assert step["step"] == "slice" and step["tests"] == 1 and step["kernels"] == [10, 1]
+    written = [c for c in result.binary.commands if c.cmdType == U.WriteBuffer]
+    assert len(written) == 2 and step["commands"][1] < step["commands"][0]
+
+
+def without_fingerprints(binary: mnrt.LightBinary) -> mnrt.LightBinary:
+    from mnrt.format.edit import Editor
+
+    return Editor(binary).build(list(binary.commands), fingerprints=())
+
+
+def test_without_fingerprints_a_chain_every_kernel_of_which_feeds_the_read_is_kept_at_once():
+    """Every kernel of the chain feeds the failing read: dropping any changes what it reads,
+    so reduce says so at once (ddmin replayed candidates for minutes to learn it: ResNet-50
+    ran past the 600 s limit) and points to fingerprints."""
+    binary = without_fingerprints(chain_capture(60))
+    bad = perturbed(binary, weight_sites(binary)[30][2])
+    assert not bad.fingerprints
+    result = reduce(bad)
+    assert result.failure.kind == "golden mismatch" and kernel_count(result.binary) == 60
+    (step,) = result.steps
+    assert step["step"] == "slice" and step["tests"] == 0
+    assert "fingerprints=True" in step["note"]
+
+
+def test_the_slice_drops_kernels_whose_results_nothing_checked_reads():
+    """A program that also computes a value nobody reads, and overwrites one before reading
+    it: the kernels and the write behind them go, the enqueue rebound to the slots left."""
+    rng = np.random.default_rng(3)
+    with mnrt.open_device("auto") as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        names = ("x", "w", "y", "unused", "scratch")
+        bufs = {n: dev.create_buffer((4, 4), "float", name=n) for n in names}
+        for n in ("x", "w", "scratch"):
+            q.enqueue_write_buffer(bufs[n], rng.standard_normal((4, 4)).astype(np.float32))
+        kernels = [
+            mnrt.Kernel("relu", ["x"], ["unused"]),
+            mnrt.Kernel("mul", ["x", "scratch"], ["scratch"]),  # its result is overwritten
+            mnrt.Kernel("add", ["x", "w"], ["scratch"]),
+            mnrt.Kernel("mul", ["scratch", "w"], ["y"]),
+        ]
+        q.enqueue_program(dev.create_program(kernels, name="p"), bufs)
+        q.enqueue_read_buffer(bufs["y"])
+        q.enqueue_read_buffer(bufs["unused"])
+        binary = mnrt.end_capture()
+    bad = with_written(binary, "w", np.ones((4, 4), np.float32))
+    result = reduce(bad)
+    (step,) = result.steps
+    assert step["step"] == "slice" and step["kernels"] == [4, 2]
+    (program,) = [c.cmd.program for c in result.binary.commands if c.cmdType == U.CreateProgram]
+    assert [k.op.decode() for k in program.kernels] == ["add", "mul"]
+    report = mnrt.replay(result.binary)
+    assert [c.name for c in report.checks] == ["y"] and not report.passed
+    written = {c.cmd.bufferId for c in result.binary.commands if c.cmdType == U.WriteBuffer}
+    assert len(written) == 2  # x and w: scratch is overwritten before anything reads it
 
 
 @pytest.mark.parametrize("limit", [float("nan"), float("inf"), 0, -1.0, "60", True])
