@@ -3,8 +3,10 @@
 "The same way" is a failure's signature: a device error of the same type and message in a
 kernel of the same op and operand specs; or, for a binary with fingerprints, the same first
 divergent kernel (op, program, operand specs) computing the same wrong bits; or, without
-fingerprints, the same golden checks failing with the same mismatch counts and (to three
-digits) the same largest error.
+fingerprints, the same golden checks failing with the same mismatch counts and the same
+worst elements (where they are and what they hold, to the bit): a candidate whose check
+reads values computed otherwise (a softmax never run leaves zeros, as far from
+probabilities of about 0.001 as the wrong ones were) does not fail the same way.
 
 Steps, each kept only if the result still fails the same way:
 1. isolate: where the failure names a kernel (a device error, or the first divergent kernel
@@ -82,7 +84,15 @@ class Failure:
 
     def describe(self) -> str:
         where = f" in {self.site.describe()}" if self.site is not None else ""
-        return f"{self.kind}{where}: {', '.join(map(str, self.detail))}"
+        if self.kind == "golden mismatch":  # (name, mismatches, worst elements) each
+            parts = [
+                f"{name} ({n} mismatches" + (f", worst {worst[0][1]} at {list(worst[0][0])})"
+                                             if worst else ")")
+                for name, n, worst in self.detail
+            ]  # fmt: skip
+        else:
+            parts = [str(d) for d in self.detail]
+        return f"{self.kind}{where}: {', '.join(parts)}"
 
 
 def _specs(site: KernelSite) -> tuple:
@@ -114,10 +124,9 @@ def failure_of(binary: LightBinary) -> Failure | None:
     if not failed:
         return None
     detail = tuple(
-        (c.name, c.mismatches, float(f"{c.max_abs_err:.3g}") if math.isfinite(c.max_abs_err)
-         else str(c.max_abs_err))
+        (c.name, c.mismatches, tuple((tuple(w["index"]), repr(w["actual"])) for w in c.worst))
         for c in failed
-    )  # fmt: skip
+    )
     return Failure("golden mismatch", detail)
 
 

@@ -132,6 +132,25 @@ def test_the_slice_drops_kernels_whose_results_nothing_checked_reads():
     assert len(written) == 2  # x and w: scratch is overwritten before anything reads it
 
 
+def test_mismatches_alike_in_count_and_largest_error_are_not_the_same_failure():
+    """What ddmin keeps must fail with the same wrong values: a softmax dropped from
+    SqueezeNet left zeros, off by about 0.001 everywhere as the wrong probabilities were,
+    and passed for the same failure when only counts and the largest error were compared."""
+    with mnrt.open_device("auto") as dev:
+        q = dev.command_queue(0)
+        y = dev.create_buffer((4, 4), "float", name="y")
+        mnrt.begin_capture()
+        q.enqueue_write_buffer(y, np.zeros((4, 4), np.float32))
+        q.enqueue_read_buffer(y)
+        binary = mnrt.end_capture()
+    above = failure_of(with_written(binary, "y", np.full((4, 4), 0.5, np.float32)))
+    below = failure_of(with_written(binary, "y", np.full((4, 4), -0.5, np.float32)))
+    assert above.kind == below.kind == "golden mismatch"
+    assert above != below
+    assert above == failure_of(with_written(binary, "y", np.full((4, 4), 0.5, np.float32)))
+    assert "y (16 mismatches, worst 0.5 at [0, 0])" in above.describe()
+
+
 @pytest.mark.parametrize("limit", [float("nan"), float("inf"), 0, -1.0, "60", True])
 def test_reduce_refuses_a_time_limit_that_is_not_finite_seconds(limit):
     # nan never ran out: a deadline of start + nan is never passed.
