@@ -18,7 +18,7 @@ Steps, each kept only if the result still fails the same way:
    failing checks' values flow from, found by following what each reads back from the
    checks (a kernel or a write replaces all of what it writes). Everything left feeds a
    failing check, so dropping any of it changes what the check reads, and with it the
-   mismatch counts and largest error "the same way" holds to: ddmin, which replays
+   worst elements "the same way" holds to: ddmin, which replays
    candidates by the thousand to learn that (ResNet-50 compiled at O1: 2,242 replays in
    669 s, past the 600 s limit, and nothing dropped), is skipped;
 3. commands: delta debugging (ddmin) over the commands that do work (writes, reads,
@@ -85,14 +85,17 @@ class Failure:
     def describe(self) -> str:
         where = f" in {self.site.describe()}" if self.site is not None else ""
         if self.kind == "golden mismatch":  # (name, mismatches, worst elements) each
-            parts = [
-                f"{name} ({n} mismatches" + (f", worst {worst[0][1]} at {list(worst[0][0])})"
-                                             if worst else ")")
-                for name, n, worst in self.detail
-            ]  # fmt: skip
+            parts = [_mismatch_text(*d) for d in self.detail]
         else:
             parts = [str(d) for d in self.detail]
         return f"{self.kind}{where}: {', '.join(parts)}"
+
+
+def _mismatch_text(name: str, mismatches: int, worst: tuple) -> str:
+    if not worst:
+        return f"{name} ({mismatches} mismatches)"
+    (index, actual), *_ = worst
+    return f"{name} ({mismatches} mismatches, worst {actual} at {list(index)})"
 
 
 def _specs(site: KernelSite) -> tuple:
