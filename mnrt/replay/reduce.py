@@ -16,7 +16,10 @@ Steps, each kept only if the result still fails the same way:
 2. slice: where only golden checks fail and nothing names a kernel (a binary without
    fingerprints) on one queue (no traces, copies or events), the commands and kernels the
    failing checks' values flow from, found by following what each reads back from the
-   checks (a kernel or a write replaces all of what it writes). Everything left feeds a
+   checks (a kernel or a write replaces all of what it writes; a kernel in place that
+   wrote, in every run of its program, the bits its outputs already held changed nothing,
+   and goes as if it were not there: a relu of values none of which is negative, say).
+   Everything left feeds a
    failing check, so dropping any of it changes what the check reads, and with it the
    worst elements "the same way" holds to: ddmin, which replays
    candidates by the thousand to learn that (ResNet-50 compiled at O1: 2,242 replays in
@@ -368,6 +371,64 @@ def failing_checks(binary: LightBinary) -> set[int] | None:
     return {i for i, check in zip(golden, checks) if not check.passed}
 
 
+class _NoOps:
+    """The KernelWatch factory of a replay that finds the kernels that changed nothing:
+    (program id, kernel position) of each kernel run in place (every output one of its
+    inputs) whose outputs held the same bits after it as before (`same`), and of every
+    other (`changed`). Only in place: what an output that is not also an input holds
+    before its kernel runs is whatever its memory held (a kernel writes all of it, so
+    nothing puts the fill in first), not a value anything computed."""
+
+    def __init__(self, binary: LightBinary) -> None:
+        self.programs = {
+            i: c.cmd.programId
+            for i, c in enumerate(binary.commands)
+            if c.cmdType == U.EnqueueProgram
+        }
+        self.same: set[tuple[int, int]] = set()
+        self.changed: set[tuple[int, int]] = set()
+
+    def __call__(self, command: int) -> _NoOpWatch | None:
+        pid = self.programs.get(command)
+        return None if pid is None else _NoOpWatch(self, pid)
+
+    @property
+    def kernels(self) -> set[tuple[int, int]]:
+        """The kernels that changed nothing in every run."""
+        return self.same - self.changed
+
+
+class _NoOpWatch(KernelWatch):
+    def __init__(self, owner: _NoOps, program: int) -> None:
+        self.owner, self.program, self.kernel = owner, program, 0
+        self.held: list[bytes] | None = None
+
+    def before(self, step: Any) -> None:
+        in_place = all(any(o is i for i in step.ins) for o in step.outs)
+        self.held = [bytes(b.peek()) for b in step.outs] if in_place else None
+
+    def after(self, step: Any, results: Any) -> None:
+        held = self.held
+        same = held is not None and all(bytes(b.peek()) == h for b, h in zip(step.outs, held))
+        (self.owner.same if same else self.owner.changed).add((self.program, self.kernel))
+        self.kernel += 1
+
+
+def no_op_kernels(binary: LightBinary) -> set[tuple[int, int]]:
+    """(program id, kernel position) of the kernels that, in every run a replay of `binary`
+    makes of them, wrote the bits their outputs already held."""
+    plan = validate(binary, blobs=False)
+    found = _NoOps(binary)
+    executor = Executor(plan, place(plan, "auto", None, None), verify=False, watch=found)
+    try:
+        executor.run(len(binary.commands))
+    except MnrtError:
+        return set()  # the slice follows failing goldens, which a complete run gives
+    finally:
+        executor.close()
+    return found.kernels
+
+
 def data_slice(binary: LightBinary, sinks: set[int]) -> LightBinary | None:
     """`binary` less every work command and kernel that no value the commands at `sinks`
     read flows from (step 2 of the module doc): `binary` itself where everything feeds
@@ -378,6 +439,7 @@ def data_slice(binary: LightBinary, sinks: set[int]) -> LightBinary | None:
     if queues != 1 or any(c.cmdType not in _SLICEABLE for c in commands):
         return None
     plan = validate(binary, blobs=False)
+    no_ops = no_op_kernels(binary)
     needed: set[int] = set()  # buffers whose current value a kept command reads later
     kept_kernels: dict[int, set[int]] = {}
     drop: set[int] = set()
@@ -404,7 +466,7 @@ def data_slice(binary: LightBinary, sinks: set[int]) -> LightBinary | None:
             for k in range(len(info.kernels) - 1, -1, -1):
                 kernel = info.kernels[k]
                 outs = {bound[s] for s in kernel.outputs if s}
-                if not outs & needed:
+                if not outs & needed or (body.programId, k) in no_ops:
                     continue
                 feeds = True
                 kept.add(k)

@@ -132,6 +132,27 @@ def test_the_slice_drops_kernels_whose_results_nothing_checked_reads():
     assert len(written) == 2  # x and w: scratch is overwritten before anything reads it
 
 
+def test_the_slice_drops_a_kernel_that_changed_nothing():
+    """An in-place relu of values none of which is negative writes what was there: its
+    output feeds the failing read, yet the read's values do not depend on it."""
+    rng = np.random.default_rng(4)
+    with mnrt.open_device("auto") as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        bufs = {n: dev.create_buffer((4, 4), "float", name=n) for n in ("x", "w", "y")}
+        q.enqueue_write_buffer(bufs["x"], 1 + rng.random((4, 4)).astype(np.float32))
+        q.enqueue_write_buffer(bufs["w"], rng.standard_normal((4, 4)).astype(np.float32))
+        kernels = [mnrt.Kernel("relu", ["x"], ["x"]), mnrt.Kernel("mul", ["x", "w"], ["y"])]
+        q.enqueue_program(dev.create_program(kernels, name="p"), bufs)
+        q.enqueue_read_buffer(bufs["y"])
+        binary = mnrt.end_capture()
+    result = reduce(with_written(binary, "w", np.ones((4, 4), np.float32)))
+    (step,) = result.steps
+    assert step["step"] == "slice" and step["kernels"] == [2, 1] and step["tests"] == 1
+    (program,) = [c.cmd.program for c in result.binary.commands if c.cmdType == U.CreateProgram]
+    assert [k.op.decode() for k in program.kernels] == ["mul"]
+
+
 def test_mismatches_alike_in_count_and_largest_error_are_not_the_same_failure():
     """What ddmin keeps must fail with the same wrong values: a softmax dropped from
     SqueezeNet left zeros, off by about 0.001 everywhere as the wrong probabilities were,
