@@ -206,9 +206,7 @@ class PipelinedFunction:
 
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Run every microbatch through the pipeline; each output stacked (M, *shape)."""
-        with sharing_cores(len(self.devices)):
-            reads = self._enqueue(self._check_inputs(inputs))
-            self._finish()
+        reads = self._run(self._check_inputs(inputs))
         return {
             out: np.stack([reads[(name, m)] for m in range(self.microbatches)])
             for out, name in zip(self.graph.outputs, self.program.outputs)
@@ -258,6 +256,16 @@ class PipelinedFunction:
         if (device, index) not in self._copy_queues:
             self._copy_queues[(device, index)] = self.devices[device].command_queue(index)
         return self._copy_queues[(device, index)]
+
+    def _run(self, arrays: Mapping[str, np.ndarray]) -> dict[tuple[str, int], np.ndarray]:
+        """Enqueue one run and wait for it, with BLAS sharing the cores among the devices
+        as a replay of the binary shares them (`sharing_cores`): OpenBLAS rounds a product
+        differently on another thread count, so a capture run otherwise would not replay
+        bit for bit."""
+        with sharing_cores(len(self.devices)):
+            reads = self._enqueue(arrays)
+            self._finish()
+        return reads
 
     def _finish(self) -> None:
         for q in (*self._copy_queues.values(), *self.queues.values()):
@@ -318,8 +326,7 @@ class PipelinedFunction:
                 raise CaptureError(
                     "cannot save_binary: a capture is running; call it after end_capture()"
                 )
-            self._enqueue(arrays)
-            self._finish()
+            self._run(arrays)
             for out, name in zip(self.graph.outputs, self.program.outputs):
                 q = self.queues[self.where[name]]
                 for m in range(self.microbatches):

@@ -360,6 +360,20 @@ def test_a_pipelined_capture_records_the_weights_without_copying_them(ctx, tmp_p
     compiled._weights = {}
     record(tmp_path / "copied.mnlb")
     assert _recorded(tmp_path / "vouched.mnlb") == _recorded(tmp_path / "copied.mnlb")
-    # Default tolerances: live runs share cores, and BLAS then sums differently by an ulp.
-    assert replay(tmp_path / "vouched.mnlb").passed
+    assert replay(tmp_path / "vouched.mnlb", rtol=0.0, atol=0.0).passed
     compiled.close()
+
+
+def test_a_pipelined_binary_replays_its_capture_bit_for_bit(ctx, tmp_path):
+    """As a single-device compile's binary does on the machine that made it (`mnrt run
+    --rtol 0 --atol 0`, and --locate finds no kernel that rounded differently): the capture
+    runs its products with the BLAS threads the replay gives them. Products this large run
+    on several BLAS threads when a process has them, and round differently on fewer."""
+    builder, inputs = mlp(batch=256)
+    mpmd = {"devices": [ctx.device.index, (ctx.device.index + 1) % 8], "microbatches": 2}
+    compiled = ctx.compile(builder, inputs, options={"mpmd": mpmd})
+    compiled.save_binary(tmp_path / "p.mnlb")
+    compiled.close()
+    report = replay(tmp_path / "p.mnlb", rtol=0.0, atol=0.0, locate=True)
+    assert report.passed, report.summary()
+    assert report.locate.compared > 0 and report.locate.divergent == 0, report.locate.summary()
