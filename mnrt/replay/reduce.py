@@ -88,10 +88,18 @@ class Failure:
     def describe(self) -> str:
         where = f" in {self.site.describe()}" if self.site is not None else ""
         if self.kind == "golden mismatch":  # (name, mismatches, worst elements) each
-            parts = [_mismatch_text(*d) for d in self.detail]
-        else:
-            parts = [str(d) for d in self.detail]
-        return f"{self.kind}{where}: {', '.join(parts)}"
+            what = ", ".join(_mismatch_text(*d) for d in self.detail)
+        elif self.kind == "divergent kernel":  # (program, op, specs, output hashes)
+            what = f"{self.site.verdict}, its outputs hash to {', '.join(self.detail[-1])}"
+        else:  # (error type, message, op, specs): the site names the op and operands
+            what = f"{self.detail[0]}: {self.detail[1]}"
+        return f"{self.kind}{where}: {what}"
+
+    @property
+    def reproduce(self) -> str:
+        """The `mnrt run` option that shows this failure: a divergent kernel is a
+        difference from the capture's fingerprints, which only --locate compares."""
+        return " --locate" if self.kind == "divergent kernel" else ""
 
 
 def _mismatch_text(name: str, mismatches: int, worst: tuple) -> str:

@@ -51,8 +51,10 @@ def reduce_cmd(
     check_output_path(file, out)
     result = reduce(binary, time_limit_s=time_limit)
     result.binary.save(out)
+    reproduce = f"mnrt run {out}{result.failure.reproduce}"
     if as_json:
-        click.echo(json.dumps({"output": str(out), **result.to_dict()}, indent=1))
+        doc = {"output": str(out), **result.to_dict(), "reproduce": reproduce}
+        click.echo(json.dumps(doc, indent=1))
         return
     click.echo(f"failure: {result.failure.describe()}")
     for s in result.steps:
@@ -66,3 +68,4 @@ def reduce_cmd(
         f"wrote {out}: {len(result.binary)} commands, {result.to_dict()['kernels']} kernel(s), "
         f"in {result.seconds:.2f} s"
     )
+    click.echo(f"reproduce: {reproduce}")

@@ -45,6 +45,9 @@ def test_a_device_error_reduces_to_the_failing_kernel_on_its_data():
         mnrt.replay(bad)
     result = reduce(bad)
     assert kernel_count(result.binary) == 1 and result.failure.kind == "device error"
+    text = result.failure.describe()
+    assert text.startswith("device error in command") and "'gather'" in text, text
+    assert "DeviceExecutionError: " in text and result.failure.reproduce == "", text
     with pytest.raises(mnrt.DeviceError, match="gather"):
         mnrt.replay(result.binary)
 
@@ -193,9 +196,13 @@ def test_cli_reduce_reports_its_steps(tmp_path):
     code, text = invoke_cli("reduce", bad, "-o", out, "--failing")
     assert code == 0, text
     assert "isolate: 1 replays, commands" in text and "1 kernel(s)" in text
+    # what failed, readably, and the run that shows it: a divergence needs --locate
+    assert "divergent kernel in command" in text and "wrong, its outputs hash to " in text
+    assert text.rstrip().endswith(f"reproduce: mnrt run {out} --locate"), text
     code, text = invoke_cli("reduce", bad, "-o", out, "--json")
     doc = json.loads(text)
     assert doc["kernels"] == 1 and doc["steps"][0]["kernels"] == [40, 1]
+    assert doc["reproduce"] == f"mnrt run {out} --locate"
     code, text = invoke_cli("run", out, "--locate", "--locate-dir", tmp_path / "loc")
     assert code == 1 and "first divergent kernel (wrong)" in text
     good = tmp_path / "good.mnlb"
