@@ -160,6 +160,7 @@ class Context:
             made = self._compile_pipelined(graph, opts, inputs, phases, codegen_dir,
                                            cache_options, start)  # fmt: skip
             made.model_file = codegen.model_file(model)
+            made.source, made.onnx_model = graph, onnx_model  # its reference's
             return made
         cached = None
         if cache_options is not None:

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..capture import compare_to_golden
+from ..device.dtypes import DType
 from ..device.kernels import TensorSpec, lookup
 from ..device.numerics import HALF_MAN_BITS, HALF_MAX
 from ..device.tolerance import golden_tolerance, kernel_errors, terms
@@ -51,7 +52,7 @@ ACCURACY = {
 }
 
 
-def accuracy_tolerance(float_dtype: str, expected: np.ndarray, buf: Any) -> tuple[float, float]:
+def accuracy_tolerance(float_dtype: str, expected: np.ndarray, dtype: DType) -> tuple[float, float]:
     """The accuracy tolerances of one output: `ACCURACY`'s, its atol relative to the
     output's largest finite magnitude. A reduced-precision result is off by a fraction of
     the size of what it sums, not of each element (an element near zero of a GEMM whose
@@ -59,11 +60,11 @@ def accuracy_tolerance(float_dtype: str, expected: np.ndarray, buf: Any) -> tupl
     any output that is all smaller than it (softmax probabilities). Never below the buffer
     dtype's own atol, so that an all-zero reference still allows that."""
     rtol, atol = ACCURACY[float_dtype]
-    if not buf.dtype.is_float:
+    if not dtype.is_float:
         return rtol, atol
     values = np.abs(np.asarray(expected, np.float64))
     scale = float(np.max(values, where=np.isfinite(values), initial=0.0))
-    return rtol, max(atol * scale, buf.dtype.atol)
+    return rtol, max(atol * scale, dtype.atol)
 
 
 def value_errors(graph: Graph) -> dict[str, float]:
@@ -157,11 +158,15 @@ def scaled_copy(compiled: Any, node_index: int, factor: float) -> Any:
                           compiled.example_inputs, share=False)  # fmt: skip
 
 
-def reference(compiled: Any, inputs: Mapping[str, np.ndarray]) -> tuple[str, dict]:
+def reference(
+    compiled: Any, inputs: Mapping[str, np.ndarray], function: type | None = None
+) -> tuple[str, dict]:
     """The model's reference outputs and what computed them: onnxruntime for an ONNX model
     when it is installed (and no parameter is bound to a registered value, which an
     onnxruntime session cannot take), else the graph as imported run in double precision,
-    with the current values of registered parameters."""
+    with the current values of registered parameters, by a compiled function of class
+    `function` (default: `compiled`'s own; a pipelined function's reference runs on one
+    device)."""
     onnxruntime = _onnxruntime_for(compiled)
     if onnxruntime is not None:
         outputs = _onnxruntime(onnxruntime, compiled, inputs)
@@ -174,11 +179,23 @@ def reference(compiled: Any, inputs: Mapping[str, np.ndarray]) -> tuple[str, dic
         value = graph.values.get(name)
         if value is not None and value.role == PARAM and value.shape == proxy.shape:
             value.data = proxy.cpu()
-    # share=False: its parameters its own (in double), none bound to a registered value.
-    ref = type(compiled)(compiled.ctx, graph, compiled.options, compiled.source, inputs,
-                         share=False)  # fmt: skip
-    with ref:
-        return "float64 graph", {k: v.cpu() for k, v in ref(inputs).items()}
+    # An output that is an input or a parameter given back as is (a pipelined compile
+    # takes one) is its own reference; a compiled function computes the others.
+    given = {o: inputs[o] if graph.values[o].role == INPUT else graph.values[o].data
+             for o in graph.outputs if graph.values[o].role in (INPUT, PARAM)}  # fmt: skip
+    computed: dict = {}
+    if len(given) < len(graph.outputs):
+        rest = [o for o in graph.outputs if o not in given]
+        graph = Graph(graph.name, graph.values, graph.nodes, list(graph.inputs), rest)
+        # share=False: its parameters its own (in double), none bound to a registered value.
+        ref = (function or type(compiled))(compiled.ctx, graph, compiled.options,
+                                           compiled.source, inputs, share=False)  # fmt: skip
+        with ref:
+            computed = {k: v.cpu() for k, v in ref(inputs).items()}
+    outputs = {
+        o: np.asarray(given[o]) if o in given else computed[o] for o in compiled.source.outputs
+    }
+    return "float64 graph", outputs
 
 
 def _onnxruntime_for(compiled: Any) -> Any:
@@ -319,11 +336,6 @@ def accuracy(
     float32): report.json's record, and a warning naming each output that misses it, and
     each checked value that saturated half's range."""
     float_dtype = compiled.options["float_dtype"]
-    precision = float_dtype
-    if source == "onnxruntime" and list(ACCURACY).index(float_dtype) < list(ACCURACY).index(
-        "float"
-    ):
-        precision = "float"
     result: dict = {"reference": source, "float_dtype": float_dtype, "outputs": {}}
     clipped = saturated(compiled)
     if clipped:
@@ -337,9 +349,36 @@ def accuracy(
             "float_dtype='float'",
             stacklevel=4,
         )
+    bindings = compiled.lowered.bindings
+    dtypes = {name: bindings[name].dtype for name in expected}
+    result["outputs"] = compare_outputs(
+        compiled.graph.name, float_dtype, outputs, source, expected, dtypes, stacklevel=5
+    )
+    return result
+
+
+def compare_outputs(
+    graph_name: str,
+    float_dtype: str,
+    outputs: Mapping[str, np.ndarray],
+    source: str,
+    expected: Mapping[str, np.ndarray],
+    dtypes: Mapping[str, DType],
+    stacklevel: int,
+) -> dict[str, dict]:
+    """`accuracy`'s comparisons: each output (as stored, of device dtype `dtypes[name]`)
+    against its reference, a record each, warning where one misses its tolerance (at the
+    caller `stacklevel` frames up: the user's save_binary). A pipelined compile names each
+    microbatch's output as its golden does (`name#m`)."""
+    precision = float_dtype
+    if source == "onnxruntime" and list(ACCURACY).index(float_dtype) < list(ACCURACY).index(
+        "float"
+    ):
+        precision = "float"
+    records = {}
     for name, want in expected.items():
-        buf = compiled.lowered.bindings[name]
-        rtol, atol = accuracy_tolerance(precision, want, buf)
+        dtype = dtypes[name]
+        rtol, atol = accuracy_tolerance(precision, want, dtype)
         got = np.asarray(outputs[name])
         want = np.asarray(want)
         if want.shape != got.shape:
@@ -347,18 +386,18 @@ def accuracy(
                 f"the {source} reference gives output {name!r} the shape {want.shape}, the "
                 f"compiled graph {got.shape}; the model's declared output shape is wrong"
             )
-        check = compare(name, got, want.astype(np.float64), buf.dtype, rtol, atol)
-        result["outputs"][name] = {
+        check = compare(name, got, want.astype(np.float64), dtype, rtol, atol)
+        records[name] = {
             k: getattr(check, k)
             for k in ("passed", "rtol", "atol", "max_abs_err", "max_rel_err", "mismatches")
         }
         if not check.passed:
             warnings.warn(
-                f"compiled graph '{compiled.graph.name}': output {name!r} differs from the "
+                f"compiled graph '{graph_name}': output {name!r} differs from the "
                 f"{source} reference by up to {check.max_abs_err:.3g} ({check.max_rel_err:.3g} "
                 f"relative) in {check.mismatches} of {got.size} elements, beyond the "
                 f"{precision} tolerance (rtol {rtol:.3g}, atol {atol:.3g}); a higher "
                 "float_dtype computes it more accurately",
-                stacklevel=4,
+                stacklevel=stacklevel,
             )
-    return result
+    return records

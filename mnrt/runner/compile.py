@@ -247,9 +247,9 @@ def compile_cmd(
     _check_writes_spare_reads({"-o": output, "out_onnx": options.get("out_onnx")}, read)
     with Context() as ctx:
         compiled = ctx.compile(model, inputs, codegen_dir=codegen_dir, options=options)
-        compiled.save_binary(output)
+        accuracy = compiled.save_binary_and_check(output)
         if devices is not None:
-            _report_pipeline(compiled, model, output, ctx.last_compile_s, as_json)
+            _report_pipeline(compiled, model, output, ctx.last_compile_s, as_json, accuracy)
             compiled.close()
             return
     if explain:
@@ -269,6 +269,7 @@ def compile_cmd(
             "compile_s": ctx.last_compile_s,
             "inputs": [io_dict(e) for e in binary.inputs],
             "outputs": [io_dict(e) for e in binary.outputs],
+            "accuracy": accuracy,
         }
         click.echo(json.dumps(doc, indent=1))
         return
@@ -313,8 +314,11 @@ def _pipeline_options(
     return options
 
 
-def _report_pipeline(compiled, model, output, seconds: float, as_json: bool) -> None:
-    """What a pipelined compile made: its fragments, transfers and modelled timeline."""
+def _report_pipeline(
+    compiled, model, output, seconds: float, as_json: bool, accuracy: dict
+) -> None:
+    """What a pipelined compile made: its fragments, transfers, modelled timeline and
+    accuracy against the reference."""
     timeline = compiled.timeline().to_dict()
     doc = {
         "model": str(model),
@@ -327,6 +331,7 @@ def _report_pipeline(compiled, model, output, seconds: float, as_json: bool) -> 
         "transfers": len(compiled.transfers),
         "compile_s": seconds,
         "modelled": timeline,
+        "accuracy": accuracy,
     }
     if as_json:
         click.echo(json.dumps(doc, indent=1))

@@ -33,7 +33,7 @@ from ...device.parallel import sharing_cores
 from ...device.spec import MNCORE2
 from ...device.tolerance import golden_tolerance
 from ...errors import InvalidArgumentError, MnrtError
-from ...host import Buffer, CommandQueue, Device, Event, open_device
+from ...host import Buffer, CommandQueue, Device, Event, observe, open_device
 from ...host.timeline import Span, Timeline, schedule
 from .. import goldens, placement
 from ..codegen import check_binary_spares_model
@@ -98,6 +98,11 @@ class PipelinedFunction:
         self.graph = graph  # the optimised graph of one microbatch, before partitioning
         self.stages: list[tuple[str, str]] = []  # (phase, graph dump) of the compile
         self.model_file: Path | None = None  # the file it was compiled from, if given one
+        # What its reference computes (goldens.reference): the graph as imported, before any
+        # pass, and the ONNX model it came from. Set by the compile.
+        self.source: Graph = graph
+        self.onnx_model: Any = None
+        self.shared: dict = {}  # registered values it is bound to: none
         self.passes: list[tuple[str, str]] = []  # (pass, MPMD IR text) after each
         self.example_inputs = {k: np.array(v) for k, v in inputs.items()}
         self.devices: dict[int, Device] = {}
@@ -314,11 +319,22 @@ class PipelinedFunction:
         """Capture one pipelined run (every device's writes, programs, copies and events)
         into a multi-device light binary whose goldens are the run's outputs, each checked
         with the tolerance model's bound for its value, and whose kernels are fingerprinted
-        (as a single-device compile's are: `mnrt run --locate`)."""
+        (as a single-device compile's are: `mnrt run --locate`). Each microbatch's outputs
+        are then checked against the model's reference, as a single-device compile's are:
+        a miss warns, naming the output and microbatch (`name#m`, as its golden is named)."""
+        self.save_binary_and_check(path, inputs)
+
+    def save_binary_and_check(
+        self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None
+    ) -> dict:
+        """save_binary, returning its check against the reference (goldens.accuracy's
+        record, its outputs by golden name)."""
         check_binary_spares_model(path, self.model_file)
         arrays = self._check_inputs(self.example_inputs if inputs is None else inputs)
         errors = goldens.value_errors(self.graph)
         description = f"pipelined graph {self.program.name}"
+        results: dict[str, np.ndarray] = {}
+        dtypes = {}
         with capture_if_idle(
             path, False, description, fingerprints=True, contents=self._weights
         ) as recording:
@@ -334,6 +350,35 @@ class PipelinedFunction:
                     golden = q.enqueue_read_buffer(buf)
                     rtol, atol = golden_tolerance(buf.dtype, errors[out], golden)
                     compare_to_golden(q, buf, golden, rtol=rtol, atol=atol, name=f"{out}#{m}")
+                    results[f"{out}#{m}"], dtypes[f"{out}#{m}"] = golden, buf.dtype
+        return self._accuracy(arrays, results, dtypes)
+
+    def _accuracy(
+        self, arrays: Mapping[str, np.ndarray], results: Mapping[str, np.ndarray], dtypes: dict
+    ) -> dict:
+        """The outputs of a run on `arrays` (`results`, by golden name) against the model's
+        reference on each microbatch's inputs (computed once for microbatches alike, as the
+        example inputs' are)."""
+        from ..compiled import CompiledFunction
+
+        computed: list[tuple[dict[str, np.ndarray], dict]] = []
+        expected, source = {}, ""
+        for m in range(self.microbatches):
+            inputs = {k: v[m] for k, v in arrays.items()}
+            ref = next((r for given, r in computed if _same_arrays(given, inputs)), None)
+            if ref is None:
+                with observe.unobserved():
+                    source, ref = goldens.reference(self, inputs, CompiledFunction)
+                computed.append((inputs, ref))
+            expected.update((f"{out}#{m}", ref[out]) for out in self.graph.outputs)
+        float_dtype = self.options["float_dtype"]
+        return {
+            "reference": source,
+            "float_dtype": float_dtype,
+            "outputs": goldens.compare_outputs(
+                self.program.name, float_dtype, results, source, expected, dtypes, stacklevel=5
+            ),
+        }
 
     def close(self) -> None:
         """Close the devices this function opened and free its memory on the Context's own
@@ -349,6 +394,10 @@ def _release(devices: list[Device], orphans: Orphans, on_ctx: list[Buffer]) -> N
     thread, at any moment)."""
     _close_all(devices)
     orphans.adopt(on_ctx)
+
+
+def _same_arrays(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
 def _close_all(devices: list[Device]) -> None:

@@ -78,6 +78,10 @@ def test_pipelined_compile_writes_a_binary_mnrt_run_replays(tmp_path, flags, sta
     doc = json.loads(r.output)
     assert sorted(f["stage"] for f in doc["fragments"]) == list(range(stages))
     assert doc["modelled"]["makespan_s"] > 0
+    # every microbatch's output checked against the model's reference
+    assert doc["accuracy"]["reference"] in ("onnxruntime", "float64 graph")
+    assert len(doc["accuracy"]["outputs"]) == doc["mpmd"]["microbatches"]
+    assert all(o["passed"] for o in doc["accuracy"]["outputs"].values()), doc["accuracy"]
     assert (tmp_path / "cg" / "mpmd" / "00_import.txt").is_file()
     r = CliRunner().invoke(cli, ["run", str(out)])
     assert r.exit_code == 0, r.output

@@ -377,3 +377,28 @@ def test_a_pipelined_binary_replays_its_capture_bit_for_bit(ctx, tmp_path):
     report = replay(tmp_path / "p.mnlb", rtol=0.0, atol=0.0, locate=True)
     assert report.passed, report.summary()
     assert report.locate.compared > 0 and report.locate.divergent == 0, report.locate.summary()
+
+
+def test_a_pipelined_binary_is_checked_against_the_reference_per_microbatch(ctx, tmp_path):
+    """As a single-device compile's is: each microbatch's outputs against the model's
+    reference on its inputs, a miss warned with the name its golden has."""
+    builder, inputs = mlp()
+    mpmd = {"devices": [ctx.device.index, (ctx.device.index + 1) % 8], "microbatches": 2}
+    compiled = ctx.compile(builder, inputs, options={"mpmd": mpmd})
+    stacked = _microbatches(inputs, 2)
+    record = compiled.save_binary_and_check(tmp_path / "p.mnlb", stacked)
+    assert record["reference"] == "float64 graph" and record["float_dtype"] == "float"
+    assert sorted(record["outputs"]) == ["probs#0", "probs#1"]
+    assert all(o["passed"] for o in record["outputs"].values()), record
+    # A weight that the device holds wrong (the last fragment's first) makes every
+    # microbatch's result wrong, and the check says so.
+    last = compiled.fragments[-1]
+    lowered = compiled.lowered[last.name]
+    weight = next(n for n in lowered.graph.params if n in lowered.bindings)
+    buf = lowered.bindings[weight]
+    compiled.queues[last.device].enqueue_write_buffer(buf, np.zeros(buf.shape, np.float32))
+    with pytest.warns(UserWarning, match=r"output 'probs#[01]' differs from the float64") as w:
+        record = compiled.save_binary_and_check(tmp_path / "q.mnlb", stacked)
+    assert sorted(str(m.message).split("'")[3] for m in w) == ["probs#0", "probs#1"]
+    assert not any(o["passed"] for o in record["outputs"].values()), record
+    compiled.close()
