@@ -228,9 +228,10 @@ def test_reduced_precision_compiles_agree(ctx, case):
             compiled = ctx.compile(builder, inputs, options=options)
             results.append({k: v.cpu() for k, v in compiled(inputs).items()})
             for name, want in compiled.reference(inputs).items():
-                buf = compiled.lowered.bindings[name]
-                rtol, atol = accuracy_tolerance(float_dtype, want, buf)
+                dtype = compiled.lowered.bindings[name].dtype
+                rtol, atol = accuracy_tolerance(float_dtype, want, dtype)
                 np.testing.assert_allclose(results[-1][name], want, rtol=rtol, atol=atol)
         for name, want in results[0].items():
-            rtol, atol = accuracy_tolerance(float_dtype, want, compiled.lowered.bindings[name])
+            dtype = compiled.lowered.bindings[name].dtype
+            rtol, atol = accuracy_tolerance(float_dtype, want, dtype)
             np.testing.assert_allclose(results[1][name], want, rtol=rtol, atol=atol)
