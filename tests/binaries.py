@@ -250,3 +250,29 @@ def three_device_capture(fingerprints: bool = False) -> mnrt.LightBinary:
     finally:
         for d in devices:
             d.close()
+
+
+def pipelined_binary(folder) -> mnrt.LightBinary:
+    """Four 256x256 GEMMs (each with a relu) on a 256-row input, compiled into a pipeline
+    over devices 0 and 1 (two microbatches) and saved: a multi-device binary with
+    fingerprints whose GEMMs, on both devices, are large enough that BLAS runs them on
+    several threads where the process has them (and rounds them differently on fewer)."""
+    from pathlib import Path
+
+    from mnrt.compiler import GraphBuilder
+
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("deep")
+    h = b.input("x", (256, 256))
+    for i in range(4):
+        w = b.param(f"w{i}", (rng.standard_normal((256, 256)) / 16).astype(np.float32))
+        h = b.relu(b.gemm(h, w, b.param(f"b{i}", np.zeros(256, np.float32))))
+    b.output(h, "y")
+    path = Path(folder) / "pipelined.mnlb"
+    with mnrt.Context() as ctx:
+        mpmd = {"devices": [0, 1], "microbatches": 2}
+        inputs = {"x": rng.standard_normal((256, 256)).astype(np.float32)}
+        compiled = ctx.compile(b, inputs, options={"mpmd": mpmd})
+        compiled.save_binary(path)
+        compiled.close()
+    return mnrt.LightBinary.load(path)

@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..device.parallel import sharing_cores
 from ..errors import InvalidArgumentError, MnrtError, OutOfMemoryError
 from ..format import LightBinary
 from ..format.fb.CommandUnion import CommandUnion
@@ -33,7 +32,7 @@ from .executor import Executor
 from .locate import Locator
 from .modelled import ran
 from .modelled import spans as span_list
-from .placement import Placement, logical_devices, place
+from .placement import Placement, place
 from .plan import Plan, validate
 from .profile import Profile
 from .report import ReplayReport
@@ -187,15 +186,11 @@ def replay(
             "locate compares kernels with the fingerprints the capture recorded, which hold "
             "for the recorded inputs only; replay without new inputs to locate"
         )
-    logical = logical_devices(plan)
     locator = Locator(plan, locate_dir) if locate else None
     if locator is not None:
         report.locate = locator.result
-    # By the binary's devices, not by the ones this rank or runner device holds: OpenBLAS
-    # rounds differently on another thread count, and every placement must give the same bits.
-    with sharing_cores(len(logical)):
-        _run_loops(report, plan, placement, transport, loops, verify, rtol, atol, profile,
-                   new_inputs, wanted, progress, locator)  # fmt: skip
+    _run_loops(report, plan, placement, transport, loops, verify, rtol, atol, profile,
+               new_inputs, wanted, progress, locator)  # fmt: skip
     if report.rank != 0:
         report.verified = False  # rank 0 verifies every rank's reads
     elif report.verified and not report.checks:  # a PASS needs evidence

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..device.memory import Fill
+from ..device.parallel import sharing_cores
 from ..device.tolerance import default_tolerance
 from ..errors import CaptureError, InvalidBinaryError
 from ..format.fb.CommandUnion import CommandUnion as U
@@ -30,7 +31,7 @@ from ..host import Device, internal, observe
 from ..host.commands import Command, KernelWatch
 from ..host.device import MAX_QUEUES, open_device_with_fill
 from ..host.golden import Check, compare
-from .placement import Placement
+from .placement import Placement, logical_devices
 from .plan import BUFFER, DEVICE, EVENT, PROGRAM, QUEUE, TRACE, Plan
 from .ranks import Ranks
 from .transport.base import Transport
@@ -159,7 +160,17 @@ class Executor:
         """Every command in order (those before index `stop` only, if given: a prefix, for
         a trim's state snapshot), then wait for every queue. `host_s` adds up the host's
         time per command type (a blocking call's includes its wait for the device), and the
-        wait after the last command as `final_finish`."""
+        wait after the last command as `final_finish`.
+
+        BLAS gets the share of the cores that the binary's devices give each (by its
+        logical devices, not by the ones this rank or runner device holds): OpenBLAS rounds
+        a product differently on another thread count, and every run of a binary (a
+        replay on any placement, a trim's snapshot, reduce's) must give the same bits as
+        the capture, which shared them so."""
+        with sharing_cores(len(logical_devices(self.plan))):
+            self._run(stop)
+
+    def _run(self, stop: int | None) -> None:
         spent = dict.fromkeys(self.handlers, 0.0)
         counts = dict.fromkeys(self.handlers, 0)
         handlers, clock = self.handlers, time.perf_counter

@@ -12,7 +12,10 @@ Steps, each kept only if the result still fails the same way:
 1. isolate: where the failure names a kernel (a device error, or the first divergent kernel
    of a binary with fingerprints), a binary of that kernel alone, its operands written with
    what they held just before it ran in the failing replay (and its fingerprint); the
-   kernels before it matched the capture bit for bit, so this is the failure itself;
+   kernels before it matched the capture bit for bit, so this is the failure itself. It
+   opens as many devices as the binary did, the kernel on the first: a replay gives BLAS
+   the share of the cores its devices give each (Executor.run), and a product rounds
+   differently on another share;
 2. slice: where only golden checks fail and nothing names a kernel (a binary without
    fingerprints) on one queue (no traces, copies or events), the commands and kernels the
    failing checks' values flow from, found by following what each reads back from the
@@ -59,7 +62,7 @@ from ..format.fingerprints import Fingerprint
 from ..host.commands import KernelWatch
 from .executor import Executor
 from .locate import KernelSite
-from .placement import place
+from .placement import logical_devices, place
 from .plan import validate
 from .trim import referenced_ids
 
@@ -322,6 +325,8 @@ def isolate(binary: LightBinary, site: KernelSite) -> LightBinary | None:
             gid = ids[id(buf)] = 4 + len(ids)
             shape = BufferDescT(shape=list(buf.shape), dtype=buf.dtype.code, name=buf.name)
             commands.append(CommandT(U.CreateBuffer, CreateBufferT(gid, dev, shape)))
+    for index in range(1, len(logical_devices(plan))):  # see the module doc, step 1
+        commands.append(CommandT(U.OpenDevice, OpenDeviceT(4 + len(ids) + index, index)))
     for key in dict.fromkeys(id(b) for b in snap.ins):  # what it reads, in-place outputs too
         write = WriteBufferT(queue, ids[key], editor.add_blob(snap.bits[key]), True)
         commands.append(CommandT(U.WriteBuffer, write))

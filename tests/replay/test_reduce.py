@@ -6,7 +6,14 @@ import json
 
 import numpy as np
 import pytest
-from binaries import chain_capture, perturbed, three_device_capture, weight_sites, with_written
+from binaries import (
+    chain_capture,
+    perturbed,
+    pipelined_binary,
+    three_device_capture,
+    weight_sites,
+    with_written,
+)
 from cli_harness import invoke_cli
 
 import mnrt
@@ -234,3 +241,20 @@ def test_a_multi_device_binary_reduces_keeping_the_copies_and_events_the_failure
     assert failure_of(result.binary) == failure and len(result.binary) <= len(bad)
     kinds = [c.cmdType for c in result.binary.commands]
     assert U.CopyBuffer in kinds and U.RecordEvent in kinds and U.WaitEvent in kinds
+
+
+def test_a_pipelined_binary_reduces_to_its_wrong_kernel_as_a_one_device_one_does(tmp_path):
+    """The kernel alone on its operands, at once: the replay that takes its operands and
+    the one that runs it alone (a binary that opens two devices, as this one did) give
+    BLAS the share of the cores the binary's devices give each, as its capture did.
+    Before, the snapshot ran on all cores, so the operands a GEMM of the second device
+    read were not the failing replay's, and alone on one device the GEMM rounded
+    otherwise: isolating was refused and ddmin took over (SqueezeNet over two devices:
+    68 -> 29 kernels in 32 s; ResNet-50: 229 -> 112 in 402 s)."""
+    binary = pipelined_binary(tmp_path)
+    command, kernel, gid = weight_sites(binary)[-1]  # the last GEMM's, on the second device
+    result = reduce(perturbed(binary, gid))
+    assert result.failure.kind == "divergent kernel"
+    assert (result.failure.site.command, result.failure.site.kernel) == (command, kernel)
+    assert result.steps[0]["step"] == "isolate" and result.steps[0]["kernels"][1] == 1
+    assert kernel_count(result.binary) == 1 and failure_of(result.binary) == result.failure

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import zstandard
-from binaries import chain_capture, light_model_binary, three_device_capture
+from binaries import chain_capture, light_model_binary, pipelined_binary, three_device_capture
 from cli_harness import invoke_cli
 
 import mnrt
@@ -204,3 +204,15 @@ def test_optimize_drops_a_copy_nothing_reads():
     result, stats = optimize(binary)
     assert U.CopyBuffer not in [c.cmdType for c in result.commands]
     assert stats.buffers_dropped == 1 and mnrt.replay(result).passed
+
+
+def test_a_slice_of_a_pipelined_binary_replays_bit_for_bit(tmp_path):
+    """Its snapshot is what a replay of the commands before it holds, bit for bit: taken
+    with BLAS sharing the cores as a replay of the binary shares them (else the slice's
+    kernels round differently from its fingerprints)."""
+    binary = pipelined_binary(tmp_path)
+    enqueues = [i for i, c in enumerate(binary.commands) if c.cmdType == U.EnqueueProgram]
+    piece = trim(binary, enqueues[1], len(binary.commands))  # after the first stage's run
+    report = mnrt.replay(piece, rtol=0.0, atol=0.0, locate=True)
+    assert report.passed and report.locate.compared > 0, report.summary()
+    assert report.locate.divergent == 0, report.locate.summary()
