@@ -25,7 +25,7 @@ from .edit import check_output_path
 @click.option(
     "--failing",
     is_flag=True,
-    help="Keep what makes FILE fail (golden mismatch, device error, divergent kernel): the "
+    help="Keep what makes FILE fail (golden mismatch, device error, wrong kernel): the "
     "one criterion there is, accepted for scripts that name it.",
 )
 @click.option(

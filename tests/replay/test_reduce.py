@@ -196,6 +196,23 @@ def test_a_passing_binary_is_refused():
         reduce(chain_capture(5))
 
 
+def test_a_binary_that_differs_from_its_capture_by_rounding_alone_does_not_fail():
+    """As on a host whose BLAS sums in another order: a kernel's bits differ from its
+    fingerprint while its statistics agree and every golden passes. `mnrt run --locate`
+    exits 0 for that, and reduce has nothing to reduce (it took the kernel for a failure)."""
+    from mnrt.format.edit import Editor
+
+    binary = chain_capture(20)
+    prints = [f._replace(stats=f.stats._replace(hash=f.stats.hash ^ 1)) if f.kernel == 7 else f
+              for f in binary.fingerprints]  # fmt: skip
+    rounded = Editor(binary).build(list(binary.commands), fingerprints=prints)
+    report = mnrt.replay(rounded, locate=True)
+    assert report.passed and report.locate.first_divergent.verdict == "different rounding"
+    assert failure_of(rounded) is None
+    with pytest.raises(NotFailingError, match="does not fail"):
+        reduce(rounded)
+
+
 def test_cli_reduce_reports_its_steps(tmp_path):
     binary = chain_capture(40)
     bad, out = tmp_path / "bad.mnlb", tmp_path / "min.mnlb"
