@@ -22,12 +22,16 @@ reduce:   a 200-kernel binary with one weight perturbed, and one whose gather ge
 diff:     `mnrt diff` of two VGG-19 binaries (a second capture of the same model, and one
           with a weight perturbed), in process and as a whole `mnrt diff` process
           (target: <= 1 s)
+pipelined: with --devices N instead: each light model compiled over N devices (gpipe, two
+          microbatches); its binary replayed with rtol = atol = 0 and --locate ("exact": no
+          kernel differs from its fingerprint), three weights perturbed and located, the
+          middle one reduced
 optimize: `mnrt optimize` of the VGG-19 binary: bytes before and after, the result's
           replay (target: smaller and passing)
 
   pip install onnx onnxruntime   # for this benchmark only
   nice -n 10 python benchmarks/bench_tools.py [--model light_squeezenet ...] [--rounds 5]
-                                              [--overhead-only] [--preset O3]
+                                              [--overhead-only] [--preset O3] [--devices 2]
 """
 
 from __future__ import annotations
@@ -98,6 +102,41 @@ def locate_figures(
         "save_s": min(saved[False]),
         "save_with_prints_s": min(saved[True]),
         "path": out,
+    }
+
+
+def pipelined_figures(
+    ctx: mnrt.Context, path: str, folder: Path, devices: int, preset: str = "O1"
+) -> dict:
+    """Compile over `devices` devices (gpipe, two microbatches) at `preset` and save; replay
+    the binary as it is with rtol = atol = 0 and --locate (its capture and every replay give
+    BLAS the same share of the cores, so nothing may differ); perturb three weights and
+    locate each; reduce the middle one."""
+    name = Path(path).stem
+    model = onnx.load(path)
+    options = {"float_dtype": "float", "option_json": preset,
+               "mpmd": {"devices": list(range(devices)), "microbatches": 2}}  # fmt: skip
+    compiled = ctx.compile(model, example_inputs(model), options=options)
+    out = folder / f"{name}_pipelined.mnlb"
+    compiled.save_binary(out)
+    compiled.close()
+    binary = mnrt.LightBinary.load(out)
+    clean = mnrt.replay(binary, rtol=0.0, atol=0.0, locate=True)
+    sites = weight_sites(binary)
+    picked = [sites[0], sites[len(sites) // 2], sites[-1]]
+    named = 0
+    for command, kernel, gid in picked:
+        located = mnrt.replay(perturbed(binary, gid), locate=True).locate.located
+        named += located is not None and (located.command, located.kernel) == (command, kernel)
+    start = time.perf_counter()
+    reduced = reduce(perturbed(binary, picked[1][2]))
+    return {
+        "model": name,
+        "kernels": clean.locate.compared,
+        "exact": clean.passed and clean.locate.divergent == 0,
+        "named": f"{named}/{len(picked)}",
+        "reduced": (kernel_count(binary), kernel_count(reduced.binary)),
+        "reduce_s": time.perf_counter() - start,
     }
 
 
@@ -271,6 +310,12 @@ def main() -> None:
         help="only the fingerprint overhead at capture (no locate, reduce, diff or optimize)",
     )
     parser.add_argument(
+        "--devices",
+        type=int,
+        help="instead: pipelined compiles over this many devices (bit-exact replay, locate, "
+        "reduce)",
+    )
+    parser.add_argument(
         "--preset",
         default="O1",
         help="compile preset of the light models (default: O1, the compiler's default)",
@@ -282,6 +327,20 @@ def main() -> None:
     ctx = mnrt.Context(mnrt.MNDevice("mncore2:auto"))
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        if args.devices:
+            print(
+                f"pipelined (light models, float, {args.preset}, {args.devices} devices, gpipe x 2)"
+            )
+            print(f"  {'model':<22} {'kernels':>7} {'rtol=0':>7} {'named':>6} {'reduce':>18}")
+            for path in paths:
+                r = pipelined_figures(ctx, path, folder, args.devices, args.preset)
+                before, after = r["reduced"]
+                exact = "exact" if r["exact"] else "DIFFER"
+                print(
+                    f"  {r['model']:<22} {r['kernels']:>7} {exact:>7} {r['named']:>6} "
+                    f"{before:>4} -> {after} in {r['reduce_s']:5.2f} s"
+                )
+            return
         print(
             f"{'fingerprint overhead' if args.overhead_only else 'locate and fingerprint overhead'}"
             f" (light models, float, {args.preset}; capture: fastest of {args.rounds} alternating"
