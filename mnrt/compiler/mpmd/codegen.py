@@ -1,7 +1,8 @@
 """The codegen_dir of a pipelined compile: option.json, l3ir.txt (the optimised graph of
 one microbatch), mpmd/NN_<pass>.txt (the MPMD IR after the import and after each pass),
 model.mnlb (a captured pipelined run, multi-device) and report.json (fragments, transfers,
-the schedule per device and the modelled timeline against the analytic bubble)."""
+the schedule per device, the modelled timeline against the analytic bubble, and the
+binary's check against the model's reference in its "light binary" phase)."""
 
 from __future__ import annotations
 
@@ -70,14 +71,16 @@ def write(compiled: PipelinedFunction, folder: str | os.PathLike, phases: list[d
         folder / "option.json", json.dumps(compiled.options.to_json(), indent=1).encode()
     )
     start = time.perf_counter()
+    accuracy = None
     try:
-        compiled.save_binary(folder / "model.mnlb")
+        accuracy = compiled.save_binary_and_check(folder / "model.mnlb")
         status = "ok"
     except CaptureError as e:  # a capture of the user's runs: an older binary must not stay
         (folder / "model.mnlb").unlink(missing_ok=True)
         status = f"skipped: {e}"
     seconds = time.perf_counter() - start
-    phases = [*phases, {"name": "light binary", "status": status, "seconds": seconds}]
+    binary = {"name": "light binary", "status": status, "seconds": seconds}
+    phases = [*phases, {**binary, "accuracy": accuracy} if accuracy else binary]
     write_atomically(
         folder / "report.json", json.dumps(report(compiled, phases), indent=1).encode()
     )
