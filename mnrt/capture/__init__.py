@@ -112,8 +112,11 @@ def end_capture(description: str = "") -> LightBinary:
         observe.install(None)
     rows, devices = rec.close()
     queues = {id(q): q for q in rec._keep if isinstance(q, CommandQueue)}
-    for q in queues.values():
-        internal.drain(q)
+    try:
+        for q in queues.values():
+            internal.drain(q)
+    finally:
+        rec.cores.close()  # once the captured kernels have run
     _check_nothing_skipped(rec)
     # Non-blocking reads have run by now: each copied its data as it ran.
     log = [(*e[:4], _kept(e[4])) if e[0] == READ else e for e in itertools.islice(rec.log, rows)]
@@ -275,6 +278,7 @@ def _abandon(rec: Recorder | None) -> None:
         if rec is not None and observe.current() is rec:
             observe.install(None)
             rec.close()
+            rec.cores.close()
 
 
 def compare_to_golden(

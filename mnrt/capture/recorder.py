@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..device.parallel import GrowingShare
 from ..errors import CaptureError
 from ..format.fingerprints import Stats
 from ..host import Buffer, CommandQueue, Device, Event, Program, internal, observe
@@ -112,6 +113,9 @@ class Recorder:
         # (see host/observe.py): one call, allocating nothing, per enqueue.
         self.log_cells = self.log.cells.extend
         self.devices: dict[int, int] = {}  # gid -> device index, in the order of first use
+        # BLAS's share of the cores, by the devices used so far: what a replay of the binary
+        # gives its kernels (Executor.run), so that the replay computes the same bits.
+        self.cores = GrowingShare()
         self._noted: list[Any] = []  # plans given an action by `program`
         self._keep: list[Any] = []  # every object given an id (in its tag) while we record
         self._traces: dict[tuple[int, int], int] = {}  # (device gid, trace id) -> gid
@@ -266,6 +270,7 @@ class Recorder:
             if gid:
                 self.devices[gid] = dev.index
                 self._emit((OPEN_DEVICE, gid, dev.index))
+                self.cores.update(len(set(self.devices.values())))
         return gid
 
     def _queue(self, q: CommandQueue) -> int:

@@ -92,6 +92,29 @@ def sharing_cores(devices: int) -> Iterator[None]:
         _share(limit, -1)
 
 
+class GrowingShare:
+    """`sharing_cores` for a count of devices known only as it grows: a capture's, which
+    learns of each device at its first host call. The capture's kernels then run with the
+    share its binary's replay gives them (by the binary's logical devices), and the replay
+    computes the same bits, once every device has been used: a kernel run before the last
+    device's first call had the larger share, and may round otherwise (within tolerance)."""
+
+    def __init__(self) -> None:
+        self._limit = 0  # the BLAS threads it asked for; 0: none
+
+    def update(self, devices: int) -> None:
+        limit = max(1, threads() // devices) if devices > 1 else 0
+        if limit != self._limit:
+            if limit:
+                _share(limit, +1)
+            if self._limit:
+                _share(self._limit, -1)
+            self._limit = limit
+
+    def close(self) -> None:
+        self.update(1)
+
+
 def _share(limit: int, change: int) -> None:
     global _sharing_original
     from threadpoolctl import threadpool_limits

@@ -757,3 +757,43 @@ def test_saving_over_an_existing_file_replaces_it(dev, q, tmp_path):
         q.enqueue_read_buffer(dev.create_buffer((2,), "float"))
     assert mnrt.LightBinary.load(path).commands
     assert os.listdir(tmp_path) == ["a.mnlb"]
+
+
+@pytest.mark.parametrize("opened_before", [False, True])
+def test_a_capture_of_several_devices_replays_bit_for_bit(opened_before):
+    """Its kernels run with the share of the cores that a replay of the binary gives them
+    (by the devices it uses), once every device has been used: products this large run on
+    several BLAS threads where the process has them and round otherwise on fewer, so
+    before, every GEMM differed from its fingerprint in replay (within tolerance)."""
+    from threadpoolctl import threadpool_info
+
+    blas = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+    rng = np.random.default_rng(3)
+    a, w = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))
+    devices = [mnrt.open_device(i) for i in (0, 1)] if opened_before else []
+    try:
+        mnrt.begin_capture(fingerprints=True)
+        devices = devices or [mnrt.open_device(i) for i in (0, 1)]
+        buffers = []
+        for d in devices:  # every device used before the first product, as a pipeline is
+            q = d.command_queue(0)
+            x, y = (d.create_buffer((256, 256), "float", name=n) for n in ("x", "w"))
+            out = d.create_buffer((256, 256), "float", name="y")
+            q.enqueue_write_buffer(x, a)
+            q.enqueue_write_buffer(y, w)
+            buffers.append((q, d.create_program([mnrt.Kernel("gemm", ["x", "w"], ["y"])]),
+                            {"x": x, "w": y, "y": out}))  # fmt: skip
+        for q, program, bound in buffers:
+            for _ in range(3):
+                q.enqueue_program(program, bound)
+                q.enqueue_copy_buffer(bound["y"], bound["x"])
+            q.enqueue_read_buffer(bound["y"])
+        binary = mnrt.end_capture()
+    finally:
+        for d in devices:
+            d.close()
+    # the capture's share of the cores ends with it
+    assert [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"] == blas
+    report = mnrt.replay(binary, rtol=0.0, atol=0.0, locate=True)
+    assert report.passed and report.locate.compared == 6, report.summary()
+    assert report.locate.divergent == 0, report.locate.summary()
