@@ -81,15 +81,12 @@ def sharing_cores(devices: int) -> Iterator[None]:
     a count that the work fixes (a binary's logical devices), never one that depends on where
     it runs: a replay folded onto fewer devices or spread over MPI ranks then computes the
     same bits as the in-process one."""
-    if devices <= 1:
-        yield
-        return
-    limit = max(1, threads() // devices)
-    _share(limit, +1)
+    share = GrowingShare()
+    share.update(devices)
     try:
         yield
     finally:
-        _share(limit, -1)
+        share.close()
 
 
 class GrowingShare:
