@@ -369,25 +369,6 @@ _SLICEABLE = (U.OpenDevice, U.OpenQueue, U.CreateBuffer, U.DeallocateBuffer, U.C
               U.WriteBuffer, U.ReadBuffer, U.GoldenCheck, U.EnqueueProgram, U.Finish)  # fmt: skip
 
 
-def failing_checks(binary: LightBinary) -> set[int] | None:
-    """The indices of the commands whose golden checks fail in a replay of `binary` (a
-    report lists its checks in command order), or None where that cannot be told."""
-    from . import replay
-
-    golden = [
-        i
-        for i, c in enumerate(binary.commands)
-        if c.cmdType == U.GoldenCheck or (c.cmdType == U.ReadBuffer and c.cmd.golden)
-    ]
-    try:
-        checks = replay(binary).checks
-    except MnrtError:
-        return None
-    if len(checks) != len(golden):
-        return None
-    return {i for i, check in zip(golden, checks) if not check.passed}
-
-
 class _NoOps:
     """The KernelWatch factory of a replay that finds the kernels that changed nothing:
     (program id, kernel position) of each kernel run in place (every output one of its
@@ -431,32 +412,42 @@ class _NoOpWatch(KernelWatch):
         self.kernel += 1
 
 
-def no_op_kernels(binary: LightBinary) -> set[tuple[int, int]]:
-    """(program id, kernel position) of the kernels that, in every run a replay of `binary`
-    makes of them, wrote the bits their outputs already held."""
+def slice_facts(binary: LightBinary) -> tuple[set[int], set[tuple[int, int]]] | None:
+    """What the slice (step 2) follows, from one replay of `binary`: the indices of the
+    commands whose golden checks fail, and (program id, kernel position) of the kernels
+    that, in every run the replay made of them, wrote the bits their outputs already held.
+    None where the replay does not complete (the slice follows failing goldens, which a
+    complete run gives)."""
     plan = validate(binary, blobs=False)
     found = _NoOps(binary)
-    executor = Executor(plan, place(plan, "auto", None, None), verify=False, watch=found)
+    executor = Executor(plan, place(plan, "auto", None, None), watch=found)
     try:
-        executor.run(len(binary.commands))
+        executor.run()
+        checks = executor.checks()
     except MnrtError:
-        return set()  # the slice follows failing goldens, which a complete run gives
+        return None
     finally:
         executor.close()
-    return found.kernels
+    failing = {i for i, check in zip(executor.check_indices, checks) if not check.passed}
+    return failing, found.kernels
 
 
-def data_slice(binary: LightBinary, sinks: set[int]) -> LightBinary | None:
-    """`binary` less every work command and kernel that no value the commands at `sinks`
-    read flows from (step 2 of the module doc): `binary` itself where everything feeds
-    them; None where the binary is not one the slice follows (several queues, traces,
-    copies, events)."""
+def sliceable(binary: LightBinary) -> bool:
+    """Whether the slice (step 2) can follow the binary's data: one queue in order."""
     commands = binary.commands
     queues = sum(c.cmdType == U.OpenQueue for c in commands)
-    if queues != 1 or any(c.cmdType not in _SLICEABLE for c in commands):
-        return None
+    return queues == 1 and all(c.cmdType in _SLICEABLE for c in commands)
+
+
+def data_slice(
+    binary: LightBinary, sinks: set[int], no_ops: set[tuple[int, int]]
+) -> LightBinary | None:
+    """`binary` (`sliceable`) less every work command and kernel that no value the
+    commands at `sinks` read flows from (step 2 of the module doc), the kernels `no_ops`
+    (see slice_facts) as if they were not there: `binary` itself where everything feeds
+    them."""
+    commands = binary.commands
     plan = validate(binary, blobs=False)
-    no_ops = no_op_kernels(binary)
     needed: set[int] = set()  # buffers whose current value a kept command reads later
     kept_kernels: dict[int, set[int]] = {}
     drop: set[int] = set()
@@ -555,10 +546,12 @@ def reduce(binary: LightBinary, time_limit_s: float = 600.0) -> ReduceResult:
             current = candidate
         record("isolate", before, current, test.tests - t0)
 
-    if failure.kind == "golden mismatch":
+    facts = (
+        slice_facts(current) if failure.kind == "golden mismatch" and sliceable(current) else None
+    )
+    if facts is not None and facts[0]:
         before, t0 = current, test.tests
-        sinks = failing_checks(current)
-        candidate = data_slice(current, sinks) if sinks else None
+        candidate = data_slice(current, *facts)
         if candidate is not None and (candidate is current or test(candidate)):
             record("slice", before, candidate, test.tests - t0)
             steps[-1]["note"] = _SLICED
