@@ -171,8 +171,8 @@ def replay(
     wanted = {} if expected is None else io.expected_outputs(plan, expected)
     _check_host_memory(plan, binary)
     load_s = time.perf_counter() - start
-    placement = place(plan, device, device_map, devices)
     transport = transport if transport is not None else LocalTransport()
+    placement = place(plan, device, device_map, devices, transport)
     report = ReplayReport(binary=binary, load_s=load_s, verified=verify)
     report.rank, report.ranks = transport.rank, transport.size
     if new_inputs:  # the recorded goldens no longer apply (see Executor)

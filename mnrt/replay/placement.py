@@ -20,6 +20,7 @@ from ..errors import DeviceBusyError, InvalidArgumentError
 from ..format.fb.CommandUnion import CommandUnion as U
 from ..host.device import open_indices, release_dropped_until
 from .plan import Plan
+from .transport.base import Transport
 
 
 class Placement(NamedTuple):
@@ -68,8 +69,10 @@ def place(
     device: int | str | Mapping[int, int | str] = "auto",
     device_map: Mapping[int, int] | None = None,
     devices: int | None = None,
+    transport: Transport | None = None,
 ) -> Placement:
-    """The placement a replay of `plan` asked for (see the module's docstring)."""
+    """The placement a replay of `plan` asked for (see the module's docstring), by the
+    ranks of `transport` where several replay it."""
     if device_map is not None or devices is not None:
         if device != "auto":
             raise InvalidArgumentError(
@@ -78,7 +81,13 @@ def place(
             )
         if device_map is not None and devices is not None:
             raise InvalidArgumentError("give either device_map or devices, not both")
-        fold = _checked_map(plan, device_map) if device_map is not None else _spread(plan, devices)
+        several = transport is not None and transport.size > 1
+        if device_map is not None:
+            fold = _checked_map(plan, device_map)
+            if several:
+                _check_ranks(plan, fold, transport)
+        else:
+            fold = _spread(plan, devices, transport if several else None)
         _check_traces(plan, fold)
         return Placement(fold.__getitem__, frozenset(fold.values()), folded=True)
     return _one_each(plan, device)
@@ -139,8 +148,29 @@ def _check_traces(plan: Plan, fold: Mapping[int, int]) -> None:
                     )
 
 
-def _spread(plan: Plan, devices: object) -> dict[int, int]:
-    """Logical devices folded onto the lowest `devices` free runner devices, in blocks."""
+def _check_ranks(plan: Plan, fold: Mapping[int, int], transport: Transport) -> None:
+    """Ranks replay their logical devices in processes of their own (hosts, on a cluster),
+    so a map may fold together only devices of one rank: one that put two ranks' devices on
+    one runner device would be honoured by neither (each opening a device of its own)."""
+    logical = logical_devices(plan)
+    first: dict[int, tuple[int, int]] = {}  # runner device -> (logical device, its rank)
+    for position, index in enumerate(logical):
+        rank = transport.owner(position, len(logical))
+        other, other_rank = first.setdefault(fold[index], (index, rank))
+        if other_rank != rank:
+            raise InvalidArgumentError(
+                f"device_map puts logical devices {other} and {index} on runner device "
+                f"{fold[index]}, but ranks {other_rank} and {rank} replay them, each in a "
+                "process of its own; fold together only devices of one rank (the ranks own "
+                "the logical devices in blocks), or replay in one process"
+            )
+
+
+def _spread(plan: Plan, devices: object, transport: Transport | None = None) -> dict[int, int]:
+    """Logical devices folded onto the lowest `devices` free runner devices, in blocks.
+    Over the ranks of a `transport`, which own the logical devices in blocks
+    (`Transport.owner`), the runner devices are dealt to the ranks by the same rule, and
+    each rank's logical devices are folded onto its own."""
     logical = logical_devices(plan)
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise InvalidArgumentError(f"devices must be a whole number >= 1, got {devices!r}")
@@ -149,6 +179,12 @@ def _spread(plan: Plan, devices: object) -> dict[int, int]:
             f"devices={devices}, but the binary has only {len(logical)} logical device(s) "
             f"({', '.join(map(str, logical))}); give at most {len(logical)}"
         )
+    ranks = transport.size if transport is not None else 1
+    if devices < ranks:
+        raise InvalidArgumentError(
+            f"devices={devices}, but {ranks} ranks replay the binary, each on devices of its "
+            f"own process; give at least {ranks}"
+        )
     release_dropped_until(lambda: len(_free_indices(set())) >= devices)
     free = _free_indices(set())
     if len(free) < devices:
@@ -156,8 +192,15 @@ def _spread(plan: Plan, devices: object) -> dict[int, int]:
             f"devices={devices}, but only {len(free)} of this runner's {device_count()} "
             f"devices are free; close devices or set {ENV_DEVICE_COUNT}"
         )
-    n = len(logical)
-    return {k: free[i * devices // n] for i, k in enumerate(logical)}
+    if transport is None:
+        return {k: free[i * devices // len(logical)] for i, k in enumerate(logical)}
+    fold = {}
+    for rank in range(ranks):
+        own = [k for i, k in enumerate(logical) if transport.owner(i, len(logical)) == rank]
+        runner = [free[j] for j in range(devices) if transport.owner(j, devices) == rank]
+        runner = runner[: len(own)]
+        fold.update((k, runner[i * len(runner) // len(own)]) for i, k in enumerate(own))
+    return fold
 
 
 def _one_each(plan: Plan, device: int | str | Mapping[int, int | str]) -> Placement:

@@ -19,7 +19,8 @@ from ..format.files import check_usable, write_atomically
 from ..format.npy import load_npy
 from ..replay import MAX_LOOPS, replay
 from ..replay.io import header_check
-from ..replay.placement import parse_device_map
+from ..replay.placement import parse_device_map, place
+from ..replay.plan import validate
 from ..replay.report import error_document
 from . import interrupt
 from .args import FiniteRange, device_index, named_sources
@@ -185,13 +186,15 @@ def _failure_written(
     "device_map",
     metavar="L:D,...",
     help="Fold the binary's logical devices onto runner devices, e.g. 0:0,1:0,2:1,3:1 "
-    "(every logical device placed; copies that land on one device run as local copies).",
+    "(every logical device placed; copies that land on one device run as local copies; "
+    "with --mpi, only devices of one rank may share one).",
 )
 @click.option(
     "--devices",
     type=int,
     default=None,
-    help="Fold the binary's logical devices onto this many runner devices, in blocks.",
+    help="Fold the binary's logical devices onto this many runner devices, in blocks "
+    "(with --mpi: in all, dealt to the ranks as the logical devices are).",
 )
 @click.option("--loops", type=click.IntRange(1, MAX_LOOPS), default=1, show_default=True)
 @click.option(
@@ -302,17 +305,22 @@ def run(
         paths = {"--report": report_path, "--profile": profile_path}
         _check_outputs(file, paths, save_outputs, reads)
 
-    def prepare() -> tuple[LightBinary, dict, dict, int | str, dict | None]:
-        """Everything that can be refused before the replay (on every rank, with --mpi)."""
+    def prepare(transport=None) -> tuple[LightBinary, dict, dict, int | str, dict | None]:
+        """Everything that can be refused before the replay (on every rank, with --mpi,
+        the fold too: ranks replay in processes of their own)."""
         binary = LightBinary.load(file)
         if save_outputs is not None:
             _check_outputs_spare_inputs(file, binary, save_outputs, reads)
+        first_device = device_index(device)
+        placement = None if device_map is None else parse_device_map(device_map)
+        if transport is not None and (placement is not None or devices is not None):
+            place(validate(binary, blobs=False), first_device, placement, devices, transport)
         return (
             binary,
             _arrays(binary, "input", input_specs),
             _arrays(binary, "output", expected_specs),
-            device_index(device),
-            None if device_map is None else parse_device_map(device_map),
+            first_device,
+            placement,
         )
 
     def execute(prepared, transport=None):
@@ -392,7 +400,7 @@ def _run_mpi(
             except errors.MnrtError as e:
                 unwritable.append(e)
                 raise
-        return prepare()
+        return prepare(transport)
 
     try:
         prepared = distributed.agree_to_start(transport, file, prepare_rank)

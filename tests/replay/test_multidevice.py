@@ -38,23 +38,24 @@ def two_device_session() -> np.ndarray:
         return q1.enqueue_read_buffer(y)
 
 
-def pipeline_binary() -> mnrt.LightBinary:
-    """Four devices in a chain, each adding one and copying on, the last read back."""
+def pipeline_binary(devices: int = 4) -> mnrt.LightBinary:
+    """Four (`devices`) devices in a chain, each adding one and copying on, the last read
+    back."""
     mnrt.begin_capture()
-    devs = [mnrt.open_device(i) for i in range(4)]
+    devs = [mnrt.open_device(i) for i in range(devices)]
     try:
         bufs = [d.create_buffer((6,), "float", name=f"x{i}") for i, d in enumerate(devs)]
         qs = [d.command_queue(0) for d in devs]
         one = [d.create_buffer((6,), "float", name=f"one{i}") for i, d in enumerate(devs)]
         progs = [d.create_program([mnrt.Kernel("add", ["x", "one"], ["x"])]) for d in devs]
         qs[0].enqueue_write_buffer(bufs[0], np.arange(6, dtype=np.float32))
-        for i in range(4):
+        for i in range(devices):
             qs[i].enqueue_write_buffer(one[i], np.ones(6, np.float32))
             qs[i].enqueue_program(progs[i], {"x": bufs[i], "one": one[i]})
-            if i < 3:
+            if i < devices - 1:
                 qs[i].enqueue_copy_buffer(bufs[i], bufs[i + 1])
                 qs[i + 1].wait_event(qs[i].record_event())
-        qs[3].enqueue_read_buffer(bufs[3])
+        qs[-1].enqueue_read_buffer(bufs[-1])
     finally:
         for d in devs:
             d.close()

@@ -90,7 +90,7 @@ def on_two_ranks(binary, before=None, **options) -> tuple[list, list]:
     return reports, transports
 
 
-def _two_ranks(binary, monkeypatch):
+def _two_ranks(binary, monkeypatch, **options):
     """Replay `binary` on two thread ranks; returns (reports, transports, opened by rank)."""
     opened: dict[int, list[int]] = {0: [], 1: []}
     rank_of = threading.local()
@@ -105,7 +105,7 @@ def _two_ranks(binary, monkeypatch):
     def remember(r):
         rank_of.rank = r
 
-    reports, transports = on_two_ranks(binary, remember, device_map={0: 0, 1: 1})
+    reports, transports = on_two_ranks(binary, remember, **options)
     return reports, transports, opened
 
 
@@ -114,7 +114,7 @@ def test_each_rank_opens_its_devices_and_rank_0_gathers_everything(monkeypatch):
     two_device_session()
     binary = mnrt.end_capture()
     alone = mnrt.replay(binary)
-    (root, other), transports, opened = _two_ranks(binary, monkeypatch)
+    (root, other), transports, opened = _two_ranks(binary, monkeypatch, device_map={0: 0, 1: 1})
     assert opened == {0: [0], 1: [1]}
     # The copy leaves rank 0 tagged with its id, the event crosses as a signal.
     copy_id = next(c.cmd.copyId for c in binary.commands if hasattr(c.cmd, "copyId"))
@@ -155,3 +155,36 @@ def test_the_local_transport_is_one_rank_with_no_peers():
 def test_owner_is_a_block_distribution(size, expect):
     t = ThreadTransport(0, size, {}, threading.Barrier(1))
     assert [t.owner(d, 4) for d in range(4)] == expect
+
+
+def test_a_fold_over_ranks_folds_each_ranks_devices_onto_its_own(monkeypatch):
+    """Five logical devices on two ranks (0, 1, 2 and 3, 4) folded onto three runner
+    devices: the runner devices are dealt to the ranks by the rule that deals the logical
+    ones (0, 1 and 2), each rank folding its own onto its own, as in one process."""
+    binary = pipeline_binary(devices=5)
+    alone = mnrt.replay(binary, devices=3)
+    reports, _, opened = _two_ranks(binary, monkeypatch, devices=3)
+    assert opened == {0: [0, 1], 1: [2]}
+    assert reports[0].passed
+    for name, value in alone.outputs.items():
+        np.testing.assert_array_equal(reports[0].outputs[name], value)
+
+
+@pytest.mark.parametrize(
+    ("fold", "message"),
+    [
+        ({"devices": 1}, "devices=1, but 2 ranks replay the binary, each on devices of its own"),
+        (
+            {"device_map": {0: 0, 1: 1, 2: 1, 3: 2}},
+            "device_map puts logical devices 1 and 2 on runner device 1, but ranks 0 and 1",
+        ),
+    ],
+)
+def test_a_fold_may_not_join_devices_of_two_ranks(fold, message):
+    """Each rank replays its devices in a process of its own: a runner device it names is
+    its own, so a fold across ranks would be honoured by neither; refused before the
+    replay sends or opens anything."""
+    transport = ThreadTransport(0, 2, {}, threading.Barrier(1))
+    with pytest.raises(mnrt.InvalidArgumentError, match=message):
+        mnrt.replay(pipeline_binary(), transport=transport, **fold)
+    assert transport.sent == []

@@ -111,6 +111,24 @@ def test_distributed_replay_equals_the_in_process_one_bit_for_bit(ring, tmp_path
     assert len(doc["modelled_as_run"]["devices"]) == 4  # each rank's devices are its own
 
 
+def test_a_fold_joins_the_devices_of_one_rank(ring, tmp_path):
+    """Four logical devices on two ranks folded onto two runner devices: each rank replays
+    its two on one device of its own, as the in-process fold does."""
+    expected = in_process_outputs(ring, tmp_path / "local")
+    report = tmp_path / "report.json"
+    r = run_mpi(
+        2, *mnrt_command(), "run", "--mpi", ring, "--devices", "2",
+        "--save-outputs", tmp_path / "mpi", "--report", report,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert saved(tmp_path / "mpi") == expected
+    code, out = invoke_cli("run", ring, "--devices", "2", "--json")
+    assert code == 0, out
+    doc = json.loads(report.read_text())
+    assert doc["modelled_as_run"] == json.loads(out)["modelled_as_run"]
+    assert len(doc["modelled_as_run"]["devices"]) == 2
+
+
 def test_locate_over_ranks_names_the_kernel_the_in_process_locate_names(tmp_path):
     """z (device 2, rank 2) is perturbed: device 1's add (rank 1) is the first divergent
     kernel; rank 1 saves its arrays and rank 0 names them."""
@@ -185,6 +203,17 @@ def test_every_rank_exits_with_the_code_of_a_golden_mismatch(ring, tmp_path):
         (3, [], "3 ranks for a binary of 2 logical device(s): each rank replays at least one"),
         (2, ["--device-map", "zero"], "--device-map entry 'zero' is not LOGICAL:DEVICE"),
         (2, ["--device", "x"], "--device 'x': use 'auto' or a device index"),
+        (
+            2,
+            ["--devices", "1"],
+            "devices=1, but 2 ranks replay the binary, each on devices of its own process; "
+            "give at least 2",
+        ),
+        (
+            2,
+            ["--device-map", "0:1,1:1"],
+            "device_map puts logical devices 0 and 1 on runner device 1, but ranks 0 and 1",
+        ),
     ],
 )
 def test_a_job_refused_before_the_replay_ends_every_rank_with_one_line(
