@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+import warnings
 
 import click
 
@@ -65,7 +66,8 @@ class _LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context):
         try:
-            with interrupt.kept():
+            with interrupt.kept(), warnings.catch_warnings():
+                warnings.showwarning = _show_warning
                 return super().invoke(ctx)
         except MnrtError as e:
             _fail(str(e), e.exit_code, type(e).__name__, self.json_errors)
@@ -92,6 +94,12 @@ class _LazyGroup(click.Group):
         except click.Abort:
             _fail("interrupted", EXIT_INTERRUPTED, "KeyboardInterrupt", self.json_errors)
         sys.exit(code if isinstance(code, int) else 0)  # an Exit's code (--help: 0)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line on stderr, as errors are (`mnrt: warning: ...`): Python's own
+    format names the line of click that called the command, and quotes it."""
+    click.echo(f"mnrt: warning: {' '.join(str(message).split())}", err=True)
 
 
 def _fail(message: str, code: int, kind: str, as_json: bool) -> None:

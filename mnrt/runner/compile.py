@@ -340,7 +340,8 @@ def _report_pipeline(
     click.echo(
         f"{model} -> {output}: {len(compiled.fragments)} fragments on {len(mpmd.devices)} "
         f"devices, {len(compiled.transfers)} transfers, {mpmd.schedule} x "
-        f"{mpmd.microbatches} microbatches; modelled makespan "
-        f"{timeline['makespan_s'] * 1e6:.1f} us, bubble {timeline['bubble_fraction']:.3f}; "
+        f"{mpmd.microbatches} microbatches; modelled makespan per call (weights on the "
+        f"devices) {timeline['makespan_s'] * 1e6:.1f} us, bubble "
+        f"{timeline['bubble_fraction']:.3f}; "
         f"compiled in {seconds:.2f} s"
     )

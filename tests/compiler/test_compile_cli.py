@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from onnx_harness import (
+    initializer,
     onnx_model,
     relu_model,
     saved_relu_model,
@@ -359,3 +360,24 @@ def test_compile_explain_of_a_pipeline_is_refused_rather_than_ignored(tmp_path):
     code, out = compile_cli(model, "-o", tmp_path / "s.mnlb", "--devices", "2", "--explain")
     assert code == 2 and "compile without --devices" in out
     assert not (tmp_path / "s.mnlb").exists()
+
+
+def test_a_warning_is_one_line_as_errors_are(tmp_path):
+    """Python's own format names the line of click that called the command and quotes it;
+    the CLI prints `mnrt: warning: ...` instead, once per warning."""
+    model = onnx_model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [value_info("x", [2, 3])],
+        [value_info("y", [2, 5])],  # computes [2, 4]
+        [initializer("w", np.ones((3, 4), np.float32))],
+    )
+    onnx.save(model, tmp_path / "m.onnx")
+    run = subprocess.run(
+        [sys.executable, "-m", "mnrt", "compile", tmp_path / "m.onnx", "-o", tmp_path / "m.mnlb"],
+        capture_output=True, text=True, timeout=HANG_S,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.splitlines() == [
+        "mnrt: warning: ONNX model 'g' declares output 'y' as [2, 5] but computes [2, 4]; the "
+        "compiled function gives [2, 4]: fix the model's declared output shape"
+    ]
