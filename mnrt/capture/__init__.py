@@ -230,9 +230,7 @@ def capture(
         problem = _verifier(binary)
         if problem is not None:
             raise CaptureVerificationError(
-                f"the capture for {path} does not reproduce its own goldens on replay: "
-                f"{problem}; nothing was saved. Capture again (a race between queues or "
-                "a kernel that is not deterministic is the usual cause)"
+                f"capture(verify=True) refused the capture for {path}: {problem}; nothing was saved"
             )
     binary.save(path)
 

@@ -29,6 +29,7 @@ from ..format import LightBinary
 from ..format.fb.CommandUnion import CommandUnion
 from . import io
 from .executor import Executor
+from .hazards import Race, races
 from .locate import Locator
 from .modelled import ran
 from .modelled import spans as span_list
@@ -191,6 +192,10 @@ def replay(
         report.locate = locator.result
     _run_loops(report, plan, placement, transport, loops, verify, rtol, atol, profile,
                new_inputs, wanted, progress, locator)  # fmt: skip
+    wrong = report.locate is not None and report.locate.first_wrong is not None
+    if not report.passed or wrong:
+        found = races(plan, limit=2)
+        report.race = race_text(plan, found, "the binary's") if found else None
     if report.rank != 0:
         report.verified = False  # rank 0 verifies every rank's reads
     elif report.verified and not report.checks:  # a PASS needs evidence
@@ -337,12 +342,18 @@ def _add_timelines(
 
 
 def verify_capture(binary: LightBinary) -> str | None:
-    """None when a fresh capture replays to its own goldens; else why not, naming the first
-    divergent kernel when the capture has fingerprints (`capture(..., verify=True)`)."""
+    """None when a fresh capture can be trusted to replay to its own goldens; else why
+    not: its queues race (a replay may then pass or not by chance), or its replay fails,
+    naming the first divergent kernel when the capture has fingerprints
+    (`capture(..., verify=True)`)."""
     try:
+        plan = validate(binary, blobs=False)
+        found = races(plan, limit=2)
+        if found:
+            return race_text(plan, found)
         report = replay(binary, locate=True)
     except MnrtError as e:
-        return f"replay failed: {e}"
+        return f"its replay failed: {e}"
     if report.passed:
         return None
     failed = [c.name for c in report.checks if not c.passed]
@@ -352,4 +363,21 @@ def verify_capture(binary: LightBinary) -> str | None:
         if located is not None
         else "every kernel matched its fingerprint (a read or write differed)"
     )
-    return f"golden(s) {', '.join(failed)} did not match; {where}"
+    return (
+        f"it does not reproduce its own goldens on replay: golden(s) {', '.join(failed)} did "
+        f"not match; {where}; capture again (a kernel that is not deterministic is the usual "
+        "cause)"
+    )
+
+
+def race_text(plan: Plan, found: list[Race], whose: str = "its") -> str:
+    """What a user is told of a binary's races (`found`, the first of them): the first,
+    and how to order it; `whose` names the binary."""
+    first = found[0]
+    more = " (and more)" if len(found) > 1 else ""
+    return (
+        f"{whose} queues race, so {whose} results may differ from run to run: "
+        f"{first.describe(plan)}{more}; record an event on the queue "
+        f"of command {first.first} after it and wait for that event on the queue of command "
+        f"{first.second} before it (see `mnrt verify`)"
+    )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..format import LightBinary
@@ -22,7 +21,7 @@ from ..format.fb.Command import CommandT
 from ..format.fb.CommandUnion import CommandUnion as U
 from ..format.fingerprints import Fingerprint
 from .diff import plain
-from .plan import Plan, validate
+from .plan import Plan, program_buffers, validate
 from .trim import Live, TrimError, check_replays, referenced_ids
 
 
@@ -44,13 +43,6 @@ class OptimizeStats:
             "buffers_dropped": self.buffers_dropped,
             "programs_merged": self.programs_merged,
         }
-
-
-def _program_buffers(plan: Plan, program: int, ids: Sequence[int]) -> tuple[list, list]:
-    """(kernels as (reads, writes) buffer-id sets in order, all buffers) of one enqueue."""
-    info = plan.programs[program]
-    slot = dict(zip(info.slots, (int(i) for i in ids)))
-    return [({slot[s] for s in k.inputs}, {slot[s] for s in k.outputs}) for k in info.kernels]
 
 
 def live_commands(binary: LightBinary, plan: Plan) -> list[int]:
@@ -76,7 +68,7 @@ def live_commands(binary: LightBinary, plan: Plan) -> list[int]:
                 keep.add(i)
                 needed.discard(cmd.bufferId)
         elif kind == U.EnqueueProgram:
-            kernels = _program_buffers(plan, cmd.programId, cmd.bufferIds)
+            kernels = program_buffers(plan, cmd.programId, cmd.bufferIds)
             if any(w & needed for _, w in kernels):
                 keep.add(i)
                 for reads, writes in reversed(kernels):

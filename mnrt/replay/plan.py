@@ -15,7 +15,7 @@ slot orders), so execution repeats none of it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +87,16 @@ class Plan:
     # event gid -> the device gids of the queues that wait for it (distributed replay
     # signals the ranks that own them).
     event_waiters: dict[int, set[int]] = field(default_factory=dict)
+
+
+def program_buffers(
+    plan: Plan, program: int, ids: Sequence[int]
+) -> list[tuple[set[int], set[int]]]:
+    """The kernels of one enqueue of `program` on buffers `ids`, in order, as the buffer
+    ids each reads and writes."""
+    info = plan.programs[program]
+    slot = dict(zip(info.slots, (int(i) for i in ids)))
+    return [({slot[s] for s in k.inputs}, {slot[s] for s in k.outputs}) for k in info.kernels]
 
 
 def program_kernel(plan: Plan, command: int, kernel: int) -> tuple[ProgramInfo | None, int]:

@@ -47,6 +47,9 @@ class ReplayReport:
     no_goldens: bool = False
     error: MnrtError | None = None  # what stopped the replay (then `passed` is False)
     locate: LocateResult | None = None  # with replay(..., locate=True)
+    # of a replay that failed: why its queues may run in another order each time (the
+    # first race between them, see replay/hazards.py), or None when they cannot
+    race: str | None = None
     # The last loop's queue commands as timeline spans (every rank's, on rank 0) and where
     # each captured device ran: what `modelled` and `modelled_as_run` are scheduled from,
     # when first asked for (a large binary's timeline costs as much as its replay).
@@ -189,6 +192,7 @@ class ReplayReport:
             "rank": self.rank,
             "ranks": self.ranks,
             **({"locate": self.locate.to_dict()} if self.locate is not None else {}),
+            **({"race": self.race} if self.race is not None else {}),
         }
 
     def to_json(self, indent: int | None = 1) -> str:
@@ -220,6 +224,8 @@ class ReplayReport:
                 )
         if self.locate is not None:
             lines.append(self.locate.summary())
+        if self.race is not None:
+            lines.append(f"note: {self.race}")
         several = self.spans is not None and len({s.device for s in self.spans}) > 1
         for label, m in (("captured", self.modelled), ("as run", self.modelled_as_run)):
             if several:

@@ -11,6 +11,7 @@ import click
 from ..errors import InvalidArgumentError
 from ..format import IDENTIFIER, LightBinary, jsonio
 from ..format.files import open_regular, write_atomically, write_with_folder
+from ..replay.hazards import RACES_SHOWN, races
 from ..replay.info import info as binary_info
 from ..replay.plan import validate
 
@@ -74,7 +75,8 @@ def dump(file, as_json) -> None:
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
 def verify(file, as_json) -> None:
-    """Check FILE without running it: structure, version, ids, sizes, blob checksums."""
+    """Check FILE without running it: structure, version, ids, sizes, blob checksums, and
+    races between its queues (listed; a racy binary is still valid, so exit 0)."""
     binary = LightBinary.load(file)
     plan = validate(binary)
     counts = {
@@ -83,12 +85,22 @@ def verify(file, as_json) -> None:
         "buffers": len(plan.buffers),
         "programs": len(plan.programs),
     }
+    found = races(plan)
     if as_json:
-        click.echo(json.dumps({"ok": True, "path": str(file), **counts}, indent=1))
+        doc = {"ok": True, "path": str(file), **counts, "races": [r.to_dict() for r in found]}
+        click.echo(json.dumps(doc, indent=1))
         return
     click.echo(
         f"OK: {file}: " + ", ".join(f"{n} {w[:-1] if n == 1 else w}" for w, n in counts.items())
     )
+    for race in found:
+        click.echo(f"race: {race.describe(plan)}")
+    if found:
+        click.echo(
+            f"{len(found)}{'+' if len(found) == RACES_SHOWN else ''} race(s): its results may "
+            "differ from run to run; order each pair with an event (record it on the first "
+            "command's queue after it, wait for it on the second's before it)"
+        )
 
 
 @click.command()
