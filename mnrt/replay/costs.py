@@ -7,6 +7,7 @@ two runs of one binary give the same figures on any machine: a gate that needs n
 from __future__ import annotations
 
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from typing import Any
 
 from ..errors import MnrtError
@@ -90,29 +91,42 @@ def regressions(
     current: dict[str, Any], baseline: dict[str, Any], tolerance: float
 ) -> tuple[list[str], list[dict]]:
     """(totals that regressed beyond `tolerance` as lines, kernels that got slower) of two
-    `mnrt bench --json` documents' `modelled` parts. Kernels are matched by program, op
-    and occurrence (the n-th 'gemm' of program 'mlp'), so commands added elsewhere do not
-    misalign them."""
+    `mnrt bench --json` documents' `modelled` parts. Kernels are matched program by
+    program, their ops aligned as lines of a text diff (`kernel_pairs`): a kernel added,
+    dropped or fused elsewhere (another compile of the model, another preset) does not
+    shift the others onto kernels they are not."""
     lines = []
     for name, unit in (("makespan_s", "s"), ("energy_j", "J")):
         old, new = float(baseline[name]), float(current[name])
         if new > old * (1 + tolerance):
             change = (new - old) / old if old else float("inf")
             lines.append(f"{name} {old:.6g} {unit} -> {new:.6g} {unit} ({change:+.1%})")
+    slower = [
+        {**new, "baseline_time_s": old["time_s"]}
+        for old, new in kernel_pairs(baseline.get("kernels", []), current.get("kernels", []))
+        if new["time_s"] > old["time_s"] * (1 + tolerance)
+    ]
+    slower.sort(key=lambda k: (k["command"], k["kernel"]))
+    return lines, slower
 
-    def keyed(kernels: list[dict]) -> dict[tuple, dict]:
-        seen: dict[tuple, int] = {}
-        out = {}
+
+def kernel_pairs(old: list[dict], new: list[dict]) -> list[tuple[dict, dict]]:
+    """The kernels of two runs that correspond: of each program (by name), the kernels it
+    ran in order (every enqueue of it, one after another), their ops aligned by
+    difflib's longest matching blocks."""
+
+    def by_program(kernels: list[dict]) -> dict[str, list[dict]]:
+        out: dict[str, list[dict]] = {}
         for k in kernels:
-            base = (k["program"], k["program_kernel"], k["op"])
-            n = seen[base] = seen.get(base, 0) + 1
-            out[(*base, n)] = k
+            out.setdefault(k["program"], []).append(k)
         return out
 
-    old_k, new_k = keyed(baseline.get("kernels", [])), keyed(current.get("kernels", []))
-    slower = [
-        {**new_k[key], "baseline_time_s": old_k[key]["time_s"]}
-        for key in new_k
-        if key in old_k and new_k[key]["time_s"] > old_k[key]["time_s"] * (1 + tolerance)
-    ]
-    return lines, slower
+    before, pairs = by_program(old), []
+    for program, ran in by_program(new).items():
+        was = before.get(program, [])
+        matcher = SequenceMatcher(None, [k["op"] for k in was], [k["op"] for k in ran], False)
+        for block in matcher.get_matching_blocks():
+            pairs.extend(
+                zip(was[block.a : block.a + block.size], ran[block.b : block.b + block.size])
+            )
+    return pairs

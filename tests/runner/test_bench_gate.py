@@ -44,6 +44,27 @@ def test_baseline_gate_passes_unchanged_and_names_the_kernels_that_got_slower(tm
     assert code == 1 and json.loads(out)["regression"]["slower_kernels"][0]["op"] == "add"
 
 
+def test_the_gate_pairs_each_kernel_with_its_own_across_a_kernel_added_before_it(tmp_path):
+    """A baseline of a binary without the current one's first kernel (as a compile that adds
+    one, or another preset's fusion, leaves it): each kernel is still compared with its own
+    (the ops of each program aligned as a text diff is), not with the kernel at its old
+    position."""
+    path, base = tmp_path / "c.mnlb", tmp_path / "base.json"
+    chain_capture(12).save(path)
+    doc = json.loads(_bench(path, "--json")[1])
+    kernels = doc["modelled"]["kernels"][1:]  # the baseline lacked kernel 0, a 'mul'
+    for k in kernels:
+        k["kernel"] -= 1
+        k["program_kernel"] -= 1
+    kernels[2]["time_s"] *= 0.5  # the current kernel 3, an 'add', was twice as fast
+    doc["modelled"].update(kernels=kernels, makespan_s=doc["modelled"]["makespan_s"] * 0.9)
+    base.write_text(json.dumps(doc))
+    code, out = _bench(path, "--baseline", base, "--json")
+    slower = json.loads(out)["regression"]["slower_kernels"]
+    assert code == 1 and [(k["program_kernel"], k["op"]) for k in slower] == [(3, "add")]
+    assert slower[0]["baseline_time_s"] == kernels[2]["time_s"]
+
+
 NOT_BENCH_JSON = {
     "no totals": lambda m: m.clear(),
     "not JSON": "{",
