@@ -29,7 +29,7 @@ from ..format import LightBinary
 from ..format.fb.CommandUnion import CommandUnion
 from . import io
 from .executor import Executor
-from .hazards import Race, races
+from .hazards import race_text, races
 from .locate import Locator
 from .modelled import ran
 from .modelled import spans as span_list
@@ -367,17 +367,4 @@ def verify_capture(binary: LightBinary) -> str | None:
         f"it does not reproduce its own goldens on replay: golden(s) {', '.join(failed)} did "
         f"not match; {where}; capture again (a kernel that is not deterministic is the usual "
         "cause)"
-    )
-
-
-def race_text(plan: Plan, found: list[Race], whose: str = "its") -> str:
-    """What a user is told of a binary's races (`found`, the first of them): the first,
-    and how to order it; `whose` names the binary."""
-    first = found[0]
-    more = " (and more)" if len(found) > 1 else ""
-    return (
-        f"{whose} queues race, so {whose} results may differ from run to run: "
-        f"{first.describe(plan)}{more}; record an event on the queue "
-        f"of command {first.first} after it and wait for that event on the queue of command "
-        f"{first.second} before it (see `mnrt verify`)"
     )

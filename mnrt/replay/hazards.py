@@ -88,6 +88,19 @@ def races(plan: Plan, limit: int = RACES_SHOWN) -> list[Race]:
     return found
 
 
+def race_text(plan: Plan, found: list[Race], whose: str = "its") -> str:
+    """What a user is told of a binary's races (`found`, the first of them): the first,
+    and how to order it; `whose` names the binary."""
+    first = found[0]
+    more = " (and more)" if len(found) > 1 else ""
+    return (
+        f"{whose} queues race, so {whose} results may differ from run to run: "
+        f"{first.describe(plan)}{more}; record an event on the queue "
+        f"of command {first.first} after it and wait for that event on the queue of command "
+        f"{first.second} before it (see `mnrt verify`)"
+    )
+
+
 class _Clocks:
     """Vector clocks: what each queue (and the host) knows to have run, as a count of
     commands per queue."""

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from binaries import perturbed
 from cli_harness import invoke_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +18,7 @@ import mnrt
 from mnrt.format.fb.CommandUnion import CommandUnion as U
 from mnrt.replay.hazards import races
 from mnrt.replay.plan import program_buffers, validate
+from mnrt.replay.reduce import kernel_count, reduce
 
 N = 64
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
@@ -236,3 +238,11 @@ def test_a_failed_replay_of_a_racy_binary_says_so():
     assert report.to_dict()["race"] == report.race and f"note: {report.race}" in report.summary()
     report = mnrt.replay(ordered, expected=wrong)
     assert not report.passed and report.race is None and "race" not in report.to_dict()
+
+
+def test_reduce_warns_that_a_racy_binarys_failure_may_come_and_go():
+    binary = relay(ordered=False)
+    v = next(g for g, b in validate(binary, blobs=False).buffers.items() if b.name == "v")
+    with pytest.warns(UserWarning, match=r"queues race.*may come and go"):
+        result = reduce(perturbed(binary, v))  # fails whichever order the queues run in
+    assert kernel_count(result.binary) == 1
