@@ -276,3 +276,43 @@ def pipelined_binary(folder) -> mnrt.LightBinary:
         compiled.save_binary(path)
         compiled.close()
     return mnrt.LightBinary.load(path)
+
+
+RELAY_N = 64  # the width of relay's values
+
+
+def relay_session(ordered: bool = True) -> None:
+    """Device 0 writes s and copies it to r on device 1, whose queue multiplies r by v,
+    three times. Unless `ordered`, device 0's next copy does not wait for device 1's
+    program to have read r: a race on r."""
+    rng = np.random.default_rng(0)
+    d0, d1 = mnrt.open_device(0), mnrt.open_device(1)
+    try:
+        q0, q1 = d0.command_queue(0), d1.command_queue(0)
+        s = d0.create_buffer((4, RELAY_N), "float", name="s")
+        r = d1.create_buffer((4, RELAY_N), "float", name="r")
+        v = d1.create_buffer((RELAY_N, RELAY_N), "float", name="v")
+        o = d1.create_buffer((4, RELAY_N), "float", name="o")
+        step = d1.create_program([mnrt.Kernel("gemm", ["r", "v"], ["o"])], name="step")
+        q1.enqueue_write_buffer(v, rng.standard_normal((RELAY_N, RELAY_N)).astype(np.float32))
+        for _ in range(3):
+            q0.enqueue_write_buffer(s, rng.standard_normal((4, RELAY_N)).astype(np.float32))
+            q0.enqueue_copy_buffer(s, r)
+            q1.wait_event(q0.record_event())
+            q1.enqueue_program(step, {"r": r, "v": v, "o": o})
+            q1.enqueue_read_buffer(o, blocking=False)
+            if ordered:
+                q0.wait_event(q1.record_event())
+        q1.finish()
+    finally:
+        d0.close()
+        d1.close()
+
+
+def relay(ordered: bool = True) -> mnrt.LightBinary:
+    mnrt.begin_capture()
+    try:
+        relay_session(ordered)
+    finally:
+        binary = mnrt.end_capture()
+    return binary

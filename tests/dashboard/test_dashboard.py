@@ -12,6 +12,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 from cli_harness import invoke_cli
 from hypothesis import given, settings
@@ -142,6 +143,17 @@ def test_a_run_reports_locate_findings_are_on_its_summary(tmp_path):
     summary = client(report).get("/summary").text
     assert "locate: first divergent kernel" in summary and "&#39;exp&#39; (wrong)" in summary
     assert str(tmp_path / "loc") in summary
+
+
+def test_a_run_reports_race_is_on_its_summary(tmp_path):
+    from binaries import RELAY_N, relay
+
+    path, report = tmp_path / "racy.mnlb", tmp_path / "r.json"
+    relay(ordered=False).save(path)
+    wrong = {"o": np.zeros((4, RELAY_N), np.float32)}
+    report.write_text(mnrt.replay(path, expected=wrong).to_json())
+    summary = client(report).get("/summary").text
+    assert "race between queues" in summary and "queues race" in summary
 
 
 def test_run_report(tmp_path, pipeline):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from binaries import perturbed
+from binaries import RELAY_N, perturbed, relay, relay_session
 from cli_harness import invoke_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,45 +20,7 @@ from mnrt.replay.hazards import races
 from mnrt.replay.plan import program_buffers, validate
 from mnrt.replay.reduce import kernel_count, reduce
 
-N = 64
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
-
-
-def relay_session(ordered: bool = True) -> None:
-    """Device 0 writes s and copies it to r on device 1, whose queue multiplies r by v,
-    three times. Unless `ordered`, device 0's next copy does not wait for device 1's
-    program to have read r: a race on r."""
-    rng = np.random.default_rng(0)
-    d0, d1 = mnrt.open_device(0), mnrt.open_device(1)
-    try:
-        q0, q1 = d0.command_queue(0), d1.command_queue(0)
-        s = d0.create_buffer((4, N), "float", name="s")
-        r = d1.create_buffer((4, N), "float", name="r")
-        v = d1.create_buffer((N, N), "float", name="v")
-        o = d1.create_buffer((4, N), "float", name="o")
-        step = d1.create_program([mnrt.Kernel("gemm", ["r", "v"], ["o"])], name="step")
-        q1.enqueue_write_buffer(v, rng.standard_normal((N, N)).astype(np.float32))
-        for _ in range(3):
-            q0.enqueue_write_buffer(s, rng.standard_normal((4, N)).astype(np.float32))
-            q0.enqueue_copy_buffer(s, r)
-            q1.wait_event(q0.record_event())
-            q1.enqueue_program(step, {"r": r, "v": v, "o": o})
-            q1.enqueue_read_buffer(o, blocking=False)
-            if ordered:
-                q0.wait_event(q1.record_event())
-        q1.finish()
-    finally:
-        d0.close()
-        d1.close()
-
-
-def relay(ordered: bool = True) -> mnrt.LightBinary:
-    mnrt.begin_capture()
-    try:
-        relay_session(ordered)
-    finally:
-        binary = mnrt.end_capture()
-    return binary
 
 
 def kind_at(binary: mnrt.LightBinary, index: int) -> int:
@@ -231,7 +193,7 @@ def test_mnrt_verify_lists_the_races(tmp_path):
 
 def test_a_failed_replay_of_a_racy_binary_says_so():
     racy, ordered = relay(ordered=False), relay(ordered=True)
-    wrong = {"o": np.zeros((4, N), np.float32)}
+    wrong = {"o": np.zeros((4, RELAY_N), np.float32)}
     report = mnrt.replay(racy, expected=wrong)
     assert not report.passed
     assert report.race.startswith("the binary's queues race")

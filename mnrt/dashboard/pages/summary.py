@@ -112,6 +112,8 @@ def build(art: Artifacts) -> dict[str, Any]:
                 ("bubble fraction", modelled.get("bubble_fraction")),
             ]
         facts += _located(run.get("locate"))
+        if run.get("race"):
+            facts.append(("race between queues", run["race"]))
     binary = None
     if art.binary_path is not None:
         info = art.info
