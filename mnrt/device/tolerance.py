@@ -128,3 +128,13 @@ def default_tolerance(dtype: DType, error: float, golden: np.ndarray) -> tuple[f
     dtype's default, so every binary that passed before still does."""
     rtol, atol = golden_tolerance(dtype, error, golden)
     return max(rtol, dtype.rtol), max(atol, dtype.atol)
+
+
+def stats_tolerance(dtype: DType, error: float) -> tuple[float, float]:
+    """(rtol, atol) for the summary statistics of an output carrying `error` (a kernel
+    fingerprint's min, max and mean, which `format.fingerprints.close` holds to atol + rtol
+    times the output's scale): every element may move by what its golden allows (TAIL *
+    error of the scale, and one ulp of itself), so its min, max and mean may as well."""
+    if not dtype.is_float:
+        return 0.0, 0.0
+    return TAIL * error + 2.0 * unit_roundoff(dtype), dtype.atol

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..device.dtypes import DOUBLE
 from ..device.kernels import Out, TensorSpec
+from ..device.tolerance import stats_tolerance
 from ..errors import MnrtError
 from ..format.files import write_atomically
 from ..format.fingerprints import Stats, close, hash_of, summary
@@ -42,9 +43,10 @@ if TYPE_CHECKING:
     from .transport.base import Transport
 
 ROUNDING, WRONG = "different rounding", "wrong"
-# Rounding differences grow as they pass through kernels: the statistics of an output are
-# held to this many times its dtype's default tolerance before it counts as wrong.
-ROUNDING_SLACK = 64.0
+# The statistics of an output are held to this many times what the tolerance model lets
+# them move on another host (device/tolerance.py, stats_tolerance) before it counts as
+# wrong: the model's bound is probabilistic, and a verdict of "wrong" should be sure.
+ROUNDING_SLACK = 4.0
 
 
 @dataclass
@@ -201,11 +203,18 @@ class Locator:
             [_operand(s, b) for s, b in zip(out_slots, step.outs)],
         )
 
-    def _tolerance(self, step: Step, j: int) -> tuple[float, float]:
-        d = step.outs[j].dtype
-        rtol = self.rtol if self.rtol is not None else d.rtol * ROUNDING_SLACK
-        atol = self.atol if self.atol is not None else d.atol * ROUNDING_SLACK
-        return rtol, atol
+    def _tolerance(self, key: tuple[int, int], step: Step, j: int) -> tuple[float, float]:
+        """How far output `j`'s statistics may move before the kernel counts as wrong: the
+        caller's rtol / atol, else what the tolerance model lets rounding move it (so a
+        kernel that sums nothing, a cast or a copy, is wrong wherever it diverges, and a
+        half output does not get a quarter of its scale)."""
+        errors = self.plan.output_errors.get(key)
+        error = errors[j] if errors is not None and j < len(errors) else 0.0
+        rtol, atol = stats_tolerance(step.outs[j].dtype, error)
+        return (
+            self.rtol if self.rtol is not None else rtol * ROUNDING_SLACK,
+            self.atol if self.atol is not None else atol * ROUNDING_SLACK,
+        )
 
     def check(self, w: _Watch, step: Step, results: Sequence[np.ndarray]) -> None:
         key = (w.command, w.kernel)
@@ -226,7 +235,7 @@ class Locator:
                 return
         got = [summary(d, self.sample.of(v)) for d, v in zip(digests, results)]
         wrong = len(got) != len(want) or not all(
-            close(g, e, *self._tolerance(step, j)) for j, (g, e) in enumerate(zip(got, want))
+            close(g, e, *self._tolerance(key, step, j)) for j, (g, e) in enumerate(zip(got, want))
         )
         site = self._site(*key, step)
         site.verdict, site.captured, site.replayed = WRONG if wrong else ROUNDING, want, got

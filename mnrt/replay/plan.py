@@ -78,6 +78,9 @@ class Plan:
     # Command index of each golden and read -> the error model's bound on its buffer's
     # contents (device/tolerance.py): what a golden recorded without tolerances is allowed.
     golden_errors: dict[int, float] = field(default_factory=dict)
+    # (command, kernel among those it ran) -> the error each output carries (the tolerance
+    # model's, relative to its scale): how far a replay on another host may move it
+    output_errors: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     trace_programs: dict[int, list[int]] = field(default_factory=dict)  # trace gid -> programs
     # The kernel fingerprints by (command, kernel): each output's, in order (see locate.py).
     fingerprints: dict[tuple[int, int], list[Stats]] = field(default_factory=dict)
@@ -398,13 +401,14 @@ class _Validator:
         else:
             self.propagate_errors(prog, ids)
 
-    def propagate_errors(self, prog: ProgramInfo, ids: list[int]) -> None:
+    def propagate_errors(self, prog: ProgramInfo, ids: list[int], first: int = 0) -> int:
         """What the program leaves in its buffers carries its kernels' errors on top of
-        their inputs' (device/tolerance.py), kernel by kernel as it runs."""
+        their inputs' (device/tolerance.py), kernel by kernel as it runs; each kernel's
+        are kept by (command, `first` + its position). The number of kernels it ran."""
         errors = {s: self.errors[gid] for s, gid in zip(prog.slots, ids)}
         specs = {s: TensorSpec(self.plan.buffers[gid].shape, self.plan.buffers[gid].dtype)
                  for s, gid in zip(prog.slots, ids)}  # fmt: skip
-        for k in prog.kernels:
+        for i, k in enumerate(prog.kernels):
             outs = kernel_errors(
                 k.kdef,
                 [specs[s] for s in k.inputs],
@@ -413,8 +417,10 @@ class _Validator:
                 [errors[s] for s in k.inputs],
             )
             errors.update(zip(k.outputs, outs))
+            self.plan.output_errors[(self.index, first + i)] = outs
         for slot, gid in zip(prog.slots, ids):
             self.errors[gid] = errors[slot]
+        return len(prog.kernels)
 
     def check_shapes(self, gid: int, prog: ProgramInfo, infos: list[BufferInfo]) -> None:
         """Every kernel's shape rules hold for the bound buffers, as enqueue will check."""
@@ -475,8 +481,9 @@ class _Validator:
         for gid in info.buffers:
             if gid not in self.live:
                 raise self.fail(f"trace id {c.traceId} uses buffer id {gid}, deallocated since")
+        ran = 0
         for program, ids in info.enqueued:
-            self.propagate_errors(self.plan.programs[program], ids)
+            ran += self.propagate_errors(self.plan.programs[program], ids, ran)
 
     def release_trace(self, c) -> None:
         self.ref(c.deviceId, DEVICE)

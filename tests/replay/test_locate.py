@@ -463,3 +463,55 @@ def test_capture_verify_of_several_devices_keeps_a_capture_that_reproduces(tmp_p
         d0.close()
         d1.close()
     assert mnrt.replay(path).passed
+
+
+def _cast_then_gemm() -> tuple[mnrt.LightBinary, int]:
+    """x (float) cast to half, then a GEMM of it with w (half) into y (float); and x's
+    buffer id."""
+    rng = np.random.default_rng(3)
+    with mnrt.open_device("auto") as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture(fingerprints=True)
+        x = dev.create_buffer((16, 64), "float", name="x")
+        xh = dev.create_buffer((16, 64), "half", name="xh")
+        w = dev.create_buffer((64, 32), "half", name="w")
+        y = dev.create_buffer((16, 32), "float", name="y")
+        prog = dev.create_program(
+            [
+                mnrt.Kernel("cast", ["x"], ["xh"], {"to": "half"}),
+                mnrt.Kernel("gemm", ["xh", "w"], ["y"]),
+            ],
+            name="p",
+        )
+        q.enqueue_write_buffer(x, rng.standard_normal((16, 64)).astype(np.float32))
+        q.enqueue_write_buffer(w, rng.standard_normal((64, 32)).astype(np.float32) / 8)
+        q.enqueue_program(prog, {"x": x, "xh": xh, "w": w, "y": y})
+        q.enqueue_read_buffer(y)
+        binary = mnrt.end_capture()
+    return binary, next(g for g, b in validate(binary).buffers.items() if b.name == "x")
+
+
+def test_a_kernel_that_sums_nothing_is_wrong_wherever_it_diverges():
+    """The verdict holds an output to what the tolerance model lets rounding move it: a
+    cast reads bits that matched and sums nothing, so its output differing at all is
+    wrong. Held to 64x the dtype's default tolerance instead, a half output could move
+    by a quarter of its scale and count as rounding: an input 0.125 larger did."""
+    binary, x = _cast_then_gemm()
+    site = mnrt.replay(perturbed(binary, x, scale=1.0), locate=True).locate.first_divergent
+    assert (site.op, site.verdict) == ("cast", WRONG)
+
+
+def test_a_gemm_that_sums_in_another_order_is_only_rounding(monkeypatch):
+    """The same binary on a host whose BLAS sums more exactly (float64): the GEMM's bits
+    differ from its fingerprint, within the tolerance model's bound."""
+    binary, _ = _cast_then_gemm()
+    gemm = registry.lookup("gemm")
+
+    def exact(ins, attrs, outs):
+        return [np.asarray(r, np.float32) for r in gemm.compute(
+            [i.astype(np.float64) for i in ins], attrs, outs)]  # fmt: skip
+
+    monkeypatch.setitem(registry._REGISTRY, "gemm", dataclasses.replace(gemm, compute=exact))
+    report = mnrt.replay(binary, locate=True)
+    site = report.locate.first_divergent
+    assert (site.op, site.verdict) == ("gemm", ROUNDING) and report.locate.first_wrong is None
