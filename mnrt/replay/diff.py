@@ -203,18 +203,28 @@ def _pairs_by_type(
 
 
 def _fingerprint_changes(a: LightBinary, b: LightBinary, partner: dict[int, int]) -> list[dict]:
-    """Kernel outputs whose fingerprints differ between commands that line up."""
-    prints_b: dict[tuple[int, int, int], int] = {
-        (f.command, f.kernel, f.output): f.stats.hash for f in b.fingerprints
-    }
+    """Kernel outputs whose fingerprints differ between commands that line up, from either
+    side (one that only one side has is a difference too), and fingerprints that name a
+    command their binary does not have (`None` for the side that has no such print)."""
+
+    def placed(binary: LightBinary) -> dict[int, dict[tuple[int, int], int]]:
+        out: dict[int, dict[tuple[int, int], int]] = {}
+        for f in binary.fingerprints:
+            out.setdefault(f.command, {})[(f.kernel, f.output)] = f.stats.hash
+        return out
+
+    in_a, in_b = placed(a), placed(b)
     out = []
-    for f in a.fingerprints:
-        j = partner.get(f.command)
-        if j is None:
-            continue
-        other = prints_b.get((j, f.kernel, f.output))
-        if other != f.stats.hash:
-            out.append({"a": f.command, "b": j, "kernel": f.kernel, "output": f.output})
+    for i, j in partner.items():
+        mine, theirs = in_a.get(i, {}), in_b.get(j, {})
+        for kernel, output in sorted(mine.keys() | theirs.keys()):
+            if mine.get((kernel, output)) != theirs.get((kernel, output)):
+                out.append({"a": i, "b": j, "kernel": kernel, "output": output})
+    for side, prints, count in (("a", in_a, len(a.commands)), ("b", in_b, len(b.commands))):
+        for command in sorted(c for c in prints if not 0 <= c < count):
+            for kernel, output in sorted(prints[command]):
+                other = "b" if side == "a" else "a"
+                out.append({side: command, other: None, "kernel": kernel, "output": output})
     return out
 
 

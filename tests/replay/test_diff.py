@@ -61,6 +61,23 @@ def test_fingerprints_taken_over_another_sample_show_in_the_header():
     assert diff(a, unprinted)["header"] == []  # one side has no fingerprints: no sample
 
 
+@pytest.mark.parametrize("moved_to", ["a kernel-less command", "beyond the last command"])
+def test_a_fingerprint_one_side_lacks_is_a_difference_either_way_round(moved_to):
+    """A fingerprint moved off its kernel (as a hostile edit did, to command 281 of 27):
+    the diff compared only the first binary's fingerprints, at commands that line up, so
+    with the edited binary first it was "equal"."""
+    binary = chain_capture(4)  # fingerprinted
+    f = binary.fingerprints[0]
+    command = 0 if moved_to == "a kernel-less command" else len(binary.commands) + 254
+    edited = Editor(binary).build(
+        list(binary.commands),
+        fingerprints=[f._replace(command=command), *binary.fingerprints[1:]],
+    )
+    for a, b in ((binary, edited), (edited, binary)):
+        d = diff(a, b)
+        assert not d["equal"] and len(d["fingerprints"]["differ"]) == 2, d["fingerprints"]
+
+
 def test_goldens_are_compared_by_value():
     a = chain_capture(20)
     b = chain_capture(21)  # one more kernel: another program and another golden
