@@ -214,4 +214,5 @@ def check_replays(binary: LightBinary, what: str, error: type[MnrtError]) -> Non
         raise error(f"{what} does not replay: {e}") from None
     if not report.passed:
         failed = ", ".join(c.name for c in report.checks if not c.passed)
-        raise error(f"{what} does not reproduce its goldens on replay ({failed} differ)")
+        why = f"; {report.race}" if report.race is not None else ""
+        raise error(f"{what} does not reproduce its goldens on replay ({failed} differ){why}")

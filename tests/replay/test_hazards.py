@@ -19,6 +19,7 @@ from mnrt.format.fb.CommandUnion import CommandUnion as U
 from mnrt.replay.hazards import races
 from mnrt.replay.plan import program_buffers, validate
 from mnrt.replay.reduce import kernel_count, reduce
+from mnrt.replay.trim import TrimError, check_replays
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 
@@ -208,3 +209,12 @@ def test_reduce_warns_that_a_racy_binarys_failure_may_come_and_go():
     with pytest.warns(UserWarning, match=r"queues race.*may come and go"):
         result = reduce(perturbed(binary, v))  # fails whichever order the queues run in
     assert kernel_count(result.binary) == 1
+
+
+def test_a_slice_of_a_racy_binary_that_fails_its_check_names_the_race():
+    """trim and optimize replay what they write before writing it (check_replays): when
+    that fails on a racy binary, the race is the first suspect, and the error says so."""
+    binary = relay(ordered=False)
+    v = next(g for g, b in validate(binary, blobs=False).buffers.items() if b.name == "v")
+    with pytest.raises(TrimError, match=r"does not reproduce its goldens.*queues race"):
+        check_replays(perturbed(binary, v), "the slice", TrimError)
