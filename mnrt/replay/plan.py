@@ -79,7 +79,8 @@ class Plan:
     # contents (device/tolerance.py): what a golden recorded without tolerances is allowed.
     golden_errors: dict[int, float] = field(default_factory=dict)
     # (command, kernel among those it ran) -> the error each output carries (the tolerance
-    # model's, relative to its scale): how far a replay on another host may move it
+    # model's, relative to its scale): how far a replay on another host may move it; kept
+    # for the kernels the binary fingerprints
     output_errors: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     trace_programs: dict[int, list[int]] = field(default_factory=dict)  # trace gid -> programs
     # The kernel fingerprints by (command, kernel): each output's, in order (see locate.py).
@@ -142,6 +143,9 @@ class _Validator:
         self.traces: dict[int, TraceInfo] = {}
         self.shapes_checked: set[tuple] = set()  # (program gid, bound specs) found valid
         self.errors: dict[int, float] = {}  # buffer gid -> error bound of what it holds
+        # the kernel executions whose output errors are kept (Plan.output_errors): those
+        # with fingerprints, the only ones locate compares (so as many as the file lists)
+        self.printed = {(f.command, f.kernel) for f in binary.fingerprints}
         self.index = 0
         self.current: dict[int, int] = {}  # captured device index -> the gid open on it now
         self.closed: set[int] = set()  # device gids the capture closed (opened again since)
@@ -417,7 +421,8 @@ class _Validator:
                 [errors[s] for s in k.inputs],
             )
             errors.update(zip(k.outputs, outs))
-            self.plan.output_errors[(self.index, first + i)] = outs
+            if (self.index, first + i) in self.printed:
+                self.plan.output_errors[(self.index, first + i)] = outs
         for slot, gid in zip(prog.slots, ids):
             self.errors[gid] = errors[slot]
         return len(prog.kernels)
