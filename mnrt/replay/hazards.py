@@ -20,7 +20,7 @@ its buffer, a read or a golden check reads it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from ..format.fb.CommandUnion import CommandUnion as U
 from .plan import Plan, program_buffers
@@ -64,14 +64,7 @@ class Race:
         )
 
     def to_dict(self) -> dict:
-        return {
-            "buffer": self.buffer,
-            "buffer_name": self.buffer_name,
-            "first": self.first,
-            "second": self.second,
-            "first_writes": self.first_writes,
-            "second_writes": self.second_writes,
-        }
+        return asdict(self)
 
 
 RACES_SHOWN = 10  # what `races` finds unless asked for fewer: the first few say enough
