@@ -50,8 +50,9 @@ def live_commands(binary: LightBinary, plan: Plan) -> list[int]:
     commands = binary.commands
     live = Live()
     live.follow(commands, len(commands))
-    in_trace = {i for ids in live.traces.values() for i in ids}
-    trace_of = {i: t for t, ids in live.traces.items() for i in ids}
+    traces = {**live.released, **live.traces}
+    in_trace = {i for ids in traces.values() for i in ids}
+    trace_of = {i: t for t, ids in traces.items() for i in ids}
     needed: set[int] = set()
     keep: set[int] = set()
     replayed: set[int] = set()
@@ -84,7 +85,7 @@ def live_commands(binary: LightBinary, plan: Plan) -> list[int]:
         elif kind == U.ReplayTrace:
             keep.add(i)
             replayed.add(cmd.traceId)
-            for j in live.traces.get(cmd.traceId, ()):
+            for j in traces.get(cmd.traceId, ()):
                 needed |= referenced_ids(commands[j].cmd)
         elif kind in (U.Finish, U.OpenDevice, U.OpenQueue):
             keep.add(i)

@@ -57,10 +57,12 @@ def parse_range(text: str, count: int) -> tuple[int, int]:
 @dataclass
 class Live:
     """What is defined at some command: creation commands by id, and each device trace's
-    commands (begin, enqueues, end) with whether it is still being captured."""
+    commands (begin, enqueues, end) with whether it is still being captured. Traces released
+    by then move to `released` (what their replays read still matters to what follows)."""
 
     creates: dict[int, int] = field(default_factory=dict)  # object id -> creating command
     traces: dict[int, list[int]] = field(default_factory=dict)
+    released: dict[int, list[int]] = field(default_factory=dict)
     capturing: dict[int, int] = field(default_factory=dict)  # queue id -> trace id
 
     def follow(self, commands: Sequence[CommandT], stop: int) -> None:
@@ -77,7 +79,8 @@ class Live:
                 self.traces[cmd.traceId].append(i)
                 self.capturing.pop(cmd.queueId, None)
             elif kind == U.ReleaseTrace:
-                self.traces.pop(cmd.traceId, None)
+                if cmd.traceId in self.traces:
+                    self.released[cmd.traceId] = self.traces.pop(cmd.traceId)
                 self.capturing = {q: t for q, t in self.capturing.items() if t != cmd.traceId}
             elif kind == U.EnqueueProgram and cmd.queueId in self.capturing:
                 self.traces[self.capturing[cmd.queueId]].append(i)
@@ -141,6 +144,15 @@ def trim(binary: LightBinary, start: int, stop: int, verify: bool = True) -> Lig
         raise TrimError(
             f"command {start} is inside the capture of device trace {trace} (begun at command "
             f"{live.traces[trace][0]}); start the slice before or after it"
+        )
+    at_stop = Live()
+    at_stop.follow(commands, stop)
+    if at_stop.capturing:
+        trace = next(iter(at_stop.capturing.values()))
+        raise TrimError(
+            f"the slice ends inside the capture of device trace {trace} (begun at command "
+            f"{at_stop.traces[trace][0]}, still capturing at command {stop - 1}); end the "
+            "slice before the capture begins or after it ends"
         )
     body = commands[start:stop]
     # Every live object, as a GFXReconstruct trim snapshots all state at its first frame:

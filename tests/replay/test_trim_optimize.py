@@ -98,6 +98,8 @@ def test_a_slice_inside_a_device_trace_capture_is_refused():
     begin = next(i for i, c in enumerate(binary.commands) if c.cmdType == U.BeginTraceCapture)
     with pytest.raises(TrimError, match="inside the capture of device trace"):
         trim(binary, begin + 1, len(binary))
+    with pytest.raises(TrimError, match="ends inside the capture of device trace"):
+        trim(binary, 0, begin + 2)
     replayed = trim(binary, begin + 3, len(binary))  # from the replay: the trace comes along
     assert mnrt.replay(replayed).passed
     assert [c.cmdType for c in replayed.commands].count(U.BeginTraceCapture) == 1
@@ -113,6 +115,30 @@ def test_optimize_drops_dead_work_merges_programs_and_still_passes():
     report = mnrt.replay(small, locate=True)
     assert report.passed and len(report.checks) == 3 and report.locate.divergent == 0
     assert report.locate.compared == 3  # the dead enqueue's fingerprint went with it
+
+
+def test_optimize_keeps_what_a_released_trace_reads_between_its_replays():
+    """A trace released before the end still read its buffers when it was replayed: the
+    write between two replays stays (dropping it changed the second replay's result)."""
+    with mnrt.open_device("auto") as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        x = dev.create_buffer((4,), "float", name="x")
+        y = dev.create_buffer((4,), "float", name="y")
+        prog = dev.create_program([mnrt.Kernel("add", ["x", "y"], ["y"])])
+        q.enqueue_write_buffer(y, np.zeros(4, np.float32))
+        tid = q.begin_trace_capture()
+        q.enqueue_program(prog, {"x": x, "y": y})
+        q.end_trace_capture(tid)
+        for step in (1.0, 2.0):
+            q.enqueue_write_buffer(x, np.full(4, step, np.float32))
+            q.replay_trace(tid)
+        q.enqueue_read_buffer(y)
+        dev.release_trace(tid)
+        binary = mnrt.end_capture()
+    result, _ = optimize(binary)
+    assert [c.cmdType for c in result.commands] == [c.cmdType for c in binary.commands]
+    assert mnrt.replay(result).passed
 
 
 def test_optimize_a_light_model_binary(tmp_path):
