@@ -143,7 +143,7 @@ def optimize(binary: LightBinary, verify: bool = True) -> tuple[LightBinary, Opt
     ]
     result = Editor(binary).build(commands, fingerprints=prints, level=STRONG_LEVEL)
     if verify:
-        check_replays(result, "the optimised binary", OptimizeError)
+        check_replays(result, "the optimised binary", OptimizeError, plan)
     before = {c.cmd.bufferId for c in binary.commands if c.cmdType == U.CreateBuffer}
     after = {c.cmd.bufferId for c in commands if c.cmdType == U.CreateBuffer}
     stats = OptimizeStats(

@@ -26,6 +26,7 @@ from ..format.fb.RecordEvent import RecordEventT
 from ..format.fb.WriteBuffer import WriteBufferT
 from ..format.fingerprints import Fingerprint
 from .executor import Executor
+from .hazards import race_text, races
 from .placement import place
 from .plan import BUFFER, Plan, validate
 
@@ -190,7 +191,7 @@ def trim(binary: LightBinary, start: int, stop: int, verify: bool = True) -> Lig
     ]
     result = editor.build(out, fingerprints=prints)
     if verify:
-        check_replays(result, f"the slice {start}:{stop}", TrimError)
+        check_replays(result, f"the slice {start}:{stop}", TrimError, plan)
     return result
 
 
@@ -215,9 +216,13 @@ def _queue_per_device(commands: Sequence[CommandT], kept: list[int]) -> dict[int
     return out
 
 
-def check_replays(binary: LightBinary, what: str, error: type[MnrtError]) -> None:
+def check_replays(
+    binary: LightBinary, what: str, error: type[MnrtError], source: Plan | None = None
+) -> None:
     """Replay `binary` and raise `error` unless it runs and passes its goldens (a binary
-    with none passes when it runs)."""
+    with none passes when it runs). A failure names a race of `binary`, else one of
+    `source`, the binary it was made from: a racy source's replay may not reach the state
+    its capture recorded, whatever is made of it."""
     from . import replay
 
     try:
@@ -226,5 +231,8 @@ def check_replays(binary: LightBinary, what: str, error: type[MnrtError]) -> Non
         raise error(f"{what} does not replay: {e}") from None
     if not report.passed:
         failed = ", ".join(c.name for c in report.checks if not c.passed)
-        why = f"; {report.race}" if report.race is not None else ""
+        race = report.race
+        if race is None and source is not None and (found := races(source, limit=2)):
+            race = race_text(source, found, "the original binary's")
+        why = f"; {race}" if race is not None else ""
         raise error(f"{what} does not reproduce its goldens on replay ({failed} differ){why}")

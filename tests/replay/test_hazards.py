@@ -218,3 +218,17 @@ def test_a_slice_of_a_racy_binary_that_fails_its_check_names_the_race():
     v = next(g for g, b in validate(binary, blobs=False).buffers.items() if b.name == "v")
     with pytest.raises(TrimError, match=r"does not reproduce its goldens.*queues race"):
         check_replays(perturbed(binary, v), "the slice", TrimError)
+
+
+def test_a_failed_check_names_the_original_binarys_race_when_the_slice_has_none():
+    """A slice may leave the racing pair out, yet its snapshot came from replaying them:
+    the error then names the race of the binary it was cut from."""
+    ordered = relay(ordered=True)
+    v = next(g for g, b in validate(ordered, blobs=False).buffers.items() if b.name == "v")
+    failing = perturbed(ordered, v)
+    with pytest.raises(TrimError) as caught:
+        check_replays(failing, "the slice", TrimError)
+    assert "race" not in str(caught.value)
+    source = validate(relay(ordered=False), blobs=False)
+    with pytest.raises(TrimError, match=r"differ\); the original binary's queues race"):
+        check_replays(failing, "the slice", TrimError, source)
