@@ -7,6 +7,8 @@ import pytest
 import zstandard
 from binaries import chain_capture, light_model_binary, pipelined_binary, three_device_capture
 from cli_harness import invoke_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mnrt
 from mnrt.format.edit import STRONG_LEVEL
@@ -242,3 +244,97 @@ def test_a_slice_of_a_pipelined_binary_replays_bit_for_bit(tmp_path):
     report = mnrt.replay(piece, rtol=0.0, atol=0.0, locate=True)
     assert report.passed and report.locate.compared > 0, report.summary()
     assert report.locate.divergent == 0, report.locate.summary()
+
+
+# --- random sessions: whatever trim and optimize make of them replays and passes -----------
+
+_SESSION = st.lists(
+    st.one_of(
+        st.tuples(st.just("write"), st.integers(0, 2), st.integers(-3, 3)),
+        st.tuples(st.just("program"), st.permutations(range(3))),
+        st.tuples(st.just("trace"), st.permutations(range(3))),
+        st.tuples(st.just("replay"), st.integers(0, 3)),
+        st.tuples(st.just("release"), st.integers(0, 3)),
+        st.tuples(st.just("copy"), st.integers(0, 2), st.integers(0, 2)),
+        st.tuples(st.just("read"), st.integers(0, 2)),
+        st.tuples(st.just("queue"), st.integers(0, 1)),
+        st.tuples(st.just("renew"), st.integers(0, 2)),
+        st.just(("finish",)),
+    ),
+    min_size=1,
+    max_size=16,
+)
+
+
+def _session(ops) -> mnrt.LightBinary:
+    """One device, three buffers, two queues used in turn (the next waits for an event of
+    the last, so nothing races); a trace of a program that adds two buffers into the
+    third, then `ops` in order: a program or another such trace, replays and releases of a
+    trace still alive (on its queue), copies, reads that record goldens, a buffer freed
+    and made again (while no trace names it), a finish."""
+    with mnrt.open_device("auto") as dev:
+        queues = [dev.command_queue(0), dev.command_queue(1)]
+        mnrt.begin_capture(fingerprints=True)
+        try:
+            bufs = [dev.create_buffer((4,), "float", name=f"b{i}") for i in range(3)]
+            add = dev.create_program([mnrt.Kernel("add", ["x", "y"], ["z"])], name="add")
+            traces: list[tuple[int, int]] = []  # (trace id, its queue)
+            now = 0
+
+            def on(index: int):
+                nonlocal now
+                if index != now:
+                    queues[index].wait_event(queues[now].record_event())
+                    now = index
+                return queues[now]
+
+            for op in [("trace", [0, 1, 2]), *ops]:
+                q = queues[now]
+                if op[0] == "write":
+                    q.enqueue_write_buffer(bufs[op[1]], np.full(4, op[2], np.float32))
+                elif op[0] in ("program", "trace"):
+                    operands = dict(zip("xyz", (bufs[i] for i in op[1])))
+                    tid = q.begin_trace_capture() if op[0] == "trace" else None
+                    q.enqueue_program(add, operands)
+                    if tid is not None:
+                        q.end_trace_capture(tid)
+                        traces.append((tid, now))
+                elif op[0] == "replay" and traces:
+                    tid, index = traces[op[1] % len(traces)]
+                    on(index).replay_trace(tid)
+                elif op[0] == "release" and traces:
+                    tid, index = traces.pop(op[1] % len(traces))
+                    on(index).finish()
+                    dev.release_trace(tid)
+                elif op[0] == "copy" and op[1] != op[2]:
+                    q.enqueue_copy_buffer(bufs[op[1]], bufs[op[2]])
+                elif op[0] == "read":
+                    q.enqueue_read_buffer(bufs[op[1]])
+                elif op[0] == "queue":
+                    on(op[1])
+                elif op[0] == "renew" and not traces:
+                    q.finish()
+                    bufs[op[1]].deallocate()
+                    bufs[op[1]] = dev.create_buffer((4,), "float", name=f"b{op[1]}")
+                elif op[0] == "finish":
+                    q.finish()
+            for q in queues:
+                q.finish()
+        finally:
+            binary = mnrt.end_capture()
+    return binary
+
+
+@settings(max_examples=100, deadline=None)
+@given(_SESSION, st.data())
+def test_optimize_and_every_trim_of_a_random_session_replay_and_pass(ops, data):
+    binary = _session(ops)
+    result, _ = optimize(binary)  # verified: raises OptimizeError unless it passes
+    assert len(result) <= len(binary)
+    n = len(binary)
+    start = data.draw(st.integers(0, n - 1), label="start")
+    stop = data.draw(st.integers(start + 1, n), label="stop")
+    try:
+        trim(binary, start, stop)
+    except TrimError as e:  # only a cut through a trace's capture is refused
+        assert "inside the capture of device trace" in str(e), str(e)
