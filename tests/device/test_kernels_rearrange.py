@@ -103,8 +103,15 @@ def _cumprod_reference(x, axis, exclusive, reverse):
             else:
                 acc *= v
                 res.append(acc)
-        out[idx] = res[::-1] if reverse else res
+        out[idx] = _wrapped(res[::-1] if reverse else res, out.dtype)
     return np.moveaxis(out, -1, axis)
+
+
+def _wrapped(values: list, dtype: np.dtype) -> np.ndarray:
+    """Python's exact products as `dtype` holds them: integers wrap modulo 2**bits."""
+    if dtype.kind not in "iu":
+        return np.array(values, dtype)
+    return np.array([v % 2 ** (8 * dtype.itemsize) for v in values], np.uint64).astype(dtype)
 
 
 def test_cumsum_int64_above_2_to_53_and_int8_wraps():
