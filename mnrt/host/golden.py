@@ -38,6 +38,9 @@ class Check:
     # The MAX_WORST mismatching elements with the largest errors: each a dict of index,
     # expected, actual, abs_err and rel_err.
     worst: list[dict] = field(default_factory=list)
+    # The binary's command whose golden this is, when a replay checked it (a report's checks
+    # and the binary's goldens are then matched by it, whatever the checks are named).
+    command: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

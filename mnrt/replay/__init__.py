@@ -305,15 +305,13 @@ def gather_loop(
 ) -> tuple[float, float, list, dict[str, np.ndarray]]:
     """One loop's results of every rank, on rank 0, in command order; another rank keeps
     its own."""
-    mine = (device_time, energy, list(zip(executor.check_indices, checks)), outputs)
-    gathered = transport.gather(mine)
+    gathered = transport.gather((device_time, energy, checks, outputs))
     if gathered is None:
         return device_time, energy, checks, outputs
-    merged = sorted((pair for g in gathered for pair in g[2]), key=lambda p: p[0])
     return (
         sum(g[0] for g in gathered),
         sum(g[1] for g in gathered),
-        [check for _, check in merged],
+        sorted((check for g in gathered for check in g[2]), key=lambda c: c.command),
         {name: array for g in gathered for name, array in g[3].items()},
     )
 

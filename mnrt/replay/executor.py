@@ -17,6 +17,7 @@ import math
 import re
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -438,7 +439,6 @@ class Executor:
         # Every listed output is read by some command (see io.check_lists), on the rank that
         # owns its device: each rank compares those it read.
         wanted = {gid: e for gid, e in self.expected.items() if gid in self.read_at}
-        self.check_indices = [p[-1] for p in self.pending] + [self.read_at[g] for g in wanted]
         for name, gid, actual, blob, rtol, atol, index in self.pending:
             dtype = self.plan.buffers[gid].dtype
             expected = dtype.from_storage(
@@ -471,11 +471,6 @@ class Executor:
             default_rtol, default_atol = default_tolerance(dtype, error, expected)
             rtol = default_rtol if math.isnan(rtol) else rtol
             atol = default_atol if math.isnan(atol) else atol
-        return compare(
-            name,
-            actual,
-            expected,
-            dtype,
-            self.rtol if self.rtol is not None else rtol,
-            self.atol if self.atol is not None else atol,
-        )
+        rtol = self.rtol if self.rtol is not None else rtol
+        atol = self.atol if self.atol is not None else atol
+        return replace(compare(name, actual, expected, dtype, rtol, atol), command=index)

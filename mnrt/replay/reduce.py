@@ -430,7 +430,7 @@ def slice_facts(binary: LightBinary) -> tuple[set[int], set[tuple[int, int]]] | 
         return None
     finally:
         executor.close()
-    failing = {i for i, check in zip(executor.check_indices, checks) if not check.passed}
+    failing = {check.command for check in checks if not check.passed}
     return failing, found.kernels
 
 

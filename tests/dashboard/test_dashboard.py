@@ -154,6 +154,18 @@ def test_a_run_reports_race_is_on_its_summary(tmp_path):
     report.write_text(mnrt.replay(path, expected=wrong).to_json())
     summary = client(report).get("/summary").text
     assert "race between queues" in summary and "queues race" in summary
+    # each golden row carries its check's result, matched by command (reads name buffers);
+    # the --expected check of the last read is a row of its own
+    checks = json.loads(report.read_text())["checks"]
+    assert [c["name"] for c in checks] == ["o", "o#2", "o#3", "o#4"]
+    assert rows(summary, "goldens") == 4 and "not checked here" not in summary
+    results = [c["passed"] for c in checks]
+    assert summary.count(">FAILED<") == results.count(False) >= 1
+    assert summary.count(">passed<") == results.count(True)
+    table = summary.split('<table id="goldens">', 1)[1]
+    assert [table.index(f"<td>{c['name']}</td>") for c in checks] == sorted(
+        table.index(f"<td>{c['name']}</td>") for c in checks
+    )
 
 
 def test_run_report(tmp_path, pipeline):

@@ -35,9 +35,13 @@ def _reads_twice(values_after: np.ndarray | None = None) -> mnrt.LightBinary:
         return mnrt.end_capture()
 
 
-def test_each_check_is_named_once():
-    report = mnrt.replay(_reads_twice())
+def test_each_check_is_named_once_and_says_its_command():
+    binary = _reads_twice()
+    report = mnrt.replay(binary)
     assert [c.name for c in report.checks] == ["y", "y#2"] and report.passed
+    goldens = [i for i, c in enumerate(binary.commands) if getattr(c.cmd, "golden", 0)]
+    assert [c.command for c in report.checks] == goldens and len(goldens) == 2
+    assert [c["command"] for c in _strict(report.to_json())["checks"]] == goldens
 
 
 def test_a_failed_check_says_why_and_shows_its_worst_elements():

@@ -14,17 +14,23 @@ TITLE = "Summary"
 
 def _goldens(art: Artifacts) -> list[dict[str, Any]]:
     """Each golden the binary records (name, tolerances), with its result where a run or
-    the compile's accuracy check gave one."""
+    the compile's accuracy check gave one: a run's check is matched to its command (a
+    read's check is named for its buffer, which the command does not say); a command's
+    first check is its golden's, any other (`--expected`) is a row of its own."""
     results: dict[str, dict] = {}
     report = art.compile_report or {}
     for phase in report.get("phases", []):
         for name, out in ((phase.get("accuracy") or {}).get("outputs") or {}).items():
             results[name] = {"passed": out.get("passed"), "max_abs_err": out.get("max_abs_err")}
+    by_command: dict[int, list[dict]] = {}
     for check in (art.run_report or {}).get("checks", []):
-        results[check.get("name")] = {
-            "passed": check.get("passed"),
-            "max_abs_err": check.get("max_abs_err"),
-        }
+        result = {"passed": check.get("passed"), "max_abs_err": check.get("max_abs_err")}
+        if isinstance(check.get("command"), int):  # with the tolerances it was checked at
+            by_command.setdefault(check["command"], []).append(
+                {**{k: check.get(k) for k in ("name", "rtol", "atol")}, **result}
+            )
+        else:
+            results[check.get("name")] = result
     rows = []
     if art.binary_path is not None:
         for i, c in enumerate(art.dump["commands"]):
@@ -32,6 +38,7 @@ def _goldens(art: Artifacts) -> list[dict[str, Any]]:
             if "golden" not in cmd or not cmd["golden"]:
                 continue
             name = cmd.get("name") or f"command {i}"
+            checked = by_command.get(i, [])
             rows.append(
                 {
                     "name": name,
@@ -41,11 +48,13 @@ def _goldens(art: Artifacts) -> list[dict[str, Any]]:
                     "passed": None,  # not checked by anything PATH holds
                     "max_abs_err": None,
                     **results.pop(name, {}),
+                    **(checked.pop(0) if checked else {}),
                 }
             )
     rows += [
         {"name": n, "command": None, "rtol": None, "atol": None, **r} for n, r in results.items()
     ]
+    rows += [{"command": i, **r} for i, found in sorted(by_command.items()) for r in found]
     return rows
 
 
