@@ -89,25 +89,31 @@ def kernel_costs(binary: LightBinary) -> list[KernelCost]:
 
 def regressions(
     current: dict[str, Any], baseline: dict[str, Any], tolerance: float
-) -> tuple[list[str], list[dict]]:
-    """(totals that regressed beyond `tolerance` as lines, kernels that got slower) of two
-    `mnrt bench --json` documents' `modelled` parts. Kernels are matched program by
-    program, their ops aligned as lines of a text diff (`kernel_pairs`): a kernel added,
-    dropped or fused elsewhere (another compile of the model, another preset) does not
-    shift the others onto kernels they are not."""
+) -> tuple[list[str], list[dict], list[dict]]:
+    """(totals that regressed beyond `tolerance` as lines, kernels that got slower, kernels
+    with no counterpart in the baseline) of two `mnrt bench --json` documents' `modelled`
+    parts. Kernels are matched program by program, their ops aligned as lines of a text
+    diff (`kernel_pairs`): a kernel added, dropped or fused elsewhere (another compile of the
+    model, another preset) does not shift the others onto kernels they are not, and is
+    itself named as added, as a regression may be all its own."""
     lines = []
     for name, unit in (("makespan_s", "s"), ("energy_j", "J")):
         old, new = float(baseline[name]), float(current[name])
         if new > old * (1 + tolerance):
             change = (new - old) / old if old else float("inf")
             lines.append(f"{name} {old:.6g} {unit} -> {new:.6g} {unit} ({change:+.1%})")
+    kernels = current.get("kernels", [])
+    pairs = kernel_pairs(baseline.get("kernels", []), kernels)
     slower = [
         {**new, "baseline_time_s": old["time_s"]}
-        for old, new in kernel_pairs(baseline.get("kernels", []), current.get("kernels", []))
+        for old, new in pairs
         if new["time_s"] > old["time_s"] * (1 + tolerance)
     ]
-    slower.sort(key=lambda k: (k["command"], k["kernel"]))
-    return lines, slower
+    paired = {id(new) for _, new in pairs}
+    added = [k for k in kernels if id(k) not in paired]
+    for found in (slower, added):
+        found.sort(key=lambda k: (k["command"], k["kernel"]))
+    return lines, slower, added
 
 
 def kernel_pairs(old: list[dict], new: list[dict]) -> list[tuple[dict, dict]]:

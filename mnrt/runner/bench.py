@@ -63,6 +63,16 @@ def _kernel(row: object) -> bool:
     )
 
 
+_ADDED_SHOWN = 10  # added kernels named one by one; --json lists every one
+
+
+def _named(k: dict) -> str:
+    """A kernel run of bench's modelled.kernels, as the gate names it."""
+    return (
+        f"command {k['command']} program '{k['program']}' kernel {k['program_kernel']} '{k['op']}'"
+    )
+
+
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--loops", type=click.IntRange(1, MAX_LOOPS), default=10, show_default=True)
@@ -74,7 +84,8 @@ def _kernel(row: object) -> bool:
     "--baseline",
     type=click.Path(dir_okay=False, path_type=Path),
     help="An earlier `mnrt bench --json` of this binary: exit 1 if modelled device time or "
-    "energy grew beyond --tolerance, naming the kernels that got slower.",
+    "energy grew beyond --tolerance, naming the kernels that got slower and those the "
+    "baseline has no counterpart of.",
 )
 @click.option(
     "--tolerance",
@@ -107,7 +118,9 @@ def bench(
     modelled = {**modelled_totals(report), "kernels": [k.to_dict() for k in kernels]}
     t = report.timings
     failed = [c for c in report.checks if not c.passed]
-    regressed, slower = regressions(modelled, base, tolerance) if base is not None else ([], [])
+    regressed, slower, added = [], [], []
+    if base is not None:
+        regressed, slower, added = regressions(modelled, base, tolerance)
     if as_json:
         doc = {**t, "passed": report.passed, "verdict": report.verdict, "modelled": modelled}
         doc["failed_checks"] = [check_dict(c) for c in failed]
@@ -116,6 +129,7 @@ def bench(
                 "tolerance": tolerance,
                 "totals": regressed,
                 "slower_kernels": slower,
+                "added_kernels": added,
             }
         click.echo(json.dumps(doc, indent=1))
     else:
@@ -136,9 +150,16 @@ def bench(
             click.echo(f"REGRESSION beyond {tolerance:.1%}: " + "; ".join(regressed))
             for k in slower:
                 click.echo(
-                    f"  slower: command {k['command']} program '{k['program']}' kernel "
-                    f"{k['program_kernel']} '{k['op']}': {k['baseline_time_s'] * 1e6:.3f} us -> "
+                    f"  slower: {_named(k)}: {k['baseline_time_s'] * 1e6:.3f} us -> "
                     f"{k['time_s'] * 1e6:.3f} us"
+                )
+            for k in added[:_ADDED_SHOWN]:
+                click.echo(f"  added: {_named(k)}: {k['time_s'] * 1e6:.3f} us, not in the baseline")
+            if len(added) > _ADDED_SHOWN:
+                rest = sum(k["time_s"] for k in added[_ADDED_SHOWN:])
+                click.echo(
+                    f"  added: {len(added) - _ADDED_SHOWN} more kernel runs not in the baseline, "
+                    f"{rest * 1e6:.3f} us in all (--json lists them)"
                 )
         elif base is not None:
             click.echo(f"no regression beyond {tolerance:.1%} against {baseline}")

@@ -63,6 +63,23 @@ def test_the_gate_pairs_each_kernel_with_its_own_across_a_kernel_added_before_it
     slower = json.loads(out)["regression"]["slower_kernels"]
     assert code == 1 and [(k["program_kernel"], k["op"]) for k in slower] == [(3, "add")]
     assert slower[0]["baseline_time_s"] == kernels[2]["time_s"]
+    added = json.loads(out)["regression"]["added_kernels"]
+    assert [(k["program_kernel"], k["op"]) for k in added] == [(0, "mul")]
+
+
+def test_a_regression_that_is_all_new_kernels_names_them(tmp_path):
+    """No kernel got slower, the current run has more of them: the gate names those the
+    baseline has no counterpart of (ten, then how many more and their time)."""
+    path, base = tmp_path / "c.mnlb", tmp_path / "base.json"
+    chain_capture(24).save(path)
+    doc = json.loads(_bench(path, "--json")[1])
+    kept = doc["modelled"]["kernels"][:12]
+    doc["modelled"].update(kernels=kept, makespan_s=sum(k["time_s"] for k in kept))
+    base.write_text(json.dumps(doc))
+    code, out = _bench(path, "--baseline", base)
+    assert code == 1 and "REGRESSION beyond 2.0%: makespan_s" in out and "slower:" not in out
+    assert out.count("not in the baseline") == 11 and "2 more kernel runs not in" in out
+    assert "  added: command " in out and "kernel 12 " in out
 
 
 NOT_BENCH_JSON = {
