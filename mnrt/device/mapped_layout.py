@@ -18,7 +18,8 @@ has no layout (LayoutError).
 
 Inside a PE the block is kept row-major in local memory, two 4-byte-or-smaller items to a
 long word (the `W` unit) where the innermost count is even; a block larger than local
-memory gets time slices (`N_T`) on its largest axis, padded to a whole number of slices.
+memory gets time slices (`N_T`) on its largest axis, padded to a whole number of slices
+(less than one slice of padding: as few slices as the slice size that fits needs).
 """
 
 from __future__ import annotations
@@ -99,9 +100,9 @@ def spread(shape: Sequence[int], grid: Grid, itemsize: int, spec: DeviceSpec = M
     while math.prod(address) > lm_words:
         need = -(-math.prod(address) // lm_words)
         axis = max(range(len(shape)), key=lambda a: (address[a], -a))
-        t = min(need, address[axis])
-        slices[axis] *= t
-        address[axis] = -(-address[axis] // t)
+        size = -(-address[axis] // min(need, address[axis]))  # per slice, to fit
+        slices[axis] *= -(-address[axis] // size)  # the slices that size needs, no more
+        address[axis] = size
     axes = []
     for a in range(len(shape)):
         factors = list(unit_factors[a])
