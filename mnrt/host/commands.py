@@ -43,9 +43,20 @@ class KernelWatch(Protocol):
 
 class Command:
     """Base of queue commands; `run` does the device work and returns its modelled cost.
-    `watch` (a KernelWatch, or None) is told of every kernel the command runs."""
+    `watch` (a KernelWatch, or None) is told of every kernel the command runs. `origin`:
+    what its enqueuer calls it, if anything (a replay: the binary's command index), which
+    the command's error carries."""
 
-    __slots__ = ("enqueued_s", "index", "modelled", "start_s", "status", "wall_s", "watch")
+    __slots__ = (
+        "enqueued_s",
+        "index",
+        "modelled",
+        "origin",
+        "start_s",
+        "status",
+        "wall_s",
+        "watch",
+    )
     kind = "command"
 
     def __init__(self) -> None:
@@ -55,6 +66,7 @@ class Command:
         self.enqueued_s: float | None = None  # perf_counter() at enqueue, when profiling
         self.status = PENDING
         self.watch: KernelWatch | None = None
+        self.origin: int | None = None
 
     def profile(self) -> None:
         """Keep the timestamps a profile needs (set by a profiling queue at enqueue)."""

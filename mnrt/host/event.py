@@ -113,7 +113,7 @@ class Event:
             if not queue._try_run_until(self._record):
                 done.wait(_POLL_S)
         if self._error is not None:
-            raise DeviceExecutionError(f"{self.where} failed: {self._error}") from None
+            raise DeviceExecutionError(f"{self.where} failed: {self._error}") from self._error
 
     def _check_waitable(self, what: str) -> None:
         """An event a queue may be told to wait for now: one of an open device."""

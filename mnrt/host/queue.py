@@ -556,11 +556,10 @@ class CommandQueue:
     def _wrap_error(self, cmd: Command, e: Exception) -> DeviceExecutionError:
         notes = "".join(f" ({n})" for n in getattr(e, "__notes__", ()))
         detail = str(e) if isinstance(e, MnrtError) else f"{type(e).__name__}: {e}"
-        err = DeviceExecutionError(
-            f"device {self.device.index} queue {self.index} command #{cmd.index} "
-            f"({cmd.label}){notes} failed: {detail}"
-        )
+        site = f"device {self.device.index} queue {self.index} command #{cmd.index} ({cmd.label})"
+        err = DeviceExecutionError(f"{site}{notes} failed: {detail}")
         err.__cause__ = e
+        err.site, err.origin = site, cmd.origin  # for its enqueuer to say where it came from
         return err
 
     def _drain(self) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 from ..device.memory import Fill
 from ..device.parallel import sharing_cores
 from ..device.tolerance import default_tolerance
-from ..errors import CaptureError, InvalidBinaryError
+from ..errors import CaptureError, DeviceExecutionError, InvalidBinaryError
 from ..format.fb.CommandUnion import CommandUnion as U
 from ..format.io import Namer
 from ..host import Device, internal, observe
@@ -190,15 +190,17 @@ class Executor:
                 if skip is not None and index in skip:
                     continue
                 handlers[kind](command.cmd)
-                if submitted is not None and kind in QUEUE_COMMANDS:
+                if kind in QUEUE_COMMANDS:
                     qid = command.cmd.queueId
                     q = queues.get(qid)
                     last = internal.last_command(q) if q is not None else None
                     if last is not seen.get(qid):
                         seen[qid] = last
-                        submitted.append((index, qid, last))
-                    elif kind in HOST_SIDE and q is not None:  # done without a queue command
-                        submitted.append((index, qid, None))
+                        last.origin = index  # its error names the binary's command
+                        if submitted is not None:
+                            submitted.append((index, qid, last))
+                    elif submitted is not None and kind in HOST_SIDE and q is not None:
+                        submitted.append((index, qid, None))  # done without a queue command
                 now = clock()
                 spent[kind] += now - before
                 counts[kind] += 1
@@ -209,12 +211,35 @@ class Executor:
             for q in self.tables[QUEUE].values():
                 if q.device.is_open:
                     q.finish()
-        except BaseException:
+        except BaseException as e:
             if spans is not None and kind is not None:  # the command that failed, too
                 spans((self.index, kind, before, clock()))
+            if isinstance(e, DeviceExecutionError):
+                raise self._in_binary(e) from e.__cause__
             raise
         self.host_s = {COMMAND_NAMES[k]: (spent[k], counts[k]) for k in self.handlers if counts[k]}
         self.host_s["final_finish"] = (clock() - before, 1)
+
+    def _in_binary(self, e: DeviceExecutionError) -> DeviceExecutionError:
+        """A queue's error, saying which of the binary's commands failed (a queue numbers
+        its commands its own way), as `mnrt trim --commands` and `mnrt dump` count them:
+        also where it reached this one through an event another queue waited for."""
+        text, cause, seen = str(e), e, set()
+        while isinstance(cause, DeviceExecutionError) and id(cause) not in seen:
+            seen.add(id(cause))
+            origin, site = getattr(cause, "origin", None), getattr(cause, "site", None)
+            if origin is not None and site:
+                kind = COMMAND_NAMES[self.plan.binary.commands[origin].cmdType]
+                text = text.replace(
+                    site, f"command {origin} of the binary ({kind}, run as {site})", 1
+                )
+            cause = cause.__cause__
+        if text == str(e):
+            return e
+        err = DeviceExecutionError(text)
+        for note in getattr(e, "__notes__", ()):
+            err.add_note(note)
+        return err
 
     def close(self) -> None:
         if self.watch is not None:

@@ -7,8 +7,10 @@ import json
 
 import numpy as np
 import pytest
+from binaries import perturbed
 
 import mnrt
+from mnrt.format.fb.CommandUnion import CommandUnion as U
 
 
 def _strict(text: str) -> dict:
@@ -83,3 +85,39 @@ def test_a_device_error_carries_the_report_so_far(tmp_path, failing_gather):
     doc = _strict(report.to_json())
     assert doc["error"]["exit_code"] == 3 and "out of range" in doc["error"]["message"]
     assert doc["passed"] is False and doc["binary"] == str(path)
+    # it names the binary's command (as trim and dump count), not only the queue's own count
+    kinds = [c.cmdType for c in mnrt.LightBinary.load(path).commands]
+    enqueue = kinds.index(U.EnqueueProgram)
+    assert str(caught.value).startswith(
+        f"command {enqueue} of the binary (enqueue_program, run as device 0 queue 0 command #"
+    )
+
+
+def test_a_device_error_met_through_an_event_names_both_commands_of_the_binary():
+    """Queue 0 waits for an event of queue 1, whose gather fails (its index edited out of
+    range after the capture): the replay meets the error at queue 0's wait, and names that
+    wait and the failed enqueue by their place in the binary."""
+    with mnrt.open_device(0) as dev:
+        q0, q1 = dev.command_queue(0), dev.command_queue(1)
+        mnrt.begin_capture()
+        flag = dev.create_buffer((1,), "float", name="flag")
+        q0.enqueue_write_buffer(flag, np.ones(1, np.float32))  # queue 0 is logged first
+        data = dev.create_buffer((4,), "float", name="data")
+        idx = dev.create_buffer((1,), "int32", name="idx")
+        out = dev.create_buffer((1,), "float", name="out")
+        gather = dev.create_program([mnrt.Kernel("gather", ["data", "idx"], ["out"])])
+        q1.enqueue_write_buffer(idx, np.array([3], np.int32))
+        q1.enqueue_program(gather, {"data": data, "idx": idx, "out": out})
+        q0.wait_event(q1.record_event())
+        q0.enqueue_write_buffer(flag, np.zeros(1, np.float32))
+        q0.finish()
+        binary = mnrt.end_capture()
+    kinds = [c.cmdType for c in binary.commands]
+    index = next(c.cmd.bufferId for c in binary.commands if c.cmdType == U.CreateBuffer
+                 and c.cmd.desc.name == b"idx")  # fmt: skip
+    with pytest.raises(mnrt.DeviceExecutionError) as caught:
+        mnrt.replay(perturbed(binary, index, scale=4.0))  # index 12 of 4
+    text = str(caught.value)
+    assert f"command {kinds.index(U.WaitEvent)} of the binary (wait_event, run as " in text
+    assert f"command {kinds.index(U.EnqueueProgram)} of the binary (enqueue_program, " in text
+    assert "out of range" in text
