@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+MAN_BITS = 7  # stored mantissa bits (8 significant with the implicit one)
 _SIGN = np.uint32(0x8000_0000)
 _QUIET_NAN = np.uint32(0x7FC0_0000)
 _FLOAT_SOURCES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))

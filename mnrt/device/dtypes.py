@@ -24,14 +24,20 @@ from . import bfloat16, numerics
 
 class Codec(NamedTuple):
     """How a dtype without a numpy dtype is stored: `encode` rounds float16/32/64 values to
-    its uint16 bit patterns (into `out` when given), `decode` widens them to float32."""
+    its uint16 bit patterns (into `out` when given), `decode` widens them to float32;
+    `man_bits`, the stored mantissa bits, is its precision (numpy's finfo has none for it)."""
 
     encode: Callable[..., np.ndarray]
     decode: Callable[..., np.ndarray]
+    man_bits: int
 
 
-_HALF_CODEC = Codec(numerics.float_to_half_bits, numerics.half_bits_to_float)
-_BFLOAT16_CODEC = Codec(bfloat16.float_to_bfloat16_bits, bfloat16.bfloat16_bits_to_float)
+_HALF_CODEC = Codec(
+    numerics.float_to_half_bits, numerics.half_bits_to_float, numerics.HALF_MAN_BITS
+)
+_BFLOAT16_CODEC = Codec(
+    bfloat16.float_to_bfloat16_bits, bfloat16.bfloat16_bits_to_float, bfloat16.MAN_BITS
+)
 
 
 @dataclass(frozen=True, eq=False)

@@ -54,7 +54,6 @@ import numpy as np
 
 from .dtypes import DType
 from .kernels.registry import KernelDef, TensorSpec
-from .numerics import HALF_MAN_BITS
 
 ULPS = 4.0  # ulps an elementwise function may differ by between hosts' implementations
 LAMBDA = 5.0  # confidence of the probabilistic sum bound (failure below 1 in 10**5 per sum)
@@ -62,11 +61,12 @@ TAIL = 2.0  # two results, each within the bound, may differ by twice it
 
 
 def unit_roundoff(dtype: DType) -> float:
-    """Half an ulp of 1 in the dtype as stored (MN-Core half: 2**-10); 0 for integers."""
+    """Half an ulp of 1 in the dtype as stored (MN-Core half: 2**-10, bfloat16: 2**-8); 0
+    for integers."""
     if not dtype.is_float:
         return 0.0
-    if dtype.is_half:
-        return 2.0 ** -(HALF_MAN_BITS + 1)
+    if dtype.codec is not None:  # stored as bit patterns numpy has no finfo for
+        return 2.0 ** -(dtype.codec.man_bits + 1)
     return float(np.finfo(dtype.storage).eps) / 2
 
 

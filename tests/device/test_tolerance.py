@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import mnrt
 from mnrt.device import tolerance as tm
+from mnrt.device.dtypes import FLOATS
 from mnrt.device.kernels import TensorSpec, lookup
 from mnrt.host.golden import compare
 
@@ -26,7 +27,10 @@ def test_unit_roundoff_of_each_float_dtype():
     assert tm.unit_roundoff(mnrt.float32) == 2.0**-24
     assert tm.unit_roundoff(mnrt.half) == 2.0**-10  # 1-6-9: nine stored mantissa bits
     assert tm.unit_roundoff(mnrt.float16) == 2.0**-11
+    assert tm.unit_roundoff(mnrt.bfloat16) == 2.0**-8  # 1-8-7, stored as uint16 bits
     assert tm.unit_roundoff(mnrt.int32) == 0.0
+    for d in FLOATS:  # every float dtype has one, however numpy stores it
+        assert 0.0 < tm.unit_roundoff(d) < 2.0**-7, d
 
 
 def test_kernels_state_their_reduction_lengths():

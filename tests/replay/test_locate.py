@@ -515,3 +515,33 @@ def test_a_gemm_that_sums_in_another_order_is_only_rounding(monkeypatch):
     report = mnrt.replay(binary, locate=True)
     site = report.locate.first_divergent
     assert (site.op, site.verdict) == ("gemm", ROUNDING) and report.locate.first_wrong is None
+
+
+@pytest.mark.parametrize("dtype", ["half", "bfloat16", "float16"])
+def test_a_result_in_each_16_bit_float_replays_with_its_golden_and_fingerprint(dtype):
+    """A kernel's output stored as 16-bit bits (bfloat16's numpy has no finfo for) gets
+    its tolerance and its verdict from the dtype's own precision: the validator raised
+    numpy's ValueError for a bfloat16 output, and `mnrt run` printed a traceback."""
+    rng = np.random.default_rng(0)
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue()
+        mnrt.begin_capture(fingerprints=True)
+        x = dev.create_buffer((8, 16), "float", name="x")
+        w = dev.create_buffer((16, 4), "float", name="w")
+        y = dev.create_buffer((8, 4), "float", name="y")
+        z = dev.create_buffer((8, 4), dtype, name="z")
+        prog = dev.create_program(
+            [
+                mnrt.Kernel("gemm", ["x", "w"], ["y"]),
+                mnrt.Kernel("cast", ["y"], ["z"], {"to": dtype}),
+            ]
+        )
+        q.enqueue_write_buffer(x, rng.standard_normal((8, 16)).astype(np.float32))
+        q.enqueue_write_buffer(w, rng.standard_normal((16, 4)).astype(np.float32))
+        q.enqueue_program(prog, {"x": x, "w": w, "y": y, "z": z})
+        q.enqueue_read_buffer(z)
+        binary = mnrt.end_capture()
+    report = mnrt.replay(binary, locate=True)
+    assert report.passed and report.locate.compared == 2 and report.locate.divergent == 0
+    check = report.checks[0]
+    assert 0.0 < check.rtol <= 2.0**-6 and check.atol > 0.0  # rounding allowed, not exact
