@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import mnrt
@@ -39,17 +39,31 @@ def conv(n, c, hw, o, kk, stride=1, groups=1):
 dims = st.integers(1, 300)
 
 
+def _times(kernel, ops) -> list[float]:
+    """Every valid mapping's modelled time: brute force."""
+    ins = [ops[s] for s in kernel.inputs]
+    outs = [ops[s] for s in kernel.outputs]
+    p = problem_of(
+        kernel.op, ins, outs, kernel.attrs, kernel.kdef.cost(ins, outs, kernel.attrs).flops
+    )
+    return [evaluate(MNCORE2, p, mp).modelled.time_s
+            for mp in space(MNCORE2, p, 3) if check(MNCORE2, p, mp) is None]  # fmt: skip
+
+
 @settings(max_examples=15, deadline=None)
 @given(dims, dims, dims, st.sampled_from([(), (3,)]))
+@example(m=1, n=1, k=33, batch=())  # launch-bound: 93 of 150 mappings within 5%
 def test_the_mapper_finds_the_brute_force_optimum_with_far_fewer_evaluations(m, n, k, batch):
     kernel, ops = gemm(m, n, k, batch=batch)
     front = map_kernel(kernel, metrics=Metrics.LATENCY, operands=ops)
     best, count = brute_force(kernel, operands=ops)
     assert front.best.time_s == pytest.approx(best, rel=1e-12)
     assert count == front.space_size
-    # A space of a few dozen mappings, all as fast (a launch-bound 1x1x1 product has 12),
-    # is searched nearly whole to break their tie by energy.
-    assert front.evaluated * 10 <= count or count < 100
+    if front.evaluated * 10 > count:
+        # A launch-bound product (m = n = 1, say) has most of its mappings within a few
+        # percent of the fastest: no bound prunes them, and the tie is broken by energy.
+        close = sum(t <= best * 1.05 for t in _times(kernel, ops))
+        assert 2 * close >= count, (front.evaluated, close, count)
 
 
 @settings(max_examples=6, deadline=None)
