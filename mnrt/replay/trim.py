@@ -86,6 +86,13 @@ class Live:
             elif kind == U.EnqueueProgram and cmd.queueId in self.capturing:
                 self.traces[self.capturing[cmd.queueId]].append(i)
 
+    def open_capture(self) -> tuple[int, int] | None:
+        """(trace id, the command that began it) of a device trace still being captured,
+        if one is: no slice may begin or end inside one."""
+        for trace in self.capturing.values():
+            return trace, self.traces[trace][0]
+        return None
+
 
 _CREATES = {
     U.OpenDevice: "deviceId",
@@ -140,20 +147,18 @@ def trim(binary: LightBinary, start: int, stop: int, verify: bool = True) -> Lig
     commands = binary.commands
     live = Live()
     live.follow(commands, start)
-    if live.capturing:
-        trace = next(iter(live.capturing.values()))
+    if (capture := live.open_capture()) is not None:
         raise TrimError(
-            f"command {start} is inside the capture of device trace {trace} (begun at command "
-            f"{live.traces[trace][0]}); start the slice before or after it"
+            f"command {start} is inside the capture of device trace {capture[0]} (begun at "
+            f"command {capture[1]}); start the slice before or after it"
         )
     at_stop = Live()
     at_stop.follow(commands, stop)
-    if at_stop.capturing:
-        trace = next(iter(at_stop.capturing.values()))
+    if (capture := at_stop.open_capture()) is not None:
         raise TrimError(
-            f"the slice ends inside the capture of device trace {trace} (begun at command "
-            f"{at_stop.traces[trace][0]}, still capturing at command {stop - 1}); end the "
-            "slice before the capture begins or after it ends"
+            f"the slice ends inside the capture of device trace {capture[0]} (begun at "
+            f"command {capture[1]}, still capturing at command {stop - 1}); end the slice "
+            "before the capture begins or after it ends"
         )
     body = commands[start:stop]
     # Every live object, as a GFXReconstruct trim snapshots all state at its first frame:
