@@ -342,7 +342,10 @@ def to_text(d: dict, limit: int = 200) -> str:
     for p in d["payloads"]:
         lines.append(f"~ [{p['a']}] -> [{p['b']}] {p['field']}: same hash, other payload")
     f = d["fingerprints"]
-    if f["differ"]:
+    if f["differ"] and not (f["a"] and f["b"]):  # one was captured without them
+        side, count = ("A", f["a"]) if f["a"] else ("B", f["b"])
+        lines.append(f"~ only {side} records kernel fingerprints ({count})")
+    elif f["differ"]:
         lines.append(f"~ {len(f['differ'])} kernel fingerprints differ (of {f['a']} and {f['b']})")
     lines.append(
         f"different: {len(d['commands'])} commands differ, {d['commands_equal']} are equal "

@@ -59,6 +59,11 @@ def test_fingerprints_taken_over_another_sample_show_in_the_header():
     unprinted = jsonio.from_json(doc)
     assert unprinted.fingerprint_sample == (64, 256)  # the default: it records none
     assert diff(a, unprinted)["header"] == []  # one side has no fingerprints: no sample
+    # said as such, not as every fingerprint of the other side differing
+    assert f"~ only A records kernel fingerprints ({len(a.fingerprints)})" in to_text(
+        diff(a, unprinted)
+    )
+    assert "~ only B records kernel fingerprints" in to_text(diff(unprinted, a))
 
 
 @pytest.mark.parametrize("moved_to", ["a kernel-less command", "beyond the last command"])
