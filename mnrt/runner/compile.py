@@ -220,31 +220,30 @@ def compile_cmd(
             "--explain lists one device's mappings; compile without --devices to see them "
             "(a pipeline's stages use the same mapper)"
         )
+    given = named_sources(input_specs, "--input", "name=file.npy or name=random")
+    options = _options(preset, float_dtype, option_specs)
+    options.update(_pipeline_options(devices, microbatches, schedule, stages, assignment_specs))
+    read = {model: "the model being compiled", preset: f"the option_json file -O {preset}"}
+    read.update((source, f"the file of --input {name}={source}") for name, source in given.items())
+    _check_writes_spare_reads({"-o": output, "out_onnx": options.get("out_onnx")}, read)
+    # The files first: they fix what the model leaves open (a symbolic dimension, the shape
+    # an Expand or Reshape reads), and the model's other inputs are known only after that.
+    inputs = {name: _load_npy(name, s) for name, s in given.items() if s != "random"}
     with warnings.catch_warnings():  # what it says, the compile below says again
         warnings.simplefilter("ignore")
-        graph = from_onnx(model)  # for the names of its inputs
-    given = named_sources(input_specs, "--input", "name=file.npy or name=random")
-    unknown = sorted(set(given) - set(graph.inputs))
+        graph = from_onnx(model, inputs)  # for the names and shapes of its other inputs
+    unknown = sorted(n for n in given if n not in inputs and n not in graph.inputs)
     if unknown:
         raise errors.InvalidArgumentError(
             f"unknown input(s) {', '.join(unknown)}; "
             f"the model's inputs are {', '.join(graph.inputs)}"
         )
     rng = np.random.default_rng(0)
-    inputs = {}
     for name in graph.inputs:
-        v = graph.values[name]
-        source = given.get(name, "random")
-        if source == "random":
+        if name not in inputs:
+            v = graph.values[name]
             _check_fits(name, v.shape, v.dtype.read_dtype)
             inputs[name] = _random_input(rng, v.shape, np.dtype(v.dtype.read_dtype))
-        else:
-            inputs[name] = _load_npy(name, source)
-    options = _options(preset, float_dtype, option_specs)
-    options.update(_pipeline_options(devices, microbatches, schedule, stages, assignment_specs))
-    read = {model: "the model being compiled", preset: f"the option_json file -O {preset}"}
-    read.update((source, f"the file of --input {name}={source}") for name, source in given.items())
-    _check_writes_spare_reads({"-o": output, "out_onnx": options.get("out_onnx")}, read)
     with Context() as ctx:
         compiled = ctx.compile(model, inputs, codegen_dir=codegen_dir, options=options)
         accuracy = compiled.save_binary_and_check(output)

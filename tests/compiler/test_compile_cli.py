@@ -381,3 +381,30 @@ def test_a_warning_is_one_line_as_errors_are(tmp_path):
         "mnrt: warning: ONNX model 'g' declares output 'y' as [2, 5] but computes [2, 4]; the "
         "compiled function gives [2, 4]: fix the model's declared output shape"
     ]
+
+
+def test_input_files_fix_what_the_model_leaves_open(tmp_path):
+    """--input files are the example inputs: a symbolic dimension takes the file's size and
+    an input an op reads at import time (Expand's shape) becomes a constant; without its
+    file that input is named with the flag that gives it."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1])
+    shape = helper.make_tensor_value_info("shape", TensorProto.INT64, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(
+        [helper.make_node("Expand", ["x", "shape"], ["y"])], "e", [x, shape], [y]
+    )
+    model = tmp_path / "expand.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+    np.save(tmp_path / "x.npy", np.arange(3, dtype=np.float32).reshape(3, 1))
+    np.save(tmp_path / "shape.npy", np.array([3, 4], np.int64))
+    out = tmp_path / "e.mnlb"
+    given = ["--input", f"x={tmp_path / 'x.npy'}", "--input", f"shape={tmp_path / 'shape.npy'}"]
+    r = CliRunner().invoke(cli, ["compile", str(model), "-o", str(out), *given])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, ["run", str(out), "--save-outputs", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "o" / "e.y.npy"), np.tile(np.arange(3.0)[:, None], 4)
+    )
+    r = CliRunner().invoke(cli, ["compile", str(model), "-o", str(out), *given[:2]])
+    assert r.exit_code == 2 and "mnrt compile --input shape=FILE.npy" in r.output

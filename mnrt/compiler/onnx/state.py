@@ -98,7 +98,8 @@ class Ctx:
             )
         raise Unsupported(
             f"{what} ('{name}') must be known at import time: make it an initializer, or give "
-            "an example input for it (from_onnx(model, inputs))"
+            "an example input for it (from_onnx(model, inputs), or mnrt compile --input "
+            f"{name}=FILE.npy)"
         )
 
     def ints(self, name: str, what: str = "this input") -> list[int]:
