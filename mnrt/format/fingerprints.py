@@ -17,6 +17,8 @@ from typing import NamedTuple
 import numpy as np
 import xxhash
 
+from .strict_json import json_value
+
 _NAN = float("nan")
 
 
@@ -32,9 +34,9 @@ class Stats(NamedTuple):
     def to_dict(self) -> dict:
         return {
             "hash": f"{self.hash:016x}",
-            "min": _json_float(self.min),
-            "max": _json_float(self.max),
-            "mean": _json_float(self.mean),
+            "min": json_value(self.min),
+            "max": json_value(self.max),
+            "mean": json_value(self.mean),
             "nonfinite": self.nonfinite,
         }
 
@@ -169,10 +171,6 @@ def _sum_dtype(dtype: np.dtype) -> type | None:
     if dtype.kind != "f":
         return np.float64
     return np.float32 if dtype.itemsize < 4 else None
-
-
-def _json_float(v: float) -> float | str:
-    return v if math.isfinite(v) else str(v)
 
 
 def to_columns(fingerprints: Sequence[Fingerprint]) -> dict[str, tuple]:

@@ -97,9 +97,9 @@ def compare(
         # infinite tolerance rtol * |b| would give it.
         ok = ((diff <= atol + rtol * np.abs(b)) & np.isfinite(b)) | alike
         err = np.where(alike, 0.0, np.where(np.isnan(diff), np.inf, diff))
-        # fmax, not maximum: a NaN golden matched by NaN has no error (0 / NaN would be NaN,
-        # reported below as an infinite one).
-        rel = err / np.fmax(np.abs(b), np.finfo(np.float64).tiny)
+        # No error is none relative to any golden (0 / 0 and 0 / NaN would be NaN, reported
+        # below as an infinite one); any other relative to a golden of 0 is infinite.
+        rel = np.where(err == 0.0, 0.0, err / np.abs(b))
         max_abs = float(err.max()) if err.size else 0.0
         max_rel = float(rel.max()) if rel.size else 0.0
     if math.isnan(max_rel):  # an infinite error relative to an infinite golden
@@ -118,7 +118,7 @@ def _compare_exact(
     a, b = actual.reshape(-1), expected.reshape(-1)
     bad = np.flatnonzero(a != b)
     errs = [abs(int(x) - int(y)) for x, y in zip(a[bad].tolist(), b[bad].tolist(), strict=True)]
-    rels = [e / max(abs(int(y)), 1) for e, y in zip(errs, b[bad].tolist(), strict=True)]
+    rels = [e / abs(y) if y else math.inf for e, y in zip(errs, b[bad].tolist(), strict=True)]
     fa, fb = a.astype(np.float64), b.astype(np.float64)
     pcc = _pcc(fa, fb, finite=True)
     return _check(
@@ -147,9 +147,12 @@ def _compare_finite(
     scale = np.abs(b)
     with np.errstate(over="ignore"):  # rtol * |b| overflowing is an infinite tolerance
         bad = np.flatnonzero(diff > atol + rtol * scale)
-    np.maximum(scale, np.finfo(np.float64).tiny, out=scale)
-    with np.errstate(over="ignore"):  # a difference far above a tiny golden is inf
-        max_rel = float(np.divide(diff, scale, out=diff).max()) if diff.size else 0.0
+    # A difference from a golden of 0 is infinitely large relative to it; no difference
+    # from one is none (0 / 0, NaN, which fmax passes over).
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        rel = np.divide(diff, scale, out=diff)
+    max_rel = float(np.fmax.reduce(rel)) if rel.size else 0.0
+    max_rel = 0.0 if math.isnan(max_rel) else max_rel
     pcc = _pcc(a, b, finite=True)
     return _check(name, dtype, shape, rtol, atol, bad, max_abs, max_rel, pcc, a, b)
 

@@ -27,6 +27,7 @@ from ..errors import InvalidBinaryError
 from ..format import LightBinary
 from ..format.edit import blob_attrs
 from ..format.fb.CommandUnion import CommandUnion
+from ..host.golden import compare
 
 # Union member code -> its name (generated enum), for any command type.
 COMMAND_TYPES = {
@@ -154,16 +155,13 @@ def _golden_error(sa: _Side, sb: _Side, ca: Any, cb: Any) -> dict:
     vb = db.from_storage(np.frombuffer(bb, db.storage))
     if va.shape != vb.shape:
         return {"comparable": False, "elements": [int(va.size), int(vb.size)]}
-    a64, b64 = va.astype(np.float64), vb.astype(np.float64)
-    with np.errstate(all="ignore"):
-        err = np.abs(a64 - b64)
-        rel = err / np.maximum(np.abs(b64), np.finfo(np.float64).tiny)
-    err, rel = np.nan_to_num(err, nan=np.inf), np.nan_to_num(rel, nan=np.inf)
+    # as a replay compares an output with its golden, with no tolerance
+    check = compare("golden", va, vb, db, 0.0, 0.0)
     return {
         "comparable": True,
-        "max_abs_err": float(err.max(initial=0.0)),
-        "max_rel_err": float(rel.max(initial=0.0)),
-        "mismatched": int(np.count_nonzero(err)),
+        "max_abs_err": check.max_abs_err,
+        "max_rel_err": check.max_rel_err,
+        "mismatched": check.mismatches,
         "elements": int(va.size),
     }
 
@@ -314,7 +312,7 @@ def to_text(d: dict, limit: int = 200) -> str:
     """The diff for a terminal: one line per changed command (at most `limit`), fields
     indented below it."""
     if d["equal"]:
-        return f"equal: {d['a']['commands']} commands, {d['a']['blobs']} blobs"
+        return summary(d)
     lines = []
     for h in d["header"] + d["io"]:
         lines.append(f"~ {h['field']}: {h['a']} -> {h['b']}")
@@ -341,17 +339,48 @@ def to_text(d: dict, limit: int = 200) -> str:
         lines.append(f"... and {len(d['commands']) - limit} more changed commands (see --json)")
     for p in d["payloads"]:
         lines.append(f"~ [{p['a']}] -> [{p['b']}] {p['field']}: same hash, other payload")
-    f = d["fingerprints"]
-    if f["differ"] and not (f["a"] and f["b"]):  # one was captured without them
-        side, count = ("A", f["a"]) if f["a"] else ("B", f["b"])
-        lines.append(f"~ only {side} records kernel fingerprints ({count})")
-    elif f["differ"]:
-        lines.append(f"~ {len(f['differ'])} kernel fingerprints differ (of {f['a']} and {f['b']})")
-    lines.append(
-        f"different: {len(d['commands'])} commands differ, {d['commands_equal']} are equal "
-        f"({d['a']['commands']} and {d['b']['commands']} commands)"
-    )
+    if d["fingerprints"]["differ"]:
+        lines.append(f"~ {_fingerprints(d['fingerprints'], detail=True)}")
+    lines.append(summary(d))
     return "\n".join(lines)
+
+
+def summary(d: dict) -> str:
+    """The diff in one line: `mnrt diff`'s last, and the dashboard's."""
+    if d["equal"]:
+        return (
+            f"equal: {_count(d['a']['commands'], 'command')}, {_count(d['a']['blobs'], 'blob')} "
+            "(creation metadata aside)"
+        )
+    changed, same = len(d["commands"]), d["commands_equal"]
+    parts = [
+        f"different: {_count(changed, 'command')} {'differs' if changed == 1 else 'differ'}, "
+        f"{same} {'is' if same == 1 else 'are'} equal ({d['a']['commands']} and "
+        f"{d['b']['commands']} commands)"
+    ]
+    if d["header"] or d["io"]:
+        n = len(d["header"]) + len(d["io"])
+        parts.append(f"{_count(n, 'header/io field')} {'differs' if n == 1 else 'differ'}")
+    if d["payloads"]:
+        n = len(d["payloads"])
+        parts.append(f"{_count(n, 'payload')} {'differs' if n == 1 else 'differ'} under one hash")
+    if d["fingerprints"]["differ"]:
+        parts.append(_fingerprints(d["fingerprints"], detail=False))
+    return "; ".join(parts)
+
+
+def _fingerprints(f: dict, detail: bool) -> str:
+    """How the kernel fingerprints differ (`f`: the diff's "fingerprints")."""
+    if not (f["a"] and f["b"]):  # one was captured without them
+        side, count = ("A", f["a"]) if f["a"] else ("B", f["b"])
+        return f"only {side} records kernel fingerprints ({count})"
+    n = len(f["differ"])
+    of = f" (of {f['a']} and {f['b']})" if detail else ""
+    return f"{_count(n, 'kernel fingerprint')} {'differs' if n == 1 else 'differ'}{of}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _short(value: Any, width: int = 120) -> str:

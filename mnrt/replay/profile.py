@@ -28,13 +28,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..format.files import write_atomically
+from ..format.strict_json import json_value
 from ..host.commands import FAILED, RunProgram
 from ..host.device import MAX_QUEUES
 from ..host.timeline import schedule
 from .executor import COMMAND_NAMES
 from .modelled import spans as span_list
 from .plan import BUFFER, DEVICE, PROGRAM, QUEUE, Plan
-from .report import check_dict, json_value
+from .report import check_dict
 
 if TYPE_CHECKING:
     from ..host import Buffer, CommandQueue
@@ -51,14 +52,6 @@ LINK_TIDS = {"in": 2 * MAX_QUEUES + 1, "out": 2 * MAX_QUEUES + 2}
 
 def _describe(buf: Buffer) -> str:
     return f"{buf.name} {buf.dtype.name}{list(buf.shape)}"
-
-
-def _json_value(v: Any) -> Any:
-    """An attribute value as strict JSON has it, element by element for a tuple (a fill
-    value may be NaN)."""
-    if isinstance(v, (tuple, list)):
-        return [_json_value(x) for x in v]
-    return json_value(v)
 
 
 def _modelled_args(m: Any) -> dict[str, Any]:
@@ -320,7 +313,7 @@ class Profile:
             "kernel": i,
             "inputs": [_describe(b) for b in step.ins],
             "outputs": [_describe(b) for b in step.outs],
-            "attrs": {k: _json_value(v) for k, v in step.bound.attrs.items()},
+            "attrs": {k: json_value(v) for k, v in step.bound.attrs.items()},
             **_modelled_args(step.modelled),
         }
 

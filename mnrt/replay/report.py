@@ -7,12 +7,13 @@ import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import MnrtError
 from ..format import LightBinary
+from ..format.strict_json import json_value
 from ..host.golden import Check
 from .modelled import timelines
 
@@ -245,9 +246,7 @@ class ReplayReport:
 
 def check_dict(c: Check) -> dict:
     """A check as strict JSON (its worst elements too)."""
-    d = json_safe(c.to_dict())
-    d["worst"] = [json_safe(w) for w in c.worst]
-    return d
+    return json_value({**c.to_dict(), "worst": c.worst})
 
 
 def error_document(e: MnrtError, binary: str | None) -> dict:
@@ -262,14 +261,3 @@ def error_document(e: MnrtError, binary: str | None) -> dict:
         "checks": [],
         "outputs": {},
     }
-
-
-def json_value(v: Any) -> Any:
-    """JSON has no inf or nan (strict parsers, trace viewers' among them, refuse the
-    literals): a non-finite float is written as a string."""
-    return str(v) if isinstance(v, float) and not math.isfinite(v) else v
-
-
-def json_safe(d: dict) -> dict:
-    """`d` with each of its values made strict JSON by `json_value`."""
-    return {k: json_value(v) for k, v in d.items()}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import click
 
 from .. import errors
+from ..format import strict_json
 from ..format.files import open_regular, parse_json
 from ..replay import MAX_LOOPS, replay
 from ..replay.costs import kernel_costs, modelled_totals, regressions
@@ -131,7 +131,7 @@ def bench(
                 "slower_kernels": slower,
                 "added_kernels": added,
             }
-        click.echo(json.dumps(doc, indent=1))
+        click.echo(strict_json.dumps(doc, indent=1))
     else:
         click.echo(
             f"{len(report.binary)} commands, {loops} loops: wall min "

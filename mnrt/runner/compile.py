@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -14,6 +13,7 @@ import click
 import numpy as np
 
 from .. import errors
+from ..format import strict_json
 from ..format.npy import load_npy
 from .args import named_sources, pair
 
@@ -270,7 +270,7 @@ def compile_cmd(
             "outputs": [io_dict(e) for e in binary.outputs],
             "accuracy": accuracy,
         }
-        click.echo(json.dumps(doc, indent=1))
+        click.echo(strict_json.dumps(doc, indent=1))
         return
     click.echo(
         f"{model} -> {output}: {len(compiled.graph.nodes)} kernels, "
@@ -333,7 +333,7 @@ def _report_pipeline(
         "accuracy": accuracy,
     }
     if as_json:
-        click.echo(json.dumps(doc, indent=1))
+        click.echo(strict_json.dumps(doc, indent=1))
         return
     mpmd = compiled.mpmd
     click.echo(

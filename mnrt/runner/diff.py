@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import click
 
 from ..errors import EXIT_GOLDEN_MISMATCH
-from ..format import LightBinary
+from ..format import LightBinary, strict_json
 from ..replay.diff import diff, to_text
 
 
@@ -23,5 +22,5 @@ def diff_cmd(a: Path, b: Path, as_json: bool) -> None:
 
     Exit codes: 0 equal (creation metadata aside), 1 different, 2 unreadable or usage."""
     d = diff(LightBinary.load(a), LightBinary.load(b))
-    click.echo(json.dumps(d, indent=1, default=str) if as_json else to_text(d))
+    click.echo(strict_json.dumps(d, indent=1, default=str) if as_json else to_text(d))
     sys.exit(0 if d["equal"] else EXIT_GOLDEN_MISMATCH)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from ..errors import InvalidArgumentError
-from ..format import LightBinary
+from ..format import LightBinary, strict_json
 from ..format.files import check_usable
 from ..replay.optimize import optimize
 from ..replay.trim import parse_range, trim
@@ -62,7 +61,7 @@ def optimize_cmd(file: Path, out: Path, as_json: bool) -> None:
     result, stats = optimize(LightBinary.load(file))
     result.save(out)
     if as_json:
-        click.echo(json.dumps({"output": str(out), **stats.to_dict()}, indent=1))
+        click.echo(strict_json.dumps({"output": str(out), **stats.to_dict()}, indent=1))
         return
     (c0, c1), (b0, b1) = stats.commands, stats.bytes
     click.echo(

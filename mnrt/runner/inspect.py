@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import InvalidArgumentError
-from ..format import IDENTIFIER, LightBinary, jsonio
+from ..format import IDENTIFIER, LightBinary, jsonio, strict_json
 from ..format.files import open_regular, write_atomically, write_with_folder
 from ..replay.hazards import RACES_SHOWN, races
 from ..replay.info import info as binary_info
@@ -31,7 +31,7 @@ def info(file, as_json) -> None:
     """Summarise FILE: producer, version, commands, buffers, programs, payload sizes."""
     d = binary_info(LightBinary.load(file))
     if as_json:
-        click.echo(json.dumps(d, indent=1))
+        click.echo(strict_json.dumps(d, indent=1))
         return
     m, dev, copies = d["metadata"], d["device"], d["copies"]
     by_type = ", ".join(f"{k} {v}" for k, v in d["commands_by_type"].items())
@@ -68,7 +68,7 @@ def info(file, as_json) -> None:
 )
 def dump(file, as_json) -> None:
     """Print FILE's header, commands and blob table as JSON (payloads left out)."""
-    click.echo(json.dumps(jsonio.describe(LightBinary.load(file)), indent=1))
+    click.echo(strict_json.dumps(jsonio.describe(LightBinary.load(file)), indent=1))
 
 
 @click.command()
@@ -88,7 +88,7 @@ def verify(file, as_json) -> None:
     found = races(plan)
     if as_json:
         doc = {"ok": True, "path": str(file), **counts, "races": [r.to_dict() for r in found]}
-        click.echo(json.dumps(doc, indent=1))
+        click.echo(strict_json.dumps(doc, indent=1))
         return
     click.echo(
         f"OK: {file}: " + ", ".join(f"{n} {w[:-1] if n == 1 else w}" for w, n in counts.items())
@@ -176,7 +176,7 @@ def _same_file(a: Path, b: Path) -> bool:
 def _converted(source: Path, dest: Path, to: str, commands: int, size: int, as_json: bool) -> None:
     if as_json:
         doc = {"source": str(source), "dest": str(dest), "to": to, "commands": commands}
-        click.echo(json.dumps({**doc, "bytes": size}, indent=1))
+        click.echo(strict_json.dumps({**doc, "bytes": size}, indent=1))
         return
     what = "JSON" if to == "json" else "binary"
     click.echo(f"{source} -> {dest} ({what}, {commands} commands, {size} bytes)")

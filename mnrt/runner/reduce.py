@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from ..format import LightBinary
+from ..format import LightBinary, strict_json
 from ..replay.reduce import reduce
 from .args import FiniteRange
 from .edit import check_output_path
@@ -54,7 +53,7 @@ def reduce_cmd(
     reproduce = f"mnrt run {out}{result.failure.reproduce}"
     if as_json:
         doc = {"output": str(out), **result.to_dict(), "reproduce": reproduce}
-        click.echo(json.dumps(doc, indent=1))
+        click.echo(strict_json.dumps(doc, indent=1))
         return
     click.echo(f"failure: {result.failure.describe()}")
     for s in result.steps:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import json
 import re
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ import click
 import numpy as np
 
 from .. import errors
-from ..format import LightBinary
+from ..format import LightBinary, strict_json
 from ..format.files import check_usable, write_atomically
 from ..format.npy import load_npy
 from ..replay import MAX_LOOPS, replay
@@ -170,7 +169,7 @@ def _failure_written(
     """Write the failed run's --report; with --json print it too and say so (True)."""
     report = getattr(e, "report", None)
     doc = report.to_dict() if report is not None else error_document(e, str(file))
-    text = json.dumps(doc, indent=1)
+    text = strict_json.dumps(doc, indent=1)
     if report_path is not None:
         write_atomically(report_path, text.encode())
     if as_json:
@@ -417,7 +416,7 @@ def _run_mpi(
         if as_json:
             doc = {"error": errors.error_dict(type(e).__name__, str(e), e.exit_code)}
             doc["error"]["rank"] = transport.rank
-            click.echo(json.dumps(doc, indent=1))
+            click.echo(strict_json.dumps(doc, indent=1))
         return as_json
 
     def guarded(step):

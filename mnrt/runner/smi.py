@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 
 import click
@@ -10,6 +9,7 @@ import click
 from ..device import boards
 from ..device.memory import Fill, pattern_width
 from ..device.spec import MNCORE2
+from ..format import strict_json
 
 
 def _int_auto_base(value: str, option: str) -> int:
@@ -54,7 +54,7 @@ def list_cmd(as_json: bool) -> None:
     link = MNCORE2.link
     if as_json:
         figures = link.describe()
-        click.echo(json.dumps([{**asdict(i), "link": figures} for i in infos], indent=1))
+        click.echo(strict_json.dumps([{**asdict(i), "link": figures} for i in infos], indent=1))
         return
     for info in infos:
         fill = f"  unwritten DRAM: {info.fill}" if info.fill != "zero" else ""

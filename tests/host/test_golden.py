@@ -194,3 +194,16 @@ def test_pcc_of_a_nan_mismatch_is_zero():
     assert not check.passed and check.pcc == 0.0  # before: 1.0, from the finite three alone
     both = np.array([1.0, 2.0, 3.0, np.nan], np.float32)
     assert compare("y", both, both.copy(), mnrt.float32).pcc == 1.0
+
+
+@pytest.mark.parametrize("path", [compare, general])
+@pytest.mark.parametrize("dtype", [mnrt.float32, mnrt.int32])
+def test_an_error_against_a_golden_of_zero_is_infinitely_large_relative_to_it(path, dtype):
+    # It printed as max_rel_err=9.97e+307 (the error over the smallest normal double).
+    np_dtype = np.dtype(dtype.name)
+    golden_ = np.array([0, 0, 4], np_dtype)
+    check = path("y", np.array([0, 2, 4], np_dtype), golden_, dtype, 0.0, 0.0)
+    assert check.max_abs_err == 2.0 and check.max_rel_err == math.inf
+    # and a golden of zero met exactly adds none: the error relative to the 4 is the largest
+    check = path("y", np.array([0, 0, 5], np_dtype), golden_, dtype, 0.0, 0.0)
+    assert check.max_rel_err == 0.25

@@ -262,3 +262,33 @@ def test_a_diff_against_any_edited_binary_is_a_verdict(data):
             continue
         assert isinstance(d["equal"], bool)
         to_text(d)
+
+
+def _read_back(path, values) -> None:
+    """Capture a write of `values` (float32) and a blocking read of them: the read's golden."""
+    with mnrt.capture(path), mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        buf = dev.create_buffer((len(values),), mnrt.float32, name="v")
+        q.enqueue_write_buffer(buf, np.array(values, np.float32))
+        q.enqueue_read_buffer(buf, blocking=True)
+
+
+def test_goldens_that_differ_where_one_is_nan_or_zero_diff_as_strict_json(tmp_path):
+    """--json printed the errors as the bare `Infinity`, which strict parsers refuse; and an
+    error against a golden of 0 as a relative error of 1.35e+308."""
+    for name, values in (("nan", [1, np.nan, 0]), ("zero", [1, 2, 0]), ("three", [1, 2, 3])):
+        _read_back(tmp_path / f"{name}.mnlb", values)
+    for a, b, abs_err, rel_err in (("nan", "zero", "inf", "inf"), ("three", "zero", 3.0, "inf")):
+        code, out = invoke_cli("diff", tmp_path / f"{a}.mnlb", tmp_path / f"{b}.mnlb", "--json")
+        doc = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+        (golden,) = [c["golden"] for c in doc["commands"] if c.get("golden")]
+        assert code == 1 and (golden["max_abs_err"], golden["max_rel_err"]) == (abs_err, rel_err)
+        assert golden["mismatched"] == 1
+    # one differing command and the rest equal, counted in words that agree with them
+    code, out = invoke_cli("diff", tmp_path / "three.mnlb", tmp_path / "zero.mnlb")
+    assert out.splitlines()[-1] == "different: 2 commands differ, 3 are equal (5 and 5 commands)"
+    a = chain_capture(10)
+    d = diff(a, with_written(a, "w3", np.zeros((4, 4), np.float32)))
+    assert to_text(d).splitlines()[-1].startswith("different: 1 command differs, ")
+    code, out = invoke_cli("diff", tmp_path / "zero.mnlb", tmp_path / "zero.mnlb")
+    assert code == 0 and out.strip() == "equal: 5 commands, 1 blob (creation metadata aside)"

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ...format import strict_json
 from ...format.fb.Compression import Compression
-from ...replay.diff import diff
+from ...replay.diff import diff, summary
 from ..artifacts import Artifacts
 
 TITLE = "Binary"
@@ -145,9 +146,10 @@ def _comparison(art: Artifacts, own: list[dict[str, Any]]) -> dict[str, Any]:
         "a": str(art.binary_path),
         "b": str(other.binary_path),
         "result": d,
+        "summary": summary(d),
         "rows": side_by_side(d, own, commands(other.dump)),
         "goldens": goldens,
-        "json": json.dumps(d, indent=1, default=str),
+        "json": strict_json.dumps(d, indent=1, default=str),
     }
 
 
