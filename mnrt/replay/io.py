@@ -68,6 +68,16 @@ def _entry(kind: str, name: str, entries: list[IoBuffer]) -> IoBuffer:
     """The entry named `name`, or else the one whose name is `name` after a prefix ending
     in a dot: a compiled graph's buffers are named "graph.value", and its users know the
     model's own names ("x" for "mlp.x")."""
+    found = _named(kind, name, entries)
+    if found is None:
+        raise InvalidArgumentError(
+            f"{name!r} is not an {kind} of the binary; its {kind}s are {describe(entries)}"
+        )
+    return found
+
+
+def _named(kind: str, name: str, entries: list[IoBuffer]) -> IoBuffer | None:
+    """`_entry`, or None where no entry has the name."""
     for e in entries:
         if e.name == name:
             return e
@@ -79,21 +89,56 @@ def _entry(kind: str, name: str, entries: list[IoBuffer]) -> IoBuffer:
             f"{name!r} could be the {kind} {' or '.join(repr(e.name) for e in suffixed)} of "
             "the binary; give its whole name"
         )
-    raise InvalidArgumentError(
-        f"{name!r} is not an {kind} of the binary; its {kind}s are {describe(entries)}"
-    )
+    return None
 
 
-def _check_spec(kind: str, e: IoBuffer, shape: tuple[int, ...], dtype: np.dtype) -> DType:
-    """The buffer's dtype, once `shape` and `dtype` (of a given array) are found to fit it."""
+def _resolve(kind: str, name: str, entries: list[IoBuffer]) -> list[IoBuffer]:
+    """The entries an array given for `name` fills: the one `_entry` finds, or, where no
+    entry has the name, the microbatches of a pipelined compile's input or output
+    (`name#0`, `name#1`, ...: one array, microbatches along its first axis, fills them)."""
+    found = _named(kind, name, entries)
+    if found is not None:
+        return [found]
+    family = []
+    while (e := _named(kind, f"{name}#{len(family)}", entries)) is not None:
+        family.append(e)
+    if len(family) > 1 and all(
+        (e.shape, e.dtype) == (family[0].shape, family[0].dtype) for e in family
+    ):
+        return family
+    return [_entry(kind, name, entries)]
+
+
+def _check_specs(kind: str, es: list[IoBuffer], shape: tuple[int, ...], dtype: np.dtype) -> DType:
+    """`_check_spec` for the entries one array fills (see `_resolve`)."""
+    if len(es) == 1:
+        return _check_spec(kind, es[0], shape, dtype)
+    first, last = es[0].name, es[-1].name
+    name = first.rpartition("#")[0]
+    if shape[:1] != (len(es),):
+        whole = (len(es), *es[0].shape)
+        raise ShapeError(
+            f"{_WHAT[kind]} '{name}' has shape {shape}; the binary has it as {len(es)} "
+            f"microbatches {first} .. {last} of shape {es[0].shape}: give an array of shape "
+            f"{whole}, or one per microbatch ({first}=...)"
+        )
+    return _check_spec(kind, es[0], shape[1:], dtype, name)
+
+
+def _check_spec(
+    kind: str, e: IoBuffer, shape: tuple[int, ...], dtype: np.dtype, name: str | None = None
+) -> DType:
+    """The buffer's dtype, once `shape` and `dtype` (of a given array, `name` in messages:
+    the entry's own by default) are found to fit it."""
     buffer_dtype = BY_CODE[e.dtype]
+    name = e.name if name is None else name
     if shape != e.shape:
         raise ShapeError(
-            f"{_WHAT[kind]} '{e.name}' has shape {shape}; the binary's buffer has shape {e.shape}"
+            f"{_WHAT[kind]} '{name}' has shape {shape}; the binary's buffer has shape {e.shape}"
         )
     if not buffer_dtype.accepts(np.empty(0, dtype)):
         raise DTypeError(
-            f"{_WHAT[kind]} '{e.name}' is an array of {dtype}; the binary's buffer is "
+            f"{_WHAT[kind]} '{name}' is an array of {dtype}; the binary's buffer is "
             f"{buffer_dtype.name} and takes {_takes(buffer_dtype)}: cast it with .astype()"
         )
     return buffer_dtype
@@ -108,10 +153,10 @@ def header_check(
 ) -> Callable[[tuple[int, ...], np.dtype], None]:
     """For a file's header, before its data is read: the same checks `replay` makes of an
     array given for input (kind "input") or expected output (kind "output") `name`."""
-    e = _entry(kind, name, _entries(binary, kind))
+    es = _resolve(kind, name, _entries(binary, kind))
 
     def check(shape: tuple[int, ...], dtype: np.dtype) -> None:
-        _check_spec(kind, e, shape, dtype)
+        _check_specs(kind, es, shape, dtype)
 
     return check
 
@@ -126,13 +171,17 @@ def _arrays(kind: str, given: Any, binary: LightBinary) -> dict[int, tuple[DType
     entries = _entries(binary, kind)
     chosen = {}
     for name, array in given.items():
-        e = _entry(kind, name, entries)
+        es = _resolve(kind, name, entries)
         if not isinstance(array, np.ndarray):
             raise InvalidArgumentError(
                 f"{_WHAT[kind]} '{name}' must be a numpy array, got {type(array).__name__}"
             )
-        dtype = _check_spec(kind, e, array.shape, array.dtype)
-        chosen[e.buffer_id] = (dtype, np.ascontiguousarray(array))
+        dtype = _check_specs(kind, es, array.shape, array.dtype)
+        parts = [array] if len(es) == 1 else list(array)
+        for e, part in zip(es, parts, strict=True):
+            if e.buffer_id in chosen:
+                raise InvalidArgumentError(f"{_WHAT[kind]} '{e.name}' is given twice")
+            chosen[e.buffer_id] = (dtype, np.ascontiguousarray(part))
     return chosen
 
 

@@ -19,7 +19,6 @@ that reads what another device computed was enqueued after the kernel that compu
 from __future__ import annotations
 
 import io
-import json
 import re
 import threading
 from collections.abc import Iterable, Sequence
@@ -33,6 +32,7 @@ from ..device.dtypes import DOUBLE
 from ..device.kernels import Out, TensorSpec
 from ..device.tolerance import stats_tolerance
 from ..errors import MnrtError
+from ..format import strict_json
 from ..format.files import write_atomically
 from ..format.fingerprints import Stats, close, hash_of, summary
 from ..host.commands import KernelWatch
@@ -304,7 +304,7 @@ class Locator:
         doc["reference"] = why
         for o, a in zip(site.outputs, reference or ()):
             _save_npy(folder / f"output.{_file_part(o['slot'])}.reference.npy", a)
-        write_atomically(folder / "site.json", json.dumps(doc, indent=1).encode())
+        write_atomically(folder / "site.json", strict_json.dumps(doc, indent=1).encode())
 
 
 def _key(site: KernelSite | None) -> tuple[int, int] | None:

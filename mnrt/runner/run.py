@@ -210,7 +210,8 @@ def _failure_written(
     multiple=True,
     metavar="NAME=FILE.npy",
     help="Replay with this array in place of what the binary wrote to input NAME (see "
-    "`mnrt info`); the recorded goldens then no longer apply.",
+    "`mnrt info`); the recorded goldens then no longer apply. A pipelined binary's "
+    "microbatches NAME#0, NAME#1, ... take one array, microbatches along its first axis.",
 )
 @click.option(
     "--expected",
@@ -218,7 +219,7 @@ def _failure_written(
     multiple=True,
     metavar="NAME=FILE.npy",
     help="Compare output NAME with this array (at the recorded check's tolerances, or "
-    "--rtol/--atol).",
+    "--rtol/--atol); for microbatches NAME#0, NAME#1, ..., as for --input.",
 )
 @click.option(
     "--report",

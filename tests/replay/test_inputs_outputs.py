@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from cli_harness import invoke_cli
 from conftest import edited
 
 import mnrt
@@ -210,3 +211,41 @@ def test_each_output_once_its_last_read():
     report = mnrt.replay(binary)
     assert report.outputs.keys() == {"a"} and report.outputs["a"].tolist() == [3, 4]
     assert [c.name for c in report.checks] == ["a", "a#2"] and report.passed
+
+
+def test_one_array_fills_the_microbatches_of_a_pipelined_input_and_output(tmp_path):
+    """A pipelined compile's input x is the binary's x#0, x#1, x#2 (one per microbatch): an
+    array with the microbatches along its first axis is given for all three, as the
+    compile took it, and so is one for the output."""
+    b = GraphBuilder("pp")
+    w = np.arange(6, dtype=np.float32).reshape(3, 2)
+    h = b.relu(b.gemm(b.input("x", (2, 3), "float"), b.param("w", w)))
+    b.output(b.gemm(h, b.param("v", np.eye(2, dtype=np.float32))), "y")
+    xs = np.arange(18, dtype=np.float32).reshape(3, 2, 3) - 8
+    with mnrt.Context() as ctx:
+        mpmd = {"devices": [0, 1], "microbatches": 3}
+        compiled = ctx.compile(b, {"x": xs[0]}, options={"mpmd": mpmd})
+        compiled.save_binary(tmp_path / "pp.mnlb")
+        compiled.close()
+    binary = mnrt.LightBinary.load(tmp_path / "pp.mnlb")
+    assert [e.name for e in binary.inputs] == ["x#0", "x#1", "x#2"]
+    want = np.maximum(xs @ w, 0)
+    report = mnrt.replay(binary, inputs={"x": xs}, expected={"y": want})
+    assert report.passed and [c.name for c in report.checks] == ["y#0", "y#1", "y#2"]
+    for m in range(3):
+        np.testing.assert_array_equal(report.outputs[f"y#{m}"], want[m])
+    wrong = want.copy()
+    wrong[2, 1, 0] += 1
+    report = mnrt.replay(binary, inputs={"x": xs}, expected={"y": wrong})
+    assert [c.passed for c in report.checks] == [True, True, False]
+    with pytest.raises(mnrt.ShapeError, match=r"3 microbatches x#0 \.\. x#2 .*\(3, 2, 3\)"):
+        mnrt.replay(binary, inputs={"x": xs[0]})
+    with pytest.raises(mnrt.InvalidArgumentError, match="'x#1' is given twice"):
+        mnrt.replay(binary, inputs={"x": xs, "x#1": xs[1]})
+    np.save(tmp_path / "x.npy", xs)
+    np.save(tmp_path / "y.npy", want)
+    code, out = invoke_cli(
+        "run", tmp_path / "pp.mnlb", "--input", f"x={tmp_path / 'x.npy'}",
+        "--expected", f"y={tmp_path / 'y.npy'}",
+    )  # fmt: skip
+    assert code == 0 and out.startswith("PASS: "), out
