@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from collections.abc import Callable
@@ -38,15 +39,33 @@ def apply_float_dtype(graph: Graph, mode: str) -> Graph:
                 _warn_out_of_range(name, v, target, mode)
                 v.dtype = target
         for node in g.nodes:
-            # The kernels that make a value of the dtype an attribute names: cast's `to`;
-            # fill's, range's and eye_like's `dtype` ('' for eye_like: x's, retargeted).
-            for key in _RESULT_DTYPE_ATTRS:
-                named = node.attrs.get(key)
-                if named and dt.dtype(named) in _FLOATS:
-                    node.attrs[key] = target.name
+            _retarget(node.attrs, target)
+            if node.op == chain.NAME:  # a compiled graph's (load_codegen_dir)
+                _retarget_chain(g, node, target)
         g.verify()
         return g
     raise ValueError(f"float_dtype {mode!r}")  # options.py admits only the modes above
+
+
+def _retarget(attrs: dict, target: dt.DType) -> None:
+    """The attributes of a kernel that makes a value of the dtype one names (cast's `to`;
+    fill's, range's and eye_like's `dtype`: '' for eye_like, x's) in `target`, where they
+    name a float."""
+    for key in _RESULT_DTYPE_ATTRS:
+        named = attrs.get(key)
+        if named and dt.dtype(named) in _FLOATS:
+            attrs[key] = target.name
+
+
+def _retarget_chain(g: Graph, node: Node, target: dt.DType) -> None:
+    """A fused chain's steps and the dtypes it was made for (see chain.py) as their
+    kernels run one by one would be after apply_float_dtype."""
+    steps = json.loads(node.attrs["steps"])
+    for step in steps:
+        _retarget(step.get("attrs", {}), target)
+    node.attrs["steps"] = chain.dumps(steps)
+    node.attrs["x_dtype"] = g.values[node.inputs[0]].dtype.name
+    node.attrs["operand_dtypes"] = ",".join(g.values[n].dtype.name for n in node.inputs[1:])
 
 
 def _warn_out_of_range(name: str, v: Value, target: dt.DType, mode: str) -> None:

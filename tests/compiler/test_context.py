@@ -753,3 +753,22 @@ class CompiledMemory(RuleBasedStateMachine):
 
 CompiledMemory.TestCase.settings = settings(max_examples=25, stateful_step_count=12, deadline=None)
 test_compiled_memory = CompiledMemory.TestCase
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_a_loaded_codegen_dir_saves_the_binary_its_compile_saved(ctx, tmp_path, model):
+    """The reference of a loaded compile is its optimised graph run in double: fused chains
+    too, which were made for half or float inputs (save_binary raised a DTypeError)."""
+    from mnrt.replay.diff import diff
+
+    b, inputs = MODELS[model]()
+    compiled = ctx.compile(b, inputs, codegen_dir=tmp_path / "cg", options={"option_json": "O3"})
+    assert "chain" in {n.op for n in compiled.graph.nodes}
+    compiled.save_binary(tmp_path / "a.mnlb")
+    loaded = ctx.load_codegen_dir(tmp_path / "cg")
+    accuracy = loaded.save_binary_and_check(tmp_path / "b.mnlb")
+    assert accuracy["reference"] == "float64 graph" and all(
+        o["passed"] for o in accuracy["outputs"].values()
+    )
+    a, b = (mnrt.LightBinary.load(tmp_path / f"{n}.mnlb") for n in "ab")
+    assert diff(a, b)["equal"]
