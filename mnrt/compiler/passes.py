@@ -34,14 +34,21 @@ def apply_float_dtype(graph: Graph, mode: str) -> Graph:
     g = graph.copy()
     if mode in _PRECISION:
         target = _PRECISION[mode]
+        changed = set()
         for name, v in g.values.items():
-            if v.dtype in _FLOATS:
+            if v.dtype in _FLOATS and v.dtype != target:
                 _warn_out_of_range(name, v, target, mode)
+                changed.add(name)
                 v.dtype = target
         for node in g.nodes:
             _retarget(node.attrs, target)
-            if node.op == chain.NAME:  # a compiled graph's (load_codegen_dir)
+            # What a compile chose for a node's dtypes does not hold for others (a loaded
+            # codegen_dir's graph, made double for its reference): fused chains are made
+            # for them again, and mappings dropped (the lowering maps a node without one).
+            if node.op == chain.NAME:
                 _retarget_chain(g, node, target)
+            if "mapping" in node.attrs and changed.intersection([*node.inputs, *node.outputs]):
+                node.attrs = {k: v for k, v in node.attrs.items() if k != "mapping"}
         g.verify()
         return g
     raise ValueError(f"float_dtype {mode!r}")  # options.py admits only the modes above

@@ -19,6 +19,7 @@ from mnrt.compiler import GraphBuilder
 from mnrt.compiler.models import MODELS
 from mnrt.compiler.options import OptionError, resolve
 from mnrt.host.device import open_indices
+from mnrt.replay.diff import diff
 from mnrt.replay.executor import COMMAND_NAMES
 
 
@@ -759,8 +760,6 @@ test_compiled_memory = CompiledMemory.TestCase
 def test_a_loaded_codegen_dir_saves_the_binary_its_compile_saved(ctx, tmp_path, model):
     """The reference of a loaded compile is its optimised graph run in double: fused chains
     too, which were made for half or float inputs (save_binary raised a DTypeError)."""
-    from mnrt.replay.diff import diff
-
     b, inputs = MODELS[model]()
     compiled = ctx.compile(b, inputs, codegen_dir=tmp_path / "cg", options={"option_json": "O3"})
     assert "chain" in {n.op for n in compiled.graph.nodes}
@@ -770,5 +769,23 @@ def test_a_loaded_codegen_dir_saves_the_binary_its_compile_saved(ctx, tmp_path, 
     assert accuracy["reference"] == "float64 graph" and all(
         o["passed"] for o in accuracy["outputs"].values()
     )
+    a, b = (mnrt.LightBinary.load(tmp_path / f"{n}.mnlb") for n in "ab")
+    assert diff(a, b)["equal"]
+
+
+def test_a_loaded_compile_whose_mappings_do_not_fit_double_saves_its_binary(ctx, tmp_path):
+    """A mapping chosen for a float conv can need more local memory than a PE has once its
+    operands are double (this one: 64 KiB of 32): the loaded graph's float64 reference maps
+    its kernels again (it raised KernelAttributeError, as VGG-19 did at every preset)."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("conv")
+    x = b.input("x", (1, 256, 56, 56))
+    w = b.param("w", (rng.standard_normal((256, 256, 3, 3)) / 30).astype(np.float32))
+    b.output(b.node("conv2d", x, w, padding=[1, 1, 1, 1]), "y")
+    inputs = {"x": rng.standard_normal((1, 256, 56, 56)).astype(np.float32)}
+    compiled = ctx.compile(b, inputs, codegen_dir=tmp_path / "cg", options={"option_json": "O1"})
+    compiled.save_binary(tmp_path / "a.mnlb")
+    accuracy = ctx.load_codegen_dir(tmp_path / "cg").save_binary_and_check(tmp_path / "b.mnlb")
+    assert accuracy["outputs"]["y"]["passed"]
     a, b = (mnrt.LightBinary.load(tmp_path / f"{n}.mnlb") for n in "ab")
     assert diff(a, b)["equal"]
