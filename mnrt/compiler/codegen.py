@@ -17,6 +17,7 @@ import numpy as np
 
 from ..device.mapping import Mapping as KernelMapping
 from ..errors import InvalidArgumentError, MnrtError
+from ..format import strict_json
 from ..format.files import as_path, parse_json, write_atomically
 from . import layout, placement, serialize, time_slice
 from .ir import Graph
@@ -127,7 +128,7 @@ def write(
             required=False,
             weights_in=("graph.params.npz", weights),
         )
-        report = json.dumps(compiled.report(phases), indent=1)
+        report = strict_json.dumps(compiled.report(phases), indent=1)
         write_atomically(folder / "report.json", report.encode())
     except MnrtError as e:
         raise InvalidArgumentError(f"{what} {folder}: {e}") from None

@@ -408,3 +408,31 @@ def test_input_files_fix_what_the_model_leaves_open(tmp_path):
     )
     r = CliRunner().invoke(cli, ["compile", str(model), "-o", str(out), *given[:2]])
     assert r.exit_code == 2 and "mnrt compile --input shape=FILE.npy" in r.output
+
+
+def test_an_infinite_error_against_the_reference_is_strict_json(tmp_path):
+    """x * 1e30 * 1e30 overflows float32 in onnxruntime; half saturates on the device: the
+    error is infinite, which `--json` and report.json printed as the bare Infinity that
+    strict JSON parsers refuse."""
+    big = numpy_helper.from_array(np.array(1e30, np.float32), "big")
+    nodes = [
+        helper.make_node("Mul", ["x", "big"], ["h"]),
+        helper.make_node("Mul", ["h", "big"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    graph = helper.make_graph(nodes, "big", [x], [y], [big])
+    model = tmp_path / "big.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+    cg = tmp_path / "cg"
+    r = CliRunner().invoke(cli, ["compile", str(model), "-o", str(tmp_path / "b.mnlb"), "--json",
+                                 "--float-dtype", "half", "--codegen-dir", str(cg)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+
+    def strict(text: str) -> dict:
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+
+    doc = strict(r.output[r.output.index("{") :])
+    assert doc["accuracy"]["outputs"]["y"]["max_abs_err"] == "inf"
+    (saved,) = [p for p in strict((cg / "report.json").read_text())["phases"] if "accuracy" in p]
+    assert saved["accuracy"]["outputs"]["y"]["max_abs_err"] == "inf"
