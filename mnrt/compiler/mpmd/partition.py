@@ -28,7 +28,11 @@ def balanced_cuts(costs: Sequence[float], parts: int) -> list[int]:
     """Stage of each item: `parts` contiguous non-empty runs, the largest run sum as small
     as a bisection on it finds (greedy fill under a cap is optimal for a given cap)."""
     if len(costs) < parts:
-        raise MpmdError(f"{len(costs)} nodes cannot fill {parts} stages; use fewer stages")
+        n = len(costs)
+        raise MpmdError(
+            f"the optimised graph has {n} node{'' if n == 1 else 's'}, too few to fill {parts} "
+            "stages (each stage runs at least one); use fewer stages or devices"
+        )
 
     def runs(cap: float) -> list[int]:
         stage, total, out = 0, 0.0, []

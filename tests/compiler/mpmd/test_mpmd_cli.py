@@ -100,6 +100,7 @@ def test_pipelined_compile_writes_a_binary_mnrt_run_replays(tmp_path, flags, sta
         (["--microbatches", "4"], "give --devices N"),
         (["--devices", "2", "--stages", "3"], "use 'circular'"),
         (["--devices", "2", "--stage-assignment", "/layer0/=x"], "STAGE is a number"),
+        (["--devices", "4", "--stages", "12", "--schedule", "circular"], "9 nodes, too few"),
     ],
 )
 def test_pipelined_compile_usage_errors_exit_2_on_one_line(tmp_path, flags, message):
