@@ -13,8 +13,8 @@ import mnrt
 
 ROOT = Path(mnrt.__file__).parent
 PACKAGES = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file())
-# Modules every package may use: the error classes and the version.
-SHARED = {"errors", "_version"}
+# Modules every package may use: the error classes, the version and warnings to users.
+SHARED = {"errors", "_version", "user_warning"}
 
 # DESIGN.md section 2: device <- host <- capture; format depends on nothing of mnrt;
 # replay uses host and format and never capture or compiler.

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import uuid
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +18,7 @@ import xxhash
 from .._version import __version__
 from ..errors import InvalidArgumentError, MnrtError
 from ..format.files import open_regular, parse_json
+from ..user_warning import warn
 from . import serialize
 from .codegen import make_dir
 from .ir import Graph
@@ -105,10 +105,9 @@ def store_cached(compiled: CompiledFunction, entry: Path, phases: list[dict]) ->
     team, filled by a build job) still serves what it holds: a miss compiles, warns and
     stores nothing."""
     if entry.parent.is_dir() and not os.access(entry.parent, os.W_OK | os.X_OK):
-        warnings.warn(
+        warn(
             f"cache directory {entry.parent} is not writable, so this compile was not "
             "stored; compiles of the same model and options will compile again",
-            stacklevel=3,
         )
         return
     make_dir(entry.parent, "cache directory")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -17,6 +16,7 @@ import numpy as np
 from ..capture import CaptureError, capture_if_idle, vouch
 from ..errors import DTypeError, InvalidArgumentError, UseAfterFreeError
 from ..host import Buffer, CommandQueue, observe
+from ..user_warning import warn
 from . import codegen, goldens, release
 from .codegen import CAPTURE_RUNNING
 from .ir import INPUT, PARAM, Graph
@@ -174,7 +174,7 @@ class CompiledFunction:
         missed = sorted(n for n in ctx.registered if n in source.params and n not in self.shared)
         shaped = [n for n in missed if ctx.registered[n].shape != source.values[n].shape]
         if shaped:
-            warnings.warn(
+            warn(
                 f"compiled graph '{self.graph.name}' does not bind registered value(s) "
                 + ", ".join(
                     f"{n!r} (registered {list(ctx.registered[n].shape)}, the model's "
@@ -182,16 +182,14 @@ class CompiledFunction:
                     for n in shaped
                 )
                 + ": the shapes differ, so this function uses its own copy of the parameter",
-                stacklevel=4,
             )
             missed = [n for n in missed if n not in shaped]
         if missed:  # a dtype the compile changed is an error (before lowering): folded
-            warnings.warn(
+            warn(
                 f"compiled graph '{self.graph.name}' does not bind registered value(s) "
                 f"{', '.join(map(repr, missed))}: the compile folded the parameter into other "
                 "weights, so this function uses its own copy and later updates to the "
                 "registered value do not reach it",
-                stacklevel=4,
             )
 
     @property

@@ -25,7 +25,6 @@ naming the output and its error.
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,6 +38,7 @@ from ..device.tolerance import golden_tolerance, kernel_errors, terms
 from ..errors import InvalidArgumentError
 from ..host import CommandQueue, observe
 from ..host.golden import compare
+from ..user_warning import warn
 from .ir import INPUT, PARAM, Graph, Node, Value, value
 from .passes import apply_float_dtype
 
@@ -342,17 +342,16 @@ def accuracy(
         result["saturated"] = {name: count for name, (count, _) in clipped.items()}
         counts = ", ".join(f"{n!r} has {k} of {size} elements"
                            for n, (k, size) in clipped.items())  # fmt: skip
-        warnings.warn(
+        warn(
             f"compiled graph '{compiled.graph.name}': {counts}"
             f" at half's largest magnitude ({HALF_MAX:.4g}): float_dtype={float_dtype} "
             "overflows there and the result is clipped, whatever produced it; compile with "
             "float_dtype='float'",
-            stacklevel=4,
         )
     bindings = compiled.lowered.bindings
     dtypes = {name: bindings[name].dtype for name in expected}
     result["outputs"] = compare_outputs(
-        compiled.graph.name, float_dtype, outputs, source, expected, dtypes, stacklevel=5
+        compiled.graph.name, float_dtype, outputs, source, expected, dtypes
     )
     return result
 
@@ -364,12 +363,10 @@ def compare_outputs(
     source: str,
     expected: Mapping[str, np.ndarray],
     dtypes: Mapping[str, DType],
-    stacklevel: int,
 ) -> dict[str, dict]:
     """`accuracy`'s comparisons: each output (as stored, of device dtype `dtypes[name]`)
-    against its reference, a record each, warning where one misses its tolerance (at the
-    caller `stacklevel` frames up: the user's save_binary). A pipelined compile names each
-    microbatch's output as its golden does (`name#m`)."""
+    against its reference, a record each, warning where one misses its tolerance. A
+    pipelined compile names each microbatch's output as its golden does (`name#m`)."""
     precision = float_dtype
     if source == "onnxruntime" and list(ACCURACY).index(float_dtype) < list(ACCURACY).index(
         "float"
@@ -392,12 +389,11 @@ def compare_outputs(
             for k in ("passed", "rtol", "atol", "max_abs_err", "max_rel_err", "mismatches")
         }
         if not check.passed:
-            warnings.warn(
+            warn(
                 f"compiled graph '{graph_name}': output {name!r} differs from the "
                 f"{source} reference by up to {check.max_abs_err:.3g} ({check.max_rel_err:.3g} "
                 f"relative) in {check.mismatches} of {got.size} elements, beyond the "
                 f"{precision} tolerance (rtol {rtol:.3g}, atol {atol:.3g}); a higher "
                 "float_dtype computes it more accurately",
-                stacklevel=stacklevel,
             )
     return records

@@ -20,6 +20,7 @@ from ..device import dtypes as dt
 from ..device.kernels import TensorSpec, chain
 from ..errors import InvalidArgumentError
 from ..format.files import write_atomically
+from ..user_warning import warn
 from . import onnx_export_ops
 from .ir import Graph, Node
 from .onnx import names
@@ -291,7 +292,7 @@ def _unchecked_model(
     for name in graph.params:
         v = graph.values[name]
         want = np.dtype("<f2") if v.dtype.is_half else v.dtype.read_dtype.newbyteorder("<")
-        data = v.data if v.data.dtype == want else v.data.astype(want)
+        data = v.data if v.data.dtype == want else _as(v.data, want, name)
         tensor = model.graph.initializer.add()
         tensor.name = name
         tensor.dims.extend(data.shape)
@@ -308,3 +309,19 @@ def _unchecked_model(
 
 
 __all__ = ["ExportError", "save", "to_onnx"]
+
+
+def _as(data: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
+    """A parameter in the dtype ONNX stores it in: MN-Core's half (1-6-9 bits, largest
+    about 4.3e9) as IEEE float16 (largest 65504), where larger values become infinite:
+    said once per parameter, rather than by numpy's bare overflow warning."""
+    with np.errstate(over="ignore"):
+        out = data.astype(dtype)
+    lost = int(np.count_nonzero(np.isinf(out) & np.isfinite(data)))
+    if lost:
+        warn(
+            f"parameter '{name}': {lost} of its {data.size} values are beyond {dtype.name}'s "
+            f"range (largest {float(np.finfo(dtype).max):g}), so the exported ONNX holds "
+            "them as infinity (the compiled program keeps them)"
+        )
+    return out

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -14,6 +13,7 @@ from ..device.kernels import TensorSpec, chain, lookup
 from ..device.kernels.registry import COMMON_ATTRS
 from ..device.spec import MNCORE2
 from ..errors import MnrtError
+from ..user_warning import warn
 from .ir import MATRIX_OPS, PARAM, TEMP, Graph, GraphError, Node, Value
 from .node_cost import node_cost
 
@@ -84,11 +84,10 @@ def _warn_out_of_range(name: str, v: Value, target: dt.DType, mode: str) -> None
     limit = float(np.finfo(target.read_dtype).max) if target.host is not None else None
     if limit is None or finite.size == 0 or float(finite.max()) <= limit:
         return
-    warnings.warn(
+    warn(
         f"constant '{name}' holds {float(finite.max()):g}, beyond {target.name}'s range "
         f"(largest {limit:g}): float_dtype='{mode}' makes it infinite; compile with "
         f"float_dtype='{v.dtype.name}' to keep it",
-        stacklevel=4,
     )
 
 

@@ -3,7 +3,6 @@ inputs and outputs take: checked against the graph and converted to the buffers'
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -11,6 +10,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..host import Buffer, CommandQueue
+from ..user_warning import warn
 from .ir import Graph
 
 
@@ -44,11 +44,10 @@ class TensorProxy:
     def cpu(self) -> np.ndarray:
         data = self.queue.enqueue_read_buffer(self.buffer, blocking=True)
         if self._wider and data.dtype.kind == "f" and not np.isfinite(data).all():
-            warnings.warn(
+            warn(
                 f"output '{self.buffer.name}' holds inf or nan: the model computes it in "
                 f"{self._wider}, float_dtype computed it in {self.dtype}, and a value may have "
                 f"left {self.dtype}'s range; compile with float_dtype='{self._wider}' to keep it",
-                stacklevel=2,
             )
         return data
 
@@ -73,7 +72,10 @@ def as_host(data: np.ndarray, buf: Buffer) -> np.ndarray:
     if host is None:  # half: takes any float and rounds it
         return data if data.dtype.kind == "f" else data.astype(np.float32)
     if data.dtype != host and data.dtype.kind == host.kind == "f":
-        return data.astype(host)
+        # Values beyond the narrower range become infinite, as the compile warned of a
+        # constant and as an output read back says: numpy's bare warning adds nothing.
+        with np.errstate(over="ignore"):
+            return data.astype(host)
     if data.dtype != host and data.dtype.kind in "iu" and host.kind in "iu":
         _check_int_range(data, host, buf.name)
         return data.astype(host)  # ONNX int64 indices run as the device's int32

@@ -38,7 +38,6 @@ from __future__ import annotations
 import copy
 import math
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +60,7 @@ from ..format.fb.ReadBuffer import ReadBufferT
 from ..format.fb.WriteBuffer import WriteBufferT
 from ..format.fingerprints import Fingerprint
 from ..host.commands import KernelWatch
+from ..user_warning import warn
 from .executor import Executor
 from .hazards import race_text, races
 from .locate import KernelSite
@@ -526,11 +526,10 @@ def reduce(binary: LightBinary, time_limit_s: float = 600.0) -> ReduceResult:
     plan = validate(binary, blobs=False)
     found = races(plan, limit=2)
     if found:
-        warnings.warn(
+        warn(
             f"{race_text(plan, found)}: its failure may come and go "
             "with the order its queues run in, and so may each step of the reduction; order "
             "them first",
-            stacklevel=2,
         )
     failure = failure_of(binary)
     if failure is None:

@@ -789,3 +789,24 @@ def test_a_loaded_compile_whose_mappings_do_not_fit_double_saves_its_binary(ctx,
     assert accuracy["outputs"]["y"]["passed"]
     a, b = (mnrt.LightBinary.load(tmp_path / f"{n}.mnlb") for n in "ab")
     assert diff(a, b)["equal"]
+
+
+def test_warnings_name_the_line_of_the_users_code(ctx, tmp_path):
+    """Each path into a warning (compile, write_codegen_dir, a loaded function's
+    save_binary) names the caller's line, not one of mnrt's, nor none ("sys:1")."""
+    b = GraphBuilder("wide")
+    x = b.input("x", (4,), "double")
+    b.output(b.node("mul", x, b.param("c", np.full(4, 1e300))), "y")
+    with pytest.warns(UserWarning, match="beyond float's range") as caught:
+        ctx.compile(b, {"x": np.ones(4)}, options={"float_dtype": "float"})
+    assert {w.filename for w in caught} == {__file__}
+    b = GraphBuilder("big")
+    x = b.input("x", (4,))
+    b.output(b.node("mul", x, b.param("c", np.full(4, 1e10, np.float32))), "y")
+    compiled = ctx.compile(b, {"x": np.ones(4, np.float32)}, options={"float_dtype": "half"})
+    with pytest.warns(UserWarning, match="half's largest magnitude") as caught:
+        compiled.write_codegen_dir(tmp_path / "cg")
+    assert {w.filename for w in caught} == {__file__}
+    with pytest.warns(UserWarning, match="half's largest magnitude") as caught:
+        ctx.load_codegen_dir(tmp_path / "cg").save_binary(tmp_path / "b.mnlb")
+    assert {w.filename for w in caught} == {__file__}

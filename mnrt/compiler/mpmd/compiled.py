@@ -376,7 +376,7 @@ class PipelinedFunction:
             "reference": source,
             "float_dtype": float_dtype,
             "outputs": goldens.compare_outputs(
-                self.program.name, float_dtype, results, source, expected, dtypes, stacklevel=5
+                self.program.name, float_dtype, results, source, expected, dtypes
             ),
         }
 

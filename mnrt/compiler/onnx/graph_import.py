@@ -16,13 +16,13 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from ...errors import DTypeError, InvalidArgumentError, MnrtError, ShapeError
+from ...user_warning import warn
 from ..builder import Symbol
 from ..ir import Graph, GraphError
 from . import (
@@ -452,11 +452,10 @@ def _warn_of_other_output_shapes(graph: Graph, promised: dict[str, tuple[int, ..
     for name, shape in promised.items():
         got = graph.values[name].shape if name in graph.values else None
         if got is not None and tuple(got) != tuple(shape):
-            warnings.warn(
+            warn(
                 f"ONNX model '{graph.name}' declares output '{name}' as {list(shape)} but "
                 f"computes {list(got)}; the compiled function gives {list(got)}: fix the "
                 "model's declared output shape",
-                stacklevel=5,  # the caller of Context.compile (from_onnx, graph_of, compile)
             )
 
 
