@@ -136,12 +136,24 @@ def _check_spec(
         raise ShapeError(
             f"{_WHAT[kind]} '{name}' has shape {shape}; the binary's buffer has shape {e.shape}"
         )
-    if not buffer_dtype.accepts(np.empty(0, dtype)):
+    comparable = kind == "output" and _comparable(buffer_dtype, dtype)
+    if not (comparable or buffer_dtype.accepts(np.empty(0, dtype))):
         raise DTypeError(
             f"{_WHAT[kind]} '{name}' is an array of {dtype}; the binary's buffer is "
             f"{buffer_dtype.name} and takes {_takes(buffer_dtype)}: cast it with .astype()"
         )
     return buffer_dtype
+
+
+def _comparable(buffer_dtype: DType, dtype: np.dtype) -> bool:
+    """Whether an expected output of `dtype` is compared with a buffer of `buffer_dtype`
+    although a write would refuse it: floats with floats and integers with integers, in
+    any width (a check compares in float64, or exactly for integers: a float64 reference
+    of a float output need not be rounded to float32 first)."""
+    host = buffer_dtype.host
+    if host is None:
+        return False
+    return dtype.kind == host.kind == "f" or (dtype.kind in "iu" and host.kind in "iu")
 
 
 def _entries(binary: LightBinary, kind: str) -> list[IoBuffer]:

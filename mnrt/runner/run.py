@@ -219,7 +219,8 @@ def _failure_written(
     multiple=True,
     metavar="NAME=FILE.npy",
     help="Compare output NAME with this array (at the recorded check's tolerances, or "
-    "--rtol/--atol); for microbatches NAME#0, NAME#1, ..., as for --input.",
+    "--rtol/--atol; floats of any width for a float output); for microbatches NAME#0, "
+    "NAME#1, ..., as for --input.",
 )
 @click.option(
     "--report",

@@ -154,6 +154,22 @@ def test_wrong_names_shapes_and_dtypes_are_clear_errors():
         mnrt.replay(binary, expected={"y": np.ones((4, 2), np.float32)}, verify=False)
 
 
+def test_an_expected_output_of_another_float_width_is_compared_as_it_is():
+    """A float64 reference of a float output (numpy's default, ONNX's test data of a double
+    model compiled in float) is compared without being cast first: a check compares in
+    float64. Integers likewise; a float for an integer output is still refused."""
+    binary = _capture_affine()
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    want = x.astype(np.float64) @ np.arange(6).reshape(3, 2)
+    report = mnrt.replay(binary, inputs={"x": x}, expected={"y": want})
+    assert report.passed and report.checks[0].max_abs_err == 0
+    assert not mnrt.replay(binary, inputs={"x": x}, expected={"y": want + 1}).passed
+    with pytest.raises(mnrt.DTypeError, match="float64.*takes float32"):
+        mnrt.replay(binary, inputs={"x": x.astype(np.float64)})  # a write: refused
+    with pytest.raises(mnrt.DTypeError, match="int64.*takes float32"):
+        mnrt.replay(binary, expected={"y": want.astype(np.int64)})
+
+
 def test_a_half_input_takes_float_data_rounded_as_the_device_does():
     with mnrt.open_device(0) as dev:
         q = dev.command_queue(0)
