@@ -92,35 +92,37 @@ def _named(kind: str, name: str, entries: list[IoBuffer]) -> IoBuffer | None:
     return None
 
 
-def _resolve(kind: str, name: str, entries: list[IoBuffer]) -> list[IoBuffer]:
-    """The entries an array given for `name` fills: the one `_entry` finds, or, where no
-    entry has the name, the microbatches of a pipelined compile's input or output
+def _resolve(kind: str, name: str, entries: list[IoBuffer]) -> list[IoBuffer] | IoBuffer:
+    """What an array given for `name` fills: the entry `_entry` finds, or, where no entry
+    has the name, the list of the microbatches of a pipelined compile's input or output
     (`name#0`, `name#1`, ...: one array, microbatches along its first axis, fills them)."""
     found = _named(kind, name, entries)
     if found is not None:
-        return [found]
+        return found
     family = []
     while (e := _named(kind, f"{name}#{len(family)}", entries)) is not None:
         family.append(e)
-    if len(family) > 1 and all(
-        (e.shape, e.dtype) == (family[0].shape, family[0].dtype) for e in family
-    ):
+    if family and all((e.shape, e.dtype) == (family[0].shape, family[0].dtype) for e in family):
         return family
-    return [_entry(kind, name, entries)]
+    return _entry(kind, name, entries)
 
 
-def _check_specs(kind: str, es: list[IoBuffer], shape: tuple[int, ...], dtype: np.dtype) -> DType:
-    """`_check_spec` for the entries one array fills (see `_resolve`)."""
-    if len(es) == 1:
-        return _check_spec(kind, es[0], shape, dtype)
+def _check_specs(
+    kind: str, es: list[IoBuffer] | IoBuffer, shape: tuple[int, ...], dtype: np.dtype
+) -> DType:
+    """`_check_spec` for what one array fills (see `_resolve`)."""
+    if not isinstance(es, list):
+        return _check_spec(kind, es, shape, dtype)
     first, last = es[0].name, es[-1].name
     name = first.rpartition("#")[0]
     if shape[:1] != (len(es),):
         whole = (len(es), *es[0].shape)
+        which = (
+            f"{len(es)} microbatches {first} .. {last}" if len(es) > 1 else f"microbatch {first}"
+        )
         raise ShapeError(
-            f"{_WHAT[kind]} '{name}' has shape {shape}; the binary has it as {len(es)} "
-            f"microbatches {first} .. {last} of shape {es[0].shape}: give an array of shape "
-            f"{whole}, or one per microbatch ({first}=...)"
+            f"{_WHAT[kind]} '{name}' has shape {shape}; the binary has it as {which} of shape "
+            f"{es[0].shape}: give an array of shape {whole}, or one per microbatch ({first}=...)"
         )
     return _check_spec(kind, es[0], shape[1:], dtype, name)
 
@@ -189,8 +191,8 @@ def _arrays(kind: str, given: Any, binary: LightBinary) -> dict[int, tuple[DType
                 f"{_WHAT[kind]} '{name}' must be a numpy array, got {type(array).__name__}"
             )
         dtype = _check_specs(kind, es, array.shape, array.dtype)
-        parts = [array] if len(es) == 1 else list(array)
-        for e, part in zip(es, parts, strict=True):
+        pairs = zip(es, array, strict=True) if isinstance(es, list) else [(es, array)]
+        for e, part in pairs:
             if e.buffer_id in chosen:
                 raise InvalidArgumentError(f"{_WHAT[kind]} '{e.name}' is given twice")
             chosen[e.buffer_id] = (dtype, np.ascontiguousarray(part))

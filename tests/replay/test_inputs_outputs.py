@@ -265,3 +265,17 @@ def test_one_array_fills_the_microbatches_of_a_pipelined_input_and_output(tmp_pa
         "--expected", f"y={tmp_path / 'y.npy'}",
     )  # fmt: skip
     assert code == 0 and out.startswith("PASS: "), out
+    # one microbatch is a pipeline's too: its array has the leading axis of one
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        buf = dev.create_buffer((2,), "float", name="x#0")
+        q.enqueue_write_buffer(buf, np.ones(2, np.float32))
+        q.enqueue_read_buffer(buf)
+        one = mnrt.end_capture()
+    report = mnrt.replay(one, inputs={"x": np.full((1, 2), 3, np.float32)})
+    assert report.outputs["x#0"].tolist() == [3, 3]
+    with pytest.raises(
+        mnrt.ShapeError, match=r"as microbatch x#0 of shape \(2,\): give an array of shape \(1, 2\)"
+    ):
+        mnrt.replay(one, inputs={"x": np.ones(2, np.float32)})
