@@ -33,6 +33,17 @@ def small_capture() -> mnrt.LightBinary:
         return mnrt.end_capture()
 
 
+def write_and_read(name: str, dtype: str, data: np.ndarray) -> mnrt.LightBinary:
+    """A capture of one buffer `name` written with `data` and read back (its golden)."""
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        buf = dev.create_buffer(data.shape, dtype, name=name)
+        q.enqueue_write_buffer(buf, data)
+        q.enqueue_read_buffer(buf, blocking=True)
+        return mnrt.end_capture()
+
+
 def light_model_binary(name: str, folder) -> mnrt.LightBinary:
     """One of the onnx wheel's light models (onnx/backend/test/data/light), compiled at
     float and saved with `save_binary` (kernel fingerprints on, as for every compiled

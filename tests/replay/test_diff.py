@@ -15,6 +15,7 @@ from binaries import (
     three_device_capture,
     weight_sites,
     with_written,
+    write_and_read,
 )
 from cli_harness import assert_one_line_error, invoke_cli
 from hypothesis import HealthCheck, given, settings
@@ -264,20 +265,11 @@ def test_a_diff_against_any_edited_binary_is_a_verdict(data):
         to_text(d)
 
 
-def _read_back(path, values) -> None:
-    """Capture a write of `values` (float32) and a blocking read of them: the read's golden."""
-    with mnrt.capture(path), mnrt.open_device(0) as dev:
-        q = dev.command_queue(0)
-        buf = dev.create_buffer((len(values),), mnrt.float32, name="v")
-        q.enqueue_write_buffer(buf, np.array(values, np.float32))
-        q.enqueue_read_buffer(buf, blocking=True)
-
-
 def test_goldens_that_differ_where_one_is_nan_or_zero_diff_as_strict_json(tmp_path):
     """--json printed the errors as the bare `Infinity`, which strict parsers refuse; and an
     error against a golden of 0 as a relative error of 1.35e+308."""
     for name, values in (("nan", [1, np.nan, 0]), ("zero", [1, 2, 0]), ("three", [1, 2, 3])):
-        _read_back(tmp_path / f"{name}.mnlb", values)
+        write_and_read("v", "float", np.array(values, np.float32)).save(tmp_path / f"{name}.mnlb")
     for a, b, abs_err, rel_err in (("nan", "zero", "inf", "inf"), ("three", "zero", 3.0, "inf")):
         code, out = invoke_cli("diff", tmp_path / f"{a}.mnlb", tmp_path / f"{b}.mnlb", "--json")
         doc = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from binaries import write_and_read
 from cli_harness import invoke_cli
 from conftest import edited
 
@@ -171,13 +172,7 @@ def test_an_expected_output_of_another_float_width_is_compared_as_it_is():
 
 
 def test_a_half_input_takes_float_data_rounded_as_the_device_does():
-    with mnrt.open_device(0) as dev:
-        q = dev.command_queue(0)
-        mnrt.begin_capture()
-        h = dev.create_buffer((3,), "half", name="h")
-        q.enqueue_write_buffer(h, np.zeros(3, np.float32))
-        q.enqueue_read_buffer(h)
-        binary = mnrt.end_capture()
+    binary = write_and_read("h", "half", np.zeros(3, np.float32))
     value = np.array([1.0, 1.0 + 2**-12, 3.0], np.float64)  # 1 + 2**-12 rounds to 1 in half
     report = mnrt.replay(binary, inputs={"h": value}, expected={"h": value})
     assert report.passed and report.outputs["h"].tolist() == [1.0, 1.0, 3.0]
@@ -266,13 +261,7 @@ def test_one_array_fills_the_microbatches_of_a_pipelined_input_and_output(tmp_pa
     )  # fmt: skip
     assert code == 0 and out.startswith("PASS: "), out
     # one microbatch is a pipeline's too: its array has the leading axis of one
-    with mnrt.open_device(0) as dev:
-        q = dev.command_queue(0)
-        mnrt.begin_capture()
-        buf = dev.create_buffer((2,), "float", name="x#0")
-        q.enqueue_write_buffer(buf, np.ones(2, np.float32))
-        q.enqueue_read_buffer(buf)
-        one = mnrt.end_capture()
+    one = write_and_read("x#0", "float", np.ones(2, np.float32))
     report = mnrt.replay(one, inputs={"x": np.full((1, 2), 3, np.float32)})
     assert report.outputs["x#0"].tolist() == [3, 3]
     with pytest.raises(
