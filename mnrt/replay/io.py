@@ -64,20 +64,10 @@ def _takes(dtype: DType) -> str:
 _WHAT = {"input": "input", "output": "expected output"}  # one given array, in messages
 
 
-def _entry(kind: str, name: str, entries: list[IoBuffer]) -> IoBuffer:
-    """The entry named `name`, or else the one whose name is `name` after a prefix ending
-    in a dot: a compiled graph's buffers are named "graph.value", and its users know the
-    model's own names ("x" for "mlp.x")."""
-    found = _named(kind, name, entries)
-    if found is None:
-        raise InvalidArgumentError(
-            f"{name!r} is not an {kind} of the binary; its {kind}s are {describe(entries)}"
-        )
-    return found
-
-
 def _named(kind: str, name: str, entries: list[IoBuffer]) -> IoBuffer | None:
-    """`_entry`, or None where no entry has the name."""
+    """The entry named `name`, or else the one whose name is `name` after a prefix ending
+    in a dot (a compiled graph's buffers are named "graph.value", and its users know the
+    model's own names: "x" for "mlp.x"); None where no entry has the name."""
     for e in entries:
         if e.name == name:
             return e
@@ -93,7 +83,7 @@ def _named(kind: str, name: str, entries: list[IoBuffer]) -> IoBuffer | None:
 
 
 def _resolve(kind: str, name: str, entries: list[IoBuffer]) -> list[IoBuffer] | IoBuffer:
-    """What an array given for `name` fills: the entry `_entry` finds, or, where no entry
+    """What an array given for `name` fills: the entry `_named` finds, or, where no entry
     has the name, the list of the microbatches of a pipelined compile's input or output
     (`name#0`, `name#1`, ...: one array, microbatches along its first axis, fills them)."""
     found = _named(kind, name, entries)
@@ -104,7 +94,9 @@ def _resolve(kind: str, name: str, entries: list[IoBuffer]) -> list[IoBuffer] | 
         family.append(e)
     if family and all((e.shape, e.dtype) == (family[0].shape, family[0].dtype) for e in family):
         return family
-    return _entry(kind, name, entries)
+    raise InvalidArgumentError(
+        f"{name!r} is not an {kind} of the binary; its {kind}s are {describe(entries)}"
+    )
 
 
 def _check_specs(
