@@ -99,6 +99,33 @@ def _resolve(kind: str, name: str, entries: list[IoBuffer]) -> list[IoBuffer] | 
     )
 
 
+def families(names: list[str]) -> dict[str, list[str]]:
+    """The microbatch families among `names`: {"y": ["y#0", "y#1"]} where "y#0", "y#1"
+    are names and "y" is not (the names `_resolve` lets one array fill), in order."""
+    taken = set(names)
+    out: dict[str, list[str]] = {}
+    for name in names:
+        stem, sep, m = name.rpartition("#")
+        if sep and m == "0" and stem and stem not in taken and stem not in out:
+            family = [name]
+            while (member := f"{stem}#{len(family)}") in taken:
+                family.append(member)
+            out[stem] = family
+    return out
+
+
+def stacked(outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each microbatch family of `outputs` whose arrays share a shape and dtype as one array,
+    microbatches along its first axis: the form `--input` and `--expected` take, so a
+    pipelined binary's saved output can be given back as it is."""
+    out = {}
+    for stem, members in families(list(outputs)).items():
+        arrays = [outputs[m] for m in members]
+        if all((a.shape, a.dtype) == (arrays[0].shape, arrays[0].dtype) for a in arrays):
+            out[stem] = np.stack(arrays)
+    return out
+
+
 def _check_specs(
     kind: str, es: list[IoBuffer] | IoBuffer, shape: tuple[int, ...], dtype: np.dtype
 ) -> DType:

@@ -17,7 +17,7 @@ from ..format import LightBinary, strict_json
 from ..format.files import check_usable, write_atomically
 from ..format.npy import load_npy
 from ..replay import MAX_LOOPS, replay
-from ..replay.io import header_check
+from ..replay.io import families, header_check, stacked
 from ..replay.placement import parse_device_map, place
 from ..replay.plan import validate
 from ..replay.report import error_document
@@ -50,12 +50,14 @@ def _file_name(name: str) -> str:
 
 
 def _save_outputs(folder: Path, outputs: dict[str, np.ndarray]) -> None:
+    """Each output as FOLDER/<name>.npy; a pipelined binary's microbatches (y#0, y#1, ...)
+    also as one FOLDER/y.npy, as --input and --expected take them."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise errors.MnrtError(f"cannot save outputs in {folder}: {e.strerror}") from None
     used: set[str] = set()
-    for name, array in outputs.items():
+    for name, array in {**outputs, **stacked(outputs)}.items():
         # Names that differ only in what _file_name replaces ("a/b", "a_b") get a suffix
         # rather than overwriting each other.
         stem = base = _file_name(name)
@@ -130,12 +132,13 @@ def _check_outputs_spare_inputs(
     the run reads (the binary, an --input or --expected NAME=FILE), the user's file would be
     replaced. Refused before the run."""
     read = {file.resolve(): f"the binary {file}", **_files_read(specs)}
-    for out in binary.outputs:
-        target = (folder / f"{_file_name(out.name)}.npy").resolve()
+    names = [out.name for out in binary.outputs]
+    for name in [*names, *families(names)]:
+        target = (folder / f"{_file_name(name)}.npy").resolve()
         if target in read:
             raise errors.InvalidArgumentError(
                 f"--save-outputs {folder} would replace {read[target]} (a file this run "
-                f"reads) with output '{out.name}'; save the outputs in another directory"
+                f"reads) with output '{name}'; save the outputs in another directory"
             )
 
 

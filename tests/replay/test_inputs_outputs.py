@@ -260,6 +260,16 @@ def test_one_array_fills_the_microbatches_of_a_pipelined_input_and_output(tmp_pa
         "--expected", f"y={tmp_path / 'y.npy'}",
     )  # fmt: skip
     assert code == 0 and out.startswith("PASS: "), out
+    # --save-outputs writes the microbatches, and also y.npy as --expected took it
+    saved = tmp_path / "out"
+    code, out = invoke_cli("run", tmp_path / "pp.mnlb", "--input", f"x={tmp_path / 'x.npy'}",
+                           "--save-outputs", saved)  # fmt: skip
+    assert code == 0, out
+    assert sorted(p.name for p in saved.iterdir()) == ["y#0.npy", "y#1.npy", "y#2.npy", "y.npy"]
+    np.testing.assert_array_equal(np.load(saved / "y.npy"), want)
+    code, out = invoke_cli("run", tmp_path / "pp.mnlb", "--expected", f"y={tmp_path / 'y.npy'}",
+                           "--save-outputs", tmp_path)  # fmt: skip
+    assert code == 2 and f"would replace --expected y={tmp_path / 'y.npy'}" in out, out
     # one microbatch is a pipeline's too: its array has the leading axis of one
     one = write_and_read("x#0", "float", np.ones(2, np.float32))
     report = mnrt.replay(one, inputs={"x": np.full((1, 2), 3, np.float32)})
@@ -268,3 +278,14 @@ def test_one_array_fills_the_microbatches_of_a_pipelined_input_and_output(tmp_pa
         mnrt.ShapeError, match=r"as microbatch x#0 of shape \(2,\): give an array of shape \(1, 2\)"
     ):
         mnrt.replay(one, inputs={"x": np.ones(2, np.float32)})
+
+
+def test_microbatch_families_start_at_zero_and_leave_names_that_are_taken():
+    from mnrt.replay.io import families, stacked
+
+    names = ["y#0", "y#1", "y#2", "a", "a#0", "b#1", "b#2", "c#0", "c#2", "d#0#0"]
+    assert families(names) == {"y": ["y#0", "y#1", "y#2"], "c": ["c#0"], "d#0": ["d#0#0"]}
+    two = np.ones((2, 3), np.float32)
+    outputs = {"y#0": two, "y#1": 2 * two, "z#0": two, "z#1": np.ones(3, np.float32)}
+    got = stacked(outputs)
+    assert got.keys() == {"y"} and got["y"].shape == (2, 2, 3) and got["y"][1, 0, 0] == 2
