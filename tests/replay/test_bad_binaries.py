@@ -19,7 +19,7 @@ import xxhash
 import zstandard
 from cli_harness import assert_one_line_error, invoke_cli
 from click.testing import CliRunner
-from conftest import edited, raw_binary
+from hostile import edited, raw_binary
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

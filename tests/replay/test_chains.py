@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 from cli_harness import assert_one_line_error, invoke_cli
-from conftest import edited
+from hostile import edited
 
 import mnrt
 from mnrt.compiler.models import MODELS

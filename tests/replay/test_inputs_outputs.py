@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from binaries import write_and_read
 from cli_harness import invoke_cli
-from conftest import edited
+from hostile import edited
 
 import mnrt
 from mnrt.compiler import GraphBuilder

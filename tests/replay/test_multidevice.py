@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 from cli_harness import assert_one_line_error, invoke_cli
-from conftest import edited
+from hostile import edited
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import edited
+from hostile import edited
 
 import mnrt
 from mnrt.device.tolerance import default_tolerance
