@@ -216,9 +216,11 @@ def _worst(
         part = np.argpartition(-err, MAX_WORST - 1)[:MAX_WORST]
         top = part[np.argsort(-err[part], kind="stable")]
     indices = _indices(bad[top], shape)
-    scale = np.fmax(np.abs(b[top]), np.finfo(np.float64).tiny)
-    with np.errstate(invalid="ignore", over="ignore"):
-        rel = err[top] / scale
+    # as max_rel_err: infinite against a golden of 0 (and an infinite error against an
+    # infinite golden, inf / inf, is no less)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        rel = err[top] / np.abs(b[top])
+    rel[np.isnan(rel)] = np.inf
     return [
         {
             "index": list(index),

@@ -204,6 +204,7 @@ def test_an_error_against_a_golden_of_zero_is_infinitely_large_relative_to_it(pa
     golden_ = np.array([0, 0, 4], np_dtype)
     check = path("y", np.array([0, 2, 4], np_dtype), golden_, dtype, 0.0, 0.0)
     assert check.max_abs_err == 2.0 and check.max_rel_err == math.inf
+    assert check.worst[0]["rel_err"] == math.inf  # it printed 9.97e+307 too
     # and a golden of zero met exactly adds none: the error relative to the 4 is the largest
     check = path("y", np.array([0, 0, 5], np_dtype), golden_, dtype, 0.0, 0.0)
     assert check.max_rel_err == 0.25
