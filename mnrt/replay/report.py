@@ -225,6 +225,12 @@ class ReplayReport:
                 )
         if self.locate is not None:
             lines.append(self.locate.summary())
+        elif self.no_goldens and not self.new_inputs and (prints := len(self.binary.fingerprints)):
+            # a reduced binary's failure is a wrong kernel: its fingerprints are its checks
+            lines.append(
+                f"note: the binary records {prints} kernel output fingerprint(s); --locate "
+                "(replay(locate=True)) compares each kernel's outputs with them"
+            )
         if self.race is not None:
             lines.append(f"note: {self.race}")
         several = self.spans is not None and len({s.device for s in self.spans}) > 1

@@ -121,3 +121,22 @@ def test_a_device_error_met_through_an_event_names_both_commands_of_the_binary()
     assert f"command {kinds.index(U.WaitEvent)} of the binary (wait_event, run as " in text
     assert f"command {kinds.index(U.EnqueueProgram)} of the binary (enqueue_program, " in text
     assert "out of range" in text
+
+
+def test_a_binary_of_fingerprints_and_no_goldens_says_how_to_check_it():
+    """A reduced binary whose failure is a wrong kernel records no golden: a plain run says
+    NO GOLDENS, and names --locate, which compares its kernels with their fingerprints."""
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture(fingerprints=True)
+        a = dev.create_buffer((4,), "float", name="a")
+        y = dev.create_buffer((4,), "float", name="y")
+        q.enqueue_write_buffer(a, np.arange(4, dtype=np.float32))
+        q.enqueue_program(dev.create_program([mnrt.Kernel("exp", ["a"], ["y"])]), {"a": a, "y": y})
+        q.finish()
+        binary = mnrt.end_capture()
+    summary = mnrt.replay(binary).summary()
+    assert summary.startswith("NO GOLDENS")
+    assert "note: the binary records 1 kernel output fingerprint(s); --locate" in summary
+    located = mnrt.replay(binary, locate=True).summary()
+    assert "note: the binary records" not in located and "locate: all 1 kernel" in located
