@@ -53,8 +53,26 @@ def _spec(shape: tuple[int, ...], code: int) -> str:
 
 
 def describe(entries: list[IoBuffer]) -> str:
-    """'x float[64, 256], w half[256, 10]': names with shapes and dtypes, for messages."""
-    return ", ".join(f"{e.name} {_spec(e.shape, e.dtype)}" for e in entries) or "none"
+    """'x float[64, 256], w half[256, 10]': names with shapes and dtypes, for messages and
+    `mnrt info`. A pipelined compile's microbatches are one item, with the array that
+    fills them all: 'x#0..7 float[2, 3] (one x float[8, 2, 3] fills them)'."""
+    by_name = {e.name: e for e in entries}
+    firsts, rest = {}, set()
+    for stem, members in families(list(by_name)).items():
+        es = [by_name[m] for m in members]
+        if len(es) > 1 and all((e.shape, e.dtype) == (es[0].shape, es[0].dtype) for e in es):
+            firsts[members[0]] = stem, len(es)
+            rest.update(members[1:])
+    items = []
+    for e in entries:
+        spec = _spec(e.shape, e.dtype)
+        if e.name in firsts:
+            stem, n = firsts[e.name]
+            whole = _spec((n, *e.shape), e.dtype)
+            items.append(f"{e.name}..{n - 1} {spec} (one {stem} {whole} fills them)")
+        elif e.name not in rest:
+            items.append(f"{e.name} {spec}")
+    return ", ".join(items) or "none"
 
 
 def _takes(dtype: DType) -> str:

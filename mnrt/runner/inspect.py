@@ -13,6 +13,7 @@ from ..format import IDENTIFIER, LightBinary, jsonio, strict_json
 from ..format.files import open_regular, write_atomically, write_with_folder
 from ..replay.hazards import RACES_SHOWN, races
 from ..replay.info import info as binary_info
+from ..replay.io import describe
 from ..replay.plan import validate
 
 
@@ -29,7 +30,8 @@ def _gib(n: int) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
 def info(file, as_json) -> None:
     """Summarise FILE: producer, version, commands, buffers, programs, payload sizes."""
-    d = binary_info(LightBinary.load(file))
+    binary = LightBinary.load(file)
+    d = binary_info(binary)
     if as_json:
         click.echo(strict_json.dumps(d, indent=1))
         return
@@ -56,9 +58,8 @@ def info(file, as_json) -> None:
         f"(dedup {d['dedup_ratio']:.2f}x, zstd {d['compression_ratio']:.2f}x)"
     )
     derived = "" if d["io_recorded"] else " (derived from the commands: an older binary)"
-    for kind in ("inputs", "outputs"):
-        listed = ", ".join(f"{e['name']} {e['dtype']}{e['shape']}" for e in d[kind])
-        click.echo(f"{kind + ':':<10} {listed or 'none'}{derived if d[kind] else ''}")
+    for kind, entries in (("inputs", binary.inputs), ("outputs", binary.outputs)):
+        click.echo(f"{kind + ':':<10} {describe(entries)}{derived if entries else ''}")
 
 
 @click.command()

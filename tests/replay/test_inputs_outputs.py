@@ -240,6 +240,12 @@ def test_one_array_fills_the_microbatches_of_a_pipelined_input_and_output(tmp_pa
         compiled.close()
     binary = mnrt.LightBinary.load(tmp_path / "pp.mnlb")
     assert [e.name for e in binary.inputs] == ["x#0", "x#1", "x#2"]
+    # listed as the one array that fills them (mnrt info, and what a wrong name is told)
+    code, out = invoke_cli("info", tmp_path / "pp.mnlb")
+    assert "inputs:    x#0..2 float[2, 3] (one x float[3, 2, 3] fills them)\n" in out, out
+    assert "outputs:   y#0..2 float[2, 2] (one y float[3, 2, 2] fills them)\n" in out, out
+    with pytest.raises(mnrt.InvalidArgumentError, match=r"inputs are x#0\.\.2 float\[2, 3\] \("):
+        mnrt.replay(binary, inputs={"z": xs})
     want = np.maximum(xs @ w, 0)
     report = mnrt.replay(binary, inputs={"x": xs}, expected={"y": want})
     assert report.passed and [c.name for c in report.checks] == ["y#0", "y#1", "y#2"]
@@ -281,7 +287,8 @@ def test_one_array_fills_the_microbatches_of_a_pipelined_input_and_output(tmp_pa
 
 
 def test_microbatch_families_start_at_zero_and_leave_names_that_are_taken():
-    from mnrt.replay.io import families, stacked
+    from mnrt.format.io import IoBuffer
+    from mnrt.replay.io import describe, families, stacked
 
     names = ["y#0", "y#1", "y#2", "a", "a#0", "b#1", "b#2", "c#0", "c#2", "d#0#0"]
     assert families(names) == {"y": ["y#0", "y#1", "y#2"], "c": ["c#0"], "d#0": ["d#0#0"]}
@@ -289,3 +296,14 @@ def test_microbatch_families_start_at_zero_and_leave_names_that_are_taken():
     outputs = {"y#0": two, "y#1": 2 * two, "z#0": two, "z#1": np.ones(3, np.float32)}
     got = stacked(outputs)
     assert got.keys() == {"y"} and got["y"].shape == (2, 2, 3) and got["y"][1, 0, 0] == 2
+    code = mnrt.float32.code
+    entries = [
+        IoBuffer(name, i, shape, code)
+        for i, (name, shape) in enumerate(
+            [("w", (2,)), ("x#0", (3,)), ("x#1", (3,)), ("c#0", (1,)), ("z#0", (1,)), ("z#1", (2,))]
+        )
+    ]
+    assert describe(entries) == (
+        "w float[2], x#0..1 float[3] (one x float[2, 3] fills them), c#0 float[1], "
+        "z#0 float[1], z#1 float[2]"
+    )
