@@ -60,7 +60,7 @@ def describe(entries: list[IoBuffer]) -> str:
     firsts, rest = {}, set()
     for stem, members in families(list(by_name)).items():
         es = [by_name[m] for m in members]
-        if len(es) > 1 and all((e.shape, e.dtype) == (es[0].shape, es[0].dtype) for e in es):
+        if len(es) > 1 and _alike([(e.shape, e.dtype) for e in es]):
             firsts[members[0]] = stem, len(es)
             rest.update(members[1:])
     items = []
@@ -110,7 +110,7 @@ def _resolve(kind: str, name: str, entries: list[IoBuffer]) -> list[IoBuffer] | 
     family = []
     while (e := _named(kind, f"{name}#{len(family)}", entries)) is not None:
         family.append(e)
-    if family and all((e.shape, e.dtype) == (family[0].shape, family[0].dtype) for e in family):
+    if family and _alike([(e.shape, e.dtype) for e in family]):
         return family
     raise InvalidArgumentError(
         f"{name!r} is not an {kind} of the binary; its {kind}s are {describe(entries)}"
@@ -132,6 +132,11 @@ def families(names: list[str]) -> dict[str, list[str]]:
     return out
 
 
+def _alike(specs: list[tuple]) -> bool:
+    """Whether the members of a family share one (shape, dtype): one array can hold them."""
+    return len(set(specs)) <= 1
+
+
 def stacked(outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Each microbatch family of `outputs` whose arrays share a shape and dtype as one array,
     microbatches along its first axis: the form `--input` and `--expected` take, so a
@@ -139,7 +144,7 @@ def stacked(outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     out = {}
     for stem, members in families(list(outputs)).items():
         arrays = [outputs[m] for m in members]
-        if all((a.shape, a.dtype) == (arrays[0].shape, arrays[0].dtype) for a in arrays):
+        if _alike([(a.shape, a.dtype) for a in arrays]):
             out[stem] = np.stack(arrays)
     return out
 
