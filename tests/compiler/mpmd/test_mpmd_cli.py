@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import mnrt
 from mnrt.runner.cli import cli
 
 onnx = pytest.importorskip("onnx")
@@ -110,3 +111,41 @@ def test_pipelined_compile_usage_errors_exit_2_on_one_line(tmp_path, flags, mess
     )
     assert r.exit_code == 2 and message in r.output
     assert "Traceback" not in r.output
+
+
+def test_an_input_file_of_every_microbatch_is_the_recorded_run(tmp_path):
+    """--input x=xs.npy with a leading microbatch axis, as `mnrt run` takes the pipelined
+    binary's input: the binary records a run on those microbatches (its goldens are the
+    model's outputs on each), and its first is the compile's example. One microbatch's
+    example of the declared shape is repeated for each, as before."""
+    layered_model(tmp_path / "m.onnx")
+    xs = np.random.default_rng(1).standard_normal((3, 3, 8)).astype(np.float32)
+    np.save(tmp_path / "xs.npy", xs)
+    out = tmp_path / "m.mnlb"
+    args = ["compile", str(tmp_path / "m.onnx"), "-o", str(out), "--devices", "2"]
+    r = CliRunner().invoke(
+        cli, [*args, "--microbatches", "3", "--input", f"x={tmp_path / 'xs.npy'}"]
+    )
+    assert r.exit_code == 0, r.output
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"))
+    report = mnrt.replay(mnrt.LightBinary.load(out), rtol=0, atol=0)
+    assert report.passed
+    for m in range(3):
+        want = session.run(None, {"x": xs[m]})[0]
+        np.testing.assert_allclose(report.outputs[f"y#{m}"], want, rtol=1e-5, atol=1e-6)
+    assert not np.array_equal(report.outputs["y#0"], report.outputs["y#1"])
+    r = CliRunner().invoke(
+        cli, [*args, "--microbatches", "2", "--input", f"x={tmp_path / 'xs.npy'}"]
+    )
+    assert (
+        r.exit_code == 2
+        and "holds 3 microbatches along its first axis; the pipeline runs 2" in r.output
+    )
+    np.save(tmp_path / "x.npy", xs[2])
+    r = CliRunner().invoke(
+        cli, [*args, "--microbatches", "3", "--input", f"x={tmp_path / 'x.npy'}"]
+    )
+    assert r.exit_code == 0, r.output
+    report = mnrt.replay(mnrt.LightBinary.load(out))
+    np.testing.assert_array_equal(report.outputs["y#0"], report.outputs["y#2"])
