@@ -10,6 +10,8 @@ import pytest
 from binaries import write_and_read
 from cli_harness import invoke_cli
 from hostile import edited
+from hypothesis import given
+from hypothesis import strategies as st
 
 import mnrt
 from mnrt.compiler import GraphBuilder
@@ -307,3 +309,23 @@ def test_microbatch_families_start_at_zero_and_leave_names_that_are_taken():
         "w float[2], x#0..1 float[3] (one x float[2, 3] fills them), c#0 float[1], "
         "z#0 float[1], z#1 float[2]"
     )
+
+
+@given(
+    st.lists(
+        st.sampled_from(["y", "y#0", "y#1", "y#2", "y#3", "a#0", "a#1", "a#0#0", "#0", "b"]),
+        unique=True,
+    )
+)
+def test_families_are_the_names_one_array_fills(names):
+    """Each family is a run name#0, name#1, ... of the names, as long as it goes, whose stem
+    is not itself a name; every name#0 whose stem is not a name starts one."""
+    from mnrt.replay.io import families
+
+    got = families(names)
+    for stem, members in got.items():
+        assert stem and stem not in names
+        assert members == [f"{stem}#{m}" for m in range(len(members))]
+        assert f"{stem}#{len(members)}" not in names
+    starts = {n.rpartition("#")[0] for n in names if n.endswith("#0") and n[:-2]}
+    assert set(got) == {stem for stem in starts if stem not in names}
