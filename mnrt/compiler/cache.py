@@ -1,5 +1,6 @@
 """The compile cache (CacheOptions): a codegen_dir per model, options, input shapes and
-mnrt version, stored whole with a checksum of each file and loaded instead of compiling."""
+mnrt version (a pipelined compile's: its optimised graph), stored whole with a checksum of
+each file and loaded instead of compiling."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,10 +18,11 @@ import xxhash
 
 from .._version import __version__
 from ..errors import InvalidArgumentError, MnrtError
+from ..format import strict_json
 from ..format.files import open_regular, parse_json
 from ..user_warning import warn
 from . import serialize
-from .codegen import make_dir
+from .codegen import load, make_dir, write_graph
 from .ir import Graph
 from .options import CompileOptions
 
@@ -99,11 +101,48 @@ def stored_phases(entry: Path) -> list[dict]:
 
 
 def store_cached(compiled: CompiledFunction, entry: Path, phases: list[dict]) -> None:
-    """Write a cache entry whole or not at all: into a private folder renamed into place, so
-    that a compile killed midway, or another compiling the same key at the same time, never
-    leaves a partial entry for a later compile to load. A read-only cache (one shared by a
-    team, filled by a build job) still serves what it holds: a miss compiles, warns and
-    stores nothing."""
+    """A single-device compile's entry: its codegen_dir (see `_store`)."""
+    _store(
+        entry, lambda staging: compiled.write_codegen_dir(staging, list(phases), "cache directory")
+    )
+
+
+def store_optimised(
+    graph: Graph,
+    opts: CompileOptions,
+    inputs: Mapping[str, np.ndarray],
+    entry: Path,
+    phases: list[dict],
+) -> None:
+    """A pipelined compile's entry: its optimised graph, which `load_optimised` gives back
+    to be split into stages again (cheap; the passes before are what a hit saves), and the
+    phases that made it (see `_store`)."""
+
+    def fill(staging: Path) -> None:
+        make_dir(staging, "cache directory")
+        write_graph(graph, opts, inputs, staging)
+        (staging / "report.json").write_text(strict_json.dumps({"phases": phases}, indent=1))
+
+    _store(entry, fill)
+
+
+def load_optimised(entry: Path) -> Graph | None:
+    """The optimised graph of a pipelined compile's entry; None where there is none or it
+    cannot be trusted (as for `checksums_hold`): that compile runs its passes again."""
+    if not entry.is_dir() or not checksums_hold(entry):
+        return None
+    try:
+        return load(entry)[0]
+    except MnrtError:
+        return None
+
+
+def _store(entry: Path, fill: Callable[[Path], None]) -> None:
+    """Write a cache entry (`fill(folder)`) whole or not at all: into a private folder
+    renamed into place, so that a compile killed midway, or another compiling the same key
+    at the same time, never leaves a partial entry for a later compile to load. A read-only
+    cache (one shared by a team, filled by a build job) still serves what it holds: a miss
+    compiles, warns and stores nothing."""
     if entry.parent.is_dir() and not os.access(entry.parent, os.W_OK | os.X_OK):
         warn(
             f"cache directory {entry.parent} is not writable, so this compile was not "
@@ -113,7 +152,7 @@ def store_cached(compiled: CompiledFunction, entry: Path, phases: list[dict]) ->
     make_dir(entry.parent, "cache directory")
     staging = entry.parent / f".{entry.name}.{uuid.uuid4().hex}.tmp"
     try:
-        compiled.write_codegen_dir(staging, list(phases), "cache directory")
+        fill(staging)
         checksums = {p.name: _digest(p) for p in sorted(staging.iterdir()) if p.is_file()}
         (staging / CHECKSUMS).write_text(json.dumps(checksums, indent=1))
         # Replace what is there: one that could not be loaded, or a valid one a concurrent

@@ -140,18 +140,24 @@ def write(
 
 
 def _write_graph(compiled: CompiledFunction, folder: Path) -> dict[str, tuple[int, int]]:
-    """option.json, l3ir.txt, the graph and its weights, and the example inputs; returns
-    where each weight lies in graph.params.npz (see serialize.save)."""
-    options = json.dumps(compiled.options.to_json(), indent=1)
-    write_atomically(folder / "option.json", options.encode())
-    write_atomically(folder / "l3ir.txt", (compiled.graph.dump() + "\n").encode())
-    plan = compiled.graph.notes.get("layout_plan")
+    return write_graph(compiled.graph, compiled.options, compiled.example_inputs, folder)
+
+
+def write_graph(
+    graph: Graph, options: CompileOptions, inputs: Mapping[str, np.ndarray], folder: Path
+) -> dict[str, tuple[int, int]]:
+    """option.json, l3ir.txt, the graph and its weights, and the example inputs: what
+    `load` reads back; returns where each weight lies in graph.params.npz (see
+    serialize.save)."""
+    write_atomically(folder / "option.json", json.dumps(options.to_json(), indent=1).encode())
+    write_atomically(folder / "l3ir.txt", (graph.dump() + "\n").encode())
+    plan = graph.notes.get("layout_plan")
     if plan is not None:  # the layout step's history: what the dashboard's Layouts page shows
         write_atomically(folder / "layout_plan.json", json.dumps(plan, indent=1).encode())
     else:  # a loaded codegen_dir's graph has none: an older plan must not pass for it
         _remove_stale(folder / "layout_plan.json", "codegen_dir")
-    weights = serialize.save(compiled.graph, folder, "graph")
-    serialize.save_arrays(folder / "inputs.npz", compiled.example_inputs)
+    weights = serialize.save(graph, folder, "graph")
+    serialize.save_arrays(folder / "inputs.npz", inputs)
     return weights
 
 

@@ -28,7 +28,15 @@ from ..format.files import as_path
 from ..host import Device, internal, open_device
 from . import codegen, pipeline
 from .builder import GraphBuilder
-from .cache import CacheOptions, cache_key, checksums_hold, store_cached, stored_phases
+from .cache import (
+    CacheOptions,
+    cache_key,
+    checksums_hold,
+    load_optimised,
+    store_cached,
+    store_optimised,
+    stored_phases,
+)
 from .compiled import CompiledFunction
 from .ir import Graph
 from .options import resolve
@@ -224,11 +232,18 @@ class Context:
         from .mpmd import codegen as mpmd_codegen
         from .mpmd.compile import compile_pipelined
 
-        if cache_options is not None:
-            raise InvalidArgumentError(
-                "cache_options do not hold pipelined (mpmd) compiles; compile it without them"
-            )
-        optimised, stages = pipeline.optimise(graph, opts, phases)
+        optimised, stages, cached = None, [], None
+        if cache_options is not None:  # the optimised graph: the passes are what costs
+            cached = cache_options.cache_dir / cache_key(graph, opts, inputs)
+            t0 = time.perf_counter()
+            optimised = load_optimised(cached)
+            phases.append(_cache_phase("miss" if optimised is None else "hit", cached, t0))
+            if optimised is not None:
+                phases += stored_phases(cached)
+        if optimised is None:
+            optimised, stages = pipeline.optimise(graph, opts, phases)
+            if cached is not None:
+                store_optimised(optimised, opts, inputs, cached, phases)
         compiled = compile_pipelined(self, optimised, opts, inputs, phases)
         self._pipelined.add(compiled)
         compiled.stages = stages

@@ -274,3 +274,39 @@ def test_a_file_where_an_entry_goes_is_replaced_by_the_entry(ctx, tmp_path):
     np.testing.assert_array_equal(again({"x": mlp_input()})["y"].cpu(), want)
     assert entry.is_dir()
     assert not compiled_again(ctx, cache, entry, want)  # and the next compile loads it
+
+
+def test_a_pipelined_compile_is_cached_as_its_optimised_graph(ctx, tmp_path):
+    """A hit skips the passes and mapping before the split into stages, and the pipeline
+    it makes is the one the miss made: the same outputs, an equal binary. An entry that
+    changed on disk is compiled again, as a single-device one is."""
+    from mnrt.replay.diff import diff
+
+    b = small_mlp(np.random.default_rng(4))
+    cache = mnrt.CacheOptions(tmp_path / "cache")
+    options = {"mpmd": {"devices": [0, 1], "microbatches": 2}}
+
+    xs = {"x": np.stack([mlp_input(1), mlp_input(2)])}
+
+    def compiled(name):
+        """(outputs on xs, report.json's phases) of a compile, its devices closed after."""
+        made = ctx.compile(
+            b, {"x": mlp_input()}, codegen_dir=tmp_path / name, options=options, cache_options=cache
+        )
+        y = made(xs)["y"]
+        made.close()
+        return y, json.loads((tmp_path / name / "report.json").read_text())["phases"]
+
+    miss, miss_phases = compiled("miss")
+    hit, hit_phases = compiled("hit")
+    (entry,) = (tmp_path / "cache").iterdir()
+    assert [p["result"] for p in miss_phases if p["name"] == "cache"] == ["miss"]
+    cache_phase = next(p for p in hit_phases if p["name"] == "cache")
+    assert cache_phase["result"] == "hit" and cache_phase["entry"] == entry.name
+    assert any(p["name"] == "schedule" and p.get("cached") for p in hit_phases)
+    np.testing.assert_array_equal(hit, miss)
+    binaries = [mnrt.LightBinary.load(tmp_path / name / "model.mnlb") for name in ("miss", "hit")]
+    assert diff(*binaries)["equal"]
+    (entry / "option.json").write_text((entry / "option.json").read_text().replace("O1", "O3"))
+    _, again = compiled("again")
+    assert [p["result"] for p in again if p["name"] == "cache"] == ["miss"]
