@@ -258,17 +258,26 @@ class Context:
         self.last_compile_s = time.perf_counter() - start
         return compiled
 
-    def load_codegen_dir(self, path: str | os.PathLike) -> CompiledFunction:
-        """A compiled graph from a codegen_dir, without compiling it again."""
+    def load_codegen_dir(self, path: str | os.PathLike) -> Any:
+        """A compiled graph from a codegen_dir, without compiling it again: a
+        CompiledFunction, or a PipelinedFunction for a pipelined compile's (its optimised
+        graph split into the same stages again, on the same devices)."""
         self._check_open("load a codegen_dir")
         path = as_path(path, "load_codegen_dir")
-        if (path / "mpmd").is_dir():
+        pipelined = (path / "mpmd").is_dir()
+        if pipelined and not (path / "graph.json").is_file():
             raise InvalidArgumentError(
-                f"{path} holds a pipelined (mpmd) compile, which load_codegen_dir does not "
-                "load: compile the model again, or replay its model.mnlb with mnrt run"
+                f"{path} holds a pipelined (mpmd) compile of an earlier mnrt, without its "
+                "graph: compile the model again, or replay its model.mnlb with mnrt run"
             )
         graph, opts, inputs = codegen.load(Path(path))
-        return CompiledFunction(self, graph, opts, graph, inputs)
+        if not pipelined:
+            return CompiledFunction(self, graph, opts, graph, inputs)
+        from .mpmd.compile import compile_pipelined
+
+        compiled = compile_pipelined(self, graph, opts, inputs, [])
+        self._pipelined.add(compiled)
+        return compiled
 
     def _load_cached(self, entry: Path) -> CompiledFunction | None:
         """The compiled graph a cache entry holds; None when there is none, or when it cannot

@@ -1,8 +1,10 @@
 """The codegen_dir of a pipelined compile: option.json, l3ir.txt (the optimised graph of
-one microbatch), mpmd/NN_<pass>.txt (the MPMD IR after the import and after each pass),
-model.mnlb (a captured pipelined run, multi-device) and report.json (fragments, transfers,
-the schedule per device, the modelled timeline against the analytic bubble, and the
-binary's check against the model's reference in its "light binary" phase)."""
+one microbatch), that graph, its weights and one microbatch's example inputs as
+load_codegen_dir reads them (graph.json, graph.params.npz, inputs.npz), mpmd/NN_<pass>.txt
+(the MPMD IR after the import and after each pass), model.mnlb (a captured pipelined run,
+multi-device) and report.json (fragments, transfers, the schedule per device, the modelled
+timeline against the analytic bubble, and the binary's check against the model's reference
+in its "light binary" phase)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 
 from ...capture import CaptureError
 from ...format.files import write_atomically
-from ..codegen import make_dir
+from ..codegen import make_dir, write_graph
 from .compiled import PipelinedFunction
 from .schedule import analytic_bubble
 
@@ -66,10 +68,8 @@ def write(compiled: PipelinedFunction, folder: str | os.PathLike, phases: list[d
     irs = make_dir(folder / "mpmd", "codegen_dir")
     for i, (name, text) in enumerate(compiled.passes):
         write_atomically(irs / f"{i:02d}_{name}.txt", text.encode())
-    write_atomically(folder / "l3ir.txt", (compiled.graph.dump() + "\n").encode())
-    write_atomically(
-        folder / "option.json", json.dumps(compiled.options.to_json(), indent=1).encode()
-    )
+    example = {name: array[0] for name, array in compiled.example_inputs.items()}
+    write_graph(compiled.graph, compiled.options, example, folder)
     start = time.perf_counter()
     accuracy = None
     try:
