@@ -109,7 +109,9 @@ def write(
     # a thread that mostly waits for the disk, beside one that mostly computes. Leaving the
     # block waits for it, whatever happens (an error of the binary's stands).
     with ThreadPoolExecutor(1, thread_name_prefix="mnrt-codegen") as writer:
-        written = writer.submit(_write_graph, compiled, folder)
+        written = writer.submit(
+            write_graph, compiled.graph, compiled.options, compiled.example_inputs, folder
+        )
         start = time.perf_counter()
         accuracy = compiled.save_binary_and_check(folder / "model.mnlb")
         if accuracy is None:  # an earlier compile's binary must not pass for this one's
@@ -137,10 +139,6 @@ def write(
             f"{what} {folder}: cannot write {Path(e.filename or '').name or 'a file'} "
             f"({e.strerror or e}); give a writable directory with room to spare"
         ) from None
-
-
-def _write_graph(compiled: CompiledFunction, folder: Path) -> dict[str, tuple[int, int]]:
-    return write_graph(compiled.graph, compiled.options, compiled.example_inputs, folder)
 
 
 def write_graph(
