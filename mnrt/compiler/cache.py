@@ -115,8 +115,9 @@ def store_optimised(
     phases: list[dict],
 ) -> None:
     """A pipelined compile's entry: its optimised graph, which `load_optimised` gives back
-    to be split into stages again (cheap; the passes before are what a hit saves), and the
-    phases that made it (see `_store`)."""
+    to be split into stages again (cheap; the passes before are what a hit saves), its
+    example run (`inputs`, each with a leading microbatch axis, as a codegen_dir holds
+    them) and the phases that made it (see `_store`)."""
 
     def fill(staging: Path) -> None:
         make_dir(staging, "cache directory")

@@ -8,7 +8,7 @@ import json
 import os
 import time
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -105,9 +105,22 @@ def write(
         # CODEGEN_DEBUG (an option_json env): the graph after every compile phase.
         for i, (phase, dump) in enumerate(compiled.stages):
             write_atomically(folder / f"debug_{i:02d}_{phase}.txt", (dump + "\n").encode())
-    # The graph and its weights (VGG-19: 548 MB) are written while the binary is recorded:
-    # a thread that mostly waits for the disk, beside one that mostly computes. Leaving the
-    # block waits for it, whatever happens (an error of the binary's stands).
+    write_compiled(compiled, folder, phases, compiled.report, what)
+
+
+def write_compiled(
+    compiled: Any,
+    folder: Path,
+    phases: list[dict],
+    report: Callable[[list[dict]], dict],
+    what: str = "codegen_dir",
+) -> None:
+    """What every codegen_dir holds of a compiled function (single-device or pipelined):
+    the graph, its weights and example inputs (`write_graph`), model.mnlb, model.onnx and
+    report.json (`report(phases)`). The graph and its weights (VGG-19: 548 MB) are written
+    while the binary is recorded: a thread that mostly waits for the disk, beside one that
+    mostly computes. Leaving the block waits for it, whatever happens (an error of the
+    binary's stands)."""
     with ThreadPoolExecutor(1, thread_name_prefix="mnrt-codegen") as writer:
         written = writer.submit(
             write_graph, compiled.graph, compiled.options, compiled.example_inputs, folder
@@ -130,8 +143,9 @@ def write(
             required=False,
             weights_in=("graph.params.npz", weights),
         )
-        report = strict_json.dumps(compiled.report(phases), indent=1)
-        write_atomically(folder / "report.json", report.encode())
+        write_atomically(
+            folder / "report.json", strict_json.dumps(report(phases), indent=1).encode()
+        )
     except MnrtError as e:
         raise InvalidArgumentError(f"{what} {folder}: {e}") from None
     except OSError as e:
@@ -275,10 +289,16 @@ def _remove_stale(path: Path, what: str) -> None:
 
 def load(folder: Path) -> tuple[Graph, CompileOptions, dict[str, np.ndarray]]:
     """The graph, options and example inputs a codegen_dir holds, as load_codegen_dir
-    compiles them again (no passes: the graph is the optimised one)."""
+    compiles them again (no passes: the graph is the optimised one). A pipelined compile's
+    inputs are its example run: each with a leading microbatch axis."""
     opts = resolve({"option_json": str(folder / "option.json")})
     graph = serialize.load(folder, "graph")
-    shapes = {name: graph.values[name].shape for name in graph.inputs}
+    lead: tuple[int, ...] = ()
+    if opts["mpmd"]:
+        from .mpmd.options import parse_mpmd
+
+        lead = (parse_mpmd(opts["mpmd"]).microbatches,)
+    shapes = {name: (*lead, *graph.values[name].shape) for name in graph.inputs}
     try:
         inputs = serialize.read_arrays(folder / "inputs.npz", shapes)
     except (MnrtError, OSError, ValueError, EOFError, zipfile.BadZipFile) as e:

@@ -153,7 +153,15 @@ class Context:
         start = time.perf_counter()
         self._check_open("compile")
         _check_paths(codegen_dir, cache_options)
-        graph, onnx_model = pipeline.graph_of(model, inputs)
+        opts = resolve(options)
+        source, runs = pipeline.loaded(model), {}
+        if opts["mpmd"] and isinstance(inputs, Mapping):
+            from .mpmd.compile import split_microbatches
+            from .mpmd.options import parse_mpmd
+
+            count = parse_mpmd(opts["mpmd"]).microbatches
+            inputs, runs = split_microbatches(pipeline.declared_ranks(source), inputs, count)
+        graph, onnx_model = pipeline.graph_of(source, inputs)
         phases = [{"name": "import", "status": "ok", "seconds": time.perf_counter() - start}]
         folded = {}
         if onnx_model is not None and isinstance(inputs, Mapping):
@@ -162,10 +170,9 @@ class Context:
             folded = {k: np.array(v) for k, v in inputs.items() if k in names}
             inputs = {k: v for k, v in inputs.items() if k not in names}
         inputs = input_arrays(graph, inputs)
-        opts = resolve(options)
         codegen.check_model_kept(model, codegen_dir, opts["out_onnx"])
         if opts["mpmd"]:
-            made = self._compile_pipelined(graph, opts, inputs, phases, codegen_dir,
+            made = self._compile_pipelined(graph, opts, inputs, runs, phases, codegen_dir,
                                            cache_options, start)  # fmt: skip
             made.model_file = codegen.model_file(model)
             made.source, made.onnx_model = graph, onnx_model  # its reference's
@@ -223,16 +230,20 @@ class Context:
         graph: Graph,
         opts: Any,
         inputs: Mapping[str, np.ndarray],
+        runs: Mapping[str, np.ndarray],
         phases: list[dict],
         codegen_dir: str | os.PathLike | None,
         cache_options: CacheOptions | None,
         start: float,
     ) -> Any:
-        """The `mpmd` option's compile: a PipelinedFunction over its devices."""
+        """The `mpmd` option's compile: a PipelinedFunction over its devices, whose example
+        run is `runs` where given (see split_microbatches), `inputs` repeated elsewhere."""
         from .mpmd import codegen as mpmd_codegen
-        from .mpmd.compile import compile_pipelined
+        from .mpmd.compile import compile_pipelined, every_microbatch
+        from .mpmd.options import parse_mpmd
 
         optimised, stages, cached = None, [], None
+        run = every_microbatch(inputs, runs, parse_mpmd(opts["mpmd"]).microbatches)
         if cache_options is not None:  # the optimised graph: the passes are what costs
             cached = cache_options.cache_dir / cache_key(graph, opts, inputs)
             t0 = time.perf_counter()
@@ -243,8 +254,8 @@ class Context:
         if optimised is None:
             optimised, stages = pipeline.optimise(graph, opts, phases)
             if cached is not None:
-                store_optimised(optimised, opts, inputs, cached, phases)
-        compiled = compile_pipelined(self, optimised, opts, inputs, phases)
+                store_optimised(optimised, opts, run, cached, phases)
+        compiled = compile_pipelined(self, optimised, opts, run, phases)
         self._pipelined.add(compiled)
         compiled.stages = stages
         try:

@@ -76,6 +76,29 @@ def optimise(
     return graph, stages
 
 
+def loaded(model: Any) -> Any:
+    """`model` as graph_of takes it, an ONNX file read (once: declared_ranks reads it too)."""
+    if isinstance(model, (str, os.PathLike)):
+        from .onnx import load_model
+
+        return load_model(model)
+    return model
+
+
+def declared_ranks(model: Any) -> dict[str, int]:
+    """The rank each input of a `loaded` model declares, of the inputs that declare one."""
+    if isinstance(model, (Graph, GraphBuilder)):
+        graph = model.graph if isinstance(model, GraphBuilder) else model
+        return {name: len(graph.values[name].shape) for name in graph.inputs}
+    if type(model).__name__ != "ModelProto":
+        return {}
+    return {
+        i.name: len(i.type.tensor_type.shape.dim)
+        for i in model.graph.input
+        if i.type.HasField("tensor_type") and i.type.tensor_type.HasField("shape")
+    }
+
+
 def graph_of(model: Any, inputs: Any = None) -> tuple[Graph, Any]:
     """The graph to compile, and the ONNX model it came from (None for Python graphs).
     An ONNX model's example `inputs` fix its symbolic dimensions and fold the inputs that
@@ -86,10 +109,9 @@ def graph_of(model: Any, inputs: Any = None) -> tuple[Graph, Any]:
         model.verify()
         return model, None
     if isinstance(model, (str, os.PathLike)) or type(model).__name__ == "ModelProto":
-        from .onnx import from_onnx, load_model
+        from .onnx import from_onnx
 
-        if isinstance(model, (str, os.PathLike)):
-            model = load_model(model)
+        model = loaded(model)
         return from_onnx(model, inputs if isinstance(inputs, Mapping) else None), model
     raise InvalidArgumentError(
         "compile takes a Graph, a GraphBuilder, or an ONNX model or path, "

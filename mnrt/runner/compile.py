@@ -133,34 +133,6 @@ def _load_npy(name: str, source: str) -> np.ndarray:
         raise errors.InvalidArgumentError(f"input {name}: {e}") from None
 
 
-def _microbatch_inputs(
-    proto: Any, inputs: dict[str, np.ndarray], microbatches: int
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """(examples, runs) for a pipelined compile: an input file with one axis more than the
-    model declares for it holds every microbatch's input, microbatches along its first axis
-    (as `mnrt run --input` takes a pipelined binary's input); its first is the compile's
-    example, and the binary records a run on all of them. A file of the declared rank is
-    one microbatch's example, repeated for each."""
-    ranks = {
-        i.name: len(i.type.tensor_type.shape.dim)
-        for i in proto.graph.input
-        if i.type.HasField("tensor_type") and i.type.tensor_type.HasField("shape")
-    }
-    examples, runs = {}, {}
-    for name, array in inputs.items():
-        if name not in ranks or array.ndim != ranks[name] + 1:
-            examples[name] = array
-            continue
-        if array.shape[0] != microbatches:
-            raise errors.ShapeError(
-                f"input {name} of shape {array.shape} holds {array.shape[0]} microbatches "
-                f"along its first axis; the pipeline runs {microbatches}: give {microbatches}, "
-                f"or one microbatch's example of shape {array.shape[1:]}"
-            )
-        examples[name], runs[name] = array[0], array
-    return examples, runs
-
-
 def _check_fits(name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
     """Random data for an input the device could not hold would only exhaust host memory
     before the compiler said so: refuse it first."""
@@ -259,8 +231,12 @@ def compile_cmd(
     # an Expand or Reshape reads), and the model's other inputs are known only after that.
     inputs = {name: _load_npy(name, s) for name, s in given.items() if s != "random"}
     proto, runs = load_model(model), {}
-    if devices is not None:
-        inputs, runs = _microbatch_inputs(proto, inputs, microbatches or devices)
+    if devices is not None:  # inputs of every microbatch: the compile takes them as they are
+        from ..compiler.mpmd.compile import split_microbatches
+        from ..compiler.pipeline import declared_ranks
+
+        count = microbatches or devices
+        inputs, runs = split_microbatches(declared_ranks(proto), inputs, count)
     with warnings.catch_warnings():  # what it says, the compile below says again
         warnings.simplefilter("ignore")
         graph = from_onnx(proto, inputs)  # for the names and shapes of its other inputs
@@ -277,12 +253,8 @@ def compile_cmd(
             _check_fits(name, v.shape, v.dtype.read_dtype)
             inputs[name] = _random_input(rng, v.shape, np.dtype(v.dtype.read_dtype))
     with Context() as ctx:
-        compiled = ctx.compile(model, inputs, codegen_dir=codegen_dir, options=options)
-        recorded = None
-        if runs:  # the binary records a run on every microbatch given, the others repeated
-            examples = compiled.example_inputs
-            recorded = {k: runs[k].astype(v.dtype) if k in runs else v for k, v in examples.items()}
-        accuracy = compiled.save_binary_and_check(output, recorded)
+        compiled = ctx.compile(model, inputs | runs, codegen_dir=codegen_dir, options=options)
+        accuracy = compiled.save_binary_and_check(output)
         if devices is not None:
             _report_pipeline(compiled, model, output, ctx.last_compile_s, as_json, accuracy)
             compiled.close()

@@ -50,13 +50,22 @@ def test_fused_epilogues_export_as_the_kernel_then_the_activation():
     np.testing.assert_allclose(exported[0], device, rtol=1e-4, atol=1e-5)
 
 
-def test_codegen_dir_has_the_optimised_onnx_and_out_onnx_writes_it(tmp_path):
+@pytest.mark.parametrize("mpmd", [None, {"devices": [0, 1]}], ids=["single", "pipelined"])
+def test_codegen_dir_has_the_optimised_onnx_and_out_onnx_writes_it(tmp_path, mpmd):
+    """A pipelined compile's codegen_dir too: its optimised graph of one microbatch."""
     builder, inputs = MODELS["mlp"]()
     with mnrt.Context() as ctx:
-        ctx.compile(builder, inputs, codegen_dir=tmp_path / "cg",
-                    options={"out_onnx": str(tmp_path / "out.onnx")})  # fmt: skip
+        options = {"out_onnx": str(tmp_path / "out.onnx"), **({"mpmd": mpmd} if mpmd else {})}
+        fn = ctx.compile(builder, inputs, codegen_dir=tmp_path / "cg", options=options)
+        out = fn.graph.outputs[0]
+        if mpmd:  # two microbatches of the same input
+            device = fn({k: np.stack([v, v]) for k, v in inputs.items()})[out][0]
+        else:
+            device = fn(inputs)[out].cpu()
     for path in (tmp_path / "cg" / "model.onnx", tmp_path / "out.onnx"):
         onnx.checker.check_model(onnx.load(str(path)))
+        exported = ReferenceEvaluator(str(path)).run(None, inputs)[0]
+        np.testing.assert_allclose(exported, device, rtol=1e-4, atol=1e-5)
     report = json.loads((tmp_path / "cg" / "report.json").read_text())
     assert {"name": "onnx export", "status": "ok"}.items() <= report["phases"][-1].items()
 

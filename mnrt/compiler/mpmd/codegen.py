@@ -1,21 +1,18 @@
-"""The codegen_dir of a pipelined compile: option.json, l3ir.txt (the optimised graph of
-one microbatch), that graph, its weights and one microbatch's example inputs as
-load_codegen_dir reads them (graph.json, graph.params.npz, inputs.npz), mpmd/NN_<pass>.txt
-(the MPMD IR after the import and after each pass), model.mnlb (a captured pipelined run,
-multi-device) and report.json (fragments, transfers, the schedule per device, the modelled
-timeline against the analytic bubble, and the binary's check against the model's reference
-in its "light binary" phase)."""
+"""The codegen_dir of a pipelined compile: option.json, l3ir.txt and model.onnx (the
+optimised graph of one microbatch), that graph, its weights and its example run (every
+microbatch's inputs) as load_codegen_dir reads them (graph.json, graph.params.npz,
+inputs.npz), mpmd/NN_<pass>.txt (the MPMD IR after the import and after each pass),
+model.mnlb (a captured pipelined run, multi-device) and report.json (fragments, transfers,
+the schedule per device, the modelled timeline against the analytic bubble, and the
+binary's check against the model's reference in its "light binary" phase)."""
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from pathlib import Path
 
-from ...capture import CaptureError
 from ...format.files import write_atomically
-from ..codegen import make_dir, write_graph
+from ..codegen import make_dir, write_compiled
 from .compiled import PipelinedFunction
 from .schedule import analytic_bubble
 
@@ -68,19 +65,4 @@ def write(compiled: PipelinedFunction, folder: str | os.PathLike, phases: list[d
     irs = make_dir(folder / "mpmd", "codegen_dir")
     for i, (name, text) in enumerate(compiled.passes):
         write_atomically(irs / f"{i:02d}_{name}.txt", text.encode())
-    example = {name: array[0] for name, array in compiled.example_inputs.items()}
-    write_graph(compiled.graph, compiled.options, example, folder)
-    start = time.perf_counter()
-    accuracy = None
-    try:
-        accuracy = compiled.save_binary_and_check(folder / "model.mnlb")
-        status = "ok"
-    except CaptureError as e:  # a capture of the user's runs: an older binary must not stay
-        (folder / "model.mnlb").unlink(missing_ok=True)
-        status = f"skipped: {e}"
-    seconds = time.perf_counter() - start
-    binary = {"name": "light binary", "status": status, "seconds": seconds}
-    phases = [*phases, {**binary, "accuracy": accuracy} if accuracy else binary]
-    write_atomically(
-        folder / "report.json", json.dumps(report(compiled, phases), indent=1).encode()
-    )
+    write_compiled(compiled, folder, phases, lambda done: report(compiled, done))

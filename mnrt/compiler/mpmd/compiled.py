@@ -36,7 +36,7 @@ from ...errors import InvalidArgumentError, MnrtError
 from ...host import Buffer, CommandQueue, Device, Event, observe, open_device
 from ...host.timeline import Span, Timeline, schedule
 from .. import goldens, placement
-from ..codegen import check_binary_spares_model
+from ..codegen import CAPTURE_RUNNING, check_binary_spares_model
 from ..ir import INPUT, PARAM, TEMP, Graph, Value
 from ..lower import Lowered, lower
 from ..tensors import as_host, check_mapping, stored_form
@@ -149,6 +149,25 @@ class PipelinedFunction:
                     self._weights[id(buf)] = (buf, stored_form(sub.values[name].data, buf))
         for q in self.queues.values():
             q.finish()
+        # Every queue and buffer a run uses, made now, as a single-device compile makes its
+        # own: a capture of a run then finds them all already there, whether it is the
+        # first run or not, and records the same binary (made during the first, they were
+        # logged in another order).
+        for c in self.commands():
+            self.queue(c.device, c.queue)
+            for name in self._values_of(c):
+                self.buffer(name, c.microbatch)
+
+    def _values_of(self, c: Command) -> tuple[str, ...]:
+        """The values whose buffers (of microbatch c.microbatch) command `c` uses."""
+        if c.kind in ("write", "read"):
+            return (c.value,)
+        if c.kind == "copy":
+            return (c.transfer.source, c.transfer.result)
+        if c.kind == "program":
+            fragment = self.program_of[c.value]
+            return (*fragment.inputs, *fragment.outputs)
+        return ()
 
     # --- what was compiled ----------------------------------------------------------------
     @property
@@ -322,13 +341,17 @@ class PipelinedFunction:
         (as a single-device compile's are: `mnrt run --locate`). Each microbatch's outputs
         are then checked against the model's reference, as a single-device compile's are:
         a miss warns, naming the output and microbatch (`name#m`, as its golden is named)."""
-        self.save_binary_and_check(path, inputs)
+        if self.save_binary_and_check(path, inputs) is None:
+            raise CaptureError(
+                f"cannot save_binary: {CAPTURE_RUNNING}; call save_binary after end_capture()"
+            )
 
     def save_binary_and_check(
         self, path: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None
-    ) -> dict:
+    ) -> dict | None:
         """save_binary, returning its check against the reference (goldens.accuracy's
-        record, its outputs by golden name)."""
+        record, its outputs by golden name); None, with nothing written, where a capture of
+        the user's is running (save_binary raises instead)."""
         check_binary_spares_model(path, self.model_file)
         arrays = self._check_inputs(self.example_inputs if inputs is None else inputs)
         errors = goldens.value_errors(self.graph)
@@ -339,9 +362,7 @@ class PipelinedFunction:
             path, False, description, fingerprints=True, contents=self._weights
         ) as recording:
             if not recording:
-                raise CaptureError(
-                    "cannot save_binary: a capture is running; call it after end_capture()"
-                )
+                return None
             self._run(arrays)
             for out, name in zip(self.graph.outputs, self.program.outputs):
                 q = self.queues[self.where[name]]

@@ -116,16 +116,17 @@ def test_pipelined_compile_usage_errors_exit_2_on_one_line(tmp_path, flags, mess
 def test_an_input_file_of_every_microbatch_is_the_recorded_run(tmp_path):
     """--input x=xs.npy with a leading microbatch axis, as `mnrt run` takes the pipelined
     binary's input: the binary records a run on those microbatches (its goldens are the
-    model's outputs on each), and its first is the compile's example. One microbatch's
-    example of the declared shape is repeated for each, as before."""
+    model's outputs on each), and so does the codegen_dir's; its first is the compile's
+    example. One microbatch's example of the declared shape is repeated for each."""
     layered_model(tmp_path / "m.onnx")
     xs = np.random.default_rng(1).standard_normal((3, 3, 8)).astype(np.float32)
     np.save(tmp_path / "xs.npy", xs)
     out = tmp_path / "m.mnlb"
     args = ["compile", str(tmp_path / "m.onnx"), "-o", str(out), "--devices", "2"]
-    r = CliRunner().invoke(
-        cli, [*args, "--microbatches", "3", "--input", f"x={tmp_path / 'xs.npy'}"]
-    )
+    stacked = ["--input", f"x={tmp_path / 'xs.npy'}", "--codegen-dir", str(tmp_path / "cg")]
+    r = CliRunner().invoke(cli, [*args, "--microbatches", "3", *stacked])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, ["diff", str(out), str(tmp_path / "cg" / "model.mnlb")])
     assert r.exit_code == 0, r.output
     ort = pytest.importorskip("onnxruntime")
     session = ort.InferenceSession(str(tmp_path / "m.onnx"))

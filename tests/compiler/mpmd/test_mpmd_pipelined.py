@@ -174,7 +174,7 @@ def test_codegen_dir_holds_the_ir_after_each_pass_and_a_replayable_binary(ctx, t
     compiled.close()
     loaded = ctx.load_codegen_dir(tmp_path)
     assert [(f.stage, f.device) for f in loaded.fragments] == [(0, 0), (1, 1)]
-    loaded.save_binary(tmp_path / "loaded.mnlb")  # before a call, as the compile's was
+    loaded.save_binary(tmp_path / "loaded.mnlb")
     assert diff(binary, LightBinary.load(tmp_path / "loaded.mnlb"))["equal"]
     np.testing.assert_array_equal(loaded(stacked)["y"], want)
     loaded.close()
@@ -184,6 +184,37 @@ def test_codegen_dir_holds_the_ir_after_each_pass_and_a_replayable_binary(ctx, t
     counts = info(LightBinary.load(tmp_path / "model.mnlb"))["commands_by_type"]
     assert counts["CopyBuffer"] == 3 * len(compiled.transfers)
     assert counts["OpenDevice"] == 2 and counts["WaitEvent"] > 0
+
+
+def test_a_compile_on_every_microbatchs_input_records_that_run(ctx, tmp_path):
+    """Inputs with a leading microbatch axis, as a pipelined call takes them: the first is
+    the compile's example, and the run save_binary records (the codegen_dir's model.mnlb
+    too, and a save_binary of the codegen_dir loaded back) is on all of them; its goldens
+    are each microbatch's outputs of the single-device compile; a binary saved after a call
+    is the one saved before it. A wrong count is refused."""
+    builder, inputs = mlp()
+    stacked = _microbatches(inputs, 3)
+    mpmd = {"devices": [0, 1], "microbatches": 3}
+    compiled = ctx.compile(builder, stacked, codegen_dir=tmp_path, options={"mpmd": mpmd})
+    np.testing.assert_array_equal(compiled.example_inputs["x"], stacked["x"])
+    want = _single(ctx, builder, inputs, stacked)
+    compiled(_microbatches(inputs, 3, seed=2))
+    compiled.save_binary(tmp_path / "m.mnlb")
+    report = replay(tmp_path / "model.mnlb", rtol=0, atol=0)
+    assert report.passed
+    for m in range(3):
+        got = report.outputs[f"probs#{m}"]
+        np.testing.assert_allclose(got, want["probs"][m], rtol=0, atol=1e-5)
+    assert not np.array_equal(report.outputs["probs#0"], report.outputs["probs#1"])
+    binary = LightBinary.load(tmp_path / "model.mnlb")
+    assert diff(binary, LightBinary.load(tmp_path / "m.mnlb"))["equal"]
+    compiled.close()
+    loaded = ctx.load_codegen_dir(tmp_path)
+    loaded.save_binary(tmp_path / "loaded.mnlb")
+    assert diff(binary, LightBinary.load(tmp_path / "loaded.mnlb"))["equal"]
+    loaded.close()
+    with pytest.raises(mnrt.ShapeError, match="holds 3 microbatches .* the pipeline runs 2"):
+        ctx.compile(builder, stacked, options={"mpmd": {"devices": [0, 1]}})
 
 
 def test_program_cost_is_what_the_device_prices(ctx):
