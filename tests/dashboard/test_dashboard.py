@@ -192,6 +192,23 @@ def test_run_report(tmp_path, pipeline):
     assert c.get("/binary").status_code == 404
 
 
+def test_a_distributed_or_folded_runs_report_says_where_it_ran(tmp_path, pipeline):
+    """Rank 0's report of `mpiexec -n 2 mnrt run --mpi` says it holds every rank's results;
+    a run folded onto fewer devices shows the makespan as run beside the captured one."""
+    from mpi_harness import mnrt_command, run_mpi
+
+    report = tmp_path / "r.json"
+    r = run_mpi(2, *mnrt_command(), "run", pipeline, "--mpi", "--report", report)
+    assert r.returncode == 0, r.stderr
+    summary = client(report).get("/summary").text
+    assert "2 MPI ranks; this is rank 0&#39;s report (every rank&#39;s results)" in summary
+    assert "as run, folded" not in summary
+    cmd = [*mnrt_command(), "run", str(pipeline), "--devices", "1", "--report", str(report)]
+    assert subprocess.run(cmd, capture_output=True).returncode == 0
+    summary = client(report).get("/summary").text
+    assert "modelled makespan as run, folded (s)" in summary and "MPI ranks" not in summary
+
+
 @pytest.mark.parametrize(
     "url",
     [

@@ -58,6 +58,16 @@ def _goldens(art: Artifacts) -> list[dict[str, Any]]:
     return rows
 
 
+def _ranks(run: dict) -> list[tuple[str, Any]]:
+    """Where a distributed replay ran: rank 0's report holds every rank's results, another
+    rank's only its own devices'."""
+    ranks, rank = run.get("ranks"), run.get("rank")
+    if not isinstance(ranks, int) or ranks < 2:
+        return []
+    whose = "every rank's results" if rank == 0 else "its own devices' results only"
+    return [("replayed on", f"{ranks} MPI ranks; this is rank {rank}'s report ({whose})")]
+
+
 def _located(locate: Any) -> list[tuple[str, Any]]:
     """What `mnrt run --locate` found, as the run report holds it (`locate`): how many
     kernels it compared and how many differ, the first divergent and the first wrong
@@ -120,6 +130,10 @@ def build(art: Artifacts) -> dict[str, Any]:
                 ("of it while devices idle (J)", modelled.get("idle_energy_j")),
                 ("bubble fraction", modelled.get("bubble_fraction")),
             ]
+        as_run = run.get("modelled_as_run") or {}
+        if as_run and as_run.get("makespan_s") != modelled.get("makespan_s"):
+            facts.append(("modelled makespan as run, folded (s)", as_run.get("makespan_s")))
+        facts += _ranks(run)
         facts += _located(run.get("locate"))
         if run.get("race"):
             facts.append(("race between queues", run["race"]))
