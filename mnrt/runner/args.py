@@ -1,9 +1,11 @@
 """Command-line values that several subcommands parse: NAME=VALUE pairs, device indices,
-finite numbers."""
+finite numbers, light binaries."""
 
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 
 import click
 
@@ -56,3 +58,27 @@ class FiniteRange(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return number
+
+
+class BinaryPath(click.Path):
+    """A light binary to read: a file, or a codegen_dir, which stands for the model.mnlb it
+    holds (as `mnrt dashboard` takes one): `mnrt run out/cg` after `mnrt compile
+    --codegen-dir out/cg`, `mnrt diff cg_o1 cg_o3` of two compiles."""
+
+    name = "binary"
+
+    def __init__(self) -> None:
+        super().__init__(path_type=Path)
+
+    def convert(self, value, param, ctx):
+        path = super().convert(value, param, ctx)
+        if not os.path.isdir(path):  # False, not OSError, where no file can have the name
+            return path
+        if (path / "model.mnlb").is_file():
+            return path / "model.mnlb"
+        self.fail(
+            f"{str(path)!r} is a directory without a model.mnlb (a codegen_dir holds one); "
+            "give a light binary file",
+            param,
+            ctx,
+        )

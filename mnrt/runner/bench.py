@@ -15,7 +15,7 @@ from ..replay import MAX_LOOPS, replay
 from ..replay.costs import kernel_costs, modelled_totals, regressions
 from ..replay.placement import parse_device_map
 from ..replay.report import check_dict
-from .args import FiniteRange, device_index
+from .args import BinaryPath, FiniteRange, device_index
 from .run import loop_progress
 
 
@@ -74,7 +74,7 @@ def _named(k: dict) -> str:
 
 
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=BinaryPath())
 @click.option("--loops", type=click.IntRange(1, MAX_LOOPS), default=10, show_default=True)
 @click.option("--device", default="auto", show_default=True, help="Device index or 'auto'.")
 @click.option("--device-map", "device_map", metavar="L:D,...", help="As for mnrt run.")

@@ -10,11 +10,12 @@ import click
 from ..errors import EXIT_GOLDEN_MISMATCH
 from ..format import LightBinary, strict_json
 from ..replay.diff import diff, to_text
+from .args import BinaryPath
 
 
 @click.command("diff")
-@click.argument("a", type=click.Path(dir_okay=False, path_type=Path))
-@click.argument("b", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("a", type=BinaryPath())
+@click.argument("b", type=BinaryPath())
 @click.option("--json", "as_json", is_flag=True, help="Print the differences as JSON.")
 def diff_cmd(a: Path, b: Path, as_json: bool) -> None:
     """Compare two light binaries command by command: programs and kernels (attributes and

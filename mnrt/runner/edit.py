@@ -11,6 +11,7 @@ from ..format import LightBinary, strict_json
 from ..format.files import check_usable
 from ..replay.optimize import optimize
 from ..replay.trim import parse_range, trim
+from .args import BinaryPath
 
 
 def check_output_path(file: Path, out: Path) -> None:
@@ -23,7 +24,7 @@ def check_output_path(file: Path, out: Path) -> None:
 
 
 @click.command("trim")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=BinaryPath())
 @click.option(
     "--commands",
     "commands",
@@ -49,7 +50,7 @@ def trim_cmd(file: Path, commands: str, out: Path) -> None:
 
 
 @click.command("optimize")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=BinaryPath())
 @click.option(
     "-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path)
 )

@@ -15,6 +15,7 @@ from ..replay.hazards import RACES_SHOWN, races
 from ..replay.info import info as binary_info
 from ..replay.io import describe
 from ..replay.plan import validate
+from .args import BinaryPath
 
 
 def _gib(n: int) -> str:
@@ -26,7 +27,7 @@ def _gib(n: int) -> str:
 
 
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=BinaryPath())
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
 def info(file, as_json) -> None:
     """Summarise FILE: producer, version, commands, buffers, programs, payload sizes."""
@@ -63,7 +64,7 @@ def info(file, as_json) -> None:
 
 
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=BinaryPath())
 @click.option(
     "--json", "as_json", is_flag=True, required=True, help="JSON on stdout (the only format)."
 )
@@ -73,7 +74,7 @@ def dump(file, as_json) -> None:
 
 
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=BinaryPath())
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
 def verify(file, as_json) -> None:
     """Check FILE without running it: structure, version, ids, sizes, blob checksums, and

@@ -8,12 +8,12 @@ import click
 
 from ..format import LightBinary, strict_json
 from ..replay.reduce import reduce
-from .args import FiniteRange
+from .args import BinaryPath, FiniteRange
 from .edit import check_output_path
 
 
 @click.command("reduce")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=BinaryPath())
 @click.option(
     "-o",
     "--output",

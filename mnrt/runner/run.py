@@ -22,7 +22,7 @@ from ..replay.placement import parse_device_map, place
 from ..replay.plan import validate
 from ..replay.report import error_document
 from . import interrupt
-from .args import FiniteRange, device_index, named_sources
+from .args import BinaryPath, FiniteRange, device_index, named_sources
 
 
 def loop_progress(total_loops: int):
@@ -181,7 +181,7 @@ def _failure_written(
 
 
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=BinaryPath())
 @click.option("--device", default="auto", show_default=True, help="Device index or 'auto'.")
 @click.option(
     "--device-map",

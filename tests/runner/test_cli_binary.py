@@ -297,6 +297,9 @@ def test_loops_are_bounded(loops):
     "args",
     [
         ["run", "{bin}", "--report", "{long}"],
+        ["run", "{long}"],
+        ["info", "{long}"],
+        ["diff", "{bin}", "{long}"],
         ["run", "{bin}", "--profile", "{long}"],
         ["run", "{bin}", "--save-outputs", "{long}"],
         ["run", "{bin}", "--save-outputs", "{long}/y"],
@@ -324,3 +327,26 @@ def test_save_outputs_may_name_the_root_folder(tmp_path):
     Only the check runs here: nothing is written to /."""
     binary = tmp_path / "b.mnlb"
     _check_outputs(binary, {}, Path("/"), [])
+
+
+def test_a_codegen_dir_stands_for_its_model_mnlb(tmp_path):
+    """`mnrt run out/cg` after a compile into out/cg: each command that reads a binary takes
+    the codegen_dir for its model.mnlb; a directory without one is a one-line error."""
+    from mnrt.compiler.models import MODELS
+
+    builder, inputs = MODELS["mlp"]()
+    with mnrt.Context() as ctx:
+        ctx.compile(builder, inputs, codegen_dir=tmp_path / "cg")
+    binary = tmp_path / "cg" / "model.mnlb"
+    r = invoke("run", tmp_path / "cg", "--report", tmp_path / "r.json")
+    assert r.exit_code == 0 and r.output.startswith("PASS:"), r.output
+    assert json.loads((tmp_path / "r.json").read_text())["binary"] == str(binary)
+    assert invoke("info", tmp_path / "cg").output == invoke("info", binary).output
+    for args in (["verify"], ["bench"], ["dump", "--json"], ["diff", binary]):
+        r = invoke(args[0], tmp_path / "cg", *args[1:])
+        assert r.exit_code == 0, (args, r.output)
+    r = invoke("optimize", tmp_path / "cg", "-o", tmp_path / "o.mnlb")
+    assert r.exit_code == 0 and (tmp_path / "o.mnlb").is_file(), r.output
+    (tmp_path / "empty").mkdir()
+    code, out = invoke_cli("run", str(tmp_path / "empty"))
+    assert_one_line_error(code, out, "is a directory without a model.mnlb")
