@@ -235,7 +235,7 @@ def test_cli_reduce_reports_its_steps(tmp_path):
     code, text = invoke_cli("reduce", bad, "--failing")  # as DESIGN.md spells it
     assert code == 0 and (tmp_path / "bad.reduced.mnlb").exists(), text
     code, text = invoke_cli("reduce", "")  # '' is the current folder: was a ValueError
-    assert code == 2 and "is a directory, not a light binary" in text, text
+    assert code == 2 and "is a directory without a model.mnlb" in text, text
 
 
 @pytest.mark.parametrize("limit", ["nan", "inf", "1e309"])
