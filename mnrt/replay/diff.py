@@ -3,8 +3,9 @@
 Commands are compared as a text diff compares lines: each command becomes a canonical
 value (its union type's name and its fields, every blob id replaced by the blob's hash and
 size, programs in full), the two sequences are aligned (difflib), and commands paired in a
-changed stretch are compared field by field: programs kernel by kernel (op, operands,
-attributes, the mapping attributes among them), written data by hash, goldens by value
+changed stretch (the same buffer or program by name, else the same type in order) are
+compared field by field: programs kernel by kernel, aligned by op (operands, attributes,
+the mapping attributes among them), written data by hash, goldens by value
 (max abs / rel error, decoded in the buffer's dtype). Any command type is handled by its
 name and fields, so new ones need nothing here. Payloads are decompressed only for goldens
 that differ, and for blobs of one hash stored as other bytes (a corrupt copy is unreadable,
@@ -17,6 +18,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +36,7 @@ COMMAND_TYPES = {
     v: k for k, v in vars(CommandUnion).items() if not k.startswith("_") and isinstance(v, int)
 }
 _GOLDEN_ATTRS = ("golden",)
+_WHOLE_KERNEL = re.compile(r"program\.kernels\[\d+\]")
 # Header facts two captures of one program share; creation time, host and Python are not.
 _HEADER = ("version", "device")
 
@@ -104,11 +107,15 @@ def _changes(a: Any, b: Any, path: str = "") -> list[dict]:
 
 
 def _program_changes(a: dict, b: dict) -> list[dict]:
-    """Two programs compared kernel by kernel (aligned by op and operands)."""
+    """Two programs compared kernel by kernel, aligned by op as a text diff aligns lines:
+    two compiles of one model at other presets name their values differently, and their
+    convolutions then still pair up (their operands, epilogues and mappings compared)
+    around the kernels one fused away."""
     out = _changes(a.get("name"), b.get("name"), "program.name")
     ka, kb = a.get("kernels") or [], b.get("kernels") or []
-    sig = lambda k: json.dumps([k.get("op"), k.get("inputs"), k.get("outputs")])  # noqa: E731
-    matcher = difflib.SequenceMatcher(None, [sig(k) for k in ka], [sig(k) for k in kb], False)
+    matcher = difflib.SequenceMatcher(
+        None, [str(k.get("op")) for k in ka], [str(k.get("op")) for k in kb], False
+    )
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
             pairs = zip(range(i1, i2), range(j1, j2))
@@ -184,6 +191,35 @@ def _pair(sa: _Side, sb: _Side, i: int, j: int) -> dict:
         if ca.golden and cb.golden:
             entry["golden"] = _golden_error(sa, sb, ca, cb)
     return entry
+
+
+def _identity(side: _Side, i: int) -> str:
+    """What a command is, whatever changed in it: its type, and the name of the buffer or
+    program it creates."""
+    value, kind = side.values[i], side.names[i]
+    if kind == "CreateBuffer":
+        return f"{kind}:{(value.get('desc') or {}).get('name')}"
+    if kind == "CreateProgram":
+        return f"{kind}:{(value.get('program') or {}).get('name')}"
+    return kind
+
+
+def _pairs(sa: _Side, sb: _Side, range_a: range, range_b: range) -> dict[int, int]:
+    """In a changed stretch, the commands of `a` and `b` that are the same command changed:
+    aligned by what each is (`_identity`: a buffer one compile made and another did not
+    leaves the others paired by name), and in a stretch still unaligned, by type in order
+    (the rest were removed or added)."""
+    ka = [_identity(sa, i) for i in range_a]
+    kb = [_identity(sb, j) for j in range_b]
+    pairs: dict[int, int] = {}
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, ka, kb, False).get_opcodes():
+        ra = range(range_a.start + i1, range_a.start + i2)
+        rb = range(range_b.start + j1, range_b.start + j2)
+        if tag == "equal":
+            pairs.update(zip(ra, rb))
+        elif tag == "replace":
+            pairs.update(_pairs_by_type(sa.names, sb.names, ra, rb))
+    return pairs
 
 
 def _pairs_by_type(
@@ -279,7 +315,7 @@ def diff(a: LightBinary, b: LightBinary) -> dict:
             same += i2 - i1
             partner.update(zip(range(i1, i2), range(j1, j2)))
             continue
-        pairs = _pairs_by_type(sa.names, sb.names, range(i1, i2), range(j1, j2))
+        pairs = _pairs(sa, sb, range(i1, i2), range(j1, j2))
         partner.update(pairs)
         paired_b = set(pairs.values())
         for i in range(i1, i2):
@@ -325,9 +361,7 @@ def to_text(d: dict, limit: int = 200) -> str:
             lines.append(f"! [{c['a']}] {c['type'][0]} -> [{c['b']}] {c['type'][1]}")
         else:
             lines.append(f"~ [{c['a']}] -> [{c['b']}] {c['type']}")
-            lines += [
-                f"    {f['field']}: {_short(f['a'])} -> {_short(f['b'])}" for f in c["fields"]
-            ]
+            lines += [_field_line(f) for f in c["fields"]]
             g = c.get("golden")
             if g and g.get("comparable"):
                 lines.append(
@@ -343,6 +377,22 @@ def to_text(d: dict, limit: int = 200) -> str:
         lines.append(f"~ {_fingerprints(d['fingerprints'], detail=True)}")
     lines.append(summary(d))
     return "\n".join(lines)
+
+
+def _field_line(f: dict) -> str:
+    """One changed field, indented; a kernel only one program has as `- ` or `+ ` and the
+    kernel as it would be written (`conv2d(x, w) -> y`), not as a table."""
+    if _WHOLE_KERNEL.fullmatch(f["field"]) and (f["a"] is None) != (f["b"] is None):
+        sign, kernel = ("- ", f["a"]) if f["b"] is None else ("+ ", f["b"])
+        return f"    {sign}{f['field']} {_kernel_text(kernel)}"
+    return f"    {f['field']}: {_short(f['a'])} -> {_short(f['b'])}"
+
+
+def _kernel_text(kernel: Any) -> str:
+    if not isinstance(kernel, dict):
+        return _short(kernel)
+    names = lambda key: ", ".join(map(str, kernel.get(key) or []))  # noqa: E731
+    return _short(f"{kernel.get('op')}({names('inputs')}) -> {names('outputs')}")
 
 
 def summary(d: dict) -> str:

@@ -284,3 +284,30 @@ def test_goldens_that_differ_where_one_is_nan_or_zero_diff_as_strict_json(tmp_pa
     assert to_text(d).splitlines()[-1].startswith("different: 1 command differs, ")
     code, out = invoke_cli("diff", tmp_path / "zero.mnlb", tmp_path / "zero.mnlb")
     assert code == 0 and out.strip() == "equal: 5 commands, 1 blob (creation metadata aside)"
+
+
+def test_two_presets_of_one_model_pair_up_kernel_by_kernel_and_buffer_by_name(tmp_path):
+    """O1 against O3 of one model: its values are named otherwise and kernels fused away,
+    yet each convolution pairs with its own (its epilogue and mapping compared), each
+    kernel only O1 runs is one `-` line written as a kernel, and the buffers both compiles
+    make pair by name (a weight's write is the same), only those O3 fused away removed."""
+    from mnrt.compiler.models import MODELS
+
+    builder, inputs = MODELS["cnn"]()
+    with mnrt.Context() as ctx:
+        for preset in ("O1", "O3"):
+            options = {"option_json": preset, "float_dtype": "float"}
+            ctx.compile(builder, inputs, options=options).save_binary(tmp_path / f"{preset}.mnlb")
+    d = diff(*(mnrt.LightBinary.load(tmp_path / f"{p}.mnlb") for p in ("O1", "O3")))
+    program = next(c for c in d["commands"] if c["type"] == "CreateProgram")
+    fields = {f["field"]: (f["a"], f["b"]) for f in program["fields"]}
+    assert fields["program.kernels[0].attrs.epilogue"] == ("none", "relu")
+    assert fields["program.kernels[1]"][1] is None  # the relu fused into the conv
+    text = to_text(d)
+    assert "    - program.kernels[1] relu(conv2d_0) -> relu_1\n" in text
+    removed = [c["value"]["desc"]["name"] for c in d["commands"] if c["change"] == "removed"
+               and c["type"] == "CreateBuffer"]  # fmt: skip
+    assert "cnn.conv2d_0" in removed and "cnn.relu_1" not in removed
+    names = {c["type"] for c in d["commands"] if c["change"] == "changed"}
+    writes = [c for c in d["commands"] if c["change"] == "changed" and c["type"] == "WriteBuffer"]
+    assert writes and all(f["field"] == "bufferId" for c in writes for f in c["fields"]), names
