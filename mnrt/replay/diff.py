@@ -36,6 +36,10 @@ COMMAND_TYPES = {
     v: k for k, v in vars(CommandUnion).items() if not k.startswith("_") and isinstance(v, int)
 }
 _GOLDEN_ATTRS = ("golden",)
+# Commands that create a buffer or program, with the field of the id they give it, and the
+# fields of other commands that name one.
+_CREATES = {"CreateBuffer": "bufferId", "CreateProgram": "programId"}
+_ID_FIELDS = ("bufferId", "bufferIds", "srcId", "dstId", "programId")
 _WHOLE_KERNEL = re.compile(r"program\.kernels\[\d+\]")
 # Header facts two captures of one program share; creation time, host and Python are not.
 _HEADER = ("version", "device")
@@ -173,16 +177,47 @@ def _golden_error(sa: _Side, sb: _Side, ca: Any, cb: Any) -> dict:
     }
 
 
-def _pair(sa: _Side, sb: _Side, i: int, j: int) -> dict:
-    a, b = sa.values[i], sb.values[j]
+def _id_map(sa: _Side, sb: _Side, partner: dict[int, int]) -> dict[int, int]:
+    """The id each buffer and program of `a` has in `b`, from the commands that create them
+    and line up: two compiles that make one buffer more number every later object
+    otherwise, and a command is no different for naming the same buffer by another id."""
+    ids = {}
+    for i, j in partner.items():
+        if sa.names[i] == sb.names[j] and sa.names[i] in _CREATES:
+            key = _CREATES[sa.names[i]]
+            a, b = sa.values[i].get(key), sb.values[j].get(key)
+            if isinstance(a, int) and isinstance(b, int):
+                ids[a] = b
+    return ids
+
+
+def _as_in_b(value: dict, ids: dict[int, int]) -> dict:
+    """A command's value of `a` with the buffer and program ids it names as `b` numbers
+    them (`_id_map`); ids `b` has no counterpart of stay as they are."""
+    out = dict(value)
+    for key in _ID_FIELDS:
+        v = out.get(key)
+        if isinstance(v, int) and not isinstance(v, bool):
+            out[key] = ids.get(v, v)
+        elif isinstance(v, list):
+            out[key] = [ids.get(x, x) if isinstance(x, int) else x for x in v]
+    return out
+
+
+def _pair(sa: _Side, sb: _Side, i: int, j: int, ids: dict[int, int]) -> dict:
+    original, b = sa.values[i], sb.values[j]
     if sa.names[i] != sb.names[j]:
         return {"change": "replaced", "a": i, "b": j, "type": [sa.names[i], sb.names[j]]}
+    a = _as_in_b(original, ids)
     if sa.names[i] == "CreateProgram":
         pa, pb = a.pop("program", {}), b.pop("program", {})
         changes = _changes(a, b) + _program_changes(pa, pb)
-        a["program"], b["program"] = pa, pb
+        b["program"] = pb
     else:
         changes = _changes(a, b)
+    for change in changes:  # an id that differs is shown as a numbers it
+        if change["field"] in _ID_FIELDS:
+            change["a"] = original[change["field"]]
     entry = {"change": "changed", "a": i, "b": j, "type": sa.names[i], "fields": changes}
     kind = sa.binary.commands[i].cmdType
     goldens = [f for f in changes if f["field"].split(".")[0] in _GOLDEN_ATTRS]
@@ -301,14 +336,10 @@ def diff(a: LightBinary, b: LightBinary) -> dict:
         for name in names
         if plain(getattr(a, name)) != plain(getattr(b, name))
     ]
-    io = [
-        {"field": name, "a": ids_a, "b": ids_b}
-        for name, ids_a, ids_b in zip(("inputs", "outputs"), a.io_ids, b.io_ids)
-        if ids_a != ids_b
-    ]
     commands = []
     partner: dict[int, int] = {}  # command of a -> the command of b it lines up with
     matcher = difflib.SequenceMatcher(None, sa.keys, sb.keys, autojunk=False)
+    stretches = []
     same = 0
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
@@ -317,16 +348,28 @@ def diff(a: LightBinary, b: LightBinary) -> dict:
             continue
         pairs = _pairs(sa, sb, range(i1, i2), range(j1, j2))
         partner.update(pairs)
+        stretches.append((range(i1, i2), range(j1, j2), pairs))
+    ids = _id_map(sa, sb, partner)
+    io = [
+        {"field": name, "a": ids_a, "b": ids_b}
+        for name, ids_a, ids_b in zip(("inputs", "outputs"), a.io_ids, b.io_ids)
+        if [ids.get(i, i) for i in ids_a] != list(ids_b)
+    ]
+    for range_a, range_b, pairs in stretches:
         paired_b = set(pairs.values())
-        for i in range(i1, i2):
-            if i in pairs:
-                commands.append(_pair(sa, sb, i, pairs[i]))
-            else:
+        for i in range_a:
+            if i not in pairs:
                 commands.append({"change": "removed", "a": i, "b": None, "type": sa.names[i],
                                  "value": sa.values[i]})  # fmt: skip
+                continue
+            entry = _pair(sa, sb, i, pairs[i], ids)
+            if entry["change"] == "changed" and not entry["fields"]:
+                same += 1  # the same command of objects numbered otherwise
+            else:
+                commands.append(entry)
         commands += [
             {"change": "added", "a": None, "b": j, "type": sb.names[j], "value": sb.values[j]}
-            for j in range(j1, j2)
+            for j in range_b
             if j not in paired_b
         ]
     differing = _fingerprint_changes(a, b, partner)

@@ -290,7 +290,8 @@ def test_two_presets_of_one_model_pair_up_kernel_by_kernel_and_buffer_by_name(tm
     """O1 against O3 of one model: its values are named otherwise and kernels fused away,
     yet each convolution pairs with its own (its epilogue and mapping compared), each
     kernel only O1 runs is one `-` line written as a kernel, and the buffers both compiles
-    make pair by name (a weight's write is the same), only those O3 fused away removed."""
+    make pair by name, only those O3 fused away removed; commands that name the same
+    buffer by another id (a weight's write) are the same."""
     from mnrt.compiler.models import MODELS
 
     builder, inputs = MODELS["cnn"]()
@@ -308,6 +309,8 @@ def test_two_presets_of_one_model_pair_up_kernel_by_kernel_and_buffer_by_name(tm
     removed = [c["value"]["desc"]["name"] for c in d["commands"] if c["change"] == "removed"
                and c["type"] == "CreateBuffer"]  # fmt: skip
     assert "cnn.conv2d_0" in removed and "cnn.relu_1" not in removed
-    names = {c["type"] for c in d["commands"] if c["change"] == "changed"}
-    writes = [c for c in d["commands"] if c["change"] == "changed" and c["type"] == "WriteBuffer"]
-    assert writes and all(f["field"] == "bufferId" for c in writes for f in c["fields"]), names
+    # numbered otherwise after the first buffer O3 does not make, the others are the same:
+    # the weights' writes, the goldens' buffers, the binary's outputs
+    changed = {c["type"] for c in d["commands"] if c["change"] == "changed"}
+    assert changed == {"CreateProgram", "EnqueueProgram", "GoldenCheck"}, d["commands"]
+    assert not d["io"] and "bufferId:" not in text
