@@ -302,7 +302,9 @@ def load(folder: Path) -> tuple[Graph, CompileOptions, dict[str, np.ndarray]]:
     try:
         inputs = serialize.read_arrays(folder / "inputs.npz", shapes)
     except (MnrtError, OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise InvalidArgumentError(f"{folder} has no readable inputs.npz: {e}") from None
+        raise InvalidArgumentError(
+            f"{folder} has no readable inputs.npz ({e}); compile the model into it again"
+        ) from None
     plan = folder / "layout_plan.json"
     if plan.is_file():  # the layout step's history goes with the graph it planned
         try:

@@ -213,6 +213,10 @@ def test_a_compile_on_every_microbatchs_input_records_that_run(ctx, tmp_path):
     loaded.save_binary(tmp_path / "loaded.mnlb")
     assert diff(binary, LightBinary.load(tmp_path / "loaded.mnlb"))["equal"]
     loaded.close()
+    # as the last mnrt wrote it: one microbatch's example
+    np.savez(tmp_path / "inputs.npz", **{k: v[0] for k, v in stacked.items()})
+    with pytest.raises(InvalidArgumentError, match="inputs.npz .*; compile the model into it"):
+        ctx.load_codegen_dir(tmp_path)
     with pytest.raises(mnrt.ShapeError, match="holds 3 microbatches .* the pipeline runs 2"):
         ctx.compile(builder, stacked, options={"mpmd": {"devices": [0, 1]}})
 
