@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from .. import errors
-from ..format import strict_json
+from ..format import IDENTIFIER, strict_json
 from ..format.files import open_regular, parse_json
-from ..replay import MAX_LOOPS, replay
+from ..replay import MAX_LOOPS, ReplayReport, replay
 from ..replay.costs import kernel_costs, modelled_totals, regressions
 from ..replay.placement import parse_device_map
 from ..replay.report import check_dict
@@ -19,13 +20,26 @@ from .args import BinaryPath, FiniteRange, device_index
 from .run import loop_progress
 
 
-def _baseline(path: Path) -> dict:
+def _modelled(report: ReplayReport) -> dict:
+    """What the gate compares: a replay's modelled totals and its kernels' costs."""
+    kernels = kernel_costs(report.binary)
+    return {**modelled_totals(report), "kernels": [k.to_dict() for k in kernels]}
+
+
+def _baseline(path: Path, **placement: Any) -> dict:
     """The `modelled` part of an earlier `mnrt bench --json`, with every field the gate
     reads checked first: an edited or foreign file is a usage error, not a traceback or a
-    verdict on nonsense (a negative time would make anything a regression)."""
+    verdict on nonsense (a negative time would make anything a regression). A light binary
+    (another compile's, a codegen_dir's) instead is replayed once, on the same `placement`,
+    for its modelled figures: they depend on nothing the host does."""
     try:
         with open_regular(path, "a --baseline JSON file") as f:  # not a FIFO, not /dev/zero
-            doc = parse_json(f.read())
+            head = f.read(12)  # a size-prefixed FlatBuffer: size, root offset, identifier
+            doc = None if head[8:12] == IDENTIFIER else parse_json(head + f.read())
+        if doc is None:
+            return _modelled(replay(path, verify=False, **placement))
+    except errors.InvalidBinaryError as e:
+        raise errors.InvalidArgumentError(f"--baseline {path}: {e}") from None
     except errors.MnrtError as e:
         raise errors.InvalidArgumentError(f"cannot read --baseline {path}: {e}") from None
     except OSError as e:
@@ -38,7 +52,8 @@ def _baseline(path: Path) -> dict:
         if isinstance(kernels, list) and all(_kernel(k) for k in kernels):
             return modelled
     raise errors.InvalidArgumentError(
-        f"--baseline {path} is not the JSON `mnrt bench FILE --json` prints (it needs "
+        f"--baseline {path} is neither a light binary nor the JSON `mnrt bench FILE --json` "
+        "prints (that needs "
         "modelled.makespan_s and modelled.energy_j, and modelled.kernels of program, "
         "program_kernel, op and time_s: non-negative finite amounts)"
     )
@@ -82,10 +97,11 @@ def _named(k: dict) -> str:
 @click.option("--no-verify", is_flag=True, help="Do not compare goldens (exit 0 whatever).")
 @click.option(
     "--baseline",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="An earlier `mnrt bench --json` of this binary: exit 1 if modelled device time or "
-    "energy grew beyond --tolerance, naming the kernels that got slower and those the "
-    "baseline has no counterpart of.",
+    type=BinaryPath(),
+    help="An earlier `mnrt bench --json` of this binary, or another binary (or codegen_dir) "
+    "to replay once for its figures: exit 1 if modelled device time or energy grew beyond "
+    "--tolerance, naming the kernels that got slower and those the baseline has no "
+    "counterpart of.",
 )
 @click.option(
     "--tolerance",
@@ -104,18 +120,17 @@ def bench(
 
     Exit codes: 0 pass, 1 a golden failed or (with --baseline) modelled time or energy
     regressed, 2 invalid binary or usage, 3 device error."""
-    base = _baseline(baseline) if baseline is not None else None
+    placement = {
+        "device": device_index(device),
+        "device_map": None if device_map is None else parse_device_map(device_map),
+        "devices": devices,
+    }
+    base = _baseline(baseline, **placement) if baseline is not None else None
     report = replay(
-        file,
-        device=device_index(device),
-        verify=not no_verify,
-        loops=loops,
-        progress=loop_progress(loops),
-        device_map=None if device_map is None else parse_device_map(device_map),
-        devices=devices,
+        file, verify=not no_verify, loops=loops, progress=loop_progress(loops), **placement
     )
-    kernels = kernel_costs(report.binary)
-    modelled = {**modelled_totals(report), "kernels": [k.to_dict() for k in kernels]}
+    modelled = _modelled(report)
+    kernels = modelled["kernels"]
     t = report.timings
     failed = [c for c in report.checks if not c.passed]
     regressed, slower, added = [], [], []

@@ -113,7 +113,7 @@ def test_a_baseline_that_is_not_bench_json_is_a_usage_error(tmp_path, case):
         base.write_text(json.dumps(doc))
     else:
         base.write_text(edit if isinstance(edit, str) else json.dumps(edit))
-    assert_one_line_error(*_bench(path, "--baseline", base), "is not the JSON")
+    assert_one_line_error(*_bench(path, "--baseline", base), "nor the JSON `mnrt bench")
     assert_one_line_error(
         *_bench(path, "--baseline", tmp_path / "no.json"), "cannot read --baseline"
     )
@@ -136,3 +136,26 @@ def test_a_tolerance_that_is_not_a_finite_number_is_refused(tmp_path, tolerance)
     base.write_text(_bench(path, "--json")[1])
     code, out = _bench(path, "--baseline", base, "--tolerance", tolerance)
     assert code == 2 and "is not a finite number" in out, out
+
+
+def test_a_baseline_may_be_another_binary_replayed_for_its_figures(tmp_path):
+    """Two compiles gated against each other with no JSON in between: the baseline binary
+    (or the codegen_dir holding it) is replayed once, and the verdict is the one its
+    `--json` gives. A binary that is not valid is named as the baseline."""
+    fast, slow = tmp_path / "fast.mnlb", tmp_path / "slow.mnlb"
+    chain_capture(12).save(fast)
+    chain_capture(14).save(slow)  # two kernels more: slower
+    base = tmp_path / "fast.json"
+    base.write_text(_bench(fast, "--json")[1])
+    for baseline in (fast, base):
+        code, out = _bench(slow, "--baseline", baseline, "--json")
+        assert code == 1, out
+        regression = json.loads(out)["regression"]
+        assert regression["totals"] and len(regression["added_kernels"]) == 2
+    (tmp_path / "cg").mkdir()
+    slow.rename(tmp_path / "cg" / "model.mnlb")
+    code, out = _bench(fast, "--baseline", tmp_path / "cg")
+    assert code == 0 and "no regression beyond 2.0%" in out, out
+    broken = tmp_path / "broken.mnlb"
+    broken.write_bytes(fast.read_bytes()[:200])
+    assert_one_line_error(*_bench(fast, "--baseline", broken), f"--baseline {broken}:")
