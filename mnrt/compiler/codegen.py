@@ -4,8 +4,10 @@ graph.params.npz, inputs.npz)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import time
 import zipfile
 from collections.abc import Callable, Mapping
@@ -32,6 +34,7 @@ CAPTURE_RUNNING = "a capture is running, and recording the light binary takes a 
 
 # The compiled graph as ONNX, written into every codegen_dir.
 EXPORTED_MODEL = "model.onnx"
+_IR_FILE = re.compile(r"\d\d_[a-z-]+\.txt")
 
 
 def check_model_kept(
@@ -105,7 +108,21 @@ def write(
         # CODEGEN_DEBUG (an option_json env): the graph after every compile phase.
         for i, (phase, dump) in enumerate(compiled.stages):
             write_atomically(folder / f"debug_{i:02d}_{phase}.txt", (dump + "\n").encode())
+    _remove_stale_irs(folder, what)
     write_compiled(compiled, folder, phases, compiled.report, what)
+
+
+def _remove_stale_irs(folder: Path, what: str) -> None:
+    """The MPMD IR files (mpmd/NN_<pass>.txt) a pipelined compile into the same folder left:
+    not this compile's. Only those files go; the folder too once empty."""
+    irs = folder / "mpmd"
+    if not irs.is_dir():
+        return
+    for path in irs.iterdir():
+        if _IR_FILE.fullmatch(path.name):
+            _remove_stale(path, what)
+    with contextlib.suppress(OSError):  # something of the user's is there: it stays
+        irs.rmdir()
 
 
 def write_compiled(

@@ -275,14 +275,13 @@ class Context:
         graph split into the same stages again, on the same devices)."""
         self._check_open("load a codegen_dir")
         path = as_path(path, "load_codegen_dir")
-        pipelined = (path / "mpmd").is_dir()
-        if pipelined and not (path / "graph.json").is_file():
+        if (path / "mpmd").is_dir() and not (path / "graph.json").is_file():
             raise InvalidArgumentError(
                 f"{path} holds a pipelined (mpmd) compile of an earlier mnrt, without its "
                 "graph: compile the model again, or replay its model.mnlb with mnrt run"
             )
         graph, opts, inputs = codegen.load(Path(path))
-        if not pipelined:
+        if not opts["mpmd"]:  # option.json says which compile wrote the graph
             return CompiledFunction(self, graph, opts, graph, inputs)
         from .mpmd.compile import compile_pipelined
 

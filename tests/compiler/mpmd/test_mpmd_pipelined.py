@@ -221,6 +221,29 @@ def test_a_compile_on_every_microbatchs_input_records_that_run(ctx, tmp_path):
         ctx.compile(builder, stacked, options={"mpmd": {"devices": [0, 1]}})
 
 
+def test_a_codegen_dir_compiled_into_again_is_what_the_last_compile_wrote(ctx, tmp_path):
+    """A single-device compile into a pipelined compile's codegen_dir (and back): the folder
+    loads as the last compile made it (option.json says which), and the MPMD IR files of
+    the pipelined one are gone with it, while a file of the user's there stays."""
+    from mnrt.compiler.compiled import CompiledFunction
+    from mnrt.compiler.mpmd.compiled import PipelinedFunction
+
+    builder, inputs = mlp()
+    pipelined = {"mpmd": {"devices": [0, 1]}}
+    ctx.compile(builder, inputs, codegen_dir=tmp_path, options=pipelined).close()
+    ctx.compile(builder, inputs, codegen_dir=tmp_path)
+    assert not (tmp_path / "mpmd").exists()
+    assert isinstance(ctx.load_codegen_dir(tmp_path), CompiledFunction)
+    ctx.compile(builder, inputs, codegen_dir=tmp_path, options=pipelined).close()
+    (tmp_path / "mpmd" / "notes.txt").write_text("mine")
+    loaded = ctx.load_codegen_dir(tmp_path)
+    assert isinstance(loaded, PipelinedFunction)
+    loaded.close()
+    ctx.compile(builder, inputs, codegen_dir=tmp_path)
+    assert [p.name for p in (tmp_path / "mpmd").iterdir()] == ["notes.txt"]
+    assert isinstance(ctx.load_codegen_dir(tmp_path), CompiledFunction)
+
+
 def test_program_cost_is_what_the_device_prices(ctx):
     builder, inputs = mlp()
     compiled = ctx.compile(builder, inputs, options={"mpmd": {"devices": [0, 1]}})
