@@ -389,7 +389,8 @@ def diff(a: LightBinary, b: LightBinary) -> dict:
 
 def to_text(d: dict, limit: int = 200) -> str:
     """The diff for a terminal: one line per changed command (at most `limit`), fields
-    indented below it."""
+    indented below it (at most `limit` a command: a program of two compiles of a large
+    model differs in hundreds of kernels)."""
     if d["equal"]:
         return summary(d)
     lines = []
@@ -404,7 +405,11 @@ def to_text(d: dict, limit: int = 200) -> str:
             lines.append(f"! [{c['a']}] {c['type'][0]} -> [{c['b']}] {c['type'][1]}")
         else:
             lines.append(f"~ [{c['a']}] -> [{c['b']}] {c['type']}")
-            lines += [_field_line(f) for f in c["fields"]]
+            lines += [_field_line(f) for f in c["fields"][:limit]]
+            if len(c["fields"]) > limit:
+                lines.append(
+                    f"    ... and {len(c['fields']) - limit} more changed fields (see --json)"
+                )
             g = c.get("golden")
             if g and g.get("comparable"):
                 lines.append(

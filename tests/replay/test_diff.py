@@ -314,3 +314,8 @@ def test_two_presets_of_one_model_pair_up_kernel_by_kernel_and_buffer_by_name(tm
     changed = {c["type"] for c in d["commands"] if c["change"] == "changed"}
     assert changed == {"CreateProgram", "EnqueueProgram", "GoldenCheck"}, d["commands"]
     assert not d["io"] and "bufferId:" not in text
+    short = to_text(d, limit=3).splitlines()  # a terminal's worth: the rest said, not shown
+    more = len(program["fields"]) - 3
+    at = short.index(f"~ [{program['a']}] -> [{program['b']}] CreateProgram")
+    assert short[at + 4] == f"    ... and {more} more changed fields (see --json)"
+    assert all(line.startswith("    ") for line in short[at + 1 : at + 4])
