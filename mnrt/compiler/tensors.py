@@ -147,9 +147,20 @@ def input_arrays(graph: Graph, inputs: Any, what: str = "compile") -> dict[str, 
         )
     arrays = {name: as_array(name, inputs[name]) for name in graph.inputs}
     for name, array in arrays.items():
-        want = graph.values[name].shape
-        if array.shape != want:
+        value = graph.values[name]
+        if array.shape != value.shape:
             raise InvalidArgumentError(
-                f"input {name!r} has shape {array.shape}, the model takes {want}"
+                f"input {name!r} has shape {array.shape}, the model takes {value.shape}"
+            )
+        takes = np.dtype(value.dtype.read_dtype)
+        if _kind(array.dtype) != _kind(takes):  # as onnxruntime refuses it, and a call does
+            raise InvalidArgumentError(
+                f"input {name!r} is {array.dtype}, the model takes {value.dtype.name} "
+                f"({takes}); cast it with .astype(np.{takes})"
             )
     return arrays
+
+
+def _kind(dtype: np.dtype) -> str:
+    """Float, integer (of any width or sign: the device narrows int64 to int32) or bool."""
+    return "iu" if dtype.kind in "iu" else dtype.kind

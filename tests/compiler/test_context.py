@@ -451,6 +451,12 @@ BAD_INPUTS = {
         {"x": np.zeros((2, 3), np.float32), 0: 1},
         "example inputs 0 are not inputs of the ONNX model",
     ),
+    # compiled, then failed in save_binary's reference run with the queue's DTypeError
+    "integers for a float input": (
+        {"x": np.zeros((2, 3), np.int64)},
+        r"input 'x' is int64, the model takes float \(float32\); cast it with .astype",
+    ),
+    "bools for a float input": ({"x": np.zeros((2, 3), bool)}, "input 'x' is bool"),
 }
 
 
