@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..device.dtypes import DType
 from ..errors import InvalidArgumentError
 from ..host import Buffer, CommandQueue
 from ..user_warning import warn
@@ -152,15 +153,21 @@ def input_arrays(graph: Graph, inputs: Any, what: str = "compile") -> dict[str, 
             raise InvalidArgumentError(
                 f"input {name!r} has shape {array.shape}, the model takes {value.shape}"
             )
-        takes = np.dtype(value.dtype.read_dtype)
-        if _kind(array.dtype) != _kind(takes):  # as onnxruntime refuses it, and a call does
-            raise InvalidArgumentError(
-                f"input {name!r} is {array.dtype}, the model takes {value.dtype.name} "
-                f"({takes}); cast it with .astype(np.{takes})"
-            )
+        check_kind(name, array, value.dtype)
     return arrays
 
 
+def check_kind(name: str, array: np.ndarray, dtype: DType) -> None:
+    """Refuse data of another kind than an input's (integers or bools for a float input),
+    as onnxruntime does: float data of any width is converted to the compiled precision,
+    integers of any width or sign to the device's (it has no int64)."""
+    takes = np.dtype(dtype.read_dtype)
+    if _kind(array.dtype) != _kind(takes):
+        raise InvalidArgumentError(
+            f"input {name!r} is {array.dtype}, the model takes {dtype.name} ({takes}); "
+            f"cast it with .astype(np.{takes})"
+        )
+
+
 def _kind(dtype: np.dtype) -> str:
-    """Float, integer (of any width or sign: the device narrows int64 to int32) or bool."""
     return "iu" if dtype.kind in "iu" else dtype.kind

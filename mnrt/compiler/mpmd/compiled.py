@@ -39,7 +39,7 @@ from .. import goldens, placement
 from ..codegen import CAPTURE_RUNNING, check_binary_spares_model
 from ..ir import INPUT, PARAM, TEMP, Graph, Value
 from ..lower import Lowered, lower
-from ..tensors import as_host, check_mapping, stored_form
+from ..tensors import as_host, check_kind, check_mapping, stored_form
 from .cost import program_cost
 from .ir import Fragment, MpmdProgram, Transfer
 from .options import MpmdOptions
@@ -225,6 +225,7 @@ class PipelinedFunction:
                     f"with a leading microbatch axis: {want} ({self.microbatches} microbatches "
                     f"of {self.program.values[name].shape})"
                 )
+            check_kind(name, array, self.program.values[name].dtype)
             out[name] = array
         return out
 

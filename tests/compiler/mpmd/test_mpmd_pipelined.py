@@ -299,6 +299,10 @@ def test_pipelined_call_and_compile_errors(ctx, tmp_path):
         compiled(inputs)
     with pytest.raises(InvalidArgumentError, match="missing: x"):
         compiled({})
+    ints = {"x": np.zeros((2, 32, 64), np.int64)}  # was the queue's DTypeError, naming x#0
+    for call in (compiled, lambda i: compiled.save_binary(tmp_path / "m.mnlb", i)):
+        with pytest.raises(InvalidArgumentError, match="input 'x' is int64, the model takes"):
+            call(ints)
     compiled.close()
     with pytest.raises(InvalidArgumentError, match="no backward pass"):
         ctx.compile(builder, inputs, options={"mpmd": {"devices": [0, 1], "schedule": "1f1b"}})
