@@ -94,6 +94,7 @@ def call_input(name: str, data: Any, buf: Buffer) -> np.ndarray:
     """An input of a call, as the buffer takes it and owned by the call: the queue writes it
     after the call has returned, when the caller may already be refilling its array."""
     array = as_array(name, data)
+    check_kind(name, array, buf.dtype)
     host = as_host(array, buf)
     return host.copy() if host is array else host
 

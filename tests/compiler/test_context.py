@@ -354,6 +354,13 @@ def test_call_with_non_mapping(ctx, inputs):
         f(inputs)
 
 
+def test_a_call_with_integers_for_a_float_input_names_the_dtype_to_cast_to(ctx):
+    b, inp = MODELS["mlp"]()
+    f = ctx.compile(b, inp)
+    with pytest.raises(mnrt.InvalidArgumentError, match=r"input 'x' is int32, .*astype\(np\."):
+        f({"x": inp["x"].astype(np.int32)})  # was the queue's DTypeError, naming its buffer
+
+
 def test_load_from_ragged(ctx):
     b, inp = MODELS["mlp"]()
     p = ctx.compile(b, inp).allocate_input_proxy("x")
