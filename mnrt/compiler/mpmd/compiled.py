@@ -352,9 +352,20 @@ class PipelinedFunction:
     ) -> dict | None:
         """save_binary, returning its check against the reference (goldens.accuracy's
         record, its outputs by golden name); None, with nothing written, where a capture of
-        the user's is running (save_binary raises instead)."""
+        the user's is running (save_binary raises instead). `inputs` as the compile takes
+        them: each with a leading microbatch axis, or one microbatch's, repeated."""
         check_binary_spares_model(path, self.model_file)
-        arrays = self._check_inputs(self.example_inputs if inputs is None else inputs)
+        if inputs is None:
+            inputs = self.example_inputs
+        elif isinstance(inputs, Mapping):  # as the compile takes them: one example repeats
+            ranks = {name: len(self.program.values[name].shape) for name in self.program.inputs}
+            inputs = {
+                k: np.repeat(np.asarray(v)[None], self.microbatches, 0)
+                if np.ndim(v) == ranks.get(k, -1)
+                else v
+                for k, v in inputs.items()
+            }
+        arrays = self._check_inputs(inputs)
         errors = goldens.value_errors(self.graph)
         description = f"pipelined graph {self.program.name}"
         results: dict[str, np.ndarray] = {}

@@ -191,7 +191,8 @@ def test_a_compile_on_every_microbatchs_input_records_that_run(ctx, tmp_path):
     the compile's example, and the run save_binary records (the codegen_dir's model.mnlb
     too, and a save_binary of the codegen_dir loaded back) is on all of them; its goldens
     are each microbatch's outputs of the single-device compile; a binary saved after a call
-    is the one saved before it. A wrong count is refused."""
+    is the one saved before it. save_binary takes its inputs either way too. A wrong count
+    is refused."""
     builder, inputs = mlp()
     stacked = _microbatches(inputs, 3)
     mpmd = {"devices": [0, 1], "microbatches": 3}
@@ -208,6 +209,11 @@ def test_a_compile_on_every_microbatchs_input_records_that_run(ctx, tmp_path):
     assert not np.array_equal(report.outputs["probs#0"], report.outputs["probs#1"])
     binary = LightBinary.load(tmp_path / "model.mnlb")
     assert diff(binary, LightBinary.load(tmp_path / "m.mnlb"))["equal"]
+    # save_binary takes inputs as the compile does: one microbatch's example repeats
+    compiled.save_binary(tmp_path / "one.mnlb", inputs)
+    compiled.save_binary(tmp_path / "all.mnlb", {k: np.stack([v] * 3) for k, v in inputs.items()})
+    one, every = (LightBinary.load(tmp_path / f"{n}.mnlb") for n in ("one", "all"))
+    assert diff(one, every)["equal"] and not diff(one, binary)["equal"]
     compiled.close()
     loaded = ctx.load_codegen_dir(tmp_path)
     loaded.save_binary(tmp_path / "loaded.mnlb")
