@@ -193,14 +193,15 @@ def _id_map(sa: _Side, sb: _Side, partner: dict[int, int]) -> dict[int, int]:
 
 def _as_in_b(value: dict, ids: dict[int, int]) -> dict:
     """A command's value of `a` with the buffer and program ids it names as `b` numbers
-    them (`_id_map`); ids `b` has no counterpart of stay as they are."""
+    them (`_id_map`); an id `b` has no counterpart of equals none of `b`'s (the object of
+    that number in `b` is another one)."""
     out = dict(value)
     for key in _ID_FIELDS:
         v = out.get(key)
         if isinstance(v, int) and not isinstance(v, bool):
-            out[key] = ids.get(v, v)
+            out[key] = ids.get(v, f"a:{v}")
         elif isinstance(v, list):
-            out[key] = [ids.get(x, x) if isinstance(x, int) else x for x in v]
+            out[key] = [ids.get(x, f"a:{x}") if isinstance(x, int) else x for x in v]
     return out
 
 
@@ -353,7 +354,7 @@ def diff(a: LightBinary, b: LightBinary) -> dict:
     io = [
         {"field": name, "a": ids_a, "b": ids_b}
         for name, ids_a, ids_b in zip(("inputs", "outputs"), a.io_ids, b.io_ids)
-        if [ids.get(i, i) for i in ids_a] != list(ids_b)
+        if [ids.get(i, f"a:{i}") for i in ids_a] != list(ids_b)
     ]
     for range_a, range_b, pairs in stretches:
         paired_b = set(pairs.values())

@@ -319,3 +319,28 @@ def test_two_presets_of_one_model_pair_up_kernel_by_kernel_and_buffer_by_name(tm
     at = short.index(f"~ [{program['a']}] -> [{program['b']}] CreateProgram")
     assert short[at + 4] == f"    ... and {more} more changed fields (see --json)"
     assert all(line.startswith("    ") for line in short[at + 1 : at + 4])
+
+
+def test_a_command_on_a_buffer_only_one_side_has_differs_whatever_its_number():
+    """A writes buffer p, which B lacks, under the number B gives its buffer x (B's write
+    goes to x): the two writes differ, though their ids are equal and A's x is numbered
+    as B's (the id of an object without a counterpart matches nothing of B's)."""
+    data = np.ones((2, 3), np.float32)
+    with mnrt.open_device("auto") as dev:
+
+        def capture(with_p: bool) -> mnrt.LightBinary:
+            q = dev.command_queue(0)
+            mnrt.begin_capture()
+            target = dev.create_buffer((2, 3), "float", name="p") if with_p else None
+            x = dev.create_buffer((2, 3), "float", name="x")
+            q.enqueue_write_buffer(target or x, data)
+            q.finish()
+            return mnrt.end_capture()
+
+        a, b = capture(True), capture(False)
+    d = diff(a, b)
+    write = next(c for c in d["commands"] if c["type"] == "WriteBuffer")
+    assert write["change"] == "changed" and write["fields"][0]["field"] == "bufferId", d
+    assert (
+        write["fields"][0]["a"] == write["fields"][0]["b"]
+    )  # the same number, not the same buffer
