@@ -156,7 +156,7 @@ class Context:
         opts = resolve(options)
         source, runs = pipeline.loaded(model), {}
         if opts["mpmd"] and isinstance(inputs, Mapping):
-            from .mpmd.compile import split_microbatches
+            from .mpmd.microbatches import split_microbatches
             from .mpmd.options import parse_mpmd
 
             count = parse_mpmd(opts["mpmd"]).microbatches
@@ -239,7 +239,8 @@ class Context:
         """The `mpmd` option's compile: a PipelinedFunction over its devices, whose example
         run is `runs` where given (see split_microbatches), `inputs` repeated elsewhere."""
         from .mpmd import codegen as mpmd_codegen
-        from .mpmd.compile import compile_pipelined, every_microbatch
+        from .mpmd.compile import compile_pipelined
+        from .mpmd.microbatches import every_microbatch
         from .mpmd.options import parse_mpmd
 
         optimised, stages, cached = None, [], None

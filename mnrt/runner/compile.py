@@ -232,7 +232,7 @@ def compile_cmd(
     inputs = {name: _load_npy(name, s) for name, s in given.items() if s != "random"}
     proto, runs = load_model(model), {}
     if devices is not None:  # inputs of every microbatch: the compile takes them as they are
-        from ..compiler.mpmd.compile import split_microbatches
+        from ..compiler.mpmd.microbatches import split_microbatches
         from ..compiler.pipeline import declared_ranks
 
         count = microbatches or devices

@@ -39,9 +39,10 @@ from .. import goldens, placement
 from ..codegen import CAPTURE_RUNNING, check_binary_spares_model
 from ..ir import INPUT, PARAM, TEMP, Graph, Value
 from ..lower import Lowered, lower
-from ..tensors import as_host, check_kind, check_mapping, stored_form
+from ..tensors import as_array, as_host, check_kind, check_mapping, stored_form
 from .cost import program_cost
 from .ir import Fragment, MpmdProgram, Transfer
+from .microbatches import every_microbatch, rank_of, split_microbatches
 from .options import MpmdOptions
 from .schedule import Plan
 
@@ -217,7 +218,7 @@ class PipelinedFunction:
             )
         out = {}
         for name in names:
-            array = np.asarray(inputs[name])
+            array = as_array(name, inputs[name])
             want = (self.microbatches, *self.program.values[name].shape)
             if array.shape != want:
                 raise InvalidArgumentError(
@@ -357,14 +358,11 @@ class PipelinedFunction:
         check_binary_spares_model(path, self.model_file)
         if inputs is None:
             inputs = self.example_inputs
-        elif isinstance(inputs, Mapping):  # as the compile takes them: one example repeats
+        elif isinstance(inputs, Mapping):
             ranks = {name: len(self.program.values[name].shape) for name in self.program.inputs}
-            inputs = {
-                k: np.repeat(np.asarray(v)[None], self.microbatches, 0)
-                if np.ndim(v) == ranks.get(k, -1)
-                else v
-                for k, v in inputs.items()
-            }
+            examples, runs = split_microbatches(ranks, inputs, self.microbatches)
+            alike = {k: v for k, v in examples.items() if rank_of(v) == ranks.get(k)}
+            inputs = {**examples, **every_microbatch(alike, runs, self.microbatches)}
         arrays = self._check_inputs(inputs)
         errors = goldens.value_errors(self.graph)
         description = f"pipelined graph {self.program.name}"

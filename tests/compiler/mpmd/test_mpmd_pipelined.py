@@ -309,6 +309,8 @@ def test_pipelined_call_and_compile_errors(ctx, tmp_path):
     for call in (compiled, lambda i: compiled.save_binary(tmp_path / "m.mnlb", i)):
         with pytest.raises(InvalidArgumentError, match="input 'x' is int64, the model takes"):
             call(ints)
+        with pytest.raises(InvalidArgumentError, match="input 'x' is not an array"):
+            call({"x": [[1.0, 2.0], [3.0]]})  # ragged: was numpy's ValueError
     compiled.close()
     with pytest.raises(InvalidArgumentError, match="no backward pass"):
         ctx.compile(builder, inputs, options={"mpmd": {"devices": [0, 1], "schedule": "1f1b"}})
