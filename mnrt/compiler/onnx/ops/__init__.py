@@ -74,6 +74,7 @@ register("Hardmax", reduce.hardmax)
 # linear algebra, convolution, pooling
 register("MatMul", linalg.matmul)
 register("Gemm", linalg.gemm)
+register("Einsum", linalg.einsum)
 register("Conv", conv.conv)
 register("ConvTranspose", conv.conv_transpose)
 register("MaxPool", pool.pool("max_pool2d"))

@@ -1,7 +1,8 @@
-"""Matrix products: MatMul and Gemm."""
+"""Matrix products: MatMul, Gemm and Einsum."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..state import Attrs, Ctx
@@ -36,3 +37,89 @@ def gemm(cx: Ctx, node: Any, at: Attrs) -> list:
             beta=float(at.get("beta", 1.0)),
         )
     ]
+
+
+def einsum(cx: Ctx, node: Any, at: Attrs) -> list:
+    """A product of two float operands runs as a batched `gemm` on the matrix unit, as
+    MatMul does (the device's `einsum` kernel would price it on the vector units); every
+    other equation (one or three operands, '...', a label twice in a term: a diagonal)
+    goes to the `einsum` kernel as it is."""
+    equation = at.get("equation")
+    ins = [cx.sym(n) for n in node.input]
+    terms = _two_term_product(equation, [cx.shape(s) for s in ins])
+    if terms is None or not all(cx.dtype(s).is_float for s in ins):
+        return [cx.op("einsum", *ins, equation=equation)]
+    (ta, tb), out = terms
+    a, ta = _sum_out(cx, ins[0], ta, keep=tb + out)
+    b, tb = _sum_out(cx, ins[1], tb, keep=ta + out)
+    sizes = dict(zip(ta, cx.shape(a))) | dict(zip(tb, cx.shape(b)))
+    batch = [c for c in ta if c in tb and c in out]
+    inner = [c for c in ta if c in tb and c not in out]
+    left = [c for c in ta if c not in tb]
+    right = [c for c in tb if c not in ta]
+    if not inner:
+        # Nothing summed: [.., L, 1] times [.., 1, R] is an outer or elementwise product, a
+        # broadcasting mul rather than a gemm of inner dimension 1.
+        a = _arranged(cx, a, ta, [batch, left, inner], sizes)
+        y = cx.op("mul", a, _arranged(cx, b, tb, [batch, inner, right], sizes))
+    else:
+        # gemm's trans_a / trans_b take an operand whose term has its summed labels first
+        # (a) or last (b) as it is, with no transpose kernel.
+        trans_a = ta == "".join(batch + inner + left) != "".join(batch + left + inner)
+        trans_b = tb == "".join(batch + right + inner) != "".join(batch + inner + right)
+        a = _arranged(cx, a, ta, [batch, inner, left] if trans_a else [batch, left, inner], sizes)
+        b = _arranged(cx, b, tb, [batch, right, inner] if trans_b else [batch, inner, right], sizes)
+        y = cx.op("gemm", a, b, trans_a=trans_a, trans_b=trans_b)
+    labels = batch + left + right
+    y = cx.reshape(y, tuple(sizes[c] for c in labels))
+    return [_permuted(cx, y, labels, list(out))]
+
+
+def _two_term_product(equation: Any, shapes: list[tuple[int, ...]]):
+    """`((a's labels, b's labels), output labels)` of an equation the gemm lowering takes,
+    or None: two operands, letters only, no label twice in one term, each label as long in
+    both operands (the kernel explains what is wrong with an equation that is not)."""
+    if not isinstance(equation, str) or len(shapes) != 2:
+        return None
+    lhs, arrow, out = equation.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    if len(terms) != 2 or not all(t.isalpha() for t in terms):
+        return None
+    if not arrow:
+        out = "".join(sorted(c for c in set(lhs) - {","} if lhs.count(c) == 1))
+    if (out and not out.isalpha()) or any(len(set(t)) != len(t) for t in (*terms, out)):
+        return None
+    if not set(out) <= set(terms[0]) | set(terms[1]):
+        return None
+    if any(len(t) != len(s) for t, s in zip(terms, shapes, strict=True)):
+        return None
+    sizes: dict[str, int] = {}
+    for term, shape in zip(terms, shapes, strict=True):
+        if any(sizes.setdefault(c, n) != n for c, n in zip(term, shape, strict=True)):
+            return None
+    return (terms[0], terms[1]), out
+
+
+def _sum_out(cx: Ctx, s: Any, term: str, keep: str) -> tuple[Any, str]:
+    """Sum over the labels of `term` no other term nor the output has."""
+    axes = [i for i, c in enumerate(term) if c not in keep]
+    if not axes:
+        return s, term
+    return cx.op("sum", s, axes=axes, keepdims=False), "".join(c for c in term if c in keep)
+
+
+def _arranged(cx: Ctx, s: Any, term: str, groups: list[list[str]], sizes: dict[str, int]) -> Any:
+    """An operand with its labels in `groups` order, each group one axis (a batch label an
+    axis of its own)."""
+    batch, *rest = groups
+    shape = (*(sizes[c] for c in batch), *(_size(sizes, g) for g in rest))
+    return cx.reshape(_permuted(cx, s, list(term), [c for g in groups for c in g]), shape)
+
+
+def _permuted(cx: Ctx, s: Any, labels: list[str], order: list[str]) -> Any:
+    perm = [labels.index(c) for c in order]
+    return s if perm == sorted(perm) else cx.op("transpose", s, perm=perm)
+
+
+def _size(sizes: dict[str, int], labels: list[str]) -> int:
+    return math.prod(sizes[c] for c in labels)
