@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..device.dtypes import DType
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, ShapeError
 from ..host import Buffer, CommandQueue
 from ..user_warning import warn
 from .ir import Graph
@@ -58,6 +58,7 @@ class TensorProxy:
         if not isinstance(clone, bool):
             raise InvalidArgumentError(f"load_from: clone must be True or False, got {clone!r}")
         data = as_array(self.buffer.name, array, "data loaded into")
+        check_shape(self.buffer.name, data, self.buffer.shape, "data loaded into")
         if clone and data is array:
             data = data.copy()
         self.queue.enqueue_write_buffer(self.buffer, as_host(data, self.buffer))
@@ -94,6 +95,7 @@ def call_input(name: str, data: Any, buf: Buffer) -> np.ndarray:
     """An input of a call, as the buffer takes it and owned by the call: the queue writes it
     after the call has returned, when the caller may already be refilling its array."""
     array = as_array(name, data)
+    check_shape(name, array, buf.shape)
     check_kind(name, array, buf.dtype)
     host = as_host(array, buf)
     return host.copy() if host is array else host
@@ -150,12 +152,20 @@ def input_arrays(graph: Graph, inputs: Any, what: str = "compile") -> dict[str, 
     arrays = {name: as_array(name, inputs[name]) for name in graph.inputs}
     for name, array in arrays.items():
         value = graph.values[name]
-        if array.shape != value.shape:
-            raise InvalidArgumentError(
-                f"input {name!r} has shape {array.shape}, the model takes {value.shape}"
-            )
+        check_shape(name, array, value.shape)
         check_kind(name, array, value.dtype)
     return arrays
+
+
+def check_shape(name: str, array: np.ndarray, shape: tuple[int, ...], role: str = "input") -> None:
+    """Refuse data of another shape than the compiled one, naming the model's input (the
+    queue would name its buffer, and suggest a reshape where a new compile is the fix)."""
+    if array.shape != tuple(shape):
+        raise ShapeError(
+            f"{role} {name!r} has shape {array.shape}, the model takes {tuple(shape)} (a compile "
+            "fixes every shape, symbolic dimensions too, from its example inputs: compile "
+            "again for another)"
+        )
 
 
 def check_kind(name: str, array: np.ndarray, dtype: DType) -> None:

@@ -361,6 +361,25 @@ def test_a_call_with_integers_for_a_float_input_names_the_dtype_to_cast_to(ctx):
         f({"x": inp["x"].astype(np.int32)})  # was the queue's DTypeError, naming its buffer
 
 
+def test_an_input_of_another_shape_than_compiled_names_the_input_and_the_fix(ctx, tmp_path):
+    """A model of symbolic dimensions compiles for its example's shape; a call or a proxy of
+    another was the queue's ShapeError, naming the internal buffer ('g.x') and suggesting a
+    reshape."""
+    helper = onnx_module().helper
+    relu = helper.make_node("Relu", ["x"], ["y"])
+    model = onnx_model([relu], [value_info("x", ["N", 3])], [value_info("y", ["N", 3])])
+    f = ctx.compile(model, {"x": np.ones((2, 3), np.float32)})
+    other = np.ones((4, 3), np.float32)
+    message = r"input 'x' has shape \(4, 3\), the model takes \(2, 3\) .*compile again"
+    with pytest.raises(mnrt.ShapeError, match=message):
+        f({"x": other})
+    with pytest.raises(mnrt.ShapeError, match=message):
+        f.save_binary(tmp_path / "m.mnlb", {"x": other})
+    with pytest.raises(mnrt.ShapeError, match=r"has shape \(4, 3\), the model takes \(2, 3\)"):
+        f.allocate_input_proxy("x").load_from(other)
+    assert f({"x": -np.ones((2, 3), np.float32)})["y"].cpu().tolist() == [[0.0] * 3] * 2
+
+
 def test_load_from_ragged(ctx):
     b, inp = MODELS["mlp"]()
     p = ctx.compile(b, inp).allocate_input_proxy("x")
