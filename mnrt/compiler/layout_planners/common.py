@@ -104,6 +104,34 @@ class Built:
     produced: dict[str, str | None] = field(default_factory=dict)  # producer's layout
     needed: dict[str, list[dict]] = field(default_factory=dict)  # consumers' needs
     producer: dict[str, Node] = field(default_factory=dict)  # node writing each value
+    _indexed: tuple | None = field(default=None, init=False, repr=False, compare=False)
+
+    def switches_of(self, value: str) -> list[Switch]:
+        """The switches of `value`, in the order the plan inserted them."""
+        return self._index()[0].get(value, [])
+
+    def readers(self, names: set[str]) -> list[Node]:
+        """The graph's nodes reading any of `names`, in graph order. `decide` asks for each
+        switched value's: scanning every node each time made a plan quadratic in the nodes
+        (an unrolled 200-step LSTM: a minute)."""
+        by_name = self._index()[1]
+        found = {id(n): (at, n) for name in names for at, n in by_name.get(name, ())}
+        return [n for _, n in sorted(found.values(), key=lambda p: p[0])]
+
+    def _index(self) -> tuple[dict[str, list[Switch]], dict[str, list[tuple[int, Node]]]]:
+        """Switches by value and readers by value name, made at the first question (a
+        Built is complete by then: `build` returns it finished)."""
+        if self._indexed is not None:
+            return self._indexed
+        by_value: dict[str, list[Switch]] = {}
+        for s in self.switches:
+            by_value.setdefault(s.value, []).append(s)
+        by_name: dict[str, list[tuple[int, Node]]] = {}
+        for at, n in enumerate(self.graph.nodes):
+            for name in dict.fromkeys(n.inputs):
+                by_name.setdefault(name, []).append((at, n))
+        self._indexed = by_value, by_name
+        return self._indexed
 
 
 def build(
@@ -202,12 +230,12 @@ def decide(built: Built, value: str, spec: DeviceSpec) -> dict:
     producer writing it there, every consumer reading it there, no switch): both modelled
     prices by node_cost, the device's own."""
     g = built.graph
-    mine = [s for s in built.switches if s.value == value]
+    mine = built.switches_of(value)
     outputs = {s.output for s in mine} | {value}
     raw = {s.node.inputs[0] for s in mine if s.where.startswith("after")}
     producer = built.producer.get(value)
     ids = {id(s.node) for s in mine}
-    readers = [n for n in g.nodes if id(n) not in ids and any(i in outputs for i in n.inputs)]
+    readers = [n for n in built.readers(outputs) if id(n) not in ids]
     keep_nodes = [s.node for s in mine] + readers + ([producer] if producer else [])
     on_chip_s = price(g, keep_nodes, spec)
     direct = [
