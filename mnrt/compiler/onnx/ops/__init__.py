@@ -19,6 +19,7 @@ from . import (
     loss,
     norm,
     pool,
+    recurrent,
     reduce,
     resize,
     shape,
@@ -134,6 +135,10 @@ register("Range", constant.range_)
 # losses
 register("NegativeLogLikelihoodLoss", loss.nll_loss)
 register("SoftmaxCrossEntropyLoss", loss.softmax_cross_entropy_loss)
+# recurrent layers, unrolled over the sequence
+register("LSTM", recurrent.lstm)
+register("GRU", recurrent.gru)
+register("RNN", recurrent.rnn)
 
 
 # transformer blocks (opset 23 on)
