@@ -247,3 +247,32 @@ def test_wrong_shapes_and_lengths_are_invalid(ctx):
     inits = {"sequence_lens": np.array([SEQ + 1, 1, 1], np.int32)}
     with pytest.raises(InvalidModelError, match="sequence_lens"):
         run(ctx, _model("RNN", feeds, inits), feeds)
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"input_forget": 1},  # 1 - i at every step
+        {
+            "activations": ["Sigmoid", "Affine", "Tanh"],
+            "activation_alpha": [0.5],
+            "activation_beta": [0.1],
+        },
+    ],
+)
+def test_an_unrolled_ops_constants_are_made_once_not_per_step(ctx, attrs):
+    """A parameter per step was a buffer and a write per step in the binary."""
+    counts = []
+    for seq in (2, 6):
+        w, r = _normal(1, 4 * HIDDEN, SIZE), _normal(1, 4 * HIDDEN, HIDDEN)
+        node = helper.make_node("LSTM", ["X", "W", "R"], ["Y"], hidden_size=HIDDEN, **attrs)
+        x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [seq, BATCH, SIZE])
+        y = helper.make_empty_tensor_value_info("Y")
+        inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(r, "R")]
+        model = helper.make_model(helper.make_graph([node], "g", [x], [y], inits),
+                                  opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
+        compiled = ctx.compile(
+            model, {"X": _normal(seq, BATCH, SIZE)}, options={"float_dtype": "float"}
+        )
+        counts.append(sum(v.role == "param" for v in compiled.graph.values.values()))
+    assert counts[0] == counts[1] <= 4, counts

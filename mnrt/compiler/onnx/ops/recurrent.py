@@ -33,34 +33,34 @@ import numpy as np
 from ...builder import Symbol
 from ..state import Attrs, Ctx, Invalid, Unsupported
 
-_Fn = Callable[..., Symbol]
+_Fn = Callable[..., Symbol]  # (the op's _Unrolled, x, *parameters) -> f(x)
 
 
-def _scale(cx: Ctx, x: Symbol, k: float) -> Symbol:
-    return cx.op("mul", x, cx.param(np.array(k), like=x))
+def _scale(rn: _Unrolled, x: Symbol, k: float) -> Symbol:
+    return rn.cx.op("mul", x, rn.scalar(k, x))
 
 
-def _affine(cx: Ctx, x: Symbol, alpha: float, beta: float) -> Symbol:
-    return cx.op("add", _scale(cx, x, alpha), cx.param(np.array(beta), like=x))
+def _affine(rn: _Unrolled, x: Symbol, alpha: float, beta: float) -> Symbol:
+    return rn.cx.op("add", _scale(rn, x, alpha), rn.scalar(beta, x))
 
 
-def _scaled_tanh(cx: Ctx, x: Symbol, alpha: float, beta: float) -> Symbol:
-    return _scale(cx, cx.op("tanh", _scale(cx, x, beta)), alpha)
+def _scaled_tanh(rn: _Unrolled, x: Symbol, alpha: float, beta: float) -> Symbol:
+    return _scale(rn, rn.cx.op("tanh", _scale(rn, x, beta)), alpha)
 
 
 # Per activation (lower case): the defaults of the alpha and beta it takes, and its kernels.
 # None: no default, refused when missing; the spec's "as the ONNX operator" and onnxruntime's
 # 0 disagree for these.
 _ACTIVATIONS: dict[str, tuple[tuple[float | None, ...], _Fn]] = {
-    "relu": ((), lambda cx, x: cx.op("relu", x)),
-    "tanh": ((), lambda cx, x: cx.op("tanh", x)),
-    "sigmoid": ((), lambda cx, x: cx.op("sigmoid", x)),
-    "softsign": ((), lambda cx, x: cx.op("softsign", x)),
-    "softplus": ((), lambda cx, x: cx.op("softplus", x)),
-    "leakyrelu": ((0.01,), lambda cx, x, a: cx.op("leaky_relu", x, alpha=a)),
-    "thresholdedrelu": ((None,), lambda cx, x, a: cx.op("thresholded_relu", x, alpha=a)),
-    "elu": ((1.0,), lambda cx, x, a: cx.op("elu", x, alpha=a)),
-    "hardsigmoid": ((0.2, 0.5), lambda cx, x, a, b: cx.op("hard_sigmoid", x, alpha=a, beta=b)),
+    "relu": ((), lambda rn, x: rn.cx.op("relu", x)),
+    "tanh": ((), lambda rn, x: rn.cx.op("tanh", x)),
+    "sigmoid": ((), lambda rn, x: rn.cx.op("sigmoid", x)),
+    "softsign": ((), lambda rn, x: rn.cx.op("softsign", x)),
+    "softplus": ((), lambda rn, x: rn.cx.op("softplus", x)),
+    "leakyrelu": ((0.01,), lambda rn, x, a: rn.cx.op("leaky_relu", x, alpha=a)),
+    "thresholdedrelu": ((None,), lambda rn, x, a: rn.cx.op("thresholded_relu", x, alpha=a)),
+    "elu": ((1.0,), lambda rn, x, a: rn.cx.op("elu", x, alpha=a)),
+    "hardsigmoid": ((0.2, 0.5), lambda rn, x, a, b: rn.cx.op("hard_sigmoid", x, alpha=a, beta=b)),
     "affine": ((None, None), _affine),
     "scaledtanh": ((None, None), _scaled_tanh),
 }
@@ -108,6 +108,7 @@ class _Unrolled:
     def __init__(self, cx: Ctx, node: Any, at: Attrs, gates: int,
                  default_acts: tuple[str, ...]) -> None:  # fmt: skip
         self.cx, self.node = cx, node
+        self._scalars: dict[tuple[float, str], Symbol] = {}
         self.layout = int(at.get("layout", 0))
         if self.layout not in (0, 1):
             raise Invalid(f"layout={self.layout}: 0 (time-major) or 1 (batch-major)")
@@ -265,10 +266,18 @@ class _Unrolled:
             x = cx.op("clip", x, min=-float(self.clip), max=float(self.clip))
         acts = [a[slot] for a in self.acts]
         if all(a == acts[0] for a in acts):
-            return _apply(cx, x, acts[0])
-        parts = [_apply(cx, cx.op("slice", x, starts=[d], ends=[d + 1], axes=[1]), a)
+            return _apply(self, x, acts[0])
+        parts = [_apply(self, cx.op("slice", x, starts=[d], ends=[d + 1], axes=[1]), a)
                  for d, a in enumerate(acts)]  # fmt: skip
         return cx.op("concat", *parts, axis=1)
+
+    def scalar(self, value: float, like: Symbol) -> Symbol:
+        """A scalar parameter in `like`'s dtype, one for the whole op however many steps use
+        it (a parameter per step is a buffer and a write per step in the binary)."""
+        key = (float(value), self.cx.dtype(like).name)
+        if key not in self._scalars:
+            self._scalars[key] = self.cx.param(np.array(value), like=like)
+        return self._scalars[key]
 
     def keep(self, k: int, *states: tuple[Symbol, Symbol]) -> list[Symbol]:
         """Of each (new, old) state, the new where step k is within the sequence, else the
@@ -289,22 +298,22 @@ class _Unrolled:
         if wanted[0]:
             y = cx.op("concat", *ys, axis=0) if len(ys) > 1 else ys[0]
             if self.mask is not None:
-                y = cx.op("where", self.mask, y, cx.param(np.array(0), like=y))
+                y = cx.op("where", self.mask, y, self.scalar(0, y))
             y = self._step_order(y, time_axis=0, dir_axis=1)
             if self.layout:
                 y = cx.op("transpose", y, perm=[2, 0, 1, 3])
         outs = [y]
         for s, asked in zip(finals, wanted[1:]):
             if asked and self.started is not None:
-                s = cx.op("where", self.started, s, cx.param(np.array(0), like=s))
+                s = cx.op("where", self.started, s, self.scalar(0, s))
             s = cx.reshape(s, (self.dirs, self.batch, self.hidden)) if asked else None
             outs.append(cx.op("transpose", s, perm=[1, 0, 2]) if asked and self.layout else s)
         return outs
 
 
-def _apply(cx: Ctx, x: Symbol, act: _Activation) -> Symbol:
+def _apply(rn: _Unrolled, x: Symbol, act: _Activation) -> Symbol:
     name, params = act
-    return _ACTIVATIONS[name][1](cx, x, *params)
+    return _ACTIVATIONS[name][1](rn, x, *params)
 
 
 def lstm(cx: Ctx, node: Any, at: Attrs) -> list:
@@ -324,7 +333,7 @@ def lstm(cx: Ctx, node: Any, at: Attrs) -> list:
             i = cx.op("add", i, cx.op("mul", peep[0], c))
             f = cx.op("add", f, cx.op("mul", peep[2], c))
         i = rn.act(i, 0)
-        f = cx.op("sub", cx.param(np.array(1), like=i), i) if coupled else rn.act(f, 0)
+        f = cx.op("sub", rn.scalar(1, i), i) if coupled else rn.act(f, 0)
         c_new = cx.op("add", cx.op("mul", f, c), cx.op("mul", i, rn.act(g, 1)))
         if peep is not None:
             o = cx.op("add", o, cx.op("mul", peep[1], c_new))
