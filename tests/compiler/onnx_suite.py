@@ -87,12 +87,20 @@ def module_cases(module: str) -> tuple[Any, ...]:
 
     name = f"{node.__name__}.{module}"
     before = len(node._NodeTestCases)
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        if name in sys.modules:  # imported before (another test): generate its cases again
-            importlib.reload(sys.modules[name])
-        else:
-            importlib.import_module(name)
+    # Another test may have run the wheel's collect_testcases(op) first, which leaves its
+    # op filter set (every other module would then generate nothing) and the names of the
+    # cases it generated taken (generating them again would raise).
+    names, node._TargetOpType = dict(node._existing_names), None
+    node._existing_names.clear()
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            if name in sys.modules:  # imported before (another test): generate its cases again
+                importlib.reload(sys.modules[name])
+            else:
+                importlib.import_module(name)
+    finally:
+        node._existing_names.update(names)
     return tuple(c for c in node._NodeTestCases[before:] if c.kind == "node")
 
 
