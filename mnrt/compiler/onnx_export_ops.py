@@ -364,6 +364,20 @@ def _resize(out: Emitter, n: Node) -> None:
             antialias=int(a["antialias"]))  # fmt: skip
 
 
+def _grid_sample(out: Emitter, n: Node) -> None:
+    """GridSample as opset 16 has it: 2-D spatial only, with the modes named bilinear and
+    bicubic; the N-D op and the names linear and cubic arrive in opset 20."""
+    rank = len(out.shapes[n.inputs[0]])
+    if rank != 4:
+        raise ExportError(
+            f"grid_sample node '{n.name}': {rank - 2}-D sampling has no ONNX form before "
+            f"opset 20 (this exporter writes opset {OPSET}, whose GridSample is 2-D only)"
+        )
+    mode = {"linear": "bilinear", "cubic": "bicubic"}.get(n.attrs["mode"], n.attrs["mode"])
+    out.add("GridSample", n.inputs, n.outputs, mode=mode, padding_mode=n.attrs["padding_mode"],
+            align_corners=int(n.attrs["align_corners"]))  # fmt: skip
+
+
 def _slice(out: Emitter, n: Node) -> None:
     a = n.attrs
     inputs = [n.inputs[0], _ints(out, a["starts"]), _ints(out, a["ends"])]
@@ -429,6 +443,7 @@ EXPORTERS: dict[str, Callable[[Emitter, Node], None]] = {
     "fill": _fill,
     "gather_elements": _named("GatherElements", axis="axis"),
     "gather_nd": _index_last("GatherND", batch_dims="batch_dims"),
+    "grid_sample": _grid_sample,
     "hard_sigmoid": _named("HardSigmoid", alpha="alpha", beta="beta"),
     "hard_swish": _named("HardSwish"),
     "isinf": _named("IsInf", detect_positive="detect_positive",

@@ -249,6 +249,11 @@ CASES = [
     ("gather_nd-batch", "gather_nd",
      {"data": _f(2, 3, 4), "indices": np.array([[[2], [0]], [[1], [1]]], np.int64)},
      {"batch_dims": 1}),
+    *[(f"grid_sample-{m}-{p}{'-align' * a}", "grid_sample",
+       {"x": _IMG, "grid": _f(1, 3, 4, 2, lo=-1.3, hi=1.3)},
+       {"mode": m, "padding_mode": p, "align_corners": a})
+      for m, p, a in (("linear", "zeros", False), ("nearest", "border", True),
+                      ("cubic", "reflection", False))],
     ("hard_sigmoid", "hard_sigmoid", {"x": _f(3, 4, lo=-6, hi=6)}, {"alpha": 0.3, "beta": 0.4}),
     ("hard_swish", "hard_swish", {"x": _f(3, 4, lo=-6, hi=6)}, {}),
     ("isinf", "isinf", {"x": _WITH_INF}, {}),

@@ -103,6 +103,10 @@ def _samples() -> dict[str, tuple[list, dict]]:
                 {"batch_axis": 1, "time_axis": 0},
             ),
             "resize": ([operand(img)], {"scales": (1, 1, 1.5, 0.6), "mode": "cubic"}),
+            "grid_sample": (
+                [operand(img), operand(x.reshape(1, 3, 4, 2) / 2)],
+                {"mode": "cubic", "padding_mode": "reflection"},
+            ),
             "conv_transpose2d": (
                 [operand(img), operand(img[0, :, :3, :3].reshape(2, 1, 3, 3))],
                 {"stride": (2, 2), "padding": (1, 1, 1, 1), "output_padding": (1, 0)},

@@ -11,6 +11,7 @@ from . import (  # noqa: F401  (imported for registration)
     einsum,
     gemm,
     generate,
+    grid_sample,
     index,
     misc,
     norm,

@@ -22,6 +22,7 @@ from . import (
     recurrent,
     reduce,
     resize,
+    sample,
     shape,
     transformer,
     unary,
@@ -110,6 +111,8 @@ register("DepthToSpace", shape.depth_to_space)
 register("SpaceToDepth", shape.space_to_depth)
 register("Resize", resize.resize)
 register("Upsample", resize.resize)
+register("GridSample", sample.grid_sample)
+register("AffineGrid", sample.affine_grid)
 # positions: arg, top-k, gather and scatter, one-hot, running sums
 register("ArgMax", index.arg("argmax"))
 register("ArgMin", index.arg("argmin"))
