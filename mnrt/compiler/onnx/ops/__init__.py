@@ -19,6 +19,7 @@ from . import (
     loss,
     norm,
     pool,
+    quantize,
     recurrent,
     reduce,
     resize,
@@ -142,6 +143,14 @@ register("SoftmaxCrossEntropyLoss", loss.softmax_cross_entropy_loss)
 register("LSTM", recurrent.lstm)
 register("GRU", recurrent.gru)
 register("RNN", recurrent.rnn)
+# quantized: QDQ (Quantize/DequantizeLinear) and QOperator (integer products) formats
+register("QuantizeLinear", quantize.quantize_linear)
+register("DequantizeLinear", quantize.dequantize_linear)
+register("DynamicQuantizeLinear", quantize.dynamic_quantize_linear)
+register("MatMulInteger", quantize.matmul_integer)
+register("QLinearMatMul", quantize.qlinear_matmul)
+register("ConvInteger", quantize.conv_integer)
+register("QLinearConv", quantize.qlinear_conv)
 
 
 # transformer blocks (opset 23 on)
