@@ -333,13 +333,18 @@ FORMAT_1_2 = Path(__file__).resolve().parents[2] / "samples" / "mlp_fingerprinte
 
 
 def test_a_format_1_2_capture_is_located_over_its_own_sample(monkeypatch):
-    """samples/mlp_fingerprinted.mnlb was captured by format 1.2 (64 runs of 256): its
-    kernels match, and one that rounds differently is still only rounding."""
+    """samples/mlp_fingerprinted.mnlb was captured by format 1.2 (64 runs of 256) on a host
+    whose BLAS picked AVX2 kernels: where OpenBLAS picks AVX-512 ones, its half GEMMs sum
+    in another order, so every kernel from the first GEMM on rounds differently. Either
+    way no kernel is wrong (statistics over the binary's own sample agree), and a kernel
+    made to round differently is only rounding."""
     binary = mnrt.LightBinary.load(FORMAT_1_2)
     assert binary.version == (1, 2) and binary.fingerprint_sample == (64, 256) != SAMPLE
     report = mnrt.replay(binary, locate=True)
     assert report.passed and report.locate.compared == len(binary.fingerprints) == 8
-    assert report.locate.divergent == 0
+    assert report.locate.first_wrong is None
+    exact = report.locate.divergent == 0
+    assert exact or report.locate.first_divergent.verdict == ROUNDING
     gelu = registry.lookup("gelu")
 
     def rounding(ins, attrs, outs):
@@ -347,7 +352,8 @@ def test_a_format_1_2_capture_is_located_over_its_own_sample(monkeypatch):
 
     monkeypatch.setitem(registry._REGISTRY, "gelu", dataclasses.replace(gelu, compute=rounding))
     report = mnrt.replay(binary, locate=True)
-    assert report.locate.first_divergent.op == "gelu"
+    if exact:  # gelu is the first kernel to differ
+        assert report.locate.first_divergent.op == "gelu"
     assert report.locate.first_divergent.verdict == ROUNDING
     assert report.locate.first_wrong is None
 
