@@ -5,11 +5,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ...builder import Symbol
 from ..state import Attrs, Ctx
 
 
 def matmul(cx: Ctx, node: Any, at: Attrs) -> list:
-    a, b = cx.sym(node.input[0]), cx.sym(node.input[1])
+    return [product(cx, cx.sym(node.input[0]), cx.sym(node.input[1]))]
+
+
+def product(cx: Ctx, a: Symbol, b: Symbol) -> Symbol:
+    """a @ b as numpy.matmul takes them (MatMul, and the integer products of quantized
+    ops): a 1-D a is a row and a 1-D b a column for the gemm, and drops out of the result."""
     sa, sb = cx.shape(a), cx.shape(b)
     if len(sa) == 1:
         a = cx.reshape(a, (1, sa[0]))
@@ -21,7 +27,7 @@ def matmul(cx: Ctx, node: Any, at: Attrs) -> list:
         out.pop(-2)
     if len(sb) == 1:
         out.pop(-1)
-    return [cx.reshape(y, tuple(out))]
+    return cx.reshape(y, tuple(out))
 
 
 def gemm(cx: Ctx, node: Any, at: Attrs) -> list:
@@ -100,7 +106,7 @@ def _two_term_product(equation: Any, shapes: list[tuple[int, ...]]):
     return (terms[0], terms[1]), out
 
 
-def _sum_out(cx: Ctx, s: Any, term: str, keep: str) -> tuple[Any, str]:
+def _sum_out(cx: Ctx, s: Symbol, term: str, keep: str) -> tuple[Symbol, str]:
     """Sum over the labels of `term` no other term nor the output has."""
     axes = [i for i, c in enumerate(term) if c not in keep]
     if not axes:
@@ -108,7 +114,9 @@ def _sum_out(cx: Ctx, s: Any, term: str, keep: str) -> tuple[Any, str]:
     return cx.op("sum", s, axes=axes, keepdims=False), "".join(c for c in term if c in keep)
 
 
-def _arranged(cx: Ctx, s: Any, term: str, groups: list[list[str]], sizes: dict[str, int]) -> Any:
+def _arranged(
+    cx: Ctx, s: Symbol, term: str, groups: list[list[str]], sizes: dict[str, int]
+) -> Symbol:
     """An operand with its labels in `groups` order, each group one axis (a batch label an
     axis of its own)."""
     batch, *rest = groups
@@ -116,7 +124,7 @@ def _arranged(cx: Ctx, s: Any, term: str, groups: list[list[str]], sizes: dict[s
     return cx.reshape(_permuted(cx, s, list(term), [c for g in groups for c in g]), shape)
 
 
-def _permuted(cx: Ctx, s: Any, labels: list[str], order: list[str]) -> Any:
+def _permuted(cx: Ctx, s: Symbol, labels: list[str], order: list[str]) -> Symbol:
     perm = [labels.index(c) for c in order]
     return s if perm == sorted(perm) else cx.op("transpose", s, perm=perm)
 

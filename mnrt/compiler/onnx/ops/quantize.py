@@ -21,6 +21,7 @@ from ....device.dtypes import dtype as resolve_dtype
 from ...builder import Symbol
 from ..state import Attrs, Ctx, Invalid, Unsupported, axis_index, device_dtype_name
 from .common import Window
+from .linalg import product
 
 # The integer types the device holds that the quantizing ops produce (float8, int4 and the
 # like have no device dtype: the frontend refuses them as it reads the model's types).
@@ -207,17 +208,7 @@ def _int_matmul(cx: Ctx, a_name: str, b_name: str, a_zp: str | None, b_zp: str |
     rows = sa[-2] if len(sa) > 1 else None
     a = _centred(cx, a_name, _per_row(cx, a_zp, rows, "a_zero_point") if a_zp else None)
     b = _centred(cx, b_name, _per_column(cx, b_zp, sb[-1], "b_zero_point") if b_zp else None)
-    if len(sa) == 1:
-        a = cx.reshape(a, (1, sa[0]))
-    if len(sb) == 1:
-        b = cx.reshape(b, (sb[0], 1))
-    y = cx.op("gemm", a, b)
-    out = list(cx.shape(y))
-    if len(sa) == 1:
-        out.pop(-2)
-    if len(sb) == 1:
-        out.pop(-1)
-    return cx.reshape(y, tuple(out))
+    return product(cx, a, b)
 
 
 def _requantize(cx: Ctx, acc: Symbol, scales: list[Symbol], zp: Symbol | None,
