@@ -200,6 +200,50 @@ def test_dequantize_without_zero_point_and_with_output_dtype(ctx):
     check(ctx, model, {"x": x}, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("blocked", [False, True])
+def test_dequantized_constants_are_weights_a_convtranspose_takes(ctx, blocked):
+    """A QDQ model's weights are DequantizeLinear of initializers. ONNX's reference evaluator,
+    which folds constants, has no DequantizeLinear before opset 19, so at opset 17 they were
+    device values and ConvTranspose, which needs its weights at import time, was refused.
+    They are dequantized on the host now, as the device would, and run as any weights."""
+    import onnxruntime as ort
+
+    w = RNG.integers(-128, 128, (4, 3, 2, 2)).astype(np.int8)
+    scale = RNG.uniform(0.01, 0.1, (4, 2, 2, 2) if blocked else 3).astype(np.float32)
+    zp = np.zeros(scale.shape, np.int8) + np.int8(-3)
+    attrs = {"axis": 1, "block_size": 2} if blocked else {"axis": 1}
+    opset = 21 if blocked else 17
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "s", "zp"], ["w"], **attrs),
+             helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2])]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5])],
+        [helper.make_empty_tensor_value_info("y")],
+        [numpy_helper.from_array(a, n) for n, a in (("wq", w), ("s", scale), ("zp", zp))],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    x = {"x": RNG.standard_normal((1, 4, 5, 5)).astype(np.float32)}
+    compiled = ctx.compile(model, x, options={"float_dtype": "float"})
+    assert "cast" not in [k.op for k in compiled.lowered.program.kernels]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, x)[0]
+    np.testing.assert_allclose(compiled(x)["y"].cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_dequantized_scalar_constant_is_an_operand(ctx):
+    """A 0-d result computed on the host is a numpy scalar, which the import took for a
+    device value (a GraphError naming np.float32(...))."""
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s"], ["c"]),
+             helper.make_node("Add", ["x", "c"], ["y"])]  # fmt: skip
+    inits = [numpy_helper.from_array(np.array(7, np.uint8), "q"),
+             numpy_helper.from_array(np.array(0.25, np.float32), "s")]  # fmt: skip
+    vi = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    graph = helper.make_graph(nodes, "g", [vi], [helper.make_empty_tensor_value_info("y")], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = ctx.compile(model, {"x": x}, options={"float_dtype": "float"})
+    np.testing.assert_array_equal(compiled({"x": x})["y"].cpu(), x + np.float32(1.75))
+
+
 # --- DynamicQuantizeLinear ------------------------------------------------------------------
 
 

@@ -129,8 +129,8 @@ def _check_node(cx: Ctx, node: Any, problems: _Problems, poisoned: set[str]) -> 
     for name, r in zip(node.output, results):
         if not name:
             continue
-        if isinstance(r, np.ndarray):
-            cx.consts[name] = r
+        if isinstance(r, (np.ndarray, np.generic)):  # numpy makes a 0-d result a scalar
+            cx.consts[name] = np.asarray(r)
         else:
             cx.syms[name] = r
 

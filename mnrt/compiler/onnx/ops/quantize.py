@@ -56,29 +56,47 @@ def _same_type(cx: Ctx, x: str, zp: str | None, what: str) -> str:
 # --- QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear ---------------------------------
 
 
-def _along(cx: Ctx, name: str, x_shape: tuple[int, ...], axis: int, block: int) -> Symbol:
-    """A scale or zero point made to broadcast over x: one value (per tensor), a vector
-    along `axis` (per axis), or with `block > 0` one value per block of `block` elements
-    along `axis`, repeated on the device by a gather."""
-    s = cx.sym(name)
-    shape = cx.shape(s)
+def _placement(cx: Ctx, name: str, x_shape: tuple[int, ...], axis: int, block: int):
+    """How a scale or zero point broadcasts over x: ("tensor", ()) one value; ("axis",
+    shape) a vector along `axis`, reshaped to `shape`; ("block", ax) with `block > 0` one
+    value per block of `block` elements along axis `ax`."""
+    shape = cx.shape(name)
     if block < 0:
         raise Invalid(f"block_size {block} must be positive")
     if math.prod(shape) == 1 and (block == 0 or len(shape) != len(x_shape)):
-        return cx.reshape(s, ())
+        return "tensor", ()
     ax = axis_index(axis, len(x_shape))
     if block == 0:
         if len(shape) != 1 or shape[0] != x_shape[ax]:
             raise Invalid(f"'{name}' of shape {shape} must be a scalar or, per axis, a vector "
                           f"of x's length {x_shape[ax]} along axis {axis} (or give block_size "
                           "for blocked quantization)")  # fmt: skip
-        return cx.reshape(s, (shape[0], *[1] * (len(x_shape) - ax - 1)))
+        return "axis", (shape[0], *[1] * (len(x_shape) - ax - 1))
     want = (*x_shape[:ax], -(-x_shape[ax] // block), *x_shape[ax + 1 :])
     if shape != want:
         raise Invalid(f"'{name}' of shape {shape} does not block x of shape {x_shape} by "
                       f"block_size {block} along axis {axis}: expected {want}")  # fmt: skip
-    index = cx.param(np.arange(x_shape[ax], dtype=np.int64) // block)
-    return cx.op("gather", s, index, axis=ax)
+    return "block", ax
+
+
+def _along(cx: Ctx, name: str, x_shape: tuple[int, ...], axis: int, block: int) -> Symbol:
+    """A scale or zero point made to broadcast over x (see `_placement`), a block's value
+    repeated on the device by a gather."""
+    kind, how = _placement(cx, name, x_shape, axis, block)
+    s = cx.sym(name)
+    if kind != "block":
+        return cx.reshape(s, how)
+    index = cx.param(np.arange(x_shape[how], dtype=np.int64) // block)
+    return cx.op("gather", s, index, axis=how)
+
+
+def _host_along(cx: Ctx, name: str, x_shape: tuple[int, ...], axis: int, block: int):
+    """`_along` of a constant, on the host."""
+    kind, how = _placement(cx, name, x_shape, axis, block)
+    v = cx.const(name)
+    if kind != "block":
+        return v.reshape(how)
+    return np.take(v, np.arange(x_shape[how]) // block, axis=how)
 
 
 def _quantize(cx: Ctx, x: Symbol, scale: Symbol, zp: Symbol | None, to: str) -> Symbol:
@@ -125,14 +143,31 @@ def dequantize_linear(cx: Ctx, node: Any, at: Attrs) -> list:
                           f"{', '.join((*_QUANTIZED, 'int32'))}")  # fmt: skip
     to = device_dtype_name(at.get("output_dtype"), "output_dtype") if at.get("output_dtype") \
         else cx.dtype_name(s_name)  # fmt: skip
-    x = cx.sym(x_name)
     axis, block = int(at.get("axis", 1)), int(at.get("block_size", 0))
+    if all(cx.is_const(n) for n in (x_name, s_name, zp_name) if n):
+        return [_host_dequantized(cx, x_name, s_name, zp_name, axis, block, to)]
+    x = cx.sym(x_name)
     y = _float32(cx, x)
     if zp_name is not None:
         zp = _along(cx, zp_name, cx.shape(x), axis, block)
         y = cx.op("sub", y, _as(cx, zp, cx.dtype(y).name))
     y = cx.op("mul", y, _float32(cx, _along(cx, s_name, cx.shape(x), axis, block)))
     return [_as(cx, y, to)]
+
+
+def _host_dequantized(cx: Ctx, x_name: str, s_name: str, zp_name: str | None, axis: int,
+                      block: int, to: str) -> np.ndarray:  # fmt: skip
+    """What the device would compute, on the host: a QDQ model's weights are constants
+    dequantized (ONNX's reference evaluator, which folds constants, has no DequantizeLinear
+    before opset 19), and a ConvTranspose needs its weights known at import time."""
+    x = cx.const(x_name)
+    scale = _host_along(cx, s_name, x.shape, axis, block)
+    y = x.astype(np.float32)
+    if zp_name is not None:
+        y = y - _host_along(cx, zp_name, x.shape, axis, block).astype(np.float32)
+    y = y * scale.astype(np.float64 if scale.dtype == np.float64 else np.float32)
+    out = resolve_dtype(to)
+    return np.asarray(y, dtype=out.host or out.compute)  # numpy makes 0-d results scalars
 
 
 def dynamic_quantize_linear(cx: Ctx, node: Any, at: Attrs) -> list:
