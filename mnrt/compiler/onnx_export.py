@@ -172,7 +172,43 @@ def _chain(out: Emitter, n: Node) -> None:
 
 
 def _cast(out: Emitter, n: Node) -> None:
-    out.add("Cast", n.inputs, n.outputs, to=names.onnx_code(dt.dtype(n.attrs["to"])))
+    """ONNX's Cast wraps integers and leaves floats out of an integer's range undefined; the
+    device's cast saturates both and makes nan 0 (device/kernels/misc.py), so the value is
+    limited first, as the device limits it."""
+    src, to = out.dtypes[n.inputs[0]], dt.dtype(n.attrs["to"])
+    code = names.onnx_code(to)
+    if not to.is_integer or not (src.is_float or src.is_integer):
+        out.add("Cast", n.inputs, n.outputs, to=code)
+        return
+    x, info = n.inputs[0], np.iinfo(to.storage)
+    kind = out.helper.tensor_dtype_to_np_dtype(names.onnx_code(src))
+    if src.is_integer:
+        have = np.iinfo(kind)
+        if have.min >= info.min and have.max <= info.max:
+            out.add("Cast", [x], n.outputs, to=code)
+            return
+        bounds = [kind.type(max(have.min, info.min)), kind.type(min(have.max, info.max))]
+        limited = out.temp()
+        out.add("Clip", [x, *map(out.const, bounds)], [limited])
+        out.add("Cast", [limited], n.outputs, to=code)
+        return
+    nan, finite = out.temp(), out.temp()
+    out.add("IsNaN", [x], [nan])
+    out.add("Where", [nan, out.const(np.zeros((), kind)), x], [finite])
+    # A bound the float type cannot hold exactly (int32's maximum in float32 rounds up to
+    # 2**31) is reached by values Cast cannot take: a Where gives them the bound.
+    lo, hi = kind.type(info.min), kind.type(info.max)
+    clipped, cast = out.temp(), out.temp()
+    out.add("Clip", [finite, out.const(lo), out.const(hi)], [clipped])
+    steps = [("GreaterOrEqual", hi, info.max)] if float(hi) > info.max else []
+    steps += [("LessOrEqual", lo, info.min)] if float(lo) < info.min else []
+    out.add("Cast", [clipped], [cast] if steps else n.outputs, to=code)
+    for i, (compare, bound, value) in enumerate(steps):
+        beyond = out.temp()
+        out.add(compare, [finite, out.const(bound)], [beyond])
+        result = n.outputs[0] if i == len(steps) - 1 else out.temp()
+        out.add("Where", [beyond, out.const(np.array(value, to.storage)), cast], [result])
+        cast = result
 
 
 _SAME = {
