@@ -958,6 +958,35 @@ def test_logsumexp_does_not_overflow_and_keeps_infinities(dev, q):
     np.testing.assert_allclose(y, [200.0 + np.log(2.0), -np.inf, np.inf], rtol=1e-6)
 
 
+def test_logsumexp_with_axes_takes_noop_with_empty_axes_0_as_pytorch_writes_it(dev, q):
+    """It was refused ("attribute noop_with_empty_axes is not supported"): read only when
+    the axes were empty."""
+    node = helper.make_node("ReduceLogSumExp", ["x", "axes"], ["y"], keepdims=0,
+                            noop_with_empty_axes=0)  # fmt: skip
+    model = make_model(
+        [node], [vi("x", F, [3, 4])], [vi("y", F, None)], [init("axes", np.array([1]))], opset=18
+    )
+    check_against_reference(dev, q, model, {"x": randn(3, 4)})
+
+
+def test_clip_by_bounds_computed_on_the_device(dev, q):
+    """PyTorch's x.clamp(min=y.min(), max=y.max()): bounds no import knows, once refused
+    ("min must be known at import time"). A bound that is a graph input stays an input."""
+    nodes = [helper.make_node("ReduceMin", ["y"], ["lo"], keepdims=0),
+             helper.make_node("Clip", ["x", "lo", "hi"], ["z"])]  # fmt: skip
+    model = make_model(
+        nodes, [vi("x", F, [3, 4]), vi("y", F, [5]), vi("hi", F, [])], [vi("z", F, None)]
+    )
+    graph = from_onnx(model)
+    assert graph.inputs == ["x", "y", "hi"]
+    check_against_reference(dev, q, model, {"x": randn(3, 4) * 3, "y": randn(5),
+                                            "hi": np.array(0.5, np.float32)})  # fmt: skip
+    bad = make_model([helper.make_node("Clip", ["x", "y"], ["z"])],
+                     [vi("x", F, [3, 4]), vi("y", F, [5])], [vi("z", F, None)])  # fmt: skip
+    with pytest.raises(mnrt.MnrtError, match="Clip's bounds must be scalars"):
+        from_onnx(bad)
+
+
 def test_castlike_takes_the_dtype_of_its_second_input(dev, q):
     node = helper.make_node("CastLike", ["x", "like"], ["y"])
     model = make_model(

@@ -74,7 +74,8 @@ def reduce_log_sum_exp(cx: Ctx, node: Any, at: Attrs) -> list:
         raise Unsupported(f"ReduceLogSumExp of {dtype.name}: only floating types")
     axes = axes_of(cx, node, at)
     keepdims = bool(at.get("keepdims", 1))
-    if not axes and at.get("noop_with_empty_axes", 0):
+    noop = at.get("noop_with_empty_axes", 0)  # read first: a model may give 0 with its axes
+    if not axes and noop:
         raise Unsupported(
             "ReduceLogSumExp with noop_with_empty_axes=1 (ONNX's reference applies exp and "
             "log, the spec does not)"

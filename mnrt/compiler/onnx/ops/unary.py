@@ -10,7 +10,7 @@ import numpy as np
 from ....device.dtypes import DType
 from ....device.dtypes import dtype as resolve_dtype
 from ...builder import Symbol
-from ..state import Attrs, Converter, Ctx, Unsupported, device_dtype_name
+from ..state import Attrs, Converter, Ctx, Invalid, Unsupported, device_dtype_name
 from .common import where_negative
 
 
@@ -91,19 +91,23 @@ def hard_sigmoid(cx: Ctx, node: Any, at: Attrs) -> list:
 
 
 def clip(cx: Ctx, node: Any, at: Attrs) -> list:
+    """Bounds known at import time are parameters; others (PyTorch's clamp by a tensor's
+    min or max) are device values, as maximum and minimum take them."""
     x = cx.sym(node.input[0])
-    lo = at.get("min") if cx.opset < 11 else None
-    hi = at.get("max") if cx.opset < 11 else None
+    bounds = [at.get("min"), at.get("max")] if cx.opset < 11 else [None, None]
     if cx.opset >= 11:
-        if len(node.input) > 1 and node.input[1]:
-            lo = cx.const(node.input[1], "min")
-        if len(node.input) > 2 and node.input[2]:
-            hi = cx.const(node.input[2], "max")
-    if lo is not None:
-        x = cx.op("maximum", x, cx.param(np.asarray(lo), like=x))
-    if hi is not None:
-        x = cx.op("minimum", x, cx.param(np.asarray(hi), like=x))
-    return [x if lo is not None or hi is not None else cx.op("copy", x)]
+        for i in (0, 1):
+            name = node.input[i + 1] if len(node.input) > i + 1 else ""
+            if name:
+                bounds[i] = cx.consts[name] if cx.is_const(name) else cx.sym(name)
+    for op, bound in zip(("maximum", "minimum"), bounds):
+        if bound is not None:
+            if not isinstance(bound, Symbol):
+                bound = cx.param(np.asarray(bound), like=x)
+            elif cx.shape(bound):
+                raise Invalid(f"Clip's bounds must be scalars, not of shape {cx.shape(bound)}")
+            x = cx.op(op, x, bound)
+    return [x if bounds != [None, None] else cx.op("copy", x)]
 
 
 def _cast_to(cx: Ctx, x: Symbol, to: str) -> list:
