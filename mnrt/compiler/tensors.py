@@ -15,6 +15,16 @@ from ..user_warning import warn
 from .ir import Graph
 
 
+class HostArray(np.ndarray):
+    """A result already on the host (a pipelined call's outputs, gathered from its last
+    stage): an ndarray that also answers `.cpu()` as a TensorProxy does, so code written
+    for a single-device function (`compiled(x)["y"].cpu()`) runs on a pipelined one."""
+
+    def cpu(self) -> np.ndarray:
+        """A plain ndarray copy, the caller's to keep."""
+        return np.array(self)
+
+
 class TensorProxy:
     """A tensor that lives on the device; `cpu()` copies it to the host.
 

@@ -39,7 +39,7 @@ from .. import goldens, placement
 from ..codegen import CAPTURE_RUNNING, check_binary_spares_model
 from ..ir import INPUT, PARAM, TEMP, Graph, Value
 from ..lower import Lowered, lower
-from ..tensors import as_array, as_host, check_kind, check_mapping, stored_form
+from ..tensors import HostArray, as_array, as_host, check_kind, check_mapping, stored_form
 from .cost import program_cost
 from .ir import Fragment, MpmdProgram, Transfer
 from .microbatches import every_microbatch, rank_of, split_microbatches
@@ -230,11 +230,12 @@ class PipelinedFunction:
             out[name] = array
         return out
 
-    def __call__(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Run every microbatch through the pipeline; each output stacked (M, *shape)."""
+    def __call__(self, inputs: Mapping[str, Any]) -> dict[str, HostArray]:
+        """Run every microbatch through the pipeline; each output stacked (M, *shape), an
+        ndarray that answers `.cpu()` as a single-device function's outputs do."""
         reads = self._run(self._check_inputs(inputs))
         return {
-            out: np.stack([reads[(name, m)] for m in range(self.microbatches)])
+            out: np.stack([reads[(name, m)] for m in range(self.microbatches)]).view(HostArray)
             for out, name in zip(self.graph.outputs, self.program.outputs)
         }
 

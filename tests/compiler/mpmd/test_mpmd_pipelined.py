@@ -68,6 +68,9 @@ def test_pipelined_result_equals_the_single_device_one(ctx, model, mpmd):
     want = _single(ctx, builder, inputs, stacked)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=0, atol=1e-5)
+        # as a single-device function's outputs answer it (it was an AttributeError)
+        kept = got[name].cpu()
+        assert type(kept) is np.ndarray and np.array_equal(kept, got[name])
     assert {f.device for f in compiled.fragments} == set(mpmd["devices"])
     stages = mpmd.get("stages", len(mpmd["devices"]))
     assert sorted(f.stage for f in compiled.fragments) == list(range(stages))
