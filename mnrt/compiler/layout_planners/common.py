@@ -113,7 +113,7 @@ class Built:
     def readers(self, names: set[str]) -> list[Node]:
         """The graph's nodes reading any of `names`, in graph order. `decide` asks for each
         switched value's: scanning every node each time made a plan quadratic in the nodes
-        (an unrolled 200-step LSTM: a minute)."""
+        (an unrolled 200-step LSTM: half a minute)."""
         by_name = self._index()[1]
         found = {id(n): (at, n) for name in names for at, n in by_name.get(name, ())}
         return [n for _, n in sorted(found.values(), key=lambda p: p[0])]
