@@ -619,8 +619,8 @@ def test_a_subgraph_reading_an_outer_value_is_not_called_invalid():
     model = onnx_model(
         [node], [value_info("x", [2])], [value_info("y", None)], [initializer("c", np.array(True))]
     )
-    with pytest.raises(UnsupportedModelError, match=r"if \(If\): op If is not supported"):
-        from_onnx(model)
+    graph = from_onnx(model)  # not an InvalidModelError: its branch reads x of the outer graph
+    assert graph.inputs == ["x"] and [n.op for n in graph.nodes] == ["copy"]
 
 
 def test_a_non_tensor_input_is_listed_once():
@@ -985,6 +985,33 @@ def test_clip_by_bounds_computed_on_the_device(dev, q):
                      [vi("x", F, [3, 4]), vi("y", F, [5])], [vi("z", F, None)])  # fmt: skip
     with pytest.raises(mnrt.MnrtError, match="Clip's bounds must be scalars"):
         from_onnx(bad)
+
+
+def _if_model(cond_nodes, cond_inits):
+    then_b = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
+                               [vi("t", F, [2, 3])])  # fmt: skip
+    else_b = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                               [vi("e", F, [2, 3])])  # fmt: skip
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b)
+    return make_model([*cond_nodes, node], [vi("x", F, [2, 3])], [vi("y", F, None)], cond_inits)
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_an_if_of_a_condition_known_at_import_is_the_branch_it_takes(dev, q, cond):
+    """PyTorch exports If for checks on shapes, which the import knows: the branch taken
+    is imported in its place, reading the outer graph's values."""
+    model = _if_model([], [init("c", np.array(cond))])
+    graph = from_onnx(model)
+    assert [n.op for n in graph.nodes] == (["relu"] if cond else ["neg"])
+    check_against_reference(dev, q, model, {"x": randn(2, 3)})
+
+
+def test_an_if_decided_by_the_data_is_refused_by_name():
+    model = _if_model([helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                       helper.make_node("Greater", ["s", "zero"], ["c"])],
+                      [init("zero", np.array(0.0, np.float32))])  # fmt: skip
+    with pytest.raises(UnsupportedModelError, match="If's condition .* must be known at import"):
+        from_onnx(model)
 
 
 def test_castlike_takes_the_dtype_of_its_second_input(dev, q):

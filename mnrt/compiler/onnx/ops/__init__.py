@@ -11,6 +11,7 @@ from . import (
     attention,
     binary,
     constant,
+    control,
     conv,
     flex_attention,
     index,
@@ -160,3 +161,5 @@ register("FlexAttention", flex_attention.flex_attention, domain="ai.onnx.preview
 register("RMSNormalization", transformer.rms_norm)
 register("RotaryEmbedding", transformer.rotary_embedding)
 register("SwiGLU", transformer.swiglu)
+# control flow decided at import time
+register("If", control.if_)
