@@ -639,6 +639,31 @@ def test_an_opset_newer_than_onnx_knows_is_refused():
         from_onnx(model)
 
 
+@pytest.mark.parametrize(
+    "code, name",
+    [
+        (TensorProto.FLOAT8E4M3FN, "float8e4m3fn"),
+        (TensorProto.FLOAT8E5M2, "float8e5m2"),
+        (TensorProto.INT4, "int4"),
+        (TensorProto.FLOAT4E2M1, "float4e2m1"),
+    ],
+)
+def test_an_initializer_of_a_type_the_device_lacks_is_refused_by_name(code, name):
+    """A constant's type is looked up by its numpy dtype (ml_dtypes' names for the narrow
+    types, as onnx reads them), which once named these "element type code 0"."""
+    zp = helper.make_tensor("zp", code, [], [0])
+    node = helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["y"], name="q")
+    model = onnx_model(
+        [node],
+        [value_info("x", [4])],
+        [value_info("y", None)],
+        [initializer("s", np.float32(0.5)), zp],
+        opset=23,
+    )
+    with pytest.raises(UnsupportedModelError, match=rf"q \(QuantizeLinear\).*{name} has no"):
+        from_onnx(model)
+
+
 def test_a_huge_constant_is_refused_before_it_is_allocated():
     nodes = [
         helper.make_node("ConstantOfShape", ["s"], ["c"], name="big"),

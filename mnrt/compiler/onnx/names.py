@@ -44,17 +44,18 @@ ELEM_TYPES: tuple[ElemType, ...] = (
     ElemType(13, "UINT64", "uint64", "uint64"),
     ElemType(14, "COMPLEX64", "complex64", None),
     ElemType(15, "COMPLEX128", "complex128", None),
-    ElemType(16, "BFLOAT16", "bfloat16", "bfloat16"),  # numpy: ml_dtypes' name, as onnx's
-    ElemType(17, "FLOAT8E4M3FN", None, None),
-    ElemType(18, "FLOAT8E4M3FNUZ", None, None),
-    ElemType(19, "FLOAT8E5M2", None, None),
-    ElemType(20, "FLOAT8E5M2FNUZ", None, None),
-    ElemType(21, "UINT4", None, None),
-    ElemType(22, "INT4", None, None),
-    ElemType(23, "FLOAT4E2M1", None, None),
-    ElemType(24, "FLOAT8E8M0", None, None),
-    ElemType(25, "UINT2", None, None),
-    ElemType(26, "INT2", None, None),
+    # numpy: for bfloat16 on, ml_dtypes' names, as onnx's own arrays of these types have
+    ElemType(16, "BFLOAT16", "bfloat16", "bfloat16"),
+    ElemType(17, "FLOAT8E4M3FN", "float8_e4m3fn", None),
+    ElemType(18, "FLOAT8E4M3FNUZ", "float8_e4m3fnuz", None),
+    ElemType(19, "FLOAT8E5M2", "float8_e5m2", None),
+    ElemType(20, "FLOAT8E5M2FNUZ", "float8_e5m2fnuz", None),
+    ElemType(21, "UINT4", "uint4", None),
+    ElemType(22, "INT4", "int4", None),
+    ElemType(23, "FLOAT4E2M1", "float4_e2m1fn", None),
+    ElemType(24, "FLOAT8E8M0", "float8_e8m0fnu", None),
+    ElemType(25, "UINT2", "uint2", None),
+    ElemType(26, "INT2", "int2", None),
 )
 BY_CODE: dict[int, ElemType] = {e.code: e for e in ELEM_TYPES}
 BY_NUMPY: dict[str, ElemType] = {e.numpy: e for e in ELEM_TYPES if e.numpy}
