@@ -45,6 +45,11 @@ class GraphBuilder:
             raise GraphError(f"reserve takes a list of value names, got {names!r:.60}")
         self._reserved.update(names)
 
+    def taken(self, name: str) -> bool:
+        """Whether a new value may not be called `name`: a value has it, or an importer
+        reserved it for an output."""
+        return name in self.graph.values or name in self._reserved
+
     @contextlib.contextmanager
     def scope(self, name: str) -> Iterator[None]:
         """Nodes added inside are named `name/<op><index>` (nested scopes join with '/'),

@@ -456,6 +456,27 @@ def test_two_outputs_of_one_value_both_compile(ctx):
     np.testing.assert_array_equal(out["b"].cpu(), [0, 0, 2])
 
 
+@pytest.mark.parametrize("through_identity", [True, False])
+def test_a_weight_that_a_node_reads_is_also_an_output(ctx, through_identity):
+    """torchvision's Inception v3 as torch exports it: a weight (or an Identity of it) read
+    by a node and returned. It was refused as an output "also the name of a graph input or
+    initializer": the node's read had made it a parameter under the output's own name."""
+    w = np.array([1.0, -2.0, 3.0], np.float32)
+    nodes = [helper.make_node("Add", ["x", "b"], ["y"])]
+    if through_identity:
+        nodes.insert(0, helper.make_node("Identity", ["w"], ["b"]))
+    model = onnx_model(
+        nodes,
+        [value_info("x", [3])],
+        [value_info("y", [3]), value_info("b", [3])],
+        [initializer("w" if through_identity else "b", w)],
+    )
+    x = np.array([0.5, 0.5, 0.5], np.float32)
+    out = ctx.compile(model, {"x": x})({"x": x})
+    np.testing.assert_array_equal(out["y"].cpu(), x + w)
+    np.testing.assert_array_equal(out["b"].cpu(), w)
+
+
 def _conv3d():
     w = np.ones((2, 2, 3, 3, 3), np.float32)
     node = helper.make_node("Conv", ["x", "w"], ["y"], name="n")

@@ -109,7 +109,7 @@ class Ctx:
         while True:
             self._count += 1
             name = f"{stem}_{self._count}"
-            if name not in self.b.graph.values:
+            if not self.b.taken(name):
                 return name
 
     def sym(self, name: str) -> Symbol:
@@ -119,7 +119,9 @@ class Ctx:
             self.syms[name] = self.b.input(name, shape, dtype)
         if name not in self.syms:
             data = self.const(name)
-            pname = name if name not in self.b.graph.values else self.fresh(name)
+            # Not under a name reserved for an output: a constant that is also an output
+            # (an Identity of a weight, read by a Conv and returned) is output as a copy.
+            pname = self.fresh(name) if self.b.taken(name) else name
             # Constants are the import's own (initializers read, folded results, copied
             # examples): the graph takes them without a copy (VGG-19: 548 MB, 1.5 s).
             self.syms[name] = self.b.param(
