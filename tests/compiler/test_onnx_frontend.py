@@ -9,6 +9,8 @@ import warnings
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from onnx_harness import initializer, int64s, one_node_model, onnx_model, relu_model, value_info
 
 from mnrt.runner.cli import cli
@@ -164,6 +166,52 @@ def test_conv_batchnorm_pools(dev, q):
         ],
     )
     check_against_reference(dev, q, model, {"x": randn(2, 3, 8, 8)})
+
+
+def _conv_model(rank: int, n: int, k: int, s: int, d: int, pads: list[int], w_input=False):
+    x_shape, w_shape = [1, 2, *[n] * rank], [3, 2, *[k] * rank]
+    node = helper.make_node(
+        "Conv", ["x", "w"], ["y"], strides=[s] * rank, dilations=[d] * rank, pads=pads
+    )
+    inputs = [vi("x", F, x_shape), *([vi("w", F, w_shape)] if w_input else [])]
+    inits = [] if w_input else [init("w", randn(*w_shape))]
+    return make_model([node], inputs, [vi("y", F, None)], inits), x_shape, w_shape
+
+
+def test_a_conv_whose_dilation_passes_the_map_keeps_only_the_taps_that_touch_it(dev, q):
+    """DeepLabV3's atrous convolutions (dilation and padding 36) on a 4x4 map: only the
+    centre tap ever reads data. The padding was refused by the conv2d kernel (a 76x76 padded
+    input from 4x4); the converter now convolves with the centre tap alone."""
+    model, xs, _ = _conv_model(2, 4, 3, 1, 36, [36, 36, 36, 36])
+    graph = check_against_reference(dev, q, model, {"x": randn(*xs)})
+    (conv,) = [n for n in graph.nodes if n.op == "conv2d"]
+    assert graph.values[conv.inputs[1]].shape == (3, 2, 1, 1)
+    assert tuple(conv.attrs["padding"]) == (0, 0, 0, 0)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    rank=st.sampled_from([1, 2, 3]),
+    n=st.integers(1, 6),
+    k=st.integers(1, 3),
+    s=st.integers(1, 3),
+    d=st.integers(1, 6),
+    pads=st.lists(st.integers(0, 8), min_size=2, max_size=2),
+    w_input=st.booleans(),
+)
+def test_conv_taps_that_read_only_padding_are_dropped_exactly(dev, q, rank, n, k, s, d, pads,
+                                                              w_input):  # fmt: skip
+    """Any size, kernel, stride, dilation and padding: the same result as the reference,
+    whichever taps are dropped (those of the first and last windows, with the input cropped
+    where a kept tap's first or last window starts inside it)."""
+    begin, end = pads
+    w_input = w_input and rank < 3  # Conv3d takes constant weights
+    assume(n + begin + end - d * (k - 1) - 1 >= 0)  # at least one output
+    model, xs, ws = _conv_model(rank, n, k, s, d, [begin] * rank + [end] * rank, w_input)
+    feeds = {"x": randn(*xs), **({"w": randn(*ws)} if w_input else {})}
+    check_against_reference(dev, q, model, feeds)
 
 
 def test_lrn_matches_its_definition(dev, q):

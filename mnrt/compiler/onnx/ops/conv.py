@@ -31,12 +31,45 @@ def conv(cx: Ctx, node: Any, at: Attrs) -> list:
     win = Window(at, cx.shape(x), list(ws[2:]))
     groups = int(at.get("group", 1))
     bias = [cx.sym(node.input[2])] if len(node.input) > 2 and node.input[2] else []
+    x, taps = _skip_padding_taps(cx, x, win)
     if rank == 3:
-        return [_conv3d(cx, x, cx.const(node.input[1], "Conv3d weights"), bias, win, groups)]
+        w3 = cx.const(node.input[1], "Conv3d weights")[(slice(None), slice(None), *taps)]
+        return [_conv3d(cx, x, w3, bias, win, groups)]
     w = cx.sym(node.input[1])
+    if win.kernel != list(ws[2:]):  # at O1 on, a slice of constant weights is folded
+        w = cx.op("slice", w, starts=[t.start for t in taps], ends=[t.stop for t in taps],
+                  axes=list(range(2, 2 + rank)))  # fmt: skip
+        ws = cx.shape(w)
     if rank == 1:
         w = cx.reshape(w, (ws[0], ws[1], 1, ws[2]))
     return [from4d(cx, _conv2d(cx, as4d(cx, x), w, bias, win, groups), rank)]
+
+
+def _skip_padding_taps(cx: Ctx, x: Symbol, win: Window) -> tuple[Symbol, list[slice]]:
+    """Drop the kernel taps that read nothing but padding at every output (a dilated conv
+    whose dilation passes the feature map: DeepLabV3's atrous rates of 12 to 36 on a small
+    map, where only the centre tap touches data; a 3x3 conv of a 1x1 map): they add only
+    zeros, cost modelled time, and their padding can outgrow what the conv2d kernel takes.
+    `win` is narrowed in place to the taps kept, and x cropped where the kept taps' windows
+    start or end inside it. Returns x and the slice of the weights' taps per spatial axis."""
+    taps = []
+    for i, n in enumerate(cx.shape(x)[2:]):
+        k, s, d = win.kernel[i], win.stride[i], win.dilation[i]
+        b, e = win.begin[i], win.end[i]
+        out = (n + b + e - d * (k - 1) - 1) // s + 1
+        # tap t reads positions t*d - b + o*s, o in [0, out): some lie in [0, n) when
+        first = max(0, -(-(b - (out - 1) * s) // d))
+        last = min(k - 1, (n - 1 + b) // d)
+        if out < 1 or first > last or (first == 0 and last == k - 1):
+            taps.append(slice(0, k))
+            continue
+        begin = b - first * d
+        end = (out - 1) * s + d * (last - first) + 1 - n - begin
+        if begin < 0 or end < 0:
+            x = pad_axis(cx, x, 2 + i, min(begin, 0), min(end, 0), "constant", 0.0)
+        win.kernel[i], win.begin[i], win.end[i] = last - first + 1, max(begin, 0), max(end, 0)
+        taps.append(slice(first, last + 1))
+    return x, taps
 
 
 def _conv3d(cx: Ctx, x: Symbol, w: np.ndarray, bias: list[Symbol], win: Window,
