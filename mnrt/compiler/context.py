@@ -41,6 +41,7 @@ from .compiled import CompiledFunction
 from .ir import Graph
 from .options import resolve
 from .release import Orphans
+from .shared_devices import SharedDevices
 from .tensors import TensorProxy, as_array, input_arrays
 
 
@@ -104,7 +105,8 @@ class Context:
         self._finalizer = weakref.finalize(self, internal.close_quietly, self.device)
         self.queue = self.device.command_queue(0)
         self._registered: dict[str, TensorProxy] = {}
-        self._pipelined: weakref.WeakSet = weakref.WeakSet()  # its functions' other devices
+        self._pipelined: weakref.WeakSet = weakref.WeakSet()  # functions over several devices
+        self.pipeline_devices = SharedDevices()  # their devices besides this one
         # Buffers of its compiled functions dropped without close(), freed at the next
         # compile, call or close of a function (see release.py).
         self.orphans = Orphans()
@@ -316,6 +318,7 @@ class Context:
         self._finalizer.detach()
         for compiled in list(self._pipelined):
             compiled.close()
+        self.pipeline_devices.close()
         self.orphans.clear()
         self.device.close()
 

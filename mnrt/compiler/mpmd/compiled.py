@@ -17,7 +17,6 @@ them; `timeline()` schedules them: makespan, bubble fraction, per-device busy ti
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import weakref
@@ -32,8 +31,8 @@ from ...device.cost import model_transfer
 from ...device.parallel import sharing_cores
 from ...device.spec import MNCORE2
 from ...device.tolerance import golden_tolerance
-from ...errors import InvalidArgumentError, MnrtError
-from ...host import Buffer, CommandQueue, Device, Event, observe, open_device
+from ...errors import InvalidArgumentError
+from ...host import Buffer, CommandQueue, Device, Event, observe
 from ...host.timeline import Span, Timeline, schedule
 from .. import goldens, placement
 from ..codegen import CAPTURE_RUNNING, check_binary_spares_model
@@ -49,6 +48,7 @@ from .schedule import Plan
 if TYPE_CHECKING:
     from ..context import Context
     from ..release import Orphans
+    from ..shared_devices import SharedDevices
 
 
 def fragment_graph(program: MpmdProgram, fragment: Fragment, sram_budget: int) -> Graph:
@@ -107,11 +107,13 @@ class PipelinedFunction:
         self.passes: list[tuple[str, str]] = []  # (pass, MPMD IR text) after each
         self.example_inputs = {k: np.array(v) for k, v in inputs.items()}
         self.devices: dict[int, Device] = {}
-        owned: list[Device] = []
-        # Its buffers on the context's device, which stays open: freed as a CompiledFunction's
-        # are (see compiler/release.py).
-        self._on_ctx: list[Buffer] = []
-        self._finalizer = weakref.finalize(self, _release, owned, ctx.orphans, self._on_ctx)
+        acquired: list[Device] = []  # of the context's shared devices (shared_devices.py)
+        # Its buffers, on devices that other functions may use too: freed as a
+        # CompiledFunction's are (see compiler/release.py).
+        self._held: list[Buffer] = []
+        self._finalizer = weakref.finalize(
+            self, _release, ctx.pipeline_devices, acquired, ctx.orphans, self._held
+        )
         self._buffers: dict[tuple[str, int], Buffer] = {}
         self._copy_queues: dict[tuple[int, int], CommandQueue] = {}  # by (device, index)
         self._commands: list[Command] | None = None
@@ -126,8 +128,8 @@ class PipelinedFunction:
                 if index == ctx.device.index:
                     self.devices[index] = ctx.device
                 else:
-                    self.devices[index] = open_device(index)
-                    owned.append(self.devices[index])
+                    self.devices[index] = ctx.pipeline_devices.acquire(index)
+                    acquired.append(self.devices[index])
             self.queues = {i: d.command_queue(COMPUTE) for i, d in self.devices.items()}
             self._load(options["sram_budget"])
         except BaseException:
@@ -139,8 +141,7 @@ class PipelinedFunction:
         for fragment in self.program.fragments:
             sub = fragment_graph(self.program, fragment, sram_budget)
             lowered = lower(sub, self.devices[fragment.device])
-            if self.devices[fragment.device] is self.ctx.device:
-                self._on_ctx += lowered.bindings.values()
+            self._held += lowered.bindings.values()
             self.lowered[fragment.name] = lowered
             q = self.queues[fragment.device]
             for name in sub.params:
@@ -201,8 +202,7 @@ class PipelinedFunction:
             v = self.program.values[name]
             device = self.devices[self.where[name]]
             self._buffers[key] = device.create_buffer(v.shape, v.dtype, name=f"{name}#{microbatch}")
-            if device is self.ctx.device:
-                self._on_ctx.append(self._buffers[key])
+            self._held.append(self._buffers[key])
         return self._buffers[key]
 
     def _check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -413,30 +413,25 @@ class PipelinedFunction:
         }
 
     def close(self) -> None:
-        """Close the devices this function opened and free its memory on the Context's own
-        device, which stays open."""
+        """Free its memory, and close the devices besides the Context's own that no other
+        function of the Context uses."""
         self._finalizer()
         self._weights.clear()
         self.ctx.orphans.release()
 
 
-def _release(devices: list[Device], orphans: Orphans, on_ctx: list[Buffer]) -> None:
-    """What a pipelined function holds, given back: the devices it opened closed now, its
-    buffers on the context's device to the context to free (it may be dropped on any
-    thread, at any moment)."""
-    _close_all(devices)
-    orphans.adopt(on_ctx)
+def _release(
+    shared: SharedDevices, devices: list[Device], orphans: Orphans, held: list[Buffer]
+) -> None:
+    """What a pipelined function holds, given back (it may be dropped on any thread, at
+    any moment): its buffers to the context to free, and its devices, which close now if
+    no other function uses them (freeing its buffers there at once)."""
+    orphans.adopt(held)
+    shared.release(devices)
 
 
 def _same_arrays(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> bool:
     return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
-
-
-def _close_all(devices: list[Device]) -> None:
-    """Close every device, each even when closing another reported an error."""
-    for device in devices:  # a device error not yet reported: released all the same
-        with contextlib.suppress(MnrtError):
-            device.close()
 
 
 # Queue indices on each device: programs; outgoing copies; the host's writes of inputs and

@@ -408,6 +408,36 @@ def test_a_pipelined_function_frees_its_memory_on_the_contexts_device(ctx):
     assert ctx.device.memory_info()["used_bytes"] == used
 
 
+def test_pipelined_functions_of_one_context_share_its_other_devices(ctx):
+    """One model at two presets, both held (to compare them): the second compile was
+    refused, "device 1 is already open in this process", as each function opened the
+    devices besides the context's for itself. They share them now, as every function
+    shares the context's own; each frees its memory there, and a device closes with the
+    last function using it (found compiling torchvision models one after another)."""
+    builder, inputs = mlp()
+    other = (ctx.device.index + 1) % 8
+    mpmd = {"devices": [ctx.device.index, other], "microbatches": 2}
+    stacked = _microbatches(inputs, 2)
+    first = ctx.compile(builder, inputs, options={"mpmd": mpmd})
+    second = ctx.compile(
+        builder, inputs, options={"mpmd": mpmd, "option_json": "O3", "float_dtype": "float"}
+    )
+    device = first.devices[other]
+    assert second.devices[other] is device
+    used = device.memory_info()["used_bytes"]
+    np.testing.assert_allclose(first(stacked)["probs"], second(stacked)["probs"], rtol=1e-5)
+    first.close()
+    assert device.is_open and device.memory_info()["used_bytes"] < used
+    assert second(stacked)["probs"].shape[0] == 2  # still runs on the shared device
+    second = None
+    gc.collect()
+    assert not device.is_open
+    mnrt.open_device(other).close()  # free again
+    third = ctx.compile(builder, inputs, options={"mpmd": mpmd})  # opened anew
+    assert third.devices[other].is_open
+    third.close()
+
+
 def _recorded(path) -> dict:
     """A binary's commands, blobs and lists, without its time and integrity hash."""
     doc = to_json(LightBinary.load(path))
