@@ -13,7 +13,18 @@ import pytest
 pytest.importorskip("onnx")
 
 from onnx import TensorProto, helper, numpy_helper
-from onnx_one_node import check, one_node_model, run
+from onnx_one_node import (
+    check,
+    image_model,
+    images,
+    node_model,
+    one_node_model,
+    onnxruntime_outputs,
+    output_step,
+    quantized_by_onnxruntime,
+    run,
+    run_both,
+)
 
 import mnrt
 
@@ -29,20 +40,6 @@ def _ticks(shape, qtype) -> np.ndarray:
     span = int(info.max) - int(info.min)
     whole = RNG.integers(-span, span, shape)
     return (whole + 0.5 * RNG.integers(0, 2, shape)).astype(np.float32)
-
-
-def _node_model(op: str, values: dict, inputs: set, opset: int, **attrs):
-    """A model of one `op` reading `values` in their order: those named in `inputs` as
-    graph inputs, the rest as initializers (one_node_model puts every graph input first)."""
-    vis = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-           for k, v in values.items() if k in inputs]  # fmt: skip
-    inits = [numpy_helper.from_array(v, k) for k, v in values.items() if k not in inputs]
-    node = helper.make_node(op, list(values), ["y"], **attrs)
-    graph = helper.make_graph([node], "t", vis, [helper.make_empty_tensor_value_info("y")],
-                              initializer=inits)  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    return model
 
 
 def _split(values: dict, as_inputs: bool) -> tuple[dict, dict]:
@@ -330,10 +327,7 @@ def check_requantized(ctx, model, feeds, odd: bool) -> list[np.ndarray]:
     onnxruntime, the others against the reference."""
     if not odd:
         return check(ctx, model, feeds)
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = sess.run(None, feeds)
+    want = list(onnxruntime_outputs(model, feeds).values())
     got = run(ctx, model, feeds)
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype
@@ -364,7 +358,7 @@ def _qlinear_matmul(ta, tb, per_column: bool, as_inputs: bool, odd: bool, sa=(8,
     }
     values = {k: np.asarray(v, np.float32 if k.endswith("_s") else None) for k, v in values.items()}
     inputs = set(values) if as_inputs else {"a", "b"}
-    model = _node_model("QLinearMatMul", values, inputs, 21)
+    model = node_model("QLinearMatMul", values, inputs, 21)
     return model, {k: values[k] for k in inputs}
 
 
@@ -431,15 +425,15 @@ def test_qlinear_conv(ctx, qtype, per_channel, bias, odd):
         **({"b": RNG.integers(-3000, 3000, 4).astype(np.int32)} if bias else {}),
     }  # fmt: skip
     values = {k: np.asarray(v) for k, v in values.items()}
-    model = _node_model("QLinearConv", values, {"x"}, 10, pads=[1, 1, 1, 1], group=2)
+    model = node_model("QLinearConv", values, {"x"}, 10, pads=[1, 1, 1, 1], group=2)
     check_requantized(ctx, model, {"x": x}, odd)
 
 
 # --- models quantized by onnxruntime ----------------------------------------------------------
 
 
-def _float_cnn(bias: bool = True):
-    """Conv, Relu, MaxPool, Reshape, MatMul (and Add): a float model to quantize."""
+def _float_cnn():
+    """Conv, Relu, MaxPool, Reshape, MatMul, Add: a float model to quantize."""
     w1 = (RNG.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
     w2 = (RNG.standard_normal((64, 10)) * 0.2).astype(np.float32)
     inits = {"w1": w1, "b1": RNG.standard_normal(4).astype(np.float32) * 0.1, "w2": w2,
@@ -449,47 +443,27 @@ def _float_cnn(bias: bool = True):
         helper.make_node("Relu", ["c"], ["r"]),
         helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
         helper.make_node("Reshape", ["p", "shape"], ["f"]),
-        helper.make_node("MatMul", ["f", "w2"], ["m" if bias else "y"]),
+        helper.make_node("MatMul", ["f", "w2"], ["m"]),
+        helper.make_node("Add", ["m", "b2"], ["y"]),
     ]
-    if bias:
-        inits["b2"] = RNG.standard_normal(10).astype(np.float32) * 0.1
-        nodes.append(helper.make_node("Add", ["m", "b2"], ["y"]))
-    graph = helper.make_graph(
-        nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 10])],
-        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()],
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    inits["b2"] = RNG.standard_normal(10).astype(np.float32) * 0.1
+    return image_model("cnn", nodes, inits)
 
 
-def _images(n: int) -> list[np.ndarray]:
-    return [RNG.standard_normal((2, 3, 8, 8)).astype(np.float32) for _ in range(n)]
-
-
-def _quantized_model(tmp_path, how: str, bias: bool = True):
+def _quantized_model(tmp_path, how: str):
     """The float CNN quantized by onnxruntime's tool: static QDQ or QOperator (calibrated on
     four random batches, weights per channel), or dynamic."""
     import onnx
     from onnxruntime import quantization as q
 
+    model = _float_cnn()
+    if how != "dynamic":
+        batches = [{"x": x} for x in images(RNG, 4)]
+        return quantized_by_onnxruntime(model, tmp_path, batches, how == "qoperator",
+                                        per_channel=True)  # fmt: skip
     src, dst = tmp_path / "float.onnx", tmp_path / f"{how}.onnx"
-    onnx.save(_float_cnn(bias), src)
-    if how == "dynamic":
-        q.quantize_dynamic(src, dst, weight_type=q.QuantType.QUInt8)
-        return onnx.load(dst)
-
-    class Batches(q.CalibrationDataReader):
-        def __init__(self) -> None:
-            self.batches = iter({"x": x} for x in _images(4))
-
-        def get_next(self):
-            return next(self.batches, None)
-
-    fmt = q.QuantFormat.QDQ if how == "qdq" else q.QuantFormat.QOperator
-    types = {"activation_type": q.QuantType.QUInt8, "weight_type": q.QuantType.QInt8}
-    q.quantize_static(src, dst, Batches(), quant_format=fmt, per_channel=True, **types)
+    onnx.save(model, src)
+    q.quantize_dynamic(src, dst, weight_type=q.QuantType.QUInt8)
     return onnx.load(dst)
 
 
@@ -502,36 +476,19 @@ def _with_outputs(model, op_types: set[str]):
     return model
 
 
-def _both(ctx, model, x):
-    import onnxruntime as ort
-
-    names = [o.name for o in model.graph.output]
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = dict(zip(names, sess.run(None, {"x": x})))
-    compiled = ctx.compile(model, {"x": x}, options={"float_dtype": "float"})
-    got = {k: v.cpu() for k, v in compiled({"x": x}).items()}
-    return got, want
-
-
-def _output_step(model) -> float:
-    """The scale of the quantization the output is dequantized from: one step of it."""
-    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    last = next(n for n in model.graph.node if "y" in n.output)
-    return float(inits[last.input[1]])
-
-
 @pytest.mark.parametrize("how", ["qdq", "qoperator"])
 def test_statically_quantized_cnn_matches_onnxruntime(ctx, tmp_path, how):
     """onnxruntime fuses the QDQ pattern into integer kernels that requantize in float32,
     mnrt runs it as written (DequantizeLinear, float Conv, QuantizeLinear): a result on a .5
     boundary may round the other way, one step of the output's quantization, so that is the
     tolerance; nearly all values must agree exactly."""
-    model = _quantized_model(tmp_path, how, bias=how == "qdq")  # QOperator's Add: QLinearAdd
+    model = _quantized_model(tmp_path, how)
     ops = {n.op_type for n in model.graph.node}
-    assert ({"QLinearConv", "QLinearMatMul"} if how == "qoperator" else {"QuantizeLinear"}) <= ops
-    step = _output_step(model)
-    for x in _images(3):
-        got, want = _both(ctx, model, x)
+    qoperator = {"QLinearConv", "QLinearMatMul", "QLinearAdd"}  # Add: onnxruntime's own op
+    assert (qoperator if how == "qoperator" else {"QuantizeLinear"}) <= ops
+    step = output_step(model, "y")
+    for x in images(RNG, 3):
+        got, want = run_both(ctx, model, {"x": x})
         np.testing.assert_allclose(got["y"], want["y"], rtol=0, atol=step * 1.001)
         assert np.mean(got["y"] == want["y"]) >= 0.95
 
@@ -541,8 +498,8 @@ def test_dynamically_quantized_cnn_matches_onnxruntime(ctx, tmp_path):
     outputs exactly; the float tail (Cast, Mul by the scales, Add) to float32 rounding."""
     model = _with_outputs(_quantized_model(tmp_path, "dynamic"),
                           {"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger"})  # fmt: skip
-    for x in _images(3):
-        got, want = _both(ctx, model, x)
+    for x in images(RNG, 3):
+        got, want = run_both(ctx, model, {"x": x})
         assert len(want) == 1 + 3 + 1 + 3 + 1
         for name, w in want.items():
             if w.dtype.kind in "iu":

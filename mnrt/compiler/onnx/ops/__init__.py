@@ -20,6 +20,7 @@ from . import (
     loss,
     norm,
     pool,
+    qlinear,
     quantize,
     recurrent,
     reduce,
@@ -152,6 +153,17 @@ register("MatMulInteger", quantize.matmul_integer)
 register("QLinearMatMul", quantize.qlinear_matmul)
 register("ConvInteger", quantize.conv_integer)
 register("QLinearConv", quantize.qlinear_conv)
+# onnxruntime's own quantized ops, which its quantization tool writes in the QOperator format
+register("QLinearAdd", qlinear.qlinear_add, domain="com.microsoft")
+register("QLinearMul", qlinear.qlinear_mul, domain="com.microsoft")
+register("QLinearSigmoid", qlinear.qlinear_sigmoid, domain="com.microsoft")
+register("QLinearLeakyRelu", qlinear.qlinear_leaky_relu, domain="com.microsoft")
+register("QLinearSoftmax", qlinear.qlinear_softmax, domain="com.microsoft")
+register("QLinearGlobalAveragePool", qlinear.qlinear_global_average_pool, domain="com.microsoft")
+register("QLinearAveragePool", qlinear.qlinear_average_pool, domain="com.microsoft")
+register("QLinearConcat", qlinear.qlinear_concat, domain="com.microsoft")
+register("QLinearWhere", qlinear.qlinear_where, domain="com.microsoft")
+register("QGemm", qlinear.qgemm, domain="com.microsoft")
 
 
 # transformer blocks (opset 23 on)

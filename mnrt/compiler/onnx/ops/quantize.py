@@ -30,7 +30,7 @@ _QUANTIZED = ("int8", "uint8", "int16", "uint16")
 _EIGHT_BIT = ("int8", "uint8")
 
 
-def _opt(node: Any, i: int) -> str | None:
+def opt(node: Any, i: int) -> str | None:
     """The name of optional input i, or None where the node leaves it out."""
     return node.input[i] if len(node.input) > i and node.input[i] else None
 
@@ -45,7 +45,9 @@ def _float32(cx: Ctx, s: Symbol) -> Symbol:
     return s if cx.dtype(s).name == "double" else _as(cx, s, "float")
 
 
-def _same_type(cx: Ctx, x: str, zp: str | None, what: str) -> str:
+def same_type(cx: Ctx, x: str, zp: str | None, what: str) -> str:
+    """x's type, which its zero point (or another operand that must match it) shares: the
+    requantizing arithmetic reads both as the one quantized type."""
     t = cx.dtype_name(x)
     if zp is not None and cx.dtype_name(zp) != t:
         raise Invalid(f"{what} '{zp}' is {cx.dtype_name(zp)}, but '{x}' is {t}: they must "
@@ -99,18 +101,18 @@ def _host_along(cx: Ctx, name: str, x_shape: tuple[int, ...], axis: int, block: 
     return np.take(v, np.arange(x_shape[how]) // block, axis=how)
 
 
-def _quantize(cx: Ctx, x: Symbol, scale: Symbol, zp: Symbol | None, to: str) -> Symbol:
+def quantize_to(cx: Ctx, x: Symbol, scale: Symbol, zp: Symbol | None, to: str) -> Symbol:
     """saturate(round_half_even(x / scale) + zp) as `to`; x and scale share the dtype the
     division is in. The sum is in float32, exact below 2**24 and saturated by the cast
     beyond that, so no clip is needed."""
-    return _quantize_rounded(cx, _float32(cx, cx.op("round", cx.op("div", x, scale))), zp, to)
+    return quantize_rounded(cx, _float32(cx, cx.op("round", cx.op("div", x, scale))), zp, to)
 
 
 def quantize_linear(cx: Ctx, node: Any, at: Attrs) -> list:
     """The division is in the scale's type, or in the `precision` attribute's (opset 23),
     as the spec says; `saturate` concerns only float8 targets, which the device lacks."""
     at.get("saturate")
-    x_name, s_name, zp_name = node.input[0], node.input[1], _opt(node, 2)
+    x_name, s_name, zp_name = node.input[0], node.input[1], opt(node, 2)
     to = device_dtype_name(at.get("output_dtype"), "output_dtype") if at.get("output_dtype") \
         else "uint8"  # fmt: skip
     if zp_name is not None:
@@ -130,14 +132,14 @@ def quantize_linear(cx: Ctx, node: Any, at: Attrs) -> list:
     axis, block = int(at.get("axis", 1)), int(at.get("block_size", 0))
     scale = _as(cx, _along(cx, s_name, cx.shape(x), axis, block), precision)
     zp = _along(cx, zp_name, cx.shape(x), axis, block) if zp_name else None
-    return [_quantize(cx, _as(cx, x, precision), scale, zp, to)]
+    return [quantize_to(cx, _as(cx, x, precision), scale, zp, to)]
 
 
 def dequantize_linear(cx: Ctx, node: Any, at: Attrs) -> list:
     """(x - zero point) * scale in float32, then rounded once to the output type, as the
     reference computes it: x - zero point is exact in float32 for every type but int32."""
-    x_name, s_name, zp_name = node.input[0], node.input[1], _opt(node, 2)
-    t = _same_type(cx, x_name, zp_name, "x_zero_point")
+    x_name, s_name, zp_name = node.input[0], node.input[1], opt(node, 2)
+    t = same_type(cx, x_name, zp_name, "x_zero_point")
     if t not in (*_QUANTIZED, "int32"):
         raise Unsupported(f"dequantizing {t}: the device's quantized types are "
                           f"{', '.join((*_QUANTIZED, 'int32'))}")  # fmt: skip
@@ -186,7 +188,7 @@ def dynamic_quantize_linear(cx: Ctx, node: Any, at: Attrs) -> list:
     span = cx.op("where", cx.op("equal", span, const(0)), const(1), span)
     scale = cx.op("div", span, const(255))
     zp = cx.op("round", cx.op("clip", cx.op("neg", cx.op("div", lo, scale)), min=0.0, max=255.0))
-    return [_quantize(cx, x, scale, zp, "uint8"), scale, cx.op("cast", zp, to="uint8")]
+    return [quantize_to(cx, x, scale, zp, "uint8"), scale, cx.op("cast", zp, to="uint8")]
 
 
 # --- integer products: MatMulInteger, QLinearMatMul -------------------------------------------
@@ -207,7 +209,7 @@ def _per_row(cx: Ctx, name: str, rows: int | None, what: str) -> Symbol:
     return s
 
 
-def _per_column(cx: Ctx, name: str, cols: int, what: str) -> Symbol:
+def per_column(cx: Ctx, name: str, cols: int, what: str) -> Symbol:
     """A quantization parameter of a matmul's b or y: one value, one per column, or a tensor
     that broadcasts as it is."""
     s = cx.sym(name)
@@ -220,13 +222,14 @@ def _per_column(cx: Ctx, name: str, cols: int, what: str) -> Symbol:
     return s
 
 
-def _centred(cx: Ctx, x_name: str, zp: Symbol | None) -> Symbol:
+def centred(cx: Ctx, x_name: str, zp: Symbol | None) -> Symbol:
     """x - zero point in int32, which holds it exactly for 8-bit x."""
     x = _as(cx, cx.sym(x_name), "int32")
     return x if zp is None else cx.op("sub", x, _as(cx, zp, "int32"))
 
 
-def _check_8bit(cx: Ctx, names_: list[str], op: str) -> None:
+def check_8bit(cx: Ctx, names_: list[str], op: str) -> None:
+    """Refuse, naming the value and its type, what an 8-bit-only op is given otherwise."""
     for n in names_:
         if cx.dtype_name(n) not in _EIGHT_BIT:
             raise Unsupported(f"{op} of {cx.dtype_name(n)} '{n}': it takes int8 or uint8")
@@ -237,17 +240,17 @@ def _int_matmul(cx: Ctx, a_name: str, b_name: str, a_zp: str | None, b_zp: str |
     """(a - a_zero_point) @ (b - b_zero_point) as an int32 gemm; a zero point of a is
     per row (the spec's reading of a vector: shape [M] for an [M, K] a), b's per column."""
     sa, sb = cx.shape(a_name), cx.shape(b_name)
-    _check_8bit(cx, [a_name, b_name], op)
-    _same_type(cx, a_name, a_zp, "a_zero_point")
-    _same_type(cx, b_name, b_zp, "b_zero_point")
+    check_8bit(cx, [a_name, b_name], op)
+    same_type(cx, a_name, a_zp, "a_zero_point")
+    same_type(cx, b_name, b_zp, "b_zero_point")
     rows = sa[-2] if len(sa) > 1 else None
-    a = _centred(cx, a_name, _per_row(cx, a_zp, rows, "a_zero_point") if a_zp else None)
-    b = _centred(cx, b_name, _per_column(cx, b_zp, sb[-1], "b_zero_point") if b_zp else None)
+    a = centred(cx, a_name, _per_row(cx, a_zp, rows, "a_zero_point") if a_zp else None)
+    b = centred(cx, b_name, per_column(cx, b_zp, sb[-1], "b_zero_point") if b_zp else None)
     return product(cx, a, b)
 
 
-def _requantize(cx: Ctx, acc: Symbol, scales: list[Symbol], zp: Symbol | None,
-                to: str) -> Symbol:  # fmt: skip
+def requantize(cx: Ctx, acc: Symbol, scales: list[Symbol], zp: Symbol | None,
+               to: str) -> Symbol:  # fmt: skip
     """An int32 accumulator as quantized `to`: saturate(round(acc * m) + zp) with
     m = x_scale * w_scale / y_scale in the scales' own type, in the reference's order. The
     product is float32, as onnxruntime computes it; the reference's is float64, so the two
@@ -255,11 +258,11 @@ def _requantize(cx: Ctx, acc: Symbol, scales: list[Symbol], zp: Symbol | None,
     accumulator passes 2**24."""
     a, b, y = scales
     m = cx.op("div", cx.op("mul", a, b), y)
-    return _quantize_rounded(cx, cx.op("round", cx.op("mul", _float32(cx, acc), _float32(cx, m))),
-                             zp, to)  # fmt: skip
+    return quantize_rounded(cx, cx.op("round", cx.op("mul", _float32(cx, acc), _float32(cx, m))),
+                            zp, to)  # fmt: skip
 
 
-def _quantize_rounded(cx: Ctx, y: Symbol, zp: Symbol | None, to: str) -> Symbol:
+def quantize_rounded(cx: Ctx, y: Symbol, zp: Symbol | None, to: str) -> Symbol:
     """Rounded y plus the zero point, saturated to `to` by the cast."""
     if zp is not None:
         y = cx.op("add", y, _as(cx, zp, cx.dtype(y).name))
@@ -267,25 +270,25 @@ def _quantize_rounded(cx: Ctx, y: Symbol, zp: Symbol | None, to: str) -> Symbol:
 
 
 def matmul_integer(cx: Ctx, node: Any, at: Attrs) -> list:
-    return [_int_matmul(cx, node.input[0], node.input[1], _opt(node, 2), _opt(node, 3),
+    return [_int_matmul(cx, node.input[0], node.input[1], opt(node, 2), opt(node, 3),
                         "MatMulInteger")]  # fmt: skip
 
 
 def qlinear_matmul(cx: Ctx, node: Any, at: Attrs) -> list:
-    a_name, b_name, y_zp = node.input[0], node.input[3], _opt(node, 7)
+    a_name, b_name, y_zp = node.input[0], node.input[3], opt(node, 7)
     to = cx.dtype_name(y_zp) if y_zp else cx.dtype_name(a_name)
-    _check_8bit(cx, [a_name, b_name], "QLinearMatMul")
+    check_8bit(cx, [a_name, b_name], "QLinearMatMul")
     if to not in _EIGHT_BIT:
         raise Unsupported(f"QLinearMatMul to {to}: it gives int8 or uint8")
-    acc = _int_matmul(cx, a_name, b_name, _opt(node, 2), _opt(node, 5), "QLinearMatMul")
+    acc = _int_matmul(cx, a_name, b_name, opt(node, 2), opt(node, 5), "QLinearMatMul")
     sa, cols = cx.shape(a_name), cx.shape(acc)[-1] if cx.shape(acc) else 1
     scales = [
         _per_row(cx, node.input[1], sa[-2] if len(sa) > 1 else None, "a_scale"),
-        _per_column(cx, node.input[4], cols, "b_scale"),
-        _per_column(cx, node.input[6], cols, "y_scale"),
+        per_column(cx, node.input[4], cols, "b_scale"),
+        per_column(cx, node.input[6], cols, "y_scale"),
     ]
-    zp = _per_column(cx, y_zp, cols, "y_zero_point") if y_zp else None
-    return [_requantize(cx, acc, scales, zp, to)]
+    zp = per_column(cx, y_zp, cols, "y_zero_point") if y_zp else None
+    return [requantize(cx, acc, scales, zp, to)]
 
 
 # --- integer convolutions: ConvInteger, QLinearConv -------------------------------------------
@@ -334,13 +337,13 @@ def _conv_operands(cx: Ctx, node: Any, x_zp: str | None, w_zp: str | None) -> tu
     """x - x_zero_point and w - w_zero_point in int32; w's zero point is one value or one
     per output channel."""
     x_name, w_name = node.input[0], node.input[3 if node.op_type == "QLinearConv" else 1]
-    _check_8bit(cx, [x_name, w_name], node.op_type)
-    _same_type(cx, x_name, x_zp, "x_zero_point")
-    _same_type(cx, w_name, w_zp, "w_zero_point")
+    check_8bit(cx, [x_name, w_name], node.op_type)
+    same_type(cx, x_name, x_zp, "x_zero_point")
+    same_type(cx, w_name, w_zp, "w_zero_point")
     ws = cx.shape(w_name)
-    x = _centred(cx, x_name, _per_row(cx, x_zp, None, "x_zero_point") if x_zp else None)
+    x = centred(cx, x_name, _per_row(cx, x_zp, None, "x_zero_point") if x_zp else None)
     wz = _channel(cx, w_zp, ws[0], len(ws) - 1, "w_zero_point") if w_zp else None
-    return x, _centred(cx, w_name, wz)
+    return x, centred(cx, w_name, wz)
 
 
 def _channel(cx: Ctx, name: str, channels: int, trailing: int, what: str) -> Symbol:
@@ -356,21 +359,21 @@ def _channel(cx: Ctx, name: str, channels: int, trailing: int, what: str) -> Sym
 
 
 def conv_integer(cx: Ctx, node: Any, at: Attrs) -> list:
-    x, w = _conv_operands(cx, node, _opt(node, 2), _opt(node, 3))
+    x, w = _conv_operands(cx, node, opt(node, 2), opt(node, 3))
     return [_int_conv(cx, x, w, at)]
 
 
 def qlinear_conv(cx: Ctx, node: Any, at: Attrs) -> list:
     """The int32 convolution plus the int32 bias B, requantized with x_scale * w_scale /
     y_scale (w_scale one per output channel or one for all)."""
-    x, w = _conv_operands(cx, node, _opt(node, 2), _opt(node, 5))
-    y_zp = _opt(node, 7)
+    x, w = _conv_operands(cx, node, opt(node, 2), opt(node, 5))
+    y_zp = opt(node, 7)
     to = cx.dtype_name(y_zp) if y_zp else cx.dtype_name(node.input[0])
     if to not in _EIGHT_BIT:
         raise Unsupported(f"QLinearConv to {to}: it gives int8 or uint8")
     acc = _int_conv(cx, x, w, at)
     m, trailing = cx.shape(acc)[1], len(cx.shape(acc)) - 2
-    if _opt(node, 8):
+    if opt(node, 8):
         acc = cx.op("add", acc, _as(cx, _channel(cx, node.input[8], m, trailing, "B"), "int32"))
     scales = [
         _scalar(cx, node.input[1], "x_scale"),
@@ -378,7 +381,7 @@ def qlinear_conv(cx: Ctx, node: Any, at: Attrs) -> list:
         _scalar(cx, node.input[6], "y_scale"),
     ]
     zp = _scalar(cx, y_zp, "y_zero_point") if y_zp else None
-    return [_requantize(cx, acc, scales, zp, to)]
+    return [requantize(cx, acc, scales, zp, to)]
 
 
 def _scalar(cx: Ctx, name: str, what: str) -> Symbol:
