@@ -351,9 +351,23 @@ def accuracy(
     bindings = compiled.lowered.bindings
     dtypes = {name: bindings[name].dtype for name in expected}
     result["outputs"] = compare_outputs(
-        compiled.graph.name, float_dtype, outputs, source, expected, dtypes
-    )
+        compiled.graph.name, float_dtype, outputs, source, expected, dtypes,
+        quantized=quantizes(compiled.graph),
+    )  # fmt: skip
     return result
+
+
+def quantizes(graph: Graph) -> bool:
+    """Whether a graph rounds float values it computes to a narrow integer type (a
+    quantized model's QuantizeLinear, or onnxruntime's QLinear ops): there a float32
+    rounding a reference does in another order can move a value a whole quantization step,
+    which later layers carry on."""
+    for node in graph.nodes:
+        if node.op == "cast":
+            to, of = graph.values[node.outputs[0]].dtype, graph.values[node.inputs[0]].dtype
+            if to.is_integer and to.itemsize <= 2 and of.is_float:
+                return True
+    return False
 
 
 def compare_outputs(
@@ -363,10 +377,19 @@ def compare_outputs(
     source: str,
     expected: Mapping[str, np.ndarray],
     dtypes: Mapping[str, DType],
+    quantized: bool = False,
 ) -> dict[str, dict]:
     """`accuracy`'s comparisons: each output (as stored, of device dtype `dtypes[name]`)
-    against its reference, a record each, warning where one misses its tolerance. A
-    pipelined compile names each microbatch's output as its golden does (`name#m`)."""
+    against its reference, a record each, warning where one misses its tolerance (and why
+    a `quantized` graph may: see `quantizes`). A pipelined compile names each
+    microbatch's output as its golden does (`name#m`)."""
+    advice = (
+        "the model quantizes values it computes, and a float rounding on the other side of "
+        "a quantization step's midpoint moves a value by a whole step, which later layers "
+        "carry on"
+        if quantized
+        else "a higher float_dtype computes it more accurately"
+    )
     precision = float_dtype
     if source == "onnxruntime" and list(ACCURACY).index(float_dtype) < list(ACCURACY).index(
         "float"
@@ -393,7 +416,6 @@ def compare_outputs(
                 f"compiled graph '{graph_name}': output {name!r} differs from the "
                 f"{source} reference by up to {check.max_abs_err:.3g} ({check.max_rel_err:.3g} "
                 f"relative) in {check.mismatches} of {got.size} elements, beyond the "
-                f"{precision} tolerance (rtol {rtol:.3g}, atol {atol:.3g}); a higher "
-                "float_dtype computes it more accurately",
+                f"{precision} tolerance (rtol {rtol:.3g}, atol {atol:.3g}); {advice}",
             )
     return records

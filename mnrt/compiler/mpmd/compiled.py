@@ -408,7 +408,13 @@ class PipelinedFunction:
             "reference": source,
             "float_dtype": float_dtype,
             "outputs": goldens.compare_outputs(
-                self.program.name, float_dtype, results, source, expected, dtypes
+                self.program.name,
+                float_dtype,
+                results,
+                source,
+                expected,
+                dtypes,
+                quantized=goldens.quantizes(self.graph),
             ),
         }
 
