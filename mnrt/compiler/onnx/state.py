@@ -96,10 +96,16 @@ class Ctx:
                 f"{what} ('{name}') must be known at import time, but device kernels read "
                 "that graph input too; make it an initializer"
             )
+        if name in self.pending:
+            raise Unsupported(
+                f"{what} ('{name}') must be known at import time: make it an initializer, or "
+                "give an example input for it (from_onnx(model, inputs), or mnrt compile "
+                f"--input {name}=FILE.npy)"
+            )
         raise Unsupported(
-            f"{what} ('{name}') must be known at import time: make it an initializer, or give "
-            "an example input for it (from_onnx(model, inputs), or mnrt compile --input "
-            f"{name}=FILE.npy)"
+            f"{what} ('{name}') must be known at import time, but the model computes it on "
+            "the device from its inputs: end the model before this node (a detector's box "
+            "selection, say) and run the rest on the host"
         )
 
     def ints(self, name: str, what: str = "this input") -> list[int]:
