@@ -225,6 +225,29 @@ def test_lrn_matches_its_definition(dev, q):
     np.testing.assert_allclose(y, x / (1.5 + 1e-2 / 3 * window) ** 0.75, rtol=1e-5, atol=1e-6)
 
 
+def test_folding_infinities_the_model_computes_warns_of_nothing(dev, q):
+    """T5's relative-position buckets, as torch exports them, take the log of 0 and clip
+    it later: numpy's "divide by zero encountered in log" was printed to the user."""
+    nodes = [
+        helper.make_node("Log", ["c"], ["logs"]),
+        helper.make_node("Max", ["logs", "floor"], ["clipped"]),
+        helper.make_node("Add", ["x", "clipped"], ["y"]),
+    ]
+    model = make_model(
+        nodes,
+        [vi("x", F, [2])],
+        [vi("y", F, [2])],
+        [init("c", np.array([0, 1], np.float32)), init("floor", np.float32(-5))],
+    )
+    with warnings.catch_warnings(record=True) as caught:  # as errors, folding gave up
+        warnings.simplefilter("always")
+        graph = from_onnx(model)
+    assert [str(w.message) for w in caught] == []
+    assert [n.op for n in graph.nodes] == ["add"]  # folded: the log and the max
+    (y,) = run_on_device(dev, q, graph, [np.ones(2, np.float32)])
+    np.testing.assert_array_equal(y, [-4, 1])
+
+
 def test_shape_subgraphs_fold_to_constants(dev, q):
     # y = reshape(x, [shape(x)[0], -1]) with slices, unsqueeze, pad, reductions.
     nodes = [
