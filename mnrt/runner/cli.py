@@ -105,7 +105,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def _fail(message: str, code: int, kind: str, as_json: bool) -> None:
     """One line on stderr (`mnrt: error: ...`), or with --json one JSON document on stdout,
     {"error": {"type", "message", "exit_code"}}; then exit with `code`."""
-    message = " ".join(message.split())
+    message = _one_line(message)
     if len(message) > _MAX_MESSAGE:  # it quotes a hostile binary's megabyte-long name
         message = f"{message[: _MAX_MESSAGE - 40]}... ({len(message)} characters)"
     if as_json:
@@ -113,6 +113,16 @@ def _fail(message: str, code: int, kind: str, as_json: bool) -> None:
     else:
         click.echo(f"mnrt: error: {message}", err=True)
     sys.exit(code)
+
+
+def _one_line(message: str) -> str:
+    """A message of several lines on one: a list's items (an importer's problems, one a
+    line) kept apart by '; ', not run together."""
+    lines = [" ".join(line.split()) for line in message.splitlines()]
+    text = ""
+    for line in filter(None, lines):
+        text += line if not text else (" " if text.endswith(":") else "; ") + line
+    return text
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

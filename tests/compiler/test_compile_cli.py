@@ -408,6 +408,15 @@ def test_input_files_fix_what_the_model_leaves_open(tmp_path):
     )
     r = CliRunner().invoke(cli, ["compile", str(model), "-o", str(out), *given[:2]])
     assert r.exit_code == 2 and "mnrt compile --input shape=FILE.npy" in r.output
+    # Two inputs of symbolic shape, neither given: each named with its flag, the two kept
+    # apart on the error's one line (they ran together: "...that fixes it input 'b' ...")
+    a, b = (helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n"]) for n in "ab")
+    graph = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])], "ab", [a, b], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+    r = CliRunner().invoke(cli, ["compile", str(model), "-o", str(out)])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+    assert "2 unsupported node(s): input 'a' has a symbolic" in r.output
+    assert "(ctx.compile(model, inputs), or mnrt compile --input a=FILE.npy); input 'b'" in r.output
 
 
 def test_an_infinite_error_against_the_reference_is_strict_json(tmp_path):

@@ -353,7 +353,8 @@ def _input_shape(inp: Any, example: np.ndarray | None) -> tuple[int, ...]:
     if not tt.HasField("shape") or None in dims:
         raise Unsupported(
             f"input '{inp.name}' has a symbolic or missing dimension; give a concrete shape "
-            "(e.g. with onnx.tools.update_model_dims) or an example input that fixes it"
+            "(e.g. with onnx.tools.update_model_dims) or an example input that fixes it "
+            f"(ctx.compile(model, inputs), or mnrt compile --input {inp.name}=FILE.npy)"
         )
     return tuple(dims)
 
