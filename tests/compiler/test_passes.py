@@ -16,6 +16,7 @@ from mnrt.compiler.passes import (
     apply_float_dtype,
     cancel_round_trip_casts,
     common_subexpressions,
+    concat_before_widening,
     dead_code,
     fold_constants,
     fold_scale_shift,
@@ -159,6 +160,54 @@ def test_mixed_precision_round_trips_between_gemms_are_dropped_exactly(dev):
     np.testing.assert_array_equal(
         run(lean, dev, {"x": x_val})["y"], run(mixed, dev, {"x": x_val})["y"]
     )
+
+
+def _dense_block(layers: int, float_head: bool):
+    """DenseNet's pattern in mixed precision: each layer's half result widened, and every
+    later concatenation reading the widened ones (after a float input when `float_head`)."""
+    rng = np.random.default_rng(6)
+    b = GraphBuilder("dense")
+    x = b.input("x", (1, 4, 3, 3), "float")
+    features = [b.relu(x)] if float_head else []
+    for i in range(layers):
+        h = b.cast(b.node("tanh", b.cast(x, to="half")), to="float") if i == 0 else None
+        h = h or b.cast(b.mul(b.cast(x, to="half"), b.param(f"w{i}", rng.standard_normal(
+            (1, 4, 1, 1)).astype(np.float32), dtype="half")), to="float")  # fmt: skip
+        features.append(h)
+        if len(features) > 1:
+            b.output(b.relu(b.concat(*features, axis=1)), f"y{i}")
+    return b.build()
+
+
+@pytest.mark.parametrize("float_head", [False, True])
+def test_concatenations_of_widened_values_concatenate_narrow_and_widen_once(dev, float_head):
+    """Each widening cast read by several concatenations was a kernel of its own that no
+    chain could take in (torchvision's DenseNet-121 at O3: 56 of 243 kernels); concatenated
+    narrow, one widening per concatenation is left, and the results are the same bits."""
+    graph = _dense_block(4, float_head)
+    assert ops(graph).count("cast") == 4 + 4  # each layer: narrow its input, widen its result
+    joined = concat_before_widening(graph)
+    widening = [n for n in joined.nodes if n.op == "cast" and n.attrs["to"] == "float"]
+    concats = [n for n in joined.nodes if n.op == "concat"]
+    # with a float head: the first concat(relu(x), widen(h0)) as it was (one narrow value
+    # is no run to join), each later one concat(relu(x), widen(concat(h0, h1, ...)))
+    assert len(widening) == (4 if float_head else 3) and len(concats) == (7 if float_head else 3)
+    for node in concats:
+        dtypes = {joined.values[n].dtype.name for n in node.inputs}
+        assert dtypes == {"half"} or (float_head and dtypes == {"float"}), dtypes
+    x = np.random.default_rng(7).standard_normal((1, 4, 3, 3)).astype(np.float32)
+    want, got = run(graph, dev, {"x": x}), run(joined, dev, {"x": x})
+    for name in graph.outputs:
+        np.testing.assert_array_equal(got[name].view(np.uint32), want[name].view(np.uint32))
+
+
+def test_a_concatenation_of_values_widened_from_different_types_is_kept():
+    b = GraphBuilder("g")
+    x = b.input("x", (2, 2), "double")
+    half, single = b.cast(x, to="half"), b.cast(x, to="float")
+    b.output(b.concat(b.cast(half, to="double"), b.cast(single, to="double"), axis=0), "y")
+    graph = b.build()
+    assert ops(concat_before_widening(graph)) == ops(graph)
 
 
 def test_a_narrowing_then_widening_pair_is_kept():
