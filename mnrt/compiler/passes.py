@@ -171,43 +171,37 @@ def concat_before_widening(graph: Graph) -> Graph:
         narrow = g.values[cast.inputs[0]].dtype
         return narrow if _widens(narrow, wide) else None
 
-    nodes = []
-    for node in g.nodes:
-        if node.op != "concat":
-            nodes.append(node)
-            continue
+    def rewritten(node: Node) -> list[Node]:
         wide = g.values[node.outputs[0]].dtype
-        axis = int(node.attrs.get("axis", 0))
         runs = [list(run) for _, run in itertools.groupby(
             node.inputs, key=lambda name: narrow_of(name, wide) or name)]  # fmt: skip
-        if len(runs) == len(node.inputs) or (
-            len(runs) == 1 and narrow_of(runs[0][0], wide) is None
-        ):
-            nodes.append(node)  # no run of two narrow values to join
-            continue
-        inputs = []
-        for run in runs:
-            narrow = narrow_of(run[0], wide)
-            if narrow is None or (len(run) == 1 and len(runs) > 1):
+        joined = [len(run) > 1 and narrow_of(run[0], wide) is not None for run in runs]
+        if not any(joined):
+            return [node]
+        axis, inputs, made = int(node.attrs.get("axis", 0)), [], []
+        for run, join in zip(runs, joined):
+            if not join:
                 inputs += run
                 continue
-            parts = [producer[name].inputs[0] for name in run]
             shape = list(g.values[run[0]].shape)
             shape[axis] = sum(g.values[name].shape[axis] for name in run)
-            joined = _fresh(g, f"{node.outputs[0]}_narrow", narrow)
-            g.values[joined].shape = tuple(shape)
-            nodes.append(Node("concat", parts, [joined], dict(node.attrs), f"{node.name}_narrow"))
-            if len(runs) == 1:  # the whole: widened into the concatenation's own result
-                nodes.append(Node("cast", [joined], list(node.outputs), {"to": wide.name},
-                                  f"{node.name}_widen"))  # fmt: skip
-                break
-            widened = _fresh(g, f"{node.outputs[0]}_widened", wide)
+            narrow = _fresh(g, f"{node.outputs[0]}_narrow", narrow_of(run[0], wide))
+            g.values[narrow].shape = tuple(shape)
+            parts = [producer[name].inputs[0] for name in run]
+            made.append(Node("concat", parts, [narrow], dict(node.attrs), f"{node.name}_narrow"))
+            # the whole concatenation widened into its own result, or a part of it
+            widened = node.outputs[0] if len(runs) == 1 else _fresh(g, f"{narrow}_wide", wide)
             g.values[widened].shape = tuple(shape)
-            nodes.append(Node("cast", [joined], [widened], {"to": wide.name},
-                              f"{node.name}_widen"))  # fmt: skip
+            made.append(Node("cast", [narrow], [widened], {"to": wide.name},
+                             f"{node.name}_widen"))  # fmt: skip
             inputs.append(widened)
-        else:
-            nodes.append(Node("concat", inputs, list(node.outputs), dict(node.attrs), node.name))
+        if len(runs) > 1:
+            made.append(Node("concat", inputs, list(node.outputs), dict(node.attrs), node.name))
+        return made
+
+    nodes = [
+        new for node in g.nodes for new in (rewritten(node) if node.op == "concat" else [node])
+    ]
     g.nodes = nodes
     return dead_code(g)
 
