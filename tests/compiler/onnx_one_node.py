@@ -39,19 +39,21 @@ def one_node_model(op: str, inputs: dict[str, np.ndarray], outputs: list[str],
 
 
 def node_model(op: str, values: dict[str, np.ndarray | None], inputs: set[str], opset: int,
-               /, domain: str = "", **attrs: Any) -> Any:  # fmt: skip
+               /, domain: str = "", outputs: tuple[str, ...] = ("y",),
+               **attrs: Any) -> Any:  # fmt: skip
     """A model of one `op` of `domain` reading `values` in their order (a value None leaves
     that optional input out): those named in `inputs` as graph inputs, the rest as
-    initializers (one_node_model puts every graph input first). `opset` is the default
-    domain's; an attribute of that name (QLinearSoftmax has one) is the node's."""
+    initializers (one_node_model puts every graph input first). `outputs` name the node's
+    outputs, an empty name leaving an optional one out. `opset` is the default domain's; an
+    attribute of that name (QLinearSoftmax has one) is the node's."""
     given = {k: v for k, v in values.items() if v is not None}
     vis = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
            for k, v in given.items() if k in inputs]  # fmt: skip
     inits = [numpy_helper.from_array(v, k) for k, v in given.items() if k not in inputs]
     names = [k if v is not None else "" for k, v in values.items()]
-    node = helper.make_node(op, names, ["y"], domain=domain, **attrs)
-    graph = helper.make_graph([node], "t", vis, [helper.make_empty_tensor_value_info("y")],
-                              initializer=inits)  # fmt: skip
+    node = helper.make_node(op, names, list(outputs), domain=domain, **attrs)
+    outs = [helper.make_empty_tensor_value_info(o) for o in outputs if o]
+    graph = helper.make_graph([node], "t", vis, outs, initializer=inits)
     opsets = [helper.make_opsetid("", opset)]
     if domain:
         opsets.append(helper.make_opsetid(domain, 1))

@@ -19,6 +19,7 @@ from . import (
     linear_attention,
     loss,
     norm,
+    ort_transformer,
     pool,
     qlinear,
     quantize,
@@ -173,5 +174,15 @@ register("FlexAttention", flex_attention.flex_attention, domain="ai.onnx.preview
 register("RMSNormalization", transformer.rms_norm)
 register("RotaryEmbedding", transformer.rotary_embedding)
 register("SwiGLU", transformer.swiglu)
+# onnxruntime's fused transformer ops, which its transformer optimizer writes
+register("Gelu", ort_transformer.gelu, domain="com.microsoft")
+register("BiasGelu", ort_transformer.bias_gelu, domain="com.microsoft")
+register("FastGelu", ort_transformer.fast_gelu, domain="com.microsoft")
+register("QuickGelu", ort_transformer.quick_gelu, domain="com.microsoft")
+register("SkipLayerNormalization", ort_transformer.skip_layer_norm, domain="com.microsoft")
+register("SkipSimplifiedLayerNormalization", ort_transformer.skip_simplified_layer_norm,
+         domain="com.microsoft")  # fmt: skip
+register("SimplifiedLayerNormalization", ort_transformer.simplified_layer_norm)
+register("MatMulNBits", ort_transformer.matmul_nbits, domain="com.microsoft")
 # control flow decided at import time
 register("If", control.if_)

@@ -28,12 +28,9 @@ import numpy as np
 from ....device.dtypes import dtype as resolve_dtype
 from ...builder import Symbol
 from ..state import Attrs, Ctx, Invalid, Unsupported, device_dtype_name
+from .common import optional_input
 
 _MODES = {0: "the raw QK product", 1: "after softcap", 2: "after the bias", 3: "softmax"}
-
-
-def _opt(node: Any, index: int) -> str | None:
-    return node.input[index] if len(node.input) > index and node.input[index] else None
 
 
 def _split_heads(cx: Ctx, x: Symbol, heads: int, what: str) -> Symbol:
@@ -237,7 +234,7 @@ def attention(cx: Ctx, node: Any, at: Attrs) -> list:
     three_d = len(cx.shape(q)) == 3
     q, k, v = _heads(cx, at, q, k, v)
     check_shapes(cx, q, k, v)
-    mask, past_k, past_v, nonpad = (_opt(node, i) for i in (3, 4, 5, 6))
+    mask, past_k, past_v, nonpad = (optional_input(node, i) for i in (3, 4, 5, 6))
     if (past_k is None) != (past_v is None):
         raise Invalid("past_key and past_value must be given together")
     if nonpad is not None and past_k is not None:

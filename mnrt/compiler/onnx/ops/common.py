@@ -10,6 +10,12 @@ from ...builder import Symbol
 from ..state import Attrs, Ctx, Invalid, Unsupported, axis_index
 
 
+def optional_input(node: Any, index: int) -> str | None:
+    """The name of a node's optional input `index`, None where the node leaves it out (too
+    few inputs, or an empty name in its place)."""
+    return node.input[index] if len(node.input) > index and node.input[index] else None
+
+
 def legacy_broadcast(cx: Ctx, at: Attrs, a: Symbol, b: Symbol) -> Symbol:
     """Opset < 7 binary ops: `broadcast=1, axis=k` aligns b with a's axis k."""
     if at.get("broadcast", 0) and at.has("axis"):

@@ -18,14 +18,11 @@ import numpy as np
 
 from ...builder import Symbol
 from ..state import Attrs, Ctx, Invalid, Unsupported
+from .common import optional_input
 
 _RULES = ("linear", "gated", "delta", "gated_delta")
 # One step is about a dozen kernels: longer sequences would make graphs of tens of thousands.
 _MAX_STEPS = 1024
-
-
-def _opt(node: Any, index: int) -> str | None:
-    return node.input[index] if len(node.input) > index and node.input[index] else None
 
 
 def _per_head(cx: Ctx, x: Symbol, heads: int, what: str) -> Symbol:
@@ -45,7 +42,7 @@ def _rule(cx: Ctx, node: Any, at: Attrs) -> tuple[bool, bool]:
         raise Invalid(f"update_rule '{rule}' is not one of {', '.join(_RULES)}")
     gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
     for name, index, needed in (("decay", 4, gating), ("beta", 5, delta)):
-        if (_opt(node, index) is not None) != needed:
+        if (optional_input(node, index) is not None) != needed:
             raise Invalid(f"update_rule '{rule}' {'requires' if needed else 'forbids'} {name}")
     return gating, delta
 
@@ -80,7 +77,7 @@ def linear_attention(cx: Ctx, node: Any, at: Attrs) -> list:
         raise Unsupported(f"a sequence of {t} steps (the recurrence is unrolled: at most "
                           f"{_MAX_STEPS})")  # fmt: skip
 
-    past = _opt(node, 3)
+    past = optional_input(node, 3)
     if past is not None:
         state = cx.sym(past)
         if cx.shape(state) != (b, hkv, dk, dv):

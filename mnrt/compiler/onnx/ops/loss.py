@@ -14,6 +14,7 @@ import numpy as np
 
 from ...builder import Symbol
 from ..state import Attrs, Ctx, Invalid, Unsupported
+from .common import optional_input
 
 
 def _nll(cx: Ctx, node: Any, at: Attrs, logp: Symbol, target: Symbol,
@@ -54,7 +55,8 @@ def _nll(cx: Ctx, node: Any, at: Attrs, logp: Symbol, target: Symbol,
 
 
 def _optional(cx: Ctx, node: Any, index: int) -> Symbol | None:
-    return cx.sym(node.input[index]) if len(node.input) > index and node.input[index] else None
+    name = optional_input(node, index)
+    return None if name is None else cx.sym(name)
 
 
 def nll_loss(cx: Ctx, node: Any, at: Attrs) -> list:

@@ -56,14 +56,20 @@ def layer_norm(cx: Ctx, node: Any, at: Attrs) -> list:
     y = cx.op("layernorm", *ins, axis=axis, epsilon=eps)
     if not any(node.output[1:]):
         return [y]
-    x = ins[0]
+    return [y, *layer_norm_stats(cx, ins[0], axis, eps)]
+
+
+def layer_norm_stats(cx: Ctx, x: Symbol, axis: int, eps: float) -> tuple[Symbol, Symbol]:
+    """The mean and inverse standard deviation the layernorm kernel normalises x by, over
+    axis..end and kept as size-1 axes: the kernel does not return them, so a model that
+    asks for them (LayerNormalization's optional outputs, onnxruntime's fused ones) gets
+    them computed again."""
     rank = len(cx.shape(x))
     axes = list(range(axis_index(axis, rank), rank))
     mean = cx.op("mean", x, axes=axes, keepdims=True)
     d = cx.op("sub", x, mean)
     var = cx.op("mean", cx.op("mul", d, d), axes=axes, keepdims=True)
-    inv = cx.op("rsqrt", cx.op("add", var, cx.param(np.array(eps), like=x)))
-    return [y, mean, inv]
+    return mean, cx.op("rsqrt", cx.op("add", var, cx.param(np.array(eps), like=x)))
 
 
 def lrn(cx: Ctx, node: Any, at: Attrs) -> list:

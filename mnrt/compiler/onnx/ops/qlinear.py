@@ -41,10 +41,10 @@ import numpy as np
 from ...builder import Symbol
 from ..state import Attrs, Converter, Ctx, Invalid, axis_index
 from . import pool, unary
+from .common import optional_input
 from .quantize import (
     centred,
     check_8bit,
-    opt,
     per_column,
     quantize_rounded,
     quantize_to,
@@ -127,9 +127,9 @@ def _unary_operands(cx: Ctx, node: Any) -> tuple[str, Symbol, Symbol | None, Sym
     x = node.input[0]
     check_8bit(cx, [x], node.op_type)
     return (x, _scale(cx, node.input[1], "X_scale"),
-            _zero_point(cx, opt(node, 2), x, "X_zero_point"),
+            _zero_point(cx, optional_input(node, 2), x, "X_zero_point"),
             _scale(cx, node.input[3], "Y_scale"),
-            _zero_point(cx, opt(node, 4), x, "Y_zero_point"))  # fmt: skip
+            _zero_point(cx, optional_input(node, 4), x, "Y_zero_point"))  # fmt: skip
 
 
 def qlinear_sigmoid(cx: Ctx, node: Any, at: Attrs) -> list:
@@ -195,10 +195,10 @@ def qlinear_where(cx: Ctx, node: Any, at: Attrs) -> list:
         raise Invalid(f"condition '{cond}' is {cx.dtype_name(cond)}, not bool")
     check_8bit(cx, [x, y], "QLinearWhere")
     same_type(cx, x, y, "Y")
-    into = (node.input[7], opt(node, 8))
+    into = (node.input[7], optional_input(node, 8))
     same_type(cx, x, into[1], "z_zero_point")
-    xq = _requantized(cx, x, (node.input[2], opt(node, 3)), into)
-    yq = _requantized(cx, y, (node.input[5], opt(node, 6)), into)
+    xq = _requantized(cx, x, (node.input[2], optional_input(node, 3)), into)
+    yq = _requantized(cx, y, (node.input[5], optional_input(node, 6)), into)
     return [cx.op("where", cx.sym(cond), xq, yq)]
 
 
@@ -211,7 +211,7 @@ def _binary_operands(cx: Ctx, node: Any) -> tuple:
     check_8bit(cx, [a, b], node.op_type)
     same_type(cx, a, b, "B")
     pairs = [(_scale(cx, node.input[i], f"{n}_scale"),
-              _zero_point(cx, opt(node, i + 1), a, f"{n}_zero_point"))
+              _zero_point(cx, optional_input(node, i + 1), a, f"{n}_zero_point"))
              for i, n in ((1, "A"), (4, "B"), (6, "C"))]  # fmt: skip
     return a, b, pairs
 
@@ -326,13 +326,13 @@ def qgemm(cx: Ctx, node: Any, at: Attrs) -> list:
     if len(sa) != 2 or len(sb) != 2:
         raise Invalid(f"A of shape {sa} and B of shape {sb} must be matrices")
     n = sb[0] if trans_b else sb[1]
-    a_zp = _zero_point(cx, opt(node, 2), a, "a_zero_point")
-    b_zp = opt(node, 5)
+    a_zp = _zero_point(cx, optional_input(node, 2), a, "a_zero_point")
+    b_zp = optional_input(node, 5)
     same_type(cx, b, b_zp, "b_zero_point")
     b_zp_col = per_column(cx, b_zp, n, "b_zero_point") if b_zp else None
     if b_zp_col is not None and trans_b and cx.shape(b_zp_col):
         b_zp_col = cx.reshape(b_zp_col, (n, 1))  # B is N x K: one zero point per row of it
-    c = opt(node, 6)
+    c = optional_input(node, 6)
     if c is not None and cx.dtype_name(c) != "int32":
         raise Invalid(f"C '{c}' is {cx.dtype_name(c)}: it is int32, quantized with "
                       "alpha * a_scale * b_scale")  # fmt: skip
@@ -347,8 +347,8 @@ def qgemm(cx: Ctx, node: Any, at: Attrs) -> list:
         raise Invalid(f"b_scale '{node.input[4]}' is {cx.dtype_name(node.input[4])}: "
                       "scales are float32")  # fmt: skip
     b_scale = per_column(cx, node.input[4], n, "b_scale")
-    y_scale = _scale(cx, node.input[7], "y_scale") if opt(node, 7) else None
-    y_zp = opt(node, 8)
+    y_scale = _scale(cx, node.input[7], "y_scale") if optional_input(node, 7) else None
+    y_zp = optional_input(node, 8)
     if y_zp is None:
         scale = cx.op("mul", a_scale, b_scale)
         if y_scale is not None:

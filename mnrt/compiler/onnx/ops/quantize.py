@@ -20,7 +20,7 @@ import numpy as np
 from ....device.dtypes import dtype as resolve_dtype
 from ...builder import Symbol
 from ..state import Attrs, Ctx, Invalid, Unsupported, axis_index, device_dtype_name
-from .common import Window
+from .common import Window, optional_input
 from .linalg import product
 
 # The integer types the device holds that the quantizing ops produce (float8, int4 and the
@@ -28,11 +28,6 @@ from .linalg import product
 _QUANTIZED = ("int8", "uint8", "int16", "uint16")
 # What MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv take (8-bit only).
 _EIGHT_BIT = ("int8", "uint8")
-
-
-def opt(node: Any, i: int) -> str | None:
-    """The name of optional input i, or None where the node leaves it out."""
-    return node.input[i] if len(node.input) > i and node.input[i] else None
 
 
 def _as(cx: Ctx, s: Symbol, to: str) -> Symbol:
@@ -112,7 +107,7 @@ def quantize_linear(cx: Ctx, node: Any, at: Attrs) -> list:
     """The division is in the scale's type, or in the `precision` attribute's (opset 23),
     as the spec says; `saturate` concerns only float8 targets, which the device lacks."""
     at.get("saturate")
-    x_name, s_name, zp_name = node.input[0], node.input[1], opt(node, 2)
+    x_name, s_name, zp_name = node.input[0], node.input[1], optional_input(node, 2)
     to = device_dtype_name(at.get("output_dtype"), "output_dtype") if at.get("output_dtype") \
         else "uint8"  # fmt: skip
     if zp_name is not None:
@@ -138,7 +133,7 @@ def quantize_linear(cx: Ctx, node: Any, at: Attrs) -> list:
 def dequantize_linear(cx: Ctx, node: Any, at: Attrs) -> list:
     """(x - zero point) * scale in float32, then rounded once to the output type, as the
     reference computes it: x - zero point is exact in float32 for every type but int32."""
-    x_name, s_name, zp_name = node.input[0], node.input[1], opt(node, 2)
+    x_name, s_name, zp_name = node.input[0], node.input[1], optional_input(node, 2)
     t = same_type(cx, x_name, zp_name, "x_zero_point")
     if t not in (*_QUANTIZED, "int32"):
         raise Unsupported(f"dequantizing {t}: the device's quantized types are "
@@ -270,17 +265,19 @@ def quantize_rounded(cx: Ctx, y: Symbol, zp: Symbol | None, to: str) -> Symbol:
 
 
 def matmul_integer(cx: Ctx, node: Any, at: Attrs) -> list:
-    return [_int_matmul(cx, node.input[0], node.input[1], opt(node, 2), opt(node, 3),
-                        "MatMulInteger")]  # fmt: skip
+    zps = optional_input(node, 2), optional_input(node, 3)
+    return [_int_matmul(cx, node.input[0], node.input[1], *zps, "MatMulInteger")]
 
 
 def qlinear_matmul(cx: Ctx, node: Any, at: Attrs) -> list:
-    a_name, b_name, y_zp = node.input[0], node.input[3], opt(node, 7)
+    a_name, b_name, y_zp = node.input[0], node.input[3], optional_input(node, 7)
     to = cx.dtype_name(y_zp) if y_zp else cx.dtype_name(a_name)
     check_8bit(cx, [a_name, b_name], "QLinearMatMul")
     if to not in _EIGHT_BIT:
         raise Unsupported(f"QLinearMatMul to {to}: it gives int8 or uint8")
-    acc = _int_matmul(cx, a_name, b_name, opt(node, 2), opt(node, 5), "QLinearMatMul")
+    acc = _int_matmul(
+        cx, a_name, b_name, optional_input(node, 2), optional_input(node, 5), "QLinearMatMul"
+    )
     sa, cols = cx.shape(a_name), cx.shape(acc)[-1] if cx.shape(acc) else 1
     scales = [
         _per_row(cx, node.input[1], sa[-2] if len(sa) > 1 else None, "a_scale"),
@@ -359,21 +356,21 @@ def _channel(cx: Ctx, name: str, channels: int, trailing: int, what: str) -> Sym
 
 
 def conv_integer(cx: Ctx, node: Any, at: Attrs) -> list:
-    x, w = _conv_operands(cx, node, opt(node, 2), opt(node, 3))
+    x, w = _conv_operands(cx, node, optional_input(node, 2), optional_input(node, 3))
     return [_int_conv(cx, x, w, at)]
 
 
 def qlinear_conv(cx: Ctx, node: Any, at: Attrs) -> list:
     """The int32 convolution plus the int32 bias B, requantized with x_scale * w_scale /
     y_scale (w_scale one per output channel or one for all)."""
-    x, w = _conv_operands(cx, node, opt(node, 2), opt(node, 5))
-    y_zp = opt(node, 7)
+    x, w = _conv_operands(cx, node, optional_input(node, 2), optional_input(node, 5))
+    y_zp = optional_input(node, 7)
     to = cx.dtype_name(y_zp) if y_zp else cx.dtype_name(node.input[0])
     if to not in _EIGHT_BIT:
         raise Unsupported(f"QLinearConv to {to}: it gives int8 or uint8")
     acc = _int_conv(cx, x, w, at)
     m, trailing = cx.shape(acc)[1], len(cx.shape(acc)) - 2
-    if opt(node, 8):
+    if optional_input(node, 8):
         acc = cx.op("add", acc, _as(cx, _channel(cx, node.input[8], m, trailing, "B"), "int32"))
     scales = [
         _scalar(cx, node.input[1], "x_scale"),

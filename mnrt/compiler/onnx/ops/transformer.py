@@ -9,6 +9,7 @@ import numpy as np
 
 from ...builder import Symbol
 from ..state import Attrs, Ctx, Invalid, Unsupported, axis_index
+from . import unary
 
 
 def _stash_type(at: Attrs) -> None:
@@ -50,13 +51,7 @@ def swiglu(cx: Ctx, node: Any, at: Attrs) -> list:
     if cx.shape(a) != cx.shape(b) or cx.dtype(a) is not cx.dtype(b):
         raise Invalid(f"A ({cx.shape(a)}, {cx.dtype(a).name}) and B ({cx.shape(b)}, "
                       f"{cx.dtype(b).name}) must have the same shape and dtype")  # fmt: skip
-    alpha = float(at.get("alpha", 1.0))
-    if alpha == 1.0:
-        gate = cx.op("silu", a)
-    else:
-        scaled = cx.op("mul", a, cx.param(np.array(alpha), like=a))
-        gate = cx.op("mul", a, cx.op("sigmoid", scaled))
-    return [cx.op("mul", gate, b)]
+    return [cx.op("mul", unary.sigmoid_gated(cx, a, float(at.get("alpha", 1.0))), b)]
 
 
 def _halves(cx: Ctx, x: Symbol, rot: int, interleaved: bool) -> tuple[Symbol, Symbol]:

@@ -237,10 +237,15 @@ def swish(cx: Ctx, node: Any, at: Attrs) -> list:
     """x * sigmoid(alpha * x)."""
     x = cx.sym(node.input[0])
     _float_only(cx, x, "Swish")
-    alpha = float(at.get("alpha", 1.0))
+    return [sigmoid_gated(cx, x, float(at.get("alpha", 1.0)))]
+
+
+def sigmoid_gated(cx: Ctx, x: Symbol, alpha: float) -> Symbol:
+    """x * sigmoid(alpha * x), the one silu kernel when alpha is 1: Swish, SwiGLU's gate
+    and onnxruntime's QuickGelu are this with different alphas."""
     if alpha == 1.0:
-        return [cx.op("silu", x)]
-    return [cx.op("mul", x, cx.op("sigmoid", cx.op("mul", x, _scalar(cx, alpha, x))))]
+        return cx.op("silu", x)
+    return cx.op("mul", x, cx.op("sigmoid", cx.op("mul", x, _scalar(cx, alpha, x))))
 
 
 def not_(cx: Ctx, node: Any, at: Attrs) -> list:
