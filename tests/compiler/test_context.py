@@ -159,6 +159,7 @@ def test_codegen_dir_holds_everything_and_loads_without_compiling(ctx, tmp_path)
         "fold_constants",
         "common_subexpressions",
         "fold_scale_shift",
+        "fuse_silu",
         "fuse_epilogues",
         "float_dtype",
         "common_subexpressions",

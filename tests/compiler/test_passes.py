@@ -22,6 +22,7 @@ from mnrt.compiler.passes import (
     fold_scale_shift,
     fuse_chains,
     fuse_epilogues,
+    fuse_silu,
 )
 
 
@@ -208,6 +209,72 @@ def test_a_concatenation_of_values_widened_from_different_types_is_kept():
     b.output(b.concat(b.cast(half, to="double"), b.cast(single, to="double"), axis=0), "y")
     graph = b.build()
     assert ops(concat_before_widening(graph)) == ops(graph)
+
+
+@pytest.mark.parametrize("gate_first", [False, True])
+def test_x_times_its_sigmoid_is_one_silu_kernel_of_the_same_bits(dev, gate_first):
+    """SiLU as PyTorch exports it (Sigmoid, Mul): two kernels, and the Mul's second read of
+    x kept a mixed compile's widening out of every chain (EfficientNet-B0)."""
+    b = GraphBuilder("g")
+    x = b.input("x", (4, 16), "float")
+    h = b.tanh(x)
+    gate = b.sigmoid(h)
+    b.output(b.mul(gate, h) if gate_first else b.mul(h, gate), "y")
+    graph = b.build()
+    fused = fuse_silu(graph)
+    assert ops(fused) == ["tanh", "silu"]
+    xs = np.random.default_rng(8).standard_normal((4, 16)).astype(np.float32) * 4
+    got, want = run(fused, dev, {"x": xs})["y"], run(graph, dev, {"x": xs})["y"]
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_a_sigmoid_read_elsewhere_or_times_another_value_is_kept():
+    b = GraphBuilder("g")
+    x, other = b.input("x", (4,), "float"), b.input("o", (4,), "float")
+    gate = b.sigmoid(x)
+    b.output(b.mul(x, gate), "y")
+    b.output(gate, "g")  # the sigmoid is an output too
+    b.output(b.mul(other, b.sigmoid(x)), "z")  # not x's own sigmoid
+    graph = common_subexpressions(b.build())
+    assert ops(fuse_silu(graph)) == ops(graph)
+
+
+def test_a_conv_and_its_silu_are_one_kernel_from_o2_on(ctx):
+    """EfficientNet's conv, BatchNormalization and SiLU: one conv2d with a silu epilogue."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(9)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "s", "t", "m", "v"], ["n"]),
+        helper.make_node("Sigmoid", ["n"], ["g"]),
+        helper.make_node("Mul", ["n", "g"], ["y"]),
+    ]
+    inits = {
+        "w": rng.standard_normal((4, 3, 3, 3)),
+        "s": rng.random(4) + 0.5,
+        "t": rng.standard_normal(4),
+        "m": rng.standard_normal(4),
+        "v": rng.random(4) + 0.5,
+    }
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    outputs = {}
+    for preset in ("O1", "O2"):
+        compiled = ctx.compile(
+            model, {"x": x}, options={"option_json": preset, "float_dtype": "float"}
+        )
+        outputs[preset] = compiled({"x": x})["y"].cpu()
+        if preset == "O2":
+            (conv,) = compiled.graph.nodes
+            assert conv.op == "conv2d" and conv.attrs["epilogue"] == "silu"
+    np.testing.assert_allclose(outputs["O2"], outputs["O1"], rtol=1e-5, atol=1e-6)
 
 
 def test_a_narrowing_then_widening_pair_is_kept():
