@@ -555,15 +555,9 @@ def fuse_chains(graph: Graph) -> Graph:
     return g
 
 
-_FULL = (
-    dead_code,
-    fold_constants,
-    common_subexpressions,
-    fold_scale_shift,
-    fuse_silu,
-    fuse_epilogues,
-    dead_code,
-)
+# O2's passes; O3 and O4 drop what fusing left unused as well.
+_FUSING = (dead_code, fold_constants, common_subexpressions, fold_scale_shift, fuse_silu,
+           fuse_epilogues)  # fmt: skip
 
 # Passes each preset runs after float_dtype, on the casts it inserted.
 AFTER_FLOAT_DTYPE = {
@@ -576,15 +570,8 @@ AFTER_FLOAT_DTYPE = {
 PIPELINES = {
     "O0": (),
     "O1": (dead_code, fold_constants),
-    "O2": (
-        dead_code,
-        fold_constants,
-        common_subexpressions,
-        fold_scale_shift,
-        fuse_silu,
-        fuse_epilogues,
-    ),
-    "O3": _FULL,
-    "O4": _FULL,
+    "O2": _FUSING,
+    "O3": (*_FUSING, dead_code),
+    "O4": (*_FUSING, dead_code),
     "debug": (),
 }
