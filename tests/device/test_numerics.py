@@ -81,6 +81,20 @@ def test_every_half_pattern_round_trips():
     assert np.isnan(values[~finite]).all()
 
 
+def test_every_half_pattern_decodes_to_its_fields_value():
+    """Sign, 6-bit exponent (bias 31) and 9-bit mantissa read independently, in float64:
+    normals, subnormals (m * 2**-39), both zeros, infinities and NaNs."""
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    sign = np.where(bits & 0x8000, -1.0, 1.0)
+    exponent, mantissa = (bits >> 9) & 63, (bits & 511).astype(np.float64)
+    normal = (1 + mantissa / 512) * np.exp2(exponent.astype(np.float64) - nm.HALF_BIAS)
+    want = sign * np.where(exponent == 0, mantissa * nm.HALF_MIN_SUBNORMAL, normal)
+    want = np.where(exponent == 63, np.where(mantissa == 0, sign * np.inf, np.nan), want)
+    got = nm.half_bits_to_float(bits)
+    np.testing.assert_array_equal(got.astype(np.float64), want)
+    assert np.signbit(got[0x8000]) and not np.signbit(got[0])
+
+
 def test_specials_and_saturation():
     x = np.array([np.inf, -np.inf, np.nan, 1e30, -1e30, nm.HALF_MAX, 2 * nm.HALF_MAX], np.float32)
     bits = nm.float_to_half_bits(x)
