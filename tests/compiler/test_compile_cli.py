@@ -415,7 +415,7 @@ def test_input_files_fix_what_the_model_leaves_open(tmp_path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
     r = CliRunner().invoke(cli, ["compile", str(model), "-o", str(out)])
     assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
-    assert "2 unsupported node(s): input 'a' has a symbolic" in r.output
+    assert "2 unsupported input(s): input 'a' has a symbolic" in r.output  # not "node(s)"
     assert "(ctx.compile(model, inputs), or mnrt compile --input a=FILE.npy); input 'b'" in r.output
 
 

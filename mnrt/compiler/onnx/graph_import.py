@@ -43,20 +43,30 @@ class _Problems:
     def __init__(self) -> None:
         self.invalid: list[str] = []
         self.unsupported: list[str] = []
+        # what the problems are of, beyond nodes: "input", "output"
+        self.parts: set[str] = set()
 
     def raise_any(self, name: str) -> None:
+        # "node(s)", or "input(s)", or "node(s) and input(s)": an input of symbolic shape
+        # was counted as an unsupported node
+        kinds = " and ".join(f"{k}(s)" for k in ("node", "input", "output")
+                             if k in self.parts or (k == "node" and self.invalid))  # fmt: skip
         if self.invalid:
             extra = f" and {len(self.unsupported)} unsupported" if self.unsupported else ""
             raise InvalidModelError(
-                f"ONNX model '{name}' has {len(self.invalid)} invalid{extra} node(s) (fix the "
+                f"ONNX model '{name}' has {len(self.invalid)} invalid{extra} {kinds} (fix the "
                 "model; onnx.checker.check_model explains ONNX's rules):\n  "
                 + "\n  ".join(self.invalid + self.unsupported)
             )
         if self.unsupported:
             raise UnsupportedModelError(
-                f"ONNX model '{name}' has {len(self.unsupported)} unsupported node(s):\n  "
+                f"ONNX model '{name}' has {len(self.unsupported)} unsupported {kinds}:\n  "
                 + "\n  ".join(self.unsupported)
             )
+
+    def unsupported_part(self, text: str, kind: str = "node") -> None:
+        self.unsupported.append(text)
+        self.parts.add(kind)
 
 
 def _label(node: Any) -> str:
@@ -94,7 +104,7 @@ def _check_node(cx: Ctx, node: Any, problems: _Problems, poisoned: set[str]) -> 
         return
     if any(n in poisoned for n in ins):
         if converter is None:
-            problems.unsupported.append(f"{label}: op {node.op_type} is not supported")
+            problems.unsupported_part(f"{label}: op {node.op_type} is not supported")
         poisoned.update(node.output)
         return
     if ins and all(cx.is_const(n) for n in ins) and foldable(node):
@@ -116,7 +126,7 @@ def _check_node(cx: Ctx, node: Any, problems: _Problems, poisoned: set[str]) -> 
                 _check_node(cx, inner, problems, poisoned)
             return
     if converter is None:
-        problems.unsupported.append(f"{label}: op {node.op_type} is not supported")
+        problems.unsupported_part(f"{label}: op {node.op_type} is not supported")
         poisoned.update(node.output)
         return
     # Its kernels are named in the ONNX node's scope (`/layer0/MatMul/gemm3`): what a
@@ -150,7 +160,7 @@ def _run_converter(cx: Ctx, node: Any, converter: Converter, label: str,
             raise Unsupported("attribute " + ", ".join(extra) + " is not supported")
         return results
     except Unsupported as e:
-        problems.unsupported.append(f"{label}: {e}")
+        problems.unsupported_part(f"{label}: {e}")
     except Invalid as e:
         problems.invalid.append(f"{label}: {e}")
     except (ShapeError, DTypeError, GraphError) as e:
@@ -425,7 +435,7 @@ def from_onnx(model: Any, inputs: Mapping[str, Any] | None = None) -> Graph:
             example = examples.get(inp.name)
             cx.add_input(inp.name, _input_shape(declared[inp.name], example), dtype, example)
         except Unsupported as e:
-            problems.unsupported.append(str(e))
+            problems.unsupported_part(str(e), "input")
             poisoned.add(inp.name)
 
     cx.b.reserve([*order, *(out.name for out in g.output)])
@@ -436,7 +446,7 @@ def from_onnx(model: Any, inputs: Mapping[str, Any] | None = None) -> Graph:
         try:
             _add_output(cx, out.name)
         except Unsupported as e:
-            problems.unsupported.append(f"output '{out.name}': {e}")
+            problems.unsupported_part(f"output '{out.name}': {e}", "output")
     problems.raise_any(g.name)
     cx.add_unread_inputs()
     graph = cx.b.build()
