@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from ..device.dtypes import dtype as resolve_dtype
-from ..device.kernels import lookup
-from ..errors import InvalidArgumentError
+from ..device.kernels import TensorSpec, lookup
+from ..errors import InvalidArgumentError, MnrtError
 from .ir import INPUT, PARAM, Graph, GraphError, Node, value
 
 
@@ -97,8 +97,8 @@ class GraphBuilder:
         kdef = lookup(op)
         if outputs is not None and (isinstance(outputs, bool) or not isinstance(outputs, int)):
             raise GraphError(f"{op}: outputs is a count of outputs, got {outputs!r}")
-        if outputs is not None and outputs != len(kdef.outputs):
-            # every kernel has a fixed number of outputs (names were made for any count
+        if outputs is not None and not kdef.required_outputs <= outputs <= len(kdef.outputs):
+            # every kernel has a bounded number of outputs (names were made for any count
             # before: outputs=2**70 ran out of memory)
             raise GraphError(
                 f"{op} has {len(kdef.outputs)} output(s) ({', '.join(kdef.outputs)}), not {outputs}"
@@ -106,16 +106,28 @@ class GraphBuilder:
         bad = [n for n in inputs if not isinstance(n, str)]
         if bad:
             raise GraphError(f"{op}: operands are values of this builder, got {bad[0]!r}")
-        count = outputs if outputs is not None else len(kdef.outputs)
-        names = [self._fresh(f"{op}_") for _ in range(count)]
-        prefix = "".join(f"{s}/" for s in self._scopes)
-        node = Node(op, list(inputs), names, attrs, name=f"{prefix}{op}{len(self.graph.nodes)}")
         for name in inputs:
             if name not in self.graph.values:
                 raise GraphError(f"{op}: '{name}' is not a value of graph '{self.graph.name}'")
+        count = outputs if outputs is not None else self._outputs_made(op, inputs, attrs)
+        names = [self._fresh(f"{op}_") for _ in range(count)]
+        prefix = "".join(f"{s}/" for s in self._scopes)
+        node = Node(op, list(inputs), names, attrs, name=f"{prefix}{op}{len(self.graph.nodes)}")
         self.graph.append(node)
         result = tuple(Symbol(n) for n in names)
         return result[0] if len(result) == 1 else result
+
+    def _outputs_made(self, op: str, inputs: Iterable[str], attrs: dict[str, Any]) -> int:
+        """How many outputs the kernel makes with these attributes: its required ones, and
+        the optional ones its attributes ask for (a chain's tap)."""
+        kdef = lookup(op)
+        if kdef.required_outputs == len(kdef.outputs):
+            return kdef.required_outputs
+        specs = [TensorSpec(self.graph.values[n].shape, self.graph.values[n].dtype) for n in inputs]
+        try:
+            return len(kdef.infer(specs, kdef.check_attrs(attrs)))
+        except MnrtError as e:
+            raise GraphError(f"{op}: {e}") from None
 
     def __getattr__(self, op: str) -> Any:
         if op.startswith("_"):

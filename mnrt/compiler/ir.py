@@ -160,6 +160,7 @@ class Graph:
             kdef.check_arity(len(node.inputs), len(node.outputs))
             specs = [TensorSpec(self.values[n].shape, self.values[n].dtype) for n in node.inputs]
             results = kdef.infer(specs, node.attrs)
+            kdef.check_outputs(len(node.outputs), results)
         except (ShapeError, DTypeError) as e:
             raise type(e)(f"{where}: {e}") from None
         except MnrtError as e:

@@ -160,12 +160,14 @@ def _with_epilogue(export: Callable[[Emitter, Node], None]) -> Callable[[Emitter
 
 def _chain(out: Emitter, n: Node) -> None:
     """A chain exports as its steps, one ONNX node (or a few) each, in order, each on the
-    result before it and the chain's operands it takes."""
+    result before it and the chain's operands it takes; the tapped step's result under
+    the chain's second output's name."""
     ins = [TensorSpec(out.shapes[v], out.dtypes[v]) for v in n.inputs]
     steps = chain.plan(n.attrs, ins)
+    tap = n.attrs.get("tap", chain.NO_TAP)
     x = n.inputs[0]
     for i, step in enumerate(steps):
-        y = n.outputs[0] if i + 1 == len(steps) else out.temp()
+        y = n.outputs[0] if i + 1 == len(steps) else n.outputs[1] if i == tap else out.temp()
         out.shapes[y], out.dtypes[y] = step.y.shape, step.y.dtype
         _EXPORTERS[step.op](out, Node(step.op, step.inputs(x, n.inputs), [y], dict(step.attrs)))
         x = y

@@ -42,6 +42,7 @@ steps' together:
 
     compute_s = sum over steps of flops / (peak(step precision) * unit_share * utilisation)
     dram      = the first step's input traffic + the last step's output traffic
+                + the result of the step it also writes out (its tap), if any
                 + each step's traffic beyond the results it reads and writes (the
                   chain's operands it takes, a re-read window)
                 + both sides of every intermediate not kept in local memory
@@ -134,8 +135,8 @@ def model_chain(
 ) -> Modelled:
     """A chain's steps run in one launch: the formula in the module docstring. `onchip` as
     for a kernel, by position among the chain's operands (its input x, its other inputs in
-    order, then its output; `inputs` of them before it); `room` the local memory its
-    intermediates may take (None: the chip's whole)."""
+    order, then its output and its tapped result; `inputs` of them before those); `room`
+    the local memory its intermediates may take (None: the chip's whole)."""
 
     def moved(cost: Cost, t: TensorSpec, position: int) -> float:
         return float(t.nbytes if cost.traffic is None else cost.traffic[position])
@@ -153,6 +154,10 @@ def model_chain(
         dram += cost.dram_bytes - moved(cost, part.x, part.at) - moved(cost, y, outputs_at)
         others = [j for j in range(len(part.ins)) if j != part.at]
         kept += sum(moved(cost, part.ins[j], j) for j, t in zip(others, part.takes) if t in onchip)
+        if part.written:  # the tap: to DRAM (or the chain's local memory) besides
+            tapped = moved(cost, y, outputs_at)
+            dram += tapped
+            kept += tapped * (inputs + 1 in onchip)
         sram += cost.sram_bytes
         l2bm += cost.l2bm_bytes
         step_lm += cost.lm_bytes

@@ -331,7 +331,8 @@ class Program:
             signature = (k.op, in_specs, tuple(k.attrs.items()))
             try:
                 expected = _memo(signature, k.kdef.infer, list(in_specs), k.attrs)
-            except (ShapeError, DTypeError) as e:
+                k.kdef.check_outputs(len(outs), expected)
+            except (ShapeError, DTypeError, KernelAttributeError) as e:
                 raise type(e)(f"{where}: {e}") from None
             for slot, buf, want in zip(k.outputs, outs, expected):
                 if buf.shape != want.shape:

@@ -437,6 +437,7 @@ class _Validator:
             where = f"program id {gid} kernel {i} '{k.op}'"
             try:
                 expected = k.kdef.infer([bound[s] for s in k.inputs], k.attrs)
+                k.kdef.check_outputs(len(k.outputs), expected)
             except MnrtError as e:
                 raise self.fail(f"{where}: {e}") from None
             for slot, want in zip(k.outputs, expected):

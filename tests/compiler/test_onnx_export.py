@@ -427,6 +427,9 @@ CASES += [
      {"steps": chain.dumps([{"op": "mul", "with": [1]}, {"op": "sub", "with": [2], "at": 1},
                             {"op": "add", "with": [0]}, {"op": "relu"}]),
       "x_dtype": "float", "operand_dtypes": "float,float"}),
+    ("chain-tap", "chain", {"x": _f(2, 3, 4), "t": _f(2, 3, 4)},
+     {"steps": chain.dumps([{"op": "add", "with": [1]}, {"op": "relu"}, {"op": "exp"}]),
+      "x_dtype": "float", "operand_dtypes": "float", "tap": 1}),
 ]  # fmt: skip
 
 

@@ -312,7 +312,7 @@ def test_fuse_chains_merges_a_run_of_vector_kernels_into_one_launch(dev):
         "  %probs: float[2x4] @dram = chain(%conv2d_0) {steps='["
         '{"op":"cast","attrs":{"to":"float"}},{"op":"max_pool2d","attrs":{"kernel":[2,2]}},'
         '{"op":"global_avg_pool2d"},{"op":"reshape","attrs":{"shape":[2,4]}},'
-        '{"op":"softmax"}]' + "', x_dtype='half', operand_dtypes='', lm_room=-1}",
+        '{"op":"softmax"}]' + "', x_dtype='half', operand_dtypes='', tap=-1, lm_room=-1}",
         "  return %probs",
     ]
     assert fused.nodes[-1].name == "cast1+max_pool2d2+global_avg_pool2d3+reshape4+softmax5"
@@ -320,18 +320,73 @@ def test_fuse_chains_merges_a_run_of_vector_kernels_into_one_launch(dev):
     assert got["probs"].tobytes() == want["probs"].tobytes()
 
 
-def test_a_graph_output_or_a_value_with_two_readers_ends_a_chain(dev):
+def test_a_value_read_elsewhere_too_is_the_tap_of_the_chain_that_goes_on(dev):
+    """The pooled value is a graph output, or read by an exp too: the chain that makes it
+    writes it out as its second output (its tap) and goes on to the softmax (with the exp,
+    its first reader, where the exp reads it), instead of ending there."""
     for kwargs in ({"extra_output": True}, {"second_reader": True}):
         g, inputs = _tail_graph(**kwargs)
         fused = fuse_chains(g)
-        # conv2d, then cast+max_pool2d up to the value read twice, then the rest
-        assert [n.op for n in fused.nodes if n.op != "exp"] == ["conv2d", "chain", "chain"]
-        pooled = fused.nodes[1].outputs[0]
-        assert pooled in fused.values and (pooled == "pooled") == ("extra_output" in kwargs)
+        chains = [n for n in fused.nodes if n.op == "chain"]
+        pooled = "pooled" if "extra_output" in kwargs else chains[0].outputs[1]
+        steps = [[s["op"] for s in json.loads(c.attrs["steps"])] for c in chains]
+        if "extra_output" in kwargs:
+            assert ops(fused) == ["conv2d", "chain"]
+            assert steps == [["cast", "max_pool2d", "global_avg_pool2d", "reshape", "softmax"]]
+        else:
+            assert ops(fused) == ["conv2d", "chain", "chain"]
+            assert steps == [
+                ["cast", "max_pool2d", "exp"],
+                ["global_avg_pool2d", "reshape", "softmax"],
+            ]
+            assert chains[1].inputs == [pooled]
+        assert chains[0].attrs["tap"] == 1 and chains[0].outputs[1] == pooled
         assert fused.outputs == g.outputs
         want, got = run(g, dev, inputs), run(fused, dev, inputs)
         for name in g.outputs:
             assert got[name].tobytes() == want[name].tobytes()
+
+
+def test_a_mixed_residual_block_rounds_its_result_for_the_next_convs_in_its_own_chain(dev):
+    """Two basic residual blocks at O3, mixed: each block's result is read in float by the
+    next block's skip add and, rounded to half, by its conv. That rounding was a kernel of
+    its own (ResNet-50: 13 of 92 kernels, 10% of the modelled kernel time); now the chain
+    that ends the block writes the float result out and goes on to round it."""
+    rng = np.random.default_rng(9)
+    b = GraphBuilder("res")
+    h = b.relu(b.input("x", (1, 8, 6, 6), "float"))
+    for i in range(2):
+        w = b.param(f"w{i}", rng.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.2)
+        h = b.relu(b.add(b.conv2d(h, w, padding=(1, 1, 1, 1)), h))
+    b.output(b.conv2d(h, b.param("w2", rng.standard_normal((4, 8, 1, 1)).astype(np.float32))), "y")
+    mixed = cancel_round_trip_casts(common_subexpressions(apply_float_dtype(b.build(), "mixed")))
+    fused = fuse_chains(mixed)
+    assert ops(fused) == ["chain", "conv2d", "chain", "conv2d", "chain", "conv2d", "cast"]
+    taps = [n for n in fused.nodes if n.op == "chain" and n.attrs["tap"] != -1]
+    # the input's relu and the first block's end (the second's only the last conv reads)
+    assert len(taps) == 2
+    for node in taps:
+        written = [fused.values[n].dtype.name for n in node.outputs]
+        assert written == ["half", "float"] and json.loads(node.attrs["steps"])[-1]["op"] == "cast"
+    xs = {"x": rng.standard_normal((1, 8, 6, 6)).astype(np.float32)}
+    assert run(fused, dev, xs)["y"].tobytes() == run(mixed, dev, xs)["y"].tobytes()
+
+
+def test_a_value_a_later_step_of_its_chain_reads_again_is_no_tap(dev):
+    """h = relu(x) read by an exp and again by the add after it: a chain of all three would
+    read its own tap, so the chain that makes h ends with it (a lone relu stays a kernel) and
+    the next takes it as its input."""
+    b = GraphBuilder("again")
+    x = b.input("x", (4, 8), "float")
+    h = b.relu(b.neg(x))
+    b.output(b.add(b.exp(h), h), "y")
+    g = b.build()
+    fused = fuse_chains(g)
+    assert ops(fused) == ["chain", "chain"]
+    assert all("tap" not in n.attrs or n.attrs["tap"] == -1 for n in fused.nodes)
+    assert [len(n.outputs) for n in fused.nodes] == [1, 1]
+    inputs = {"x": np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)}
+    assert run(fused, dev, inputs)["y"].tobytes() == run(g, dev, inputs)["y"].tobytes()
 
 
 def test_a_step_may_take_the_chains_input_again_and_a_value_read_twice_ends_a_run(dev):

@@ -189,6 +189,72 @@ def test_chains_with_operands_are_bitwise_their_steps_one_by_one(case):
     assert got[0].tobytes() == want[0].tobytes()
 
 
+def _tapped(x: tuple, steps: list[tuple], operands: list, tap: int) -> tuple[tuple, tuple]:
+    """The chain's output and its tap's, computed by the chain."""
+    kdef = lookup("chain")
+    attrs = kdef.check_attrs({"steps": _dumps(steps), "x_dtype": x[1].name, "tap": tap,
+                              "operand_dtypes": ",".join(d.name for _, d in operands)})  # fmt: skip
+    ins = [x, *operands]
+    made = kdef.infer([TensorSpec(a.shape, d) for a, d in ins], attrs)
+    outs = [(_fresh(o.shape, o.dtypes[0]), o.dtypes[0]) for o in made]
+    with np.errstate(all="ignore"):
+        EmulatedDevice.execute(kdef, attrs, ins, outs)
+    return outs[0], outs[1]
+
+
+@given(operand_chains(), st.data())
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_chain_writes_out_its_tapped_step_as_that_step_alone_stores_it(case, data):
+    x, operands, steps = case
+    if len(steps) < 2:
+        return
+    tap = data.draw(st.integers(0, len(steps) - 2))
+    y, tapped = _tapped(x, steps, operands, tap)
+    want_y, want_tap = one_by_one(x, steps, operands), one_by_one(x, steps[: tap + 1], operands)
+    assert tapped[1] is want_tap[1] and tapped[0].tobytes() == want_tap[0].tobytes()
+    assert y[1] is want_y[1] and y[0].tobytes() == want_y[0].tobytes()
+
+
+def test_a_residual_block_end_writes_its_float_result_and_rounds_it_in_one_launch():
+    """cast+add+relu, written out (the next block's skip connection reads it), then a cast to
+    half (its convolutions read that): DRAM takes the half input, the skip, the tap and the
+    half output once each, and the one launch prices below the two it replaces."""
+    x, h = TensorSpec((1, 64, 28, 28), dt.HALF), TensorSpec((1, 64, 28, 28), dt.FLOAT)
+    steps = _dumps([("cast", {"to": "float"}), ("add", {}, [1]), ("relu", {}),
+                    ("cast", {"to": "half"})])  # fmt: skip
+    kdef = lookup("chain")
+    base = {"steps": steps, "x_dtype": "half", "operand_dtypes": "float"}
+    ins = [x, h]
+    tapped = kdef.check_attrs({**base, "tap": 2})
+    assert [o.dtypes[0] for o in kdef.infer(ins, tapped)] == [dt.HALF, dt.FLOAT]
+    whole = model_kernel_call(MNCORE2, kdef, ins, [x, h], tapped)
+    assert whole.dram_bytes == 2 * x.nbytes + 2 * h.nbytes
+    # positions: x, the skip, y, the tap
+    kept = model_kernel_call(MNCORE2, kdef, ins, [x, h], {**tapped, "onchip": (3,)})
+    assert kept.dram_bytes == whole.dram_bytes - h.nbytes
+    before = _dumps([("cast", {"to": "float"}), ("add", {}, [1]), ("relu", {})])
+    first = kdef.check_attrs({**base, "steps": before})
+    apart = (
+        model_kernel_call(MNCORE2, kdef, ins, [h], first).time_s
+        + model_kernel_call(MNCORE2, lookup("cast"), [h], [x], {"to": "half"}).time_s
+    )
+    assert whole.time_s < apart
+
+
+def test_a_tap_must_name_a_step_before_the_last_and_be_given_its_slot():
+    kdef = lookup("chain")
+    steps = _steps(("relu",), ("exp",))
+    x = TensorSpec((2, 3), dt.FLOAT)
+    for tap in (1, 2, 7):
+        with pytest.raises(KernelAttributeError, match="can write out the result of steps 0 to 0"):
+            kdef.infer([x], kdef.check_attrs({"steps": steps, "x_dtype": "float", "tap": tap}))
+    attrs = kdef.check_attrs({"steps": steps, "x_dtype": "float", "tap": 0})
+    with pytest.raises(KernelAttributeError, match=r"makes 2 output\(s\).*got 1 output slot"):
+        kdef.check_outputs(1, kdef.infer([x], attrs))
+    with pytest.raises(KernelAttributeError, match=r"has outputs \(y, tapped\?\), got 3"):
+        kdef.check_arity(1, 3)
+
+
 def test_batch_norm_and_relu_as_one_chain_price_below_three_launches():
     x = TensorSpec((1, 64, 56, 56), dt.FLOAT)
     scale = TensorSpec((64, 1, 1), dt.FLOAT)
@@ -322,10 +388,14 @@ def test_chain_errors_compose_its_steps():
     steps = [("softmax", {}), ("cast", {"to": "half"}), ("exp", {})]
     attrs = _attrs(chain.dumps([{"op": o, "attrs": a} for o, a in steps]), "float")
     plan = chain.plan(attrs, [x])
-    want = [0.01]
+    want, rounded = [0.01], None
     for s in plan:
         want = tolerance.kernel_errors(s.kdef, [s.x], [s.y], s.attrs, want)
+        rounded = rounded or want  # the softmax's: the tapped step's result below
     assert tolerance.kernel_errors(lookup("chain"), [x], [plan[-1].y], attrs, [0.01]) == want
+    tapped = {**attrs, "tap": 0}
+    got = tolerance.kernel_errors(lookup("chain"), [x], [plan[-1].y, plan[0].y], tapped, [0.01])
+    assert got == want + rounded
     assert tolerance.terms(lookup("chain"), [x], attrs) == 64 + 0 + 1
 
 

@@ -13,6 +13,12 @@ of the skip connection: runs XLA fuses whole. A step's `with` lists which of the
 inputs (0 is `x`, 1 the first of `operands`) it takes besides, in order, and `at` where the
 result before it goes among its inputs (0, first, unless said).
 
+A chain may also write one intermediate result out (its `tap`, the index of the step
+that makes it) as a second output, `tapped`: XLA's multi-output fusion. A residual
+block's result is read by the next block's skip `add` in float and, rounded to half, by
+its convolutions: one chain computes it, writes it, and goes on to round it, where two
+launches read it back from DRAM.
+
 The steps are one string attribute, a compact JSON list such as
 `[{"op":"cast","attrs":{"to":"float"}},{"op":"mul","with":[1]},{"op":"max_pool2d","attrs":{"kernel":[2,2]}}]`
 (attributes at their defaults, `at` 0 and an empty `with` left out), and `x_dtype` and
@@ -63,6 +69,7 @@ NAME = "chain"
 MAX_STEPS = 64  # a chain is a run of kernels in a model, never thousands of them
 MAX_STEPS_CHARS = 1 << 16  # characters of the steps attribute: 64 steps of long attributes
 WHOLE_CHIP = -1  # lm_room of a chain that may use the chip's whole local memory
+NO_TAP = -1  # tap of a chain that writes only its last step's result
 MAX_OPERANDS = 256  # inputs of a chain besides x: a step or two's each, for 64 steps
 _STEP_KEYS = {"op", "attrs", "with", "at"}
 
@@ -285,6 +292,20 @@ def _plan(text: str, specs: tuple[tuple[tuple[int, ...], str], ...]) -> tuple[St
     return tuple(steps)
 
 
+def _tap(attrs: Mapping[str, Any], steps: Sequence[Step]) -> Step | None:
+    """The step whose result the chain also writes out (None without a tap)."""
+    tap = attrs.get("tap", NO_TAP)
+    if tap == NO_TAP:
+        return None
+    if not 0 <= tap < len(steps) - 1:
+        raise KernelAttributeError(
+            f"kernel '{NAME}': attribute 'tap' names step {tap}, but a chain of "
+            f"{len(steps)} steps can write out the result of steps 0 to {len(steps) - 2} "
+            f"(the last step's is its output y), or {NO_TAP} for none"
+        )
+    return steps[tap]
+
+
 def _infer(ins: Sequence[TensorSpec | None], attrs: Mapping[str, Any]) -> list[OutSpec]:
     x, operands = ins[0], ins[1:]
     if x.dtype.name != attrs["x_dtype"]:
@@ -299,17 +320,22 @@ def _infer(ins: Sequence[TensorSpec | None], attrs: Mapping[str, Any]) -> list[O
             f"kernel '{NAME}' was made for operands of dtypes [{', '.join(named)}] (attribute "
             f"'operand_dtypes'), got [{', '.join(got)}]; compile the chain again for them"
         )
-    last = plan(attrs, ins)[-1].y
-    return [OutSpec(last.shape, (last.dtype,))]
+    steps = plan(attrs, ins)
+    tap = _tap(attrs, steps)
+    made = [steps[-1].y] if tap is None else [steps[-1].y, tap.y]
+    return [OutSpec(y.shape, (y.dtype,)) for y in made]
 
 
 def _compute(ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any], outs: Sequence[Out]):
     """Each step on the one before's result (and the operands it takes), rounded to its
-    dtype as a buffer would hold it; the last into the chain's own output."""
+    dtype as a buffer would hold it; the last into the chain's own output, and the tapped
+    step's result (those bits, widened as a buffer's are) into the second."""
     x = ins[0]
     operands = ((tuple(a.shape), d) for a, d in zip(ins[1:], _operand_dtypes(attrs)))
     specs = ((tuple(x.shape), attrs["x_dtype"]), *operands)
     steps = _plan(attrs["steps"], specs)
+    tap = _tap(attrs, steps)
+    tapped = None
     for step in steps[:-1]:
         d, shape = step.y.dtype, step.y.shape
         bits = np.empty(shape, d.storage)
@@ -323,8 +349,11 @@ def _compute(ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any], outs: S
         if result is not bits:
             d.store(bits, result)
         x = d.load(bits)
+        if step is tap:
+            tapped = x
     last = steps[-1]
-    return last.kdef.compute(last.inputs(x, ins), last.attrs, outs)
+    (y,) = last.kdef.compute(last.inputs(x, ins), last.attrs, outs[:1])
+    return [y] if tapped is None else [y, tapped]
 
 
 def _operand_dtypes(attrs: Mapping[str, Any]) -> list[str]:
@@ -332,10 +361,13 @@ def _operand_dtypes(attrs: Mapping[str, Any]) -> list[str]:
 
 
 def _cost(ins: Sequence[TensorSpec | None], outs: Sequence[TensorSpec], attrs: Mapping[str, Any]):
+    steps = plan(attrs, ins)
+    tap = _tap(attrs, steps)
     parts = tuple(
-        Part(s.kdef.cost(list(s.ins), [s.y], s.attrs), s.ins, s.at, s.takes, s.y, s.kdef.pointwise)
-        for s in plan(attrs, ins)
-    )
+        Part(s.kdef.cost(list(s.ins), [s.y], s.attrs), s.ins, s.at, s.takes, s.y, s.kdef.pointwise,
+             s is tap)
+        for s in steps
+    )  # fmt: skip
     room = attrs.get("lm_room", WHOLE_CHIP)
     return Cost(
         flops=sum(p.cost.flops for p in parts),
@@ -365,10 +397,14 @@ def _errors(ins, outs, attrs, in_errors) -> list[float]:
     from ..tolerance import kernel_errors
 
     given = [*in_errors, *[0.0] * len(ins)]  # an input of unstated error: none
-    errors = [given[0]]
-    for s in plan(attrs, ins):
+    steps = plan(attrs, ins)
+    tap = _tap(attrs, steps)
+    errors, tapped = [given[0]], []
+    for s in steps:
         errors = kernel_errors(s.kdef, list(s.ins), [s.y], s.attrs, s.inputs(errors[0], given))
-    return errors
+        if s is tap:
+            tapped = errors
+    return errors + tapped
 
 
 register(
@@ -376,7 +412,7 @@ register(
         name=NAME,
         doc="kernels in one launch, each on the one before's result; intermediates kept on chip",
         inputs=("x", "operands*?"),
-        outputs=("y",),
+        outputs=("y", "tapped?"),
         attrs={
             "steps": Attr(
                 "str",
@@ -391,6 +427,12 @@ register(
                 "",
                 "dtypes of the operands, in order, separated by commas (none: '')",
                 parse=_dtype_names,
+            ),
+            "tap": Attr(
+                "int",
+                NO_TAP,
+                "index of the step whose result the chain also writes as its second output, "
+                f"tapped ({NO_TAP}: none)",
             ),
             "lm_room": Attr(
                 "int",
@@ -414,4 +456,14 @@ def steps_of(attrs: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [(p.op, dict(p.attrs)) for p in _parse(attrs["steps"])]
 
 
-__all__ = ["MAX_OPERANDS", "MAX_STEPS", "NAME", "WHOLE_CHIP", "Step", "dumps", "plan", "steps_of"]
+__all__ = [
+    "MAX_OPERANDS",
+    "MAX_STEPS",
+    "NAME",
+    "NO_TAP",
+    "WHOLE_CHIP",
+    "Step",
+    "dumps",
+    "plan",
+    "steps_of",
+]

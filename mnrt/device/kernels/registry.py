@@ -100,7 +100,8 @@ class Part(NamedTuple):
     """One step of a kernel made of others (a chain), as the timing model prices it: its
     own cost, its inputs, the position among them of the result before it (`at`), which of
     the whole kernel's inputs each other one is (`takes`, in order), its output, and
-    whether its kernel is pointwise."""
+    whether its kernel is pointwise; `written` where its result is also an output of the
+    whole kernel (a chain's tap), which DRAM takes beside the step after it."""
 
     cost: Cost
     ins: tuple[TensorSpec, ...]
@@ -108,6 +109,7 @@ class Part(NamedTuple):
     takes: tuple[int, ...]
     y: TensorSpec
     pointwise: bool = False
+    written: bool = False
 
     @property
     def x(self) -> TensorSpec:
@@ -211,7 +213,8 @@ class KernelDef:
 
     `inputs` names the operands in order; a name ending in '?' is optional (its slot may be
     left out of the Kernel's input list), one ending in '*' takes one or more operands and
-    one ending in '*?' none or more.
+    one ending in '*?' none or more. An output ending in '?' is given where the attributes
+    ask for it (a chain's `tap`): `infer` says how many outputs the attributes make.
     `reduction` states the kernel's error behaviour for the tolerance model
     (device/tolerance.py): how many terms each output element sums, from the operand specs
     and attributes (`elementwise`, `exact`, a GEMM's K); a kernel that does not state it is
@@ -240,12 +243,19 @@ class KernelDef:
     validate: Callable[[Mapping[str, Any]], None] | None = None
     _min_inputs: int = field(init=False, repr=False)
     _max_inputs: float = field(init=False, repr=False)
+    _min_outputs: int = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         required = sum(1 for n in self.inputs if not n.endswith("?"))
         variadic = any(n.rstrip("?").endswith("*") for n in self.inputs)
         object.__setattr__(self, "_min_inputs", required)
         object.__setattr__(self, "_max_inputs", float("inf") if variadic else len(self.inputs))
+        object.__setattr__(self, "_min_outputs", sum(not n.endswith("?") for n in self.outputs))
+
+    @property
+    def required_outputs(self) -> int:
+        """How many outputs every use of the kernel gives (its optional ones follow)."""
+        return self._min_outputs
 
     @property
     def accepted_attrs(self) -> dict[str, Attr]:
@@ -285,10 +295,20 @@ class KernelDef:
                 f"kernel '{self.name}' takes inputs ({', '.join(self.inputs)}), "
                 f"got {n_inputs} operand(s)"
             )
-        if n_outputs != len(self.outputs):
+        if not self._min_outputs <= n_outputs <= len(self.outputs):
             raise KernelAttributeError(
                 f"kernel '{self.name}' has outputs ({', '.join(self.outputs)}), "
                 f"got {n_outputs} operand(s)"
+            )
+
+    def check_outputs(self, given: int, made: Sequence[OutSpec]) -> None:
+        """A kernel whose attributes decide how many outputs it makes (`infer` gave `made`)
+        is given exactly those."""
+        if given != len(made):
+            raise KernelAttributeError(
+                f"kernel '{self.name}' makes {len(made)} output(s) with these attributes, "
+                f"got {given} output slot(s); give one slot for each of "
+                f"({', '.join(n.rstrip('?') for n in self.outputs[: len(made)])})"
             )
 
     def describe(self) -> dict[str, Any]:
