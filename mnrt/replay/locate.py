@@ -382,7 +382,7 @@ def _save_npy(path: Path, array: np.ndarray) -> None:
 def _reference(step: Step, inputs: list[np.ndarray]) -> tuple[list[np.ndarray] | None, str]:
     """The kernel evaluated in float64 on its inputs (floating inputs widened), or None
     and why not (a kernel without a double form). A kernel made for its inputs' dtypes (a
-    chain's `x_dtype` and `operand_dtypes`) is evaluated as made for the widened ones: its
+    chain's `x_dtype`, `operand_dtypes` and `widen`) is evaluated as made for the widened ones: its
     steps then run in float64 except where one casts."""
     kdef, attrs = step.kdef, step.bound.attrs
     wide = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in inputs]
@@ -391,6 +391,8 @@ def _reference(step: Step, inputs: list[np.ndarray]) -> tuple[list[np.ndarray] |
         attrs = {**attrs, "x_dtype": specs[0].dtype.name}
     if attrs.get("operand_dtypes"):
         attrs = {**attrs, "operand_dtypes": ",".join(s.dtype.name for s in specs[1:])}
+    if attrs.get("widen"):  # every float operand is double already
+        attrs = {**attrs, "widen": ""}
     try:
         outs = kdef.infer(specs, attrs)
         targets = [Out(o.shape, DOUBLE if DOUBLE in o.dtypes else o.dtypes[0], None) for o in outs]

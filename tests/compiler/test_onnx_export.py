@@ -433,6 +433,23 @@ CASES += [
 ]  # fmt: skip
 
 
+def test_a_chain_exports_the_operands_it_widens_as_it_loads_them_through_a_cast():
+    """(A compile makes every float one type at float_dtype 'float', so this chain is built
+    as mixed precision leaves it: a float16 operand the chain widens.)"""
+    ort = pytest.importorskip("onnxruntime")
+    b = GraphBuilder("widen")
+    x, t = b.input("x", (2, 3, 4), "float"), b.input("t", (2, 3, 4), "float16")
+    steps = chain.dumps([{"op": "add", "with": [1]}, {"op": "relu"}])
+    y = b.chain(x, t, steps=steps, x_dtype="float", operand_dtypes="float16", widen="float")
+    b.output(y, "y")
+    model = to_onnx(b.build())
+    assert [n.op_type for n in model.graph.node] == ["Cast", "Add", "Relu"]
+    xs, ts = _f(2, 3, 4), _f(2, 3, 4).astype(np.float16)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"x": xs, "t": ts})
+    np.testing.assert_array_equal(got, np.maximum(xs + ts.astype(np.float32), 0))
+
+
 def test_every_kernel_has_an_exporter_or_a_reason():
     kernels = {k.name for k in all_kernels()}
     missing = sorted(kernels - set(onnx_export._EXPORTERS) - set(NO_ONNX_FORM))

@@ -312,7 +312,7 @@ def test_fuse_chains_merges_a_run_of_vector_kernels_into_one_launch(dev):
         "  %probs: float[2x4] @dram = chain(%conv2d_0) {steps='["
         '{"op":"cast","attrs":{"to":"float"}},{"op":"max_pool2d","attrs":{"kernel":[2,2]}},'
         '{"op":"global_avg_pool2d"},{"op":"reshape","attrs":{"shape":[2,4]}},'
-        '{"op":"softmax"}]' + "', x_dtype='half', operand_dtypes='', tap=-1, lm_room=-1}",
+        '{"op":"softmax"}]' + "', x_dtype='half', operand_dtypes='', widen='', tap=-1, lm_room=-1}",
         "  return %probs",
     ]
     assert fused.nodes[-1].name == "cast1+max_pool2d2+global_avg_pool2d3+reshape4+softmax5"
@@ -370,6 +370,36 @@ def test_a_mixed_residual_block_rounds_its_result_for_the_next_convs_in_its_own_
         assert written == ["half", "float"] and json.loads(node.attrs["steps"])[-1]["op"] == "cast"
     xs = {"x": rng.standard_normal((1, 8, 6, 6)).astype(np.float32)}
     assert run(fused, dev, xs)["y"].tobytes() == run(mixed, dev, xs)["y"].tobytes()
+
+
+def test_a_half_skip_connection_is_widened_by_the_chain_that_adds_it(dev):
+    """Inverted residual blocks (MobileNet v2's) at O3, mixed: the conv before them gives a
+    half result that the first block's convs read as it is and its skip add reads widened.
+    That widening was a cast kernel of its own (MobileNet v2: 5 of 105 kernels); now the
+    chain that adds it widens it as it loads it. (The second block's skip is the first
+    block's float result, its chain's tap.)"""
+    rng = np.random.default_rng(10)
+    b = GraphBuilder("inverted")
+    h = b.conv2d(b.input("x", (1, 4, 6, 6), "float"), b.param("w", _w(rng, 8, 4)))
+    for i in range(2):
+        wide = b.relu(b.conv2d(h, b.param(f"e{i}", _w(rng, 16, 8))))
+        h = b.add(b.conv2d(wide, b.param(f"p{i}", _w(rng, 8, 16))), h)
+    b.output(h, "y")
+    mixed = cancel_round_trip_casts(common_subexpressions(apply_float_dtype(b.build(), "mixed")))
+    widening = [n for n in mixed.nodes if n.op == "cast" and n.attrs["to"] == "float"]
+    fused = fuse_chains(mixed)
+    assert not [n for n in fused.nodes if n.op == "cast" and n.attrs["to"] == "float"]
+    assert len(widening) == 5  # each conv's result
+    loads = [n for n in fused.nodes if n.op == "chain" and n.attrs["widen"].strip(",")]
+    (load,) = loads
+    assert [fused.values[n].dtype.name for n in load.inputs[1:]] == ["half"]
+    assert load.attrs["widen"] == "float"
+    xs = {"x": rng.standard_normal((1, 4, 6, 6)).astype(np.float32)}
+    assert run(fused, dev, xs)["y"].tobytes() == run(mixed, dev, xs)["y"].tobytes()
+
+
+def _w(rng: np.random.Generator, out: int, into: int) -> np.ndarray:
+    return (rng.standard_normal((out, into, 1, 1)) / np.sqrt(into)).astype(np.float32)
 
 
 def test_a_value_a_later_step_of_its_chain_reads_again_is_no_tap(dev):

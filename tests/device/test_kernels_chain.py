@@ -71,21 +71,24 @@ def _dumps(steps: list[tuple]) -> str:
     return chain.dumps(listed)
 
 
-def as_chain(x: tuple[np.ndarray, dt.DType], steps: list[tuple], operands=()) -> tuple:
+def as_chain(x: tuple[np.ndarray, dt.DType], steps: list[tuple], operands=(), **extra) -> list:
+    """The chain of `steps` (and `extra` attributes) on x and the operands: every output
+    it makes (its tapped result second)."""
     kdef = lookup("chain")
     attrs = kdef.check_attrs(
         {
             "steps": _dumps(steps),
             "x_dtype": x[1].name,
             "operand_dtypes": ",".join(d.name for _, d in operands),
+            **extra,
         }
     )
     ins = [x, *operands]
-    (out,) = kdef.infer([TensorSpec(a.shape, d) for a, d in ins], attrs)
-    y = (_fresh(out.shape, out.dtypes[0]), out.dtypes[0])
+    made = kdef.infer([TensorSpec(a.shape, d) for a, d in ins], attrs)
+    outs = [(_fresh(o.shape, o.dtypes[0]), o.dtypes[0]) for o in made]
     with np.errstate(all="ignore"):
-        EmulatedDevice.execute(kdef, attrs, ins, [y])
-    return y
+        EmulatedDevice.execute(kdef, attrs, ins, outs)
+    return outs
 
 
 def test_the_cnn_tail_is_bitwise_the_kernels_one_by_one():
@@ -98,7 +101,7 @@ def test_the_cnn_tail_is_bitwise_the_kernels_one_by_one():
         ("reshape", {"shape": (2, 16)}),
         ("cast", {"to": "half"}),
     ]
-    want, got = one_by_one(x, steps), as_chain(x, steps)
+    want, got = one_by_one(x, steps), as_chain(x, steps)[0]
     assert got[1] is want[1] is dt.HALF and got[0].shape == (2, 16)
     assert got[0].tobytes() == want[0].tobytes()
 
@@ -141,7 +144,7 @@ def chains(draw):
 def test_random_chains_are_bitwise_their_steps_one_by_one(case, x_dtype):
     steps, values = case
     x = operand(values, x_dtype)
-    want, got = one_by_one(x, steps), as_chain(x, steps)
+    want, got = one_by_one(x, steps), as_chain(x, steps)[0]
     assert got[1] is want[1] and got[0].shape == want[0].shape
     assert got[0].tobytes() == want[0].tobytes()
 
@@ -184,22 +187,9 @@ def operand_chains(draw):
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_chains_with_operands_are_bitwise_their_steps_one_by_one(case):
     x, operands, steps = case
-    want, got = one_by_one(x, steps, operands), as_chain(x, steps, operands)
+    want, got = one_by_one(x, steps, operands), as_chain(x, steps, operands)[0]
     assert got[1] is want[1] and got[0].shape == want[0].shape
     assert got[0].tobytes() == want[0].tobytes()
-
-
-def _tapped(x: tuple, steps: list[tuple], operands: list, tap: int) -> tuple[tuple, tuple]:
-    """The chain's output and its tap's, computed by the chain."""
-    kdef = lookup("chain")
-    attrs = kdef.check_attrs({"steps": _dumps(steps), "x_dtype": x[1].name, "tap": tap,
-                              "operand_dtypes": ",".join(d.name for _, d in operands)})  # fmt: skip
-    ins = [x, *operands]
-    made = kdef.infer([TensorSpec(a.shape, d) for a, d in ins], attrs)
-    outs = [(_fresh(o.shape, o.dtypes[0]), o.dtypes[0]) for o in made]
-    with np.errstate(all="ignore"):
-        EmulatedDevice.execute(kdef, attrs, ins, outs)
-    return outs[0], outs[1]
 
 
 @given(operand_chains(), st.data())
@@ -209,7 +199,7 @@ def test_a_chain_writes_out_its_tapped_step_as_that_step_alone_stores_it(case, d
     if len(steps) < 2:
         return
     tap = data.draw(st.integers(0, len(steps) - 2))
-    y, tapped = _tapped(x, steps, operands, tap)
+    y, tapped = as_chain(x, steps, operands, tap=tap)
     want_y, want_tap = one_by_one(x, steps, operands), one_by_one(x, steps[: tap + 1], operands)
     assert tapped[1] is want_tap[1] and tapped[0].tobytes() == want_tap[0].tobytes()
     assert y[1] is want_y[1] and y[0].tobytes() == want_y[0].tobytes()
@@ -253,6 +243,51 @@ def test_a_tap_must_name_a_step_before_the_last_and_be_given_its_slot():
         kdef.check_outputs(1, kdef.infer([x], attrs))
     with pytest.raises(KernelAttributeError, match=r"has outputs \(y, tapped\?\), got 3"):
         kdef.check_arity(1, 3)
+
+
+WIDENINGS = [("half", "float"), ("bfloat16", "float"), ("float16", "float"), ("float", "double")]
+
+
+@pytest.mark.parametrize(("narrow", "wide"), WIDENINGS)
+def test_an_operand_widened_as_the_chain_loads_it_is_the_cast_kernel_before_it(narrow, wide):
+    """The skip connection of an inverted residual block, a half conv result, read by the
+    chain that adds it in float: loaded and widened, as a cast kernel would have, bit for
+    bit, and read from DRAM at its own two bytes an element."""
+    rng = np.random.default_rng(4)
+    x = operand(rng.standard_normal((2, 8, 4, 4)) * 3, wide)
+    skip = operand(rng.standard_normal((2, 8, 4, 4)) * 3, narrow)
+    scale = operand(rng.standard_normal((8, 1, 1)), wide)
+    steps = [("mul", {}, [2]), ("add", {}, [1]), ("relu", {})]
+    cast = one_by_one(skip, [("cast", {"to": wide})])
+    want = one_by_one(x, steps, [cast, scale])
+    (got,) = as_chain(x, steps, [skip, scale], widen=f"{wide},")
+    assert got[1] is want[1] and got[0].tobytes() == want[0].tobytes()
+    kdef = lookup("chain")
+    specs = [TensorSpec(a.shape, d) for a, d in (x, skip, scale)]
+    base = {"steps": _dumps(steps), "x_dtype": wide, "operand_dtypes": f"{narrow},{wide}"}
+    loaded = model_kernel_call(MNCORE2, kdef, specs, [specs[0]], {**base, "widen": f"{wide},"})
+    wide_specs = [specs[0], TensorSpec(specs[1].shape, dt.dtype(wide)), specs[2]]
+    as_wide = {**base, "operand_dtypes": f"{wide},{wide}"}
+    read_wide = model_kernel_call(MNCORE2, kdef, wide_specs, [specs[0]], as_wide)
+    assert read_wide.dram_bytes - loaded.dram_bytes == wide_specs[1].nbytes - specs[1].nbytes
+
+
+@pytest.mark.parametrize(
+    ("operand_dtypes", "widen", "error", "message"),
+    [("float", "half", DTypeError, "does not hold every float value"),
+     ("half", "half", DTypeError, "does not hold every half value"),
+     ("half", "float,float", KernelAttributeError, "lists 2 dtype"),
+     ("half", "int32", KernelAttributeError, "must list at most"),
+     ("half", "quad", KernelAttributeError, "must list at most")],
+)  # fmt: skip
+def test_widen_only_to_a_larger_float_one_per_operand(operand_dtypes, widen, error, message):
+    kdef = lookup("chain")
+    steps = _dumps([("add", {}, [1])])
+    with pytest.raises(error, match=message):
+        attrs = kdef.check_attrs({"steps": steps, "x_dtype": "float", "widen": widen,
+                                  "operand_dtypes": operand_dtypes})  # fmt: skip
+        x = TensorSpec((2, 3), dt.FLOAT)
+        kdef.infer([x, TensorSpec((2, 3), dt.dtype(operand_dtypes))], attrs)
 
 
 def test_batch_norm_and_relu_as_one_chain_price_below_three_launches():

@@ -19,6 +19,11 @@ block's result is read by the next block's skip `add` in float and, rounded to h
 its convolutions: one chain computes it, writes it, and goes on to round it, where two
 launches read it back from DRAM.
 
+An operand given in a narrower float type than its steps take (a half GEMM result, the
+skip connection of an inverted residual block) is widened as the chain loads it, which is
+exact: `widen` names the dtype each operand is loaded as ('' for as given), so no launch
+of its own widens it in DRAM first.
+
 The steps are one string attribute, a compact JSON list such as
 `[{"op":"cast","attrs":{"to":"float"}},{"op":"mul","with":[1]},{"op":"max_pool2d","attrs":{"kernel":[2,2]}}]`
 (attributes at their defaults, `at` 0 and an empty `with` left out), and `x_dtype` and
@@ -35,6 +40,7 @@ anything runs.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Mapping, Sequence
@@ -257,11 +263,50 @@ def _dtype_names(text: str) -> str:
     return text
 
 
+def _widen_names(text: str) -> str:
+    names = text.split(",") if text else []
+    wrong = [n for n in names if n and not (n in dt.DTYPES and dt.DTYPES[n].is_float)]
+    if wrong or len(names) > MAX_OPERANDS:
+        raise KernelAttributeError(
+            f"kernel '{NAME}': attribute 'widen' must list at most {MAX_OPERANDS} float dtypes "
+            f"or '' (each operand as given) separated by commas, got {text!r:.80}"
+        )
+    return text
+
+
+def _loaded(attrs: Mapping[str, Any], ins: Sequence[TensorSpec]) -> list[TensorSpec]:
+    """The chain's inputs as its steps see them: each operand `widen` names a dtype for
+    widened to it, which must hold every value of the operand's own (an exact widening)."""
+    widen = attrs.get("widen", "")
+    if not widen:
+        return list(ins)
+    names = widen.split(",")
+    if len(names) != len(ins) - 1:
+        raise KernelAttributeError(
+            f"kernel '{NAME}': attribute 'widen' lists {len(names)} dtype(s) for "
+            f"{len(ins) - 1} operand(s); give one for each ('' for as given)"
+        )
+    loaded = [ins[0]]
+    for k, (t, name) in enumerate(zip(ins[1:], names)):
+        if not name:
+            loaded.append(t)
+            continue
+        wide = dt.DTYPES[name]
+        if not (t.dtype.is_float and wide.itemsize > t.dtype.itemsize):
+            raise DTypeError(
+                f"kernel '{NAME}': attribute 'widen' loads operand {k} ({t.dtype.name}) as "
+                f"{name}, which does not hold every {t.dtype.name} value; widen only to a "
+                "larger float type"
+            )
+        loaded.append(TensorSpec(t.shape, wide))
+    return loaded
+
+
 def plan(attrs: Mapping[str, Any], ins: Sequence[TensorSpec]) -> list[Step]:
     """Each step with its inputs' and output's specs, derived by the step kernels' own rules
-    from the chain's inputs `ins` (x, then the operands): what infer checks, cost prices and
-    compute runs."""
-    return list(_plan(attrs["steps"], tuple((t.shape, t.dtype.name) for t in ins)))
+    from the chain's inputs `ins` (x, then the operands, widened as `widen` says): what
+    infer checks, cost prices and compute runs."""
+    return list(_plan(attrs["steps"], tuple((t.shape, t.dtype.name) for t in _loaded(attrs, ins))))
 
 
 @functools.lru_cache(maxsize=512)
@@ -331,9 +376,12 @@ def _compute(ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any], outs: S
     dtype as a buffer would hold it; the last into the chain's own output, and the tapped
     step's result (those bits, widened as a buffer's are) into the second."""
     x = ins[0]
-    operands = ((tuple(a.shape), d) for a, d in zip(ins[1:], _operand_dtypes(attrs)))
-    specs = ((tuple(x.shape), attrs["x_dtype"]), *operands)
-    steps = _plan(attrs["steps"], specs)
+    given = [TensorSpec(tuple(x.shape), dt.DTYPES[attrs["x_dtype"]])] + [
+        TensorSpec(tuple(a.shape), dt.DTYPES[d]) for a, d in zip(ins[1:], _operand_dtypes(attrs))
+    ]
+    loaded = _loaded(attrs, given)
+    ins = [a if t is w else np.asarray(a, w.dtype.compute) for a, t, w in zip(ins, given, loaded)]
+    steps = _plan(attrs["steps"], tuple((t.shape, t.dtype.name) for t in loaded))
     tap = _tap(attrs, steps)
     tapped = None
     for step in steps[:-1]:
@@ -360,14 +408,28 @@ def _operand_dtypes(attrs: Mapping[str, Any]) -> list[str]:
     return attrs["operand_dtypes"].split(",") if attrs["operand_dtypes"] else []
 
 
+def _step_cost(step: Step, given: Sequence[TensorSpec], loaded: Sequence[TensorSpec]) -> Cost:
+    """A step's cost, reading each operand the chain widens as it loads it in the operand's
+    own dtype (its bytes from DRAM), plus the widening's one flop an element."""
+    others = [j for j in range(len(step.ins)) if j != step.at]
+    narrow = {j: given[k] for j, k in zip(others, step.takes) if loaded[k] is not given[k]}
+    if not narrow:
+        return step.kdef.cost(list(step.ins), [step.y], step.attrs)
+    read = [narrow.get(j, t) for j, t in enumerate(step.ins)]
+    cost = step.kdef.cost(read, [step.y], step.attrs)
+    traffic = cost.traffic or tuple(float(t.nbytes) for t in [*read, step.y])
+    widening = sum(t.size for t in narrow.values())
+    return dataclasses.replace(cost, traffic=traffic, flops=cost.flops + widening)
+
+
 def _cost(ins: Sequence[TensorSpec | None], outs: Sequence[TensorSpec], attrs: Mapping[str, Any]):
     steps = plan(attrs, ins)
     tap = _tap(attrs, steps)
+    loaded = _loaded(attrs, ins)
     parts = tuple(
-        Part(s.kdef.cost(list(s.ins), [s.y], s.attrs), s.ins, s.at, s.takes, s.y, s.kdef.pointwise,
-             s is tap)
+        Part(_step_cost(s, ins, loaded), s.ins, s.at, s.takes, s.y, s.kdef.pointwise, s is tap)
         for s in steps
-    )  # fmt: skip
+    )
     room = attrs.get("lm_room", WHOLE_CHIP)
     return Cost(
         flops=sum(p.cost.flops for p in parts),
@@ -427,6 +489,13 @@ register(
                 "",
                 "dtypes of the operands, in order, separated by commas (none: '')",
                 parse=_dtype_names,
+            ),
+            "widen": Attr(
+                "str",
+                "",
+                "dtypes the operands are widened to as the chain loads them, in order, "
+                "separated by commas ('' each: as given; none: '')",
+                parse=_widen_names,
             ),
             "tap": Attr(
                 "int",
