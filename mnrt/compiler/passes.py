@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Callable
 
 import numpy as np
 
 from ..device import dtypes as dt
-from ..device.kernels import TensorSpec, chain, lookup
+from ..device.kernels import TensorSpec, chain, lookup, retarget_result_dtype
 from ..device.kernels.registry import COMMON_ATTRS
 from ..device.spec import MNCORE2
 from ..errors import MnrtError
@@ -20,9 +19,6 @@ from .node_cost import node_cost
 
 _FLOATS = {dt.FLOAT, dt.DOUBLE, dt.HALF, dt.FLOAT16}
 _PRECISION = {"float": dt.FLOAT, "double": dt.DOUBLE, "half": dt.HALF}
-# Kernel attributes that name the dtype of the value a kernel makes (device kernels name
-# it so: cast's `to`, fill's, range's and eye_like's `dtype`).
-_RESULT_DTYPE_ATTRS = ("to", "dtype")
 
 
 def apply_float_dtype(graph: Graph, mode: str) -> Graph:
@@ -42,7 +38,7 @@ def apply_float_dtype(graph: Graph, mode: str) -> Graph:
                 changed.add(name)
                 v.dtype = target
         for node in g.nodes:
-            _retarget(node.attrs, target)
+            retarget_result_dtype(node.attrs, target, _FLOATS)
             # What a compile chose for a node's dtypes does not hold for others (a loaded
             # codegen_dir's graph, made double for its reference): fused chains are made
             # for them again, and mappings dropped (the lowering maps a node without one).
@@ -55,26 +51,11 @@ def apply_float_dtype(graph: Graph, mode: str) -> Graph:
     raise ValueError(f"float_dtype {mode!r}")  # options.py admits only the modes above
 
 
-def _retarget(attrs: dict, target: dt.DType) -> None:
-    """The attributes of a kernel that makes a value of the dtype one names (cast's `to`;
-    fill's, range's and eye_like's `dtype`: '' for eye_like, x's) in `target`, where they
-    name a float."""
-    for key in _RESULT_DTYPE_ATTRS:
-        named = attrs.get(key)
-        if named and dt.dtype(named) in _FLOATS:
-            attrs[key] = target.name
-
-
 def _retarget_chain(g: Graph, node: Node, target: dt.DType) -> None:
     """A fused chain's steps and the dtypes it was made for (see chain.py) as their
     kernels run one by one would be after apply_float_dtype."""
-    steps = json.loads(node.attrs["steps"])
-    for step in steps:
-        _retarget(step.get("attrs", {}), target)
-    node.attrs["steps"] = chain.dumps(steps)
-    node.attrs["x_dtype"] = g.values[node.inputs[0]].dtype.name
-    node.attrs["operand_dtypes"] = ",".join(g.values[n].dtype.name for n in node.inputs[1:])
-    node.attrs.pop("widen", None)  # every float is the target now: none is wider
+    ins = [TensorSpec(g.values[n].shape, g.values[n].dtype) for n in node.inputs]
+    node.attrs = chain.retargeted(node.attrs, ins, target, _FLOATS)
 
 
 def _warn_out_of_range(name: str, v: Value, target: dt.DType, mode: str) -> None:

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..device.dtypes import DOUBLE
-from ..device.kernels import Out, TensorSpec
+from ..device.dtypes import DOUBLE, FLOATS
+from ..device.kernels import Out, TensorSpec, chain
 from ..device.tolerance import stats_tolerance
 from ..errors import MnrtError
 from ..format import strict_json
@@ -381,18 +381,14 @@ def _save_npy(path: Path, array: np.ndarray) -> None:
 
 def _reference(step: Step, inputs: list[np.ndarray]) -> tuple[list[np.ndarray] | None, str]:
     """The kernel evaluated in float64 on its inputs (floating inputs widened), or None
-    and why not (a kernel without a double form). A kernel made for its inputs' dtypes (a
-    chain's `x_dtype`, `operand_dtypes` and `widen`) is evaluated as made for the widened ones: its
-    steps then run in float64 except where one casts."""
+    and why not (a kernel without a double form). A chain is evaluated as made for the
+    widened inputs, every step in float64: its casts between float types, the roundings
+    to half a mixed compile puts in, keep float64 too."""
     kdef, attrs = step.kdef, step.bound.attrs
     wide = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in inputs]
     specs = [TensorSpec(b.shape, DOUBLE if b.dtype.is_float else b.dtype) for b in step.ins]
-    if "x_dtype" in attrs and specs:
-        attrs = {**attrs, "x_dtype": specs[0].dtype.name}
-    if attrs.get("operand_dtypes"):
-        attrs = {**attrs, "operand_dtypes": ",".join(s.dtype.name for s in specs[1:])}
-    if attrs.get("widen"):  # every float operand is double already
-        attrs = {**attrs, "widen": ""}
+    if kdef.name == chain.NAME:
+        attrs = chain.retargeted(attrs, specs, DOUBLE, FLOATS)
     try:
         outs = kdef.infer(specs, attrs)
         targets = [Out(o.shape, DOUBLE if DOUBLE in o.dtypes else o.dtypes[0], None) for o in outs]

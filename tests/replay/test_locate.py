@@ -115,6 +115,43 @@ def test_locate_saves_the_inputs_both_outputs_and_the_site(tmp_path):
     assert site["captured"][0]["hash"] != site["replayed"][0]["hash"]
 
 
+def test_a_mixed_precision_chain_has_a_float64_reference_past_its_casts(tmp_path, monkeypatch):
+    """A mixed compile's chains widen a half result, compute in float and round to half
+    again: the reference computes every step in float64, its casts included (before, a
+    chain's float cast met a double operand and the reference was refused)."""
+    from mnrt.device.kernels import chain
+
+    rng = np.random.default_rng(11)
+    x, skip = rng.standard_normal((4, 8)), rng.standard_normal((4, 8))
+    steps = chain.dumps([{"op": "cast", "attrs": {"to": "float"}}, {"op": "add", "with": [1]},
+                         {"op": "relu"}, {"op": "cast", "attrs": {"to": "half"}}])  # fmt: skip
+    with mnrt.open_device("auto") as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture(fingerprints=True)
+        bufs = {n: dev.create_buffer((4, 8), d, name=n)
+                for n, d in (("x", "half"), ("s", "float"), ("y", "half"))}  # fmt: skip
+        made_for = {"x_dtype": "half", "operand_dtypes": "float"}
+        kernel = mnrt.Kernel("chain", ["x", "s"], ["y"], {"steps": steps, **made_for})
+        q.enqueue_write_buffer(bufs["x"], x.astype(np.float32))
+        q.enqueue_write_buffer(bufs["s"], skip.astype(np.float32))
+        q.enqueue_program(dev.create_program([kernel], name="block"), bufs)
+        q.enqueue_read_buffer(bufs["y"])
+        binary = mnrt.end_capture()
+    relu = registry.lookup("relu")
+    broken = dataclasses.replace(relu, compute=lambda ins, attrs, outs: [np.abs(ins[0])])
+    monkeypatch.setitem(registry._REGISTRY, "relu", broken)
+    report = mnrt.replay(binary, locate_dir=tmp_path)
+    assert report.locate.first_wrong.op == "chain"
+    folder = Path(report.locate.wrong_saved_to)
+    site = json.loads((folder / "site.json").read_text())
+    assert site["reference"] == "the kernel evaluated in float64 on the saved inputs"
+    read = np.load(folder / "input.x.npy").astype(np.float64)
+    reference = np.load(folder / "output.y.reference.npy")
+    assert reference.dtype == np.float64
+    # (the relu, broken to abs, is what the registry computes for the reference too)
+    np.testing.assert_array_equal(reference, np.abs(read + skip.astype(np.float32)))
+
+
 def test_an_in_place_kernel_saves_its_inputs_as_it_read_them(tmp_path, monkeypatch):
     """relu writes h over its input: the saved input is h before relu ran."""
     binary = _mlp_capture()

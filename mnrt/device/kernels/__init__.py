@@ -35,6 +35,7 @@ from .registry import (
     all_kernels,
     lookup,
     matrix_kernels,
+    retarget_result_dtype,
 )
 
 __all__ = [
@@ -48,4 +49,5 @@ __all__ = [
     "all_kernels",
     "lookup",
     "matrix_kernels",
+    "retarget_result_dtype",
 ]

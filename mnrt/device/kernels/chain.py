@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -69,6 +69,7 @@ from .registry import (
     TensorSpec,
     lookup,
     register,
+    retarget_result_dtype,
 )
 
 NAME = "chain"
@@ -404,6 +405,23 @@ def _compute(ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any], outs: S
     return [y] if tapped is None else [y, tapped]
 
 
+def retargeted(attrs: Mapping[str, Any], ins: Sequence[TensorSpec], target: dt.DType,
+               floats: Collection[dt.DType]) -> dict[str, Any]:  # fmt: skip
+    """A chain's attributes made for inputs `ins` where every value of one of `floats` is
+    `target`: each step that makes one (a cast's `to`) makes `target`, and nothing is
+    widened as it loads, since no float is narrower than another."""
+    steps = json.loads(attrs["steps"])
+    for step in steps:
+        retarget_result_dtype(step.get("attrs", {}), target, floats)
+    return {
+        **attrs,
+        "steps": dumps(steps),
+        "x_dtype": ins[0].dtype.name,
+        "operand_dtypes": ",".join(t.dtype.name for t in ins[1:]),
+        "widen": "",
+    }
+
+
 def _operand_dtypes(attrs: Mapping[str, Any]) -> list[str]:
     return attrs["operand_dtypes"].split(",") if attrs["operand_dtypes"] else []
 
@@ -534,5 +552,6 @@ __all__ = [
     "Step",
     "dumps",
     "plan",
+    "retargeted",
     "steps_of",
 ]

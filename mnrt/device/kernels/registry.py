@@ -9,7 +9,7 @@ Families share helpers in their own modules; this module knows no kernel by name
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -17,6 +17,7 @@ import numpy as np
 
 from ...errors import KernelAttributeError, UnknownKernelError
 from ..dtypes import DType
+from ..dtypes import dtype as resolve_dtype
 
 REQUIRED = object()
 
@@ -194,6 +195,21 @@ ErrorsFn = Callable[
     [Sequence[TensorSpec | None], Sequence[TensorSpec], Mapping[str, Any], Sequence[float]],
     list[float],
 ]
+
+
+# Kernel attributes that name the dtype of the value a kernel makes: cast's `to`; fill's,
+# range's and eye_like's `dtype` ('' for eye_like: x's).
+RESULT_DTYPE_ATTRS = ("to", "dtype")
+
+
+def retarget_result_dtype(attrs: dict[str, Any], target: DType, floats: Collection[DType]) -> None:
+    """Make the value a kernel's attributes say it makes `target` where they name one of
+    `floats`: the kernel as it runs where every float is `target` (a compile at float_dtype
+    float, a float64 reference)."""
+    for key in RESULT_DTYPE_ATTRS:
+        named = attrs.get(key)
+        if named and resolve_dtype(named) in floats:
+            attrs[key] = target.name
 
 
 def exact(ins: Sequence[TensorSpec | None], attrs: Mapping[str, Any]) -> int:
