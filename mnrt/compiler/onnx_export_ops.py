@@ -329,6 +329,17 @@ def _pad(out: Emitter, n: Node) -> None:
         out.add("Pad", inputs, n.outputs, mode=mode)
 
 
+def _roll(out: Emitter, n: Node) -> None:
+    """A Gather per axis of the positions (i - shift) mod length."""
+    x, shape = n.inputs[0], out.shapes[n.inputs[0]]
+    moves = list(zip(n.attrs["shifts"], n.attrs["axes"], strict=True))
+    for k, (shift, axis) in enumerate(moves):
+        y = n.outputs[0] if k == len(moves) - 1 else out.temp()
+        where = (np.arange(shape[axis]) - shift) % shape[axis]
+        out.add("Gather", [x, _ints(out, where)], [y], axis=axis % len(shape))
+        x = y
+
+
 def _resize(out: Emitter, n: Node) -> None:
     """Resize with the output sizes where the scales are their ratios, else with the
     scales, which ONNX holds as float32: where those do not give the kernel's output sizes
@@ -454,6 +465,7 @@ EXPORTERS: dict[str, Callable[[Emitter, Node], None]] = {
     "mod": _mod,
     "onehot": _onehot,
     "pad": _pad,
+    "roll": _roll,
     "prelu": _named("PRelu"),
     "range": _range,
     "resize": _resize,

@@ -11,6 +11,7 @@ import numpy as np
 from ..device import dtypes as dt
 from ..device.kernels import TensorSpec, chain, lookup, retarget_result_dtype
 from ..device.kernels.registry import COMMON_ATTRS
+from ..device.kernels.shape import slice_of
 from ..device.spec import MNCORE2
 from ..errors import MnrtError
 from ..user_warning import warn
@@ -422,6 +423,66 @@ def fuse_silu(graph: Graph) -> Graph:
     return dead_code(g)
 
 
+def fuse_rolls(graph: Graph) -> Graph:
+    """torch.roll as ONNX exporters write it, concat(x[k:], x[:k]) along one axis, is one
+    `roll` kernel: one launch and one pass over x instead of three launches and two (the
+    slices' results stored and read back); rolls of one value along several axes in turn,
+    a roll along all of them (Swin Transformer's shifted windows roll two). Bits are the
+    same: both only move values."""
+    g = graph.copy()
+    producer = {out: n for n in g.nodes for out in n.outputs}
+    uses, outputs = _uses(g), set(g.outputs)
+
+    def alone(name: str) -> Node | None:
+        """The node that makes `name`, where nothing else reads it."""
+        return producer.get(name) if uses.get(name) == 1 and name not in outputs else None
+
+    gone: set[int] = set()
+    for i, node in enumerate(g.nodes):
+        parts = [alone(n) for n in node.inputs]
+        if node.op == "concat" and (attrs := _roll_of(g, node, parts)) is not None:
+            gone.update(id(p) for p in parts)
+            node = Node("roll", list(parts[0].inputs), node.outputs, attrs, node.name)
+            uses[node.inputs[0]] -= 1  # read by the roll alone, not by two slices
+        elif node.op != "roll":
+            continue
+        inner = alone(node.inputs[0])  # a roll of a roll along other axes: one roll
+        if inner is not None and inner.op == "roll":
+            rank = len(g.values[node.inputs[0]].shape)
+            axes = tuple(a % rank for a in (*inner.attrs["axes"], *node.attrs["axes"]))
+            if len(set(axes)) == len(axes):
+                gone.add(id(inner))
+                shifts = (*inner.attrs["shifts"], *node.attrs["shifts"])
+                node = Node("roll", list(inner.inputs), node.outputs,
+                            {"shifts": shifts, "axes": axes}, node.name)  # fmt: skip
+        g.nodes[i] = producer[node.outputs[0]] = node
+    g.nodes = [n for n in g.nodes if id(n) not in gone]
+    _drop_unused_values(g)
+    g.verify()
+    return g
+
+
+def _roll_of(g: Graph, concat: Node, parts: list[Node | None]) -> dict | None:
+    """The roll a concat is, where it joins x[k:] and x[:k] along its axis (slices that
+    nothing else reads, each whole along every other axis): shifts n - k."""
+    if len(parts) != 2 or any(p is None or p.op != "slice" for p in parts):
+        return None
+    x = parts[0].inputs[0]
+    shape = g.values[x].shape
+    if parts[1].inputs[0] != x or not shape:
+        return None
+    axis = concat.attrs["axis"] % len(shape)
+    first, second = (slice_of(shape, p.attrs) for p in parts)
+    n = shape[axis]
+    k = first[axis].indices(n)[0]
+    wants = [(k, n, 1), (0, k, 1)]
+    for cut, want in zip((first, second), wants):
+        spans = [c.indices(d) for c, d in zip(cut, shape)]
+        if spans != [want if j == axis else (0, d, 1) for j, d in enumerate(shape)]:
+            return None
+    return {"shifts": (n - k,), "axes": (axis,)} if 0 < k < n else None
+
+
 def fuse_epilogues(graph: Graph) -> Graph:
     """Fold an activation that is the only use of a gemm or conv2d result into that kernel's
     epilogue, so the result is activated before it is stored instead of being stored, read
@@ -634,8 +695,8 @@ def _fuse_chains_once(graph: Graph) -> Graph:
 
 
 # O2's passes; O3 and O4 drop what fusing left unused as well.
-_FUSING = (dead_code, fold_constants, common_subexpressions, fold_scale_shift, fuse_silu,
-           fuse_epilogues)  # fmt: skip
+_FUSING = (dead_code, fold_constants, common_subexpressions, fuse_rolls, fold_scale_shift,
+           fuse_silu, fuse_epilogues)  # fmt: skip
 
 # Passes each preset runs after float_dtype, on the casts it inserted.
 AFTER_FLOAT_DTYPE = {

@@ -158,6 +158,7 @@ def test_codegen_dir_holds_everything_and_loads_without_compiling(ctx, tmp_path)
         "dead_code",
         "fold_constants",
         "common_subexpressions",
+        "fuse_rolls",
         "fold_scale_shift",
         "fuse_silu",
         "fuse_epilogues",

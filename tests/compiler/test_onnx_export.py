@@ -286,6 +286,7 @@ CASES = [
     ("pad-edge-crop", "pad", {"x": _f(3, 4)}, {"pads": (-1, 2, 2, -1), "mode": "edge"}),
     ("pad-wrap", "pad", {"x": _f(2, 3)}, {"pads": (1, 4, 3, 2), "mode": "wrap"}),
     ("pad-wrap-crop", "pad", {"x": _f(3, 4)}, {"pads": (0, -1, 2, 3), "mode": "wrap"}),
+    ("roll", "roll", {"x": _f(2, 3, 5)}, {"shifts": (-4, 2), "axes": (2, -3)}),
     ("prelu", "prelu", {"a": _f(2, 3, 4), "b": _f(3, 1, lo=0, hi=1)}, {}),
     ("prelu-last-axis", "prelu", {"a": _f(2, 3, 4), "b": _f(4, lo=0, hi=1)}, {}),
     ("range", "range", {}, {"start": 0.5, "limit": 3.2, "delta": 0.7}),

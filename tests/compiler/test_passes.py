@@ -22,6 +22,7 @@ from mnrt.compiler.passes import (
     fold_scale_shift,
     fuse_chains,
     fuse_epilogues,
+    fuse_rolls,
     fuse_silu,
 )
 
@@ -226,6 +227,58 @@ def test_x_times_its_sigmoid_is_one_silu_kernel_of_the_same_bits(dev, gate_first
     xs = np.random.default_rng(8).standard_normal((4, 16)).astype(np.float32) * 4
     got, want = run(fused, dev, {"x": xs})["y"], run(graph, dev, {"x": xs})["y"]
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def _rolled(b: GraphBuilder, x: str, k: int, axis: int, n: int) -> str:
+    """torch.roll(x, n - k, axis) as its ONNX export writes it: concat(x[k:], x[:k])."""
+    tail = b.slice(x, starts=(k,), ends=(2**62,), axes=(axis,))
+    return b.concat(tail, b.slice(x, starts=(0,), ends=(k - n,), axes=(axis,)), axis=axis)
+
+
+def test_torch_roll_as_exported_is_one_roll_kernel_of_the_same_bits(dev):
+    """Swin Transformer's shifted windows: torch.roll along H, then W, each two slices and
+    a concat in ONNX (six kernels); one roll along both. Ends given past the axis or from
+    its end, as exporters write them, count."""
+    b = GraphBuilder("g")
+    x = b.input("x", (2, 6, 5, 3), "float")
+    h = _rolled(b, b.tanh(x), 2, 1, 6)
+    b.output(b.relu(_rolled(b, h, 4, -2, 5)), "y")
+    graph = b.build()
+    fused = fuse_rolls(graph)
+    assert ops(fused) == ["tanh", "roll", "relu"]
+    assert fused.nodes[1].attrs["shifts"] == (4, 1) and fused.nodes[1].attrs["axes"] == (1, 2)
+    xs = {"x": np.random.default_rng(12).standard_normal((2, 6, 5, 3)).astype(np.float32)}
+    got, want = run(fused, dev, xs)["y"], run(graph, dev, xs)["y"]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, np.maximum(np.roll(np.tanh(xs["x"]), (4, 1), (1, 2)), 0))
+
+
+def test_concatenated_slices_that_are_no_roll_are_kept():
+    b = GraphBuilder("g")
+    x = b.input("x", (6, 4), "float")
+    b.output(
+        b.concat(b.slice(x, starts=(2,), ends=(6,)), b.slice(x, starts=(0,), ends=(1,)), axis=0),
+        "gap",
+    )  # x[2:], x[:1]: a row left out
+    b.output(
+        b.concat(b.slice(x, starts=(0,), ends=(2,)), b.slice(x, starts=(2,), ends=(6,)), axis=0),
+        "in_order",
+    )  # x[:2], x[2:]: x itself
+    b.output(
+        b.concat(
+            b.slice(x, starts=(2, 0), ends=(6, 3), axes=(0, 1)),
+            b.slice(x, starts=(0, 0), ends=(2, 3), axes=(0, 1)),
+            axis=0,
+        ),
+        "narrow",
+    )
+    read = b.slice(x, starts=(3,), ends=(6,))
+    b.output(b.concat(read, b.slice(x, starts=(0,), ends=(3,)), axis=0), "shared")
+    b.output(read, "read")  # the slice is read elsewhere too
+    pieces = [b.slice(x, starts=(4,), ends=(6,)), b.slice(x, starts=(0,), ends=(4,))]
+    b.output(b.concat(*pieces, b.slice(x, starts=(0,), ends=(1,)), axis=0), "three")
+    graph = b.build()
+    assert "roll" not in ops(fuse_rolls(graph))
 
 
 def test_a_sigmoid_read_elsewhere_or_times_another_value_is_kept():

@@ -1,5 +1,6 @@
 """Element-moving and generating kernels (trilu, depth_to_space, space_to_depth,
-reverse_sequence, cumsum, cumprod, range, eye_like) against ONNX's reference evaluator.
+reverse_sequence, cumsum, cumprod, range, eye_like) against ONNX's reference evaluator, and
+roll against numpy's.
 Moving kernels must be exact for every dtype; scans exact on integers (wrapping in their
 own width) and within float64 rounding of the reference on doubles."""
 
@@ -215,3 +216,32 @@ def test_tile_matches_onnx(repeats):
     np.testing.assert_array_equal(got, want)
     with pytest.raises(KernelAttributeError, match="repeats"):
         infer("tile", spec((2, 3)), repeats=(1,))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    shape=st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    data=st.data(),
+    dtype=st.sampled_from(["float", "half", "int8", "bool"]),
+)
+def test_roll_is_numpys(shape, data, dtype):
+    rank = len(shape)
+    axes = data.draw(st.lists(st.integers(-rank, rank - 1), min_size=1, max_size=rank,
+                              unique_by=lambda a: a % rank))  # fmt: skip
+    shifts = data.draw(st.lists(st.integers(-7, 7), min_size=len(axes), max_size=len(axes)))
+    d = dt.dtype(dtype)
+    x = operand((np.arange(np.prod(shape)).reshape(shape) % 5).astype(d.read_dtype), d)
+    got = run("roll", x, shifts=tuple(shifts), axes=tuple(axes))
+    np.testing.assert_array_equal(got, np.roll(d.from_storage(x[0]), shifts, axes))
+
+
+@pytest.mark.parametrize(
+    ("attrs", "error", "message"),
+    [({"shifts": (1, 2), "axes": (0,)}, KernelAttributeError, "one shift per axis"),
+     ({"shifts": (), "axes": ()}, KernelAttributeError, "at least one axis"),
+     ({"shifts": (1, 1), "axes": (1, -1)}, KernelAttributeError, "name an axis twice"),
+     ({"shifts": (1,), "axes": (2,)}, ShapeError, "out of range for rank 2")],
+)  # fmt: skip
+def test_roll_refuses_axes_it_cannot_take(attrs, error, message):
+    with pytest.raises(error, match=message):
+        infer("roll", spec((3, 4)), **attrs)

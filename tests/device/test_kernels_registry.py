@@ -113,6 +113,7 @@ def _samples() -> dict[str, tuple[list, dict]]:
             ),
             "pad": ([operand(x)], {"pads": (0, 1, -1, 2, 0, 1), "mode": "reflect"}),
             "tile": ([operand(x)], {"repeats": (1, 2, 3)}),
+            "roll": ([operand(x)], {"shifts": (1, -2), "axes": (1, 2)}),
             "prelu": ([operand(x), operand(x[0, 0])], {}),
             "einsum": ([operand(x), operand(x)], {"equation": "bij,bkj->bik"}),
             "chain": (

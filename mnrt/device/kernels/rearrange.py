@@ -1,6 +1,6 @@
 """Kernels that move elements without arithmetic: trilu, depth_to_space, space_to_depth,
-reverse_sequence, pad and tile, with ONNX's semantics. They take every dtype; cost is bytes
-only."""
+reverse_sequence, pad and tile, with ONNX's semantics, and roll. They take every dtype; cost
+is bytes only."""
 
 from __future__ import annotations
 
@@ -283,6 +283,41 @@ register(
         },
         infer=_pad_infer,
         compute=_pad_compute,
+        cost=_moving_cost,
+    )
+)
+
+
+# --- roll ------------------------------------------------------------------------------
+
+
+def _roll_infer(ins, attrs):
+    x = ins[0]
+    shifts, axes = attrs["shifts"], attrs["axes"]
+    if not axes or len(shifts) != len(axes):
+        raise KernelAttributeError(
+            f"kernel 'roll': shifts {shifts} and axes {axes} must name one shift per axis, "
+            "for at least one axis"
+        )
+    named = [normalize_axis("roll", a, len(x.shape)) for a in axes]
+    if len(set(named)) != len(named):
+        raise KernelAttributeError(f"kernel 'roll': axes {axes} name an axis twice")
+    return [OutSpec(x.shape, (x.dtype,))]
+
+
+register(
+    KernelDef(
+        name="roll",
+        reduction=exact,  # moves values: no rounding of its own
+        doc="x shifted cyclically by shifts[i] along axes[i] (numpy.roll, torch.roll)",
+        inputs=("x",),
+        outputs=("y",),
+        attrs={
+            "shifts": Attr("ints", REQUIRED, "positions each axis moves by (negative: back)"),
+            "axes": Attr("ints", REQUIRED, "the axes, distinct (negative from the end)"),
+        },
+        infer=_roll_infer,
+        compute=lambda ins, attrs, outs: [np.roll(ins[0], attrs["shifts"], attrs["axes"])],
         cost=_moving_cost,
     )
 )

@@ -83,7 +83,7 @@ def _clamp(v: int, lo: int, hi: int) -> int:
     return min(max(v, lo), hi)
 
 
-def _slices(shape: tuple[int, ...], attrs) -> tuple[slice, ...]:
+def slice_of(shape: tuple[int, ...], attrs) -> tuple[slice, ...]:
     """One Python slice per axis, from ONNX Slice's rules: negative starts and ends count
     from the end, then both are clamped to the axis ([0, dim] going forward, [-1, dim - 1]
     going backward, where -1 means 'past index 0')."""
@@ -118,7 +118,7 @@ def _slices(shape: tuple[int, ...], attrs) -> tuple[slice, ...]:
 
 def _slice_infer(ins, attrs):
     x = ins[0]
-    sl = _slices(x.shape, attrs)
+    sl = slice_of(x.shape, attrs)
     shape = tuple(len(range(*s.indices(n))) for s, n in zip(sl, x.shape, strict=True))
     return [OutSpec(shape, (x.dtype,))]
 
@@ -230,7 +230,7 @@ register(
             "steps": Attr("ints", (), "step per sliced axis, nonzero; () means all 1"),
         },
         infer=_slice_infer,
-        compute=lambda ins, attrs, outs: [ins[0][_slices(ins[0].shape, attrs)]],
+        compute=lambda ins, attrs, outs: [ins[0][slice_of(ins[0].shape, attrs)]],
         cost=_slice_cost,
         reduction=exact,
     )
