@@ -318,27 +318,45 @@ def test_integer_inputs_where_and_layernorm(dev, q):
     assert graph.values["ids"].dtype is mnrt.int64  # ONNX int64 is the device's int64
 
 
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+def test_a_pad_is_one_pad_kernel_in_every_mode(dev, q, mode):
+    """Pad of two axes: one pad kernel, where each axis was a fill (or a slice) and a concat
+    per side before; Swin Transformer pads every stage's feature map to whole windows.
+    wrap was refused. (The reference evaluator takes no negative pads; the kernel's crops
+    are checked against onnxruntime in test_onnx_export.)"""
+    model = make_model(
+        [helper.make_node("Pad", ["x", "pads", "value"], ["y"], mode=mode)],
+        [vi("x", F, [3, 5])],
+        [vi("y", F, None)],
+        [init("pads", np.array([1, 2, 2, 0], np.int64)),
+         init("value", np.array(1.5 if mode == "constant" else 0.0, np.float32))],
+    )  # fmt: skip
+    x = RNG.standard_normal((3, 5)).astype(np.float32)
+    graph = check_against_reference(dev, q, model, {"x": x}, rtol=0, atol=0)
+    assert [n.op for n in graph.nodes] == ["pad"]
+
+
 def test_every_unsupported_node_is_listed_at_once():
     nodes = [
         helper.make_node("Relu", ["x"], ["a"], name="ok"),
         helper.make_node("NonZero", ["a"], ["b"], name="nz"),
         helper.make_node("Relu", ["b"], ["c"], name="after_nz"),
         helper.make_node("Det", ["c"], ["d"], name="det"),
-        helper.make_node("Pad", ["x", "pads"], ["e"], name="wrap_pad", mode="wrap"),
+        helper.make_node("Pad", ["x", "pads"], ["e"], name="wide_pad", mode="reflect"),
         helper.make_node("Reshape", ["x", "x"], ["f"], name="dyn_reshape"),
     ]
     model = make_model(
         nodes,
         [vi("x", F, [4])],
         [vi("d", F, None), vi("e", F, None), vi("f", F, None)],
-        [init("pads", np.array([1, 1], np.int64))],
+        [init("pads", np.array([4, 1], np.int64))],
     )
     with pytest.raises(UnsupportedModelError) as info:
         from_onnx(model)
     msg = str(info.value)
     assert "4 unsupported node(s)" in msg
     assert "nz (NonZero)" in msg and "det (Det)" in msg
-    assert "wrap_pad (Pad): mode=wrap" in msg
+    assert "wide_pad (Pad): reflect padding as wide as the axis" in msg
     assert "dyn_reshape (Reshape)" in msg and "known at import time" in msg
     # NonZero of a value the device computes: no example input can give it (as the
     # message once advised of torchvision's SSDLite's box selection)

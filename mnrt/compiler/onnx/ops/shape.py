@@ -11,7 +11,7 @@ import numpy as np
 from ....device.dtypes import dtype as resolve_dtype
 from .. import names
 from ..state import Attrs, Ctx, Invalid, Unsupported, axis_index
-from .common import axes_of, pad_axis
+from .common import axes_of
 
 
 def _resolve_shape(in_shape: tuple[int, ...], shape: list[int], allowzero: bool) -> list[int]:
@@ -167,15 +167,25 @@ def pad(cx: Ctx, node: Any, at: Attrs) -> list:
     axes = list(range(rank))
     if len(node.input) > 3 and node.input[3]:
         axes = [axis_index(a, rank, "Pad axis") for a in cx.ints(node.input[3], "axes")]
-    if mode not in ("constant", "reflect", "edge"):
+    if mode not in ("constant", "reflect", "edge", "wrap"):
         raise Unsupported(f"mode={mode}")
     n = len(axes)
     if len(pads) != 2 * n:
         raise Invalid(f"pads {pads} has {len(pads)} values; padding {n} axes needs {2 * n} "
                        "(all the begins, then all the ends)")  # fmt: skip
+    every = [0] * (2 * rank)  # the pad kernel's: every axis's begin, then every end
     for i, ax in enumerate(axes):
-        x = pad_axis(cx, x, ax, pads[i], pads[i + n], mode, value)
-    return [x if any(pads) else cx.op("copy", x)]
+        before, after = pads[i], pads[i + n]
+        every[ax], every[ax + rank] = before, after
+        left = cx.shape(x)[ax] + min(before, 0) + min(after, 0)  # negative pads crop first
+        if left < 0:
+            raise Invalid(f"negative pads {before}, {after} remove more than the "
+                          f"{cx.shape(x)[ax]} elements of axis {ax}")  # fmt: skip
+        if mode == "reflect" and max(before, after) >= left:
+            raise Unsupported("reflect padding as wide as the axis")
+    if not any(every):
+        return [cx.op("copy", x)]
+    return [cx.op("pad", x, pads=every, mode=mode, value=value)]
 
 
 def trilu(cx: Ctx, node: Any, at: Attrs) -> list:
