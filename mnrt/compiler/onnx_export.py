@@ -161,17 +161,17 @@ def _with_epilogue(export: Callable[[Emitter, Node], None]) -> Callable[[Emitter
 def _chain(out: Emitter, n: Node) -> None:
     """A chain exports as its steps, one ONNX node (or a few) each, in order, each on the
     result before it and the chain's operands it takes; the tapped step's result under
-    the chain's second output's name; an operand it widens as it loads it through a Cast."""
+    the chain's second output's name; an input it widens as it loads it through a Cast."""
     ins = [TensorSpec(out.shapes[v], out.dtypes[v]) for v in n.inputs]
     steps = chain.plan(n.attrs, ins)
     tap = n.attrs.get("tap", chain.NO_TAP)
     given = list(n.inputs)
     for k, name in enumerate(n.attrs.get("widen", "").split(",") if n.attrs.get("widen") else ()):
         if name:
-            given[1 + k] = out.temp()
-            out.shapes[given[1 + k]], out.dtypes[given[1 + k]] = ins[1 + k].shape, dt.dtype(name)
-            _cast(out, Node("cast", [n.inputs[1 + k]], [given[1 + k]], {"to": name}))
-    x = n.inputs[0]
+            given[k] = out.temp()
+            out.shapes[given[k]], out.dtypes[given[k]] = ins[k].shape, dt.dtype(name)
+            _cast(out, Node("cast", [n.inputs[k]], [given[k]], {"to": name}))
+    x = given[0]
     for i, step in enumerate(steps):
         y = n.outputs[0] if i + 1 == len(steps) else n.outputs[1] if i == tap else out.temp()
         out.shapes[y], out.dtypes[y] = step.y.shape, step.y.dtype

@@ -612,10 +612,11 @@ def fuse_chains(graph: Graph) -> Graph:
 
 
 def _widen_on_load(g: Graph) -> Graph:
-    """Chains read the narrow value where a widening cast's result is read only by chains,
-    as an operand: each widens it as it loads it (its `widen`), which is exact, and the
-    cast's launch and its wide copy in DRAM go (the half result of an inverted residual
-    block's projection, which the next block's skip add reads in float)."""
+    """Chains read the narrow value where a widening cast's result is read only by chains:
+    each widens it as it loads it (its `widen`), which is exact, and the cast's launch and
+    its wide copy in DRAM go (the half result of an inverted residual block's projection,
+    which the next block's skip add reads in float; a conv's half result that a hardswish
+    reads twice, so that no chain could start with its widening)."""
     readers: dict[str, list[Node]] = {}
     for node in g.nodes:
         for name in node.inputs:
@@ -626,21 +627,17 @@ def _widen_on_load(g: Graph) -> Graph:
             continue
         narrow, wide = g.values[node.inputs[0]].dtype, g.values[node.outputs[0]].dtype
         takers = readers.get(node.outputs[0], [])
-        if (
-            _widens(narrow, wide)
-            and takers
-            and all(r.op == chain.NAME and node.outputs[0] not in r.inputs[:1] for r in takers)
-        ):
+        if _widens(narrow, wide) and takers and all(r.op == chain.NAME for r in takers):
             casts[node.outputs[0]] = node.inputs[0]
     for node in g.nodes:
-        if node.op != chain.NAME or casts.keys().isdisjoint(node.inputs[1:]):
+        if node.op != chain.NAME or casts.keys().isdisjoint(node.inputs):
             continue
-        given = node.attrs.get("widen") or ",".join([""] * (len(node.inputs) - 1))
-        widen = given.split(",")
-        for k, name in enumerate(node.inputs[1:]):
+        widen = (node.attrs.get("widen") or ",".join([""] * len(node.inputs))).split(",")
+        for k, name in enumerate(node.inputs):
             if name in casts:
                 widen[k] = g.values[name].dtype.name
-        node.inputs = [node.inputs[0], *(casts.get(n, n) for n in node.inputs[1:])]
+        node.inputs = [casts.get(n, n) for n in node.inputs]
+        node.attrs["x_dtype"] = g.values[node.inputs[0]].dtype.name
         node.attrs["operand_dtypes"] = ",".join(g.values[n].dtype.name for n in node.inputs[1:])
         node.attrs["widen"] = ",".join(widen)
     return dead_code(g) if casts else g

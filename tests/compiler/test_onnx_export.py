@@ -441,7 +441,7 @@ def test_a_chain_exports_the_operands_it_widens_as_it_loads_them_through_a_cast(
     b = GraphBuilder("widen")
     x, t = b.input("x", (2, 3, 4), "float"), b.input("t", (2, 3, 4), "float16")
     steps = chain.dumps([{"op": "add", "with": [1]}, {"op": "relu"}])
-    y = b.chain(x, t, steps=steps, x_dtype="float", operand_dtypes="float16", widen="float")
+    y = b.chain(x, t, steps=steps, x_dtype="float", operand_dtypes="float16", widen=",float")
     b.output(y, "y")
     model = to_onnx(b.build())
     assert [n.op_type for n in model.graph.node] == ["Cast", "Add", "Relu"]

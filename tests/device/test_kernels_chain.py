@@ -260,27 +260,55 @@ def test_an_operand_widened_as_the_chain_loads_it_is_the_cast_kernel_before_it(n
     steps = [("mul", {}, [2]), ("add", {}, [1]), ("relu", {})]
     cast = one_by_one(skip, [("cast", {"to": wide})])
     want = one_by_one(x, steps, [cast, scale])
-    (got,) = as_chain(x, steps, [skip, scale], widen=f"{wide},")
+    (got,) = as_chain(x, steps, [skip, scale], widen=f",{wide},")
     assert got[1] is want[1] and got[0].tobytes() == want[0].tobytes()
     kdef = lookup("chain")
     specs = [TensorSpec(a.shape, d) for a, d in (x, skip, scale)]
     base = {"steps": _dumps(steps), "x_dtype": wide, "operand_dtypes": f"{narrow},{wide}"}
-    loaded = model_kernel_call(MNCORE2, kdef, specs, [specs[0]], {**base, "widen": f"{wide},"})
+    loaded = model_kernel_call(MNCORE2, kdef, specs, [specs[0]], {**base, "widen": f",{wide},"})
     wide_specs = [specs[0], TensorSpec(specs[1].shape, dt.dtype(wide)), specs[2]]
     as_wide = {**base, "operand_dtypes": f"{wide},{wide}"}
     read_wide = model_kernel_call(MNCORE2, kdef, wide_specs, [specs[0]], as_wide)
     assert read_wide.dram_bytes - loaded.dram_bytes == wide_specs[1].nbytes - specs[1].nbytes
 
 
+def test_an_x_widened_as_the_chain_loads_it_serves_every_step_that_reads_it():
+    """A hardswish reads x twice (x * clip(x / 6 + 0.5, 0, 1)), so no chain could start by
+    widening x, a half conv result: loaded widened, x is what a cast kernel gave, bit for
+    bit, and read from DRAM at two bytes an element."""
+    rng = np.random.default_rng(6)
+    x = operand(rng.standard_normal((2, 8, 4, 4)) * 4, "half")
+    sixth, half = operand(np.float32(1 / 6), "float"), operand(np.float32(0.5), "float")
+    zero, one = operand(np.float32(0.0), "float"), operand(np.float32(1.0), "float")
+    steps = [("mul", {}, [1]), ("add", {}, [2]), ("maximum", {}, [3]), ("minimum", {}, [4]),
+             ("mul", {}, [0])]  # fmt: skip
+    widened = one_by_one(x, [("cast", {"to": "float"})])
+    want = one_by_one(widened, steps, [sixth, half, zero, one])
+    (got,) = as_chain(x, steps, [sixth, half, zero, one], widen="float,,,,")
+    assert got[1] is want[1] is dt.FLOAT and got[0].tobytes() == want[0].tobytes()
+    kdef = lookup("chain")
+    ins = [TensorSpec(a.shape, d) for a, d in (x, sixth, half, zero, one)]
+    base = {"steps": _dumps(steps), "x_dtype": "half", "operand_dtypes": "float,float,float,float"}
+    loaded = model_kernel_call(MNCORE2, kdef, ins, [TensorSpec(x[0].shape, dt.FLOAT)],
+                               {**base, "widen": "float,,,,"})  # fmt: skip
+    wide = [TensorSpec(x[0].shape, dt.FLOAT), *ins[1:]]
+    as_wide = {**base, "x_dtype": "float"}
+    read_wide = model_kernel_call(MNCORE2, kdef, wide, [wide[0]], as_wide)
+    # x read twice, by the first step and by the last: each time at its own two bytes
+    assert read_wide.dram_bytes - loaded.dram_bytes == 2 * (wide[0].nbytes - ins[0].nbytes)
+
+
 @pytest.mark.parametrize(
     ("operand_dtypes", "widen", "error", "message"),
-    [("float", "half", DTypeError, "does not hold every float value"),
-     ("half", "half", DTypeError, "does not hold every half value"),
-     ("half", "float,float", KernelAttributeError, "lists 2 dtype"),
-     ("half", "int32", KernelAttributeError, "must list at most"),
-     ("half", "quad", KernelAttributeError, "must list at most")],
+    [("float", ",half", DTypeError, "loads input 1 .float. as half, which does not hold"),
+     ("half", ",half", DTypeError, "does not hold every half value"),
+     ("half", "double,bfloat16", DTypeError, "loads input 1 .half. as bfloat16"),
+     ("half", "float", KernelAttributeError, "lists 1 dtype.s. for 2 input"),
+     ("half", ",float,float", KernelAttributeError, "lists 3 dtype"),
+     ("half", ",int32", KernelAttributeError, "must list at most"),
+     ("half", ",quad", KernelAttributeError, "must list at most")],
 )  # fmt: skip
-def test_widen_only_to_a_larger_float_one_per_operand(operand_dtypes, widen, error, message):
+def test_widen_only_to_a_larger_float_one_per_input(operand_dtypes, widen, error, message):
     kdef = lookup("chain")
     steps = _dumps([("add", {}, [1])])
     with pytest.raises(error, match=message):

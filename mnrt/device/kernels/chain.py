@@ -19,10 +19,10 @@ block's result is read by the next block's skip `add` in float and, rounded to h
 its convolutions: one chain computes it, writes it, and goes on to round it, where two
 launches read it back from DRAM.
 
-An operand given in a narrower float type than its steps take (a half GEMM result, the
-skip connection of an inverted residual block) is widened as the chain loads it, which is
-exact: `widen` names the dtype each operand is loaded as ('' for as given), so no launch
-of its own widens it in DRAM first.
+An input given in a narrower float type than its steps take (a half GEMM result, the
+skip connection of an inverted residual block, the x a hardswish reads twice) is widened
+as the chain loads it, which is exact: `widen` names the dtype each input (x, then the
+operands) is loaded as ('' for as given), so no launch of its own widens it in DRAM first.
 
 The steps are one string attribute, a compact JSON list such as
 `[{"op":"cast","attrs":{"to":"float"}},{"op":"mul","with":[1]},{"op":"max_pool2d","attrs":{"kernel":[2,2]}}]`
@@ -267,35 +267,35 @@ def _dtype_names(text: str) -> str:
 def _widen_names(text: str) -> str:
     names = text.split(",") if text else []
     wrong = [n for n in names if n and not (n in dt.DTYPES and dt.DTYPES[n].is_float)]
-    if wrong or len(names) > MAX_OPERANDS:
+    if wrong or len(names) > 1 + MAX_OPERANDS:
         raise KernelAttributeError(
-            f"kernel '{NAME}': attribute 'widen' must list at most {MAX_OPERANDS} float dtypes "
-            f"or '' (each operand as given) separated by commas, got {text!r:.80}"
+            f"kernel '{NAME}': attribute 'widen' must list at most {1 + MAX_OPERANDS} float "
+            f"dtypes or '' (each input as given) separated by commas, got {text!r:.80}"
         )
     return text
 
 
 def _loaded(attrs: Mapping[str, Any], ins: Sequence[TensorSpec]) -> list[TensorSpec]:
-    """The chain's inputs as its steps see them: each operand `widen` names a dtype for
-    widened to it, which must hold every value of the operand's own (an exact widening)."""
+    """The chain's inputs as its steps see them: each input `widen` names a dtype for
+    widened to it, which must hold every value of the input's own (an exact widening)."""
     widen = attrs.get("widen", "")
     if not widen:
         return list(ins)
     names = widen.split(",")
-    if len(names) != len(ins) - 1:
+    if len(names) != len(ins):
         raise KernelAttributeError(
             f"kernel '{NAME}': attribute 'widen' lists {len(names)} dtype(s) for "
-            f"{len(ins) - 1} operand(s); give one for each ('' for as given)"
+            f"{len(ins)} input(s) (x and the operands); give one for each ('' for as given)"
         )
-    loaded = [ins[0]]
-    for k, (t, name) in enumerate(zip(ins[1:], names)):
+    loaded = []
+    for k, (t, name) in enumerate(zip(ins, names)):
         if not name:
             loaded.append(t)
             continue
         wide = dt.DTYPES[name]
         if not (t.dtype.is_float and wide.itemsize > t.dtype.itemsize):
             raise DTypeError(
-                f"kernel '{NAME}': attribute 'widen' loads operand {k} ({t.dtype.name}) as "
+                f"kernel '{NAME}': attribute 'widen' loads input {k} ({t.dtype.name}) as "
                 f"{name}, which does not hold every {t.dtype.name} value; widen only to a "
                 "larger float type"
             )
@@ -426,11 +426,15 @@ def _operand_dtypes(attrs: Mapping[str, Any]) -> list[str]:
     return attrs["operand_dtypes"].split(",") if attrs["operand_dtypes"] else []
 
 
-def _step_cost(step: Step, given: Sequence[TensorSpec], loaded: Sequence[TensorSpec]) -> Cost:
-    """A step's cost, reading each operand the chain widens as it loads it in the operand's
-    own dtype (its bytes from DRAM), plus the widening's one flop an element."""
+def _step_cost(
+    step: Step, first: bool, given: Sequence[TensorSpec], loaded: Sequence[TensorSpec]
+) -> Cost:
+    """A step's cost, reading each input the chain widens as it loads it in the input's own
+    dtype (its bytes from DRAM), plus the widening's one flop an element. The first step
+    reads x where the others read the result before them."""
     others = [j for j in range(len(step.ins)) if j != step.at]
-    narrow = {j: given[k] for j, k in zip(others, step.takes) if loaded[k] is not given[k]}
+    reads = list(zip(others, step.takes)) + ([(step.at, 0)] if first else [])
+    narrow = {j: given[k] for j, k in reads if loaded[k] is not given[k]}
     if not narrow:
         return step.kdef.cost(list(step.ins), [step.y], step.attrs)
     read = [narrow.get(j, t) for j, t in enumerate(step.ins)]
@@ -445,8 +449,16 @@ def _cost(ins: Sequence[TensorSpec | None], outs: Sequence[TensorSpec], attrs: M
     tap = _tap(attrs, steps)
     loaded = _loaded(attrs, ins)
     parts = tuple(
-        Part(_step_cost(s, ins, loaded), s.ins, s.at, s.takes, s.y, s.kdef.pointwise, s is tap)
-        for s in steps
+        Part(
+            _step_cost(s, i == 0, ins, loaded),
+            s.ins,
+            s.at,
+            s.takes,
+            s.y,
+            s.kdef.pointwise,
+            s is tap,
+        )
+        for i, s in enumerate(steps)
     )
     room = attrs.get("lm_room", WHOLE_CHIP)
     return Cost(
@@ -511,8 +523,8 @@ register(
             "widen": Attr(
                 "str",
                 "",
-                "dtypes the operands are widened to as the chain loads them, in order, "
-                "separated by commas ('' each: as given; none: '')",
+                "dtypes the inputs (x, then the operands) are widened to as the chain loads "
+                "them, separated by commas ('' each: as given; none: '')",
                 parse=_widen_names,
             ),
             "tap": Attr(
