@@ -14,13 +14,46 @@ from typing import Any
 from ..errors import InvalidArgumentError
 from . import placement, schedulers, time_slice
 from .builder import GraphBuilder
+from .chain_fusion import fuse_chains
 from .ir import Graph
 from .layout_planners import plan_layouts
 from .map_graph import map_graph
 from .options import CompileOptions
-from .passes import AFTER_FLOAT_DTYPE, PIPELINES, apply_float_dtype
+from .passes import (
+    apply_float_dtype,
+    cancel_round_trip_casts,
+    common_subexpressions,
+    concat_before_widening,
+    dead_code,
+    fold_constants,
+    fold_scale_shift,
+    fuse_epilogues,
+    fuse_rolls,
+    fuse_silu,
+)
 
 Step = Callable[[Graph], "Graph | tuple[Graph, dict]"]
+
+# O2's passes; O3 and O4 drop what fusing left unused as well.
+_FUSING = (dead_code, fold_constants, common_subexpressions, fuse_rolls, fold_scale_shift,
+           fuse_silu, fuse_epilogues)  # fmt: skip
+
+# Passes each preset runs after float_dtype, on the casts it inserted.
+AFTER_FLOAT_DTYPE = {
+    "O2": (common_subexpressions, cancel_round_trip_casts),
+    "O3": (common_subexpressions, concat_before_widening, cancel_round_trip_casts, fuse_chains),
+    "O4": (common_subexpressions, concat_before_widening, cancel_round_trip_casts, fuse_chains),
+}
+
+# Passes each preset runs, in order (after float_dtype is applied at the end).
+PIPELINES = {
+    "O0": (),
+    "O1": (dead_code, fold_constants),
+    "O2": _FUSING,
+    "O3": (*_FUSING, dead_code),
+    "O4": (*_FUSING, dead_code),
+    "debug": (),
+}
 
 
 def steps(opts: CompileOptions) -> list[tuple[str, Step]]:

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 import mnrt
 from mnrt.compiler import GraphBuilder, onnx_export
+from mnrt.compiler.chain_fusion import fuse_chains
 from mnrt.compiler.models import MODELS
 from mnrt.compiler.onnx import names
 from mnrt.compiler.onnx_export import ExportError, to_onnx
-from mnrt.compiler.passes import fuse_chains
 from mnrt.device.kernels import all_kernels, chain
 from mnrt.device.tolerance import unit_roundoff
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import mnrt
 from mnrt.compiler import GraphBuilder, lower
+from mnrt.compiler.chain_fusion import fuse_chains
 from mnrt.compiler.passes import (
     apply_float_dtype,
     cancel_round_trip_casts,
@@ -20,7 +21,6 @@ from mnrt.compiler.passes import (
     dead_code,
     fold_constants,
     fold_scale_shift,
-    fuse_chains,
     fuse_epilogues,
     fuse_rolls,
     fuse_silu,

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 import mnrt
 from mnrt.compiler import GraphBuilder, schedulers
+from mnrt.compiler.chain_fusion import fuse_chains
 from mnrt.compiler.ir import MATRIX_OPS, Graph
 from mnrt.compiler.liveness import peak_live_bytes, temporaries, value_nbytes
 from mnrt.compiler.node_cost import graph_cost
 from mnrt.compiler.options import OPTIONS, OptionError, resolve
-from mnrt.compiler.passes import fuse_chains
 from mnrt.compiler.placement import DRAM, ON_CHIP, chain_room, on_chip_bytes
 from mnrt.compiler.schedulers import SCHEDULERS, Request, SAOptionError, schedule
 from mnrt.compiler.schedulers import anneal as anneal_scheduler
