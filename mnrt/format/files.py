@@ -168,11 +168,15 @@ def write_atomically_with(path: str | os.PathLike, fill: Callable[[BinaryIO], ob
         raise
 
 
-def open_regular(path: Path, what: str, follow_links: bool = True) -> BinaryIO:
+def open_regular(path: Path, what: str, follow_links: bool = True, pipes: bool = False) -> BinaryIO:
     """Open a regular file for reading, or raise MnrtError saying why not. Opening does not
     block (a FIFO would wait for a writer) and anything but a regular file is refused: a
     device such as /dev/zero would never end. Without `follow_links` a symbolic link is
-    refused too (a file named by a document must not lead out of its folder)."""
+    refused too (a file named by a document must not lead out of its folder). With `pipes`
+    a pipe is opened too, to be read to its end: a shell's `<(command)`, whose writer is
+    connected by the time the reader opens it (a named FIFO nothing has opened for writing
+    reads as empty instead of blocking until something does); its reader must bound what
+    it reads, since a pipe need never end."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     if not follow_links:
         flags |= getattr(os, "O_NOFOLLOW", 0)
@@ -189,7 +193,9 @@ def open_regular(path: Path, what: str, follow_links: bool = True) -> BinaryIO:
     except ValueError:  # a NUL in the path
         raise MnrtError(f"cannot read {path!r}: a path cannot hold a NUL character") from None
     mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    if pipes and stat.S_ISFIFO(mode):
+        os.set_blocking(fd, True)  # wait for what a connected writer has still to write
+    elif not stat.S_ISREG(mode):
         os.close(fd)
         kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
         raise MnrtError(f"{path} is {kind}, not {what}")

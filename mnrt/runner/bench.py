@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,11 @@ def _modelled(report: ReplayReport) -> dict:
     return {**modelled_totals(report), "kernels": [k.to_dict() for k in kernels]}
 
 
+# The most a --baseline JSON may hold: `mnrt bench --json` prints about 200 bytes a kernel
+# run, so this is millions of them; a pipe that never ends is cut off here.
+MAX_BASELINE_JSON = 256 << 20
+
+
 def _baseline(path: Path, **placement: Any) -> dict:
     """The `modelled` part of an earlier `mnrt bench --json`, with every field the gate
     reads checked first: an edited or foreign file is a usage error, not a traceback or a
@@ -33,11 +40,26 @@ def _baseline(path: Path, **placement: Any) -> dict:
     (another compile's, a codegen_dir's) instead is replayed once, on the same `placement`,
     for its modelled figures: they depend on nothing the host does."""
     try:
-        with open_regular(path, "a --baseline JSON file") as f:  # not a FIFO, not /dev/zero
+        # a file or a pipe (`--baseline <(mnrt bench A --json)`), never /dev/zero
+        with open_regular(path, "a --baseline file", pipes=True) as f:
             head = f.read(12)  # a size-prefixed FlatBuffer: size, root offset, identifier
-            doc = None if head[8:12] == IDENTIFIER else parse_json(head + f.read())
-        if doc is None:
+            binary = head[8:12] == IDENTIFIER
+            if binary and not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise errors.InvalidArgumentError(
+                    f"--baseline {path} is a light binary in a pipe; give its file, or the "
+                    "JSON `mnrt bench --json` prints"
+                )
+            text = b"" if binary else head + f.read(MAX_BASELINE_JSON)
+        if binary:
             return _modelled(replay(path, verify=False, **placement))
+        if len(text) > MAX_BASELINE_JSON:
+            raise errors.InvalidArgumentError(
+                f"--baseline {path} holds more than {MAX_BASELINE_JSON} bytes, more "
+                "than `mnrt bench --json` prints; give that JSON or a light binary"
+            )
+        doc = parse_json(text)
+    except errors.InvalidArgumentError:
+        raise
     except errors.InvalidBinaryError as e:
         raise errors.InvalidArgumentError(f"--baseline {path}: {e}") from None
     except errors.MnrtError as e:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import threading
 
 import pytest
 from binaries import chain_capture
 from cli_harness import assert_one_line_error, invoke_cli
+
+from mnrt.runner import bench
 
 
 def _bench(*args) -> tuple[int, str]:
@@ -119,12 +124,56 @@ def test_a_baseline_that_is_not_bench_json_is_a_usage_error(tmp_path, case):
     )
 
 
-def test_a_baseline_that_is_not_a_regular_file_is_refused_not_read(tmp_path, fifo):
-    """A FIFO waited for a writer and /dev/zero was read for ever."""
+def _piped(data: bytes) -> tuple[str, threading.Thread]:
+    """A pipe as a shell's `<(command)` gives it: /dev/fd/N, its writer writing `data`
+    (bytes, or a repeated chunk without end when a list of one), then closing it."""
+    read_end, write_end = os.pipe()
+
+    def write() -> None:
+        with os.fdopen(write_end, "wb") as w, contextlib.suppress(BrokenPipeError):
+            if isinstance(data, list):
+                while True:
+                    w.write(data[0])
+            w.write(data)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    return f"/dev/fd/{read_end}", writer
+
+
+def test_a_baseline_may_come_through_a_pipe(tmp_path):
+    """`mnrt bench B --baseline <(mnrt bench A --json)`: it was refused as "not a regular
+    file"."""
+    path = tmp_path / "c.mnlb"
+    chain_capture(12).save(path)
+    doc = json.loads(_bench(path, "--json")[1])
+    pipe, writer = _piped(json.dumps(doc).encode())
+    code, out = _bench(path, "--baseline", pipe)
+    assert code == 0 and "no regression beyond 2.0%" in out, out
+    writer.join()
+    doc["modelled"]["makespan_s"] *= 0.9
+    pipe, writer = _piped(json.dumps(doc).encode())
+    code, out = _bench(path, "--baseline", pipe)
+    assert code == 1 and "REGRESSION beyond 2.0%: makespan_s" in out, out
+    writer.join()
+
+
+def test_a_baseline_that_never_ends_or_never_comes_is_refused_not_waited_for(
+    tmp_path, fifo, monkeypatch
+):
+    """/dev/zero was read for ever, and a FIFO waited for a writer: the device is refused,
+    a pipe is read no further than the longest JSON the gate takes, and a FIFO nothing
+    writes to reads as empty. A light binary cannot be replayed from a pipe."""
+    monkeypatch.setattr(bench, "MAX_BASELINE_JSON", 1 << 16)
     path = tmp_path / "c.mnlb"
     chain_capture(3).save(path)
-    for special in (fifo, "/dev/zero"):
-        assert_one_line_error(*_bench(path, "--baseline", special), "is not a regular file")
+    assert_one_line_error(*_bench(path, "--baseline", "/dev/zero"), "is not a regular file")
+    pipe, _ = _piped([b"x" * 4096])
+    assert_one_line_error(*_bench(path, "--baseline", pipe), "holds more than 65536 bytes")
+    assert_one_line_error(*_bench(path, "--baseline", fifo), "nor the JSON `mnrt bench")
+    pipe, writer = _piped(path.read_bytes())
+    assert_one_line_error(*_bench(path, "--baseline", pipe), "is a light binary in a pipe")
+    writer.join()
 
 
 @pytest.mark.parametrize("tolerance", ["nan", "inf"])
