@@ -130,11 +130,19 @@ def default_tolerance(dtype: DType, error: float, golden: np.ndarray) -> tuple[f
     return max(rtol, dtype.rtol), max(atol, dtype.atol)
 
 
-def stats_tolerance(dtype: DType, error: float) -> tuple[float, float]:
+def stats_tolerance(
+    dtype: DType, error: float, term_scale: float | None = None
+) -> tuple[float, float]:
     """(rtol, atol) for the summary statistics of an output carrying `error` (a kernel
     fingerprint's min, max and mean, which `format.fingerprints.close` holds to atol + rtol
     times the output's scale): every element may move by what its golden allows (TAIL *
-    error of the scale, and one ulp of itself), so its min, max and mean may as well."""
+    error of the scale, and one ulp of itself), so its min, max and mean may as well. An
+    output that cancels to near zero still carries that error of the terms it summed:
+    atol is rtol of their size, `term_scale` (KernelDef.term_scale), and where the kernel
+    does not say, the dtype's default atol, which takes them to be near one. A fixed floor
+    would call anything rounding in a network whose values are all far below it (one with
+    random weights, activations near 1e-6)."""
     if not dtype.is_float:
         return 0.0, 0.0
-    return TAIL * error + 2.0 * unit_roundoff(dtype), dtype.atol
+    rtol = TAIL * error + 2.0 * unit_roundoff(dtype)
+    return rtol, dtype.atol if term_scale is None else rtol * term_scale

@@ -203,18 +203,44 @@ class Locator:
             [_operand(s, b) for s, b in zip(out_slots, step.outs)],
         )
 
-    def _tolerance(self, key: tuple[int, int], step: Step, j: int) -> tuple[float, float]:
+    def _tolerance(
+        self, key: tuple[int, int], step: Step, j: int, term_scale: float | None
+    ) -> tuple[float, float]:
         """How far output `j`'s statistics may move before the kernel counts as wrong: the
         caller's rtol / atol, else what the tolerance model lets rounding move it (so a
-        kernel that sums nothing, a cast or a copy, is wrong wherever it diverges, and a
-        half output does not get a quarter of its scale)."""
+        kernel that sums nothing, a cast or a copy, is wrong wherever it diverges, a half
+        output does not get a quarter of its scale, and an output of tiny terms is not
+        held to what terms near one would allow)."""
         errors = self.plan.output_errors.get(key)
         error = errors[j] if errors is not None and j < len(errors) else 0.0
-        rtol, atol = stats_tolerance(step.outs[j].dtype, error)
+        rtol, atol = stats_tolerance(step.outs[j].dtype, error, term_scale)
         return (
             self.rtol if self.rtol is not None else rtol * ROUNDING_SLACK,
             self.atol if self.atol is not None else atol * ROUNDING_SLACK,
         )
+
+    def _within(
+        self,
+        key: tuple[int, int],
+        step: Step,
+        got: Sequence[Stats],
+        want: Sequence[Stats],
+        before: list[np.ndarray] | None,
+    ) -> bool:
+        """Whether every output's statistics are within tolerance: first held to the
+        output's own scale alone (no absolute floor), which rounding nearly always meets,
+        and only where one is not, with the floor the size of the kernel's terms gives:
+        that takes a pass over its inputs (`before`: an in-place kernel's, as it read
+        them, when kept)."""
+        terms: list[float | None] = []  # the kernel's term scale, once worked out
+        for j, (g, e) in enumerate(zip(got, want)):
+            if close(g, e, *self._tolerance(key, step, j, 0.0)):
+                continue
+            if not terms:
+                terms.append(_term_scale(step, before))
+            if not close(g, e, *self._tolerance(key, step, j, terms[0])):
+                return False
+        return True
 
     def check(self, w: _Watch, step: Step, results: Sequence[np.ndarray]) -> None:
         key = (w.command, w.kernel)
@@ -234,14 +260,12 @@ class Locator:
             if not (_earlier(key, r.first_divergent) or _earlier(key, r.first_wrong)):
                 return
         got = [summary(d, self.sample.of(v)) for d, v in zip(digests, results)]
-        wrong = len(got) != len(want) or not all(
-            close(g, e, *self._tolerance(key, step, j)) for j, (g, e) in enumerate(zip(got, want))
-        )
+        before = w.inputs_before  # an in-place kernel's, as it read them (when kept)
+        wrong = len(got) != len(want) or not self._within(key, step, got, want, before)
         site = self._site(*key, step)
         site.verdict, site.captured, site.replayed = WRONG if wrong else ROUNDING, want, got
         arrays = None
         if self.save_dir is not None:  # copies: later kernels write these buffers again
-            before = w.inputs_before
             inputs = before if before is not None else [_values(b) for b in step.ins]
             arrays = (site, step, inputs, [_values(b) for b in step.outs])
         with self._lock:
@@ -360,6 +384,18 @@ class _Watch(KernelWatch):
 
 def _operand(slot: str, buf: Any) -> dict:
     return {"slot": slot, "buffer": buf.name, "shape": list(buf.shape), "dtype": buf.dtype.name}
+
+
+def _term_scale(step: Step, before: list[np.ndarray] | None) -> float | None:
+    """How large the terms are that the kernel's outputs sum (KernelDef.term_scale), from
+    the largest finite magnitude of each input it read (`before`, or what its buffers hold
+    now: an in-place kernel's output stands in for the input it overwrote)."""
+    inputs = before if before is not None else [_values(b) for b in step.ins]
+    scales = []
+    for v in inputs:
+        magnitudes = np.abs(v.astype(np.float64, copy=False))
+        scales.append(float(np.max(magnitudes, where=np.isfinite(magnitudes), initial=0.0)))
+    return step.kdef.term_scale(scales, step.bound.attrs)
 
 
 def _values(buf: Any) -> np.ndarray:

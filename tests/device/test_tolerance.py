@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 
 import mnrt
 from mnrt.device import tolerance as tm
-from mnrt.device.dtypes import FLOATS
+from mnrt.device.dtypes import FLOAT, FLOATS
 from mnrt.device.kernels import TensorSpec, lookup
+from mnrt.format.fingerprints import close, stats_of
 from mnrt.host.golden import compare
+from mnrt.replay.locate import ROUNDING_SLACK
 
 
 def _spec(shape, dtype="float"):
@@ -109,3 +111,38 @@ def test_gemm_tolerance_absorbs_another_summation_order_and_catches_one_percent(
     assert compare("y", other, golden, out, rtol, atol).passed
     if np.any(golden):
         assert not compare("y", stored(1.01 * (a @ b)), golden, out, rtol, atol).passed
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    magnitude=st.integers(-12, 12),
+    k=st.integers(2, 600),
+    cancel=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_stats_tolerance_takes_rounding_at_any_magnitude_and_not_a_perturbed_weight(
+    magnitude, k, cancel, seed
+):
+    """The statistics of a GEMM summed in another order stay within stats_tolerance with
+    the size of its terms as the floor (KernelDef.term_scale of its inputs' scales), with
+    --locate's slack, however large or small its inputs, and where its output cancels to
+    rounding error alone (`cancel`: a's columns twice over, b's rows then their negation);
+    the statistics after a weight is scaled by 1.25 and offset by 0.125 are beyond it."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((8, k)) * 10.0**magnitude
+    b = rng.standard_normal((k, 16)) / 8
+    if cancel:
+        a, b = np.concatenate([a, a], axis=1), np.concatenate([b, -b])
+    a, b = a.astype(np.float32), b.astype(np.float32)
+    kdef, attrs = lookup("gemm"), lookup("gemm").check_attrs({})
+    (error,) = tm.kernel_errors(kdef, [_spec(a.shape), _spec(b.shape)], [_spec((8, 16))],
+                                attrs, [0.0, 0.0])  # fmt: skip
+    terms = kdef.term_scale([float(np.abs(a).max()), float(np.abs(b).max())], attrs)
+    rtol, atol = (t * ROUNDING_SLACK for t in tm.stats_tolerance(FLOAT, error, terms))
+    golden = stats_of(a @ b, a @ b)
+    order = rng.permutation(a.shape[1])  # as another BLAS kernel sums
+    other = (a[:, order] @ b[order]).astype(np.float32)
+    assert close(stats_of(other, other), golden, rtol, atol)
+    wrong = a @ (b * np.float32(1.25) + np.float32(0.125))
+    assert not close(stats_of(wrong, wrong), golden, rtol, atol)
+    assert kdef.term_scale([None, 2.0], attrs) == 0.0

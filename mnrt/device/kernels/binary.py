@@ -13,7 +13,17 @@ import numpy as np
 from ...errors import DTypeError, ShapeError
 from .. import dtypes as dt
 from .common import same_dtype, streaming_cost
-from .registry import REQUIRED, Attr, KernelDef, OutSpec, elementwise, register
+from .registry import (
+    REQUIRED,
+    Attr,
+    KernelDef,
+    OutSpec,
+    TermsFn,
+    elementwise,
+    largest,
+    products,
+    register,
+)
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -66,15 +76,16 @@ def _bitshift(a: np.ndarray, b: np.ndarray, attrs: Mapping, out: np.ndarray | No
 _NUMERIC = dt.NUMERIC
 _BITS = (*dt.INTEGERS, dt.BOOL)  # what bitwise operations act on
 
-# name: (function of (a, b, out), one-line doc); `out` is the destination or None.
+# name: (function of (a, b, out), one-line doc, KernelDef.terms or None where the terms
+# are not bounded by the operands' scales); `out` is the destination or None.
 _OPS = {
-    "add": (np.add, "a + b, broadcasting"),
-    "sub": (np.subtract, "a - b, broadcasting"),
-    "mul": (np.multiply, "a * b, broadcasting"),
-    "div": (_div, "a / b, broadcasting; integers truncate toward zero, x/0 = 0"),
-    "pow": (_pow, "a ** b, broadcasting; integer exponents below 0 count as 0"),
-    "maximum": (np.maximum, "elementwise max(a, b), broadcasting; nan wins"),
-    "minimum": (np.minimum, "elementwise min(a, b), broadcasting; nan wins"),
+    "add": (np.add, "a + b, broadcasting", largest),
+    "sub": (np.subtract, "a - b, broadcasting", largest),
+    "mul": (np.multiply, "a * b, broadcasting", products),
+    "div": (_div, "a / b, broadcasting; integers truncate toward zero, x/0 = 0", None),
+    "pow": (_pow, "a ** b, broadcasting; integer exponents below 0 count as 0", None),
+    "maximum": (np.maximum, "elementwise max(a, b), broadcasting; nan wins", largest),
+    "minimum": (np.minimum, "elementwise min(a, b), broadcasting; nan wins", largest),
 }
 
 
@@ -94,6 +105,7 @@ def binary_kernel(
     result: dt.DType | None = None,
     attrs: Mapping[str, Attr] | None = None,
     flops: float = 1.0,
+    terms: TermsFn | None = None,
 ) -> KernelDef:
     """A broadcasting two-input kernel computing `fn(a, b, out=...)`, or with `attrs`
     (its attribute schema) `fn(a, b, attrs, out=...)`; its output has the inputs' dtype,
@@ -123,11 +135,12 @@ def binary_kernel(
         cost=lambda ins, outs, attrs: streaming_cost(ins, outs, flops),
         reduction=elementwise,
         pointwise=True,
+        terms=terms,
     )
 
 
-for _name, (_fn, _doc) in _OPS.items():
-    register(binary_kernel(_name, _fn, _doc))
+for _name, (_fn, _doc, _terms) in _OPS.items():
+    register(binary_kernel(_name, _fn, _doc, terms=_terms))
 
 # name: (function of (a, b, out), dtypes allowed, one-line doc)
 _BITWISE = {

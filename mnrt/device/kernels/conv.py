@@ -23,7 +23,7 @@ from .common import (
     require_rank,
     same_dtype,
 )
-from .registry import Attr, Cost, KernelDef, OutSpec, register
+from .registry import Attr, Cost, KernelDef, OutSpec, products, register
 from .unary import EPILOGUES, epilogue, epilogue_flops
 
 # Output dtypes each input dtype may produce: half in, float out is MLSDK's "mixed".
@@ -177,5 +177,6 @@ register(
         compute=_compute,
         cost=_cost,
         reduction=lambda ins, attrs: math.prod(ins[1].shape[1:]) + 1,  # C/groups*kh*kw, bias
+        terms=products,
     )
 )

@@ -14,7 +14,7 @@ import numpy as np
 from ...errors import DTypeError, KernelAttributeError, ShapeError
 from .common import check_temporary, mau_blocks, require_rank, same_dtype
 from .conv import OUT_DTYPES, check_ints
-from .registry import Attr, Cost, KernelDef, OutSpec, register
+from .registry import Attr, Cost, KernelDef, OutSpec, products, register
 
 _NAME = "conv_transpose2d"
 
@@ -98,11 +98,11 @@ def _cost(ins, outs, attrs):
     n, c, h, wd = x.shape
     _, og, kh, kw = w.shape
     groups = attrs["groups"]
-    products = 2.0 * n * c * og * kh * kw * h * wd
+    macs = 2.0 * n * c * og * kh * kw * h * wd
     moved = sum(t.nbytes for t in ins if t is not None) + outs[0].nbytes
     blocks, fill = mau_blocks(og * kh * kw, h * wd)
     return Cost(
-        flops=products + outs[0].size * (len(ins) > 2),
+        flops=macs + outs[0].size * (len(ins) > 2),
         dram_bytes=float(moved),
         parallel=n * groups * blocks,
         matrix=True,
@@ -127,5 +127,6 @@ register(
         infer=_infer,
         compute=_compute,
         cost=_cost,
+        terms=products,
     )
 )

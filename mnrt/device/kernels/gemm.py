@@ -14,7 +14,7 @@ import numpy as np
 from ...errors import DTypeError, KernelAttributeError, ShapeError
 from .. import dtypes as dt
 from .common import mau_blocks, require_rank, same_dtype
-from .registry import Attr, Cost, KernelDef, OutSpec, register
+from .registry import Attr, Cost, KernelDef, OutSpec, products, register
 from .unary import EPILOGUES, epilogue, epilogue_flops
 
 # Output dtypes each input dtype may produce: half-in/float-out is MLSDK's "mixed".
@@ -158,5 +158,6 @@ register(
         compute=_compute,
         cost=_cost,
         reduction=lambda ins, attrs: _op_shape(ins[0].shape, attrs["trans_a"])[-1] + 1,
+        terms=products,
     )
 )

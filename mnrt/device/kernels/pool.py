@@ -16,7 +16,7 @@ from ...errors import DTypeError, KernelAttributeError, ShapeError
 from .. import dtypes as dt
 from .common import check_padding, pad_hw, require_float, require_rank, streaming_cost
 from .conv import check_ints
-from .registry import Attr, KernelDef, OutSpec, exact, register
+from .registry import Attr, KernelDef, OutSpec, exact, largest, register
 
 _NUMERIC = dt.NUMERIC
 
@@ -264,6 +264,7 @@ register(
         compute=_avg_compute,
         cost=_pool_cost,
         reduction=lambda ins, attrs: math.prod(attrs["kernel"]),
+        terms=largest,
     )
 )
 
@@ -278,5 +279,6 @@ register(
         compute=lambda ins, attrs, outs: [np.mean(ins[0], axis=(2, 3), keepdims=True)],
         cost=lambda ins, outs, attrs: streaming_cost(ins, outs, ins[0].shape[2] * ins[0].shape[3]),
         reduction=lambda ins, attrs: ins[0].shape[2] * ins[0].shape[3],
+        terms=largest,
     )
 )

@@ -14,7 +14,7 @@ import numpy as np
 from ...errors import DTypeError, KernelAttributeError
 from .. import dtypes as dt
 from .common import normalize_axis, per_input_cost
-from .registry import Attr, KernelDef, OutSpec, register
+from .registry import Attr, KernelDef, OutSpec, largest, register
 
 
 def _reduced_axes(kernel: str, axes: tuple[int, ...], rank: int) -> tuple[int, ...]:
@@ -116,6 +116,11 @@ _ATTRS = {
 }
 
 
+# The reductions whose terms are x's elements (KernelDef.terms): the others' are products
+# or squares of them, or exponentials.
+_SUMMING_ELEMENTS = ("sum", "mean", "max", "min", "l1")
+
+
 def _make(name: str, fn, allowed: tuple, doc: str) -> KernelDef:
     def infer(ins, attrs):
         x = ins[0]
@@ -150,6 +155,7 @@ def _make(name: str, fn, allowed: tuple, doc: str) -> KernelDef:
         reduction=lambda ins, attrs: math.prod(
             ins[0].shape[a] for a in _reduced_axes(name, attrs["axes"], len(ins[0].shape))
         ),
+        terms=largest if name in _SUMMING_ELEMENTS else None,
     )
 
 

@@ -190,6 +190,9 @@ ComputeFn = Callable[[Sequence[np.ndarray | None], Mapping[str, Any], Sequence[O
 CostFn = Callable[[Sequence[TensorSpec | None], Sequence[TensorSpec], Mapping[str, Any]], Cost]
 # How many rounded operations each output element accumulates (see device/tolerance.py).
 ReductionFn = Callable[[Sequence[TensorSpec | None], Mapping[str, Any]], int]
+# The magnitude of the largest term an output element sums, from each input's scale (its
+# largest finite magnitude; None for an optional input left out): see KernelDef.terms.
+TermsFn = Callable[[Sequence[float | None], Mapping[str, Any]], float]
 # The error of each output given the inputs' (device/tolerance.py `kernel_errors`).
 ErrorsFn = Callable[
     [Sequence[TensorSpec | None], Sequence[TensorSpec], Mapping[str, Any], Sequence[float]],
@@ -223,6 +226,22 @@ def elementwise(ins: Sequence[TensorSpec | None], attrs: Mapping[str, Any]) -> i
     return 1
 
 
+def largest(scales: Sequence[float | None], attrs: Mapping[str, Any]) -> float:
+    """`KernelDef.terms` of a kernel whose terms are its inputs' elements: a sum or a
+    difference, an average, a copy, an elementwise function of one value."""
+    return max((s for s in scales if s is not None), default=0.0)
+
+
+def products(scales: Sequence[float | None], attrs: Mapping[str, Any]) -> float:
+    """`KernelDef.terms` of a kernel summing products of its first two inputs, scaled by
+    `alpha`, and its third, scaled by `beta` (a GEMM, a convolution and its bias, mul)."""
+    a, b, *rest = scales
+    term = abs(attrs.get("alpha", 1.0)) * (a or 0.0) * (b or 0.0)
+    if rest and rest[0] is not None:
+        term = max(term, abs(attrs.get("beta", 1.0)) * rest[0])
+    return term
+
+
 @dataclass(frozen=True)
 class KernelDef:
     """A registered kernel.
@@ -236,6 +255,10 @@ class KernelDef:
     and attributes (`elementwise`, `exact`, a GEMM's K); a kernel that does not state it is
     taken to sum everything its largest input holds, which is always safe. A kernel made of
     others (a chain) states `errors` instead: its outputs' errors as its parts' compose.
+    `terms` states how large the terms an output element sums are, from the inputs' scales
+    (`largest`, `products`): an output that cancels to near zero still carries the rounding
+    of its terms, which `--locate`'s verdict allows (device/tolerance.py, stats_tolerance);
+    a kernel that states neither it nor `exact` is taken to sum terms near one.
     """
 
     name: str
@@ -254,6 +277,7 @@ class KernelDef:
     # such a step's input from the step before element by element (device/cost.py).
     pointwise: bool = False
     errors: ErrorsFn | None = None
+    terms: TermsFn | None = None
     # Checks the attributes together once each has its kind (a relayout's layout texts
     # must parse): raises KernelAttributeError naming what is wrong.
     validate: Callable[[Mapping[str, Any]], None] | None = None
@@ -267,6 +291,14 @@ class KernelDef:
         object.__setattr__(self, "_min_inputs", required)
         object.__setattr__(self, "_max_inputs", float("inf") if variadic else len(self.inputs))
         object.__setattr__(self, "_min_outputs", sum(not n.endswith("?") for n in self.outputs))
+
+    def term_scale(self, scales: Sequence[float | None], attrs: Mapping[str, Any]) -> float | None:
+        """The magnitude of the largest term an output element sums, given its inputs'
+        scales (see `terms`; a kernel that only moves values: its largest input's), or None
+        where the kernel does not say."""
+        if self.terms is not None:
+            return float(self.terms(scales, attrs))
+        return largest(scales, attrs) if self.reduction is exact else None
 
     @property
     def required_outputs(self) -> int:

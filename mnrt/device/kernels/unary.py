@@ -12,7 +12,7 @@ from ...errors import DTypeError
 from .. import dtypes as dt
 from .. import parallel
 from .common import streaming_cost
-from .registry import Attr, KernelDef, OutSpec, elementwise, register
+from .registry import Attr, KernelDef, OutSpec, elementwise, largest, register
 
 # Float32 erf from two polynomial fits (tools/fit_erf.py makes and checks them: within 1.5 ulp
 # of the exact erf, about 13x faster than evaluating a float64 formula and rounding):
@@ -289,6 +289,8 @@ def make_unary(
         cost=lambda ins, outs, attrs: streaming_cost(ins, outs, flops),
         reduction=elementwise,
         pointwise=True,
+        # a function of one value: rounded as large as it is, or (erf, cos) as x is
+        terms=largest,
     )
 
 
