@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .binary import LightBinary
-from .blobs import BlobStore
+from .blobs import DEFAULT_LEVEL, BlobStore
 from .fb.Command import CommandT
 from .fb.DeviceDescription import DeviceDescriptionT
 from .fb.Metadata import MetadataT
@@ -21,8 +21,8 @@ from .fields import BLOB_FIELDS, attr_name
 from .fingerprints import Fingerprint
 from .io import derive
 
-# zstd's usual default (what captures use) and its strongest ordinary level.
-DEFAULT_LEVEL, STRONG_LEVEL = 3, 19
+# zstd's strongest ordinary level (what optimize packs at, where it pays).
+STRONG_LEVEL = 19
 _BLOB_ATTRS = {kind: tuple(attr_name(n) for n in names) for kind, names in BLOB_FIELDS.items()}
 
 

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mnrt
+from mnrt.format import blobs
 from mnrt.format.edit import STRONG_LEVEL
 from mnrt.format.fb.CommandUnion import CommandUnion as U
 from mnrt.replay.optimize import optimize
@@ -160,6 +161,37 @@ def test_optimize_keeps_a_payload_as_it_was_where_the_strong_level_packs_it_larg
     weight = max(before, key=lambda k: k[1])
     assert _strongly_packed_size(binary, weight) > before[weight] == after[weight]
     assert small.file_size <= binary.file_size and mnrt.replay(small).passed
+
+
+def test_the_strong_level_is_tried_on_a_sample_of_a_large_payload_first(monkeypatch):
+    """Float weights hold nothing zstd 19 finds that 3 does not, at a hundred times the
+    time (optimize took 14 s for Swin-T's 50 MB, now 3 s): a large payload is packed at the
+    strong level only where it packs a sample of it smaller by a sixty-fourth; a small
+    payload is packed at it without a sample."""
+    levels = []  # (level, bytes) of every compression
+    real = zstandard.ZstdCompressor
+
+    class Spy:
+        def __init__(self, level):
+            self.level = level
+
+        def compress(self, data):
+            levels.append((self.level, memoryview(data).nbytes))
+            return real(level=self.level).compress(data)
+
+    monkeypatch.setattr(blobs.zstandard, "ZstdCompressor", Spy)
+    rng = np.random.default_rng(0)
+    weights = rng.standard_normal(1 << 18).astype(np.float32)  # 1 MiB
+    counts = np.arange(1 << 18, dtype=np.int32)
+    store = blobs.BlobStore(STRONG_LEVEL)
+    for data in (weights, counts, weights[:1000]):
+        levels.clear()
+        store.add(data)
+        whole = [level for level, size in levels if size == data.nbytes]
+        expected = STRONG_LEVEL if data is not weights else blobs.DEFAULT_LEVEL
+        assert whole == [expected], (data.nbytes, levels)
+    packed = store.payloads[1]
+    assert len(packed) == len(real(level=STRONG_LEVEL).compress(counts.tobytes()))
 
 
 def _strongly_packed_size(binary: mnrt.LightBinary, key: tuple[int, int]) -> int:
