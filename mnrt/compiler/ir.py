@@ -72,17 +72,18 @@ class Graph:
     # plan: layout_plan.json); not part of the program.
     notes: dict[str, Any] = field(default_factory=dict)
 
-    def copy(self) -> Graph:
+    def copy(self, nodes: bool = True) -> Graph:
         """A copy for a pass to transform: its own values, nodes (attributes included) and
         lists, sharing the parameters' data. Passes never change an array in place (one that
         changes a weight gives the value a new array), so copying every weight per pass, as
-        a deep copy did (seconds for VGG-19's 548 MB), buys nothing."""
+        a deep copy did (seconds for VGG-19's 548 MB), buys nothing. Without `nodes`, none:
+        for a step that makes every node anew (a layout plan, built many times over)."""
         return Graph(
             self.name,
             {name: dataclasses.replace(v) for name, v in self.values.items()},
             [
                 Node(n.op, list(n.inputs), list(n.outputs), copy.deepcopy(n.attrs), n.name)
-                for n in self.nodes
+                for n in (self.nodes if nodes else ())
             ],
             list(self.inputs),
             list(self.outputs),

@@ -18,7 +18,7 @@ from mnrt.compiler import GraphBuilder
 from mnrt.compiler import layout as L
 from mnrt.compiler.models import MODELS
 from mnrt.compiler.mpmd.cost import program_cost
-from mnrt.compiler.node_cost import graph_cost
+from mnrt.compiler.node_cost import graph_cost, node_cost
 from mnrt.compiler.options import OptionError, resolve
 from mnrt.compiler.placement import ON_CHIP, on_chip_bytes, place
 from mnrt.compiler.placement import summary as placement_summary
@@ -328,6 +328,40 @@ def test_locate_follows_the_notation_digit_by_digit():
         L.locate(layout, [np.array([256]), np.array([0])])
     with pytest.raises(L.LayoutError, match="2 axes"):
         L.locate(layout, [np.array([0])])
+
+
+def test_node_cost_prices_anew_what_changed_since_it_last_priced_a_node(monkeypatch):
+    """Prices are kept (a layout planner asks for the same ones tens of thousands of times),
+    but a node whose operand moved on chip, or whose kernel is registered anew, is priced
+    again."""
+    import dataclasses
+
+    from mnrt.device.kernels import registry
+    from mnrt.device.mapping import model_kernel_call
+
+    ctx = mnrt.Context(mnrt.MNDevice("mncore2:auto"))
+    cnn, x = MODELS["cnn"]()
+    graph = ctx.compile(cnn, x, options={"option_json": "O0", "float_dtype": "float"}).graph
+    node = next(n for n in graph.nodes if n.op == "relu")
+    first = node_cost(graph, node)
+    assert node_cost(graph, node) is first
+    value = graph.values[node.outputs[0]]
+    was, value.location = value.location, ON_CHIP if value.location != ON_CHIP else "dram"
+    moved = node_cost(graph, node)
+    assert moved.time_s != first.time_s
+    value.location = was
+    relu = registry.lookup("relu")
+
+    def dearer(ins, outs, attrs):
+        cost = relu.cost(ins, outs, attrs)
+        return dataclasses.replace(cost, flops=cost.flops * 1000, dram_bytes=cost.dram_bytes * 9)
+
+    monkeypatch.setitem(registry._REGISTRY, "relu", dataclasses.replace(relu, cost=dearer))
+    again = node_cost(graph, node)
+    assert again.time_s > first.time_s
+    specs = [TensorSpec(tuple(graph.values[n].shape), graph.values[n].dtype) for n in node.inputs]
+    outs = [TensorSpec(tuple(graph.values[n].shape), graph.values[n].dtype) for n in node.outputs]
+    assert again == model_kernel_call(mnrt.MNCORE2, lookup("relu"), specs, outs, node.attrs)
 
 
 @pytest.mark.parametrize("preset", ["O0", "O3"])

@@ -143,8 +143,7 @@ def build(
     """`g0` with switches inserted: on-chip values in the layout their producer leaves them
     in, or in `keep[value]` (a switch after the producer when that differs), a switch before
     every consumer that needs another layout; the values in `to_dram` moved to DRAM."""
-    g = g0.copy()
-    g.nodes = []
+    g = g0.copy(nodes=False)
     out = Built(g)
     layout_of: dict[str, str | None] = {}
     switched: dict[tuple[str, str], str] = {}
