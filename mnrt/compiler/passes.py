@@ -315,6 +315,9 @@ def _param_vector(
     return np.broadcast_to(v.data.astype(np.float64).reshape(padded), expected).reshape(-1)
 
 
+_COMMUTATIVE = ("add", "mul")
+
+
 def _absorb_into_matrix_kernels(graph: Graph, absorb: Callable[[Graph, Node, Node], bool]) -> Graph:
     """Offer each node whose first input is the only use of a conv2d or gemm result to
     `absorb(g, node, producer)`; when that changes the producer to compute the node's result
@@ -324,14 +327,19 @@ def _absorb_into_matrix_kernels(graph: Graph, absorb: Callable[[Graph, Node, Nod
     producer = {out: i for i, n in enumerate(g.nodes) for out in n.outputs}
     removed: set[int] = set()
     for i, node in enumerate(g.nodes):
-        src = producer.get(node.inputs[0]) if node.inputs else None
-        if src is None or src in removed or uses.get(node.inputs[0]) != 1:
+        # The result may be either operand of an add or a mul: exporters write a Linear's
+        # bias first (Add(bias, MatMul(x, w))), and both are exactly commutative.
+        offered = node
+        if node.op in _COMMUTATIVE and len(node.inputs) == 2 and node.inputs[0] not in producer:
+            offered = Node(node.op, node.inputs[::-1], node.outputs, node.attrs, node.name)
+        src = producer.get(offered.inputs[0]) if offered.inputs else None
+        if src is None or src in removed or uses.get(offered.inputs[0]) != 1:
             continue
         base = g.nodes[src]
         # Once its result is activated in the epilogue, nothing more folds into a kernel.
         if "epilogue" not in lookup(base.op).attrs or base.attrs.get("epilogue", "none") != "none":
             continue
-        if not absorb(g, node, base):
+        if not absorb(g, offered, base):
             continue
         base.outputs = [node.outputs[0]]
         producer[node.outputs[0]] = src

@@ -91,6 +91,29 @@ def test_batchnorm_style_scale_and_shift_fold_into_conv_and_gemm(dev):
     )
 
 
+def test_a_bias_written_before_the_product_folds_too(dev):
+    """Exporters write a Linear's bias first, Add(bias, MatMul(x, w)) (Swin-T: 48 such adds,
+    each a kernel of its own); add and mul are exactly commutative, so the fold takes the
+    product from either side. An add of two products folds neither."""
+    rng = np.random.default_rng(5)
+    b = GraphBuilder("lin")
+    x = b.input("x", (2, 7, 8), "float")
+    h = b.gemm(x, b.param("w", rng.standard_normal((8, 6)).astype(np.float32)))
+    h = b.add(b.param("bias", rng.standard_normal(6).astype(np.float32)), h)
+    h = b.mul(b.param("scale", rng.standard_normal(6).astype(np.float32)), h)
+    u = b.gemm(h, b.param("u", rng.standard_normal((6, 6)).astype(np.float32)))
+    v = b.gemm(h, b.param("v", rng.standard_normal((6, 6)).astype(np.float32)))
+    b.output(b.add(u, v), "y")
+    g = b.build()
+    folded = fold_scale_shift(g)
+    assert ops(folded) == ["gemm", "gemm", "gemm", "add"]
+    assert len(folded.nodes[0].inputs) == 3  # the bias is the gemm's c
+    x_val = rng.standard_normal((2, 7, 8)).astype(np.float32)
+    np.testing.assert_allclose(
+        run(folded, dev, {"x": x_val})["y"], run(g, dev, {"x": x_val})["y"], rtol=1e-5, atol=1e-5
+    )
+
+
 def test_activations_fuse_into_the_matrix_kernel_that_feeds_them(dev):
     rng = np.random.default_rng(3)
     b = GraphBuilder("ep")
