@@ -432,6 +432,86 @@ def fuse_silu(graph: Graph) -> Graph:
     return dead_code(g)
 
 
+def fuse_gelu(graph: Graph) -> Graph:
+    """GELU as PyTorch exports nn.GELU() and transformers write it, x * (erf(x / sqrt(2)) +
+    1) * 0.5 or x * 0.5 * (1 + erf(x / sqrt(2))), as the one `gelu` kernel: five kernels
+    (two chains, once casts are in: x is read twice) become one, which a gemm takes as its
+    epilogue (fuse_epilogues). The kernel computes 0.5 * x * (1 + erf(x / sqrt(2))) with
+    the same erf: the same bits in float and double, but where halving or doubling x leaves
+    the normal range. Only the division by sqrt(2) is taken: a multiplication by its
+    reciprocal rounds differently."""
+    g = graph.copy()
+    uses = uses_of(g)
+    producer = {out: n for n in g.nodes for out in n.outputs}
+    outputs = set(g.outputs)
+
+    def made(name: str, op: str) -> Node | None:
+        """The node of `op` that makes `name`, where nothing else reads it."""
+        node = producer.get(name)
+        if node is None or node.op != op or uses.get(name) != 1 or name in outputs:
+            return None
+        return node
+
+    def constant(name: str, value: float) -> bool:
+        v = g.values[name]
+        return (
+            v.role == PARAM
+            and v.data is not None
+            and v.dtype.is_float
+            and v.data.size == 1
+            and float(np.float32(v.data.reshape(-1)[0])) == float(np.float32(value))
+        )
+
+    def split(node: Node | None, value: float) -> str | None:
+        """Of a two-input `node`, the input beside the constant `value`."""
+        if node is None or len(node.inputs) != 2:
+            return None
+        a, b = node.inputs
+        return a if constant(b, value) else b if constant(a, value) else None
+
+    def erf_of(name: str, x: str | None) -> list[Node] | None:
+        """The nodes making `name` as erf(x / sqrt(2)) + 1, read by nothing else."""
+        add = made(name, "add")
+        erf = made(split(add, 1.0) or "", "erf")
+        div = made(erf.inputs[0], "div") if erf is not None else None
+        if div is None or div.inputs[0] != x or not constant(div.inputs[1], math.sqrt(2.0)):
+            return None
+        return [add, erf, div]
+
+    replaced: dict[int, Node] = {}
+    gone: set[int] = set()
+    for i, node in enumerate(g.nodes):
+        if node.op != "mul" or len(node.inputs) != 2:
+            continue
+        match = None
+        inner = made(split(node, 0.5) or "", "mul")  # (x * (erf(...) + 1)) * 0.5
+        for x, term in (inner.inputs, inner.inputs[::-1]) if inner is not None else ():
+            found = erf_of(term, x)
+            if found is not None:
+                match = x, [inner, *found]
+                break
+        for half, term in (node.inputs, node.inputs[::-1]):  # (x * 0.5) * (1 + erf(...))
+            scaled = made(half, "mul")
+            x = split(scaled, 0.5)
+            found = erf_of(term, x) if match is None and x is not None else None
+            if found is not None:
+                match = x, [scaled, *found]
+        if match is None:
+            continue
+        x, parts = match
+        out, given = g.values[node.outputs[0]], g.values[x]
+        # a graph in half already rounds every step: the kernel would round once
+        direct = out.dtype.is_float and out.dtype.direct
+        if out.dtype is not given.dtype or not direct or out.shape != given.shape:
+            continue
+        gone.update(id(n) for n in parts)
+        replaced[i] = Node("gelu", [x], list(node.outputs), {}, node.name)
+    g.nodes = [replaced.get(i, n) for i, n in enumerate(g.nodes) if id(n) not in gone]
+    drop_unused_values(g)
+    g.verify()
+    return g
+
+
 def fuse_rolls(graph: Graph) -> Graph:
     """torch.roll as ONNX exporters write it, concat(x[k:], x[:k]) along one axis, is one
     `roll` kernel: one launch and one pass over x instead of three launches and two (the

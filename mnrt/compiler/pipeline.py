@@ -28,6 +28,7 @@ from .passes import (
     fold_constants,
     fold_scale_shift,
     fuse_epilogues,
+    fuse_gelu,
     fuse_rolls,
     fuse_silu,
 )
@@ -36,7 +37,7 @@ Step = Callable[[Graph], "Graph | tuple[Graph, dict]"]
 
 # O2's passes; O3 and O4 drop what fusing left unused as well.
 _FUSING = (dead_code, fold_constants, common_subexpressions, fuse_rolls, fold_scale_shift,
-           fuse_silu, fuse_epilogues)  # fmt: skip
+           fuse_silu, fuse_gelu, fuse_epilogues)  # fmt: skip
 
 # Passes each preset runs after float_dtype, on the casts it inserted.
 AFTER_FLOAT_DTYPE = {

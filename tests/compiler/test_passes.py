@@ -22,6 +22,7 @@ from mnrt.compiler.passes import (
     fold_constants,
     fold_scale_shift,
     fuse_epilogues,
+    fuse_gelu,
     fuse_rolls,
     fuse_silu,
 )
@@ -250,6 +251,62 @@ def test_x_times_its_sigmoid_is_one_silu_kernel_of_the_same_bits(dev, gate_first
     xs = np.random.default_rng(8).standard_normal((4, 16)).astype(np.float32) * 4
     got, want = run(fused, dev, {"x": xs})["y"], run(graph, dev, {"x": xs})["y"]
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def _gelu_as_exported(b: GraphBuilder, x: str, half_first: bool, root: float) -> str:
+    """x * (erf(x / root) + 1) * 0.5 as torch.onnx writes nn.GELU(), or, `half_first`,
+    x * 0.5 * (1 + erf(x / root)) as transformers write it."""
+
+    def const(name, v):
+        return b.param(f"gelu_{name}{len(b.graph.values)}", np.array(v, np.float32))
+
+    term = b.erf(b.div(x, const("root", root)))
+    if half_first:
+        return b.mul(b.mul(x, const("half", 0.5)), b.add(const("one", 1.0), term))
+    return b.mul(b.mul(x, b.add(term, const("one", 1.0))), const("half", 0.5))
+
+
+@pytest.mark.parametrize("half_first", [False, True])
+def test_gelu_as_exported_is_one_gelu_kernel_of_the_same_bits(dev, half_first):
+    """Five kernels (two chains at O3: x is read twice) become the one `gelu` kernel, which
+    a gemm takes as its epilogue: Swin-T's, BERT's and ViT's MLPs."""
+    b = GraphBuilder("g")
+    x = b.input("x", (4, 16), "float")
+    h = b.tanh(x)
+    b.output(_gelu_as_exported(b, h, half_first, np.sqrt(2.0)), "y")
+    graph = b.build()
+    fused = fuse_gelu(graph)
+    assert ops(fused) == ["tanh", "gelu"]
+    xs = np.random.default_rng(9).standard_normal((4, 16)).astype(np.float32) * 3
+    got, want = run(fused, dev, {"x": xs})["y"], run(graph, dev, {"x": xs})["y"]
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert ops(fuse_epilogues(fuse_gelu(_linear_gelu()))) == ["gemm"]
+
+
+def _linear_gelu():
+    rng = np.random.default_rng(10)
+    b = GraphBuilder("mlp")
+    x = b.input("x", (2, 5, 8), "float")
+    h = b.gemm(x, b.param("w", rng.standard_normal((8, 6)).astype(np.float32)))
+    b.output(_gelu_as_exported(b, h, False, np.sqrt(2.0)), "y")
+    return b.build()
+
+
+def test_a_gelu_that_is_not_quite_one_is_kept():
+    """Its erf's argument scaled by another constant, an intermediate read elsewhere, or
+    the halving of another value: each computes something else than gelu(x)."""
+    b = GraphBuilder("g")
+    x, other = b.input("x", (4,), "float"), b.input("o", (4,), "float")
+    b.output(_gelu_as_exported(b, x, False, 1.5), "scaled")
+    term = b.erf(b.div(x, b.param("root", np.array(np.sqrt(2.0), np.float32))))
+    b.output(b.mul(b.mul(x, b.add(term, b.param("one", np.array(1.0, np.float32)))),
+                   b.param("half", np.array(0.5, np.float32))), "y")  # fmt: skip
+    b.output(term, "erf")
+    term2 = b.erf(b.div(x, b.param("root2", np.array(np.sqrt(2.0), np.float32))))
+    b.output(b.mul(b.mul(other, b.param("half2", np.array(0.5, np.float32))),
+                   b.add(b.param("one2", np.array(1.0, np.float32)), term2)), "z")  # fmt: skip
+    graph = b.build()
+    assert "gelu" not in ops(fuse_gelu(graph))
 
 
 def _rolled(b: GraphBuilder, x: str, k: int, axis: int, n: int) -> str:
