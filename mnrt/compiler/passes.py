@@ -433,13 +433,14 @@ def fuse_silu(graph: Graph) -> Graph:
 
 
 def fuse_gelu(graph: Graph) -> Graph:
-    """GELU as PyTorch exports nn.GELU() and transformers write it, x * (erf(x / sqrt(2)) +
-    1) * 0.5 or x * 0.5 * (1 + erf(x / sqrt(2))), as the one `gelu` kernel: five kernels
-    (two chains, once casts are in: x is read twice) become one, which a gemm takes as its
-    epilogue (fuse_epilogues). The kernel computes 0.5 * x * (1 + erf(x / sqrt(2))) with
-    the same erf: the same bits in float and double, but where halving or doubling x leaves
-    the normal range. Only the division by sqrt(2) is taken: a multiplication by its
-    reciprocal rounds differently."""
+    """GELU as torch.onnx writes nn.GELU() and transformers write it, x * (erf(x / sqrt(2))
+    + 1) * 0.5 or x * 0.5 * (1 + erf(...)), and its tanh form as GPT-2 writes it (x * 0.5 *
+    (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))), as the one `gelu` kernel: x is read
+    two or three times, so the five to eight kernels took two or more chains; a gemm takes
+    the erf form as its epilogue (fuse_epilogues). The kernel computes 0.5 * x * (1 + erf(x
+    / sqrt(2))) with the same erf, and the tanh form in the same order: the same bits in
+    float and double, but where halving or doubling x leaves the normal range. Only the
+    division by sqrt(2) is taken: a multiplication by its reciprocal rounds differently."""
     g = graph.copy()
     uses = uses_of(g)
     producer = {out: n for n in g.nodes for out in n.outputs}
@@ -469,14 +470,24 @@ def fuse_gelu(graph: Graph) -> Graph:
         a, b = node.inputs
         return a if constant(b, value) else b if constant(a, value) else None
 
-    def erf_of(name: str, x: str | None) -> list[Node] | None:
-        """The nodes making `name` as erf(x / sqrt(2)) + 1, read by nothing else."""
+    def erf_of(name: str, x: str | None) -> tuple[str, list[Node]] | None:
+        """The nodes making `name` as erf(x / sqrt(2)) + 1 or as tanh(sqrt(2 / pi) * (x +
+        0.044715 * x**3)) + 1, each read by nothing else, with the form's `approximate`."""
         add = made(name, "add")
         erf = made(split(add, 1.0) or "", "erf")
         div = made(erf.inputs[0], "div") if erf is not None else None
-        if div is None or div.inputs[0] != x or not constant(div.inputs[1], math.sqrt(2.0)):
+        if div is not None and div.inputs[0] == x and constant(div.inputs[1], math.sqrt(2.0)):
+            return "none", [add, erf, div]
+        tanh = made(split(add, 1.0) or "", "tanh")
+        scale = made(tanh.inputs[0], "mul") if tanh is not None else None
+        inner = made(split(scale, math.sqrt(2.0 / math.pi)) or "", "add")
+        if inner is None or x not in inner.inputs:
             return None
-        return [add, erf, div]
+        cubed = made(inner.inputs[inner.inputs[0] == x], "mul")
+        power = made(split(cubed, 0.044715) or "", "pow")
+        if power is None or power.inputs[0] != x or not constant(power.inputs[1], 3.0):
+            return None
+        return "tanh", [add, tanh, scale, inner, cubed, power]
 
     replaced: dict[int, Node] = {}
     gone: set[int] = set()
@@ -488,24 +499,25 @@ def fuse_gelu(graph: Graph) -> Graph:
         for x, term in (inner.inputs, inner.inputs[::-1]) if inner is not None else ():
             found = erf_of(term, x)
             if found is not None:
-                match = x, [inner, *found]
+                match = x, found[0], [inner, *found[1]]
                 break
         for half, term in (node.inputs, node.inputs[::-1]):  # (x * 0.5) * (1 + erf(...))
             scaled = made(half, "mul")
             x = split(scaled, 0.5)
             found = erf_of(term, x) if match is None and x is not None else None
             if found is not None:
-                match = x, [scaled, *found]
+                match = x, found[0], [scaled, *found[1]]
         if match is None:
             continue
-        x, parts = match
+        x, approximate, parts = match
         out, given = g.values[node.outputs[0]], g.values[x]
         # a graph in half already rounds every step: the kernel would round once
         direct = out.dtype.is_float and out.dtype.direct
         if out.dtype is not given.dtype or not direct or out.shape != given.shape:
             continue
         gone.update(id(n) for n in parts)
-        replaced[i] = Node("gelu", [x], list(node.outputs), {}, node.name)
+        attrs = {} if approximate == "none" else {"approximate": approximate}
+        replaced[i] = Node("gelu", [x], list(node.outputs), attrs, node.name)
     g.nodes = [replaced.get(i, n) for i, n in enumerate(g.nodes) if id(n) not in gone]
     drop_unused_values(g)
     g.verify()

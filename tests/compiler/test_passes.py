@@ -253,30 +253,37 @@ def test_x_times_its_sigmoid_is_one_silu_kernel_of_the_same_bits(dev, gate_first
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
-def _gelu_as_exported(b: GraphBuilder, x: str, half_first: bool, root: float) -> str:
-    """x * (erf(x / root) + 1) * 0.5 as torch.onnx writes nn.GELU(), or, `half_first`,
-    x * 0.5 * (1 + erf(x / root)) as transformers write it."""
+def _gelu_as_exported(b: GraphBuilder, x: str, form: str, root: float = np.sqrt(2.0)) -> str:
+    """GELU of x as torch.onnx writes nn.GELU() ("erf": x * (erf(x / root) + 1) * 0.5), as
+    transformers write it ("half_first": x * 0.5 * (1 + erf(x / root))), or GPT-2's tanh
+    form ("tanh": x * 0.5 * (tanh(sqrt(2 / pi) * (x + x**3 * 0.044715)) + 1))."""
 
     def const(name, v):
         return b.param(f"gelu_{name}{len(b.graph.values)}", np.array(v, np.float32))
 
+    if form == "tanh":
+        cubed = b.mul(b.pow(x, const("three", 3.0)), const("k", 0.044715))
+        inner = b.mul(b.add(x, cubed), const("c", np.sqrt(2.0 / np.pi)))
+        return b.mul(b.mul(x, const("half", 0.5)), b.add(b.tanh(inner), const("one", 1.0)))
     term = b.erf(b.div(x, const("root", root)))
-    if half_first:
+    if form == "half_first":
         return b.mul(b.mul(x, const("half", 0.5)), b.add(const("one", 1.0), term))
     return b.mul(b.mul(x, b.add(term, const("one", 1.0))), const("half", 0.5))
 
 
-@pytest.mark.parametrize("half_first", [False, True])
-def test_gelu_as_exported_is_one_gelu_kernel_of_the_same_bits(dev, half_first):
-    """Five kernels (two chains at O3: x is read twice) become the one `gelu` kernel, which
-    a gemm takes as its epilogue: Swin-T's, BERT's and ViT's MLPs."""
+@pytest.mark.parametrize("form", ["erf", "half_first", "tanh"])
+def test_gelu_as_exported_is_one_gelu_kernel_of_the_same_bits(dev, form):
+    """Five to eight kernels (two chains or more at O3: x is read two or three times) become
+    the one `gelu` kernel, which a gemm takes as its epilogue in the erf form: the MLPs of
+    Swin-T, BERT, ViT and GPT-2."""
     b = GraphBuilder("g")
     x = b.input("x", (4, 16), "float")
     h = b.tanh(x)
-    b.output(_gelu_as_exported(b, h, half_first, np.sqrt(2.0)), "y")
+    b.output(_gelu_as_exported(b, h, form), "y")
     graph = b.build()
     fused = fuse_gelu(graph)
     assert ops(fused) == ["tanh", "gelu"]
+    assert fused.nodes[1].attrs.get("approximate", "none") == ("tanh" if form == "tanh" else "none")
     xs = np.random.default_rng(9).standard_normal((4, 16)).astype(np.float32) * 3
     got, want = run(fused, dev, {"x": xs})["y"], run(graph, dev, {"x": xs})["y"]
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
@@ -288,7 +295,7 @@ def _linear_gelu():
     b = GraphBuilder("mlp")
     x = b.input("x", (2, 5, 8), "float")
     h = b.gemm(x, b.param("w", rng.standard_normal((8, 6)).astype(np.float32)))
-    b.output(_gelu_as_exported(b, h, False, np.sqrt(2.0)), "y")
+    b.output(_gelu_as_exported(b, h, "erf"), "y")
     return b.build()
 
 
@@ -297,7 +304,7 @@ def test_a_gelu_that_is_not_quite_one_is_kept():
     the halving of another value: each computes something else than gelu(x)."""
     b = GraphBuilder("g")
     x, other = b.input("x", (4,), "float"), b.input("o", (4,), "float")
-    b.output(_gelu_as_exported(b, x, False, 1.5), "scaled")
+    b.output(_gelu_as_exported(b, x, "erf", root=1.5), "scaled")
     term = b.erf(b.div(x, b.param("root", np.array(np.sqrt(2.0), np.float32))))
     b.output(b.mul(b.mul(x, b.add(term, b.param("one", np.array(1.0, np.float32)))),
                    b.param("half", np.array(0.5, np.float32))), "y")  # fmt: skip
