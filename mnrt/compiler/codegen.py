@@ -63,6 +63,22 @@ def model_file(model: Any) -> Path | None:
     return None
 
 
+def model_file_and_stamp(model: Any) -> tuple[Path | None, tuple[int, int] | None]:
+    """`model_file(model)`, and that file's size and modification time now: whether a
+    later read of the file (the reference's, from onnxruntime) reads what the compile did."""
+    path = model_file(model)
+    return path, None if path is None else file_stamp(path)
+
+
+def file_stamp(path: Path) -> tuple[int, int] | None:
+    """A file's size and modification time (ns), or None where it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
 def check_binary_spares_model(path: str | os.PathLike, model: Path | None) -> None:
     """Refuse a save_binary `path` that is the model file the function was compiled from:
     the binary would replace the model (which may be the user's only copy)."""

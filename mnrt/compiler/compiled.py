@@ -91,6 +91,7 @@ class CompiledFunction:
         }
         self.onnx_model: Any = None  # the ONNX model it came from, if it did
         self.model_file: Path | None = None  # the file it was compiled from, if given one
+        self.model_stamp: tuple[int, int] | None = None  # its size and mtime then
         self.stages: list[tuple[str, str]] = []  # (phase, graph dump) of the compile
         unbound = [n for n in graph.outputs if graph.values[n].role in (INPUT, PARAM)]
         if unbound:

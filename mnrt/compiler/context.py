@@ -176,7 +176,7 @@ class Context:
         if opts["mpmd"]:
             made = self._compile_pipelined(graph, opts, inputs, runs, phases, codegen_dir,
                                            cache_options, start)  # fmt: skip
-            made.model_file = codegen.model_file(model)
+            made.model_file, made.model_stamp = codegen.model_file_and_stamp(model)
             made.source, made.onnx_model = graph, onnx_model  # its reference's
             return made
         cached = None
@@ -190,7 +190,7 @@ class Context:
                 # What the entry cannot know: this compile's model, options and inputs
                 # (the goldens of save_binary come from them).
                 compiled.source, compiled.onnx_model, compiled.options = graph, onnx_model, opts
-                compiled.model_file = codegen.model_file(model)
+                compiled.model_file, compiled.model_stamp = codegen.model_file_and_stamp(model)
                 compiled.example_inputs = {k: np.array(v) for k, v in inputs.items()}
                 compiled.folded = folded
                 try:
@@ -210,7 +210,7 @@ class Context:
         t0 = time.perf_counter()
         compiled = CompiledFunction(self, optimised, opts, graph, inputs)
         compiled.onnx_model = onnx_model
-        compiled.model_file = codegen.model_file(model)
+        compiled.model_file, compiled.model_stamp = codegen.model_file_and_stamp(model)
         compiled.folded = folded
         compiled.stages = stages
         phases.append({"name": "lower", "status": "ok", "seconds": time.perf_counter() - t0})

@@ -6,6 +6,7 @@ convolution is off by 1%; and the compile's accuracy check against the reference
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -270,6 +271,41 @@ def test_the_onnxruntime_reference_runs_beside_the_recording_and_gives_the_verdi
     assert _content(tmp_path / "beside" / "model.mnlb") == _content(
         tmp_path / "after" / "model.mnlb"
     )
+
+
+def test_onnxruntime_reads_the_model_file_the_compile_read_while_it_is_unchanged(
+    tmp_path, monkeypatch
+):
+    """A compile given a file has onnxruntime read that file (serialising the model first
+    copied every weight: ViT-B/16, 346 MB and 5 s of its compile); a file replaced since
+    (its size or time differ) is not what was compiled, so the compile's own model is
+    serialised instead, and the verdict holds."""
+    ort = pytest.importorskip("onnxruntime")
+    onnx = onnx_module()
+    model, inputs = _gemm_relu_model()
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    loaded = []
+    real = ort.InferenceSession
+
+    def session(source, *args, **kwargs):
+        loaded.append(source)
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(ort, "InferenceSession", session)
+    with mnrt.Context() as ctx:
+        compiled = ctx.compile(path, inputs)
+        accuracy = compiled.save_binary_and_check(tmp_path / "a.mnlb")
+        assert accuracy["reference"] == "onnxruntime" and accuracy["outputs"]["y"]["passed"]
+        assert loaded == [str(path)]
+        other = onnx.load(path)  # the weights negated: another model at the same path
+        weights = onnx.numpy_helper.to_array(other.graph.initializer[0])
+        other.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(-weights, "w"))
+        onnx.save(other, path)
+        os.utime(path, ns=(0, 0))
+        accuracy = compiled.save_binary_and_check(tmp_path / "b.mnlb")
+        assert accuracy["reference"] == "onnxruntime" and accuracy["outputs"]["y"]["passed"]
+        assert isinstance(loaded[-1], bytes), accuracy
 
 
 def test_a_model_onnxruntime_cannot_run_gets_the_float64_reference_outside_the_binary(

@@ -99,6 +99,7 @@ class PipelinedFunction:
         self.graph = graph  # the optimised graph of one microbatch, before partitioning
         self.stages: list[tuple[str, str]] = []  # (phase, graph dump) of the compile
         self.model_file: Path | None = None  # the file it was compiled from, if given one
+        self.model_stamp: tuple[int, int] | None = None  # its size and mtime then
         # What its reference computes (goldens.reference): the graph as imported, before any
         # pass, and the ONNX model it came from. Set by the compile.
         self.source: Graph = graph
