@@ -454,14 +454,14 @@ def fuse_gelu(graph: Graph) -> Graph:
         return node
 
     def constant(name: str, value: float) -> bool:
+        """Whether `name` is a parameter holding `value` as its own dtype rounds it (the
+        kernel's constants are the compute dtype's: a float32 sqrt(2) widened to double
+        is not double's sqrt(2))."""
         v = g.values[name]
-        return (
-            v.role == PARAM
-            and v.data is not None
-            and v.dtype.is_float
-            and v.data.size == 1
-            and float(np.float32(v.data.reshape(-1)[0])) == float(np.float32(value))
-        )
+        if v.role != PARAM or v.data is None or not v.dtype.is_float or v.data.size != 1:
+            return False
+        held = v.data.reshape(-1)[0]
+        return bool(held == held.dtype.type(value))
 
     def split(node: Node | None, value: float) -> str | None:
         """Of a two-input `node`, the input beside the constant `value`."""

@@ -299,6 +299,24 @@ def _linear_gelu():
     return b.build()
 
 
+def test_a_double_gelu_is_one_kernel_only_with_double_constants(dev):
+    """In double, the kernel divides by double's sqrt(2): a model's float32 constant widened
+    to double is another divisor, so that graph keeps its own kernels."""
+    for root, fused in ((np.sqrt(2.0), True), (np.float64(np.float32(np.sqrt(2.0))), False)):
+        b = GraphBuilder("g")
+        x = b.input("x", (64,), "double")
+        const = {"root": root, "one": 1.0, "half": 0.5}
+        p = {k: b.param(k, np.array(v, np.float64)) for k, v in const.items()}
+        term = b.add(b.erf(b.div(x, p["root"])), p["one"])
+        b.output(b.mul(b.mul(x, term), p["half"]), "y")
+        graph = b.build()
+        assert ("gelu" in ops(fuse_gelu(graph))) is fused
+        if fused:
+            xs = {"x": np.random.default_rng(11).standard_normal(64) * 3}
+            got, want = run(fuse_gelu(graph), dev, xs)["y"], run(graph, dev, xs)["y"]
+            np.testing.assert_array_equal(got, want)
+
+
 def test_a_gelu_that_is_not_quite_one_is_kept():
     """Its erf's argument scaled by another constant, an intermediate read elsewhere, or
     the halving of another value: each computes something else than gelu(x)."""
