@@ -28,10 +28,8 @@ from .passes import (
     fold_constants,
     fold_scale_shift,
     fuse_epilogues,
-    fuse_gelu,
-    fuse_rolls,
-    fuse_silu,
 )
+from .patterns import fuse_gelu, fuse_rolls, fuse_silu
 
 Step = Callable[[Graph], "Graph | tuple[Graph, dict]"]
 

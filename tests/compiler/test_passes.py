@@ -22,10 +22,8 @@ from mnrt.compiler.passes import (
     fold_constants,
     fold_scale_shift,
     fuse_epilogues,
-    fuse_gelu,
-    fuse_rolls,
-    fuse_silu,
 )
+from mnrt.compiler.patterns import fuse_gelu, fuse_rolls, fuse_silu
 
 
 def run(graph, dev, inputs):
