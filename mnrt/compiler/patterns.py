@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ..device.kernels.shape import slice_of
-from .ir import PARAM, Graph, Node
+from .ir import PARAM, Graph, Node, Value
 from .passes import dead_code, drop_unused_values, uses_of
 
 
@@ -130,6 +130,102 @@ def fuse_gelu(graph: Graph) -> Graph:
         attrs = {} if approximate == "none" else {"approximate": approximate}
         replaced[i] = Node("gelu", [x], list(node.outputs), attrs, node.name)
     g.nodes = [replaced.get(i, n) for i, n in enumerate(g.nodes) if id(n) not in gone]
+    drop_unused_values(g)
+    g.verify()
+    return g
+
+
+def fuse_layernorm(graph: Graph) -> Graph:
+    """LayerNormalization as exporters wrote it before opset 17, ReduceMean, Sub, Pow,
+    ReduceMean, Add, Sqrt, Div, then Mul by the scale and Add of the bias, as the one
+    `layernorm` kernel: the centred x is read twice (squared, and divided), so no one chain
+    took it (two launches a norm; BERT's and GPT-2's older exports hold two a layer). The
+    kernel takes the same steps in the same order over the trailing axes: the same bits.
+    The scale, and then the bias, are taken where they hold the normalised shape."""
+    g = graph.copy()
+    uses = uses_of(g)
+    producer = {out: n for n in g.nodes for out in n.outputs}
+    reader = {name: n for n in g.nodes for name in n.inputs}  # the last; used where one
+    outputs = set(g.outputs)
+
+    def made(name: str, op: str) -> Node | None:
+        """The node of `op` that makes `name`, where nothing else reads it."""
+        node = producer.get(name)
+        if node is None or node.op != op or uses.get(name) != 1 or name in outputs:
+            return None
+        return node
+
+    def read(name: str, op: str) -> Node | None:
+        """The two-input node of `op` that alone reads `name`, which is no output."""
+        node = reader.get(name)
+        if node is None or node.op != op or uses.get(name) != 1 or name in outputs:
+            return None
+        return node if len(node.inputs) == 2 else None
+
+    def param(name: str, like: Value, shape: tuple[int, ...]) -> bool:
+        v = g.values[name]
+        return v.role == PARAM and v.data is not None and v.dtype is like.dtype and v.shape == shape
+
+    def trailing(mean: Node | None, rank: int) -> int | None:
+        """The first axis of a mean over the trailing axes that keeps their dimensions."""
+        if mean is None or not mean.attrs.get("keepdims", True):
+            return None
+        axes = sorted(a % rank for a in mean.attrs.get("axes") or range(rank))
+        return axes[0] if axes == list(range(axes[0], rank)) else None
+
+    def normalised(div: Node) -> tuple[str, int, float, list[Node]] | None:
+        """(x, first axis, epsilon, the nodes) where `div` computes (x - mean(x)) /
+        sqrt(mean((x - mean(x)) ** 2) + epsilon) over x's trailing axes."""
+        centred, root = div.inputs
+        sub, sqrt = producer.get(centred), made(root, "sqrt")
+        add = made(sqrt.inputs[0], "add") if sqrt is not None else None
+        if sub is None or sub.op != "sub" or add is None or uses.get(centred) != 2:
+            return None
+        x, rank = sub.inputs[0], len(g.values[centred].shape)
+        mean_x = made(sub.inputs[1], "mean")
+        axis = trailing(mean_x, rank)
+        if axis is None or mean_x.inputs[0] != x or centred in outputs:
+            return None
+        v = g.values[x]
+        for variance, eps in (add.inputs, add.inputs[::-1]):
+            mean_v = made(variance, "mean")
+            power = made(mean_v.inputs[0], "pow") if mean_v is not None else None
+            if power is None or trailing(mean_v, rank) != axis or power.inputs[0] != centred:
+                continue
+            two = power.inputs[1]
+            if not any(param(two, v, shape) for shape in ((), (1,))):
+                continue
+            if float(g.values[two].data.reshape(-1)[0]) != 2.0:
+                continue
+            if any(param(eps, v, shape) for shape in ((), (1,))):
+                epsilon = float(g.values[eps].data.reshape(-1)[0])
+                return x, axis, epsilon, [sub, mean_x, sqrt, add, mean_v, power]
+        return None
+
+    gone: set[int] = set()
+    replaced: dict[int, Node] = {}
+    for div in g.nodes:
+        if div.op != "div" or len(div.inputs) != 2:
+            continue
+        found = normalised(div)
+        out, x = div.outputs[0], found[0] if found is not None else None
+        if found is None or not (g.values[x].dtype.is_float and g.values[x].dtype.direct):
+            continue
+        _, axis, epsilon, parts = found
+        shape, v = tuple(g.values[x].shape[axis:]), g.values[x]
+        ins, last = [x], div
+        scale = read(out, "mul")
+        s = scale.inputs[scale.inputs[0] == out] if scale is not None else None
+        if s is not None and param(s, v, shape):
+            ins, last, parts = [x, s], scale, [*parts, div]
+            bias = read(scale.outputs[0], "add")
+            b = bias.inputs[bias.inputs[0] == scale.outputs[0]] if bias is not None else None
+            if b is not None and param(b, v, shape):
+                ins, last, parts = [x, s, b], bias, [*parts, scale]
+        gone.update(id(n) for n in parts)
+        attrs = {"axis": axis, "epsilon": epsilon}
+        replaced[id(last)] = Node("layernorm", ins, list(last.outputs), attrs, last.name)
+    g.nodes = [replaced.get(id(n), n) for n in g.nodes if id(n) not in gone]
     drop_unused_values(g)
     g.verify()
     return g

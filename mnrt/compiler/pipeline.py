@@ -29,13 +29,13 @@ from .passes import (
     fold_scale_shift,
     fuse_epilogues,
 )
-from .patterns import fuse_gelu, fuse_rolls, fuse_silu
+from .patterns import fuse_gelu, fuse_layernorm, fuse_rolls, fuse_silu
 
 Step = Callable[[Graph], "Graph | tuple[Graph, dict]"]
 
 # O2's passes; O3 and O4 drop what fusing left unused as well.
 _FUSING = (dead_code, fold_constants, common_subexpressions, fuse_rolls, fold_scale_shift,
-           fuse_silu, fuse_gelu, fuse_epilogues)  # fmt: skip
+           fuse_silu, fuse_gelu, fuse_layernorm, fuse_epilogues)  # fmt: skip
 
 # Passes each preset runs after float_dtype, on the casts it inserted.
 AFTER_FLOAT_DTYPE = {

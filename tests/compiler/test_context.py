@@ -162,6 +162,7 @@ def test_codegen_dir_holds_everything_and_loads_without_compiling(ctx, tmp_path)
         "fold_scale_shift",
         "fuse_silu",
         "fuse_gelu",
+        "fuse_layernorm",
         "fuse_epilogues",
         "float_dtype",
         "common_subexpressions",

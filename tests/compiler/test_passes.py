@@ -23,7 +23,7 @@ from mnrt.compiler.passes import (
     fold_scale_shift,
     fuse_epilogues,
 )
-from mnrt.compiler.patterns import fuse_gelu, fuse_rolls, fuse_silu
+from mnrt.compiler.patterns import fuse_gelu, fuse_layernorm, fuse_rolls, fuse_silu
 
 
 def run(graph, dev, inputs):
@@ -330,6 +330,60 @@ def test_a_gelu_that_is_not_quite_one_is_kept():
                    b.add(b.param("one2", np.array(1.0, np.float32)), term2)), "z")  # fmt: skip
     graph = b.build()
     assert "gelu" not in ops(fuse_gelu(graph))
+
+
+def _layernorm_as_exported(b: GraphBuilder, x: str, axes=(-1,), scale=None, bias=None) -> str:
+    """LayerNormalization as exporters wrote it before opset 17: ReduceMean, Sub, Pow,
+    ReduceMean, Add, Sqrt, Div, then Mul by `scale` and Add of `bias` where given."""
+
+    def const(name, v):
+        return b.param(f"ln_{name}{len(b.graph.values)}", np.array(v, np.float32))
+
+    centred = b.sub(x, b.mean(x, axes=axes, keepdims=True))
+    variance = b.mean(b.pow(centred, const("two", 2.0)), axes=axes, keepdims=True)
+    y = b.div(centred, b.sqrt(b.add(variance, const("eps", 1e-5))))
+    y = b.mul(y, const("scale", scale)) if scale is not None else y
+    return b.add(const("bias", bias), y) if bias is not None else y
+
+
+@pytest.mark.parametrize("params", ["none", "scale", "both"])
+def test_layernorm_as_exported_is_one_layernorm_kernel_of_the_same_bits(dev, params):
+    """Before opset 17 exporters wrote LayerNormalization out in nine ops; the centred x
+    is read twice, so it took two chains at O3 (BERT's and GPT-2's older exports: two a
+    layer)."""
+    rng = np.random.default_rng(13)
+    b = GraphBuilder("g")
+    x = b.input("x", (3, 5, 16), "float")
+    h = b.tanh(x)
+    scale = rng.standard_normal(16) if params != "none" else None
+    bias = rng.standard_normal(16) if params == "both" else None
+    b.output(_layernorm_as_exported(b, h, scale=scale, bias=bias), "y")
+    graph = b.build()
+    fused = fuse_layernorm(graph)
+    assert ops(fused) == ["tanh", "layernorm"]
+    assert len(fused.nodes[1].inputs) == {"none": 1, "scale": 2, "both": 3}[params]
+    xs = {"x": rng.standard_normal((3, 5, 16)).astype(np.float32) * 3}
+    got, want = run(fused, dev, xs)["y"], run(graph, dev, xs)["y"]
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_a_layernorm_that_is_not_quite_one_is_kept():
+    """Over a leading axis, with the centred x read elsewhere too, or squared by 3."""
+    b = GraphBuilder("g")
+    x = b.input("x", (4, 8), "float")
+    b.output(_layernorm_as_exported(b, x, axes=(0,)), "leading")
+    centred = b.sub(x, b.mean(x, axes=(-1,), keepdims=True))
+    variance = b.mean(b.pow(centred, b.param("two", np.array(2.0, np.float32))), axes=(-1,),
+                      keepdims=True)  # fmt: skip
+    eps = b.param("eps", np.array(1e-5, np.float32))
+    b.output(b.div(centred, b.sqrt(b.add(variance, eps))), "y")
+    b.output(b.relu(centred), "centred")
+    cubed = b.sub(x, b.mean(x, axes=(-1,), keepdims=True))
+    spread = b.mean(b.pow(cubed, b.param("three", np.array(3.0, np.float32))), axes=(-1,),
+                    keepdims=True)  # fmt: skip
+    b.output(b.div(cubed, b.sqrt(b.add(spread, eps))), "z")
+    graph = b.build()
+    assert "layernorm" not in ops(fuse_layernorm(graph))
 
 
 def _rolled(b: GraphBuilder, x: str, k: int, axis: int, n: int) -> str:
