@@ -43,6 +43,22 @@ def fuse_silu(graph: Graph) -> Graph:
     return dead_code(g)
 
 
+class _Made:
+    """`made(name, op)`: the node of `op` that makes value `name` of a graph, where nothing
+    else reads it and it is no output of the graph (an intermediate a pattern may drop)."""
+
+    def __init__(self, g: Graph) -> None:
+        self.uses = uses_of(g)
+        self.producer = {out: n for n in g.nodes for out in n.outputs}
+        self.outputs = set(g.outputs)
+
+    def __call__(self, name: str, op: str) -> Node | None:
+        node = self.producer.get(name)
+        if node is None or node.op != op or self.uses.get(name) != 1 or name in self.outputs:
+            return None
+        return node
+
+
 def fuse_gelu(graph: Graph) -> Graph:
     """GELU as torch.onnx writes nn.GELU() and transformers write it, x * (erf(x / sqrt(2))
     + 1) * 0.5 or x * 0.5 * (1 + erf(...)), and its tanh form as GPT-2 writes it (x * 0.5 *
@@ -53,16 +69,7 @@ def fuse_gelu(graph: Graph) -> Graph:
     float and double, but where halving or doubling x leaves the normal range. Only the
     division by sqrt(2) is taken: a multiplication by its reciprocal rounds differently."""
     g = graph.copy()
-    uses = uses_of(g)
-    producer = {out: n for n in g.nodes for out in n.outputs}
-    outputs = set(g.outputs)
-
-    def made(name: str, op: str) -> Node | None:
-        """The node of `op` that makes `name`, where nothing else reads it."""
-        node = producer.get(name)
-        if node is None or node.op != op or uses.get(name) != 1 or name in outputs:
-            return None
-        return node
+    made = _Made(g)
 
     def constant(name: str, value: float) -> bool:
         """Whether `name` is a parameter holding `value` as its own dtype rounds it (the
@@ -143,17 +150,9 @@ def fuse_layernorm(graph: Graph) -> Graph:
     kernel takes the same steps in the same order over the trailing axes: the same bits.
     The scale, and then the bias, are taken where they hold the normalised shape."""
     g = graph.copy()
-    uses = uses_of(g)
-    producer = {out: n for n in g.nodes for out in n.outputs}
+    made = _Made(g)
+    uses, producer, outputs = made.uses, made.producer, made.outputs
     reader = {name: n for n in g.nodes for name in n.inputs}  # the last; used where one
-    outputs = set(g.outputs)
-
-    def made(name: str, op: str) -> Node | None:
-        """The node of `op` that makes `name`, where nothing else reads it."""
-        node = producer.get(name)
-        if node is None or node.op != op or uses.get(name) != 1 or name in outputs:
-            return None
-        return node
 
     def read(name: str, op: str) -> Node | None:
         """The two-input node of `op` that alone reads `name`, which is no output."""
