@@ -207,11 +207,13 @@ def fuse_layernorm(graph: Graph) -> Graph:
         if div.op != "div" or len(div.inputs) != 2:
             continue
         found = normalised(div)
-        out, x = div.outputs[0], found[0] if found is not None else None
-        if found is None or not (g.values[x].dtype.is_float and g.values[x].dtype.direct):
+        if found is None:
             continue
-        _, axis, epsilon, parts = found
-        shape, v = tuple(g.values[x].shape[axis:]), g.values[x]
+        x, axis, epsilon, parts = found
+        v = g.values[x]
+        if not (v.dtype.is_float and v.dtype.direct):
+            continue
+        out, shape = div.outputs[0], tuple(v.shape[axis:])
         ins, last = [x], div
         scale = read(out, "mul")
         s = scale.inputs[scale.inputs[0] == out] if scale is not None else None
