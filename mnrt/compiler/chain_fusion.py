@@ -211,3 +211,118 @@ def _fuse_chains_once(graph: Graph) -> Graph:
     drop_unused_values(g)
     g.verify()
     return g
+
+
+def _on(k: int, n: int, parsed: list) -> tuple[list[int], list] | None:
+    """A chain's steps (as `chain.listed` gives them) rewritten to take its input `k` of `n`
+    as their x, with the order of the chain's inputs that goes with it (new position -> old),
+    where its first step is the one step reading it: `x + f(x)` written with the skip
+    first. None where another step reads it."""
+    if not k:
+        return list(range(n)), parsed
+    first = parsed[0]
+    if list(first.takes).count(k) != 1 or any(k in p.takes for p in parsed[1:]):
+        return None
+    order = [k, *(j for j in range(n) if j != k)]
+    new = {old: i for i, old in enumerate(order)}
+    read = [*first.takes[: first.at], 0, *first.takes[first.at :]]  # 0: the result before
+    at = read.index(k)
+    takes = tuple(new[j] for i, j in enumerate(read) if i != at)
+    rest = [(op, attrs, a, tuple(new[j] for j in t)) for op, attrs, a, t in parsed[1:]]
+    return order, [(first.op, first.attrs, at, takes), *rest]
+
+
+def _headed(g: Graph, matrix: Node, after: Node) -> Node | None:
+    """The chain of matrix kernel `matrix` and its epilogue `after` (a pointwise kernel, or a
+    chain of them, that reads the matrix kernel's result as its x and nowhere else), where
+    it computes what the two did and the device prices it below them; else None."""
+    y = matrix.outputs[0]
+    if after.op == chain.NAME:
+        if after.inputs.count(y) != 1 or "mapping" in after.attrs:
+            return None
+        widen = (after.attrs.get("widen") or ",".join([""] * len(after.inputs))).split(",")
+        rebased = _on(after.inputs.index(y), len(after.inputs), list(chain.listed(after.attrs)))
+        if rebased is None:
+            return None
+        order, parsed = rebased
+        if any(0 in takes for _, _, _, takes in parsed):
+            return None  # x read again: not an epilogue
+        widen = [widen[j] for j in order]
+        steps = [{"op": "cast", "attrs": {"to": widen[0]}}] if widen[0] else []
+        operands = [after.inputs[j] for j in order[1:]]
+        tap = after.attrs.get("tap", chain.NO_TAP)
+    elif _chainable(after) and lookup(after.op).pointwise and after.inputs.count(y) == 1:
+        at = after.inputs.index(y)
+        operands = [n for n in after.inputs if n != y]
+        parsed = [(after.op, after.attrs, at, tuple(range(1, len(operands) + 1)))]
+        widen = [""] * len(after.inputs)
+        steps, tap = [], chain.NO_TAP
+    else:
+        return None
+    own = list(matrix.inputs)
+    shift = len(own) - 1  # the epilogue's operand k is the headed chain's k + shift
+    head = {k: v for k, v in matrix.attrs.items() if k not in COMMON_ATTRS}
+    steps = [{"op": matrix.op, "attrs": head, "with": list(range(1, len(own)))}, *steps]
+    lead = len(steps)  # the head, and the widening of its result the epilogue loaded
+    for op, attrs, at, takes in parsed:
+        own_attrs = {k: v for k, v in attrs.items() if k not in COMMON_ATTRS}
+        steps.append({"op": op, "attrs": own_attrs, "with": [k + shift for k in takes], "at": at})
+    inputs = [*own, *operands]
+    attrs = {
+        "steps": chain.dumps(steps),
+        "x_dtype": g.values[own[0]].dtype.name,
+        "operand_dtypes": ",".join(g.values[n].dtype.name for n in inputs[1:]),
+        "widen": ",".join([""] * len(own) + widen[1:]) if any(widen[1:]) else "",
+        "mapping": matrix.attrs["mapping"],
+        **({"tap": tap + lead} if tap != chain.NO_TAP else {}),
+    }
+    fused = Node(chain.NAME, inputs, list(after.outputs), attrs, f"{matrix.name}+{after.name}")
+    try:
+        fused.attrs = lookup(chain.NAME).check_attrs(fused.attrs)
+        specs = [TensorSpec(g.values[n].shape, g.values[n].dtype) for n in inputs]
+        plan = chain.plan(fused.attrs, specs)
+    except MnrtError:  # an epilogue that changes the shape, too many steps or operands
+        return None
+    made = [plan[0].y, plan[-1].y] + ([plan[tap + lead].y] if tap != chain.NO_TAP else [])
+    values = [g.values[n] for n in [y, *after.outputs]]
+    if [(t.shape, t.dtype) for t in made] != [(v.shape, v.dtype) for v in values]:
+        return None  # a result of another dtype than its kernel's natural one: keep it
+    if node_cost(g, fused).time_s >= node_cost(g, matrix).time_s + node_cost(g, after).time_s:
+        return None
+    return fused
+
+
+def fuse_matrix_epilogues(graph: Graph) -> Graph:
+    """Give each gemm and conv2d the pointwise kernels after it as its epilogue (O3, O4):
+    where the next node is a pointwise kernel, or a chain of them, reading its result and
+    nothing else does, the two are one chain headed by the matrix kernel (a residual
+    block's skip add and ReLU; an inverted residual block's ReLU6 and its projection's skip
+    add):
+    one launch, the result finished as it leaves the accumulators, never written to DRAM
+    and read back. Runs after mapping and layout planning, so the head keeps the mapping
+    and layouts chosen for it; only a reader that runs next is taken, so no value lives
+    longer than scheduling planned. The chain computes bitwise what the two did (each step
+    rounds to its own dtype)."""
+    g = graph.copy()
+    uses, outputs = uses_of(g), set(g.outputs)
+    replaced: dict[int, Node | None] = {}
+    for i, (node, after) in enumerate(zip(g.nodes, g.nodes[1:])):
+        if i in replaced or node.op not in MATRIX_OPS or len(node.outputs) != 1:
+            continue
+        y = node.outputs[0]
+        if (
+            y in outputs
+            or uses.get(y) != 1
+            or y not in after.inputs
+            or not node.attrs.get("mapping")
+        ):
+            continue
+        fused = _headed(g, node, after)
+        if fused is not None:
+            replaced[i], replaced[i + 1] = None, fused
+    if not replaced:
+        return g
+    g.nodes = [replaced.get(i, n) for i, n in enumerate(g.nodes) if replaced.get(i, n)]
+    drop_unused_values(g)
+    g.verify()
+    return g

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import InvalidArgumentError
 from . import placement, schedulers, time_slice
 from .builder import GraphBuilder
-from .chain_fusion import fuse_chains
+from .chain_fusion import fuse_chains, fuse_matrix_epilogues
 from .ir import Graph
 from .layout_planners import plan_layouts
 from .map_graph import map_graph
@@ -43,6 +43,9 @@ AFTER_FLOAT_DTYPE = {
     "O3": (common_subexpressions, concat_before_widening, cancel_round_trip_casts, fuse_chains),
     "O4": (common_subexpressions, concat_before_widening, cancel_round_trip_casts, fuse_chains),
 }
+
+# Passes each preset runs after mapping and layout planning, on the kernels they chose.
+AFTER_LAYOUT = {"O3": (fuse_matrix_epilogues,), "O4": (fuse_matrix_epilogues,)}
 
 # Passes each preset runs, in order (after float_dtype is applied at the end).
 PIPELINES = {
@@ -88,6 +91,7 @@ def steps(opts: CompileOptions) -> list[tuple[str, Step]]:
             ),
         )
     )
+    steps += [(step.__name__, step) for step in AFTER_LAYOUT.get(opts.name, ())]
     steps.append(("chain_room", lambda g: placement.chain_room(g, opts["sram_budget"])))
     return steps
 

@@ -52,10 +52,11 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from collections.abc import Mapping as MappingABC
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from .cost import Modelled, model_call, precision_of
+from .kernels import chain
 from .kernels.registry import KernelDef, TensorSpec
 from .spec import DeviceSpec
 
@@ -325,6 +326,30 @@ def _conv2d(ins, outs, attrs, flops) -> Problem:
 PROBLEMS: dict[str, ProblemFn] = {"gemm": _gemm, "conv2d": _conv2d}
 
 
+def _headed(ins, outs, attrs, flops) -> Problem:
+    """A chain headed by a matrix kernel (device/kernels/chain.py): the head's product,
+    with `flops` (the chain's) beyond its multiply-adds at the vector rate, and the chain's
+    other operands and its outputs each moving once: the head's own result stays on chip,
+    each output block finished as it leaves the accumulators."""
+    head = chain.plan(attrs, ins)[0]
+    if head.op not in PROBLEMS:
+        raise ValueError(
+            f"its first step is {head.op}, not a matrix kernel ({', '.join(PROBLEMS)}); only "
+            "a chain headed by one takes a mapping"
+        )
+    p = PROBLEMS[head.op](head.ins, [head.y], head.attrs, flops)
+    rest = [float(t.nbytes) for t in [*ins[len(head.ins) :], *outs]]
+    return replace(
+        p,
+        operand_bytes=(*p.operand_bytes[:-1], *rest),
+        roles=(*p.roles[:-1], *("once",) * len(rest)),
+    )
+
+
+# Kernels that take a `mapping` attribute: those the mapper maps, and chains headed by one.
+MAPPED: dict[str, ProblemFn] = {**PROBLEMS, chain.NAME: _headed}
+
+
 def problem_of(
     op: str,
     ins: Sequence[TensorSpec | None],
@@ -333,7 +358,7 @@ def problem_of(
     flops: float,
 ) -> Problem:
     """The product kernel `op` computes on these operands (`flops`: its Cost's)."""
-    return PROBLEMS[op](ins, outs, attrs, flops)
+    return MAPPED[op](ins, outs, attrs, flops)
 
 
 def model_kernel_call(

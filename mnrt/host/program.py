@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..device.cost import Modelled
 from ..device.emulator import BoundKernel
 from ..device.kernels import KernelDef, lookup
-from ..device.mapping import PROBLEMS as MAPPED_KERNELS
+from ..device.mapping import MAPPED as MAPPED_KERNELS
 from ..device.mapping import Mapping as KernelMapping
 from ..errors import (
     BindingError,

@@ -62,7 +62,8 @@ def _with_steps(binary: mnrt.LightBinary, steps: str, x_dtype: str = "half"):
 HOSTILE = {
     "unknown op": ('[{"op":"nope"}]', "half", "unknown kernel 'nope'"),
     "nested chain": ('[{"op":"chain"}]', "half", "cannot hold a chain"),
-    "matrix op": ('[{"op":"gemm","with":[0]}]', "half", "steps are vector kernels"),
+    "matrix op": ('[{"op":"relu"},{"op":"gemm","with":[0]}]', "half", "only a chain's first"),
+    "matrix head": ('[{"op":"gemm","with":[0]}]', "half", "takes x first and then"),
     "operand not given": ('[{"op":"mul"}]', "half", "this step gives it 1"),
     "operand not there": ('[{"op":"mul","with":[1]}]', "half", "the chain has 1 inputs"),
     "bad with": ('[{"op":"mul","with":["a"]}]', "half", "must be an integer from 0"),

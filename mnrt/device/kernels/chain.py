@@ -13,6 +13,13 @@ of the skip connection: runs XLA fuses whole. A step's `with` lists which of the
 inputs (0 is `x`, 1 the first of `operands`) it takes besides, in order, and `at` where the
 result before it goes among its inputs (0, first, unless said).
 
+A chain's first step may be a matrix kernel (gemm, conv2d) whose result the other steps,
+all pointwise and of its result's shape, finish as it leaves the accumulators: a
+convolution's epilogue (cuDNN's and TensorRT's conv, bias, residual add, activation). The
+head takes x and the first operands in order; the steps after it take only the operands
+after those. Such a chain carries the head's `mapping` and is priced as the head with its
+epilogue (device/mapping.py), its result never crossing DRAM.
+
 A chain may also write one intermediate result out (its `tap`, the index of the step
 that makes it) as a second output, `tapped`: XLA's multi-output fusion. A residual
 block's result is read by the next block's skip `add` in float and, rounded to half, by
@@ -44,7 +51,6 @@ import dataclasses
 import functools
 import json
 from collections.abc import Collection, Mapping, Sequence
-from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -54,12 +60,11 @@ from ...errors import (
     DTypeError,
     KernelAttributeError,
     ShapeError,
-    UnknownKernelError,
 )
 from .. import dtypes as dt
+from .chain_steps import MAX_OPERANDS, MAX_STEPS, NAME, canonical, dumps, listed, parse, steps_of
 from .common import check_temporary
 from .registry import (
-    COMMON_ATTRS,
     Attr,
     Cost,
     KernelDef,
@@ -72,13 +77,8 @@ from .registry import (
     retarget_result_dtype,
 )
 
-NAME = "chain"
-MAX_STEPS = 64  # a chain is a run of kernels in a model, never thousands of them
-MAX_STEPS_CHARS = 1 << 16  # characters of the steps attribute: 64 steps of long attributes
 WHOLE_CHIP = -1  # lm_room of a chain that may use the chip's whole local memory
 NO_TAP = -1  # tap of a chain that writes only its last step's result
-MAX_OPERANDS = 256  # inputs of a chain besides x: a step or two's each, for 64 steps
-_STEP_KEYS = {"op", "attrs", "with", "at"}
 
 
 class Step(NamedTuple):
@@ -113,144 +113,6 @@ class Step(NamedTuple):
 def _arranged(at: int, takes: Sequence[int], x: Any, given: Sequence[Any]) -> list:
     others = [given[k] for k in takes]
     return [*others[:at], x, *others[at:]]
-
-
-class _Parsed(NamedTuple):
-    """A step as its attribute lists it (`takes` is its `with`)."""
-
-    op: str
-    attrs: Mapping[str, Any]
-    at: int
-    takes: tuple[int, ...]
-
-
-def _refuse(why: str) -> KernelAttributeError:
-    return KernelAttributeError(f"kernel '{NAME}': attribute 'steps' {why}")
-
-
-def _step_kernel(op: Any, i: int, operands: int) -> KernelDef:
-    """The kernel a step names, which must give one output, take the result before it and
-    `operands` more, and run on the vector unit."""
-    if not isinstance(op, str):
-        raise _refuse(f"step {i}: 'op' must be a kernel name, got {op!r}")
-    if op == NAME:
-        raise _refuse(f"step {i}: a chain cannot hold a chain; list its steps instead")
-    try:
-        kdef = lookup(op)
-    except UnknownKernelError as e:
-        raise _refuse(f"step {i}: {e}") from None
-    if kdef.matrix:
-        raise _refuse(
-            f"step {i}: kernel '{op}' runs on the matrix unit; a chain's steps are vector "
-            "kernels (give it its own launch)"
-        )
-    try:
-        kdef.check_arity(1 + operands, 1)
-    except KernelAttributeError:
-        raise _refuse(
-            f"step {i}: kernel '{op}' takes inputs ({', '.join(kdef.inputs)}) and gives "
-            f"outputs ({', '.join(kdef.outputs)}); this step gives it {1 + operands} input(s) "
-            "(the result before it and the chain inputs its 'with' lists) and takes one output"
-        ) from None
-    return kdef
-
-
-def _index(value: Any, i: int, what: str, most: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
-        raise _refuse(f"step {i}: {what} must be an integer from 0 to {most}, got {value!r:.40}")
-    return value
-
-
-@functools.lru_cache(maxsize=512)
-def _parse(text: str) -> tuple[_Parsed, ...]:
-    """The steps a chain's attribute lists, each kernel with its checked attributes."""
-    if len(text) > MAX_STEPS_CHARS:
-        raise _refuse(f"is {len(text)} characters long; at most {MAX_STEPS_CHARS} are allowed")
-    try:
-        listed = json.loads(text)
-    except RecursionError:
-        raise _refuse("nests too deeply to be a JSON list of steps") from None
-    except ValueError as e:
-        raise _refuse(f"is not a JSON list of steps ({e}); see mnrt.kernels()") from None
-    if not isinstance(listed, list) or not 1 <= len(listed) <= MAX_STEPS:
-        raise _refuse(
-            f'must be a JSON list of 1 to {MAX_STEPS} steps {{"op": name, "attrs": {{...}}}}'
-        )
-    steps = []
-    for i, step in enumerate(listed):
-        if not isinstance(step, dict) or "op" not in step or set(step) - _STEP_KEYS:
-            raise _refuse(
-                f'step {i} must be {{"op": name, "attrs": {{...}}, "with": [...], "at": n}} '
-                f"(all but op optional), got {step!r:.80}"
-            )
-        takes = step.get("with", [])
-        if not isinstance(takes, list) or len(takes) > MAX_OPERANDS:
-            raise _refuse(
-                f"step {i}: 'with' must be a list of at most {MAX_OPERANDS} chain inputs, "
-                f"got {takes!r:.80}"
-            )
-        takes = tuple(_index(k, i, "an input of 'with'", MAX_OPERANDS) for k in takes)
-        at = _index(step.get("at", 0), i, "'at'", len(takes))
-        kdef = _step_kernel(step["op"], i, len(takes))
-        attrs = step.get("attrs", {})
-        if not isinstance(attrs, dict) or set(attrs) & set(COMMON_ATTRS):
-            raise _refuse(
-                f"step {i} ({kdef.name}): 'attrs' must be an object of the kernel's own "
-                f"attributes ({', '.join(kdef.attrs) or 'none'}), got {attrs!r:.80}"
-            )
-        wide = [name for name, value in attrs.items() if not _fits_int64(value)]
-        if wide:
-            raise _refuse(
-                f"step {i} ({kdef.name}): attribute {wide[0]!r} holds an integer beyond int64, "
-                "which no kernel attribute can hold"
-            )
-        try:
-            checked = kdef.check_attrs(attrs)
-        except KernelAttributeError as e:
-            raise _refuse(f"step {i}: {e}") from None
-        steps.append(_Parsed(kdef.name, MappingProxyType(checked), at, takes))
-    return tuple(steps)
-
-
-def _fits_int64(value: Any) -> bool:
-    """Whether the integers in an attribute value (a scalar or a list) are int64s, as a
-    binary's attributes are: JSON's are unbounded."""
-    if isinstance(value, list):
-        return all(_fits_int64(v) for v in value)
-    return not isinstance(value, int) or -(2**63) <= value < 2**63
-
-
-def _canonical(text: str) -> str:
-    """The steps as compact JSON with attributes at their defaults, `at` 0 and an empty
-    `with` left out, so that equal chains are equal strings (and binaries, and
-    common-subexpression keys)."""
-    listed = []
-    for op, attrs, at, takes in _parse(text):
-        kdef = lookup(op)
-        given = {
-            name: list(value) if isinstance(value, tuple) else value
-            for name, value in attrs.items()
-            if not _is_default(kdef.attrs[name], value)
-        }
-        listed.append(
-            {
-                "op": kdef.name,
-                **({"attrs": given} if given else {}),
-                **({"with": list(takes)} if takes else {}),
-                **({"at": at} if at else {}),
-            }
-        )
-    return dumps(listed)
-
-
-def _is_default(schema: Attr, value: Any) -> bool:
-    return type(schema.default) is type(value) and schema.default == value
-
-
-def dumps(steps: Sequence[Mapping[str, Any]]) -> str:
-    """Steps ({"op": name, "attrs": {...}, "with": [...], "at": n}) as the attribute's
-    compact JSON."""
-    return json.dumps(list(steps), separators=(",", ":"))
 
 
 def _dtype_names(text: str) -> str:
@@ -315,7 +177,7 @@ def _plan(text: str, specs: tuple[tuple[tuple[int, ...], str], ...]) -> tuple[St
     given = [TensorSpec(shape, dt.DTYPES[name]) for shape, name in specs]
     x = given[0]
     steps = []
-    for i, (op, attrs, at, takes) in enumerate(_parse(text)):
+    for i, (op, attrs, at, takes) in enumerate(parse(text)):
         kdef = lookup(op)
         where = f"kernel '{NAME}' step {i} ({kdef.name})"
         missing = [k for k in takes if k >= len(given)]
@@ -333,6 +195,11 @@ def _plan(text: str, specs: tuple[tuple[tuple[int, ...], str], ...]) -> tuple[St
             raise KernelAttributeError(f"{where}: {e}") from None
         y = TensorSpec(tuple(out.shape), out.dtypes[0])
         check_temporary(NAME, f"step {i} ({kdef.name})'s result", y.size)
+        if steps and steps[0].kdef.matrix and y.shape != steps[0].y.shape:
+            raise ShapeError(
+                f"{where}: makes shape {y.shape}, but the epilogue of a matrix kernel keeps "
+                f"its result's shape {steps[0].y.shape}"
+            )
         steps.append(Step(op, attrs, ins, at, takes, y))
         x = y
     return tuple(steps)
@@ -511,7 +378,7 @@ register(
                 doc='JSON list of the kernels run in order: [{"op": name, "attrs": {...}, '
                 '"with": [chain inputs it takes besides], "at": position of the result '
                 "before it among its inputs}, ...]",
-                parse=_canonical,
+                parse=canonical,
             ),
             "x_dtype": Attr("str", doc="dtype of the input x", choices=tuple(dt.DTYPES)),
             "operand_dtypes": Attr(
@@ -550,11 +417,6 @@ register(
 )
 
 
-def steps_of(attrs: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(op, checked attributes) of each step of a chain's (checked) attributes."""
-    return [(p.op, dict(p.attrs)) for p in _parse(attrs["steps"])]
-
-
 __all__ = [
     "MAX_OPERANDS",
     "MAX_STEPS",
@@ -563,6 +425,7 @@ __all__ = [
     "WHOLE_CHIP",
     "Step",
     "dumps",
+    "listed",
     "plan",
     "retargeted",
     "steps_of",

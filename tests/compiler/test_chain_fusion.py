@@ -1,0 +1,103 @@
+"""fuse_matrix_epilogues (O3, O4): a gemm or conv2d and the pointwise kernels after it are
+one chain headed by the matrix kernel, computing the same bits in one launch, priced
+lower, and only where nothing else reads the product and the reader runs next."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import mnrt
+from mnrt.compiler import GraphBuilder, pipeline
+from mnrt.compiler.chain_fusion import fuse_matrix_epilogues
+from mnrt.compiler.map_graph import map_graph
+from mnrt.compiler.node_cost import graph_cost
+from mnrt.compiler.options import resolve
+
+
+def _residual_block(
+    seed: int = 0, also_out: bool = False, between: bool = False, skip_first: bool = False
+) -> GraphBuilder:
+    """A ResNet basic block: conv, ReLU, conv, the skip connection added (written first, as
+    torchvision's RegNet writes `x + f(x)`, where `skip_first`), ReLU."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder("block")
+    x = b.input("x", (1, 8, 8, 8), "float")
+
+    def conv(h, name):
+        w = b.param(f"{name}_w", (rng.standard_normal((8, 8, 3, 3)) * 0.2).astype(np.float32))
+        bias = b.param(f"{name}_b", rng.standard_normal(8).astype(np.float32))
+        return b.conv2d(h, w, bias, padding=(1, 1, 1, 1))
+
+    h = conv(b.relu(conv(x, "c1")), "c2")
+    skip = b.neg(x) if between else x  # a kernel between the product and its reader
+    b.output(b.relu(b.add(skip, h) if skip_first else b.add(h, skip)), "y")
+    if also_out:
+        b.output(h, "h")
+    return b
+
+
+def _inputs() -> dict:
+    return {"x": np.random.default_rng(1).standard_normal((1, 8, 8, 8)).astype(np.float32)}
+
+
+def _compile(ctx, model, float_dtype: str, fuse: bool, monkeypatch):
+    with monkeypatch.context() as m:
+        if not fuse:
+            m.setattr(pipeline, "AFTER_LAYOUT", {})
+        opts = {"option_json": "O3", "float_dtype": float_dtype}
+        return ctx.compile(model, _inputs(), options=opts)
+
+
+def _heads(graph) -> list[list[str]]:
+    return [
+        [s["op"] for s in json.loads(n.attrs["steps"])]
+        for n in graph.nodes
+        if n.op == "chain" and json.loads(n.attrs["steps"])[0]["op"] in ("gemm", "conv2d")
+    ]
+
+
+@pytest.mark.parametrize("skip_first", [False, True])
+@pytest.mark.parametrize("float_dtype", ["float", "mixed"])
+def test_a_conv_takes_the_residual_add_and_relu_as_its_epilogue(
+    float_dtype, skip_first, monkeypatch, tmp_path
+):
+    """At float the chain of the add and ReLU took the skip as its x where it is written
+    first: the conv's result, its operand, becomes its x, and the add reads it in place."""
+    ctx = mnrt.Context()
+    model = _residual_block(skip_first=skip_first)
+    plain = _compile(ctx, model, float_dtype, False, monkeypatch)
+    fused = _compile(ctx, model, float_dtype, True, monkeypatch)
+    try:
+        epilogue = ["add", "relu"] if float_dtype == "float" else ["cast", "add", "relu"]
+        assert _heads(fused.graph) == [["conv2d", *epilogue]]
+        assert len(fused.graph.nodes) == len(plain.graph.nodes) - 1
+        assert graph_cost(fused.graph).time_s < graph_cost(plain.graph).time_s
+        assert graph_cost(fused.graph).energy_j < graph_cost(plain.graph).energy_j
+        want, got = plain(_inputs())["y"].cpu(), fused(_inputs())["y"].cpu()
+        assert got.tobytes() == want.tobytes()
+        phases = [name for name, _ in pipeline.steps(resolve({"option_json": "O3"}))]
+        assert phases.index("layout") < phases.index("fuse_matrix_epilogues")
+        # the binary replays and every kernel, the headed chain included, matches its print
+        fused.save_binary(tmp_path / "block.mnlb")
+        report = mnrt.replay(tmp_path / "block.mnlb", rtol=0.0, atol=0.0, locate=True)
+        assert report.passed and report.locate.divergent == 0
+    finally:
+        plain.close()
+        fused.close()
+
+
+def test_a_product_read_twice_or_by_a_kernel_that_does_not_run_next_keeps_its_launch():
+    for kwargs in ({"also_out": True}, {"between": True}):
+        g = map_graph(_residual_block(**kwargs).build(), 1)
+        if "between" in kwargs:  # the builder's order: conv, neg, add
+            assert [n.op for n in g.nodes][-3:] == ["neg", "add", "relu"]
+        assert _heads(fuse_matrix_epilogues(g)) == [["conv2d", "relu"]]  # the first conv's
+
+
+def test_a_matrix_kernel_without_a_mapping_is_left_as_it_is():
+    g = _residual_block().build()  # not mapped (the pass runs after the mapping step)
+    assert _heads(fuse_matrix_epilogues(g)) == []
+    assert _heads(fuse_matrix_epilogues(map_graph(g, 1))) == [["conv2d", "relu"], ["conv2d", "add"]]
