@@ -4,6 +4,7 @@ its tap, and narrow inputs widened as the chain loads them."""
 
 from __future__ import annotations
 
+from ..device import dtypes as dt
 from ..device.kernels import TensorSpec, chain, lookup
 from ..device.kernels.registry import COMMON_ATTRS
 from ..errors import MnrtError
@@ -213,6 +214,17 @@ def _fuse_chains_once(graph: Graph) -> Graph:
     return g
 
 
+def _widens_x(g: Graph, after: Node, step, widen: list[str]) -> bool:
+    """Whether a chain's `step` (its first) is a cast of its x, loaded as given, to a float
+    type that holds every value of x's (exact, as widening on load is)."""
+    return (
+        step.op == "cast"
+        and not step.takes
+        and not widen[0]
+        and widens(g.values[after.inputs[0]].dtype, dt.dtype(step.attrs["to"]))
+    )
+
+
 def _on(k: int, n: int, parsed: list) -> tuple[list[int], list] | None:
     """A chain's steps (as `chain.listed` gives them) rewritten to take its input `k` of `n`
     as their x, with the order of the chain's inputs that goes with it (new position -> old),
@@ -241,7 +253,14 @@ def _headed(g: Graph, matrix: Node, after: Node) -> Node | None:
         if after.inputs.count(y) != 1 or "mapping" in after.attrs:
             return None
         widen = (after.attrs.get("widen") or ",".join([""] * len(after.inputs))).split(",")
-        rebased = _on(after.inputs.index(y), len(after.inputs), list(chain.listed(after.attrs)))
+        parsed, tap = list(chain.listed(after.attrs)), after.attrs.get("tap", chain.NO_TAP)
+        k = after.inputs.index(y)
+        if k and _widens_x(g, after, parsed[0], widen) and tap != 0 and len(parsed) > 1:
+            # its first step widens x (the skip, ahead of the add that reads the product):
+            # the chain loads x widened instead, the same bits, so the add comes first
+            widen[0], parsed = parsed[0].attrs["to"], parsed[1:]
+            tap -= tap != chain.NO_TAP
+        rebased = _on(k, len(after.inputs), parsed)
         if rebased is None:
             return None
         order, parsed = rebased
@@ -250,7 +269,6 @@ def _headed(g: Graph, matrix: Node, after: Node) -> Node | None:
         widen = [widen[j] for j in order]
         steps = [{"op": "cast", "attrs": {"to": widen[0]}}] if widen[0] else []
         operands = [after.inputs[j] for j in order[1:]]
-        tap = after.attrs.get("tap", chain.NO_TAP)
     elif _chainable(after) and lookup(after.op).pointwise and after.inputs.count(y) == 1:
         at = after.inputs.index(y)
         operands = [n for n in after.inputs if n != y]

@@ -18,10 +18,15 @@ from mnrt.compiler.options import resolve
 
 
 def _residual_block(
-    seed: int = 0, also_out: bool = False, between: bool = False, skip_first: bool = False
+    seed: int = 0,
+    also_out: bool = False,
+    between: bool = False,
+    skip_first: bool = False,
+    projected: bool = False,
 ) -> GraphBuilder:
     """A ResNet basic block: conv, ReLU, conv, the skip connection added (written first, as
-    torchvision's RegNet writes `x + f(x)`, where `skip_first`), ReLU."""
+    torchvision's RegNet writes `x + f(x)`, where `skip_first`; a conv of x, computed
+    after the block's, where `projected`), ReLU."""
     rng = np.random.default_rng(seed)
     b = GraphBuilder("block")
     x = b.input("x", (1, 8, 8, 8), "float")
@@ -32,7 +37,8 @@ def _residual_block(
         return b.conv2d(h, w, bias, padding=(1, 1, 1, 1))
 
     h = conv(b.relu(conv(x, "c1")), "c2")
-    skip = b.neg(x) if between else x  # a kernel between the product and its reader
+    projection = conv(x, "proj") if projected else x
+    skip = b.neg(x) if between else projection  # a kernel between the product and its reader
     b.output(b.relu(b.add(skip, h) if skip_first else b.add(h, skip)), "y")
     if also_out:
         b.output(h, "h")
@@ -59,15 +65,17 @@ def _heads(graph) -> list[list[str]]:
     ]
 
 
-@pytest.mark.parametrize("skip_first", [False, True])
+@pytest.mark.parametrize("block", ["identity", "skip_first", "projected"])
 @pytest.mark.parametrize("float_dtype", ["float", "mixed"])
 def test_a_conv_takes_the_residual_add_and_relu_as_its_epilogue(
-    float_dtype, skip_first, monkeypatch, tmp_path
+    float_dtype, block, monkeypatch, tmp_path
 ):
-    """At float the chain of the add and ReLU took the skip as its x where it is written
-    first: the conv's result, its operand, becomes its x, and the add reads it in place."""
+    """The chain of the add and ReLU may have taken the skip as its x (written first; or,
+    at mixed, the block's half result, which its first step widens, where the projection
+    runs next): the conv's result, its operand, becomes its x, and the skip an operand
+    widened on load."""
     ctx = mnrt.Context()
-    model = _residual_block(skip_first=skip_first)
+    model = _residual_block(**({block: True} if block != "identity" else {}))
     plain = _compile(ctx, model, float_dtype, False, monkeypatch)
     fused = _compile(ctx, model, float_dtype, True, monkeypatch)
     try:
