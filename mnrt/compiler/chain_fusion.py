@@ -9,8 +9,10 @@ from ..device.kernels import TensorSpec, chain, lookup
 from ..device.kernels.registry import COMMON_ATTRS
 from ..errors import MnrtError
 from .ir import MATRIX_OPS, PARAM, Graph, Node
+from .liveness import value_nbytes
 from .node_cost import node_cost
 from .passes import dead_code, drop_unused_values, uses_of, widens
+from .placement import ON_CHIP
 
 
 def _chainable(node: Node) -> bool:
@@ -214,6 +216,11 @@ def _fuse_chains_once(graph: Graph) -> Graph:
     return g
 
 
+def _epilogue_kernel(op: str) -> bool:
+    kdef = lookup(op)
+    return kdef.pointwise or kdef.rearranges
+
+
 def _widens_x(g: Graph, after: Node, step, widen: list[str]) -> bool:
     """Whether a chain's `step` (its first) is a cast of its x, loaded as given, to a float
     type that holds every value of x's (exact, as widening on load is)."""
@@ -245,8 +252,8 @@ def _on(k: int, n: int, parsed: list) -> tuple[list[int], list] | None:
 
 
 def _headed(g: Graph, matrix: Node, after: Node) -> Node | None:
-    """The chain of matrix kernel `matrix` and its epilogue `after` (a pointwise kernel, or a
-    chain of them, that reads the matrix kernel's result as its x and nowhere else), where
+    """The chain of matrix kernel `matrix` and its epilogue `after` (a pointwise or
+    rearranging kernel, or a chain of them, that reads the matrix kernel's result once), where
     it computes what the two did and the device prices it below them; else None."""
     y = matrix.outputs[0]
     if after.op == chain.NAME:
@@ -269,7 +276,7 @@ def _headed(g: Graph, matrix: Node, after: Node) -> Node | None:
         widen = [widen[j] for j in order]
         steps = [{"op": "cast", "attrs": {"to": widen[0]}}] if widen[0] else []
         operands = [after.inputs[j] for j in order[1:]]
-    elif _chainable(after) and lookup(after.op).pointwise and after.inputs.count(y) == 1:
+    elif _chainable(after) and _epilogue_kernel(after.op) and after.inputs.count(y) == 1:
         at = after.inputs.index(y)
         operands = [n for n in after.inputs if n != y]
         parsed = [(after.op, after.attrs, at, tuple(range(1, len(operands) + 1)))]
@@ -311,36 +318,48 @@ def _headed(g: Graph, matrix: Node, after: Node) -> Node | None:
 
 
 def fuse_matrix_epilogues(graph: Graph) -> Graph:
-    """Give each gemm and conv2d the pointwise kernels after it as its epilogue (O3, O4):
-    where the next node is a pointwise kernel, or a chain of them, reading its result and
-    nothing else does, the two are one chain headed by the matrix kernel (a residual
+    """Give each gemm and conv2d the kernels after it as its epilogue (O3, O4): where a
+    pointwise or rearranging kernel (reshape, transpose), or a chain of them, is all that
+    reads its result, the two are one chain headed by the matrix kernel (a residual
     block's skip add and ReLU; an inverted residual block's ReLU6 and its projection's skip
-    add):
-    one launch, the result finished as it leaves the accumulators, never written to DRAM
-    and read back. Runs after mapping and layout planning, so the head keeps the mapping
-    and layouts chosen for it; only a reader that runs next is taken, so no value lives
-    longer than scheduling planned. The chain computes bitwise what the two did (each step
-    rounds to its own dtype)."""
+    add; attention's heads split as a projection stores them): one launch, the result
+    finished as it leaves the accumulators, never written to DRAM and read back. Runs
+    after mapping and layout planning, so the head keeps the mapping and layouts chosen
+    for it. The chain stands where the matrix kernel stood when the reader runs later (the
+    query, key and value projections, then their heads' splits), where that keeps no value
+    on chip longer than scheduling planned (see `_movable`). It computes bitwise what the
+    two did (each step rounds to its own dtype)."""
     g = graph.copy()
-    uses, outputs = uses_of(g), set(g.outputs)
+    uses, outputs, made = uses_of(g), set(g.outputs), g.producers()
+    readers = {name: j for j, node in enumerate(g.nodes) for name in node.inputs}
     replaced: dict[int, Node | None] = {}
-    for i, (node, after) in enumerate(zip(g.nodes, g.nodes[1:])):
+    for i, node in enumerate(g.nodes):
         if i in replaced or node.op not in MATRIX_OPS or len(node.outputs) != 1:
             continue
         y = node.outputs[0]
-        if (
-            y in outputs
-            or uses.get(y) != 1
-            or y not in after.inputs
-            or not node.attrs.get("mapping")
-        ):
+        if y in outputs or uses.get(y) != 1 or not node.attrs.get("mapping"):
+            continue
+        j = readers[y]
+        after = g.nodes[j]
+        if j in replaced or not (j == i + 1 or _movable(g, made, i, after)):
             continue
         fused = _headed(g, node, after)
         if fused is not None:
-            replaced[i], replaced[i + 1] = None, fused
+            replaced[i], replaced[j] = fused, None
     if not replaced:
         return g
     g.nodes = [replaced.get(i, n) for i, n in enumerate(g.nodes) if replaced.get(i, n)]
     drop_unused_values(g)
     g.verify()
     return g
+
+
+def _movable(g: Graph, made: dict[str, int], i: int, after: Node) -> bool:
+    """Whether `after`, the one reader of node i's result, may run at node i instead: all
+    else it reads is made before, and what it makes is not kept on chip (it would be for
+    longer), or is no larger than the result it replaces there."""
+    y = g.nodes[i].outputs[0]
+    if any(made.get(n, -1) >= i for n in after.inputs if n != y):
+        return False
+    kept = sum(value_nbytes(g, n) for n in after.outputs if g.values[n].location == ON_CHIP)
+    return not kept or (g.values[y].location == ON_CHIP and kept <= value_nbytes(g, y))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..device.kernels import chain
 from ..device.kernels.registry import TensorSpec
 from ..device.mapping import PROBLEMS
 from ..device.spec import MNCORE2, DeviceSpec
@@ -27,36 +28,59 @@ def _fronts(graph: Graph, effort: int, spec: DeviceSpec) -> Iterator[tuple[Node,
     """Each matrix node with its front: nodes of one signature share one search, in this
     compile and the next (a model compiled again at another preset maps only what changed)."""
     for node in graph.nodes:
-        if node.op not in PROBLEMS:
+        matrix = _matrix_kernel(graph, node)
+        if matrix is None:
             continue
-        names = [*node.inputs, *node.outputs]
-        onchip = tuple(i for i, n in enumerate(names) if graph.values[n].location == ON_CHIP)
-        attrs = {k: v for k, v in node.attrs.items() if k not in ("mapping", "onchip")}
+        op, inputs, outputs, attrs, specs, onchip = matrix
+        names = [*inputs, *outputs]
         if onchip:
             attrs["onchip"] = onchip
-        values = graph.values
-        specs = {n: TensorSpec(tuple(values[n].shape), values[n].dtype) for n in names}
-        key = (node.op, tuple((specs[n].shape, specs[n].dtype.name) for n in names),
+        key = (op, tuple((specs[n].shape, specs[n].dtype.name) for n in names),
                tuple(sorted(attrs.items())))  # fmt: skip
         key = (*key, effort, spec)
         if key not in _FRONTS:
-            kernel = Kernel(node.op, node.inputs, node.outputs, attrs)
+            kernel = Kernel(op, inputs, outputs, attrs)
             if len(_FRONTS) >= _FRONTS_LIMIT:
                 _FRONTS.clear()
             _FRONTS[key] = map_kernel(kernel, spec, Metrics.LATENCY, operands=specs, effort=effort)
         yield node, _FRONTS[key]
 
 
+def _matrix_kernel(graph: Graph, node: Node) -> tuple | None:
+    """(op, inputs, outputs, attributes, specs by name, operands on chip) of the matrix
+    kernel a node runs: a gemm or conv2d, or the head of a chain it heads (its product,
+    which stays on chip, named after the chain's output); None for any other node."""
+    values = graph.values
+    specs = {n: TensorSpec(tuple(values[n].shape), values[n].dtype) for n in node.inputs}
+    if node.op in PROBLEMS:
+        op, inputs, outputs, attrs = node.op, node.inputs, node.outputs, node.attrs
+        specs.update((n, TensorSpec(tuple(values[n].shape), values[n].dtype)) for n in outputs)
+        product = None
+    elif node.op == chain.NAME and node.attrs.get("mapping"):
+        head = chain.plan(node.attrs, [specs[n] for n in node.inputs])[0]
+        op, attrs, inputs = head.op, dict(head.attrs), node.inputs[: len(head.ins)]
+        product = f"{node.outputs[0]}.product"
+        outputs, specs[product] = [product], head.y
+    else:
+        return None
+    names = [*inputs, *outputs]
+    kept = [n == product or values[n].location == ON_CHIP for n in names]
+    attrs = {k: v for k, v in attrs.items() if k not in ("mapping", "onchip")}
+    return op, inputs, outputs, attrs, specs, tuple(i for i, on in enumerate(kept) if on)
+
+
 def map_graph(graph: Graph, effort: int, spec: DeviceSpec = MNCORE2) -> Graph:
     g = graph.copy()
     for node, front in list(_fronts(g, effort, spec)):
-        node.attrs = {**node.attrs, "mapping": front.best.mapping.to_attr()}
+        if node.op in PROBLEMS:
+            node.attrs = {**node.attrs, "mapping": front.best.mapping.to_attr()}
     return g
 
 
 def explain(graph: Graph, effort: int, spec: DeviceSpec = MNCORE2) -> str:
-    """For every matrix node: the mapping chosen, and the best alternatives turned down with
-    the resource or metric that ruled each out (`mnrt compile --explain`)."""
+    """For every matrix node (and chain headed by a matrix kernel): the mapping chosen, and
+    the best alternatives turned down with the resource or metric that ruled each out
+    (`mnrt compile --explain`)."""
     return "\n".join(
         f"{node.name} ({node.op}):\n{front.explain()}"
         for node, front in _fronts(graph, effort, spec)

@@ -5,9 +5,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from mnrt.compiler import GraphBuilder
+from mnrt.compiler import GraphBuilder, lower
 from mnrt.compiler.liveness import value_nbytes
 from mnrt.compiler.placement import ON_CHIP
+
+
+def run(graph, dev, inputs: dict) -> dict:
+    """The graph lowered to a program on `dev` and run once: its outputs by name."""
+    low = lower(graph, dev)
+    q = dev.command_queue(0)
+    for name in graph.params:
+        v = graph.values[name]
+        q.enqueue_write_buffer(low.bindings[name], v.data.astype(v.dtype.read_dtype))
+    for name, data in inputs.items():
+        q.enqueue_write_buffer(low.bindings[name], data)
+    q.enqueue_program(low.program, low.bindings)
+    return {n: q.enqueue_read_buffer(low.bindings[n]) for n in graph.outputs}
 
 
 def small_mlp(rng: np.random.Generator) -> GraphBuilder:

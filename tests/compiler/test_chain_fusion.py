@@ -8,11 +8,12 @@ import json
 
 import numpy as np
 import pytest
+from graph_harness import run
 
 import mnrt
 from mnrt.compiler import GraphBuilder, pipeline
 from mnrt.compiler.chain_fusion import fuse_matrix_epilogues
-from mnrt.compiler.map_graph import map_graph
+from mnrt.compiler.map_graph import explain, map_graph
 from mnrt.compiler.node_cost import graph_cost
 from mnrt.compiler.options import resolve
 
@@ -23,6 +24,7 @@ def _residual_block(
     between: bool = False,
     skip_first: bool = False,
     projected: bool = False,
+    unrelated: bool = False,
 ) -> GraphBuilder:
     """A ResNet basic block: conv, ReLU, conv, the skip connection added (written first, as
     torchvision's RegNet writes `x + f(x)`, where `skip_first`; a conv of x, computed
@@ -39,6 +41,8 @@ def _residual_block(
     h = conv(b.relu(conv(x, "c1")), "c2")
     projection = conv(x, "proj") if projected else x
     skip = b.neg(x) if between else projection  # a kernel between the product and its reader
+    if unrelated:  # a kernel between them that the reader does not need
+        b.output(b.neg(x), "z")
     b.output(b.relu(b.add(skip, h) if skip_first else b.add(h, skip)), "y")
     if also_out:
         b.output(h, "h")
@@ -86,6 +90,12 @@ def test_a_conv_takes_the_residual_add_and_relu_as_its_epilogue(
         assert graph_cost(fused.graph).energy_j < graph_cost(plain.graph).energy_j
         want, got = plain(_inputs())["y"].cpu(), fused(_inputs())["y"].cpu()
         assert got.tobytes() == want.tobytes()
+        # `mnrt compile --explain` still explains the conv's mapping, as the chain's head
+        explained = explain(fused.graph, fused.options["mapping_effort"])
+        assert explained.count(" (conv2d):") + explained.count(" (chain):") == 2 + (
+            block == "projected"
+        )
+        assert explained.count(" (chain):") == 1
         phases = [name for name, _ in pipeline.steps(resolve({"option_json": "O3"}))]
         assert phases.index("layout") < phases.index("fuse_matrix_epilogues")
         # the binary replays and every kernel, the headed chain included, matches its print
@@ -97,12 +107,22 @@ def test_a_conv_takes_the_residual_add_and_relu_as_its_epilogue(
         fused.close()
 
 
-def test_a_product_read_twice_or_by_a_kernel_that_does_not_run_next_keeps_its_launch():
+def test_a_product_read_twice_or_by_a_kernel_that_needs_a_later_value_keeps_its_launch():
     for kwargs in ({"also_out": True}, {"between": True}):
         g = map_graph(_residual_block(**kwargs).build(), 1)
-        if "between" in kwargs:  # the builder's order: conv, neg, add
+        if "between" in kwargs:  # the builder's order: conv, neg, add (of the neg)
             assert [n.op for n in g.nodes][-3:] == ["neg", "add", "relu"]
         assert _heads(fuse_matrix_epilogues(g)) == [["conv2d", "relu"]]  # the first conv's
+
+
+def test_a_reader_that_runs_later_joins_the_product_where_it_was_made(dev):
+    g = map_graph(_residual_block(unrelated=True).build(), 1)
+    assert [n.op for n in g.nodes][-4:] == ["conv2d", "neg", "add", "relu"]
+    fused = fuse_matrix_epilogues(g)
+    assert [n.op for n in fused.nodes][-3:] == ["chain", "neg", "relu"]
+    assert _heads(fused)[-1] == ["conv2d", "add"]
+    want, got = run(g, dev, _inputs()), run(fused, dev, _inputs())
+    assert all(got[n].tobytes() == want[n].tobytes() for n in g.outputs)
 
 
 def test_a_matrix_kernel_without_a_mapping_is_left_as_it_is():

@@ -7,11 +7,12 @@ import json
 import numpy as np
 import pytest
 from binaries import preact_block
+from graph_harness import run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mnrt
-from mnrt.compiler import GraphBuilder, lower
+from mnrt.compiler import GraphBuilder
 from mnrt.compiler.chain_fusion import fuse_chains
 from mnrt.compiler.passes import (
     apply_float_dtype,
@@ -24,18 +25,6 @@ from mnrt.compiler.passes import (
     fuse_epilogues,
 )
 from mnrt.compiler.patterns import fuse_gelu, fuse_layernorm, fuse_rolls, fuse_silu
-
-
-def run(graph, dev, inputs):
-    low = lower(graph, dev)
-    q = dev.command_queue(0)
-    for name in graph.params:
-        v = graph.values[name]
-        q.enqueue_write_buffer(low.bindings[name], v.data.astype(v.dtype.read_dtype))
-    for name, data in inputs.items():
-        q.enqueue_write_buffer(low.bindings[name], data)
-    q.enqueue_program(low.program, low.bindings)
-    return {n: q.enqueue_read_buffer(low.bindings[n]) for n in graph.outputs}
 
 
 def ops(graph):

@@ -135,6 +135,10 @@ def test_a_chain_not_headed_by_a_matrix_kernel_takes_no_mapping():
         ([{"op": "gemm", "with": [2]}], "takes x first and then the chain's operands 1 to 1"),
         ([{"op": "gemm", "with": [1], "at": 1}], "takes x first"),
         ([{"op": "gemm", "with": [1]}, {"op": "softmax"}], "pointwise kernels"),
+        (
+            [{"op": "gemm", "with": [1]}, {"op": "slice", "attrs": {"starts": [0], "ends": [1]}}],
+            "rearrange",
+        ),
         ([{"op": "gemm", "with": [1]}, {"op": "add", "with": [1]}], "operands after"),
         ([{"op": "gemm", "with": [1]}, {"op": "add", "with": [0]}], "operands after"),
     ],
@@ -155,5 +159,31 @@ def test_an_epilogue_that_changes_the_result_s_shape_is_refused():
     )
     f = dt.FLOAT
     ins = [TensorSpec((1, 3), f), TensorSpec((3, 1), f), TensorSpec((5, 1), f)]
-    with pytest.raises(ShapeError, match="keeps its result's shape"):
+    with pytest.raises(ShapeError, match="a pointwise step of a matrix kernel's epilogue keeps"):
         lookup("chain").infer(ins, attrs)
+
+
+def test_a_projection_stores_its_result_as_attention_heads_bitwise():
+    """gemm, bias add, then the heads split (reshape, transpose) and scaled: the epilogue
+    stores each block where the rearrangement puts it, the same bits as the kernels."""
+    rng = np.random.default_rng(2)
+    a, w = (
+        operand(rng.standard_normal((2, 6, 8)), "half"),
+        operand(rng.standard_normal((8, 8)), "half"),
+    )
+    bias = operand(rng.standard_normal(8), "float")
+    tail = [
+        {"op": "cast", "attrs": {"to": "float"}},
+        {"op": "add", "with": [2]},
+        {"op": "reshape", "attrs": {"shape": [2, 6, 2, 4]}},
+        {"op": "transpose", "attrs": {"perm": [0, 2, 1, 3]}},
+        {"op": "mul", "with": [3]},
+    ]
+    scale = operand(np.full((1,), 0.5), "float")
+    want = operand(run("gemm", a, w), "half")
+    for step in tail:
+        others = [{2: bias, 3: scale}[k] for k in step.get("with", [])]
+        want = operand(run(step["op"], want, *others, **step.get("attrs", {})), None)
+    steps = [{"op": "gemm", "with": [1]}, *tail]
+    got = run("chain", a, w, bias, scale, **_headed(steps, [a, w, bias, scale]))
+    assert got.shape == (2, 2, 6, 4) and got.tobytes() == want[0].tobytes()

@@ -13,12 +13,14 @@ of the skip connection: runs XLA fuses whole. A step's `with` lists which of the
 inputs (0 is `x`, 1 the first of `operands`) it takes besides, in order, and `at` where the
 result before it goes among its inputs (0, first, unless said).
 
-A chain's first step may be a matrix kernel (gemm, conv2d) whose result the other steps,
-all pointwise and of its result's shape, finish as it leaves the accumulators: a
-convolution's epilogue (cuDNN's and TensorRT's conv, bias, residual add, activation). The
-head takes x and the first operands in order; the steps after it take only the operands
-after those. Such a chain carries the head's `mapping` and is priced as the head with its
-epilogue (device/mapping.py), its result never crossing DRAM.
+A chain's first step may be a matrix kernel (gemm, conv2d) whose result the other steps
+finish as it leaves the accumulators: a convolution's epilogue (cuDNN's and TensorRT's
+conv, bias, residual add, activation) and where its blocks are stored (a transpose: the
+heads of attention split as a projection writes them). The head takes x and the first
+operands in order; the steps after it are pointwise, keeping the shape, or only
+rearrange (`KernelDef.rearranges`), and take only the operands after the head's. Such
+a chain carries the head's `mapping` and is priced as the head with its epilogue
+(device/mapping.py), its result never crossing DRAM.
 
 A chain may also write one intermediate result out (its `tap`, the index of the step
 that makes it) as a second output, `tapped`: XLA's multi-output fusion. A residual
@@ -195,10 +197,10 @@ def _plan(text: str, specs: tuple[tuple[tuple[int, ...], str], ...]) -> tuple[St
             raise KernelAttributeError(f"{where}: {e}") from None
         y = TensorSpec(tuple(out.shape), out.dtypes[0])
         check_temporary(NAME, f"step {i} ({kdef.name})'s result", y.size)
-        if steps and steps[0].kdef.matrix and y.shape != steps[0].y.shape:
+        if steps and steps[0].kdef.matrix and kdef.pointwise and y.shape != x.shape:
             raise ShapeError(
-                f"{where}: makes shape {y.shape}, but the epilogue of a matrix kernel keeps "
-                f"its result's shape {steps[0].y.shape}"
+                f"{where}: makes shape {y.shape} of the shape {x.shape} before it, but a "
+                "pointwise step of a matrix kernel's epilogue keeps it"
             )
         steps.append(Step(op, attrs, ins, at, takes, y))
         x = y

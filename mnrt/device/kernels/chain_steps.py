@@ -119,8 +119,9 @@ def parse(text: str) -> tuple[Listed, ...]:
 
 
 def _check_head(steps: Sequence[Listed]) -> None:
-    """A matrix head takes x and the first operands in order; its epilogue, pointwise
-    steps, reads the operands after those (a tile of each beside each output block)."""
+    """A matrix head takes x and the first operands in order; its epilogue, of pointwise
+    steps (reading the operands after those, a tile of each beside each output block) and
+    rearrangements (where the blocks are stored), none of the head's."""
     if not lookup(steps[0].op).matrix:
         return
     head = steps[0]
@@ -131,11 +132,12 @@ def _check_head(steps: Sequence[Listed]) -> None:
             f"{list(range(1, len(head.takes) + 1))})"
         )
     for i, step in enumerate(steps[1:], 1):
-        if not lookup(step.op).pointwise or any(k <= len(head.takes) for k in step.takes):
+        kdef = lookup(step.op)
+        if not (kdef.pointwise or kdef.rearranges) or any(k <= len(head.takes) for k in step.takes):
             raise _refuse(
                 f"step {i} ({step.op}): the steps after a matrix kernel are its epilogue: "
                 "pointwise kernels taking only the chain's operands after the matrix "
-                "kernel's own"
+                "kernel's own, and kernels that only rearrange (reshape, transpose)"
             )
 
 

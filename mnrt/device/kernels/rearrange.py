@@ -132,6 +132,7 @@ register(
         infer=_d2s_infer,
         compute=_d2s_compute,
         cost=_moving_cost,
+        rearranges=True,
     )
 )
 
@@ -146,6 +147,7 @@ register(
         infer=_s2d_infer,
         compute=_s2d_compute,
         cost=_moving_cost,
+        rearranges=True,
     )
 )
 

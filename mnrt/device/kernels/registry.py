@@ -276,6 +276,10 @@ class KernelDef:
     # Each output element from the same element of each input (broadcast): a chain streams
     # such a step's input from the step before element by element (device/cost.py).
     pointwise: bool = False
+    # Each output element is one input element, and each input element lands in one place
+    # (reshape, transpose): a matrix kernel's epilogue (a chain it heads) stores its blocks
+    # where such a step puts them, as CUTLASS's permuted outputs do.
+    rearranges: bool = False
     errors: ErrorsFn | None = None
     terms: TermsFn | None = None
     # Checks the attributes together once each has its kind (a relayout's layout texts

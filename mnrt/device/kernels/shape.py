@@ -198,6 +198,7 @@ register(
         compute=lambda ins, attrs, outs: [np.transpose(ins[0], _perm(attrs["perm"], ins[0].ndim))],
         cost=_moving_cost,
         reduction=exact,
+        rearranges=True,
     )
 )
 
@@ -214,6 +215,7 @@ register(
         compute=lambda ins, attrs, outs: [ins[0].reshape(outs[0].shape)],
         cost=_moving_cost,
         reduction=exact,
+        rearranges=True,
     )
 )
 
