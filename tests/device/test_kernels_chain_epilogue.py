@@ -187,3 +187,25 @@ def test_a_projection_stores_its_result_as_attention_heads_bitwise():
     steps = [{"op": "gemm", "with": [1]}, *tail]
     got = run("chain", a, w, bias, scale, **_headed(steps, [a, w, bias, scale]))
     assert got.shape == (2, 2, 6, 4) and got.tobytes() == want[0].tobytes()
+
+
+def test_a_headed_chain_s_terms_are_its_head_s_or_its_epilogue_operands():
+    """What `--locate`'s verdict allows a result that cancels to near zero (KernelDef.terms):
+    a conv's products and bias, or the skip its epilogue adds; a chain of vector kernels
+    does not say."""
+    head = {"op": "conv2d", "attrs": CONV, "with": [1, 2]}
+    attrs = lookup("chain").check_attrs(
+        {
+            "steps": chain.dumps([head, *_epilogue("float")]),
+            "x_dtype": "float",
+            "operand_dtypes": "float,float,float",
+        }
+    )
+    kdef = lookup("chain")
+    assert kdef.term_scale([2.0, 3.0, 1.0, 0.5], attrs) == 6.0
+    assert kdef.term_scale([2.0, 3.0, 7.0, 0.5], attrs) == 7.0
+    assert kdef.term_scale([1e-6, 1e-3, 1e-9, 4.0], attrs) == 4.0
+    tail = lookup("chain").check_attrs(
+        {"steps": chain.dumps(_epilogue("float", 1)), "x_dtype": "float", "operand_dtypes": "float"}
+    )
+    assert kdef.term_scale([2.0, 3.0], tail) is None

@@ -31,11 +31,11 @@ from mnrt.replay.plan import validate
 
 
 def _mlp_capture(
-    fingerprints: bool = True, trace: bool = False, magnitude: float = 1.0
+    fingerprints: bool = True, trace: bool = False, magnitude: float = 1.0, headed: bool = False
 ) -> mnrt.LightBinary:
-    """x @ w1 -> relu (in place) -> @ w2, then a scale by a third weight; with `trace`, the
-    program also runs twice from a device trace. x is a standard normal sample times
-    `magnitude`."""
+    """x @ w1 -> relu (in place; with `headed`, one chain headed by the gemm) -> @ w2, then
+    a scale by a third weight; with `trace`, the program also runs twice from a device
+    trace. x is a standard normal sample times `magnitude`."""
     rng = np.random.default_rng(0)
     with mnrt.open_device("auto") as dev:
         q = dev.command_queue(0)
@@ -45,10 +45,16 @@ def _mlp_capture(
             for name, shape in [("x", (4, 8)), ("w1", (8, 8)), ("w2", (8, 8)), ("s", (4, 8)),
                                 ("h", (4, 8)), ("y", (4, 8)), ("z", (4, 8))]
         }  # fmt: skip
+        steps = '[{"op":"gemm","with":[1]},{"op":"relu"}]'
+        first = (
+            [mnrt.Kernel("chain", ["x", "w1"], ["h"], {"steps": steps, "x_dtype": "float",
+                                                       "operand_dtypes": "float"})]
+            if headed
+            else [mnrt.Kernel("gemm", ["x", "w1"], ["h"]), mnrt.Kernel("relu", ["h"], ["h"])]
+        )  # fmt: skip
         prog = dev.create_program(
             [
-                mnrt.Kernel("gemm", ["x", "w1"], ["h"]),
-                mnrt.Kernel("relu", ["h"], ["h"]),
+                *first,
                 mnrt.Kernel("gemm", ["h", "w2"], ["y"]),
                 mnrt.Kernel("mul", ["y", "s"], ["z"]),
             ],
@@ -184,17 +190,18 @@ def test_a_kernel_that_only_rounds_differently_is_not_called_wrong(monkeypatch):
     assert report.locate.first_divergent.verdict == ROUNDING
 
 
+@pytest.mark.parametrize("headed", [False, True], ids=["gemm", "chain"])
 @pytest.mark.parametrize("magnitude", [1e-7, 1.0, 1e7])
-def test_the_verdict_holds_at_any_magnitude_of_values(monkeypatch, magnitude):
+def test_the_verdict_holds_at_any_magnitude_of_values(monkeypatch, magnitude, headed):
     """A weight 1.25 times larger (and 0.125 more) is wrong and a GEMM summed in float64 is
     rounding, whatever the size of the values: the statistics' absolute floor is the size
-    of the kernel's terms (device/tolerance.py, stats_tolerance). A floor of the dtype's
-    default atol called a perturbed weight rounding in a network of values near 1e-7 (a
-    random-weight EfficientNet's activations are near 1e-6)."""
-    binary = _mlp_capture(magnitude=magnitude)
+    of the kernel's terms (device/tolerance.py, stats_tolerance), of a chain's head too. A
+    floor of the dtype's default atol called a perturbed weight rounding in a network of
+    values near 1e-7 (a random-weight EfficientNet's activations are near 1e-6)."""
+    binary = _mlp_capture(magnitude=magnitude, headed=headed)
     w1 = next(g for g, b in validate(binary).buffers.items() if b.name == "w1")
     site = mnrt.replay(perturbed(binary, w1), locate=True).locate.first_divergent
-    assert (site.op, site.kernel, site.verdict) == ("gemm", 0, WRONG)
+    assert (site.op, site.kernel, site.verdict) == ("chain" if headed else "gemm", 0, WRONG)
     gemm = registry.lookup("gemm")
 
     def exact(ins, attrs, outs):

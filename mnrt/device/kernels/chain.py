@@ -74,6 +74,7 @@ from .registry import (
     OutSpec,
     Part,
     TensorSpec,
+    largest,
     lookup,
     register,
     retarget_result_dtype,
@@ -354,6 +355,20 @@ def _reduction(ins: Sequence[TensorSpec | None], attrs: Mapping[str, Any]) -> in
     return sum(terms(s.kdef, list(s.ins), s.attrs) for s in plan(attrs, ins))
 
 
+def _terms(scales: Sequence[float | None], attrs: Mapping[str, Any]) -> float | None:
+    """A matrix head's terms (its own rule, from the scales of the inputs it takes) or the
+    operands its epilogue adds, whichever are larger: what a result that cancels to near
+    zero still carries the rounding of. Other chains do not say."""
+    head, *rest = listed(attrs)
+    kdef = lookup(head.op)
+    if not kdef.matrix:
+        return None
+    own = kdef.term_scale(scales[: 1 + len(head.takes)], head.attrs)
+    if own is None:
+        return None
+    return largest([own, *(scales[k] for step in rest for k in step.takes)], attrs)
+
+
 def _errors(ins, outs, attrs, in_errors) -> list[float]:
     from ..tolerance import kernel_errors
 
@@ -415,6 +430,7 @@ register(
         cost=_cost,
         reduction=_reduction,
         errors=_errors,
+        terms=_terms,
     )
 )
 

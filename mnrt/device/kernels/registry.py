@@ -191,8 +191,9 @@ CostFn = Callable[[Sequence[TensorSpec | None], Sequence[TensorSpec], Mapping[st
 # How many rounded operations each output element accumulates (see device/tolerance.py).
 ReductionFn = Callable[[Sequence[TensorSpec | None], Mapping[str, Any]], int]
 # The magnitude of the largest term an output element sums, from each input's scale (its
-# largest finite magnitude; None for an optional input left out): see KernelDef.terms.
-TermsFn = Callable[[Sequence[float | None], Mapping[str, Any]], float]
+# largest finite magnitude; None for an optional input left out), or None where these
+# attributes do not say: see KernelDef.terms.
+TermsFn = Callable[[Sequence[float | None], Mapping[str, Any]], float | None]
 # The error of each output given the inputs' (device/tolerance.py `kernel_errors`).
 ErrorsFn = Callable[
     [Sequence[TensorSpec | None], Sequence[TensorSpec], Mapping[str, Any], Sequence[float]],
@@ -301,7 +302,8 @@ class KernelDef:
         scales (see `terms`; a kernel that only moves values: its largest input's), or None
         where the kernel does not say."""
         if self.terms is not None:
-            return float(self.terms(scales, attrs))
+            scale = self.terms(scales, attrs)
+            return None if scale is None else float(scale)
         return largest(scales, attrs) if self.reduction is exact else None
 
     @property
