@@ -5,7 +5,8 @@ Figures:
     at float_dtype=mixed: modelled device time per preset,
     O3 / O0 (target <= 0.67), monotone O0 -> O4; results identical across presets at float
   a 4096^3 half GEMM's modelled throughput / the 393.2 TFLOPS half peak (target >= 0.90)
-  ResNet-50 at O3: every matrix layer's modelled utilisation and its roofline bound;
+  ResNet-50 at O3: every matrix layer's modelled utilisation and its roofline bound (a
+    conv that heads a chain, its epilogue, as "conv2d+");
     it, the encoder block and the CNN at batch 32: modelled time under a shrinking
     sram_budget (chains included, priced by the scheduler with the room placement leaves
     them), monotone
@@ -34,6 +35,7 @@ from mnrt.compiler import Metrics, map_kernel
 from mnrt.compiler.mapper import brute_force
 from mnrt.compiler.models import MODELS
 from mnrt.device.dtypes import HALF
+from mnrt.device.kernels import chain
 from mnrt.device.kernels.registry import TensorSpec
 from mnrt.device.mapping import PROBLEMS
 from mnrt.device.spec import MNCORE2
@@ -112,8 +114,9 @@ def resnet_table(ctx, model, inputs) -> None:
         f"{'layer':32s} {'op':7s} {'GFLOP':>8s} {'us':>9s} {'util':>6s} {'roofline':>8s}  mapping"
     )
     for node, step in zip(compiled.graph.nodes, plan.steps):
-        if node.op not in PROBLEMS:
-            continue
+        if not node.attrs.get("mapping"):
+            continue  # a matrix layer is a gemm, a conv2d, or a chain one heads (op "conv2d+")
+        op = node.op if node.op in PROBLEMS else f"{chain.listed(node.attrs)[0].op}+"
         m = step.modelled
         ins = [compiled.graph.values[i] for i in node.inputs]
         outs = [compiled.graph.values[o] for o in node.outputs]
@@ -123,7 +126,7 @@ def resnet_table(ctx, model, inputs) -> None:
         moved = sum(int(np.prod(v.shape)) * v.dtype.itemsize for v in ins + outs
                     if v.location != "lm")  # fmt: skip
         roof = max(m.flops / peak, moved / spec.dram_bandwidth) + spec.kernel_launch_s
-        print(f"{node.name[:32]:32s} {node.op:7s} {m.flops / 1e9:8.3f} {m.time_s * 1e6:9.2f} "
+        print(f"{node.name[:32]:32s} {op:7s} {m.flops / 1e9:8.3f} {m.time_s * 1e6:9.2f} "
               f"{m.flops / m.time_s / peak:6.3f} {m.flops / roof / peak:8.3f}  "
               f"{node.attrs['mapping']}")  # fmt: skip
 

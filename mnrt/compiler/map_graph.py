@@ -81,7 +81,13 @@ def explain(graph: Graph, effort: int, spec: DeviceSpec = MNCORE2) -> str:
     """For every matrix node (and chain headed by a matrix kernel): the mapping chosen, and
     the best alternatives turned down with the resource or metric that ruled each out
     (`mnrt compile --explain`)."""
+
+    def what(node: Node) -> str:
+        if node.op in PROBLEMS:
+            return node.op
+        return f"{node.op} headed by {chain.listed(node.attrs)[0].op}"
+
     return "\n".join(
-        f"{node.name} ({node.op}):\n{front.explain()}"
+        f"{node.name} ({what(node)}):\n{front.explain()}"
         for node, front in _fronts(graph, effort, spec)
     )
