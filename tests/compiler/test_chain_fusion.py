@@ -16,6 +16,7 @@ from mnrt.compiler.chain_fusion import fuse_matrix_epilogues
 from mnrt.compiler.map_graph import explain, map_graph
 from mnrt.compiler.node_cost import graph_cost
 from mnrt.compiler.options import resolve
+from mnrt.compiler.placement import DRAM, ON_CHIP
 
 
 def _residual_block(
@@ -128,3 +129,19 @@ def test_a_matrix_kernel_without_a_mapping_is_left_as_it_is():
     g = _residual_block().build()  # not mapped (the pass runs after the mapping step)
     assert _heads(fuse_matrix_epilogues(g)) == []
     assert _heads(fuse_matrix_epilogues(map_graph(g, 1))) == [["conv2d", "relu"], ["conv2d", "add"]]
+
+
+@pytest.mark.parametrize(
+    ("product", "result", "moved"),
+    [("dram", "dram", True), ("dram", "lm", False), ("lm", "lm", True), ("lm", "dram", True)],
+)
+def test_a_reader_moves_up_only_where_it_keeps_no_more_on_chip(product, result, moved):
+    """Run at the product's place, the reader's result lives on chip from there on: that
+    is allowed where it is not on chip, or where the product it replaces was and is no
+    smaller (both are float[1x8x8x8] here)."""
+    g = map_graph(_residual_block(unrelated=True).build(), 1)
+    conv, _, add = g.nodes[-4:-1]
+    g.values[conv.outputs[0]].location = ON_CHIP if product == "lm" else DRAM
+    g.values[add.outputs[0]].location = ON_CHIP if result == "lm" else DRAM
+    heads = _heads(fuse_matrix_epilogues(g))
+    assert (["conv2d", "add"] in heads) is moved
