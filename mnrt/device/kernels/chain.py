@@ -39,9 +39,9 @@ The steps are one string attribute, a compact JSON list such as
 `operand_dtypes` name the dtypes of the chain's input and operands: each intermediate's
 shape and dtype then follow from the steps' own shape and dtype rules (the emulator
 computes half and float16 in float32, so a step's result could not tell which to round to
-otherwise). Both survive a
-light binary's round trip as any attribute does, and a hostile value (unknown or nested
-op, a matrix kernel, a step of the wrong number of operands or naming an input the chain
+otherwise). Both survive a light binary's round trip as any attribute does, and a hostile
+value (unknown or nested op, a matrix kernel after the first step or followed by steps
+that are no epilogue, a step of the wrong number of operands or naming an input the chain
 does not have, bad attributes, mismatched dtypes, too many steps, too large an
 intermediate) is refused with a KernelAttributeError, ShapeError or DTypeError before
 anything runs.

@@ -35,7 +35,7 @@ def _refuse(why: str) -> KernelAttributeError:
 
 def _step_kernel(op: Any, i: int, operands: int) -> KernelDef:
     """The kernel a step names, which must give one output, take the result before it and
-    `operands` more, and run on the vector unit."""
+    `operands` more, and run on the vector unit unless it is the first (a matrix head)."""
     if not isinstance(op, str):
         raise _refuse(f"step {i}: 'op' must be a kernel name, got {op!r}")
     if op == NAME:
