@@ -9,6 +9,8 @@ import json
 import numpy as np
 import pytest
 from graph_harness import run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import mnrt
 from mnrt.compiler import GraphBuilder, pipeline
@@ -145,3 +147,62 @@ def test_a_reader_moves_up_only_where_it_keeps_no_more_on_chip(product, result, 
     g.values[add.outputs[0]].location = ON_CHIP if result == "lm" else DRAM
     heads = _heads(fuse_matrix_epilogues(g))
     assert (["conv2d", "add"] in heads) is moved
+
+
+@st.composite
+def _products_and_epilogues(draw):
+    """A conv2d or gemm and a random run of what an epilogue may hold after it: unary
+    functions, arithmetic with a parameter (per channel or whole) or with a second input,
+    a reshape or transpose."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    b = GraphBuilder("epilogue")
+    conv = draw(st.booleans())
+    shape = (1, 4, 5, 5) if conv else (3, 6)
+    x = b.input("x", shape, "float")
+    skip_shape = (1, 8, 5, 5) if conv else (3, 8)
+    skip = b.input("skip", skip_shape, "float")
+    if conv:
+        w = b.param("w", (rng.standard_normal((8, 4, 3, 3)) * 0.3).astype(np.float32))
+        h = b.conv2d(x, w, padding=(1, 1, 1, 1))
+    else:
+        h = b.gemm(x, b.param("w", rng.standard_normal((6, 8)).astype(np.float32)))
+    out_shape = (1, 8, 5, 5) if conv else (3, 8)
+    for i in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(("unary", "param", "skip", "rearrange")))
+        if kind == "unary":
+            h = b.node(draw(st.sampled_from(("relu", "tanh", "sigmoid", "neg", "gelu"))), h)
+        elif kind == "param":
+            per = (1, 8, 1, 1) if conv and draw(st.booleans()) else out_shape
+            p = b.param(f"p{i}", rng.standard_normal(per).astype(np.float32))
+            op = draw(st.sampled_from(("add", "mul", "sub", "maximum")))
+            h = b.node(op, *((h, p) if draw(st.booleans()) else (p, h)))
+        elif kind == "skip" and skip is not None and out_shape == skip_shape:
+            h = b.node("add", *((h, skip) if draw(st.booleans()) else (skip, h)))
+            skip = None  # one input, read once
+        elif kind == "rearrange" and len(out_shape) == 2:
+            h = b.transpose(h)
+            out_shape = out_shape[::-1]
+    b.output(h, "y")
+    if skip is not None:
+        b.output(b.neg(skip), "z")
+    values = {
+        n: rng.standard_normal(s).astype(np.float32)
+        for n, s in (("x", shape), ("skip", skip_shape))
+    }
+    return b, values
+
+
+@given(_products_and_epilogues(), st.sampled_from(["float", "mixed"]))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_any_epilogue_computes_the_same_bits_as_the_kernels_it_replaced(case, float_dtype):
+    model, inputs = case
+    with mnrt.Context() as ctx, pytest.MonkeyPatch.context() as m:
+        opts = {"option_json": "O3", "float_dtype": float_dtype}
+        fused = ctx.compile(model, inputs, options=opts)
+        m.setattr(pipeline, "AFTER_LAYOUT", {})
+        plain = ctx.compile(model, inputs, options=opts)
+        assert len(fused.graph.nodes) <= len(plain.graph.nodes)
+        assert graph_cost(fused.graph).time_s <= graph_cost(plain.graph).time_s
+        want, got = plain(inputs), fused(inputs)
+        for name in plain.graph.outputs:
+            assert got[name].cpu().tobytes() == want[name].cpu().tobytes()
