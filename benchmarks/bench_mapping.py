@@ -6,7 +6,7 @@ Figures:
     O3 / O0 (target <= 0.67), monotone O0 -> O4; results identical across presets at float
   a 4096^3 half GEMM's modelled throughput / the 393.2 TFLOPS half peak (target >= 0.90)
   ResNet-50 at O3: every matrix layer's modelled utilisation and its roofline bound (a
-    conv that heads a chain, its epilogue, as "conv2d+");
+    conv in a chain with its prologue or epilogue as "conv2d+");
     it, the encoder block and the CNN at batch 32: modelled time under a shrinking
     sram_budget (chains included, priced by the scheduler with the room placement leaves
     them), monotone
@@ -115,8 +115,10 @@ def resnet_table(ctx, model, inputs) -> None:
     )
     for node, step in zip(compiled.graph.nodes, plan.steps):
         if not node.attrs.get("mapping"):
-            continue  # a matrix layer is a gemm, a conv2d, or a chain one heads (op "conv2d+")
-        op = node.op if node.op in PROBLEMS else f"{chain.listed(node.attrs)[0].op}+"
+            continue  # a matrix layer is a gemm, a conv2d, or a chain holding one ("conv2d+")
+        op = node.op
+        if op not in PROBLEMS:  # a chain holding a matrix kernel
+            op = f"{chain.listed(node.attrs)[chain.matrix_step(node.attrs)].op}+"
         m = step.modelled
         ins = [compiled.graph.values[i] for i in node.inputs]
         outs = [compiled.graph.values[o] for o in node.outputs]

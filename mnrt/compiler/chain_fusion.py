@@ -216,6 +216,78 @@ def _fuse_chains_once(graph: Graph) -> Graph:
     return g
 
 
+def _step_dict(op: str, attrs, at: int, takes) -> dict:
+    """A step of a chain's attribute, of a kernel's own attributes."""
+    own = {k: v for k, v in attrs.items() if k not in COMMON_ATTRS}
+    return {"op": op, "attrs": own, "with": list(takes), "at": at}
+
+
+def _prologue(g: Graph, i: int, made: dict[str, int], uses: dict[str, int]) -> tuple | None:
+    """(position of the node it replaces, the chain) of matrix node i and the pointwise
+    kernel, or chain of them without a tap, that makes its input x and nothing else reads
+    (squeeze-excite's scaling of the activation the projection conv reads), applied as the
+    kernel loads x, where it computes what the two did and the device prices it below them;
+    else None. The chain stands at node i: where the kernel before runs earlier, what it
+    reads must not be kept on chip for longer than scheduling planned."""
+    node = g.nodes[i]
+    x = node.inputs[0]
+    p = made.get(x)
+    if p is None or x in g.outputs or uses.get(x) != 1 or node.inputs.count(x) != 1:
+        return None
+    before = g.nodes[p]
+    shape = g.values[x].shape  # the activation the steps transform, not a gate
+    if before.op == chain.NAME:
+        rebased = next(
+            (r for k, n in enumerate(before.inputs)
+             if g.values[n].shape == shape and (r := _rebased(g, before, k)) is not None),
+            None,
+        )  # fmt: skip
+        if before.outputs != [x] or rebased is None:
+            return None
+        order, parsed, loaded, _ = rebased
+        if not all(lookup(s[0]).pointwise for s in parsed):
+            return None
+        inputs = [before.inputs[j] for j in order]
+    elif _chainable(before) and lookup(before.op).pointwise:
+        at = next((j for j, n in enumerate(before.inputs) if g.values[n].shape == shape), 0)
+        inputs = [before.inputs[at], *(n for j, n in enumerate(before.inputs) if j != at)]
+        parsed = [(before.op, before.attrs, at, tuple(range(1, len(inputs))))]
+        loaded = [""] * len(inputs)
+    else:
+        return None
+    last = g.last_uses()
+    if p != i - 1 and any(g.values[n].location == ON_CHIP and last[n] < i for n in inputs):
+        return None
+    first = len(inputs)
+    steps = [_step_dict(*s) for s in parsed]
+    head = {k: v for k, v in node.attrs.items() if k not in COMMON_ATTRS}
+    steps.append(_step_dict(node.op, head, 0, range(first, first + len(node.inputs) - 1)))
+    operands = [*inputs[1:], *node.inputs[1:]]
+    widen = [*loaded, *[""] * (len(node.inputs) - 1)]
+    attrs = {
+        "steps": chain.dumps(steps),
+        "x_dtype": g.values[inputs[0]].dtype.name,
+        "operand_dtypes": ",".join(g.values[n].dtype.name for n in operands),
+        "widen": ",".join(widen) if any(widen) else "",
+        "mapping": node.attrs["mapping"],
+    }
+    fused = Node(chain.NAME, [inputs[0], *operands], list(node.outputs), attrs,
+                 f"{before.name}+{node.name}")  # fmt: skip
+    try:
+        fused.attrs = lookup(chain.NAME).check_attrs(fused.attrs)
+        specs = [TensorSpec(g.values[n].shape, g.values[n].dtype) for n in fused.inputs]
+        plan = chain.plan(fused.attrs, specs)
+    except MnrtError:
+        return None
+    made_specs = [plan[len(parsed) - 1].y, plan[-1].y]
+    values = [g.values[x], g.values[node.outputs[0]]]
+    if [(t.shape, t.dtype) for t in made_specs] != [(v.shape, v.dtype) for v in values]:
+        return None
+    if node_cost(g, fused).time_s >= node_cost(g, before).time_s + node_cost(g, node).time_s:
+        return None
+    return p, fused
+
+
 def _epilogue_kernel(op: str) -> bool:
     kdef = lookup(op)
     return kdef.pointwise or kdef.rearranges
@@ -230,6 +302,23 @@ def _widens_x(g: Graph, after: Node, step, widen: list[str]) -> bool:
         and not widen[0]
         and widens(g.values[after.inputs[0]].dtype, dt.dtype(step.attrs["to"]))
     )
+
+
+def _rebased(g: Graph, node: Node, k: int) -> tuple | None:
+    """(order of its inputs, steps, widen, tap) of chain `node` taking its input k as x,
+    which it reads once (see `_on`), or None. A first step that widens x (the skip, ahead of
+    the add that reads the product) becomes loading x widened, the same bits, so that the
+    step reading input k can come first."""
+    widen = (node.attrs.get("widen") or ",".join([""] * len(node.inputs))).split(",")
+    parsed, tap = list(chain.listed(node.attrs)), node.attrs.get("tap", chain.NO_TAP)
+    if k and _widens_x(g, node, parsed[0], widen) and tap != 0 and len(parsed) > 1:
+        widen[0], parsed = parsed[0].attrs["to"], parsed[1:]
+        tap -= tap != chain.NO_TAP
+    rebased = _on(k, len(node.inputs), parsed)
+    if rebased is None or any(0 in takes for *_, takes in rebased[1]):
+        return None  # input k read by another step, or again
+    order, parsed = rebased
+    return order, parsed, [widen[j] for j in order], tap
 
 
 def _on(k: int, n: int, parsed: list) -> tuple[list[int], list] | None:
@@ -259,21 +348,10 @@ def _headed(g: Graph, matrix: Node, after: Node) -> Node | None:
     if after.op == chain.NAME:
         if after.inputs.count(y) != 1 or "mapping" in after.attrs:
             return None
-        widen = (after.attrs.get("widen") or ",".join([""] * len(after.inputs))).split(",")
-        parsed, tap = list(chain.listed(after.attrs)), after.attrs.get("tap", chain.NO_TAP)
-        k = after.inputs.index(y)
-        if k and _widens_x(g, after, parsed[0], widen) and tap != 0 and len(parsed) > 1:
-            # its first step widens x (the skip, ahead of the add that reads the product):
-            # the chain loads x widened instead, the same bits, so the add comes first
-            widen[0], parsed = parsed[0].attrs["to"], parsed[1:]
-            tap -= tap != chain.NO_TAP
-        rebased = _on(k, len(after.inputs), parsed)
+        rebased = _rebased(g, after, after.inputs.index(y))
         if rebased is None:
             return None
-        order, parsed = rebased
-        if any(0 in takes for _, _, _, takes in parsed):
-            return None  # x read again: not an epilogue
-        widen = [widen[j] for j in order]
+        order, parsed, widen, tap = rebased
         steps = [{"op": "cast", "attrs": {"to": widen[0]}}] if widen[0] else []
         operands = [after.inputs[j] for j in order[1:]]
     elif _chainable(after) and _epilogue_kernel(after.op) and after.inputs.count(y) == 1:
@@ -285,19 +363,25 @@ def _headed(g: Graph, matrix: Node, after: Node) -> Node | None:
     else:
         return None
     own = list(matrix.inputs)
-    shift = len(own) - 1  # the epilogue's operand k is the headed chain's k + shift
-    head = {k: v for k, v in matrix.attrs.items() if k not in COMMON_ATTRS}
-    steps = [{"op": matrix.op, "attrs": head, "with": list(range(1, len(own)))}, *steps]
-    lead = len(steps)  # the head, and the widening of its result the epilogue loaded
-    for op, attrs, at, takes in parsed:
-        own_attrs = {k: v for k, v in attrs.items() if k not in COMMON_ATTRS}
-        steps.append({"op": op, "attrs": own_attrs, "with": [k + shift for k in takes], "at": at})
+    shift = len(own) - 1  # the epilogue's operand k is the fused chain's k + shift
+    if matrix.op == chain.NAME:  # a matrix kernel with its prologue
+        pre = [_step_dict(*s) for s in chain.listed(matrix.attrs)]
+        loaded = (matrix.attrs.get("widen") or ",".join([""] * len(own))).split(",")
+    else:
+        head = {k: v for k, v in matrix.attrs.items() if k not in COMMON_ATTRS}
+        pre, loaded = [{"op": matrix.op, "attrs": head, "with": list(range(1, len(own)))}], []
+    steps = [*pre, *steps]
+    lead = len(steps)  # the matrix kernel, and the widening of its result the epilogue loaded
+    steps += [
+        _step_dict(op, attrs, at, [k + shift for k in takes]) for op, attrs, at, takes in parsed
+    ]
     inputs = [*own, *operands]
+    widen = [*(loaded or [""] * len(own)), *widen[1:]]
     attrs = {
         "steps": chain.dumps(steps),
         "x_dtype": g.values[own[0]].dtype.name,
         "operand_dtypes": ",".join(g.values[n].dtype.name for n in inputs[1:]),
-        "widen": ",".join([""] * len(own) + widen[1:]) if any(widen[1:]) else "",
+        "widen": ",".join(widen) if any(widen) else "",
         "mapping": matrix.attrs["mapping"],
         **({"tap": tap + lead} if tap != chain.NO_TAP else {}),
     }
@@ -308,7 +392,9 @@ def _headed(g: Graph, matrix: Node, after: Node) -> Node | None:
         plan = chain.plan(fused.attrs, specs)
     except MnrtError:  # an epilogue that changes the shape, too many steps or operands
         return None
-    made = [plan[0].y, plan[-1].y] + ([plan[tap + lead].y] if tap != chain.NO_TAP else [])
+    made = [plan[len(pre) - 1].y, plan[-1].y] + (
+        [plan[tap + lead].y] if tap != chain.NO_TAP else []
+    )
     values = [g.values[n] for n in [y, *after.outputs]]
     if [(t.shape, t.dtype) for t in made] != [(v.shape, v.dtype) for v in values]:
         return None  # a result of another dtype than its kernel's natural one: keep it
@@ -317,18 +403,22 @@ def _headed(g: Graph, matrix: Node, after: Node) -> Node | None:
     return fused
 
 
-def fuse_matrix_epilogues(graph: Graph) -> Graph:
-    """Give each gemm and conv2d the kernels after it as its epilogue (O3, O4): where a
-    pointwise or rearranging kernel (reshape, transpose), or a chain of them, is all that
-    reads its result, the two are one chain headed by the matrix kernel (a residual
-    block's skip add and ReLU; an inverted residual block's ReLU6 and its projection's skip
-    add; attention's heads split as a projection stores them): one launch, the result
-    finished as it leaves the accumulators, never written to DRAM and read back. Runs
-    after mapping and layout planning, so the head keeps the mapping and layouts chosen
-    for it. The chain stands where the matrix kernel stood when the reader runs later (the
-    query, key and value projections, then their heads' splits), where that keeps no value
-    on chip longer than scheduling planned (see `_movable`). It computes bitwise what the
-    two did (each step rounds to its own dtype)."""
+def fuse_matrix_chains(graph: Graph) -> Graph:
+    """Give each gemm and conv2d the kernels around it (O3, O4): the pointwise kernel, or
+    chain of them, that makes its input x and nothing else reads, as its prologue, applied
+    as it loads x (squeeze-excite's scaling ahead of the projection conv; a BatchNorm and
+    ReLU before a pre-activation conv; the rounding of the graph's input to half); and the
+    pointwise or rearranging kernels (reshape, transpose), or chain of them, that alone read
+    its result, as its epilogue (a residual block's skip add and ReLU; an inverted residual
+    block's ReLU6 and its projection's skip add; attention's heads split as a projection
+    stores them). They are one chain holding the matrix kernel: one launch, x read once and
+    the result finished as it leaves the accumulators, neither written to DRAM and read
+    back. Runs after mapping and layout planning, so the matrix kernel keeps the mapping
+    and layouts chosen for it. The chain stands where the matrix kernel stood, where that
+    keeps no value on chip longer than scheduling planned (`_prologue`, `_movable`): its
+    epilogue may run later (the query, key and value projections, then their heads'
+    splits). It computes bitwise what the kernels did (each step rounds to its own
+    dtype)."""
     g = graph.copy()
     uses, outputs, made = uses_of(g), set(g.outputs), g.producers()
     readers = {name: j for j, node in enumerate(g.nodes) for name in node.inputs}
@@ -336,8 +426,14 @@ def fuse_matrix_epilogues(graph: Graph) -> Graph:
     for i, node in enumerate(g.nodes):
         if i in replaced or node.op not in MATRIX_OPS or len(node.outputs) != 1:
             continue
+        if not node.attrs.get("mapping"):
+            continue
+        fused = _prologue(g, i, made, uses)
+        if fused is not None and fused[0] not in replaced:
+            replaced[fused[0]], node = None, fused[1]
+            replaced[i] = node
         y = node.outputs[0]
-        if y in outputs or uses.get(y) != 1 or not node.attrs.get("mapping"):
+        if y in outputs or uses.get(y) != 1:
             continue
         j = readers[y]
         after = g.nodes[j]

@@ -48,8 +48,9 @@ def _fronts(graph: Graph, effort: int, spec: DeviceSpec) -> Iterator[tuple[Node,
 
 def _matrix_kernel(graph: Graph, node: Node) -> tuple | None:
     """(op, inputs, outputs, attributes, specs by name, operands on chip) of the matrix
-    kernel a node runs: a gemm or conv2d, or the head of a chain it heads (its product,
-    which stays on chip, named after the chain's output); None for any other node."""
+    kernel a node runs: a gemm or conv2d, or the one a chain holds (its product, which
+    stays on chip, and its input after a prologue named after the chain's output); None
+    for any other node."""
     values = graph.values
     specs = {n: TensorSpec(tuple(values[n].shape), values[n].dtype) for n in node.inputs}
     if node.op in PROBLEMS:
@@ -57,14 +58,18 @@ def _matrix_kernel(graph: Graph, node: Node) -> tuple | None:
         specs.update((n, TensorSpec(tuple(values[n].shape), values[n].dtype)) for n in outputs)
         product = None
     elif node.op == chain.NAME and node.attrs.get("mapping"):
-        head = chain.plan(node.attrs, [specs[n] for n in node.inputs])[0]
-        op, attrs, inputs = head.op, dict(head.attrs), node.inputs[: len(head.ins)]
+        at = chain.matrix_step(node.attrs)
+        step = chain.plan(node.attrs, [specs[n] for n in node.inputs])[at]
+        first = step.takes[0]
+        x = node.inputs[0] if at == 0 else f"{node.outputs[0]}.input"  # after the prologue
+        op, attrs, specs[x] = step.op, dict(step.attrs), step.ins[0]
+        inputs = [x, *node.inputs[first : first + len(step.takes)]]
         product = f"{node.outputs[0]}.product"
-        outputs, specs[product] = [product], head.y
+        outputs, specs[product] = [product], step.y
     else:
         return None
     names = [*inputs, *outputs]
-    kept = [n == product or values[n].location == ON_CHIP for n in names]
+    kept = [n == product or (n in values and values[n].location == ON_CHIP) for n in names]
     attrs = {k: v for k, v in attrs.items() if k not in ("mapping", "onchip")}
     return op, inputs, outputs, attrs, specs, tuple(i for i, on in enumerate(kept) if on)
 
@@ -78,14 +83,14 @@ def map_graph(graph: Graph, effort: int, spec: DeviceSpec = MNCORE2) -> Graph:
 
 
 def explain(graph: Graph, effort: int, spec: DeviceSpec = MNCORE2) -> str:
-    """For every matrix node (and chain headed by a matrix kernel): the mapping chosen, and
+    """For every matrix node (and chain holding a matrix kernel): the mapping chosen, and
     the best alternatives turned down with the resource or metric that ruled each out
     (`mnrt compile --explain`)."""
 
     def what(node: Node) -> str:
         if node.op in PROBLEMS:
             return node.op
-        return f"{node.op} headed by {chain.listed(node.attrs)[0].op}"
+        return f"{node.op} with {chain.listed(node.attrs)[chain.matrix_step(node.attrs)].op}"
 
     return "\n".join(
         f"{node.name} ({what(node)}):\n{front.explain()}"

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import InvalidArgumentError
 from . import placement, schedulers, time_slice
 from .builder import GraphBuilder
-from .chain_fusion import fuse_chains, fuse_matrix_epilogues
+from .chain_fusion import fuse_chains, fuse_matrix_chains
 from .ir import Graph
 from .layout_planners import plan_layouts
 from .map_graph import map_graph
@@ -45,7 +45,7 @@ AFTER_FLOAT_DTYPE = {
 }
 
 # Passes each preset runs after mapping and layout planning, on the kernels they chose.
-AFTER_LAYOUT = {"O3": (fuse_matrix_epilogues,), "O4": (fuse_matrix_epilogues,)}
+AFTER_LAYOUT = {"O3": (fuse_matrix_chains,), "O4": (fuse_matrix_chains,)}
 
 # Passes each preset runs, in order (after float_dtype is applied at the end).
 PIPELINES = {

@@ -327,22 +327,29 @@ PROBLEMS: dict[str, ProblemFn] = {"gemm": _gemm, "conv2d": _conv2d}
 
 
 def _headed(ins, outs, attrs, flops) -> Problem:
-    """A chain headed by a matrix kernel (device/kernels/chain.py): the head's product,
-    with `flops` (the chain's) beyond its multiply-adds at the vector rate, and the chain's
-    other operands and its outputs each moving once: the head's own result stays on chip,
-    each output block finished as it leaves the accumulators."""
-    head = chain.plan(attrs, ins)[0]
-    if head.op not in PROBLEMS:
+    """A chain holding a matrix kernel (device/kernels/chain.py): its product, with `flops`
+    (the chain's) beyond the multiply-adds at the vector rate (the prologue's counted once,
+    though x streams more often), the chain's x streamed in the kernel's input's place (in
+    x's own dtype), its other operands and its outputs each moving once: the kernel's own
+    result stays on chip, each output block finished as it leaves the accumulators."""
+    at = chain.matrix_step(attrs)
+    if at is None:
         raise ValueError(
-            f"its first step is {head.op}, not a matrix kernel ({', '.join(PROBLEMS)}); only "
-            "a chain headed by one takes a mapping"
+            f"it holds no matrix kernel ({', '.join(PROBLEMS)}); only a chain that does takes "
+            "a mapping"
         )
-    p = PROBLEMS[head.op](head.ins, [head.y], head.attrs, flops)
-    rest = [float(t.nbytes) for t in [*ins[len(head.ins) :], *outs]]
+    step = chain.plan(attrs, ins)[at]
+    p = PROBLEMS[step.op](step.ins, [step.y], step.attrs, flops)
+    first = step.takes[0]  # the kernel's operands are the chain's first .. first + k - 1
+    streamed = p.operand_bytes[0] * ins[0].dtype.itemsize / step.ins[0].dtype.itemsize
+    once = [float(t.nbytes) for t in ins]
+    nbytes = [streamed, *once[1:first], *p.operand_bytes[1:-1], *once[first + len(step.takes) :]]
+    roles = [p.roles[0], *("once",) * (first - 1), *p.roles[1:-1]]
+    roles += ["once"] * (len(nbytes) - len(roles))
     return replace(
         p,
-        operand_bytes=(*p.operand_bytes[:-1], *rest),
-        roles=(*p.roles[:-1], *("once",) * len(rest)),
+        operand_bytes=(*nbytes, *(float(t.nbytes) for t in outs)),
+        roles=(*roles, *("once",) * len(outs)),
     )
 
 

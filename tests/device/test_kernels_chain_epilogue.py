@@ -119,21 +119,22 @@ def test_a_headed_chain_is_priced_by_its_mapping_below_the_kernels_one_by_one():
     assert slower.time_s > fused.time_s
 
 
-def test_a_chain_not_headed_by_a_matrix_kernel_takes_no_mapping():
+def test_a_chain_that_holds_no_matrix_kernel_takes_no_mapping():
     spec = TensorSpec((4, 4), dt.FLOAT)
     attrs = lookup("chain").check_attrs(
         {"steps": '[{"op":"relu"}]', "x_dtype": "float", "mapping": (1, 1, 1, 1, 4, 4, 4, 2, 0)}
     )
-    with pytest.raises(ValueError, match="not a matrix kernel"):
+    with pytest.raises(ValueError, match="holds no matrix kernel"):
         model_kernel_call(MNCORE2, lookup("chain"), [spec], [spec], attrs)
 
 
 @pytest.mark.parametrize(
     ("steps", "message"),
     [
-        ([{"op": "relu"}, {"op": "gemm", "with": [1]}], "only a chain's first step may"),
-        ([{"op": "gemm", "with": [2]}], "takes x first and then the chain's operands 1 to 1"),
-        ([{"op": "gemm", "with": [1], "at": 1}], "takes x first"),
+        ([{"op": "gemm", "with": [1]}, {"op": "gemm", "with": [2]}], "one matrix kernel"),
+        ([{"op": "relu"}, {"op": "gemm", "with": [0]}], "not x"),
+        ([{"op": "gemm", "with": [0]}], "not x"),
+        ([{"op": "gemm", "with": [1], "at": 1}], "takes the result before it first"),
         ([{"op": "gemm", "with": [1]}, {"op": "softmax"}], "pointwise kernels"),
         (
             [{"op": "gemm", "with": [1]}, {"op": "slice", "attrs": {"starts": [0], "ends": [1]}}],
@@ -141,9 +142,12 @@ def test_a_chain_not_headed_by_a_matrix_kernel_takes_no_mapping():
         ),
         ([{"op": "gemm", "with": [1]}, {"op": "add", "with": [1]}], "operands after"),
         ([{"op": "gemm", "with": [1]}, {"op": "add", "with": [0]}], "operands after"),
+        ([{"op": "softmax"}, {"op": "gemm", "with": [1]}], "prologue"),
+        ([{"op": "add", "with": [1]}, {"op": "gemm", "with": [1]}], "operands before"),
+        ([{"op": "add", "with": [2]}, {"op": "gemm", "with": [1]}], "operands before"),
     ],
 )
-def test_steps_after_a_matrix_kernel_that_are_no_epilogue_are_refused(steps, message):
+def test_steps_around_a_matrix_kernel_that_are_no_prologue_or_epilogue_are_refused(steps, message):
     with pytest.raises(KernelAttributeError, match="kernel 'chain'") as e:
         lookup("chain").check_attrs(
             {"steps": json.dumps(steps), "x_dtype": "float", "operand_dtypes": "float,float"}
@@ -159,7 +163,9 @@ def test_an_epilogue_that_changes_the_result_s_shape_is_refused():
     )
     f = dt.FLOAT
     ins = [TensorSpec((1, 3), f), TensorSpec((3, 1), f), TensorSpec((5, 1), f)]
-    with pytest.raises(ShapeError, match="a pointwise step of a matrix kernel's epilogue keeps"):
+    with pytest.raises(
+        ShapeError, match="pointwise step of a matrix kernel's prologue or epilogue keeps"
+    ):
         lookup("chain").infer(ins, attrs)
 
 
@@ -209,3 +215,65 @@ def test_a_headed_chain_s_terms_are_its_head_s_or_its_epilogue_operands():
         {"steps": chain.dumps(_epilogue("float", 1)), "x_dtype": "float", "operand_dtypes": "float"}
     )
     assert kdef.term_scale([2.0, 3.0], tail) is None
+
+
+def test_a_squeeze_excite_scaling_is_the_projection_s_prologue_bitwise():
+    """Squeeze-excite's gate scales the activation the projection conv reads: applied as
+    the conv loads its input (the prologue), the same bits as the kernels one by one, and
+    priced below them."""
+    rng = np.random.default_rng(3)
+    x = operand(rng.standard_normal((1, 8, 6, 6)), "half")
+    gate = operand(rng.uniform(0, 1, (1, 8, 1, 1)), "float")
+    w, b = operand(rng.standard_normal((16, 8, 1, 1)) * 0.3, "half"), operand(np.zeros(16), "half")
+    prologue = [
+        {"op": "cast", "attrs": {"to": "float"}},
+        {"op": "mul", "with": [1]},
+        {"op": "cast", "attrs": {"to": "half"}},
+    ]
+    scaled = operand(run("cast", x, to="float"), "float")
+    scaled = operand(run("cast", operand(run("mul", scaled, gate), "float"), to="half"), "half")
+    want = run("conv2d", scaled, w, b)
+    steps = [*prologue, {"op": "conv2d", "with": [2, 3]}]
+    got = run("chain", x, gate, w, b, **_headed(steps, [x, gate, w, b]))
+    assert got.tobytes() == want.tobytes()
+    specs = [TensorSpec(t[0].shape, t[1]) for t in (x, gate, w, b)]
+    out = [TensorSpec((1, 16, 6, 6), dt.HALF)]
+    conv_attrs = lookup("conv2d").check_attrs({})
+    mapping = _mapping("conv2d", [specs[0], w_spec := specs[2], specs[3]], out, conv_attrs)
+    alone = model_kernel_call(
+        MNCORE2,
+        lookup("conv2d"),
+        [specs[0], w_spec, specs[3]],
+        out,
+        {**conv_attrs, "mapping": mapping},
+    )
+    scale = lookup("chain").check_attrs(
+        {"steps": chain.dumps(prologue), "x_dtype": "half", "operand_dtypes": "float"}
+    )
+    before = model_kernel_call(MNCORE2, lookup("chain"), specs[:2], [specs[0]], scale)
+    attrs = lookup("chain").check_attrs({**_headed(steps, [x, gate, w, b]), "mapping": mapping})
+    fused = model_kernel_call(MNCORE2, lookup("chain"), specs, out, attrs)
+    assert fused.time_s < before.time_s + alone.time_s
+    assert fused.dram_bytes == alone.dram_bytes + specs[1].nbytes  # the gate, once
+
+
+def test_a_prologue_makes_the_matrix_kernel_s_terms_as_large_as_its_result():
+    """The scale the matrix kernel reads after a prologue: a gate's product, and a sigmoid
+    of values near zero near one half (not their own tiny scale)."""
+    kdef = lookup("chain")
+    scaled = lookup("chain").check_attrs(
+        {
+            "steps": chain.dumps([{"op": "mul", "with": [1]}, {"op": "conv2d", "with": [2, 3]}]),
+            "x_dtype": "float",
+            "operand_dtypes": "float,float,float",
+        }
+    )
+    assert kdef.term_scale([2.0, 0.5, 3.0, 0.1], scaled) == 3.0
+    squashed = lookup("chain").check_attrs(
+        {
+            "steps": chain.dumps([{"op": "sigmoid"}, {"op": "gemm", "with": [1]}]),
+            "x_dtype": "float",
+            "operand_dtypes": "float",
+        }
+    )
+    assert kdef.term_scale([1e-6, 2.0], squashed) == pytest.approx(1.0, rel=1e-5)

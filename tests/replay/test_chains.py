@@ -62,8 +62,8 @@ def _with_steps(binary: mnrt.LightBinary, steps: str, x_dtype: str = "half"):
 HOSTILE = {
     "unknown op": ('[{"op":"nope"}]', "half", "unknown kernel 'nope'"),
     "nested chain": ('[{"op":"chain"}]', "half", "cannot hold a chain"),
-    "matrix op": ('[{"op":"relu"},{"op":"gemm","with":[0]}]', "half", "only a chain's first"),
-    "matrix head": ('[{"op":"gemm","with":[0]}]', "half", "takes x first and then"),
+    "matrix op": ('[{"op":"relu"},{"op":"gemm","with":[0]}]', "half", "operands in order, not x"),
+    "two matrix ops": ('[{"op":"gemm","with":[1]},{"op":"gemm","with":[2]}]', "half", "one matrix"),
     "operand not given": ('[{"op":"mul"}]', "half", "this step gives it 1"),
     "operand not there": ('[{"op":"mul","with":[1]}]', "half", "the chain has 1 inputs"),
     "bad with": ('[{"op":"mul","with":["a"]}]', "half", "must be an integer from 0"),
@@ -112,7 +112,8 @@ def cnn_binary(tmp_path_factory):
 def test_a_compiled_cnn_with_chains_passes_mnrt_run_and_locates_per_chain(cnn_binary, tmp_path):
     compiled, path = cnn_binary
     ops = [n.op for n in compiled.graph.nodes]
-    assert ops == ["cast", "conv2d", "chain", "conv2d", "chain", "gemm", "chain"]
+    assert ops == ["chain", "chain", "conv2d", "chain", "gemm", "chain"]  # the input's cast:
+    # the first conv's prologue
     code, out = invoke_cli("run", path)
     assert code == 0, out
     binary = mnrt.LightBinary.load(path)
@@ -138,8 +139,8 @@ def test_locate_names_a_chain_whose_step_computes_wrongly(cnn_binary, tmp_path, 
     monkeypatch.setitem(registry._REGISTRY, "global_avg_pool2d", broken)
     report = mnrt.replay(mnrt.LightBinary.load(path), locate_dir=tmp_path)
     site = report.locate.first_wrong
-    assert site.op == "chain" and site.kernel == 4 and not report.passed
-    folder = tmp_path / f"command{site.command}_kernel4_chain"
+    assert site.op == "chain" and site.kernel == 3 and not report.passed
+    folder = tmp_path / f"command{site.command}_kernel3_chain"
     saved = json.loads((folder / "site.json").read_text())
     assert saved["op"] == "chain"
     # The float64 reference runs the chain's steps (the broken pool among them, as the
@@ -152,24 +153,25 @@ def test_locate_names_a_chain_whose_step_computes_wrongly(cnn_binary, tmp_path, 
 
 def test_locate_names_the_chain_that_takes_a_perturbed_batch_norm_scale(tmp_path):
     """A pre-activation block at O3: BatchNorm's scale and shift are operands of the chain
-    that runs mul, add and relu. Perturbing either (or the input), `--locate` names it and
-    saves all three of its inputs, and the float64 reference of the chain on them."""
+    that runs mul, add and relu as the conv's prologue. Perturbing either (or the input, or
+    the conv's weight), `--locate` names it and saves all four of its inputs, and the
+    float64 reference of the chain on them."""
     from binaries import perturbed, preact_block, weight_sites
 
     b, inputs = preact_block((1, 4, 6, 6), residual=False)
     with mnrt.Context() as ctx:
         compiled = ctx.compile(b, inputs, options={"option_json": "O3", "float_dtype": "float"})
-        assert [n.op for n in compiled.graph.nodes] == ["chain", "conv2d"]
+        assert [n.op for n in compiled.graph.nodes] == ["chain"]
         compiled.save_binary(tmp_path / "pre.mnlb")
     binary = mnrt.LightBinary.load(tmp_path / "pre.mnlb")
     chains = [site for site in weight_sites(binary) if site[1] == 0]
-    assert len(chains) == 3  # the model's input, the scale and the shift
+    assert len(chains) == 4  # the model's input, the scale, the shift and the conv's weight
     for command, _, gid in chains:
         report = mnrt.replay(perturbed(binary, gid), locate_dir=tmp_path / str(gid))
         site = report.locate.first_wrong
         assert (site.command, site.kernel, site.op) == (command, 0, "chain") and not report.passed
         (folder,) = (tmp_path / str(gid)).iterdir()
-        assert len(list(folder.glob("input*.npy"))) == 3
+        assert len(list(folder.glob("input*.npy"))) == 4
         (replayed,) = folder.glob("output.*.replayed.npy")
         reference = np.load(str(replayed).replace(".replayed.", ".reference."))
         np.testing.assert_allclose(reference, np.load(replayed), rtol=1e-5, atol=1e-6)
@@ -187,8 +189,8 @@ def test_mnrt_compile_explain_at_o3_with_chains(tmp_path):
         "--input", f"image={tmp_path / 'image.npy'}", "--explain", "--codegen-dir", tmp_path / "cg",
     )  # fmt: skip
     assert code == 0, out
-    assert "conv2d0 (conv2d):" in out and "7 kernels" in out
+    assert "conv2d0 (chain with conv2d):" in out and "6 kernels" in out
     l3ir = (tmp_path / "cg" / "l3ir.txt").read_text()
-    assert l3ir.count("= chain(") == 3
+    assert l3ir.count("= chain(") == 4
     assert '{"op":"max_pool2d","attrs":{"kernel":[2,2],"stride":[2,2]}}' in l3ir
     assert invoke_cli("run", tmp_path / "cnn.mnlb")[0] == 0

@@ -13,14 +13,17 @@ of the skip connection: runs XLA fuses whole. A step's `with` lists which of the
 inputs (0 is `x`, 1 the first of `operands`) it takes besides, in order, and `at` where the
 result before it goes among its inputs (0, first, unless said).
 
-A chain's first step may be a matrix kernel (gemm, conv2d) whose result the other steps
-finish as it leaves the accumulators: a convolution's epilogue (cuDNN's and TensorRT's
-conv, bias, residual add, activation) and where its blocks are stored (a transpose: the
-heads of attention split as a projection writes them). The head takes x and the first
-operands in order; the steps after it are pointwise, keeping the shape, or only
-rearrange (`KernelDef.rearranges`), and take only the operands after the head's. Such
-a chain carries the head's `mapping` and is priced as the head with its epilogue
-(device/mapping.py), its result never crossing DRAM.
+A chain may hold one matrix kernel (gemm, conv2d), whose result the steps after it finish
+as it leaves the accumulators: a convolution's epilogue (cuDNN's and TensorRT's conv,
+bias, residual add, activation) and where its blocks are stored (a transpose: the heads
+of attention split as a projection writes them); the steps before it, its prologue, are
+applied to its input x as its tiles are loaded (squeeze-excite's channel scaling ahead of
+the projection conv). It takes the result before it and a run of the chain's operands in
+order; the prologue reads x and the operands before those, the epilogue the operands
+after them; both are pointwise and keep the shape, or (after it) only rearrange
+(`KernelDef.rearranges`). Such a chain carries the matrix kernel's `mapping` and is priced
+as its product with the other steps' flops and operands (device/mapping.py), its result
+never crossing DRAM.
 
 A chain may also write one intermediate result out (its `tap`, the index of the step
 that makes it) as a second output, `tapped`: XLA's multi-output fusion. A residual
@@ -40,8 +43,8 @@ The steps are one string attribute, a compact JSON list such as
 shape and dtype then follow from the steps' own shape and dtype rules (the emulator
 computes half and float16 in float32, so a step's result could not tell which to round to
 otherwise). Both survive a light binary's round trip as any attribute does, and a hostile
-value (unknown or nested op, a matrix kernel after the first step or followed by steps
-that are no epilogue, a step of the wrong number of operands or naming an input the chain
+value (unknown or nested op, a second matrix kernel or steps around one that are no
+prologue or epilogue, a step of the wrong number of operands or naming an input the chain
 does not have, bad attributes, mismatched dtypes, too many steps, too large an
 intermediate) is refused with a KernelAttributeError, ShapeError or DTypeError before
 anything runs.
@@ -61,10 +64,21 @@ from ...errors import (
     DeviceExecutionError,
     DTypeError,
     KernelAttributeError,
+    MnrtError,
     ShapeError,
 )
 from .. import dtypes as dt
-from .chain_steps import MAX_OPERANDS, MAX_STEPS, NAME, canonical, dumps, listed, parse, steps_of
+from .chain_steps import (
+    MAX_OPERANDS,
+    MAX_STEPS,
+    NAME,
+    canonical,
+    dumps,
+    listed,
+    matrix_step,
+    parse,
+    steps_of,
+)
 from .common import check_temporary
 from .registry import (
     Attr,
@@ -180,7 +194,9 @@ def _plan(text: str, specs: tuple[tuple[tuple[int, ...], str], ...]) -> tuple[St
     given = [TensorSpec(shape, dt.DTYPES[name]) for shape, name in specs]
     x = given[0]
     steps = []
-    for i, (op, attrs, at, takes) in enumerate(parse(text)):
+    written = parse(text)
+    matrix = any(lookup(s.op).matrix for s in written)
+    for i, (op, attrs, at, takes) in enumerate(written):
         kdef = lookup(op)
         where = f"kernel '{NAME}' step {i} ({kdef.name})"
         missing = [k for k in takes if k >= len(given)]
@@ -198,10 +214,10 @@ def _plan(text: str, specs: tuple[tuple[tuple[int, ...], str], ...]) -> tuple[St
             raise KernelAttributeError(f"{where}: {e}") from None
         y = TensorSpec(tuple(out.shape), out.dtypes[0])
         check_temporary(NAME, f"step {i} ({kdef.name})'s result", y.size)
-        if steps and steps[0].kdef.matrix and kdef.pointwise and y.shape != x.shape:
+        if matrix and kdef.pointwise and y.shape != x.shape:
             raise ShapeError(
                 f"{where}: makes shape {y.shape} of the shape {x.shape} before it, but a "
-                "pointwise step of a matrix kernel's epilogue keeps it"
+                "pointwise step of a matrix kernel's prologue or epilogue keeps it"
             )
         steps.append(Step(op, attrs, ins, at, takes, y))
         x = y
@@ -356,17 +372,46 @@ def _reduction(ins: Sequence[TensorSpec | None], attrs: Mapping[str, Any]) -> in
 
 
 def _terms(scales: Sequence[float | None], attrs: Mapping[str, Any]) -> float | None:
-    """A matrix head's terms (its own rule, from the scales of the inputs it takes) or the
+    """A matrix kernel's terms (its own rule, from the scales of what it reads) or the
     operands its epilogue adds, whichever are larger: what a result that cancels to near
-    zero still carries the rounding of. Other chains do not say."""
-    head, *rest = listed(attrs)
-    kdef = lookup(head.op)
-    if not kdef.matrix:
+    zero still carries the rounding of. Its x after a prologue is as large as the prologue
+    makes x's scale (`_scale_after`). Chains without a matrix kernel do not say."""
+    steps, at = listed(attrs), matrix_step(attrs)
+    if at is None:
         return None
-    own = kdef.term_scale(scales[: 1 + len(head.takes)], head.attrs)
+    x = scales[0]
+    for step in steps[:at]:
+        x = _scale_after(step, scales, x)
+        if x is None:
+            return None
+    matrix = steps[at]
+    own = lookup(matrix.op).term_scale([x, *(scales[k] for k in matrix.takes)], matrix.attrs)
     if own is None:
         return None
-    return largest([own, *(scales[k] for step in rest for k in step.takes)], attrs)
+    return largest([own, *(scales[k] for step in steps[at + 1 :] for k in step.takes)], attrs)
+
+
+def _scale_after(step, scales: Sequence[float | None], x: float | None) -> float | None:
+    """How large a pointwise step's result is at most, given x's scale and the chain's
+    inputs' (`scales`, for the operands it takes): the step
+    itself on them (a sigmoid of values near zero is near one half), or the size of its
+    terms where that is larger (a difference of two scales is not a bound on it); None
+    where a scale or the step's rule is missing."""
+    kdef = lookup(step.op)
+    given = _arranged(step.at, step.takes, x, scales)
+    if any(s is None for s in given):
+        return None
+    bound = kdef.term_scale(given, step.attrs)
+    try:
+        with np.errstate(all="ignore"):
+            ins = [np.array([s], np.float64) for s in given]
+            (y,) = kdef.compute(ins, step.attrs, [Out((1,), dt.DOUBLE, None)])
+        value = float(np.max(np.abs(np.asarray(y, np.float64))))
+    except (MnrtError, ValueError, TypeError):
+        return None
+    if bound is None or not np.isfinite(value):
+        return None
+    return max(bound, value)
 
 
 def _errors(ins, outs, attrs, in_errors) -> list[float]:
@@ -444,6 +489,7 @@ __all__ = [
     "Step",
     "dumps",
     "listed",
+    "matrix_step",
     "plan",
     "retargeted",
     "steps_of",

@@ -35,7 +35,7 @@ def _refuse(why: str) -> KernelAttributeError:
 
 def _step_kernel(op: Any, i: int, operands: int) -> KernelDef:
     """The kernel a step names, which must give one output, take the result before it and
-    `operands` more, and run on the vector unit unless it is the first (a matrix head)."""
+    `operands` more (a matrix kernel's place in a chain is checked by `_check_matrix`)."""
     if not isinstance(op, str):
         raise _refuse(f"step {i}: 'op' must be a kernel name, got {op!r}")
     if op == NAME:
@@ -44,11 +44,6 @@ def _step_kernel(op: Any, i: int, operands: int) -> KernelDef:
         kdef = lookup(op)
     except UnknownKernelError as e:
         raise _refuse(f"step {i}: {e}") from None
-    if kdef.matrix and i:
-        raise _refuse(
-            f"step {i}: kernel '{op}' runs on the matrix unit; only a chain's first step may "
-            "(its epilogue follows it); give it its own launch"
-        )
     try:
         kdef.check_arity(1 + operands, 1)
     except KernelAttributeError:
@@ -114,31 +109,52 @@ def parse(text: str) -> tuple[Listed, ...]:
         except KernelAttributeError as e:
             raise _refuse(f"step {i}: {e}") from None
         steps.append(Listed(kdef.name, MappingProxyType(checked), at, takes))
-    _check_head(steps)
+    _check_matrix(steps)
     return tuple(steps)
 
 
-def _check_head(steps: Sequence[Listed]) -> None:
-    """A matrix head takes x and the first operands in order; its epilogue, of pointwise
-    steps (reading the operands after those, a tile of each beside each output block) and
-    rearrangements (where the blocks are stored), none of the head's."""
-    if not lookup(steps[0].op).matrix:
+def _check_matrix(steps: Sequence[Listed]) -> None:
+    """A chain holds one matrix kernel at most. It takes the result before it (x, for the
+    first step) first and then a run of the chain's operands in order; the steps before
+    it are its prologue (pointwise, on x as its tiles are loaded, reading x and the
+    operands before the matrix kernel's), and the steps after it its epilogue (pointwise,
+    reading the operands after the matrix kernel's, a tile of each beside each output
+    block, or only rearranging: where the blocks are stored)."""
+    at = next((i for i, s in enumerate(steps) if lookup(s.op).matrix), None)
+    if at is None:
         return
-    head = steps[0]
-    if head.at or head.takes != tuple(range(1, len(head.takes) + 1)):
+    head = steps[at]
+    first = head.takes[0] if head.takes else 1
+    run = tuple(range(first, first + len(head.takes)))
+    if head.at or not first or head.takes != run:
         raise _refuse(
-            f"step 0 ({head.op}): a matrix kernel heading a chain takes x first and then the "
-            f'chain\'s operands 1 to {len(head.takes)} in order ("with": '
-            f"{list(range(1, len(head.takes) + 1))})"
+            f"step {at} ({head.op}): a matrix kernel in a chain takes the result before it "
+            "first and then a run of the chain's operands in order, not x"
         )
-    for i, step in enumerate(steps[1:], 1):
+    for i, step in enumerate(steps):
         kdef = lookup(step.op)
-        if not (kdef.pointwise or kdef.rearranges) or any(k <= len(head.takes) for k in step.takes):
+        if i < at and not (kdef.pointwise and all(k < first for k in step.takes)):
+            raise _refuse(
+                f"step {i} ({step.op}): the steps before a matrix kernel are its prologue: "
+                "pointwise kernels reading x and the chain's operands before the matrix "
+                "kernel's own"
+            )
+        if i > at and (
+            kdef.matrix
+            or not (kdef.pointwise or kdef.rearranges)
+            or any(k < first + len(run) for k in step.takes)
+        ):
             raise _refuse(
                 f"step {i} ({step.op}): the steps after a matrix kernel are its epilogue: "
                 "pointwise kernels taking only the chain's operands after the matrix "
-                "kernel's own, and kernels that only rearrange (reshape, transpose)"
+                "kernel's own, and kernels that only rearrange (reshape, transpose); a chain "
+                "holds one matrix kernel"
             )
+
+
+def matrix_step(attrs: Mapping[str, Any]) -> int | None:
+    """Where a chain's (checked) attributes put its matrix kernel, or None."""
+    return next((i for i, s in enumerate(listed(attrs)) if lookup(s.op).matrix), None)
 
 
 def _fits_int64(value: Any) -> bool:
