@@ -116,13 +116,14 @@ def resnet_table(ctx, model, inputs) -> None:
     for node, step in zip(compiled.graph.nodes, plan.steps):
         if not node.attrs.get("mapping"):
             continue  # a matrix layer is a gemm, a conv2d, or a chain holding one ("conv2d+")
-        op = node.op
-        if op not in PROBLEMS:  # a chain holding a matrix kernel
-            op = f"{chain.listed(node.attrs)[chain.matrix_step(node.attrs)].op}+"
         m = step.modelled
         ins = [compiled.graph.values[i] for i in node.inputs]
         outs = [compiled.graph.values[o] for o in node.outputs]
-        prec = ins[0].dtype.precision
+        op, prec = node.op, ins[0].dtype.precision
+        if op not in PROBLEMS:  # a chain: the matrix kernel's precision, after a prologue
+            specs = [TensorSpec(tuple(v.shape), v.dtype) for v in ins]
+            matrix = chain.plan(node.attrs, specs)[chain.matrix_step(node.attrs)]
+            op, prec = f"{matrix.op}+", matrix.ins[0].dtype.precision
         peak = spec.peak_flops(prec)
         # Roofline of this placement: each operand not kept on chip crosses DRAM once.
         moved = sum(int(np.prod(v.shape)) * v.dtype.itemsize for v in ins + outs
