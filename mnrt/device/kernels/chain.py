@@ -393,10 +393,10 @@ def _terms(scales: Sequence[float | None], attrs: Mapping[str, Any]) -> float | 
 
 def _scale_after(step, scales: Sequence[float | None], x: float | None) -> float | None:
     """How large a pointwise step's result is at most, given x's scale and the chain's
-    inputs' (`scales`, for the operands it takes): the step
-    itself on them (a sigmoid of values near zero is near one half), or the size of its
-    terms where that is larger (a difference of two scales is not a bound on it); None
-    where a scale or the step's rule is missing."""
+    inputs' (`scales`, for the operands it takes): the step itself on them (a sigmoid of
+    values near zero is near one half), or the size of its terms where that is larger (a
+    difference of two scales is no bound on it); None where a scale or the step's rule is
+    missing, or the step cannot run on one value."""
     kdef = lookup(step.op)
     given = _arranged(step.at, step.takes, x, scales)
     if any(s is None for s in given):
@@ -407,7 +407,7 @@ def _scale_after(step, scales: Sequence[float | None], x: float | None) -> float
             ins = [np.array([s], np.float64) for s in given]
             (y,) = kdef.compute(ins, step.attrs, [Out((1,), dt.DOUBLE, None)])
         value = float(np.max(np.abs(np.asarray(y, np.float64))))
-    except (MnrtError, ValueError, TypeError):
+    except (MnrtError, ArithmeticError, LookupError, TypeError, ValueError):
         return None
     if bound is None or not np.isfinite(value):
         return None
