@@ -157,7 +157,7 @@ def _widen_on_load(g: Graph) -> Graph:
     for node in g.nodes:
         if node.op != chain.NAME or casts.keys().isdisjoint(node.inputs):
             continue
-        widen = (node.attrs.get("widen") or ",".join([""] * len(node.inputs))).split(",")
+        widen = _widen_of(node)
         for k, name in enumerate(node.inputs):
             if name in casts:
                 widen[k] = g.values[name].dtype.name
@@ -216,6 +216,11 @@ def _fuse_chains_once(graph: Graph) -> Graph:
     return g
 
 
+def _widen_of(node: Node) -> list[str]:
+    """A chain's `widen`, an entry an input ('' for one loaded as given)."""
+    return (node.attrs.get("widen") or ",".join([""] * len(node.inputs))).split(",")
+
+
 def _step_dict(op: str, attrs, at: int, takes) -> dict:
     """A step of a chain's attribute, of a kernel's own attributes."""
     own = {k: v for k, v in attrs.items() if k not in COMMON_ATTRS}
@@ -260,8 +265,7 @@ def _prologue(g: Graph, i: int, made: dict[str, int], uses: dict[str, int]) -> t
         return None
     first = len(inputs)
     steps = [_step_dict(*s) for s in parsed]
-    head = {k: v for k, v in node.attrs.items() if k not in COMMON_ATTRS}
-    steps.append(_step_dict(node.op, head, 0, range(first, first + len(node.inputs) - 1)))
+    steps.append(_step_dict(node.op, node.attrs, 0, range(first, first + len(node.inputs) - 1)))
     operands = [*inputs[1:], *node.inputs[1:]]
     widen = [*loaded, *[""] * (len(node.inputs) - 1)]
     attrs = {
@@ -309,7 +313,7 @@ def _rebased(g: Graph, node: Node, k: int) -> tuple | None:
     which it reads once (see `_on`), or None. A first step that widens x (the skip, ahead of
     the add that reads the product) becomes loading x widened, the same bits, so that the
     step reading input k can come first."""
-    widen = (node.attrs.get("widen") or ",".join([""] * len(node.inputs))).split(",")
+    widen = _widen_of(node)
     parsed, tap = list(chain.listed(node.attrs)), node.attrs.get("tap", chain.NO_TAP)
     if k and _widens_x(g, node, parsed[0], widen) and tap != 0 and len(parsed) > 1:
         widen[0], parsed = parsed[0].attrs["to"], parsed[1:]
@@ -366,10 +370,9 @@ def _headed(g: Graph, matrix: Node, after: Node) -> Node | None:
     shift = len(own) - 1  # the epilogue's operand k is the fused chain's k + shift
     if matrix.op == chain.NAME:  # a matrix kernel with its prologue
         pre = [_step_dict(*s) for s in chain.listed(matrix.attrs)]
-        loaded = (matrix.attrs.get("widen") or ",".join([""] * len(own))).split(",")
+        loaded = _widen_of(matrix)
     else:
-        head = {k: v for k, v in matrix.attrs.items() if k not in COMMON_ATTRS}
-        pre, loaded = [{"op": matrix.op, "attrs": head, "with": list(range(1, len(own)))}], []
+        pre, loaded = [_step_dict(matrix.op, matrix.attrs, 0, range(1, len(own)))], []
     steps = [*pre, *steps]
     lead = len(steps)  # the matrix kernel, and the widening of its result the epilogue loaded
     steps += [
