@@ -385,6 +385,106 @@ def _absorb_scale_shift(g: Graph, node: Node, base: Node) -> bool:
     return True
 
 
+def _affine_step(g: Graph, node: Node) -> tuple[str, str, np.ndarray] | None:
+    """(op, x, the parameter's values in float64) where `node` multiplies its one
+    non-parameter float operand x by a parameter, or adds one, into a result of x's shape
+    and dtype; else None."""
+    if node.op not in _COMMUTATIVE or len(node.inputs) != 2 or node.inputs[0] == node.inputs[1]:
+        return None
+    a, b = (g.values[n] for n in node.inputs)
+    x, p = (a, b) if b.role == PARAM else (b, a)
+    out = g.values[node.outputs[0]]
+    if x.role == PARAM or p.data is None or x.dtype not in _FLOATS or x.shape is None:
+        return None
+    if out.dtype is not x.dtype or p.dtype is not x.dtype or out.shape != x.shape:
+        return None
+    if len(p.shape) > len(x.shape):
+        return None
+    return node.op, x.name, p.data.astype(np.float64)
+
+
+def _composed(steps: list[tuple[str, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Scale and shift (S, T) with x * S + T what the steps compute from x, in float64."""
+    scale, shift = np.ones(()), np.zeros(())
+    for op, p in steps:
+        if op == "mul":
+            scale, shift = scale * p, shift * p
+        else:
+            shift = shift + p
+    return np.asarray(scale), np.asarray(shift)
+
+
+def merge_scale_shifts(graph: Graph) -> Graph:
+    """Compose each run of multiplications by and additions of parameters (an inference
+    BatchNormalization, once imported, followed by the Mul and Add of a Caffe2 Scale layer,
+    as the ONNX model zoo's DenseNet-121 and Inception v2 write it) into at most one `mul`
+    and one `add`: x * S + T, S and T computed in float64 and rounded once. Fewer kernels,
+    fewer roundings; a run whose composed parameters overflow or flush to zero in their
+    dtype is left as it is, as are runs already of that form."""
+    g = graph.copy()
+    uses = uses_of(g)
+    producer = {out: i for i, n in enumerate(g.nodes) for out in n.outputs}
+    runs: dict[int, list[int]] = {}  # the node ending a run -> the run's nodes, in order
+    for i, node in enumerate(g.nodes):
+        step = _affine_step(g, node)
+        if step is None:
+            continue
+        src = producer.get(step[1])
+        run = runs.pop(src, None) if src is not None and uses.get(step[1]) == 1 else None
+        runs[i] = [*(run or []), i]
+    replace: dict[int, list[Node]] = {}
+    for last, run in runs.items():
+        ops = [g.nodes[i].op for i in run]
+        if ops in (["mul"], ["add"], ["mul", "add"]):
+            continue
+        made = _merged(g, [g.nodes[i] for i in run])
+        if made is not None:
+            replace.update({i: [] for i in run})
+            replace[last] = made
+    if not replace:
+        return g
+    g.nodes = [n for i, node in enumerate(g.nodes) for n in replace.get(i, [node])]
+    drop_unused_values(g)
+    g.verify()
+    return g
+
+
+def _merged(g: Graph, run: list[Node]) -> list[Node] | None:
+    """The nodes computing x * S + T for a run of affine steps (see merge_scale_shifts),
+    or None where S or T would not keep the steps' values in x's dtype."""
+    steps = [_affine_step(g, node) for node in run]
+    x = g.values[steps[0][1]]
+    scale, shift = _composed([(op, p) for op, _, p in steps])
+    read = x.dtype.read_dtype if not x.dtype.is_half else np.float32
+    stored = []
+    for v, default in ((scale, 1.0), (shift, 0.0)):
+        with np.errstate(all="ignore"):
+            r = np.asarray(v, read)
+        if not (np.all(np.isfinite(r)) and np.all((r != 0) | (v == 0))):
+            return None
+        stored.append(None if np.all(v == default) else r)
+    out, result = run[-1].outputs[0], x.name
+    made = []
+    for op, data, node in (("mul", stored[0], run[0]), ("add", stored[1], run[-1])):
+        if data is None:
+            continue
+        param = _fresh(g, f"{node.name or op}_{'scale' if op == 'mul' else 'shift'}", x.dtype)
+        g.values[param].role, g.values[param].shape, g.values[param].data = (
+            PARAM, tuple(data.shape), data,
+        )  # fmt: skip
+        made.append(Node(op, [result, param], [], {}, node.name))
+        result = out if op == "add" or stored[1] is None else _fresh(g, f"{out}_scaled", x.dtype)
+        made[-1].outputs = [result]
+    if not made:  # x * 1 + 0: still one kernel, so that the run's result keeps its producer
+        param = _fresh(g, f"{run[0].name or 'mul'}_scale", x.dtype)
+        g.values[param].role, g.values[param].shape = PARAM, ()
+        g.values[param].data = np.ones((), read)
+        made = [Node("mul", [x.name, param], [out], {}, run[0].name)]
+    for node in made:
+        g.values[node.outputs[0]].shape = x.shape
+    return made
+
+
 def fold_scale_shift(graph: Graph) -> Graph:
     """Fold a per-channel `mul` by a parameter and `add` of a parameter that follow a conv2d
     or gemm (an inference BatchNormalization, once imported) into its weights and bias."""

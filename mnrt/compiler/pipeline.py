@@ -28,14 +28,20 @@ from .passes import (
     fold_constants,
     fold_scale_shift,
     fuse_epilogues,
+    merge_scale_shifts,
 )
 from .patterns import fuse_gelu, fuse_layernorm, fuse_rolls, fuse_silu
 
 Step = Callable[[Graph], "Graph | tuple[Graph, dict]"]
 
+# O1's passes: what onnxruntime's basic level does too (an inference BatchNormalization
+# folded into the conv before it), so that the default compile runs no kernel that only
+# rescales a product.
+_FOLDING = (dead_code, fold_constants, merge_scale_shifts, fold_scale_shift)
+
 # O2's passes; O3 and O4 drop what fusing left unused as well.
-_FUSING = (dead_code, fold_constants, common_subexpressions, fuse_rolls, fold_scale_shift,
-           fuse_silu, fuse_gelu, fuse_layernorm, fuse_epilogues)  # fmt: skip
+_FUSING = (dead_code, fold_constants, common_subexpressions, fuse_rolls, merge_scale_shifts,
+           fold_scale_shift, fuse_silu, fuse_gelu, fuse_layernorm, fuse_epilogues)  # fmt: skip
 
 # Passes each preset runs after float_dtype, on the casts it inserted.
 AFTER_FLOAT_DTYPE = {
@@ -50,7 +56,7 @@ AFTER_LAYOUT = {"O3": (fuse_matrix_chains,), "O4": (fuse_matrix_chains,)}
 # Passes each preset runs, in order (after float_dtype is applied at the end).
 PIPELINES = {
     "O0": (),
-    "O1": (dead_code, fold_constants),
+    "O1": _FOLDING,
     "O2": _FUSING,
     "O3": (*_FUSING, dead_code),
     "O4": (*_FUSING, dead_code),

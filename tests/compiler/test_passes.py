@@ -23,6 +23,7 @@ from mnrt.compiler.passes import (
     fold_constants,
     fold_scale_shift,
     fuse_epilogues,
+    merge_scale_shifts,
 )
 from mnrt.compiler.patterns import fuse_gelu, fuse_layernorm, fuse_rolls, fuse_silu
 
@@ -77,6 +78,100 @@ def test_batchnorm_style_scale_and_shift_fold_into_conv_and_gemm(dev):
     np.testing.assert_allclose(
         run(folded, dev, {"x": x_val})["z"], run(g, dev, {"x": x_val})["z"], rtol=1e-4, atol=1e-4
     )
+
+
+def _affine_run(b, x, steps, rng):
+    """x through `steps` ("mul" or "add", each by a parameter of shape (4, 1, 1) or a
+    scalar), a parameter drawn from rng for each."""
+    for i, (op, per_channel) in enumerate(steps):
+        shape = (4, 1, 1) if per_channel else ()
+        data = rng.uniform(0.5, 2.0, shape) * rng.choice([-1, 1], shape)
+        p = b.param(f"p{len(b.graph.values)}", np.asarray(data, np.float32))
+        x = getattr(b, op)(*((p, x) if i % 2 else (x, p)))
+    return x
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    steps=st.lists(st.tuples(st.sampled_from(["mul", "add"]), st.booleans()), max_size=6),
+    seed=st.integers(0, 2**16),
+)
+def test_a_run_of_scales_and_shifts_becomes_one_mul_and_one_add(dev, steps, seed):
+    """A BatchNormalization (mul, add) then a Caffe2 Scale layer (Mul, Add), as the model
+    zoo's DenseNet-121 writes each of its 121 norms, is x * S + T: two kernels, not four,
+    rounded twice rather than once a step (so the result agrees within a few ulps of the
+    largest value the steps make, not bitwise)."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder("bn")
+    x = b.input("x", (1, 4, 3, 3), "float")
+    b.output(b.relu(_affine_run(b, b.relu(x), steps, rng)), "y")
+    g = b.build()
+    merged = merge_scale_shifts(g)
+    kinds = [op for op, _ in steps]
+    want = ["mul"] * ("mul" in kinds) + ["add"] * ("add" in kinds)
+    if kinds in (["mul"], ["add"], ["mul", "add"]):
+        want = kinds
+    assert ops(merged) == ["relu", *want, "relu"]
+    x_val = rng.standard_normal((1, 4, 3, 3)).astype(np.float32)
+    got, expected = run(merged, dev, {"x": x_val})["y"], run(g, dev, {"x": x_val})["y"]
+    # every intermediate is at most 4**len(steps) in magnitude; each rounding errs by 2**-24
+    bound = 4.0 ** len(steps) * (len(steps) + 2) * 2.0**-23
+    np.testing.assert_allclose(got, expected, rtol=0, atol=bound)
+
+
+def test_a_scale_or_shift_read_elsewhere_ends_the_run(dev):
+    rng = np.random.default_rng(6)
+    b = GraphBuilder("bn")
+    x = b.relu(b.input("x", (1, 4, 3, 3), "float"))
+    h = _affine_run(b, x, [("mul", True), ("add", True)], rng)
+    h = b.output(h, "h")  # the BatchNormalization's result is an output too
+    b.output(_affine_run(b, h, [("mul", True), ("add", False), ("mul", False)], rng), "y")
+    merged = merge_scale_shifts(b.build())
+    assert ops(merged) == ["relu", "mul", "add", "mul", "add"]
+    x_val = rng.standard_normal((1, 4, 3, 3)).astype(np.float32)
+    got, want = run(merged, dev, {"x": x_val}), run(b.build(), dev, {"x": x_val})
+    np.testing.assert_array_equal(got["h"], want["h"])
+    np.testing.assert_allclose(got["y"], want["y"], rtol=1e-6, atol=1e-6)
+
+
+def test_scales_whose_product_leaves_the_dtype_are_not_merged():
+    """1e30 * 1e30 is not a float32: x * 1e30 * 1e30 of x = 1e-40 is, and merging would
+    make it infinite. Nor does a scale that flushes to zero merge."""
+    for first, second in ((1e30, 1e30), (1e-30, 1e-30)):
+        b = GraphBuilder("g")
+        x = b.input("x", (4,), "float")
+        a, c = (b.param(n, np.array(v, np.float32)) for n, v in (("a", first), ("c", second)))
+        y = b.mul(b.mul(x, a), c)
+        b.output(y, "y")
+        assert ops(merge_scale_shifts(b.build())) == ["mul", "mul"]
+
+
+def test_o1_folds_a_batch_norm_and_a_scale_layer_into_the_conv_before_them(dev):
+    """The compiler's default, as onnxruntime's basic level does: conv, BatchNormalization,
+    Mul, Add, Relu compile to two kernels; the norm ahead of the next conv (no matrix kernel
+    before it) to two."""
+    rng = np.random.default_rng(7)
+    b = GraphBuilder("densenet_layer")
+    x = b.input("x", (1, 4, 6, 6), "float")
+    h = b.relu(_affine_run(b, b.relu(x), [("mul", True), ("add", True)] * 2, rng))
+    h = b.conv2d(h, b.param("w", rng.standard_normal((4, 4, 1, 1)).astype(np.float32)))
+    h = _affine_run(b, h, [("mul", True), ("add", True), ("mul", True), ("add", True)], rng)
+    b.output(b.relu(h), "y")
+    inputs = {"x": rng.standard_normal((1, 4, 6, 6)).astype(np.float32)}
+    with mnrt.Context() as ctx:
+        o0 = ctx.compile(b, inputs, options={"option_json": "O0", "float_dtype": "float"})
+        o1 = ctx.compile(b, inputs, options={"option_json": "O1"})
+        norm = ["mul", "add"] * 2
+        kernels = [op for op in ops(o0.graph) if op != "relayout"]
+        assert kernels == ["relu", *norm, "relu", "conv2d", *norm, "relu"]
+        assert ops(o1.graph) == ["relu", "mul", "add", "relu", "conv2d", "relu"]
+        o0_s, o1_s = (c.lowered.program.plan(c.lowered.bindings).modelled.time_s for c in (o0, o1))
+        assert o1_s < o0_s
+        np.testing.assert_allclose(
+            o1(inputs)["y"].cpu(), o0(inputs)["y"].cpu(), rtol=1e-5, atol=1e-5
+        )
 
 
 def test_a_bias_written_before_the_product_folds_too(dev):
