@@ -6,6 +6,7 @@ import platform
 import socket
 import time
 from collections import Counter
+from itertools import count, repeat
 
 import numpy as np
 
@@ -37,7 +38,7 @@ from ..format.fb.ReleaseTrace import ReleaseTraceT
 from ..format.fb.ReplayTrace import ReplayTraceT
 from ..format.fb.WaitEvent import WaitEventT
 from ..format.fb.WriteBuffer import WriteBufferT
-from ..format.fingerprints import Fingerprint, Stats
+from ..format.fingerprints import Stats
 from ..format.values import attribute
 from ..host import Program
 from . import recorder as r
@@ -188,8 +189,10 @@ def _fingerprints(log: list[tuple], printed: dict[int, list[list[list[Stats]]]])
             if groups is None or n >= len(groups):
                 continue
             next_group[e[1]] = n + 1
+            # Plain (command, kernel, output, stats) tuples, as Fingerprint lays them out,
+            # made by zip: a compiled model has many hundreds.
             for k, outputs in enumerate(groups[n]):
-                out.extend(Fingerprint(index, k, j, s) for j, s in enumerate(outputs))
+                out.extend(zip(repeat(index), repeat(k), count(), outputs))
     return out
 
 

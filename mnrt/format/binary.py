@@ -120,8 +120,8 @@ class LightBinary:
         """Serialise commands and blobs into a new binary (the writer's one entry point).
         `inputs` and `outputs` are buffer ids (see io.py); without them the binary lists
         none, and readers derive them from the commands. `fingerprints` (see
-        fingerprints.py) are written when there are any, with the sample their statistics
-        were taken over."""
+        fingerprints.py: Fingerprint rows, or plain tuples laid out as one) are written when
+        there are any, with the sample their statistics were taken over."""
         b = flatbuffers.Builder(1024 + 32 * len(commands))
         commands_vec = pack_commands(b, commands)
         infos = blobs.infos

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -173,11 +174,15 @@ def _sum_dtype(dtype: np.dtype) -> type | None:
     return np.float32 if dtype.itemsize < 4 else None
 
 
+_place = operator.itemgetter(0, 1, 2)  # a Fingerprint's (command, kernel, output)
+
+
 def to_columns(fingerprints: Sequence[Fingerprint]) -> dict[str, tuple]:
     """The KernelFingerprint tables' fields, a column each (object-API attribute names),
     in (command, kernel, output) order, for `LightBinary.build` (a compiled model has a
-    fingerprint per kernel output: many hundreds)."""
-    ordered = sorted(fingerprints, key=lambda f: (f.command, f.kernel, f.output))
+    fingerprint per kernel output: many hundreds). Plain tuples laid out as a Fingerprint
+    do as well (a capture makes them without a Python call each)."""
+    ordered = sorted(fingerprints, key=_place)
     if not ordered:
         return {}
     command, kernel, output, stats = zip(*ordered)
