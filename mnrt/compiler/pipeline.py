@@ -34,9 +34,10 @@ from .patterns import fuse_gelu, fuse_layernorm, fuse_rolls, fuse_silu
 
 Step = Callable[[Graph], "Graph | tuple[Graph, dict]"]
 
-# O1's passes: what onnxruntime's basic level does too (an inference BatchNormalization
-# folded into the conv before it), so that the default compile runs no kernel that only
-# rescales a product.
+# O1's passes: an inference BatchNormalization folded into the conv or gemm before it, as
+# onnxruntime's basic level folds it, so that the default compile runs no kernel that only
+# rescales a product; a norm no matrix kernel absorbs (DenseNet's, ahead of its convs) is
+# one mul and one add however many Mul and Add the model writes.
 _FOLDING = (dead_code, fold_constants, merge_scale_shifts, fold_scale_shift)
 
 # O2's passes; O3 and O4 drop what fusing left unused as well.
