@@ -6,7 +6,6 @@ import platform
 import socket
 import time
 from collections import Counter
-from itertools import count, repeat
 
 import numpy as np
 
@@ -38,7 +37,7 @@ from ..format.fb.ReleaseTrace import ReleaseTraceT
 from ..format.fb.ReplayTrace import ReplayTraceT
 from ..format.fb.WaitEvent import WaitEventT
 from ..format.fb.WriteBuffer import WriteBufferT
-from ..format.fingerprints import Stats
+from ..format.fingerprints import Stats, columns_of_commands
 from ..format.values import attribute
 from ..host import Program
 from . import recorder as r
@@ -168,14 +167,14 @@ _CONVERTERS = {
 }
 
 
-def _fingerprints(log: list[tuple], printed: dict[int, list[list[list[Stats]]]]) -> list:
-    """Each queue's fingerprint groups (one per command that ran kernels, in the order they
-    were put on it) paired with that queue's log rows that ran kernels, in log order:
-    programs enqueued outside a device trace (those inside one run when it is replayed),
-    and trace replays."""
+def _fingerprints(log: list[tuple], printed: dict[int, list[list[list[Stats]]]]) -> dict:
+    """The KernelFingerprint columns (see format/fingerprints.py): each queue's fingerprint
+    groups (one per command that ran kernels, in the order they were put on it) paired
+    with that queue's log rows that ran kernels, in log order: programs enqueued outside a
+    device trace (those inside one run when it is replayed), and trace replays."""
     capturing: dict[int, int] = {}  # queue gid -> trace gid it captures
     next_group = dict.fromkeys(printed, 0)
-    out = []
+    commands = []
     for index, e in enumerate(log):
         kind = e[0]
         if kind == r.BEGIN_TRACE:
@@ -189,11 +188,8 @@ def _fingerprints(log: list[tuple], printed: dict[int, list[list[list[Stats]]]])
             if groups is None or n >= len(groups):
                 continue
             next_group[e[1]] = n + 1
-            # Plain (command, kernel, output, stats) tuples, as Fingerprint lays them out,
-            # made by zip: a compiled model has many hundreds.
-            for k, outputs in enumerate(groups[n]):
-                out.extend(zip(repeat(index), repeat(k), count(), outputs))
-    return out
+            commands.append((index, groups[n]))
+    return columns_of_commands(commands)
 
 
 def build(
@@ -224,5 +220,5 @@ def build(
         device=device,
         inputs=list(ctx.inputs),
         outputs=list(ctx.outputs),
-        fingerprints=_fingerprints(log, printed) if printed else (),
+        fingerprints=_fingerprints(log, printed) if printed else {},
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import flatbuffers
@@ -114,14 +114,14 @@ class LightBinary:
         device: DeviceDescriptionT,
         inputs: Sequence[int] | None = None,
         outputs: Sequence[int] | None = None,
-        fingerprints: Sequence[Fingerprint] = (),
+        fingerprints: Sequence[Fingerprint] | Mapping[str, Sequence] = (),
         fingerprint_sample: Sample = SAMPLE,
     ) -> LightBinary:
         """Serialise commands and blobs into a new binary (the writer's one entry point).
         `inputs` and `outputs` are buffer ids (see io.py); without them the binary lists
         none, and readers derive them from the commands. `fingerprints` (see
-        fingerprints.py: Fingerprint rows, or plain tuples laid out as one) are written when
-        there are any, with the sample their statistics were taken over."""
+        fingerprints.py: Fingerprint rows, or their columns as `to_columns` makes them) are
+        written when there are any, with the sample their statistics were taken over."""
         b = flatbuffers.Builder(1024 + 32 * len(commands))
         commands_vec = pack_commands(b, commands)
         infos = blobs.infos
@@ -478,8 +478,11 @@ def _check_integrity(fb: memoryview, root: FbLightBinary) -> None:
         )
 
 
-def _fingerprints_vector(b: flatbuffers.Builder, fingerprints: Sequence[Fingerprint]) -> int:
-    return pack_tables(b, "KernelFingerprint", to_columns(fingerprints))
+def _fingerprints_vector(
+    b: flatbuffers.Builder, fingerprints: Sequence[Fingerprint] | Mapping[str, Sequence]
+) -> int:
+    columns = fingerprints if isinstance(fingerprints, Mapping) else to_columns(fingerprints)
+    return pack_tables(b, "KernelFingerprint", columns)
 
 
 def _io_vector(b: flatbuffers.Builder, ids: Sequence[int]) -> int:

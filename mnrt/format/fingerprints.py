@@ -177,15 +177,37 @@ def _sum_dtype(dtype: np.dtype) -> type | None:
 _place = operator.itemgetter(0, 1, 2)  # a Fingerprint's (command, kernel, output)
 
 
-def to_columns(fingerprints: Sequence[Fingerprint]) -> dict[str, tuple]:
+def to_columns(fingerprints: Sequence[Fingerprint]) -> dict[str, Sequence]:
     """The KernelFingerprint tables' fields, a column each (object-API attribute names),
     in (command, kernel, output) order, for `LightBinary.build` (a compiled model has a
-    fingerprint per kernel output: many hundreds). Plain tuples laid out as a Fingerprint
-    do as well (a capture makes them without a Python call each)."""
+    fingerprint per kernel output: many hundreds)."""
     ordered = sorted(fingerprints, key=_place)
     if not ordered:
         return {}
     command, kernel, output, stats = zip(*ordered)
+    return _columns(command, kernel, output, stats)
+
+
+def columns_of_commands(commands: Sequence[tuple[int, Sequence[Sequence[Stats]]]]) -> dict:
+    """`to_columns` of the fingerprints of whole commands, each (its index, and the stats
+    of each kernel's outputs, in order), the commands in order: what a capture records,
+    made into columns without a Python object per output (a capture of a compiled model
+    spends a percent of its time on that otherwise)."""
+    counts = [len(outputs) for _, kernels in commands for outputs in kernels]
+    if not sum(counts):
+        return {}
+    per_command = [len(kernels) for _, kernels in commands]
+    kernel = np.arange(len(counts)) - np.repeat(np.cumsum(per_command) - per_command, per_command)
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    return _columns(
+        np.repeat(np.repeat([index for index, _ in commands], per_command), counts),
+        np.repeat(kernel, counts),
+        np.arange(len(starts)) - starts,
+        [s for _, kernels in commands for outputs in kernels for s in outputs],
+    )
+
+
+def _columns(command: Sequence, kernel: Sequence, output: Sequence, stats: Sequence) -> dict:
     digest, lo, hi, mean, nonfinite = zip(*stats)
     return {
         "command": command,

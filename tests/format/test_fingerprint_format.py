@@ -5,14 +5,24 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from binaries import chain_capture
 from cli_harness import assert_one_line_error, invoke_cli
+from hypothesis import given
+from hypothesis import strategies as st
 
 import mnrt
 from mnrt.format import jsonio
 from mnrt.format.edit import Editor
-from mnrt.format.fingerprints import SAMPLE, Sample
+from mnrt.format.fingerprints import (
+    SAMPLE,
+    Fingerprint,
+    Sample,
+    Stats,
+    columns_of_commands,
+    to_columns,
+)
 
 
 def test_fingerprints_survive_saving_and_the_json_form(tmp_path):
@@ -24,6 +34,36 @@ def test_fingerprints_survive_saving_and_the_json_form(tmp_path):
     doc = json.loads(jsonio.dumps(binary))
     assert len(doc["fingerprints"]) == 6
     assert jsonio.from_json(doc).fingerprints == binary.fingerprints
+
+
+_stats = st.builds(
+    Stats,
+    st.integers(0, 2**64 - 1),
+    st.floats(),
+    st.floats(),
+    st.floats(),
+    st.integers(0, 2**40),
+)
+
+
+@given(
+    st.lists(st.lists(st.lists(_stats, min_size=1, max_size=3), max_size=4), max_size=4).map(
+        lambda commands: [(3 * i + 1, kernels) for i, kernels in enumerate(commands)]
+    )
+)
+def test_a_capture_s_commands_make_the_columns_their_fingerprints_would(commands):
+    """A capture hands its fingerprints to the writer as columns made per command, not a
+    Fingerprint per output: the same columns, the same file."""
+    rows = [
+        Fingerprint(index, k, j, s)
+        for index, kernels in commands
+        for k, outputs in enumerate(kernels)
+        for j, s in enumerate(outputs)
+    ]
+    want, got = to_columns(rows), columns_of_commands(commands)
+    assert list(got) == list(want)
+    for name, column in want.items():
+        np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(column))
 
 
 def test_a_fingerprint_naming_a_command_without_kernels_is_refused(tmp_path):
