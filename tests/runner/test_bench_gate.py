@@ -49,6 +49,23 @@ def test_baseline_gate_passes_unchanged_and_names_the_kernels_that_got_slower(tm
     assert code == 1 and json.loads(out)["regression"]["slower_kernels"][0]["op"] == "add"
 
 
+def test_kernels_that_got_slower_fail_the_gate_where_the_makespan_hides_them(tmp_path):
+    """A binary whose makespan is mostly its weights' upload: kernels 25% slower move the
+    makespan by 1%, within the tolerance; their summed time is gated on its own."""
+    path, base = tmp_path / "c.mnlb", tmp_path / "base.json"
+    chain_capture(12).save(path)
+    doc = json.loads(_bench(path, "--json")[1])
+    for k in doc["modelled"]["kernels"]:
+        k["time_s"] *= 0.8
+    doc["modelled"]["makespan_s"] *= 0.99
+    base.write_text(json.dumps(doc))
+    code, out = _bench(path, "--baseline", base)
+    assert code == 1 and "REGRESSION beyond 2.0%: kernels' time_s" in out, out
+    assert "makespan_s" not in out and out.count("slower:") == 12
+    code, out = _bench(path, "--baseline", base, "--tolerance", "0.3")
+    assert code == 0, out
+
+
 def test_the_gate_pairs_each_kernel_with_its_own_across_a_kernel_added_before_it(tmp_path):
     """A baseline of a binary without the current one's first kernel (as a compile that adds
     one, or another preset's fusion, leaves it): each kernel is still compared with its own
