@@ -463,6 +463,8 @@ def _merged(g: Graph, run: list[Node]) -> list[Node] | None:
         if not (np.all(np.isfinite(r)) and np.all((r != 0) | (v == 0))):
             return None
         stored.append(None if np.all(v == default) else r)
+    if stored[0] is None and stored[1] is None:  # x * 1 + 0: one kernel still, as a producer
+        stored[0] = np.ones((), read)
     out, result = run[-1].outputs[0], x.name
     made = []
     for op, data, node in (("mul", stored[0], run[0]), ("add", stored[1], run[-1])):
@@ -472,16 +474,11 @@ def _merged(g: Graph, run: list[Node]) -> list[Node] | None:
         g.values[param].role, g.values[param].shape, g.values[param].data = (
             PARAM, tuple(data.shape), data,
         )  # fmt: skip
-        made.append(Node(op, [result, param], [], {}, node.name))
-        result = out if op == "add" or stored[1] is None else _fresh(g, f"{out}_scaled", x.dtype)
-        made[-1].outputs = [result]
-    if not made:  # x * 1 + 0: still one kernel, so that the run's result keeps its producer
-        param = _fresh(g, f"{run[0].name or 'mul'}_scale", x.dtype)
-        g.values[param].role, g.values[param].shape = PARAM, ()
-        g.values[param].data = np.ones((), read)
-        made = [Node("mul", [x.name, param], [out], {}, run[0].name)]
-    for node in made:
-        g.values[node.outputs[0]].shape = x.shape
+        last = op == "add" or stored[1] is None
+        made_out = out if last else _fresh(g, f"{out}_scaled", x.dtype)
+        g.values[made_out].shape = x.shape
+        made.append(Node(op, [result, param], [made_out], {}, node.name))
+        result = made_out
     return made
 
 

@@ -148,6 +148,20 @@ def test_scales_whose_product_leaves_the_dtype_are_not_merged():
         assert ops(merge_scale_shifts(b.build())) == ["mul", "mul"]
 
 
+def test_a_run_that_gives_x_back_is_one_multiplication_by_one(dev):
+    """x * 2 * 0.5 + 1 - 1 is x: the run's result still has one kernel making it."""
+    b = GraphBuilder("g")
+    x = b.input("x", (4,), "float")
+    y = x
+    for i, (op, v) in enumerate((("mul", 2.0), ("mul", 0.5), ("add", 1.0), ("add", -1.0))):
+        y = getattr(b, op)(y, b.param(f"p{i}", np.array(v, np.float32)))
+    b.output(y, "y")
+    merged = merge_scale_shifts(b.build())
+    assert ops(merged) == ["mul"] and merged.values[merged.nodes[0].inputs[1]].data == 1.0
+    x_val = np.array([1.5, -0.25, 3.0, 0.0], np.float32)
+    np.testing.assert_array_equal(run(merged, dev, {"x": x_val})["y"], x_val)
+
+
 def test_o1_folds_a_batch_norm_and_a_scale_layer_into_the_conv_before_them(dev):
     """The compiler's default, as onnxruntime's basic level does: conv, BatchNormalization,
     Mul, Add, Relu compile to two kernels; the norm ahead of the next conv (no matrix kernel
