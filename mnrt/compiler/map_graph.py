@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from ..device.kernels import chain
 from ..device.kernels.registry import TensorSpec
-from ..device.mapping import PROBLEMS
+from ..device.mapping import PROBLEMS, Mapping
 from ..device.spec import MNCORE2, DeviceSpec
 from ..host import Kernel
 from .ir import Graph, Node
@@ -85,14 +85,22 @@ def map_graph(graph: Graph, effort: int, spec: DeviceSpec = MNCORE2) -> Graph:
 def explain(graph: Graph, effort: int, spec: DeviceSpec = MNCORE2) -> str:
     """For every matrix node (and chain holding a matrix kernel): the mapping chosen, and
     the best alternatives turned down with the resource or metric that ruled each out
-    (`mnrt compile --explain`)."""
+    (`mnrt compile --explain`). A chain runs the mapping its matrix kernel was given
+    alone, before the chain took it (its product then in DRAM); the mapper, weighing the
+    kernel as the chain holds it (its product on chip), may prefer another: then both are
+    named, so that "chosen" never names a mapping the binary does not run."""
 
-    def what(node: Node) -> str:
+    def explained(node: Node, front: Front) -> str:
         if node.op in PROBLEMS:
-            return node.op
-        return f"{node.op} with {chain.listed(node.attrs)[chain.matrix_step(node.attrs)].op}"
+            return f"{node.name} ({node.op}):\n{front.explain()}"
+        op = chain.listed(node.attrs)[chain.matrix_step(node.attrs)].op
+        text = front.explain()
+        runs = tuple(node.attrs["mapping"])
+        if runs != front.best.mapping.to_attr():
+            text = (
+                f"runs: {Mapping.from_attr(runs)} (chosen for the {op} alone, before the "
+                f"chain took it)\n" + text.replace("chosen:", "with its product on chip:", 1)
+            )
+        return f"{node.name} ({node.op} with {op}):\n{text}"
 
-    return "\n".join(
-        f"{node.name} ({what(node)}):\n{front.explain()}"
-        for node, front in _fronts(graph, effort, spec)
-    )
+    return "\n".join(explained(node, front) for node, front in _fronts(graph, effort, spec))

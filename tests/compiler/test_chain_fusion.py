@@ -19,6 +19,7 @@ from mnrt.compiler.map_graph import explain, map_graph
 from mnrt.compiler.node_cost import graph_cost
 from mnrt.compiler.options import resolve
 from mnrt.compiler.placement import DRAM, ON_CHIP
+from mnrt.device.mapping import Mapping
 
 
 def _residual_block(
@@ -265,3 +266,26 @@ def test_a_prologue_that_ran_earlier_joins_only_where_it_keeps_nothing_longer_on
     assert [n.op for n in g.nodes] == ["mul", "neg", "conv2d"]
     g.values["x"].location = ON_CHIP if where == "lm" else DRAM
     assert (["mul", "conv2d"] in _heads(fuse_matrix_chains(g))) is fused
+
+
+def test_explain_names_the_mapping_a_chain_runs_where_the_mapper_would_now_pick_another():
+    """A 1x1 conv mapped alone (its product to DRAM), then holding its bias and ReLU as a
+    chain (its product on chip): weighed as the chain holds it, the mapper prefers another
+    mapping. `--explain` names the one the binary runs, and the other as what it is; an
+    explanation never calls "chosen" a mapping the chain does not carry."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("pointwise")
+    x = b.input("x", (1, 16, 28, 28), "float")
+    w = b.param("w", (rng.standard_normal((16, 16, 1, 1)) * 0.1).astype(np.float32))
+    y = b.add(b.conv2d(x, w), b.param("s", rng.standard_normal((1, 16, 1, 1)).astype(np.float32)))
+    b.output(b.relu(y), "y")
+    inputs = {"x": rng.standard_normal((1, 16, 28, 28)).astype(np.float32)}
+    with mnrt.Context() as ctx:
+        compiled = ctx.compile(b, inputs, options={"option_json": "O3", "float_dtype": "mixed"})
+        (node,) = compiled.graph.nodes
+        assert node.op == "chain"
+        explained = explain(compiled.graph, compiled.options["mapping_effort"])
+    runs = Mapping.from_attr(node.attrs["mapping"])
+    assert f"runs: {runs} (chosen for the conv2d alone, before the chain took it)" in explained
+    preferred = explained.split("with its product on chip: ")[1].split(":")[0]
+    assert preferred != str(runs) and "chosen:" not in explained
