@@ -77,7 +77,7 @@ def _baseline(path: Path, **placement: Any) -> dict:
         f"--baseline {path} is neither a light binary nor the JSON `mnrt bench FILE --json` "
         "prints (that needs "
         "modelled.makespan_s and modelled.energy_j, and modelled.kernels of program, "
-        "program_kernel, op and time_s: non-negative finite amounts)"
+        "program_kernel, op and time_s, and energy_j where given: non-negative finite amounts)"
     )
 
 
@@ -96,7 +96,7 @@ def _kernel(row: object) -> bool:
         and isinstance(row.get("program"), str)
         and isinstance(row.get("op"), str)
         and type(row.get("program_kernel")) is int
-        and _amounts(row, ("time_s",))
+        and _amounts(row, ("time_s", "energy_j") if "energy_j" in row else ("time_s",))
     )
 
 

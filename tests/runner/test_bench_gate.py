@@ -51,7 +51,8 @@ def test_baseline_gate_passes_unchanged_and_names_the_kernels_that_got_slower(tm
 
 def test_kernels_that_got_slower_fail_the_gate_where_the_makespan_hides_them(tmp_path):
     """A binary whose makespan is mostly its weights' upload: kernels 25% slower move the
-    makespan by 1%, within the tolerance; their summed time is gated on its own."""
+    makespan by 1%, within the tolerance; their summed time is gated on its own, and so is
+    their summed energy."""
     path, base = tmp_path / "c.mnlb", tmp_path / "base.json"
     chain_capture(12).save(path)
     doc = json.loads(_bench(path, "--json")[1])
@@ -64,6 +65,15 @@ def test_kernels_that_got_slower_fail_the_gate_where_the_makespan_hides_them(tmp
     assert "makespan_s" not in out and out.count("slower:") == 12
     code, out = _bench(path, "--baseline", base, "--tolerance", "0.3")
     assert code == 0, out
+    doc = json.loads(_bench(path, "--json")[1])
+    for k in doc["modelled"]["kernels"]:
+        k["energy_j"] *= 0.8  # as fast as now, on less energy
+    doc["modelled"]["energy_j"] *= 0.99
+    base.write_text(json.dumps(doc))
+    code, out = _bench(path, "--baseline", base, "--json")
+    assert code == 1 and [t.split(" ")[:2] for t in json.loads(out)["regression"]["totals"]] == [
+        ["kernels'", "energy_j"]
+    ]
 
 
 def test_the_gate_pairs_each_kernel_with_its_own_across_a_kernel_added_before_it(tmp_path):
@@ -118,6 +128,7 @@ NOT_BENCH_JSON = {
     "kernel without program": lambda m: m["kernels"][0].pop("program"),
     "kernel time text": lambda m: m["kernels"][1].update(time_s="a"),
     "kernel time infinite": lambda m: m["kernels"][2].update(time_s=float("inf")),
+    "kernel energy negative": lambda m: m["kernels"][1].update(energy_j=-1.0),
     "kernel index text": lambda m: m["kernels"][0].update(program_kernel="0"),
 }
 
