@@ -424,22 +424,22 @@ def merge_scale_shifts(graph: Graph) -> Graph:
     g = graph.copy()
     uses = uses_of(g)
     producer = {out: i for i, n in enumerate(g.nodes) for out in n.outputs}
-    runs: dict[int, list[int]] = {}  # the node ending a run -> the run's nodes, in order
+    # the node ending a run -> the run's nodes and their steps (see _affine_step), in order
+    runs: dict[int, list[tuple[int, tuple]]] = {}
     for i, node in enumerate(g.nodes):
         step = _affine_step(g, node)
         if step is None:
             continue
         src = producer.get(step[1])
         run = runs.pop(src, None) if src is not None and uses.get(step[1]) == 1 else None
-        runs[i] = [*(run or []), i]
+        runs[i] = [*(run or []), (i, step)]
     replace: dict[int, list[Node]] = {}
     for last, run in runs.items():
-        ops = [g.nodes[i].op for i in run]
-        if ops in (["mul"], ["add"], ["mul", "add"]):
+        if [step[0] for _, step in run] in (["mul"], ["add"], ["mul", "add"]):
             continue
-        made = _merged(g, [g.nodes[i] for i in run])
+        made = _merged(g, [g.nodes[i] for i, _ in run], [step for _, step in run])
         if made is not None:
-            replace.update({i: [] for i in run})
+            replace.update({i: [] for i, _ in run})
             replace[last] = made
     if not replace:
         return g
@@ -449,10 +449,10 @@ def merge_scale_shifts(graph: Graph) -> Graph:
     return g
 
 
-def _merged(g: Graph, run: list[Node]) -> list[Node] | None:
-    """The nodes computing x * S + T for a run of affine steps (see merge_scale_shifts),
-    or None where S or T would not keep the steps' values in x's dtype."""
-    steps = [_affine_step(g, node) for node in run]
+def _merged(g: Graph, run: list[Node], steps: list[tuple]) -> list[Node] | None:
+    """The nodes computing x * S + T for a run of affine steps (`steps`, see
+    merge_scale_shifts), or None where S or T would not keep the steps' values in x's
+    dtype."""
     x = g.values[steps[0][1]]
     scale, shift = _composed([(op, p) for op, _, p in steps])
     read = x.dtype.read_dtype if not x.dtype.is_half else np.float32

@@ -92,10 +92,10 @@ def regressions(
 ) -> tuple[list[str], list[dict], list[dict]]:
     """(totals that regressed beyond `tolerance` as lines, kernels that got slower, kernels
     with no counterpart in the baseline) of two `mnrt bench --json` documents' `modelled`
-    parts. The totals are the makespan, the energy and the kernels' summed time and energy. Kernels
-    are matched program by program, their ops aligned as lines of a text diff
-    (`kernel_pairs`): a kernel added, dropped or fused elsewhere (another compile of the
-    model, another preset) does not shift the others onto kernels they are not, and is
+    parts. The totals are the makespan, the energy and the kernels' summed time and
+    energy. Kernels are matched program by program, their ops aligned as lines of a text
+    diff (`kernel_pairs`): a kernel added, dropped or fused elsewhere (another compile of
+    the model, another preset) does not shift the others onto kernels they are not, and is
     itself named as added, as a regression may be all its own."""
     totals = [
         (name, unit, float(baseline[name]), float(current[name]))
