@@ -1,10 +1,11 @@
 """The compile cache (CacheOptions): a codegen_dir per model, options, input shapes and
-mnrt version (a pipelined compile's: its optimised graph), stored whole with a checksum of
+mnrt code (a pipelined compile's: its optimised graph), stored whole with a checksum of
 each file and loaded instead of compiling."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 class CacheOptions:
     """Where compiled graphs are kept: compiling the same model with the same options and
-    input shapes (with the same mnrt version) again loads the cached codegen_dir instead of
+    input shapes (with the same mnrt code) again loads the cached codegen_dir instead of
     compiling. An entry that cannot be loaded (truncated, say) is compiled again."""
 
     def __init__(self, cache_dir: str | os.PathLike) -> None:
@@ -48,13 +49,40 @@ class CacheOptions:
 
 def cache_key(graph: Graph, opts: CompileOptions, inputs: Mapping[str, np.ndarray]) -> str:
     """The cache entry of a compile: the model (structure and weights), every resolved option
-    (an option_json file's contents included), the input shapes, and the mnrt version, whose
-    passes and formats made the entry."""
+    (an option_json file's contents included), the input shapes, and the mnrt version and
+    code whose passes and formats made the entry."""
     key = xxhash.xxh3_64(serialize.fingerprint(graph).encode())
     key.update(json.dumps(opts.to_json(), sort_keys=True).encode())
     key.update(repr(sorted((n, np.shape(a)) for n, a in inputs.items())).encode())
-    key.update(f"mnrt {__version__}".encode())
+    key.update(f"mnrt {__version__} {_mnrt_code()}".encode())
     return key.hexdigest()
+
+
+@functools.cache
+def _mnrt_code() -> str:
+    """`code_digest` of the installed mnrt package, once per process. The version alone
+    does not tell two builds apart: an install from a branch, or a development checkout
+    whose passes changed since it filled the cache, has the version of the last release,
+    and its cache would hand back what the old passes compiled."""
+    return code_digest(Path(__file__).resolve().parents[1])
+
+
+def code_digest(package: Path) -> str:
+    """xxh3-64 of a package's code: every Python source and JSON file under `package` (its
+    presets), each by its path there and its bytes; bytecode caches are not its code. A file
+    that cannot be read counts by its path alone (the digest still changes when it comes
+    back)."""
+    digest = xxhash.xxh3_64()
+    for path in sorted(package.rglob("*")):
+        if path.suffix not in (".py", ".json") or "__pycache__" in path.parts:
+            continue
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+        try:
+            body = path.read_bytes()
+        except OSError:
+            continue
+        digest.update(len(body).to_bytes(8, "little") + body)
+    return digest.hexdigest()
 
 
 CHECKSUMS = "checksums.json"  # in a cache entry: file name -> xxh3-128 of its bytes

@@ -1,5 +1,5 @@
 """Compile caching (`CacheOptions`): entries keyed by model, options, input shapes and the
-mnrt version, stored whole with checksums; an entry that cannot be loaded, or whose files
+mnrt version and code, stored whole with checksums; an entry that cannot be loaded, or whose files
 changed since, is compiled again; a read-only cache serves what it holds."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -105,13 +106,58 @@ def test_a_cache_hit_still_writes_out_onnx(ctx, tmp_path):
     assert out.is_file()
 
 
-def test_thecache_key_holds_the_mnrt_version(ctx, tmp_path, monkeypatch):
+def test_the_cache_key_holds_the_mnrt_version(ctx, tmp_path, monkeypatch):
     b = small_mlp(np.random.default_rng(6))
     cache = mnrt.CacheOptions(tmp_path / "cache")
     ctx.compile(b, {"x": mlp_input()}, cache_options=cache)
     monkeypatch.setattr(cache_module, "__version__", "0.0.0-other")
     ctx.compile(b, {"x": mlp_input()}, cache_options=cache)
     assert len(list((tmp_path / "cache").iterdir())) == 2
+
+
+def test_the_cache_key_holds_the_mnrt_code(ctx, tmp_path, monkeypatch):
+    """A build whose passes changed under the same version (a development checkout, an
+    install from a branch) compiles again rather than load what the old code compiled."""
+    b = small_mlp(np.random.default_rng(6))
+    cache = mnrt.CacheOptions(tmp_path / "cache")
+    ctx.compile(b, {"x": mlp_input()}, cache_options=cache)
+    ctx.compile(b, {"x": mlp_input()}, cache_options=cache)
+    assert len(list((tmp_path / "cache").iterdir())) == 1
+    monkeypatch.setattr(cache_module, "_mnrt_code", lambda: "another build")
+    ctx.compile(b, {"x": mlp_input()}, cache_options=cache)
+    assert len(list((tmp_path / "cache").iterdir())) == 2
+
+
+def test_the_code_digest_follows_sources_and_presets_only(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "presets").mkdir(parents=True)
+    (package / "__pycache__").mkdir()
+    (package / "passes.py").write_text("FOLD = True\n")
+    (package / "presets" / "O1.json").write_text('{"passes": ["fold"]}')
+    digest = cache_module.code_digest(package)
+    assert cache_module.code_digest(package) == digest
+    (package / "__pycache__" / "passes.cpython-311.pyc").write_bytes(b"\0" * 16)
+    (package / "notes.txt").write_text("not code")
+    assert cache_module.code_digest(package) == digest
+    seen = {digest}
+    for change in (
+        lambda: (package / "passes.py").write_text("FOLD = False\n"),
+        lambda: (package / "presets" / "O1.json").write_text('{"passes": []}'),
+        lambda: (package / "passes.py").rename(package / "lower.py"),
+        lambda: (package / "empty.py").write_text(""),
+    ):
+        change()
+        seen.add(cache_module.code_digest(package))
+    assert len(seen) == 5
+
+
+def test_the_installed_code_digest_is_taken_once(monkeypatch):
+    cache_module._mnrt_code.cache_clear()
+    calls = []
+    monkeypatch.setattr(cache_module, "code_digest", lambda p: calls.append(p) or "d")
+    assert cache_module._mnrt_code() == cache_module._mnrt_code() == "d"
+    assert calls == [Path(mnrt.__file__).resolve().parent]
+    cache_module._mnrt_code.cache_clear()
 
 
 @pytest.mark.parametrize(
