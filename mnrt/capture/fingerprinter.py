@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..device.dtypes import DType
+from ..device.emulator import BoundKernel
 from ..format.fingerprints import (
     SAMPLE,
     Sample,
@@ -47,7 +48,7 @@ class Fingerprinter(KernelWatch):
     every output of every kernel the command runs, kernel by kernel (`kernels`, complete
     once the command is done)."""
 
-    __slots__ = ("_blocks", "_counts", "_hashes", "_sample", "_stats", "kernels")
+    __slots__ = ("_blocks", "_counts", "_hashes", "_last", "_same", "_sample", "_stats", "kernels")
 
     def __init__(self) -> None:
         self.kernels: list[list[Stats]] = []
@@ -56,6 +57,11 @@ class Fingerprinter(KernelWatch):
         self._stats: list[Stats | None] = []  # of every output; None until summarised
         self._blocks: dict[np.dtype, _Block] = {}  # samples not yet summarised, by dtype
         self._sample = SAMPLE
+        # Where the output last fingerprinted lies (see `_where`), or None where its
+        # statistics are not of its stored bits; and the outputs whose fingerprint is an
+        # earlier one's (output, the earlier), for `done` to fill in.
+        self._last: tuple | None = None
+        self._same: list[tuple[int, int]] = []
 
     @staticmethod
     def factory(groups: list[list[list[Stats]]]):
@@ -75,16 +81,39 @@ class Fingerprinter(KernelWatch):
         bound = step.bound
         noted = bound.noted
         if noted is None or noted[0] is not self._sample:
-            noted = bound.noted = (self._sample, [self._view(*out) for out in bound.outs])
+            noted = bound.noted = self._note(bound)
+        _, outs, source = noted
         hashes = self._hashes
-        for (bits, runs), values in zip(noted[1], results):
+        if source is not None and source == self._last:
+            # A reshape (or copy) of what the kernel before it wrote: the same bits, so the
+            # same fingerprint. A fifth of a channel-shuffling model's outputs (ShuffleNet).
+            self._same.append((len(hashes), len(hashes) - 1))
+            hashes.append(hashes[-1])
+            self._stats.append(None)
+            self._last = outs[0][2]
+            self._counts.append(1)
+            return
+        for (bits, runs, where), values in zip(outs, results):
             # The sample is of the stored bits where they hold the values as computed.
             if runs is None or not (values is bits or values.dtype == bits.dtype):
                 self._one(bits, values)
                 continue
             hashes.append(hash_contiguous(bits))
             self._take(runs, bits.dtype)
+            self._last = where
         self._counts.append(len(results))  # not before: a kernel whose fingerprint failed
+
+    def _note(self, bound: BoundKernel) -> tuple:
+        """What `after` keeps on a kernel: the sample it was worked out for, each output's
+        storage, the view of its sample there (see `_view`) and where it lies, and where
+        the input lies whose bits the output repeats (`KernelDef.same_bits`), if any."""
+        outs = [(*self._view(bits, dtype), _where(bits)) for bits, dtype in bound.outs]
+        source = None
+        if bound.kdef.same_bits and len(outs) == 1 and outs[0][1] is not None:
+            (x,) = bound.values
+            if x is not None and x.flags.c_contiguous and x.dtype == outs[0][0].dtype:
+                source = _where(x)
+        return self._sample, outs, source
 
     def _view(self, bits: np.ndarray, dtype: DType) -> tuple[np.ndarray, np.ndarray | None]:
         """An output's storage and the view of its sample there, or None where the sample
@@ -100,6 +129,7 @@ class Fingerprinter(KernelWatch):
         """Fingerprint one output the general way (see `after`)."""
         digest = hash_of(bits)
         self._hashes.append(digest)
+        self._last = None  # summarised from values that may not be its stored bits
         if values.size < self._sample.least:
             self._stats.append(summary(digest, values.reshape(-1)))
         else:
@@ -123,6 +153,8 @@ class Fingerprinter(KernelWatch):
         try:
             for block in self._blocks.values():
                 block.summarise(self._hashes, self._stats)
+            for output, earlier in self._same:
+                self._stats[output] = self._stats[earlier]
         finally:
             self._blocks.clear()
             at = 0
@@ -132,6 +164,12 @@ class Fingerprinter(KernelWatch):
                     break
                 self.kernels.append(row)
                 at += count
+
+
+def _where(storage: np.ndarray) -> tuple:
+    """Where an array's bits lie, and as what: two views of the same bytes as the same
+    dtype are alike (a kernel's output storage and the next kernel's input view of it)."""
+    return storage.__array_interface__["data"][0], storage.nbytes, storage.dtype.str
 
 
 class _Block:

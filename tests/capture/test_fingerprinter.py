@@ -20,11 +20,17 @@ DTYPES = ["float16", "float32", "float64", "int8", "int32", "int64", "uint8", "u
 SIZES = [0, 1, 5, 1000, SAMPLE.runs * (SAMPLE.run + 1), SAMPLE.runs * (SAMPLE.run + 1) + 1, 70_001]
 
 
-def _step(*bits: np.ndarray, direct: bool = True) -> SimpleNamespace:
+def _step(
+    *bits: np.ndarray, direct: bool = True, repeats: np.ndarray | None = None
+) -> SimpleNamespace:
     """What a Fingerprinter reads of a kernel: its outputs' storage, whether they hold the
-    values as computed (`direct`), and what it noted there."""
+    values as computed (`direct`), what it noted there, and the input whose bits the one
+    output repeats (`repeats`: a reshape's or a copy's), if any."""
     d = SimpleNamespace(direct=direct)
-    return SimpleNamespace(bound=SimpleNamespace(outs=[(b, d) for b in bits], noted=None))
+    kdef = SimpleNamespace(same_bits=repeats is not None)
+    values = [] if repeats is None else [repeats]
+    bound = SimpleNamespace(outs=[(b, d) for b in bits], noted=None, kdef=kdef, values=values)
+    return SimpleNamespace(bound=bound)
 
 
 @st.composite
@@ -96,6 +102,47 @@ def test_a_sample_is_summarised_as_it_was_when_the_kernel_wrote_it(monkeypatch):
     a[:] = -1
     f.done()
     assert [row[0] for row in f.kernels] == expected
+
+
+@pytest.mark.parametrize("block_rows", [1, 100])
+def test_a_reshape_of_the_output_before_it_takes_that_fingerprint(monkeypatch, block_rows):
+    """Its bits are the same, so its fingerprint is, without a hash of its own; even where
+    the storage they lie in changes before the samples are summarised."""
+    monkeypatch.setattr(fingerprinter, "BLOCK_ROWS", block_rows)
+    hashed = []
+    real = fingerprinter.hash_contiguous
+    monkeypatch.setattr(fingerprinter, "hash_contiguous", lambda b: hashed.append(b) or real(b))
+    a = np.linspace(-1, 1, 100_000, dtype=np.float32)
+    r = np.empty((400, 250), np.float32)
+    c = np.empty(100_000, np.float32)
+    f = Fingerprinter()
+    for step, source in ((_step(a), a), (_step(r, repeats=a), a), (_step(c, repeats=r), r)):
+        f.before(step)
+        out = step.bound.outs[0][0]
+        out[...] = source.reshape(out.shape)
+        f.after(step, [out])
+    expected = stats_of(a, a)
+    a[:] = r[:] = c[:] = 7  # later kernels write all three
+    f.done()
+    assert len(hashed) == 1
+    assert f.kernels == [[expected]] * 3
+
+
+def test_a_reshape_of_what_the_kernel_before_computed_wider_has_its_own_fingerprint():
+    """The kernel before stored rounded bits and is summarised from its values as computed:
+    the reshape's statistics are of the stored bits, so not that kernel's."""
+    a = np.linspace(-1, 1, 100_000, dtype=np.float32)
+    computed = np.linspace(-1, 1, 100_000) + 1e-9  # wider: the stored bits round it
+    r = np.empty(100_000, np.float32)
+    f = Fingerprinter()
+    # A kernel writes `a` as computed, another writes it rounded, then a reshape reads it.
+    for step, value in ((_step(a), a), (_step(a), computed), (_step(r, repeats=a), a)):
+        f.before(step)
+        f.after(step, [value])
+        r[:] = a
+    f.done()
+    assert [row[0] for row in f.kernels] == [stats_of(a, a), stats_of(a, computed), stats_of(r, r)]
+    assert f.kernels[1][0].mean != f.kernels[2][0].mean
 
 
 def _ping_pong(q, dev, kernels: int = 6, n: int = 40_000) -> None:
@@ -195,7 +242,8 @@ def test_a_failing_kernel_raises_its_own_error(dev, monkeypatch, broken):
 
 def _mixed(dev) -> mnrt.LightBinary:
     """A capture of one program run twice, whose kernels write outputs in place and not,
-    stored as computed and rounded (half, float16), large and small."""
+    stored as computed and rounded (half, float16), large and small, and reshape and copy
+    what the kernel before them wrote (and what it did not)."""
     rng = np.random.default_rng(1)
     n = 200
     specs = {
@@ -207,16 +255,26 @@ def _mixed(dev) -> mnrt.LightBinary:
         "i": ((n, n), "int32"),
         "s": ((3,), "float"),
         "r": ((3,), "float"),
+        "ar": ((n * n,), "float"),
+        "ac": ((n * n,), "float"),
+        "hr": ((n * n,), "half"),
+        "xr": ((n * n,), "float"),
+        "rr": ((1, 3), "float"),
     }
     bufs = {k: dev.create_buffer(shape, dt, name=k) for k, (shape, dt) in specs.items()}
     program = dev.create_program(
         [
             mnrt.Kernel("relu", ["x"], ["a"]),
+            mnrt.Kernel("reshape", ["a"], ["ar"], {"shape": [-1]}),
+            mnrt.Kernel("copy", ["ar"], ["ac"]),
             mnrt.Kernel("transpose", ["a"], ["t"]),
             mnrt.Kernel("cast", ["t"], ["h"], {"to": "half"}),
+            mnrt.Kernel("reshape", ["h"], ["hr"], {"shape": [-1]}),
             mnrt.Kernel("cast", ["x"], ["f"], {"to": "float16"}),
+            mnrt.Kernel("reshape", ["x"], ["xr"], {"shape": [-1]}),
             mnrt.Kernel("cast", ["h"], ["i"], {"to": "int32"}),
             mnrt.Kernel("relu", ["s"], ["r"]),
+            mnrt.Kernel("reshape", ["r"], ["rr"], {"shape": [1, 3]}),
         ],
         name="mixed",
     )
@@ -231,10 +289,20 @@ def _mixed(dev) -> mnrt.LightBinary:
 
 
 def test_what_a_kernel_notes_for_later_runs_fingerprints_as_the_general_way(dev, monkeypatch):
+    """The general way hashes every output; what is noted spares the reshape and the copy
+    of the relu's output (twice: the program runs twice) and nothing else."""
+    hashed = []
+    for name in ("hash_contiguous", "hash_of"):
+        real = getattr(fingerprinter, name)
+        monkeypatch.setattr(fingerprinter, name, lambda b, real=real: hashed.append(1) or real(b))
     kept = _mixed(dev)
+    kept_hashes = len(hashed)
     monkeypatch.setattr(Fingerprinter, "_view", lambda self, bits, dtype: (bits, None))
     general = _mixed(dev)
-    assert len(kept.fingerprints) == 12
+    assert len(kept.fingerprints) == 22
+    assert (kept_hashes, len(hashed) - kept_hashes) == (18, 22)
     assert [(f[:3], f.stats.to_dict()) for f in kept.fingerprints] == [
         (f[:3], f.stats.to_dict()) for f in general.fingerprints
     ]
+    located = mnrt.replay(kept, locate=True).locate
+    assert (located.compared, located.divergent) == (22, 0)

@@ -177,5 +177,6 @@ register(
         cost=lambda ins, outs, attrs: streaming_cost(ins, outs, 0.0),
         reduction=exact,
         pointwise=True,
+        same_bits=True,
     )
 )

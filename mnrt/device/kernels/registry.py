@@ -281,6 +281,9 @@ class KernelDef:
     # (reshape, transpose): a matrix kernel's epilogue (a chain it heads) stores its blocks
     # where such a step puts them, as CUTLASS's permuted outputs do.
     rearranges: bool = False
+    # Its one output holds its one input's bits in the same order (reshape, copy): whoever
+    # fingerprints outputs may take the input's, where it has just taken it.
+    same_bits: bool = False
     errors: ErrorsFn | None = None
     terms: TermsFn | None = None
     # Checks the attributes together once each has its kind (a relayout's layout texts

@@ -216,6 +216,7 @@ register(
         cost=_moving_cost,
         reduction=exact,
         rearranges=True,
+        same_bits=True,
     )
 )
 
