@@ -482,6 +482,44 @@ def _merged(g: Graph, run: list[Node], steps: list[tuple]) -> list[Node] | None:
     return made
 
 
+def fuse_scale_shift(graph: Graph) -> Graph:
+    """Make each multiplication by a parameter whose result only an addition of a parameter
+    reads one `scale_shift` kernel: an inference BatchNormalization that no conv or gemm
+    absorbed (DenseNet's, after a concatenation) is then one pass over x, as onnxruntime
+    runs it (its BatchNormalization kernel), where a mul and an add store an x-sized result
+    twice and read one back. The same roundings in float32; half rounds once, at the end."""
+    g = graph.copy()
+    uses = uses_of(g)
+    producer = {out: i for i, n in enumerate(g.nodes) for out in n.outputs}
+    replace: dict[int, list[Node]] = {}
+    for i, node in enumerate(g.nodes):
+        step = _affine_step(g, node)
+        src = producer.get(step[1]) if step is not None and step[0] == "add" else None
+        if src is None or uses.get(step[1]) != 1:
+            continue
+        mul = g.nodes[src]
+        inner = _affine_step(g, mul)
+        if inner is None or inner[0] != "mul":
+            continue
+        x = inner[1]
+        scale = _other(mul, x)
+        replace[src] = []
+        replace[i] = [
+            Node("scale_shift", [x, scale, _other(node, step[1])], node.outputs, {}, node.name)
+        ]
+    if not replace:
+        return g
+    g.nodes = [n for i, node in enumerate(g.nodes) for n in replace.get(i, [node])]
+    drop_unused_values(g)
+    g.verify()
+    return g
+
+
+def _other(node: Node, x: str) -> str:
+    """The operand of a two-operand node that is not x."""
+    return node.inputs[1] if node.inputs[0] == x else node.inputs[0]
+
+
 def fold_scale_shift(graph: Graph) -> Graph:
     """Fold a per-channel `mul` by a parameter and `add` of a parameter that follow a conv2d
     or gemm (an inference BatchNormalization, once imported) into its weights and bias."""

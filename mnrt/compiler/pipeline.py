@@ -28,6 +28,7 @@ from .passes import (
     fold_constants,
     fold_scale_shift,
     fuse_epilogues,
+    fuse_scale_shift,
     merge_scale_shifts,
 )
 from .patterns import fuse_gelu, fuse_layernorm, fuse_rolls, fuse_silu
@@ -37,12 +38,14 @@ Step = Callable[[Graph], "Graph | tuple[Graph, dict]"]
 # O1's passes: an inference BatchNormalization folded into the conv or gemm before it, as
 # onnxruntime's basic level folds it, so that the default compile runs no kernel that only
 # rescales a product; a norm no matrix kernel absorbs (DenseNet's, ahead of its convs) is
-# one mul and one add however many Mul and Add the model writes.
-_FOLDING = (dead_code, fold_constants, merge_scale_shifts, fold_scale_shift)
+# one scale_shift kernel however many Mul and Add the model writes.
+_FOLDING = (dead_code, fold_constants, merge_scale_shifts, fold_scale_shift, fuse_scale_shift)
 
-# O2's passes; O3 and O4 drop what fusing left unused as well.
+# O2's passes; O3 and O4 drop what fusing left unused as well. fuse_scale_shift comes after
+# the patterns, whose Mul and Add it would take (a LayerNormalization's scale and bias).
 _FUSING = (dead_code, fold_constants, common_subexpressions, fuse_rolls, merge_scale_shifts,
-           fold_scale_shift, fuse_silu, fuse_gelu, fuse_layernorm, fuse_epilogues)  # fmt: skip
+           fold_scale_shift, fuse_silu, fuse_gelu, fuse_layernorm, fuse_epilogues,
+           fuse_scale_shift)  # fmt: skip
 
 # Passes each preset runs after float_dtype, on the casts it inserted.
 AFTER_FLOAT_DTYPE = {

@@ -165,6 +165,7 @@ def test_codegen_dir_holds_everything_and_loads_without_compiling(ctx, tmp_path)
         "fuse_gelu",
         "fuse_layernorm",
         "fuse_epilogues",
+        "fuse_scale_shift",
         "float_dtype",
         "common_subexpressions",
         "cancel_round_trip_casts",

@@ -23,6 +23,7 @@ from mnrt.compiler.passes import (
     fold_constants,
     fold_scale_shift,
     fuse_epilogues,
+    fuse_scale_shift,
     merge_scale_shifts,
 )
 from mnrt.compiler.patterns import fuse_gelu, fuse_layernorm, fuse_rolls, fuse_silu
@@ -165,7 +166,7 @@ def test_a_run_that_gives_x_back_is_one_multiplication_by_one(dev):
 def test_o1_folds_a_batch_norm_and_a_scale_layer_into_the_conv_before_them(dev):
     """The compiler's default, as onnxruntime's basic level does: conv, BatchNormalization,
     Mul, Add, Relu compile to two kernels; the norm ahead of the next conv (no matrix kernel
-    before it) to two."""
+    before it) to one scale_shift, as onnxruntime runs it as one BatchNormalization."""
     rng = np.random.default_rng(7)
     b = GraphBuilder("densenet_layer")
     x = b.input("x", (1, 4, 6, 6), "float")
@@ -180,12 +181,72 @@ def test_o1_folds_a_batch_norm_and_a_scale_layer_into_the_conv_before_them(dev):
         norm = ["mul", "add"] * 2
         kernels = [op for op in ops(o0.graph) if op != "relayout"]
         assert kernels == ["relu", *norm, "relu", "conv2d", *norm, "relu"]
-        assert ops(o1.graph) == ["relu", "mul", "add", "relu", "conv2d", "relu"]
+        assert ops(o1.graph) == ["relu", "scale_shift", "relu", "conv2d", "relu"]
         o0_s, o1_s = (c.lowered.program.plan(c.lowered.bindings).modelled.time_s for c in (o0, o1))
         assert o1_s < o0_s
         np.testing.assert_allclose(
             o1(inputs)["y"].cpu(), o0(inputs)["y"].cpu(), rtol=1e-5, atol=1e-5
         )
+
+
+@pytest.mark.parametrize("dtype", ["float", "half"])
+@pytest.mark.parametrize("swapped", [False, True])
+def test_a_scale_then_a_shift_by_parameters_is_one_scale_shift(dev, dtype, swapped):
+    """Either operand order; in float32 the same two roundings as the mul and the add, so
+    the same bits; in half one rounding where they made two, so within one of its ulps."""
+    rng = np.random.default_rng(11)
+    b = GraphBuilder("bn")
+    x = b.input("x", (2, 4, 3, 3), "float")
+    scale = b.param("s", rng.uniform(-2, 2, (4, 1, 1)).astype(np.float32))
+    shift = b.param("t", rng.uniform(-2, 2, (4, 1, 1)).astype(np.float32))
+    h = b.mul(scale, x) if swapped else b.mul(x, scale)
+    b.output(b.relu(b.add(shift, h) if swapped else b.add(h, shift)), "y")
+    g = apply_float_dtype(b.build(), dtype)
+    fused = fuse_scale_shift(g)
+    assert [op for op in ops(fused) if op != "cast"] == ["scale_shift", "relu"]
+    (node,) = (n for n in fused.nodes if n.op == "scale_shift")
+    assert node.inputs[1:] == ["s", "t"]
+    inputs = {"x": rng.standard_normal((2, 4, 3, 3)).astype(np.float32)}
+    got, want = run(fused, dev, inputs)["y"], run(g, dev, inputs)["y"]
+    if dtype == "float":
+        assert got.tobytes() == want.tobytes()
+    else:
+        stored = {k: g.values[k].data.astype(np.float64) for k in ("s", "t")}
+        x_half = run(apply_float_dtype(_identity(), "half"), dev, inputs)["y"]
+        exact = np.maximum(x_half * stored["s"] + stored["t"], 0)
+        err, err_apart = np.abs(got - exact), np.abs(want - exact)
+        assert err.max() <= err_apart.max() and err.mean() < err_apart.mean()
+        np.testing.assert_allclose(got, want, rtol=2**-8, atol=0)
+
+
+def _identity():
+    """x through a relu that changes nothing of it: its rounding to half, alone."""
+    b = GraphBuilder("x")
+    x = b.input("x", (2, 4, 3, 3), "float")
+    b.output(b.add(x, b.param("zero", np.zeros((), np.float32))), "y")
+    return b.build()
+
+
+@pytest.mark.parametrize(
+    "case", ["product read again", "product an output", "shift not a parameter", "add first"]
+)
+def test_a_scale_and_shift_that_are_not_one_pass_stay_apart(case):
+    rng = np.random.default_rng(12)
+    b = GraphBuilder("bn")
+    x = b.input("x", (1, 4, 3, 3), "float")
+    scale = b.param("s", rng.uniform(-2, 2, (4, 1, 1)).astype(np.float32))
+    shift = b.param("t", rng.uniform(-2, 2, (4, 1, 1)).astype(np.float32))
+    if case == "add first":
+        b.output(b.mul(b.add(x, shift), scale), "y")
+    else:
+        h = b.mul(x, scale)
+        b.output(b.add(h, x if case == "shift not a parameter" else shift), "y")
+        if case == "product read again":
+            b.output(b.relu(h), "z")
+        elif case == "product an output":
+            b.output(h, "h")
+    g = b.build()
+    assert fuse_scale_shift(g).dump() == g.dump()
 
 
 def test_a_bias_written_before_the_product_folds_too(dev):
@@ -753,7 +814,7 @@ def test_a_step_may_take_the_chains_input_again_and_a_value_read_twice_ends_a_ru
 
 @pytest.mark.parametrize("float_dtype", ["float", "mixed", "half"])
 def test_batch_norm_then_relu_and_a_residual_add_become_chains_with_operands(float_dtype):
-    """DenseNet's pre-activation (BatchNormalization, a mul and an add of per-channel
+    """DenseNet's pre-activation (BatchNormalization, a scale_shift by per-channel
     parameters, then Relu) and a residual block's end (an add of the skip connection, then
     Relu) each fuse into one chain whose operands are the parameters or the skip, and then
     both into one with the conv between them (its prologue and epilogue); the results are
@@ -767,7 +828,7 @@ def test_batch_norm_then_relu_and_a_residual_add_become_chains_with_operands(flo
         chains = [n for n in per["O3"].graph.nodes if n.op == "chain"]
         steps = [[s["op"] for s in json.loads(n.attrs["steps"])] for n in chains]
         kernels = [[op for op in s if op != "cast"] for s in steps]
-        assert kernels == [["mul", "add", "relu", "conv2d", "add", "relu"]]
+        assert kernels == [["scale_shift", "relu", "conv2d", "add", "relu"]]
         assert len(chains[0].inputs) == 5  # x, scale, shift, the conv's weight, the skip
         want = per["O2"](inputs)["y"].cpu()
         assert per["O3"](inputs)["y"].cpu().tobytes() == want.tobytes()

@@ -66,6 +66,7 @@ def _samples() -> dict[str, tuple[list, dict]]:
             "log_softmax": ([operand(x)], {"axis": 0}),
             "layernorm": ([operand(x), operand(x[0]), operand(x[1])], {"axis": 1}),
             "rmsnorm": ([operand(x), operand(x[0, 0])], {}),
+            "scale_shift": ([operand(x), operand(x[0, :, :1]), operand(x[1, :1])], {}),
             "max_pool2d": ([operand(img)], {"kernel": (3, 3), "stride": (2, 2)}),
             "avg_pool2d": ([operand(img)], {"kernel": (2, 2), "ceil_mode": True}),
             "global_avg_pool2d": ([operand(img)], {}),

@@ -1,4 +1,5 @@
-"""Normalisations: softmax, log_softmax, layernorm and rmsnorm.
+"""Normalisations: softmax, log_softmax, layernorm, rmsnorm, and scale_shift (an inference
+BatchNormalization's one pass).
 
 All are float-only. Half and IEEE float16 arrive widened to float32, so every statistic
 (max, sum of exponentials, mean, variance) is taken in float32 and the result rounded once
@@ -13,8 +14,9 @@ import numpy as np
 
 from ...errors import KernelAttributeError, ShapeError
 from .. import parallel
+from .binary import broadcast_shape
 from .common import normalize_axis, require_float, same_dtype, streaming_cost
-from .registry import Attr, KernelDef, OutSpec, register
+from .registry import Attr, KernelDef, OutSpec, products, register
 
 
 def _softmax(x: np.ndarray, axis: int, log: bool, out: np.ndarray) -> None:
@@ -28,7 +30,7 @@ def _softmax(x: np.ndarray, axis: int, log: bool, out: np.ndarray) -> None:
         shifted /= np.sum(shifted, axis=axis, keepdims=True)
 
 
-_FLOPS = {"softmax": 5, "log_softmax": 5, "layernorm": 8, "rmsnorm": 5}  # per element
+_FLOPS = {"softmax": 5, "log_softmax": 5, "layernorm": 8, "rmsnorm": 5, "scale_shift": 2}
 
 
 def _cost(name: str):
@@ -180,5 +182,49 @@ register(
         compute=_norm_compute("rmsnorm", _rmsnorm_rows, 1),
         cost=_cost("rmsnorm"),
         reduction=_normalised_length,
+    )
+)
+
+
+# --- scale_shift -----------------------------------------------------------------------
+
+
+def _scale_shift_infer(ins, attrs):
+    x, scale, shift = ins
+    d = same_dtype("scale_shift", ins)
+    require_float("scale_shift", d)
+    if broadcast_shape("scale_shift", x.shape, scale.shape, shift.shape) != x.shape:
+        raise ShapeError(
+            f"kernel 'scale_shift': scale {scale.shape} and shift {shift.shape} must "
+            f"broadcast to x's shape {x.shape}"
+        )
+    return [OutSpec(x.shape, (d,))]
+
+
+def _scale_shift(ins, attrs, outs):
+    """x * scale, then + shift, each rounded to the working precision as a mul and an add
+    kernel would (a float32 result is theirs to the bit); half and float16 round once, when
+    stored. A shift bound to the output is read before the product overwrites it."""
+    x, scale, shift = ins
+    dest = outs[0].buf
+    if dest is not None and np.may_share_memory(dest, shift):
+        dest = None
+    y = np.multiply(x, scale, out=dest)
+    return [np.add(y, shift, out=y)]
+
+
+register(
+    KernelDef(
+        name="scale_shift",
+        doc="x * scale + shift, scale and shift broadcast to x (an inference BatchNormalization)",
+        inputs=("x", "scale", "shift"),
+        outputs=("y",),
+        attrs={},
+        infer=_scale_shift_infer,
+        compute=_scale_shift,
+        cost=_cost("scale_shift"),
+        reduction=lambda ins, attrs: 2,  # the product and the shift
+        pointwise=True,
+        terms=products,  # the larger of |x * scale| and |shift|
     )
 )
