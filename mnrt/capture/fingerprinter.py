@@ -9,7 +9,9 @@ what one output's three would, which matters on models of many cheap kernels. Fo
 same reason the views a kernel's fingerprints read (its outputs' storage, and the sample
 there) are made at its first run under a capture and kept on the bound kernel
 (`BoundKernel.noted`) for every later one: making them at every run was a fifth to a
-third of what each output cost beyond its hash (DenseNet-121, ShuffleNet; O1).
+third of what each output cost beyond its hash (DenseNet-121, ShuffleNet; O1). A reshape or
+copy of the output the kernel before it wrote (`KernelDef.same_bits`) holds the same bits,
+so it takes that output's fingerprint rather than a hash and a sample of its own.
 
 Everything runs on the thread running the queue. A thread of its own for the statistics
 or the hash measured slower, not faster: the emulated kernels keep both cores of a 2-core
