@@ -142,6 +142,15 @@ def _silu(out: Emitter, n: Node) -> None:
     out.add("Mul", [n.inputs[0], gate], n.outputs)
 
 
+def _scale_shift(out: Emitter, n: Node) -> None:
+    """x * scale + shift, a Mul and an Add (BatchNormalization would need a mean and a
+    variance, and its rounding is the runtime's)."""
+    x, scale, shift = n.inputs
+    scaled = out.temp()
+    out.add("Mul", [x, scale], [scaled])
+    out.add("Add", [scaled, shift], n.outputs)
+
+
 def _with_epilogue(export: Callable[[Emitter, Node], None]) -> Callable[[Emitter, Node], None]:
     """ONNX has no fused activation: a kernel with an epilogue exports as the kernel
     followed by the activation."""
@@ -239,6 +248,7 @@ _EXPORTERS: dict[str, Callable[[Emitter, Node], None]] = {
     "silu": _silu,
     "layernorm": _layernorm,
     "conv2d": _with_epilogue(_conv),
+    "scale_shift": _with_epilogue(_scale_shift),
     "max_pool2d": _pool("MaxPool"),
     "avg_pool2d": _pool("AveragePool"),
     **{kernel: _reduce(op) for kernel, op in names.REDUCE.items()},

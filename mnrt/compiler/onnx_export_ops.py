@@ -93,15 +93,6 @@ def _rmsnorm(out: Emitter, n: Node) -> None:
     out.add("Mul", [y, scale[0]], n.outputs)
 
 
-def _scale_shift(out: Emitter, n: Node) -> None:
-    """x * scale + shift, a Mul and an Add (BatchNormalization would need a mean and a
-    variance, and its rounding is the runtime's)."""
-    x, scale, shift = n.inputs
-    scaled = out.temp()
-    out.add("Mul", [x, scale], [scaled])
-    out.add("Add", [scaled, shift], n.outputs)
-
-
 def _clip(out: Emitter, n: Node) -> None:
     """Clip with both bounds as the kernel holds them in x's type (an integer's rounded
     inward and saturated): the kernel's own values at the type's extremes."""
@@ -482,7 +473,6 @@ EXPORTERS: dict[str, Callable[[Emitter, Node], None]] = {
                                     time_axis="time_axis"),
     "rmsnorm": _rmsnorm,
     "rsqrt": _rsqrt,
-    "scale_shift": _scale_shift,
     "scatter_elements": _named("ScatterElements", axis="axis", reduction="reduction"),
     "scatter_nd": _index_last("ScatterND", reduction="reduction"),
     "selu": _named("Selu", alpha="alpha", gamma="gamma"),

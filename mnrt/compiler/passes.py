@@ -317,10 +317,13 @@ def _param_vector(
 _COMMUTATIVE = ("add", "mul")
 
 
-def _absorb_into_matrix_kernels(graph: Graph, absorb: Callable[[Graph, Node, Node], bool]) -> Graph:
-    """Offer each node whose first input is the only use of a conv2d or gemm result to
-    `absorb(g, node, producer)`; when that changes the producer to compute the node's result
-    too, the producer takes over the node's output and the node goes."""
+def _absorb_into_epilogue_kernels(
+    graph: Graph, absorb: Callable[[Graph, Node, Node], bool]
+) -> Graph:
+    """Offer each node whose first input is the only use of the result of a kernel with an
+    epilogue (conv2d, gemm, scale_shift) to `absorb(g, node, producer)`; when that changes
+    the producer to compute the node's result too, the producer takes over the node's
+    output and the node goes."""
     g = graph.copy()
     uses = uses_of(g)
     producer = {out: i for i, n in enumerate(g.nodes) for out in n.outputs}
@@ -350,7 +353,9 @@ def _absorb_into_matrix_kernels(graph: Graph, absorb: Callable[[Graph, Node, Nod
 
 
 def _absorb_scale_shift(g: Graph, node: Node, base: Node) -> bool:
-    if node.op not in ("mul", "add") or g.values[base.inputs[1]].role != PARAM:
+    if base.op not in ("conv2d", "gemm") or node.op not in ("mul", "add"):
+        return False
+    if g.values[base.inputs[1]].role != PARAM:
         return False
     if base.op == "gemm" and (
         base.attrs["trans_b"] or base.attrs["alpha"] != 1.0 or base.attrs["beta"] != 1.0
@@ -523,7 +528,7 @@ def _other(node: Node, x: str) -> str:
 def fold_scale_shift(graph: Graph) -> Graph:
     """Fold a per-channel `mul` by a parameter and `add` of a parameter that follow a conv2d
     or gemm (an inference BatchNormalization, once imported) into its weights and bias."""
-    return _absorb_into_matrix_kernels(graph, _absorb_scale_shift)
+    return _absorb_into_epilogue_kernels(graph, _absorb_scale_shift)
 
 
 def _absorb_activation(g: Graph, node: Node, base: Node) -> bool:
@@ -538,7 +543,8 @@ def _absorb_activation(g: Graph, node: Node, base: Node) -> bool:
 
 
 def fuse_epilogues(graph: Graph) -> Graph:
-    """Fold an activation that is the only use of a gemm or conv2d result into that kernel's
-    epilogue, so the result is activated before it is stored instead of being stored, read
-    back and stored again."""
-    return _absorb_into_matrix_kernels(graph, _absorb_activation)
+    """Fold an activation that is the only use of a gemm, conv2d or scale_shift result into
+    that kernel's epilogue, so the result is activated before it is stored instead of being
+    stored, read back and stored again (a pre-activation norm's ReLU, as cuDNN fuses a
+    BatchNormalization and its activation)."""
+    return _absorb_into_epilogue_kernels(graph, _absorb_activation)

@@ -42,10 +42,11 @@ Step = Callable[[Graph], "Graph | tuple[Graph, dict]"]
 _FOLDING = (dead_code, fold_constants, merge_scale_shifts, fold_scale_shift, fuse_scale_shift)
 
 # O2's passes; O3 and O4 drop what fusing left unused as well. fuse_scale_shift comes after
-# the patterns, whose Mul and Add it would take (a LayerNormalization's scale and bias).
+# the patterns, whose Mul and Add it would take (a LayerNormalization's scale and bias),
+# and before fuse_epilogues, which gives a scale_shift the activation after it.
 _FUSING = (dead_code, fold_constants, common_subexpressions, fuse_rolls, merge_scale_shifts,
-           fold_scale_shift, fuse_silu, fuse_gelu, fuse_layernorm, fuse_epilogues,
-           fuse_scale_shift)  # fmt: skip
+           fold_scale_shift, fuse_silu, fuse_gelu, fuse_layernorm, fuse_scale_shift,
+           fuse_epilogues)  # fmt: skip
 
 # Passes each preset runs after float_dtype, on the casts it inserted.
 AFTER_FLOAT_DTYPE = {

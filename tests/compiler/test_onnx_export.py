@@ -332,6 +332,8 @@ CASES = [
      {"axis": 1, "epsilon": 0.1}),
     ("rsqrt", "rsqrt", {"x": _f(3, 4, lo=0.1, hi=4)}, {}),
     ("scale_shift", "scale_shift", {"x": _f(2, 3, 4), "scale": _f(3, 1), "shift": _f(4)}, {}),
+    ("scale_shift-relu", "scale_shift", {"x": _f(2, 3, 4), "scale": _f(3, 1), "shift": _f(4)},
+     {"epilogue": "relu"}),
     ("scatter_elements", "scatter_elements",
      {"data": _f(3, 4), "indices": np.array([[1, -1], [0, 2], [3, 0]], np.int64),
       "updates": _f(3, 2)}, {"axis": 1}),

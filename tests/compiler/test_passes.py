@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import mnrt
 from mnrt.compiler import GraphBuilder
 from mnrt.compiler.chain_fusion import fuse_chains
+from mnrt.compiler.node_cost import node_cost
 from mnrt.compiler.passes import (
     apply_float_dtype,
     cancel_round_trip_casts,
@@ -293,6 +294,41 @@ def test_activations_fuse_into_the_matrix_kernel_that_feeds_them(dev):
     want, got = run(g, dev, {"x": x_val}), run(fused, dev, {"x": x_val})
     for name in g.outputs:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("act", ["relu", "sigmoid"])
+def test_an_activation_fuses_into_the_scale_shift_before_it(dev, act):
+    """A pre-activation norm and its activation: one pass over x, bitwise the two kernels'
+    result in float32; the activation of a scale_shift result read twice stays apart."""
+    rng = np.random.default_rng(4)
+    b = GraphBuilder("preact")
+    x = b.input("x", (1, 4, 5, 5), "float")
+    params = [rng.uniform(-2, 2, (4, 1, 1)).astype(np.float32) for _ in range(4)]
+    s, t, s2, t2 = (b.param(f"p{i}", p) for i, p in enumerate(params))
+    b.output(getattr(b, act)(b.scale_shift(x, s, t)), "y")
+    twice = b.scale_shift(x, s2, t2)
+    b.output(b.add(getattr(b, act)(twice), twice), "z")
+    g = b.build()
+    fused = fuse_epilogues(g)
+    assert ops(fused) == ["scale_shift", "scale_shift", act, "add"]
+    assert [n.attrs.get("epilogue", "none") for n in fused.nodes[:2]] == [act, "none"]
+    inputs = {"x": rng.standard_normal((1, 4, 5, 5)).astype(np.float32)}
+    want, got = run(g, dev, inputs), run(fused, dev, inputs)
+    for name in g.outputs:
+        assert got[name].tobytes() == want[name].tobytes()
+    modelled = [sum(node_cost(h, n).time_s for n in h.nodes) for h in (g, fused)]
+    assert modelled[1] < modelled[0]
+
+
+def test_a_scale_or_shift_after_a_scale_shift_is_not_folded_as_into_a_conv():
+    """Its epilogue makes it a kernel that absorbs an activation, not one with weights."""
+    rng = np.random.default_rng(5)
+    b = GraphBuilder("g")
+    x = b.input("x", (1, 4, 5, 5), "float")
+    s, t, u = (b.param(n, rng.uniform(-2, 2, (5,)).astype(np.float32)) for n in "stu")
+    b.output(b.mul(b.scale_shift(x, s, t), u), "y")
+    g = b.build()
+    assert fold_scale_shift(g).dump() == g.dump()
 
 
 def test_tanh_approximate_gelu_is_not_fused():
@@ -815,10 +851,11 @@ def test_a_step_may_take_the_chains_input_again_and_a_value_read_twice_ends_a_ru
 @pytest.mark.parametrize("float_dtype", ["float", "mixed", "half"])
 def test_batch_norm_then_relu_and_a_residual_add_become_chains_with_operands(float_dtype):
     """DenseNet's pre-activation (BatchNormalization, a scale_shift by per-channel
-    parameters, then Relu) and a residual block's end (an add of the skip connection, then
-    Relu) each fuse into one chain whose operands are the parameters or the skip, and then
-    both into one with the conv between them (its prologue and epilogue); the results are
-    bitwise those of the kernels one by one, and the modelled time less."""
+    parameters with the Relu after it its epilogue) and a residual block's end (an add of
+    the skip connection, then Relu) each fuse into one chain whose operands are the
+    parameters or the skip, and then both into one with the conv between them (its prologue
+    and epilogue); the results are bitwise those of the kernels one by one, and the modelled
+    time less."""
     g, inputs = preact_block((2, 8, 6, 6))
     with mnrt.Context() as ctx:
         per = {
@@ -828,7 +865,7 @@ def test_batch_norm_then_relu_and_a_residual_add_become_chains_with_operands(flo
         chains = [n for n in per["O3"].graph.nodes if n.op == "chain"]
         steps = [[s["op"] for s in json.loads(n.attrs["steps"])] for n in chains]
         kernels = [[op for op in s if op != "cast"] for s in steps]
-        assert kernels == [["scale_shift", "relu", "conv2d", "add", "relu"]]
+        assert kernels == [["scale_shift", "conv2d", "add", "relu"]]  # the ReLU its epilogue
         assert len(chains[0].inputs) == 5  # x, scale, shift, the conv's weight, the skip
         want = per["O2"](inputs)["y"].cpu()
         assert per["O3"](inputs)["y"].cpu().tobytes() == want.tobytes()

@@ -17,6 +17,7 @@ from .. import parallel
 from .binary import broadcast_shape
 from .common import normalize_axis, require_float, same_dtype, streaming_cost
 from .registry import Attr, KernelDef, OutSpec, products, register
+from .unary import EPILOGUES, epilogue, epilogue_flops
 
 
 def _softmax(x: np.ndarray, axis: int, log: bool, out: np.ndarray) -> None:
@@ -202,15 +203,16 @@ def _scale_shift_infer(ins, attrs):
 
 
 def _scale_shift(ins, attrs, outs):
-    """x * scale, then + shift, each rounded to the working precision as a mul and an add
-    kernel would (a float32 result is theirs to the bit); half and float16 round once, when
-    stored. A shift bound to the output is read before the product overwrites it."""
+    """x * scale, then + shift, then the epilogue's activation, each rounded to the working
+    precision as a mul, an add and an activation kernel would (a float32 result is theirs
+    to the bit); half and float16 round once, when stored. A shift bound to the output is
+    read before the product overwrites it."""
     x, scale, shift = ins
     dest = outs[0].buf
     if dest is not None and np.may_share_memory(dest, shift):
         dest = None
     y = np.multiply(x, scale, out=dest)
-    return [np.add(y, shift, out=y)]
+    return [epilogue(attrs["epilogue"], np.add(y, shift, out=y))]
 
 
 register(
@@ -219,10 +221,12 @@ register(
         doc="x * scale + shift, scale and shift broadcast to x (an inference BatchNormalization)",
         inputs=("x", "scale", "shift"),
         outputs=("y",),
-        attrs={},
+        attrs={"epilogue": Attr("str", "none", "activation of the result", choices=EPILOGUES)},
         infer=_scale_shift_infer,
         compute=_scale_shift,
-        cost=_cost("scale_shift"),
+        cost=lambda ins, outs, attrs: streaming_cost(
+            ins, outs, _FLOPS["scale_shift"] + epilogue_flops(attrs["epilogue"])
+        ),
         reduction=lambda ins, attrs: 2,  # the product and the shift
         pointwise=True,
         terms=products,  # the larger of |x * scale| and |shift|
