@@ -446,6 +446,12 @@ def merge_scale_shifts(graph: Graph) -> Graph:
         if made is not None:
             replace.update({i: [] for i, _ in run})
             replace[last] = made
+    return _replaced(g, replace)
+
+
+def _replaced(g: Graph, replace: dict[int, list[Node]]) -> Graph:
+    """`g` with node i replaced by the nodes `replace[i]` (none: removed), and the values
+    no node reads any more forgotten."""
     if not replace:
         return g
     g.nodes = [n for i, node in enumerate(g.nodes) for n in replace.get(i, [node])]
@@ -512,12 +518,7 @@ def fuse_scale_shift(graph: Graph) -> Graph:
         replace[i] = [
             Node("scale_shift", [x, scale, _other(node, step[1])], node.outputs, {}, node.name)
         ]
-    if not replace:
-        return g
-    g.nodes = [n for i, node in enumerate(g.nodes) for n in replace.get(i, [node])]
-    drop_unused_values(g)
-    g.verify()
-    return g
+    return _replaced(g, replace)
 
 
 def _other(node: Node, x: str) -> str:
