@@ -344,3 +344,31 @@ def test_a_command_on_a_buffer_only_one_side_has_differs_whatever_its_number():
     assert (
         write["fields"][0]["a"] == write["fields"][0]["b"]
     )  # the same number, not the same buffer
+
+
+def test_each_convolution_pairs_with_the_kernel_that_reads_its_weights(tmp_path):
+    """At O3 mixed each convolution is a chain with the casts and ReLU around it: by op
+    alone no O1 kernel paired with one, and every kernel was listed removed or added. Each
+    pairs with the chain that reads its weight, and the pairs' changes are shown."""
+    from mnrt.compiler import GraphBuilder
+
+    rng = np.random.default_rng(3)
+    b = GraphBuilder("two_convs")
+    h = b.input("x", (1, 4, 8, 8), "float")
+    for layer in ("w1", "w2"):
+        w = b.param(layer, rng.standard_normal((4, 4, 3, 3)).astype(np.float32) / 8)
+        h = b.relu(b.conv2d(h, w, padding=(1, 1, 1, 1)))
+    b.output(h, "y")
+    inputs = {"x": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)}
+    with mnrt.Context() as ctx:
+        for preset in ("O1", "O3"):
+            options = {"option_json": preset, "float_dtype": "mixed"}
+            ctx.compile(b, inputs, options=options).save_binary(tmp_path / f"{preset}.mnlb")
+    d = diff(*(mnrt.LightBinary.load(tmp_path / f"{p}.mnlb") for p in ("O1", "O3")))
+    program = next(c for c in d["commands"] if c["type"] == "CreateProgram")
+    fields = {f["field"]: (f["a"], f["b"]) for f in program["fields"]}
+    paired = sorted(k[: -len(".op")] for k, v in fields.items() if v == ("conv2d", "chain"))
+    assert paired == ["program.kernels[1]/[0]", "program.kernels[5]/[1]"]
+    assert fields["program.kernels[1]/[0].inputs"] == (["x_half", "w1"], ["x", "w1"])
+    assert "program.kernels[5]/[1].inputs" not in fields  # both read relu_1_half and w2
+    assert "    - program.kernels[3] relu(conv2d_0) -> relu_1\n" in to_text(d)
