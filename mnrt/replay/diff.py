@@ -3,14 +3,14 @@
 Commands are compared as a text diff compares lines: each command becomes a canonical
 value (its union type's name and its fields, every blob id replaced by the blob's hash and
 size, programs in full), the two sequences are aligned (difflib), and commands paired in a
-changed stretch (the same buffer or program by name, else the same type in order) are
-compared field by field: programs kernel by kernel, aligned by the weights they read and
-then by op (operands, attributes, the mapping attributes among them), written data by
-hash, goldens by value (max abs / rel error, decoded in the buffer's dtype). Any command
-type is handled by its name and fields, so new ones need nothing here. Payloads are
-decompressed only for goldens that differ, and for blobs of one hash stored as other bytes
-(a corrupt copy is unreadable, not equal): diffing two VGG-19 binaries compares their
-stored weights, 0.7 MB, and decompresses none of their 548 MB.
+changed stretch (the same buffer or program by name, wherever it moved, else the same type
+in order) are compared field by field: programs kernel by kernel, aligned by the weights
+they read and then by op (operands, attributes, the mapping attributes among them),
+written data by hash, goldens by value (max abs / rel error, decoded in the buffer's
+dtype). Any command type is handled by its name and fields, so new ones need nothing here.
+Payloads are decompressed only for goldens that differ, and for blobs of one hash stored
+as other bytes (a corrupt copy is unreadable, not equal): diffing two VGG-19 binaries
+compares their stored weights, 0.7 MB, and decompresses none of their 548 MB.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ class _Side:
     keys: list[str] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     dtypes: dict[int, int] = field(default_factory=dict)  # buffer id -> dtype code
+    buffers: dict[int, str] = field(default_factory=dict)  # buffer id -> its name
 
     @classmethod
     def of(cls, binary: LightBinary, name: str) -> _Side:
@@ -86,6 +87,9 @@ class _Side:
                     body[attr] = {"hash": f"{info.hash:016x}", "size": info.size}
             if name == "CreateBuffer":
                 side.dtypes[c.cmd.bufferId] = c.cmd.desc.dtype
+                named = (body.get("desc") or {}).get("name")
+                if isinstance(named, str) and named:
+                    side.buffers[c.cmd.bufferId] = named
             side.values.append(body)
             side.names.append(name)
             side.keys.append(name + json.dumps(body, sort_keys=True))
@@ -291,45 +295,70 @@ def _pair(sa: _Side, sb: _Side, i: int, j: int, ids: dict[int, int]) -> dict:
 
 def _identity(side: _Side, i: int) -> str:
     """What a command is, whatever changed in it: its type, and the name of the buffer or
-    program it creates."""
+    program it creates, or of the buffer it writes or reads."""
     value, kind = side.values[i], side.names[i]
     if kind == "CreateBuffer":
         return f"{kind}:{(value.get('desc') or {}).get('name')}"
     if kind == "CreateProgram":
         return f"{kind}:{(value.get('program') or {}).get('name')}"
+    buffer = value.get("bufferId")
+    if isinstance(buffer, int) and buffer in side.buffers:
+        return f"{kind}:{side.buffers[buffer]}"
     return kind
 
 
-def _pairs(sa: _Side, sb: _Side, range_a: range, range_b: range) -> dict[int, int]:
-    """In a changed stretch, the commands of `a` and `b` that are the same command changed:
+def _pairs(
+    sa: _Side, sb: _Side, range_a: range, range_b: range
+) -> tuple[dict[int, int], list[tuple[range, range]]]:
+    """In a changed stretch, the commands of `a` and `b` that are the same command changed,
     aligned by what each is (`_identity`: a buffer one compile made and another did not
-    leaves the others paired by name), and in a stretch still unaligned, by type in order
-    (the rest were removed or added)."""
+    leaves the others paired by name); and the stretches still unaligned, whose commands
+    `_moved` may pair across stretches and `_pairs_by_type` pairs in order."""
     ka = [_identity(sa, i) for i in range_a]
     kb = [_identity(sb, j) for j in range_b]
     pairs: dict[int, int] = {}
+    loose = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, ka, kb, False).get_opcodes():
         ra = range(range_a.start + i1, range_a.start + i2)
         rb = range(range_b.start + j1, range_b.start + j2)
         if tag == "equal":
             pairs.update(zip(ra, rb))
-        elif tag == "replace":
-            pairs.update(_pairs_by_type(sa.names, sb.names, ra, rb))
-    return pairs
+        else:
+            loose.append((ra, rb))
+    return pairs, loose
 
 
 def _pairs_by_type(
-    names_a: list[str], names_b: list[str], range_a: range, range_b: range
+    names_a: list[str], names_b: list[str], in_a: list[int], in_b: list[int]
 ) -> dict[int, int]:
-    """In a changed stretch, each command of `a` paired with the next unpaired command of
-    `b` of the same type, in order (the rest were removed or added)."""
-    pairs, next_j = {}, range_b.start
-    for i in range_a:
-        for j in range(next_j, range_b.stop):
-            if names_b[j] == names_a[i]:
-                pairs[i], next_j = j, j + 1
+    """In an unaligned stretch, each command of `a` (`in_a`) paired with the next unpaired
+    command of `b` (`in_b`) of the same type, in order (the rest were removed or added)."""
+    pairs, at = {}, 0
+    for i in in_a:
+        for k in range(at, len(in_b)):
+            if names_b[in_b[k]] == names_a[i]:
+                pairs[i], at = in_b[k], k + 1
                 break
     return pairs
+
+
+def _moved(sa: _Side, sb: _Side, loose: list[tuple[range, range]]) -> dict[int, int]:
+    """Commands of unaligned stretches that are one command moved: the same named buffer
+    or program created, written or read by one command among the unaligned of each side
+    (two compiles at other presets create a weight at another place among the
+    intermediates, so its commands fall in another stretch)."""
+
+    def once(side: _Side, ranges: list[range]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for r in ranges:
+            for i in r:
+                key = _identity(side, i)
+                if ":" in key:
+                    found[key] = -1 if key in found else i
+        return {k: i for k, i in found.items() if i >= 0}
+
+    in_a, in_b = once(sa, [ra for ra, _ in loose]), once(sb, [rb for _, rb in loose])
+    return {i: in_b[key] for key, i in in_a.items() if key in in_b}
 
 
 def _fingerprint_changes(a: LightBinary, b: LightBinary, partner: dict[int, int]) -> list[dict]:
@@ -407,24 +436,38 @@ def diff(a: LightBinary, b: LightBinary) -> dict:
             same += i2 - i1
             partner.update(zip(range(i1, i2), range(j1, j2)))
             continue
-        pairs = _pairs(sa, sb, range(i1, i2), range(j1, j2))
+        pairs, loose = _pairs(sa, sb, range(i1, i2), range(j1, j2))
+        stretches.append((range(i1, i2), range(j1, j2), pairs, loose))
+    moved = _moved(sa, sb, [r for *_, loose in stretches for r in loose])
+    moved_b = set(moved.values())
+    for _, _, pairs, loose in stretches:
+        for ra, rb in loose:
+            pairs.update(
+                _pairs_by_type(
+                    sa.names, sb.names,
+                    [i for i in ra if i not in moved],
+                    [j for j in rb if j not in moved_b],
+                )
+            )  # fmt: skip
         partner.update(pairs)
-        stretches.append((range(i1, i2), range(j1, j2), pairs))
+    partner.update(moved)
     ids = _id_map(sa, sb, partner)
     io = [
         {"field": name, "a": ids_a, "b": ids_b}
         for name, ids_a, ids_b in zip(("inputs", "outputs"), a.io_ids, b.io_ids)
         if [ids.get(i, f"a:{i}") for i in ids_a] != list(ids_b)
     ]
-    for range_a, range_b, pairs in stretches:
-        paired_b = set(pairs.values())
+    for range_a, range_b, pairs, _ in stretches:
+        paired_b = set(pairs.values()) | moved_b
         for i in range_a:
-            if i not in pairs:
+            if i not in pairs and i not in moved:
                 commands.append({"change": "removed", "a": i, "b": None, "type": sa.names[i],
                                  "value": sa.values[i]})  # fmt: skip
                 continue
-            entry = _pair(sa, sb, i, pairs[i], ids)
-            if entry["change"] == "changed" and not entry["fields"]:
+            entry = _pair(sa, sb, i, pairs[i] if i in pairs else moved[i], ids)
+            if i in moved:  # a difference in itself, fields or none
+                commands.append({**entry, "moved": True})
+            elif entry["change"] == "changed" and not entry["fields"]:
                 same += 1  # the same command of objects numbered otherwise
             else:
                 commands.append(entry)
@@ -465,7 +508,8 @@ def to_text(d: dict, limit: int = 200) -> str:
         elif c["change"] == "replaced":
             lines.append(f"! [{c['a']}] {c['type'][0]} -> [{c['b']}] {c['type'][1]}")
         else:
-            lines.append(f"~ [{c['a']}] -> [{c['b']}] {c['type']}")
+            moved = " (moved)" if c.get("moved") else ""
+            lines.append(f"~ [{c['a']}] -> [{c['b']}] {c['type']}{moved}")
             lines += [_field_line(f) for f in c["fields"][:limit]]
             if len(c["fields"]) > limit:
                 lines.append(

@@ -372,3 +372,33 @@ def test_each_convolution_pairs_with_the_kernel_that_reads_its_weights(tmp_path)
     assert fields["program.kernels[1]/[0].inputs"] == (["x_half", "w1"], ["x", "w1"])
     assert "program.kernels[5]/[1].inputs" not in fields  # both read relu_1_half and w2
     assert "    - program.kernels[3] relu(conv2d_0) -> relu_1\n" in to_text(d)
+
+
+def _three_buffers(order: str) -> mnrt.LightBinary:
+    """Buffers a, b and c created and written in `order`, then a program reading them."""
+    data = {n: np.full((4,), k + 1, np.float32) for k, n in enumerate("abc")}
+    with mnrt.open_device("auto") as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        bufs = {}
+        for n in order:
+            bufs[n] = dev.create_buffer((4,), "float", name=n)
+            q.enqueue_write_buffer(bufs[n], data[n])
+        bufs["y"] = dev.create_buffer((4,), "float", name="y")
+        program = [mnrt.Kernel("add", ["a", "b"], ["y"]), mnrt.Kernel("mul", ["y", "c"], ["y"])]
+        q.enqueue_program(dev.create_program(program, name="p"), bufs)
+        q.enqueue_read_buffer(bufs["y"])
+        return mnrt.end_capture()
+
+
+def test_a_buffer_created_elsewhere_is_moved_not_removed_and_added():
+    """Two compiles at other presets create a weight at another place among their
+    intermediates: its creation and write pair by the buffer's name wherever they are."""
+    d = diff(_three_buffers("abc"), _three_buffers("cab"))
+    assert not d["equal"]
+    assert {c["change"] for c in d["commands"]} == {"changed"}
+    moved = [(c["type"], c["a"], c["b"]) for c in d["commands"] if c.get("moved")]
+    assert moved and all(c.get("moved") and not c["fields"] for c in d["commands"])
+    assert "CreateBuffer" in {t for t, _, _ in moved} and "WriteBuffer" in {t for t, _, _ in moved}
+    assert "(moved)" in to_text(d) and "\n- [" not in to_text(d) and "\n+ [" not in to_text(d)
+    assert diff(_three_buffers("abc"), _three_buffers("abc"))["equal"]
