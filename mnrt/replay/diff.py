@@ -453,10 +453,14 @@ def diff(a: LightBinary, b: LightBinary) -> dict:
     partner.update(moved)
     ids = _id_map(sa, sb, partner)
     io = [
-        {"field": name, "a": ids_a, "b": ids_b}
+        {
+            "field": name, "a": ids_a, "b": ids_b,
+            "names": [[sa.buffers.get(i, str(i)) for i in ids_a],
+                      [sb.buffers.get(j, str(j)) for j in ids_b]],
+        }
         for name, ids_a, ids_b in zip(("inputs", "outputs"), a.io_ids, b.io_ids)
         if [ids.get(i, f"a:{i}") for i in ids_a] != list(ids_b)
-    ]
+    ]  # fmt: skip
     for range_a, range_b, pairs, _ in stretches:
         paired_b = set(pairs.values()) | moved_b
         for i in range_a:
@@ -498,8 +502,11 @@ def to_text(d: dict, limit: int = 200) -> str:
     if d["equal"]:
         return summary(d)
     lines = []
-    for h in d["header"] + d["io"]:
+    for h in d["header"]:
         lines.append(f"~ {h['field']}: {h['a']} -> {h['b']}")
+    for h in d["io"]:  # by the buffers' names: their ids differ whenever one moved
+        named_a, named_b = (", ".join(names) for names in h["names"])
+        lines.append(f"~ {h['field']}: [{named_a}] -> [{named_b}]")
     for c in d["commands"][:limit]:
         if c["change"] == "removed":
             lines.append(f"- [{c['a']}] {c['type']} {_short(c['value'])}")

@@ -400,5 +400,7 @@ def test_a_buffer_created_elsewhere_is_moved_not_removed_and_added():
     moved = [(c["type"], c["a"], c["b"]) for c in d["commands"] if c.get("moved")]
     assert moved and all(c.get("moved") and not c["fields"] for c in d["commands"])
     assert "CreateBuffer" in {t for t, _, _ in moved} and "WriteBuffer" in {t for t, _, _ in moved}
-    assert "(moved)" in to_text(d) and "\n- [" not in to_text(d) and "\n+ [" not in to_text(d)
+    text = to_text(d)
+    assert "(moved)" in text and "\n- [" not in text and "\n+ [" not in text
+    assert text.startswith("~ inputs: [a, b, c] -> [c, a, b]\n")  # by name, not by id
     assert diff(_three_buffers("abc"), _three_buffers("abc"))["equal"]
