@@ -286,6 +286,18 @@ def test_goldens_that_differ_where_one_is_nan_or_zero_diff_as_strict_json(tmp_pa
     assert code == 0 and out.strip() == "equal: 5 commands, 1 blob (creation metadata aside)"
 
 
+def _o1_against_o3(model, inputs, float_dtype: str, folder):
+    """`diff` of a model's O1 and O3 compiles, the CreateProgram's entry, and its changed
+    fields (field -> (a, b))."""
+    with mnrt.Context() as ctx:
+        for preset in ("O1", "O3"):
+            options = {"option_json": preset, "float_dtype": float_dtype}
+            ctx.compile(model, inputs, options=options).save_binary(folder / f"{preset}.mnlb")
+    d = diff(*(mnrt.LightBinary.load(folder / f"{p}.mnlb") for p in ("O1", "O3")))
+    program = next(c for c in d["commands"] if c["type"] == "CreateProgram")
+    return d, program, {f["field"]: (f["a"], f["b"]) for f in program["fields"]}
+
+
 def test_two_presets_of_one_model_pair_up_kernel_by_kernel_and_buffer_by_name(tmp_path):
     """O1 against O3 of one model: its values are named otherwise and kernels fused away,
     yet each convolution pairs with its own (its epilogue and mapping compared), each
@@ -295,13 +307,7 @@ def test_two_presets_of_one_model_pair_up_kernel_by_kernel_and_buffer_by_name(tm
     from mnrt.compiler.models import MODELS
 
     builder, inputs = MODELS["cnn"]()
-    with mnrt.Context() as ctx:
-        for preset in ("O1", "O3"):
-            options = {"option_json": preset, "float_dtype": "float"}
-            ctx.compile(builder, inputs, options=options).save_binary(tmp_path / f"{preset}.mnlb")
-    d = diff(*(mnrt.LightBinary.load(tmp_path / f"{p}.mnlb") for p in ("O1", "O3")))
-    program = next(c for c in d["commands"] if c["type"] == "CreateProgram")
-    fields = {f["field"]: (f["a"], f["b"]) for f in program["fields"]}
+    d, program, fields = _o1_against_o3(builder, inputs, "float", tmp_path)
     assert fields["program.kernels[0].attrs.epilogue"] == ("none", "relu")
     assert fields["program.kernels[1]"][1] is None  # the relu fused into the conv
     text = to_text(d)
@@ -360,13 +366,7 @@ def test_each_convolution_pairs_with_the_kernel_that_reads_its_weights(tmp_path)
         h = b.relu(b.conv2d(h, w, padding=(1, 1, 1, 1)))
     b.output(h, "y")
     inputs = {"x": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)}
-    with mnrt.Context() as ctx:
-        for preset in ("O1", "O3"):
-            options = {"option_json": preset, "float_dtype": "mixed"}
-            ctx.compile(b, inputs, options=options).save_binary(tmp_path / f"{preset}.mnlb")
-    d = diff(*(mnrt.LightBinary.load(tmp_path / f"{p}.mnlb") for p in ("O1", "O3")))
-    program = next(c for c in d["commands"] if c["type"] == "CreateProgram")
-    fields = {f["field"]: (f["a"], f["b"]) for f in program["fields"]}
+    d, _, fields = _o1_against_o3(b, inputs, "mixed", tmp_path)
     paired = sorted(k[: -len(".op")] for k, v in fields.items() if v == ("conv2d", "chain"))
     assert paired == ["program.kernels[1]/[0]", "program.kernels[5]/[1]"]
     assert fields["program.kernels[1]/[0].inputs"] == (["x_half", "w1"], ["x", "w1"])
