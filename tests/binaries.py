@@ -327,3 +327,20 @@ def relay(ordered: bool = True) -> mnrt.LightBinary:
     finally:
         binary = mnrt.end_capture()
     return binary
+
+
+def three_buffers(order: str) -> mnrt.LightBinary:
+    """Buffers a, b and c created and written in `order`, then a program reading them."""
+    data = {n: np.full((4,), k + 1, np.float32) for k, n in enumerate("abc")}
+    with mnrt.open_device("auto") as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        bufs = {}
+        for n in order:
+            bufs[n] = dev.create_buffer((4,), "float", name=n)
+            q.enqueue_write_buffer(bufs[n], data[n])
+        bufs["y"] = dev.create_buffer((4,), "float", name="y")
+        program = [mnrt.Kernel("add", ["a", "b"], ["y"]), mnrt.Kernel("mul", ["y", "c"], ["y"])]
+        q.enqueue_program(dev.create_program(program, name="p"), bufs)
+        q.enqueue_read_buffer(bufs["y"])
+        return mnrt.end_capture()

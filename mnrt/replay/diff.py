@@ -501,10 +501,11 @@ def summary(d: dict) -> str:
             "(creation metadata aside)"
         )
     changed, same = len(d["commands"]), d["commands_equal"]
+    moved = sum(1 for c in d["commands"] if c.get("moved"))
     parts = [
-        f"different: {_count(changed, 'command')} {'differs' if changed == 1 else 'differ'}, "
-        f"{same} {'is' if same == 1 else 'are'} equal ({d['a']['commands']} and "
-        f"{d['b']['commands']} commands)"
+        f"different: {_count(changed, 'command')} {'differs' if changed == 1 else 'differ'}"
+        f"{f' ({moved} moved)' if moved else ''}, {same} {'is' if same == 1 else 'are'} "
+        f"equal ({d['a']['commands']} and {d['b']['commands']} commands)"
     ]
     if d["header"] or d["io"]:
         n = len(d["header"]) + len(d["io"])

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from binaries import three_buffers
 from cli_harness import invoke_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -485,6 +486,18 @@ def test_two_binaries_side_by_side_show_what_mnrt_diff_finds(chains, other):
         assert rows(html, "diff-goldens") == 1
         assert f'<td class="n">{_number(golden["max_abs_err"])}</td>' in html
         assert "added" in statuses(html)
+
+
+def test_a_moved_command_is_shown_moved(tmp_path):
+    """A buffer created and written at another place: its rows say moved, as the diff does."""
+    paths = {}
+    for order in ("abc", "cab"):
+        paths[order] = tmp_path / f"{order}.mnlb"
+        three_buffers(order).save(paths[order])
+    html = client(paths["abc"], paths["cab"]).get("/binary").text
+    moved = diff(*(mnrt.LightBinary.load(p) for p in paths.values()))["commands"]
+    assert moved and all(c.get("moved") for c in moved)
+    assert statuses(html).count("moved") == len(moved) and "changed" not in statuses(html)
 
 
 def test_two_binaries_of_other_programs_side_by_side(pipeline):

@@ -122,7 +122,7 @@ def side_by_side(
             equal_until(1, c["b"])
         rows.append(
             {
-                "status": c["change"],
+                "status": "moved" if c.get("moved") else c["change"],
                 "a": a[c["a"]] if c["a"] is not None else None,
                 "b": b[c["b"]] if c["b"] is not None else None,
                 "fields": c.get("fields", []),
