@@ -63,6 +63,7 @@ from .host import (
     Event,
     Kernel,
     Program,
+    SlotView,
     list_devices,
     open_device,
 )
@@ -124,6 +125,7 @@ __all__ = [
     "Program",
     "ReplayReport",
     "ShapeError",
+    "SlotView",
     "Span",
     "Timeline",
     "TraceError",

@@ -97,6 +97,7 @@ def weight_sites(binary: mnrt.LightBinary, min_rank: int = 2) -> list[tuple[int,
     kernel of any program reads: a buffer the binary writes and no kernel writes.
     `kernel` counts the kernels the command ran, as fingerprints do."""
     from mnrt.format.fb.CommandUnion import CommandUnion as U
+    from mnrt.host.program import view_root
     from mnrt.replay.plan import program_sequence, validate
 
     plan = validate(binary)
@@ -123,7 +124,9 @@ def weight_sites(binary: mnrt.LightBinary, min_rank: int = 2) -> list[tuple[int,
             continue
         kernel = 0
         for program, ids in zip(program_sequence(plan, index), bound):
-            slots = dict(zip(program.slots, ids))
+            bound = dict(zip(program.slots, ids))
+            slots = {s: bound[view_root(program.views, s)[0]]
+                     for k in program.kernels for s in (*k.inputs, *k.outputs)}  # fmt: skip
             for position, k in enumerate(program.kernels):
                 for s in k.inputs:
                     reads.setdefault(slots[s], []).append((index, kernel))

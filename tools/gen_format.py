@@ -36,7 +36,7 @@ import xxhash
 # The format version this schema is released as. Human-maintained: bump the minor whenever
 # the schema changes compatibly (new fields at the end of tables, new enum values, new
 # union members), the major when old files can no longer be read.
-FORMAT_VERSION = (1, 3)
+FORMAT_VERSION = (1, 4)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_DIR = ROOT / "schema"

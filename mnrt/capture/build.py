@@ -35,6 +35,7 @@ from ..format.fb.ReadBuffer import ReadBufferT
 from ..format.fb.RecordEvent import RecordEventT
 from ..format.fb.ReleaseTrace import ReleaseTraceT
 from ..format.fb.ReplayTrace import ReplayTraceT
+from ..format.fb.SlotView import SlotViewT
 from ..format.fb.WaitEvent import WaitEventT
 from ..format.fb.WriteBuffer import WriteBufferT
 from ..format.fingerprints import Stats, columns_of_commands
@@ -58,7 +59,10 @@ def _program_desc(prog: Program) -> ProgramDescT:
                 attrs=[attribute(n, schema[n].kind, v) for n, v in k.attrs.items()],
             )
         )
-    return ProgramDescT(name=prog.name, kernels=kernels)
+    views = [
+        SlotViewT(slot, view.of, view.offset, list(view.shape)) for slot, view in prog.views.items()
+    ]
+    return ProgramDescT(name=prog.name, kernels=kernels, views=views or None)
 
 
 def _tolerance(value: float | None) -> float:

@@ -407,8 +407,9 @@ class Recorder:
         with observe.unobserved(), self._lock:
             qid = self._queue(q)
             pid = self._program(cmd.program)
-            fresh = _written_before_read(cmd.program, cmd.plan.buffers)
-            bids = tuple(self._buffer(b, q, with_data=id(b) not in fresh) for b in cmd.plan.buffers)
+            # A buffer the program writes whole before reading it needs no snapshot.
+            read = {id(b) for b in cmd.plan.read_first}
+            bids = tuple(self._buffer(b, q, with_data=id(b) in read) for b in cmd.plan.buffers)
             cells = (5, PROGRAM, qid, pid, bids, blocking, None, None)
             if not blocking and not self._closed:
                 # The queue uses these directly for the next enqueues of this binding here.
@@ -556,19 +557,3 @@ class Recorder:
             qid = self._queue(q)
             bid = self._buffer(buf, q)
             self.log.append((GOLDEN, qid, bid, golden, rtol, atol, name))
-
-
-def _written_before_read(prog: Program, buffers: tuple[Buffer, ...]) -> set[int]:
-    """ids of the bound buffers the program writes whole before anything reads them (a
-    kernel's outputs are whole buffers): a snapshot of their contents would never be seen,
-    so a first-seen one is recorded without its data."""
-    by_slot = dict(zip(prog.slots, buffers))
-    seen: set[int] = set()
-    fresh: set[int] = set()
-    for k in prog.kernels:
-        seen.update(id(by_slot[s]) for s in k.inputs)
-        for s in k.outputs:
-            if id(by_slot[s]) not in seen:
-                fresh.add(id(by_slot[s]))
-                seen.add(id(by_slot[s]))
-    return fresh

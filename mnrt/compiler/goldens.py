@@ -102,12 +102,18 @@ def _computing_node(graph: Graph, producers: dict[str, int], name: str) -> Node:
     return node
 
 
+def _last_writers(graph: Any, bindings: Mapping[str, Any]) -> dict[int, str]:
+    """id of each buffer -> the value last computed into it (a value that lies in another's
+    buffer has none of its own: see views.py)."""
+    return {id(bindings[o]): o for node in graph.nodes for o in node.outputs if o in bindings}
+
+
 def checked_values(compiled: Any) -> list[str]:
     """The values a binary checks: the outputs, then each temporary that the kernel which
     computed an output read and that still holds its value when the program ends (no
     later kernel wrote its buffer)."""
     graph, bindings = compiled.graph, compiled.lowered.bindings
-    last_writer = {id(bindings[o]): o for node in graph.nodes for o in node.outputs}
+    last_writer = _last_writers(graph, bindings)
     producers = graph.producers()
     names = list(graph.outputs)
     for out in graph.outputs:
@@ -323,7 +329,7 @@ def saturated(compiled: Any) -> dict[str, tuple[int, int]]:
     graph, bindings = compiled.graph, compiled.lowered.bindings
     if not any(v.dtype is not None and v.dtype.is_half for v in graph.values.values()):
         return {}
-    last_writer = {id(bindings[o]): o for node in graph.nodes for o in node.outputs}
+    last_writer = _last_writers(graph, bindings)
     kept = [n for n in checked_values(compiled) if graph.values[n].dtype.is_float]
     kept += [n for n in bindings if last_writer.get(id(bindings[n])) == n
              and graph.values[n].dtype.is_half and n not in kept]  # fmt: skip

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import operator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,10 @@ from ..device.kernels import TensorSpec, lookup, matrix_kernels
 from ..errors import DTypeError, InvalidArgumentError, MnrtError, ShapeError
 
 INPUT, PARAM, TEMP = "input", "param", "temp"
+
+# Ops that copy without computing: where their operands can share a buffer (views.py),
+# they run no kernel at all.
+ELIDABLE = ("concat", "reshape")
 MATRIX_OPS = matrix_kernels()  # kernels on the matrix unit (MAU), as the registry says
 
 
@@ -40,12 +45,16 @@ class Value:
     location: str = "dram"
     layout: str | None = None
     data: np.ndarray | None = None
+    # (root, offset): the value is elements offset... of value root's buffer, no buffer of
+    # its own (see views.py)
+    view: tuple[str, int] | None = None
 
     def describe(self) -> str:
         shape = "?" if self.shape is None else "x".join(map(str, self.shape)) or "scalar"
         dtype = "?" if self.dtype is None else self.dtype.name
         layout = f" layout={self.layout}" if self.layout else ""
-        return f"%{self.name}: {dtype}[{shape}] @{self.location}{layout}"
+        view = f" in %{self.view[0]}+{self.view[1]}" if self.view else ""
+        return f"%{self.name}: {dtype}[{shape}] @{self.location}{layout}{view}"
 
 
 @dataclass
@@ -102,6 +111,21 @@ class Graph:
             name, i = f"{base}{i}", i + 1
         return name
 
+    def root_of(self, name: str) -> tuple[str, int]:
+        """The value whose buffer `name` lies in, and the element it starts at there."""
+        view = self.values[name].view
+        return (name, 0) if view is None else view
+
+    def elided(self, node: Node) -> bool:
+        """Whether the node runs no kernel: a concatenation or reshape whose operands all
+        lie in one buffer (see views.py)."""
+        if node.op not in ELIDABLE:
+            return False
+        operands = (*node.inputs, *node.outputs)
+        return len({self.root_of(n)[0] for n in operands}) == 1 and any(
+            self.values[n].view is not None for n in operands
+        )
+
     def producers(self) -> dict[str, int]:
         """Value name -> index of the node that defines it."""
         return {out: i for i, node in enumerate(self.nodes) for out in node.outputs}
@@ -133,6 +157,31 @@ class Graph:
         for name in self.outputs:
             if name not in defined:
                 raise GraphError(f"graph '{self.name}': output '{name}' is never defined")
+        self._check_views()
+
+    def _check_views(self) -> None:
+        """Every view lies within its root's buffer, a root of its own and of the same
+        dtype, and is no value a host reads or writes (a graph read back from a
+        codegen_dir may say anything)."""
+        for name, v in self.values.items():
+            if v.view is None:
+                continue
+            root, offset = v.view
+            r = self.values.get(root)
+            if (
+                r is None
+                or r.view is not None
+                or v.role in (INPUT, PARAM)
+                or name in self.outputs
+                or r.dtype != v.dtype
+                or None in (r.shape, v.shape)
+                or offset < 0
+                or offset + math.prod(v.shape) > math.prod(r.shape)
+            ):
+                raise GraphError(
+                    f"graph '{self.name}': value '{name}' cannot be part of value '{root}' "
+                    f"from element {offset}; compile the model again"
+                )
 
     def append(self, node: Node) -> None:
         """Add a node after the others, checking and inferring only it: the graph before it

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..device.dtypes import DType
-from ..host import Buffer, Device, Kernel, Program
+from ..host import Buffer, Device, Kernel, Program, SlotView
 from . import release
 from .ir import INPUT, PARAM, Graph, Node
 from .placement import ON_CHIP
@@ -33,10 +33,20 @@ class Lowered:
 
 
 def plan_buffers(graph: Graph, dev: Device) -> dict[str, Buffer]:
-    """Value name -> buffer, reusing dead temporaries' buffers."""
+    """Value name -> buffer, reusing dead temporaries' buffers. A value that is a view of
+    another's buffer (see views.py) gets none: its root's buffer lives from the first
+    write of any value in it to the last read of any."""
     graph.verify()
     last = graph.last_uses()
     keep = set(graph.outputs) | {n for n, v in graph.values.items() if v.role in (INPUT, PARAM)}
+    end: dict[str, int] = {}  # root -> the node after which its buffer is free
+    for i, node in enumerate(graph.nodes):
+        for name in node.outputs:
+            root = graph.root_of(name)[0]
+            end[root] = max(end.get(root, i), last.get(name, i))
+        for name in node.inputs:
+            root = graph.root_of(name)[0]
+            end[root] = max(end.get(root, i), last.get(name, i))
     bindings: dict[str, Buffer] = {}
     free: dict[tuple[tuple[int, ...], DType], list[Buffer]] = {}
 
@@ -49,17 +59,15 @@ def plan_buffers(graph: Graph, dev: Device) -> dict[str, Buffer]:
             bindings[name] = new(name)
         for i, node in enumerate(graph.nodes):
             for name in node.outputs:
-                if name in keep:
-                    continue
-                v = graph.values[name]
-                pool = free.setdefault((v.shape, v.dtype), [])
-                bindings[name] = pool.pop() if pool else new(name)
-                if name not in last:  # never read: free again at once
-                    pool.append(bindings[name])
-            for name in dict.fromkeys(node.inputs):
-                if name not in keep and last.get(name) == i:
-                    v = graph.values[name]
-                    free.setdefault((v.shape, v.dtype), []).append(bindings[name])
+                root = graph.root_of(name)[0]
+                if root not in bindings:
+                    v = graph.values[root]
+                    pool = free.setdefault((v.shape, v.dtype), [])
+                    bindings[root] = pool.pop() if pool else new(root)
+            for root in dict.fromkeys(graph.root_of(n)[0] for n in (*node.inputs, *node.outputs)):
+                if root not in keep and end[root] == i:
+                    v = graph.values[root]
+                    free.setdefault((v.shape, v.dtype), []).append(bindings[root])
     except BaseException:  # the device ran out of memory at a buffer: none of them kept
         release.free_quietly(bindings.values())
         raise
@@ -68,11 +76,19 @@ def plan_buffers(graph: Graph, dev: Device) -> dict[str, Buffer]:
 
 def lower(graph: Graph, dev: Device) -> Lowered:
     """The graph's program on `dev`, and its buffers: those of the program's slots only (a
-    parameter or input no kernel reads gets none)."""
+    parameter or input no kernel reads gets none). A node whose operands share one buffer
+    runs no kernel; the kernels name the values in other values' buffers as SlotViews."""
     bindings = plan_buffers(graph, dev)
     try:
-        kernels = [Kernel(n.op, n.inputs, n.outputs, kernel_attrs(graph, n)) for n in graph.nodes]
-        program = dev.create_program(kernels, name=graph.name)
+        nodes = [n for n in graph.nodes if not graph.elided(n)]
+        kernels = [Kernel(n.op, n.inputs, n.outputs, kernel_attrs(graph, n)) for n in nodes]
+        views = {}
+        for n in nodes:
+            for name in (*n.inputs, *n.outputs):
+                if graph.values[name].view is not None:
+                    root, offset = graph.values[name].view
+                    views[name] = SlotView(root, offset, graph.values[name].shape)
+        program = dev.create_program(kernels, name=graph.name, views=views)
     except BaseException:
         release.free_quietly(bindings.values())
         raise

@@ -17,10 +17,14 @@ from .lower import kernel_attrs
 # different), and a chain's price alone walks all its steps.
 _PRICES: dict[tuple, tuple[KernelDef, Modelled]] = {}
 _PRICES_LIMIT = 1 << 16
+NOTHING = Modelled(0.0, 0.0)
 
 
 def node_cost(graph: Graph, node: Node, spec: DeviceSpec = MNCORE2) -> Modelled:
-    """The modelled time and energy of `node` with the graph's current placement."""
+    """The modelled time and energy of `node` with the graph's current placement (nothing
+    for a node that runs no kernel: see views.py)."""
+    if graph.elided(node):
+        return NOTHING
     values = graph.values
     ins = tuple(TensorSpec(tuple(values[n].shape), values[n].dtype) for n in node.inputs)
     outs = tuple(TensorSpec(tuple(values[n].shape), values[n].dtype) for n in node.outputs)

@@ -32,6 +32,7 @@ from .passes import (
     merge_scale_shifts,
 )
 from .patterns import fuse_gelu, fuse_layernorm, fuse_rolls, fuse_silu
+from .views import elide_copies
 
 Step = Callable[[Graph], "Graph | tuple[Graph, dict]"]
 
@@ -55,8 +56,14 @@ AFTER_FLOAT_DTYPE = {
     "O4": (common_subexpressions, concat_before_widening, cancel_round_trip_casts, fuse_chains),
 }
 
-# Passes each preset runs after mapping and layout planning, on the kernels they chose.
-AFTER_LAYOUT = {"O3": (fuse_matrix_chains,), "O4": (fuse_matrix_chains,)}
+# Passes each preset runs after mapping and layout planning, on the kernels they chose;
+# from O1, a concatenation or reshape whose operands can share a buffer runs no kernel.
+AFTER_LAYOUT = {
+    "O1": (elide_copies,),
+    "O2": (elide_copies,),
+    "O3": (fuse_matrix_chains, elide_copies),
+    "O4": (fuse_matrix_chains, elide_copies),
+}
 
 # Passes each preset runs, in order (after float_dtype is applied at the end).
 PIPELINES = {

@@ -95,13 +95,19 @@ def chain_room(graph: Graph, budget: int, spec: DeviceSpec = MNCORE2) -> Graph:
 
 def summary(graph: Graph, budget: int, spec: DeviceSpec = MNCORE2) -> dict:
     """report.json's account: the budget, the most bytes on chip at once, and how many
-    temporaries stayed on chip or spilled."""
+    temporaries stayed on chip, share a DRAM buffer (see views.py) or spilled."""
     peak = _walk(graph)
     temps = temporaries(graph)
     on_chip = sum(graph.values[n].location == ON_CHIP for n in temps)
+    roots = {v.view[0] for v in graph.values.values() if v.view is not None}
+    shared = sum(
+        graph.values[n].location != ON_CHIP and (graph.values[n].view is not None or n in roots)
+        for n in temps
+    )
     return {
         "budget_bytes": budget or on_chip_bytes(spec),
         "peak_on_chip_bytes": peak,
         "on_chip_values": on_chip,
-        "spilled_values": len(temps) - on_chip,
+        "shared_values": shared,
+        "spilled_values": len(temps) - on_chip - shared,
     }

@@ -41,6 +41,7 @@ def to_json(graph: Graph) -> dict:
                 "role": v.role,
                 "location": v.location,
                 "layout": v.layout,
+                "view": None if v.view is None else list(v.view),
             }
             for name, v in graph.values.items()
         },
@@ -169,6 +170,14 @@ def _graph_from_json(doc: Any) -> Graph:
         for key in ("role", "location", "layout"):
             if v[key] is not None and not isinstance(v[key], str):
                 raise TypeError(f"value {name!r} has {key} {str(v[key])[:80]}")
+        view = v.get("view")
+        if view is not None and not (
+            isinstance(view, list)
+            and len(view) == 2
+            and isinstance(view[0], str)
+            and type(view[1]) is int
+        ):
+            raise TypeError(f"value {name!r} has view {str(view)[:80]}")
         graph.values[name] = Value(
             name,
             None if shape is None else tuple(shape),
@@ -176,6 +185,7 @@ def _graph_from_json(doc: Any) -> Graph:
             v["role"],
             v["location"],
             v["layout"],
+            view=None if view is None else (view[0], view[1]),
         )
     nodes = doc["nodes"]
     if not isinstance(nodes, list):

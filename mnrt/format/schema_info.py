@@ -5,10 +5,10 @@ after changing the schema (or FORMAT_VERSION in that script).
 """
 
 # xxh3-64 of the schema sources (sorted by name; each file's name, NUL, LF-normalised bytes).
-SCHEMA_HASH = 0x6878836B9343A831
+SCHEMA_HASH = 0x7D435C0B2DE752AB
 
 # The version writers stamp into new files.
-FORMAT_VERSION = (1, 3)
+FORMAT_VERSION = (1, 4)
 
 # Schema hash of every released format version; readers accept any of them.
 KNOWN_SCHEMAS = {
@@ -16,6 +16,7 @@ KNOWN_SCHEMAS = {
     (1, 1): 0x4A73E15A5A2C2B51,
     (1, 2): 0x631776C0D671D125,
     (1, 3): 0x6878836B9343A831,
+    (1, 4): 0x7D435C0B2DE752AB,
 }
 
 # Every table (fields in vtable-slot order), struct, enum and union of the schema.
@@ -1193,6 +1194,40 @@ LAYOUT = {
                 },
             ),
         },
+        "SlotView": {
+            "fields": (
+                {
+                    "name": "slot",
+                    "slot": 0,
+                    "kind": "string",
+                    "required": True,
+                    "deprecated": False,
+                },
+                {"name": "of", "slot": 1, "kind": "string", "required": True, "deprecated": False},
+                {
+                    "name": "offset",
+                    "slot": 2,
+                    "kind": "scalar",
+                    "type": "ulong",
+                    "size": 8,
+                    "signed": False,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "shape",
+                    "slot": 3,
+                    "kind": "vector",
+                    "element": "scalar",
+                    "type": "ulong",
+                    "size": 8,
+                    "align": 8,
+                    "signed": False,
+                    "required": False,
+                    "deprecated": False,
+                },
+            ),
+        },
         "ProgramDesc": {
             "fields": (
                 {
@@ -1208,6 +1243,17 @@ LAYOUT = {
                     "kind": "vector",
                     "element": "table",
                     "type": "KernelDesc",
+                    "size": 4,
+                    "align": 4,
+                    "required": False,
+                    "deprecated": False,
+                },
+                {
+                    "name": "views",
+                    "slot": 2,
+                    "kind": "vector",
+                    "element": "table",
+                    "type": "SlotView",
                     "size": 4,
                     "align": 4,
                     "required": False,

@@ -3,7 +3,7 @@
 from .buffer import Buffer
 from .device import Device, list_devices, open_device
 from .event import Event
-from .program import Kernel, Program
+from .program import Kernel, Program, SlotView
 from .queue import CommandQueue
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "Event",
     "Kernel",
     "Program",
+    "SlotView",
     "list_devices",
     "open_device",
 ]

@@ -116,6 +116,48 @@ class Buffer:
         return f"Buffer('{self.name}', {self.dtype.name}{list(self.shape)}, {state})"
 
 
+class BufferView(Buffer):
+    """Part of a buffer that a program's slot names (see program.SlotView): `shape`
+    elements of the buffer's dtype from element `offset` on, row-major. Made when a program
+    is bound, never by the host: it owns no memory, and its fill is the buffer's."""
+
+    __slots__ = ("offset", "parent")
+
+    def __init__(self, parent: Buffer, offset: int, shape: tuple[int, ...], name: str) -> None:
+        self.device = parent.device
+        self.shape = shape
+        self.dtype = parent.dtype
+        self.name = name
+        self.nbytes = math.prod(shape) * parent.dtype.itemsize
+        self.spec = TensorSpec(shape, parent.dtype)
+        self.uid = next(_uids)
+        self.tag = 0
+        self.address = parent.address + offset * parent.dtype.itemsize
+        self.parent, self.offset = parent, offset
+        self._live = True
+        self._bits = None
+        self._unfilled = False
+
+    @property
+    def is_allocated(self) -> bool:
+        return self.parent.is_allocated
+
+    def deallocate(self) -> None:
+        raise MnrtError(f"'{self.name}' is part of buffer '{self.parent.name}'; free that")
+
+    def _fill_in(self) -> None:
+        self.parent._fill_in()
+
+    def _storage(self) -> np.ndarray:
+        whole = self.parent._storage()  # raises once the buffer is freed
+        bits = self._bits
+        if bits is None:
+            size = math.prod(self.shape)
+            flat = whole.reshape(-1)[self.offset : self.offset + size]
+            bits = self._bits = flat.reshape(self.shape)
+        return bits
+
+
 def foreign_object_error(
     what: str, owner: Device, device: Device, relation: str, fix: str
 ) -> MnrtError:

@@ -8,7 +8,7 @@ import math
 import os
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,7 @@ from ..format.text import bad_name
 from . import workers
 from .buffer import Buffer
 from .observe import api
-from .program import Kernel, Program
+from .program import Kernel, Program, SlotView
 from .queue import DEFAULT_HISTORY, CommandQueue
 from .trace import Trace
 
@@ -241,11 +241,17 @@ class Device:
         return buf
 
     @api("create_program")
-    def create_program(self, kernels: Sequence[Kernel], name: str | None = None) -> Program:
-        """Validate a list of kernels into a program; operand slots are bound at enqueue."""
+    def create_program(
+        self,
+        kernels: Sequence[Kernel],
+        name: str | None = None,
+        views: Mapping[str, SlotView] | None = None,
+    ) -> Program:
+        """Validate a list of kernels into a program; operand slots are bound at enqueue,
+        but for `views`: slots that are part of another slot's buffer (see SlotView)."""
         self._before_memory_change("create_program")
         _check_name("program", name)
-        prog = Program(self, kernels, name or f"program{next(self._names)}")
+        prog = Program(self, kernels, name or f"program{next(self._names)}", views)
         self._programs.add(prog)
         return prog
 

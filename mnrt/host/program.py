@@ -14,13 +14,14 @@ programs at the cost of binding.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..device.cost import Modelled
 from ..device.emulator import BoundKernel
-from ..device.kernels import KernelDef, lookup
+from ..device.kernels import KernelDef, TensorSpec, lookup
 from ..device.mapping import MAPPED as MAPPED_KERNELS
 from ..device.mapping import Mapping as KernelMapping
 from ..errors import (
@@ -31,7 +32,7 @@ from ..errors import (
     ShapeError,
 )
 from ..format.text import bad_name
-from .buffer import Buffer
+from .buffer import Buffer, BufferView
 
 if TYPE_CHECKING:
     from .device import Device
@@ -124,6 +125,18 @@ class Kernel:
         return hash((self.op, self.inputs, self.outputs, tuple(sorted(self.attrs.items()))))
 
 
+class SlotView(NamedTuple):
+    """A slot that is part of another slot's buffer rather than a buffer of its own:
+    `shape` elements of that buffer's dtype from element `offset` on, row-major. A kernel
+    that writes it writes into the buffer: a compiler lays the parts of a concatenation out
+    in the buffer of the whole, and a reshape is the buffer it reshapes, so neither copies
+    (as XLA and TensorRT elide concatenations and reshapes)."""
+
+    of: str
+    offset: int
+    shape: tuple[int, ...]
+
+
 class Step(NamedTuple):
     """One kernel of a bound program, ready to execute."""
 
@@ -152,12 +165,6 @@ class Plan:
     def of(cls, steps: Sequence[Step], buffers: tuple[Buffer, ...]) -> Plan:
         costs = [s.modelled for s in steps]
         slowest = max(costs, key=lambda m: m.time_s)
-        seen: dict[int, bool] = {}  # buffer uid -> read before written
-        for s in steps:
-            for b in s.ins:
-                seen.setdefault(b.uid, True)
-            for b in s.outs:
-                seen.setdefault(b.uid, False)
         return cls(
             tuple(steps),
             Modelled(
@@ -168,7 +175,7 @@ class Plan:
                 bound=slowest.bound,
             ),
             buffers,
-            tuple(b for b in buffers if seen[b.uid]),
+            _read_first(steps, buffers),
         )
 
     def release(self) -> None:
@@ -177,6 +184,41 @@ class Plan:
         (running the plan afterwards raises UseAfterFreeError)."""
         for step in self.steps:
             step.bound.release()
+
+
+def _read_first(steps: Sequence[Step], buffers: tuple[Buffer, ...]) -> tuple[Buffer, ...]:
+    """The buffers some kernel reads an element of before any kernel writes it, or that
+    the kernels do not write whole. A kernel writes the whole of each output, so without
+    views that is "read before written"; a view (see SlotView) is a part of its buffer,
+    and parts written one by one (a concatenation's) write it whole once they cover it."""
+    written: dict[int, list[tuple[int, int]]] = {}  # buffer uid -> element ranges written
+    first: set[int] = set()
+
+    def extent(b: Buffer) -> tuple[int, tuple[int, int]]:
+        if isinstance(b, BufferView):
+            return b.parent.uid, (b.offset, b.offset + b.spec.size)
+        return b.uid, (0, b.spec.size)
+
+    for s in steps:
+        for b in s.ins:
+            uid, part = extent(b)
+            if uid not in first and not _covers(written.get(uid, ()), part):
+                first.add(uid)
+        for b in s.outs:
+            uid, part = extent(b)
+            written.setdefault(uid, []).append(part)
+    whole = [b for b in buffers if _covers(written.get(b.uid, ()), (0, b.spec.size))]
+    return tuple(b for b in buffers if b.uid in first or b not in whole)
+
+
+def _covers(ranges: Iterable[tuple[int, int]], part: tuple[int, int]) -> bool:
+    """Whether the ranges (start, end) together cover `part`."""
+    at, end = part
+    for start, stop in sorted(ranges):
+        if start > at:
+            break
+        at = max(at, stop)
+    return at >= end
 
 
 class _Hashed:
@@ -208,7 +250,13 @@ class Program:
 
     tag = 0  # an observer's id for this object (see host/observe.py); 0: none
 
-    def __init__(self, device: Device, kernels: Sequence[Kernel], name: str) -> None:
+    def __init__(
+        self,
+        device: Device,
+        kernels: Sequence[Kernel],
+        name: str,
+        views: Mapping[str, SlotView] | None = None,
+    ) -> None:
         # Any iterable, taken once: a generator would be empty by the time it is stored.
         if isinstance(kernels, Iterable) and not isinstance(kernels, (Kernel, str, Mapping)):
             kernels = tuple(kernels)
@@ -224,17 +272,31 @@ class Program:
         self.device = device
         self.name = name
         self.kernels = tuple(kernels)
-        seen: dict[str, None] = {}
-        for k in self.kernels:
-            seen.update(dict.fromkeys(k.inputs + k.outputs))
-        self.slots = tuple(seen)
+        self.views = check_views(name, views, self.kernels)
+        operands = (s for k in self.kernels for s in k.inputs + k.outputs)
+        self.slots = bound_slots(operands, self.views)
         self._slot_set = frozenset(self.slots)
         self._kdefs = tuple(k.kdef for k in self.kernels)
         self._plans: dict[tuple[int, ...], Plan] = {}
         # What the checks and prices depend on besides the bound buffers' specs.
         self._signature = _Hashed(
-            tuple((k.op, k.inputs, k.outputs, tuple(k.attrs.items())) for k in self.kernels)
+            (
+                tuple((k.op, k.inputs, k.outputs, tuple(k.attrs.items())) for k in self.kernels),
+                tuple(self.views.items()),
+            )
         )
+
+    def _resolve(self, bindings: Mapping[str, Buffer]) -> Mapping[str, Buffer]:
+        """`bindings` with each view bound to its part of its buffer."""
+        if not self.views:
+            return bindings
+        view_specs(f"program '{self.name}'", self.views, {s: b.spec for s, b in bindings.items()})
+        bound = dict(bindings)
+        for slot, view in self.views.items():
+            root, offset = view_root(self.views, slot)
+            buf = bindings[root]
+            bound[slot] = BufferView(buf, offset, view.shape, f"{buf.name}[{slot}]")
+        return bound
 
     def plan(self, bindings: Mapping[str, Buffer]) -> Plan:
         """The program run with `bindings` (slot name -> Buffer), validated once per
@@ -280,7 +342,7 @@ class Program:
             raise self._refuse_slots(bindings)
         device = self.device
         for slot, buf in bindings.items():
-            if not isinstance(buf, Buffer):
+            if not isinstance(buf, Buffer) or isinstance(buf, BufferView):
                 raise BindingError(
                     f"program '{self.name}': slot '{slot}' is bound to "
                     f"{type(buf).__name__}, expected a Buffer"
@@ -289,6 +351,7 @@ class Program:
                 buf._check_device(device, f"slot '{slot}': ")
         backend = device._backend
         bufs = [bindings[s] for s in self.slots]
+        bindings = self._resolve(bindings)
         key = (self._signature, tuple([b.spec for b in bufs]), backend.spec)
         prices = _memo(key, self._check_kernels, bindings, backend)
         steps = []
@@ -360,3 +423,91 @@ class Program:
 
     def __repr__(self) -> str:
         return f"Program('{self.name}', {len(self.kernels)} kernels, slots={list(self.slots)})"
+
+
+def bound_slots(operands: Iterable[str], views: Mapping[str, SlotView]) -> tuple[str, ...]:
+    """The slots an enqueue binds to buffers, in order, given the kernels' operands in
+    turn: every operand but the views, and the slot each view is part of (where its first
+    view is named, unless it is named before)."""
+    return tuple(dict.fromkeys(view_root(views, s)[0] for s in operands))
+
+
+def view_root(views: Mapping[str, SlotView], slot: str) -> tuple[str, int]:
+    """The bound slot whose buffer `slot` is (part of), and the element it starts at."""
+    offset = 0
+    while slot in views:
+        view = views[slot]
+        slot, offset = view.of, offset + view.offset
+    return slot, offset
+
+
+def view_specs(
+    program: str, views: Mapping[str, SlotView], bound: Mapping[str, TensorSpec]
+) -> dict[str, TensorSpec]:
+    """Each view's spec, given the bound slots' (`bound`); raises ShapeError for a view
+    that ends past the end of the buffer it is part of."""
+    specs = {}
+    for slot, view in views.items():
+        root, offset = view_root(views, slot)
+        whole = bound[root]
+        size, room = math.prod(view.shape), math.prod(whole.shape)
+        if offset + size > room:
+            raise ShapeError(
+                f"{program}: slot '{slot}' is elements {offset}...{offset + size} of slot "
+                f"'{root}', bound to a buffer of {room} elements; bind one that holds it"
+            )
+        specs[slot] = TensorSpec(view.shape, whole.dtype)
+    return specs
+
+
+def check_views(
+    program: str, views: Mapping[str, SlotView] | None, kernels: Sequence[Kernel]
+) -> dict[str, SlotView]:
+    """The views as SlotViews, checked: each names a kernel operand, is part of a slot
+    that is no view of it (directly or through others), from a non-negative element, and
+    a view of a view lies within it."""
+    if not views:
+        return {}
+    operands = {s for k in kernels for s in (*k.inputs, *k.outputs)}
+    if not isinstance(views, Mapping):
+        raise InvalidArgumentError(
+            f"program '{program}': views must be a dict of slot name -> mnrt.SlotView, "
+            f"got {views!r}"
+        )
+    checked: dict[str, SlotView] = {}
+    for slot, view in views.items():
+        where = f"program '{program}': view {slot!r}"
+        if slot not in operands:
+            raise BindingError(f"{where} is no kernel's operand; drop it or use it")
+        try:
+            of, offset, shape = view
+            shape = tuple(shape)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(
+                f"{where} must be an mnrt.SlotView(of, offset, shape), got {view!r}"
+            ) from None
+        problem = bad_name(of) if isinstance(of, str) and of else "it is not a slot name"
+        if problem:
+            raise InvalidArgumentError(f"{where}: cannot be part of {of!r}: {problem}")
+        if not _count(offset) or not all(_count(d) for d in shape):
+            raise InvalidArgumentError(
+                f"{where}: offset and shape must be non-negative ints, got {offset!r}, {shape!r}"
+            )
+        checked[slot] = SlotView(of, int(offset), tuple(int(d) for d in shape))
+    for slot, view in checked.items():
+        seen = {slot}
+        while view.of in checked:
+            if view.of in seen:
+                raise BindingError(f"program '{program}': views {sorted(seen)} form a cycle")
+            seen.add(view.of)
+            outer = checked[view.of]
+            if view.offset + math.prod(view.shape) > math.prod(outer.shape):
+                raise ShapeError(
+                    f"program '{program}': a view ends past the end of view {view.of!r}"
+                )
+            view = outer
+    return checked
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

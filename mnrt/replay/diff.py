@@ -121,6 +121,8 @@ def _program_changes(a: dict, b: dict) -> list[dict]:
     presets name their intermediate values differently and fuse kernels away, and their
     convolutions then still pair up (their operands, epilogues and mappings compared)."""
     out = _changes(a.get("name"), b.get("name"), "program.name")
+    views_a, views_b = ({v["slot"]: v for v in p.get("views") or []} for p in (a, b))
+    out += _changes(views_a, views_b, "program.views")
     ka, kb = a.get("kernels") or [], b.get("kernels") or []
     for tag, i1, i2, j1, j2 in kernel_opcodes(ka, kb):
         if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):

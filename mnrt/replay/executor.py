@@ -363,7 +363,7 @@ class Executor:
     def create_program(self, c) -> None:
         info = self.plan.programs[c.programId]
         dev: Device = self.lookup(DEVICE, c.deviceId)
-        self.tables[PROGRAM][c.programId] = dev.create_program(info.kernels, info.name)
+        self.tables[PROGRAM][c.programId] = dev.create_program(info.kernels, info.name, info.views)
 
     def enqueue_program(self, c) -> None:
         q = self.lookup(QUEUE, c.queueId)

@@ -28,8 +28,9 @@ from ..format import LightBinary
 from ..format.fb.CommandUnion import CommandUnion as U
 from ..format.fingerprints import Stats
 from ..format.values import attribute_value
-from ..host import Kernel
+from ..host import Kernel, SlotView
 from ..host.device import MAX_QUEUES, extent_bytes
+from ..host.program import bound_slots, check_views, view_root, view_specs
 from .io import check_lists as check_io_lists
 
 MAX_RANK = 16
@@ -52,6 +53,7 @@ class ProgramInfo:
     kernels: list[Kernel]
     slots: tuple[str, ...]
     device: int
+    views: dict[str, SlotView] = field(default_factory=dict)
 
 
 @dataclass
@@ -99,7 +101,9 @@ def program_buffers(
     """The kernels of one enqueue of `program` on buffers `ids`, in order, as the buffer
     ids each reads and writes."""
     info = plan.programs[program]
-    slot = dict(zip(info.slots, (int(i) for i in ids)))
+    bound = dict(zip(info.slots, (int(i) for i in ids)))
+    operands = {s for k in info.kernels for s in k.inputs + k.outputs}
+    slot = {s: bound[view_root(info.views, s)[0]] for s in operands}
     return [({slot[s] for s in k.inputs}, {slot[s] for s in k.outputs}) for k in info.kernels]
 
 
@@ -373,8 +377,23 @@ class _Validator:
                 raise self.fail(f"program id {c.programId} kernel {i}: {e}") from None
         if not kernels:
             raise self.fail(f"program id {c.programId} has no kernels")
-        slots = tuple(dict.fromkeys(s for k in kernels for s in (*k.inputs, *k.outputs)))
-        self.plan.programs[c.programId] = ProgramInfo(_text(desc.name), kernels, slots, c.deviceId)
+        views = {}
+        for v in desc.views if desc.views is not None else ():
+            shape = tuple(int(d) for d in (v.shape if v.shape is not None else ()))
+            if len(shape) > MAX_RANK:
+                raise self.fail(
+                    f"program id {c.programId} view {_text(v.slot)!r} has rank {len(shape)} "
+                    f"(at most {MAX_RANK})"
+                )
+            views[_text(v.slot)] = SlotView(_text(v.of), int(v.offset), shape)
+        try:
+            views = check_views(f"program id {c.programId}", views, kernels)
+        except MnrtError as e:
+            raise self.fail(str(e)) from None
+        slots = bound_slots((s for k in kernels for s in (*k.inputs, *k.outputs)), views)
+        self.plan.programs[c.programId] = ProgramInfo(
+            _text(desc.name), kernels, slots, c.deviceId, views
+        )
 
     def enqueue_program(self, c) -> None:
         self.ref(c.queueId, QUEUE)
@@ -412,15 +431,20 @@ class _Validator:
         errors = {s: self.errors[gid] for s, gid in zip(prog.slots, ids)}
         specs = {s: TensorSpec(self.plan.buffers[gid].shape, self.plan.buffers[gid].dtype)
                  for s, gid in zip(prog.slots, ids)}  # fmt: skip
+        specs.update(view_specs(f"program {prog.name!r}", prog.views, specs))
+        # A view carries what its buffer does, and what a kernel leaves in a view its
+        # buffer carries on top of what it carried (conservatively: the most of any part).
+        root = {s: view_root(prog.views, s)[0] for s in specs}
         for i, k in enumerate(prog.kernels):
             outs = kernel_errors(
                 k.kdef,
                 [specs[s] for s in k.inputs],
                 [specs[s] for s in k.outputs],
                 k.attrs,
-                [errors[s] for s in k.inputs],
+                [errors[root[s]] for s in k.inputs],
             )
-            errors.update(zip(k.outputs, outs))
+            for s, e in zip(k.outputs, outs):
+                errors[root[s]] = max(errors[root[s]], e) if s in prog.views else e
             if (self.index, first + i) in self.printed:
                 self.plan.output_errors[(self.index, first + i)] = outs
         for slot, gid in zip(prog.slots, ids):
@@ -433,6 +457,10 @@ class _Validator:
         key = (gid, tuple(bound.values()))
         if key in self.shapes_checked:
             return
+        try:
+            bound.update(view_specs(f"program id {gid}", prog.views, bound))
+        except MnrtError as e:
+            raise self.fail(str(e)) from None
         for i, k in enumerate(prog.kernels):
             where = f"program id {gid} kernel {i} '{k.op}'"
             try:

@@ -59,7 +59,9 @@ from ..format.fb.ProgramDesc import ProgramDescT
 from ..format.fb.ReadBuffer import ReadBufferT
 from ..format.fb.WriteBuffer import WriteBufferT
 from ..format.fingerprints import Fingerprint
+from ..host import SlotView
 from ..host.commands import KernelWatch
+from ..host.program import bound_slots
 from ..user_warning import warn
 from .executor import Executor
 from .hazards import race_text, races
@@ -254,10 +256,21 @@ def with_kernels(binary: LightBinary, program: int, kept: list[int]) -> LightBin
         if c.cmdType == U.CreateProgram and c.cmd.programId == program:
             desc = c.cmd.program
             kernels = [desc.kernels[k] for k in kept]
-            slots_before = _slots(desc.kernels)
-            slots_after = list(_slots(kernels))
+            views = {_text(v.slot): v for v in desc.views or ()}
+            slots_before = _slots(desc.kernels, views)
+            slots_after = list(_slots(kernels, views))
+            # the views the kept kernels name, and those they are views of in turn
+            named = set()
+            for s in _operands(kernels):
+                while s in views and s not in named:
+                    named.add(s)
+                    s = _text(views[s].of)
             body = copy.copy(c.cmd)
-            body.program = ProgramDescT(name=desc.name, kernels=kernels)
+            body.program = ProgramDescT(
+                name=desc.name,
+                kernels=kernels,
+                views=[v for v in desc.views or () if _text(v.slot) in named] or None,
+            )
             commands[i] = CommandT(c.cmdType, body)
         elif c.cmdType == U.EnqueueProgram and c.cmd.programId == program:
             bound = dict(zip(slots_before, (int(b) for b in c.cmd.bufferIds)))
@@ -272,9 +285,14 @@ def with_kernels(binary: LightBinary, program: int, kept: list[int]) -> LightBin
     return result
 
 
-def _slots(kernels: Sequence[Any]) -> tuple[str, ...]:
-    """A program's slots, as the validator orders them: every kernel's operands in turn."""
-    return tuple(dict.fromkeys(s for k in kernels for s in (*_texts(k.inputs), *_texts(k.outputs))))
+def _operands(kernels: Sequence[Any]) -> list[str]:
+    return [s for k in kernels for s in (*_texts(k.inputs), *_texts(k.outputs))]
+
+
+def _slots(kernels: Sequence[Any], views: dict[str, Any]) -> tuple[str, ...]:
+    """A program's bound slots, as the validator orders them (see host.program)."""
+    of = {slot: SlotView(_text(v.of), 0, ()) for slot, v in views.items()}
+    return bound_slots(_operands(kernels), of)
 
 
 class _Snapshot:
@@ -343,7 +361,7 @@ def isolate(binary: LightBinary, site: KernelSite) -> LightBinary | None:
         **dict(zip(_texts(desc.outputs), snap.outs)),
     }
     enqueue = len(commands)
-    buffers = [ids[id(bound[s])] for s in _slots([desc])]
+    buffers = [ids[id(bound[s])] for s in _slots([desc], {})]
     commands.append(CommandT(U.EnqueueProgram, EnqueueProgramT(queue, prog, buffers, False)))
     for buf in snap.outs:
         read = ReadBufferT(queue, ids[id(buf)], True, 0, _NAN, _NAN)
@@ -493,7 +511,11 @@ def data_slice(
 
 
 def _texts(values: Sequence[bytes | str] | None) -> list[str]:
-    return [v.decode() if isinstance(v, bytes) else v for v in values or ()]
+    return [_text(v) for v in values or ()]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _kernel_desc(binary: LightBinary, plan: Any, command: int, kernel: int) -> Any:

@@ -106,7 +106,7 @@ def demo(model, preset, float_dtype, option_specs, output) -> None:
         compiled.save_binary(path)
         report = replay(path)
         click.echo(
-            f"compiled {model} ({len(compiled.graph.nodes)} kernels, float_dtype="
+            f"compiled {model} ({len(compiled.lowered.program.kernels)} kernels, float_dtype="
             f"{compiled.options['float_dtype']}) in {ctx.last_compile_s * 1e3:.1f} ms; outputs "
             + ", ".join(f"{k} {list(v.shape)}" for k, v in outputs.items())
         )
@@ -271,7 +271,7 @@ def compile_cmd(
         doc = {
             "model": str(model),
             "output": str(output),
-            "kernels": len(compiled.graph.nodes),
+            "kernels": len(compiled.lowered.program.kernels),
             "float_dtype": compiled.options["float_dtype"],
             "compile_s": ctx.last_compile_s,
             "inputs": [io_dict(e) for e in binary.inputs],
@@ -281,7 +281,7 @@ def compile_cmd(
         click.echo(strict_json.dumps(doc, indent=1))
         return
     click.echo(
-        f"{model} -> {output}: {len(compiled.graph.nodes)} kernels, "
+        f"{model} -> {output}: {len(compiled.lowered.program.kernels)} kernels, "
         f"float_dtype={compiled.options['float_dtype']}, compiled in {ctx.last_compile_s:.2f} s"
     )
 

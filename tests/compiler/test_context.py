@@ -173,6 +173,7 @@ def test_codegen_dir_holds_everything_and_loads_without_compiling(ctx, tmp_path)
         "mapping",
         "time_slice",
         "layout",
+        "elide_copies",
         "chain_room",
         "lower",
         "light binary",

@@ -32,6 +32,7 @@ from mnrt.format.fb.KernelDesc import KernelDescT
 from mnrt.format.fb.LightBinary import LightBinary, LightBinaryT
 from mnrt.format.fb.ProgramDesc import ProgramDescT
 from mnrt.format.fb.ReadBuffer import ReadBufferT
+from mnrt.format.fb.SlotView import SlotViewT
 from mnrt.format.fb.Version import VersionT
 from mnrt.format.fb.WriteBuffer import WriteBufferT
 from mnrt.format.unpack import read_commands
@@ -148,7 +149,16 @@ def command(draw) -> CommandT:
             )
             for _ in range(draw(st.integers(0, 3)))
         ]
-        program = ProgramDescT(name=draw(optional_text), kernels=kernels)
+        views = [
+            SlotViewT(
+                slot=draw(st.text(max_size=4)),
+                of=draw(st.text(max_size=4)),
+                offset=draw(st.integers(0, 2**64 - 1)),
+                shape=draw(st.none() | st.lists(st.integers(0, 2**64 - 1), max_size=3)),
+            )
+            for _ in range(draw(st.integers(0, 2)))
+        ]
+        program = ProgramDescT(name=draw(optional_text), kernels=kernels, views=views or None)
         body = CreateProgramT(programId=draw(ids), deviceId=draw(ids), program=program)
     else:
         body = GoldenCheckT(queueId=draw(ids), bufferId=draw(ids), golden=draw(ids),

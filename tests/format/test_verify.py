@@ -55,6 +55,7 @@ from mnrt.format.fb.ReadBuffer import ReadBufferT
 from mnrt.format.fb.RecordEvent import RecordEventT
 from mnrt.format.fb.ReleaseTrace import ReleaseTraceT
 from mnrt.format.fb.ReplayTrace import ReplayTraceT
+from mnrt.format.fb.SlotView import SlotViewT
 from mnrt.format.fb.Version import CreateVersion, VersionT
 from mnrt.format.fb.WaitEvent import WaitEventT
 from mnrt.format.fb.WriteBuffer import WriteBufferT
@@ -80,6 +81,7 @@ def full_binary() -> LightBinaryT:
             KernelDescT(op="gemm", inputs=["a", "b"], outputs=["c"], attrs=attrs),
             KernelDescT(op="relu", inputs=["c"], outputs=["d"]),
         ],
+        views=[SlotViewT(slot="d", of="e", offset=2, shape=[3, 4])],
     )
     members = [
         OpenDeviceT(deviceId=1, index=0),

@@ -488,3 +488,16 @@ def test_a_dropped_device_that_grew_old_is_freed_by_a_full_collection(monkeypatc
     finally:
         gc.enable()
     assert collected == [1, 2]
+
+
+def test_what_no_slot_view_writes_holds_the_fill(dev, q, garbage):
+    """A buffer kernels reach only through views that leave part of it unwritten: that
+    part holds the device's fill, not what fresh host memory held."""
+    whole = dev.create_buffer((6,), "float", name="whole")
+    x = dev.create_buffer((2,), "float", name="x")
+    prog = dev.create_program(
+        [mnrt.Kernel("neg", ["x"], ["part"])], views={"part": mnrt.SlotView("whole", 2, (2,))}
+    )
+    q.enqueue_write_buffer(x, np.array([1.0, 2.0], np.float32))
+    q.enqueue_program(prog, {"x": x, "whole": whole})
+    np.testing.assert_array_equal(q.enqueue_read_buffer(whole), [0, 0, -1, -2, 0, 0])

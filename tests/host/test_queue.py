@@ -619,3 +619,68 @@ def test_the_history_keeps_no_data_of_past_transfers_nor_freed_memory(dev, q, ca
 def vars_of(cmd: Command) -> list:
     """The values a command's attributes hold."""
     return [getattr(cmd, name, None) for name in dir(cmd) if not name.startswith("__")]
+
+
+def _concat_in_place(dev):
+    """A program whose two kernels write the halves of one buffer (the parts of a
+    concatenation, as compiled programs lay them out) and a third reads it whole, reshaped."""
+    prog = dev.create_program(
+        [
+            mnrt.Kernel("neg", ["a"], ["left"]),
+            mnrt.Kernel("relu", ["b"], ["right"]),
+            mnrt.Kernel("neg", ["flat"], ["y"]),
+        ],
+        views={
+            "left": mnrt.SlotView("whole", 0, (2, 3)),
+            "right": mnrt.SlotView("whole", 6, (2, 2)),
+            "flat": mnrt.SlotView("whole", 0, (10,)),
+        },
+    )
+    bufs = {
+        "a": dev.create_buffer((2, 3), "float", name="a"),
+        "b": dev.create_buffer((2, 2), "float", name="b"),
+        "whole": dev.create_buffer((2, 5), "float", name="whole"),
+        "y": dev.create_buffer((10,), "float", name="y"),
+    }
+    return prog, bufs
+
+
+def test_slot_views_are_parts_of_one_buffer(dev, q):
+    prog, bufs = _concat_in_place(dev)
+    assert prog.slots == ("a", "whole", "b", "y")  # the views' buffer where first named
+    a = np.arange(6, dtype=np.float32).reshape(2, 3) - 3
+    b = np.arange(4, dtype=np.float32).reshape(2, 2) - 2
+    q.enqueue_write_buffer(bufs["a"], a)
+    q.enqueue_write_buffer(bufs["b"], b)
+    q.enqueue_program(prog, bufs)
+    parts = np.concatenate([-a.reshape(-1), np.maximum(b, 0).reshape(-1)])
+    np.testing.assert_array_equal(q.enqueue_read_buffer(bufs["whole"]).reshape(-1), parts)
+    np.testing.assert_array_equal(q.enqueue_read_buffer(bufs["y"]), -parts)
+    # the parts cover the buffer: the program writes it whole before reading it
+    assert [b.name for b in prog.plan(bufs).read_first] == ["a", "b"]
+
+
+def test_bad_slot_views_are_refused(dev, q):
+    prog, bufs = _concat_in_place(dev)
+    kernels = list(prog.kernels)
+    with pytest.raises(mnrt.BindingError, match="'nowhere' is no kernel's operand"):
+        dev.create_program(kernels, views={"nowhere": mnrt.SlotView("whole", 0, (1,))})
+    with pytest.raises(mnrt.BindingError, match="form a cycle"):
+        dev.create_program(
+            kernels,
+            views={"left": mnrt.SlotView("right", 0, (2, 2)), "right": ("left", 0, (2, 2))},
+        )
+    with pytest.raises(mnrt.InvalidArgumentError, match="non-negative ints"):
+        dev.create_program(kernels, views={"left": mnrt.SlotView("whole", -1, (2, 3))})
+    with pytest.raises(mnrt.InvalidArgumentError, match=r"mnrt.SlotView\(of, offset, shape\)"):
+        dev.create_program(kernels, views={"left": "whole"})
+    with pytest.raises(mnrt.ShapeError, match="a view ends past the end of view 'flat'"):
+        dev.create_program(
+            kernels,
+            views={"left": mnrt.SlotView("flat", 8, (2, 3)), "flat": ("whole", 0, (10,))},
+        )
+    small = dev.create_buffer((3, 3), "float", name="small")
+    with pytest.raises(mnrt.ShapeError, match=r"slot 'right' is elements 6\.\.\.10 of slot"):
+        q.enqueue_program(prog, {**bufs, "whole": small})
+    with pytest.raises(mnrt.BindingError, match="unknown slot.*'left'"):
+        q.enqueue_program(prog, {**bufs, "left": bufs["a"]})

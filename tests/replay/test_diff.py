@@ -319,7 +319,13 @@ def test_two_presets_of_one_model_pair_up_kernel_by_kernel_and_buffer_by_name(tm
     # numbered otherwise after the first buffer O3 does not make, the others are the same:
     # the weights' writes, the goldens' buffers, the binary's outputs
     changed = {c["type"] for c in d["commands"] if c["change"] == "changed"}
-    assert changed == {"CreateProgram", "EnqueueProgram", "GoldenCheck"}, d["commands"]
+    assert changed == {"CreateProgram", "EnqueueProgram", "GoldenCheck", "CreateBuffer"}
+    # but for the buffer of the reshape, which O1 lays out in its input's buffer, a view
+    assert "    program.views.reshape_7: {" in text and '"of": "global_avg_pool2d_6"' in text
+    (buffer,) = [
+        c for c in d["commands"] if c["change"] == "changed" and c["type"] == "CreateBuffer"
+    ]
+    assert {f["field"]: f["b"] for f in buffer["fields"]}["desc.name"] == "cnn.reshape_7"
     assert not d["io"] and "bufferId:" not in text
     short = to_text(d, limit=3).splitlines()  # a terminal's worth: the rest said, not shown
     more = len(program["fields"]) - 3

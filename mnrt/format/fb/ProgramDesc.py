@@ -56,8 +56,33 @@ class ProgramDesc(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
         return o == 0
 
+    # ProgramDesc
+    def Views(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from mnrt.format.fb.SlotView import SlotView
+            obj = SlotView()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # ProgramDesc
+    def ViewsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # ProgramDesc
+    def ViewsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        return o == 0
+
 def ProgramDescStart(builder):
-    builder.StartObject(2)
+    builder.StartObject(3)
 
 def Start(builder):
     ProgramDescStart(builder)
@@ -80,6 +105,18 @@ def ProgramDescStartKernelsVector(builder, numElems):
 def StartKernelsVector(builder, numElems):
     return ProgramDescStartKernelsVector(builder, numElems)
 
+def ProgramDescAddViews(builder, views):
+    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(views), 0)
+
+def AddViews(builder, views):
+    ProgramDescAddViews(builder, views)
+
+def ProgramDescStartViewsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartViewsVector(builder, numElems):
+    return ProgramDescStartViewsVector(builder, numElems)
+
 def ProgramDescEnd(builder):
     return builder.EndObject()
 
@@ -87,6 +124,7 @@ def End(builder):
     return ProgramDescEnd(builder)
 
 import mnrt.format.fb.KernelDesc
+import mnrt.format.fb.SlotView
 try:
     from typing import List
 except:
@@ -99,9 +137,11 @@ class ProgramDescT(object):
         self,
         name = None,
         kernels = None,
+        views = None,
     ):
         self.name = name  # type: Optional[str]
         self.kernels = kernels  # type: Optional[List[mnrt.format.fb.KernelDesc.KernelDescT]]
+        self.views = views  # type: Optional[List[mnrt.format.fb.SlotView.SlotViewT]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -133,6 +173,14 @@ class ProgramDescT(object):
                 else:
                     kernelDesc_ = mnrt.format.fb.KernelDesc.KernelDescT.InitFromObj(programDesc.Kernels(i))
                     self.kernels.append(kernelDesc_)
+        if not programDesc.ViewsIsNone():
+            self.views = []
+            for i in range(programDesc.ViewsLength()):
+                if programDesc.Views(i) is None:
+                    self.views.append(None)
+                else:
+                    slotView_ = mnrt.format.fb.SlotView.SlotViewT.InitFromObj(programDesc.Views(i))
+                    self.views.append(slotView_)
 
     # ProgramDescT
     def Pack(self, builder):
@@ -146,10 +194,20 @@ class ProgramDescT(object):
             for i in reversed(range(len(self.kernels))):
                 builder.PrependUOffsetTRelative(kernelslist[i])
             kernels = builder.EndVector()
+        if self.views is not None:
+            viewslist = []
+            for i in range(len(self.views)):
+                viewslist.append(self.views[i].Pack(builder))
+            ProgramDescStartViewsVector(builder, len(self.views))
+            for i in reversed(range(len(self.views))):
+                builder.PrependUOffsetTRelative(viewslist[i])
+            views = builder.EndVector()
         ProgramDescStart(builder)
         if self.name is not None:
             ProgramDescAddName(builder, name)
         if self.kernels is not None:
             ProgramDescAddKernels(builder, kernels)
+        if self.views is not None:
+            ProgramDescAddViews(builder, views)
         programDesc = ProgramDescEnd(builder)
         return programDesc

@@ -1,0 +1,128 @@
+"""Values that share a buffer (compiler/views.py): a concatenation whose parts are written
+in place and a reshape of the buffer it reshapes run no kernel, and give the same bits."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import mnrt
+from mnrt.compiler import GraphBuilder, pipeline, serialize
+from mnrt.compiler.node_cost import graph_cost
+
+RNG = np.random.default_rng(7)
+
+
+def _conv(b, x, cin, cout, name):
+    w = b.param(name, (RNG.standard_normal((cout, cin, 3, 3)) / 6).astype(np.float32))
+    return b.relu(b.conv2d(x, w, padding=(1, 1, 1, 1)))
+
+
+def _dense_block(batch: int = 1, pairwise: bool = True) -> tuple[GraphBuilder, dict]:
+    """Three layers of a DenseNet block: each conv reads the concatenation of every
+    feature map before it (pairwise: concat(previous, new), as the ONNX zoo's DenseNet
+    writes it; else concat of all of them, as torchvision's export does)."""
+    b = GraphBuilder("block")
+    x = b.input("x", (batch, 4, 6, 6), "float")
+    feats = [_conv(b, x, 4, 4, "w0")]
+    whole = feats[0]
+    for i in range(1, 4):
+        new = _conv(b, whole, 4 * i, 4, f"w{i}")
+        feats.append(new)
+        whole = b.concat(whole, new, axis=1) if pairwise else b.concat(*feats, axis=1)
+    b.output(b.global_avg_pool2d(whole), "y")
+    return b, {"x": RNG.standard_normal((batch, 4, 6, 6)).astype(np.float32)}
+
+
+def _compile(b, inputs, preset="O1", elide=True, monkeypatch=None):
+    if not elide:
+        monkeypatch.setitem(pipeline.AFTER_LAYOUT, preset, ())
+    with mnrt.Context() as ctx:
+        options = {"option_json": preset, "float_dtype": "float"}
+        compiled = ctx.compile(b, inputs, options=options)
+        ran = {k: v.cpu() for k, v in compiled(inputs).items()}
+        kernels = [k.op for k in compiled.lowered.program.kernels]
+        return compiled.graph, kernels, ran
+
+
+@pytest.mark.parametrize("pairwise", [True, False])
+@pytest.mark.parametrize("preset", ["O1", "O2"])
+def test_a_dense_block_grows_one_buffer(preset, pairwise, monkeypatch):
+    b, inputs = _dense_block(pairwise=pairwise)
+    graph, kernels, ran = _compile(b, inputs, preset)
+    assert "concat" not in kernels and kernels.count("conv2d") == 4
+    # every feature map lies in the last concatenation's buffer, one after another
+    concats = [n for n in graph.nodes if n.op == "concat"]
+    last = concats[-1].outputs[0]
+    assert {graph.root_of(v)[0] for n in concats for v in (*n.inputs, *n.outputs)} == {last}
+    features = [concats[0].inputs[0], *(n.inputs[-1] for n in concats)]
+    assert [graph.root_of(v)[1] for v in features] == [0, 144, 288, 432]
+    _, copied, want = _compile(b, inputs, preset, elide=False, monkeypatch=monkeypatch)
+    assert copied.count("concat") == 3
+    np.testing.assert_array_equal(ran["y"], want["y"])
+
+
+def test_eliding_lowers_the_modelled_time(monkeypatch):
+    b, inputs = _dense_block()
+    graph, _, _ = _compile(b, inputs)
+    before, _, _ = _compile(b, inputs, elide=False, monkeypatch=monkeypatch)
+    assert graph_cost(graph).time_s < graph_cost(before).time_s
+
+
+def test_parts_that_are_no_runs_of_the_whole_are_copied():
+    b, inputs = _dense_block(batch=2)  # a channel of image 0, then image 1's: strided
+    _, kernels, _ = _compile(b, inputs)
+    assert kernels.count("concat") == 3
+
+
+def test_a_part_the_host_writes_keeps_its_buffer():
+    b = GraphBuilder("g")
+    x = b.input("x", (1, 4, 6, 6), "float")
+    b.output(b.relu(b.concat(x, _conv(b, x, 4, 4, "w"), axis=1)), "y")
+    inputs = {"x": RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)}
+    _, kernels, ran = _compile(b, inputs)
+    assert "concat" in kernels
+    assert ran["y"].shape == (1, 8, 6, 6)
+
+
+def test_a_reshape_is_the_buffer_it_reshapes(monkeypatch):
+    b = GraphBuilder("g")
+    x = b.input("x", (1, 4, 6, 6), "float")
+    h = b.reshape(_conv(b, x, 4, 4, "w"), shape=(1, 144))
+    b.output(b.reshape(b.softmax(h), shape=(1, 4, 6, 6)), "y")  # an output keeps its own
+    inputs = {"x": RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)}
+    graph, kernels, ran = _compile(b, inputs)
+    assert "reshape" not in kernels
+    (out,) = graph.outputs
+    softmax = next(n for n in graph.nodes if n.op == "softmax").outputs[0]
+    assert graph.root_of(softmax) == (out, 0)  # written straight into the output
+    _, copied, want = _compile(b, inputs, elide=False, monkeypatch=monkeypatch)
+    assert copied.count("reshape") == 2
+    np.testing.assert_array_equal(ran["y"], want["y"])
+
+
+def test_a_graph_keeps_its_views_through_a_folder_and_refuses_a_bad_one(tmp_path):
+    b, inputs = _dense_block()
+    graph, _, _ = _compile(b, inputs)
+    serialize.save(graph, tmp_path, "g")
+    again = serialize.load(tmp_path, "g")
+    views = {n: v.view for n, v in graph.values.items() if v.view is not None}
+    assert len(views) == 6 and {n: v.view for n, v in again.values.items() if v.view} == views
+    doc = json.loads((tmp_path / "g.json").read_text())
+    name = next(iter(views))
+    doc["values"][name]["view"][1] = 10**6  # past the end of its buffer
+    (tmp_path / "g.json").write_text(json.dumps(doc))
+    with pytest.raises(mnrt.InvalidArgumentError, match=f"'{name}' cannot be part of value"):
+        serialize.load(tmp_path, "g")
+
+
+def test_a_compiled_binary_with_views_replays_and_locates(tmp_path):
+    b, inputs = _dense_block()
+    with mnrt.Context() as ctx:
+        compiled = ctx.compile(b, inputs, options={"option_json": "O1"})
+        compiled.save_binary(tmp_path / "block.mnlb")
+    report = mnrt.replay(tmp_path / "block.mnlb", locate=True)
+    assert report.verified and report.locate.first_divergent is None
+    assert report.locate.compared == 9  # 4 convs, 4 relus, the pooling: no concatenation
