@@ -347,3 +347,40 @@ def three_buffers(order: str) -> mnrt.LightBinary:
         q.enqueue_program(dev.create_program(program, name="p"), bufs)
         q.enqueue_read_buffer(bufs["y"])
         return mnrt.end_capture()
+
+
+def concat_in_place(dev):
+    """A program whose two kernels write the halves of one buffer (the parts of a
+    concatenation, as compiled programs lay them out) and a third reads it whole, reshaped."""
+    prog = dev.create_program(
+        [
+            mnrt.Kernel("neg", ["a"], ["left"]),
+            mnrt.Kernel("relu", ["b"], ["right"]),
+            mnrt.Kernel("neg", ["flat"], ["y"]),
+        ],
+        views={
+            "left": mnrt.SlotView("whole", 0, (2, 3)),
+            "right": mnrt.SlotView("whole", 6, (2, 2)),
+            "flat": mnrt.SlotView("whole", 0, (10,)),
+        },
+    )
+    bufs = {
+        "a": dev.create_buffer((2, 3), "float", name="a"),
+        "b": dev.create_buffer((2, 2), "float", name="b"),
+        "whole": dev.create_buffer((2, 5), "float", name="whole"),
+        "y": dev.create_buffer((10,), "float", name="y"),
+    }
+    return prog, bufs
+
+
+def views_capture() -> mnrt.LightBinary:
+    """A capture of concat_in_place's program: its inputs written, its output read."""
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        prog, bufs = concat_in_place(dev)
+        q.enqueue_write_buffer(bufs["a"], np.arange(6, dtype=np.float32).reshape(2, 3) - 3)
+        q.enqueue_write_buffer(bufs["b"], np.arange(4, dtype=np.float32).reshape(2, 2) - 2)
+        q.enqueue_program(prog, bufs)
+        q.enqueue_read_buffer(bufs["y"])
+        return mnrt.end_capture()

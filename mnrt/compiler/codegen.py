@@ -208,13 +208,29 @@ def write_graph(
 
 def report(compiled: CompiledFunction, phases: list[dict]) -> dict:
     """Compile phases, one entry per layer (node) with its modelled device cost, and
-    totals per kernel: report.json of codegen_dir."""
+    totals per kernel: report.json of codegen_dir. A node that runs no kernel (its
+    operands share a buffer: views.py) is a layer `elided`, of no cost."""
     plan = compiled.lowered.program.plan(compiled.lowered.bindings)
     layers: list[dict] = []
     per_op: dict[str, dict] = {}
     switches = {"count": 0, "device_time_s": 0.0}
-    for node, step in zip(compiled.graph.nodes, plan.steps):
-        m = step.modelled
+    steps = iter(plan.steps)
+    for node in compiled.graph.nodes:
+        if compiled.graph.elided(node):
+            layers.append(
+                {
+                    "name": node.name,
+                    "op": node.op,
+                    "outputs": [compiled.graph.values[o].describe() for o in node.outputs],
+                    "flops": 0.0,
+                    "device_time_s": 0.0,
+                    "energy_j": 0.0,
+                    "bound": "none",
+                    "elided": True,
+                }
+            )
+            continue
+        m = next(steps).modelled
         if node.op == "relayout":
             switches["count"] += 1
             switches["device_time_s"] += m.time_s

@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 import pytest
+from binaries import concat_in_place
 
 import mnrt
 from mnrt.capture.recorder import Recorder
@@ -137,6 +138,30 @@ def test_a_buffer_the_program_reads_first_keeps_its_snapshot(dev, q):
     assert command_types(binary).count("WriteBuffer") == 2
     dev.close()
     np.testing.assert_array_equal(mnrt.replay(binary).outputs["acc"], [6.0, 8.0])
+
+
+def test_a_buffer_slot_views_write_whole_needs_no_snapshot_and_one_they_do_not_does(dev, q):
+    prog, bufs = concat_in_place(dev)  # `left` and `right` cover `whole`
+    q.enqueue_write_buffer(bufs["a"], np.ones((2, 3), np.float32))
+    q.enqueue_write_buffer(bufs["b"], np.ones((2, 2), np.float32))
+    q.enqueue_write_buffer(bufs["whole"], np.full((2, 5), 7.0, np.float32))
+    mnrt.begin_capture()  # everything predates it: snapshots where a kernel reads first
+    q.enqueue_program(prog, bufs)
+    binary = mnrt.end_capture()
+    written = [c.cmd.bufferId for c in binary.commands if c.cmdType == U.WriteBuffer]
+    assert len(written) == 2  # a and b; not `whole`, which the parts write whole
+    partial = dev.create_program(
+        [mnrt.Kernel("neg", ["a"], ["left"]), mnrt.Kernel("neg", ["flat"], ["y"])],
+        views={k: v for k, v in prog.views.items() if k != "right"},
+    )
+    mnrt.begin_capture()
+    q.enqueue_program(partial, {k: v for k, v in bufs.items() if k != "b"})
+    live = q.enqueue_read_buffer(bufs["y"])
+    binary = mnrt.end_capture()
+    assert sum(c.cmdType == U.WriteBuffer for c in binary.commands) == 2  # a and `whole`
+    dev.close()
+    np.testing.assert_array_equal(mnrt.replay(binary).outputs["y"], live)
+    np.testing.assert_array_equal(live, [1, 1, 1, 1, 1, 1, -1, -1, -1, -1])  # right: relu(b)
 
 
 def test_trace_captured_before_capture_is_recorded_in_full(dev, q):

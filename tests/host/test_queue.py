@@ -10,6 +10,7 @@ from collections import deque
 
 import numpy as np
 import pytest
+from binaries import concat_in_place
 from host_harness import gather_program
 
 import mnrt
@@ -621,32 +622,8 @@ def vars_of(cmd: Command) -> list:
     return [getattr(cmd, name, None) for name in dir(cmd) if not name.startswith("__")]
 
 
-def _concat_in_place(dev):
-    """A program whose two kernels write the halves of one buffer (the parts of a
-    concatenation, as compiled programs lay them out) and a third reads it whole, reshaped."""
-    prog = dev.create_program(
-        [
-            mnrt.Kernel("neg", ["a"], ["left"]),
-            mnrt.Kernel("relu", ["b"], ["right"]),
-            mnrt.Kernel("neg", ["flat"], ["y"]),
-        ],
-        views={
-            "left": mnrt.SlotView("whole", 0, (2, 3)),
-            "right": mnrt.SlotView("whole", 6, (2, 2)),
-            "flat": mnrt.SlotView("whole", 0, (10,)),
-        },
-    )
-    bufs = {
-        "a": dev.create_buffer((2, 3), "float", name="a"),
-        "b": dev.create_buffer((2, 2), "float", name="b"),
-        "whole": dev.create_buffer((2, 5), "float", name="whole"),
-        "y": dev.create_buffer((10,), "float", name="y"),
-    }
-    return prog, bufs
-
-
 def test_slot_views_are_parts_of_one_buffer(dev, q):
-    prog, bufs = _concat_in_place(dev)
+    prog, bufs = concat_in_place(dev)
     assert prog.slots == ("a", "whole", "b", "y")  # the views' buffer where first named
     a = np.arange(6, dtype=np.float32).reshape(2, 3) - 3
     b = np.arange(4, dtype=np.float32).reshape(2, 2) - 2
@@ -661,7 +638,7 @@ def test_slot_views_are_parts_of_one_buffer(dev, q):
 
 
 def test_bad_slot_views_are_refused(dev, q):
-    prog, bufs = _concat_in_place(dev)
+    prog, bufs = concat_in_place(dev)
     kernels = list(prog.kernels)
     with pytest.raises(mnrt.BindingError, match="'nowhere' is no kernel's operand"):
         dev.create_program(kernels, views={"nowhere": mnrt.SlotView("whole", 0, (1,))})

@@ -416,6 +416,18 @@ CAPTURED = (trace("BeginTraceCapture"), trace("EndTraceCapture"))
 ENQUEUE = {"type": "EnqueueProgram", "queue_id": Q, "program_id": PROG, "buffer_ids": [A, Y]}
 
 
+def viewing(kernel: tuple[str, str], *views: tuple) -> tuple[dict, dict]:
+    """A program of one exp kernel (input, output) with `views` (slot, of, offset, shape),
+    created as program id 30, and its enqueue on buffers A and Y."""
+    program = {
+        "name": "v",
+        "kernels": [{"op": "exp", "inputs": [kernel[0]], "outputs": [kernel[1]]}],
+        "views": [dict(zip(("slot", "of", "offset", "shape"), v)) for v in views],
+    }
+    create = {"type": "CreateProgram", "program_id": 30, "device_id": DEV, "program": program}
+    return create, {**ENQUEUE, "program_id": 30}
+
+
 SEMANTIC = {
     "trace released twice": (
         add(*CAPTURED, trace("ReleaseTrace"), trace("ReleaseTrace")),
@@ -495,6 +507,22 @@ SEMANTIC = {
             {**ENQUEUE, "buffer_ids": [A, 20]},
         ),
         "is bound to a int32[2, 3]",
+    ),
+    "view past the end of its buffer": (
+        add(*viewing(("a", "part"), ("part", "whole", 4, [2, 3]))),
+        "slot 'part' is elements 4...10 of slot 'whole'",
+    ),
+    "views that form a cycle": (
+        add(viewing(("p", "q"), ("p", "q", 0, [2, 3]), ("q", "p", 0, [2, 3]))[0]),
+        "form a cycle",
+    ),
+    "view no kernel names": (
+        add(viewing(("a", "y"), ("z", "y", 0, [1]))[0]),
+        "view 'z' is no kernel's operand",
+    ),
+    "view of rank 17": (
+        add(viewing(("a", "part"), ("part", "whole", 0, [1] * 17))[0]),
+        "view 'part' has rank 17",
     ),
     "negative tolerance": (
         add({"type": "ReadBuffer", "queue_id": Q, "buffer_id": Y, "golden": 2, "rtol": -1.0}),

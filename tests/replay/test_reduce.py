@@ -11,6 +11,7 @@ from binaries import (
     perturbed,
     pipelined_binary,
     three_device_capture,
+    views_capture,
     weight_sites,
     with_written,
 )
@@ -18,7 +19,15 @@ from cli_harness import invoke_cli
 
 import mnrt
 from mnrt.format.fb.CommandUnion import CommandUnion as U
-from mnrt.replay.reduce import NotFailingError, ddmin, failure_of, kernel_count, reduce
+from mnrt.replay.plan import validate
+from mnrt.replay.reduce import (
+    NotFailingError,
+    ddmin,
+    failure_of,
+    kernel_count,
+    reduce,
+    with_kernels,
+)
 
 
 def test_ddmin_finds_a_one_minimal_subset():
@@ -275,3 +284,16 @@ def test_a_pipelined_binary_reduces_to_its_wrong_kernel_as_a_one_device_one_does
     assert (result.failure.site.command, result.failure.site.kernel) == (command, kernel)
     assert result.steps[0]["step"] == "isolate" and result.steps[0]["kernels"][1] == 1
     assert kernel_count(result.binary) == 1 and failure_of(result.binary) == result.failure
+
+
+def test_kernels_left_keep_the_slot_views_they_name():
+    binary = views_capture()  # neg a -> left, relu b -> right, neg flat -> y; views of whole
+    (program,) = validate(binary).programs
+    for kept, views in (([0, 2], ["left", "flat"]), ([1], ["right"]), ([0, 1], ["left", "right"])):
+        smaller = with_kernels(binary, program, kept)
+        assert smaller is not None, kept
+        info = validate(smaller).programs[program]
+        assert sorted(info.views) == sorted(views) and "whole" in info.slots
+    # without the kernel writing `right`, that part of `whole` holds the device's fill
+    y = mnrt.replay(with_kernels(binary, program, [0, 2])).outputs
+    np.testing.assert_array_equal(next(iter(y.values())), [-3, -2, -1, 0, 1, 2, 0, 0, 0, 0])

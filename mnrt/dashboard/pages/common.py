@@ -84,8 +84,8 @@ def _kernels(art: Artifacts) -> list[dict[str, Any]]:
                 "utilisation": best / time_s if time_s > 0 else 0.0,
             }
         )
-    layers = (art.compile_report or {}).get("layers") or []
-    if len(layers) == len(rows):  # one kernel per graph node: name them and their layouts
+    layers = [x for x in (art.compile_report or {}).get("layers") or [] if not x.get("elided")]
+    if len(layers) == len(rows):  # one kernel per layer that runs one: name them, their layouts
         for row, layer in zip(rows, layers):
             row["name"] = str(layer.get("name", row["name"]))
             found = [_LAYOUT.search(str(o)) for o in layer.get("outputs", [])]
