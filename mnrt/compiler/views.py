@@ -62,7 +62,21 @@ def elide_copies(graph: Graph) -> Graph:
             for n in group:
                 g.values[n].view, g.values[n].location = old_places[n], old_where[n]
             _regroup(g, members, group)
+    _note_moves(g, graph)
     return g
+
+
+def _note_moves(g: Graph, before: Graph) -> None:
+    """The layout plan's record (layout_plan.json) with the values moved to DRAM there."""
+    plan = g.notes.get("layout_plan")
+    if plan is None:
+        return
+    moved = [n for n, v in g.values.items() if v.location != before.values[n].location]
+    values = dict(plan["values"])
+    for n in moved:
+        if n in values:
+            values[n] = {**values[n], "location": g.values[n].location}
+    g.notes["layout_plan"] = {**plan, "values": values}
 
 
 def _layout(

@@ -126,3 +126,20 @@ def test_a_compiled_binary_with_views_replays_and_locates(tmp_path):
     report = mnrt.replay(tmp_path / "block.mnlb", locate=True)
     assert report.verified and report.locate.first_divergent is None
     assert report.locate.compared == 9  # 4 convs, 4 relus, the pooling: no concatenation
+
+
+def test_the_codegen_dir_tells_of_the_shared_values(tmp_path):
+    b, inputs = _dense_block()
+    with mnrt.Context() as ctx:
+        compiled = ctx.compile(b, inputs, codegen_dir=tmp_path, options={"option_json": "O1"})
+    graph = compiled.graph
+    shared = {n for n, v in graph.values.items() if v.view is not None}
+    shared |= {v.view[0] for v in graph.values.values() if v.view is not None}
+    plan = json.loads((tmp_path / "layout_plan.json").read_text())["values"]
+    assert shared and all(plan[n]["location"] == "dram" for n in shared)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["memory"]["on_chip"]["shared_values"] == len(shared)
+    elided = [x for x in report["layers"] if x.get("elided")]
+    assert [x["op"] for x in elided] == ["concat"] * 3
+    assert all(x["device_time_s"] == 0 for x in elided)
+    assert " in %concat_" in (tmp_path / "l3ir.txt").read_text()  # where each part lies
