@@ -56,7 +56,10 @@ def fragment_graph(program: MpmdProgram, fragment: Fragment, sram_budget: int) -
     outputs, its parameters its own. Whatever crosses fragments is in DRAM (a copy or
     another program reads it); the rest stays where the compile's scheduler put it, unless
     the fragment's own order would then hold more than the budget on chip, when it is
-    placed again greedily. Its chains get the room that leaves them (placement.chain_room)."""
+    placed again greedily. Its chains get the room that leaves them (placement.chain_room).
+    Values that share a buffer (views.py) share it here when the fragment holds all of them
+    and none crosses to it, or from it but their buffer; otherwise each has its own, and
+    the concatenation or reshape between them runs."""
     values = {}
     for node in fragment.nodes:
         for name in (*node.inputs, *node.outputs):
@@ -64,6 +67,15 @@ def fragment_graph(program: MpmdProgram, fragment: Fragment, sram_budget: int) -
             role = INPUT if name in fragment.inputs else PARAM if v.role == PARAM else TEMP
             where = v.location if role == TEMP and name not in fragment.outputs else "dram"
             values[name] = Value(name, v.shape, v.dtype, role, where, v.layout, v.data)
+    groups: dict[str, list[str]] = {}
+    for name, v in program.values.items():
+        if v.view is not None:
+            groups.setdefault(v.view[0], []).append(name)
+    for root, members in groups.items():
+        crossing = {root, *members} & set(fragment.inputs) or set(members) & set(fragment.outputs)
+        if root in values and all(m in values for m in members) and not crossing:
+            for m in members:
+                values[m].view = program.values[m].view
     graph = Graph(
         fragment.name,
         values,
