@@ -11,6 +11,7 @@ from ...device.kernels import TensorSpec, lookup
 from ...device.mapping import model_kernel_call
 from ...device.spec import MNCORE2, DeviceSpec
 from ...host import Buffer, Program
+from ...host.program import view_specs
 from ..ir import Node, Value
 
 
@@ -32,9 +33,11 @@ def program_cost(
     """What running `program` on `bindings` costs, kernel by kernel (as the device prices
     it when it runs)."""
     time_s = energy_j = flops = dram = 0.0
+    specs = {n: TensorSpec(b.shape, b.dtype) for n, b in bindings.items()}
+    specs.update(view_specs(program.name, program.views, specs))  # the slots that are views
     for k in program.kernels:
-        ins = [TensorSpec(bindings[n].shape, bindings[n].dtype) for n in k.inputs]
-        outs = [TensorSpec(bindings[n].shape, bindings[n].dtype) for n in k.outputs]
+        ins = [specs[n] for n in k.inputs]
+        outs = [specs[n] for n in k.outputs]
         m = _kernel(k.op, ins, outs, k.attrs, spec)
         time_s += m.time_s
         energy_j += m.energy_j
