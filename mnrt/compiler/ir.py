@@ -26,7 +26,7 @@ INPUT, PARAM, TEMP = "input", "param", "temp"
 
 # Ops that copy without computing: where their operands can share a buffer (views.py),
 # they run no kernel at all.
-ELIDABLE = ("concat", "reshape")
+ELIDABLE = ("concat", "reshape", "slice")
 MATRIX_OPS = matrix_kernels()  # kernels on the matrix unit (MAU), as the registry says
 
 
@@ -117,8 +117,8 @@ class Graph:
         return (name, 0) if view is None else view
 
     def elided(self, node: Node) -> bool:
-        """Whether the node runs no kernel: a concatenation or reshape whose operands all
-        lie in one buffer (see views.py)."""
+        """Whether the node runs no kernel: a concatenation, reshape or slice whose
+        operands all lie in one buffer (see views.py)."""
         if node.op not in ELIDABLE:
             return False
         operands = (*node.inputs, *node.outputs)

@@ -2,7 +2,9 @@
 
 The kernels before a concatenation write its parts straight into the buffer of the whole
 (DenseNet's dense blocks grow one buffer, layer by layer, as its memory-efficient
-implementation does), and a reshape is the buffer it reshapes: XLA and TensorRT elide both.
+implementation does), a reshape is the buffer it reshapes, and a slice that is one run of
+its input (a split along the outermost axis, ShuffleNet v2's channel split at batch 1) is
+that run: XLA and TensorRT elide all three.
 A value with `Value.view = (root, offset)` is elements `offset`... of value `root`'s buffer;
 lowering makes it a program's SlotView (mnrt.SlotView) and runs no kernel for a node whose
 operands all lie in one buffer (`Graph.elided`), which the timing model prices at nothing.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 
+from ..device.kernels.shape import slice_of
 from .ir import ELIDABLE, INPUT, PARAM, Graph, Node
 from .node_cost import node_cost
 from .placement import DRAM
@@ -90,9 +93,14 @@ def _layout(
     values = [g.values[n] for n in (*node.inputs, out)]
     if any(v.dtype != values[-1].dtype for v in values):
         return None
-    if node.op == "reshape" and out not in keep:
+    if node.op in ("reshape", "slice") and out not in keep:
+        start = 0 if node.op == "reshape" else _run_start(g, node)
+        if start is None:
+            return None
         root, offset = g.root_of(node.inputs[0])
-        return {out: (root, offset)}  # the output is a view of where its input lies
+        return {out: (root, offset + start)}  # the output is a view of where its input lies
+    if node.op == "slice":
+        return None
     shape = g.values[out].shape
     axis = node.attrs.get("axis", 0) % len(shape) if node.op == "concat" else 0
     if math.prod(shape[:axis]) != 1 or len(set(node.inputs)) != len(node.inputs):
@@ -111,6 +119,20 @@ def _layout(
     if any(a[1] > b[0] for a, b in itertools.pairwise(extents)):
         return None  # two buffers would overlap
     return {root: (out, shift) for root, shift in shifts.items()}
+
+
+def _run_start(g: Graph, node: Node) -> int | None:
+    """The element a slice's output starts at in its input, where the output is one run of
+    it (the axes inside the innermost one sliced whole, those outside it of one element,
+    in steps of one); None where it is not."""
+    shape = g.values[node.inputs[0]].shape
+    ranges = [range(*s.indices(n)) for s, n in zip(slice_of(shape, node.attrs), shape)]
+    if not all(ranges) or any(r.step != 1 for r in ranges if len(r) > 1):
+        return None
+    cut = [i for i, (r, n) in enumerate(zip(ranges, shape)) if len(r) < n]
+    if cut and any(len(r) > 1 for r in ranges[: cut[-1]]):
+        return None
+    return sum(r.start * math.prod(shape[i + 1 :]) for i, r in enumerate(ranges))
 
 
 def _apply(g: Graph, moves: dict[str, tuple[str, int]], members: dict[str, list[str]]) -> None:

@@ -173,3 +173,28 @@ def test_a_pipelined_compile_shares_buffers_within_a_stage():
     # a stage that holds a fire module whole writes its expand convs into one buffer (the
     # one whose outputs cross to the other stage keeps its concatenation)
     assert views >= 2 and concats < 4
+
+
+@pytest.mark.parametrize(
+    "batch, axis, elided", [(1, 1, True), (2, 1, False), (1, 3, False), (2, 0, True)]
+)
+def test_a_slice_that_is_one_run_of_its_input_is_that_run(batch, axis, elided, monkeypatch):
+    """ShuffleNet v2's channel split at batch 1: each half is a run of the input; at batch
+    2, or cut along the width, it is strided, and copied."""
+    b = GraphBuilder("g")
+    x = b.input("x", (batch, 4, 6, 6), "float")
+    h = _conv(b, x, 4, 8, "w")
+    ends = (batch, 8, 6, 6)
+    half = [n // 2 if i == axis else n for i, n in enumerate(ends)]
+    left = b.slice(h, starts=(0,), ends=(half[axis],), axes=(axis,))
+    right = b.slice(h, starts=(half[axis],), ends=(ends[axis],), axes=(axis,))
+    b.output(b.add(b.relu(left), b.neg(right)), "y")
+    inputs = {"x": RNG.standard_normal((batch, 4, 6, 6)).astype(np.float32)}
+    graph, kernels, ran = _compile(b, inputs)
+    assert ("slice" not in kernels) is elided
+    if elided:
+        starts = sorted(graph.root_of(n.outputs[0])[1] for n in graph.nodes if n.op == "slice")
+        assert starts == [0, batch * 8 * 36 // 2]  # the second half starts half way
+    _, copied, want = _compile(b, inputs, elide=False, monkeypatch=monkeypatch)
+    assert copied.count("slice") == 2
+    np.testing.assert_array_equal(ran["y"], want["y"])
