@@ -43,6 +43,7 @@ def info(binary: LightBinary) -> dict:
         "peak_device_bytes": max(plan.peak_bytes.values(), default=0),
         "programs": len(plan.programs),
         "kernels_by_op": dict(sorted(kernels.items())),
+        "slot_views": sum(len(p.views) for p in plan.programs.values()),
         "kernel_fingerprints": sum(len(v) for v in plan.fingerprints.values()),
         "fingerprint_sample": list(binary.fingerprint_sample),
         "blobs": len(blobs),

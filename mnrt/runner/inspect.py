@@ -41,6 +41,7 @@ def info(file, as_json) -> None:
     kernels = ", ".join(f"{k} {v}" for k, v in d["kernels_by_op"].items())
     runs, run = d["fingerprint_sample"]
     sample = f" (statistics over {runs} runs of {run})" if d["kernel_fingerprints"] else ""
+    views = f"; {d['slot_views']} slot views" if d["slot_views"] else ""
     click.echo(
         f"{d['path']}: {_gib(d['file_bytes'])}, format {d['version']} (schema {d['schema_hash']})\n"
         f"producer:  {d['producer']} (mnrt {m.get('mnrt_version', '?')}, "
@@ -50,7 +51,7 @@ def info(file, as_json) -> None:
         f"peak {_gib(d['peak_device_bytes'])} of device memory\n"
         f"commands:  {d['commands']} ({by_type})\n"
         f"buffers:   {d['buffers']} ({_gib(d['buffer_bytes'])})\n"
-        f"programs:  {d['programs']} (kernels: {kernels or 'none'}); "
+        f"programs:  {d['programs']} (kernels: {kernels or 'none'}{views}); "
         f"{d['kernel_fingerprints']} kernel output fingerprints{sample}\n"
         f"copies:    {copies['local']} on one device, {copies['cross_device']} between devices "
         f"({_gib(copies['cross_device_bytes'])}); events: {d['events']}\n"

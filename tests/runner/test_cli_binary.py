@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from binaries import views_capture
 from cli_harness import assert_one_line_error, invoke_cli
 from click.testing import CliRunner
 
@@ -350,3 +351,11 @@ def test_a_codegen_dir_stands_for_its_model_mnlb(tmp_path):
     (tmp_path / "empty").mkdir()
     code, out = invoke_cli("run", str(tmp_path / "empty"))
     assert_one_line_error(code, out, "is a directory without a model.mnlb")
+
+
+def test_info_counts_the_slot_views(tmp_path):
+    views_capture().save(tmp_path / "views.mnlb")
+    r = invoke("info", tmp_path / "views.mnlb")
+    assert "(kernels: neg 2, relu 1; 3 slot views)" in r.output, r.output
+    assert json.loads(invoke("info", tmp_path / "views.mnlb", "--json").output)["slot_views"] == 3
+    assert "slot views" not in invoke("info", SAMPLE).output
