@@ -1,4 +1,4 @@
-"""Values that share a buffer, so that neither a concatenation nor a reshape copies.
+"""Values that share a buffer, so that concatenations, reshapes and slices need not copy.
 
 The kernels before a concatenation write its parts straight into the buffer of the whole
 (DenseNet's dense blocks grow one buffer, layer by layer, as its memory-efficient
@@ -12,12 +12,12 @@ operands all lie in one buffer (`Graph.elided`), which the timing model prices a
 `elide_copies` decides, after placement and layout planning, and only where the timing
 model says the program gets no slower. The values that share a buffer are in DRAM, where
 every value is row-major (layout_planners/common.py): there the parts of a concatenation
-along its outermost axis of more than one element lie one after another in the whole, and
-a reshape is the same bytes. On chip a value is spread over the PEs in its own layout, and
-a part's is no slice of the whole's, so a value a scheduler kept on chip goes to DRAM to
-share (its writer stores it, its readers load it: what the timing model weighs against the
-copy saved). A value a host reads or writes (an input, a parameter, an output) keeps a
-buffer of its own.
+along its outermost axis of more than one element lie one after another in the whole, a
+reshape is the same bytes, and such a slice a run of them. On chip a value is spread over
+the PEs in its own layout, and a part's is no slice of the whole's, so a value a scheduler
+kept on chip goes to DRAM to share (its writer stores it, its readers load it: what the
+timing model weighs against the copy saved). A value a host reads or writes (an input, a
+parameter, an output) keeps a buffer of its own.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from .placement import DRAM
 
 
 def elide_copies(graph: Graph) -> Graph:
-    """The graph with each concatenation and reshape that can be (and is no slower as)
-    views of one buffer laid out so: see the module's doc."""
+    """The graph with each concatenation, reshape and slice that can be (and is no slower
+    as) views of one buffer laid out so: see the module's doc."""
     g = graph.copy()
     keep = {n for n, v in g.values.items() if v.role in (INPUT, PARAM)} | set(g.outputs)
     readers: dict[str, list[int]] = {}

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..device.dtypes import DType
 from ..device.kernels import TensorSpec
-from ..errors import DeviceMismatchError, MnrtError, UseAfterFreeError
+from ..errors import DeviceMismatchError, InvalidArgumentError, MnrtError, UseAfterFreeError
 from .observe import api
 
 if TYPE_CHECKING:
@@ -143,7 +143,9 @@ class BufferView(Buffer):
         return self.parent.is_allocated
 
     def deallocate(self) -> None:
-        raise MnrtError(f"'{self.name}' is part of buffer '{self.parent.name}'; free that")
+        raise InvalidArgumentError(
+            f"'{self.name}' is part of buffer '{self.parent.name}'; deallocate that buffer"
+        )
 
     def _fill_in(self) -> None:
         self.parent._fill_in()

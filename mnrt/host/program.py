@@ -207,8 +207,11 @@ def _read_first(steps: Sequence[Step], buffers: tuple[Buffer, ...]) -> tuple[Buf
         for b in s.outs:
             uid, part = extent(b)
             written.setdefault(uid, []).append(part)
-    whole = [b for b in buffers if _covers(written.get(b.uid, ()), (0, b.spec.size))]
-    return tuple(b for b in buffers if b.uid in first or b not in whole)
+    return tuple(
+        b
+        for b in buffers
+        if b.uid in first or not _covers(written.get(b.uid, ()), (0, b.spec.size))
+    )
 
 
 def _covers(ranges: Iterable[tuple[int, int]], part: tuple[int, int]) -> bool:
