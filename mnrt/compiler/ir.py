@@ -20,6 +20,7 @@ import numpy as np
 from ..device.dtypes import DType
 from ..device.dtypes import dtype as resolve_dtype
 from ..device.kernels import TensorSpec, lookup, matrix_kernels
+from ..device.kernels.shape import run_start
 from ..errors import DTypeError, InvalidArgumentError, MnrtError, ShapeError
 
 INPUT, PARAM, TEMP = "input", "param", "temp"
@@ -118,13 +119,27 @@ class Graph:
 
     def elided(self, node: Node) -> bool:
         """Whether the node runs no kernel: a concatenation, reshape or slice whose
-        operands all lie in one buffer (see views.py)."""
-        if node.op not in ELIDABLE:
+        operands lie in one buffer where the op would put them (see views.py): the parts
+        one after another from the whole's first element, a reshape where its input is, a
+        slice where its run of the input is."""
+        if node.op not in ELIDABLE or len(node.outputs) != 1:
             return False
-        operands = (*node.inputs, *node.outputs)
-        return len({self.root_of(n)[0] for n in operands}) == 1 and any(
-            self.values[n].view is not None for n in operands
-        )
+        (out,) = node.outputs
+        if all(self.values[n].view is None for n in (*node.inputs, out)):
+            return False
+        root, at = self.root_of(out)
+        if node.op == "concat":
+            shape = self.values[out].shape
+            if math.prod(shape[: node.attrs.get("axis", 0) % len(shape)]) != 1:
+                return False
+            for part in node.inputs:
+                if self.root_of(part) != (root, at):
+                    return False
+                at += math.prod(self.values[part].shape)
+            return True
+        source = self.values[node.inputs[0]].shape
+        start = 0 if node.op == "reshape" else run_start(source, node.attrs)
+        return start is not None and self.root_of(node.inputs[0]) == (root, at - start)
 
     def producers(self) -> dict[str, int]:
         """Value name -> index of the node that defines it."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from ..device.kernels.shape import slice_of
+from ..device.kernels.shape import run_start
 from .ir import ELIDABLE, INPUT, PARAM, Graph, Node
 from .node_cost import node_cost
 from .placement import DRAM
@@ -94,7 +94,7 @@ def _layout(
     if any(v.dtype != values[-1].dtype for v in values):
         return None
     if node.op in ("reshape", "slice") and out not in keep:
-        start = 0 if node.op == "reshape" else _run_start(g, node)
+        start = 0 if node.op == "reshape" else run_start(g.values[node.inputs[0]].shape, node.attrs)
         if start is None:
             return None
         root, offset = g.root_of(node.inputs[0])
@@ -119,20 +119,6 @@ def _layout(
     if any(a[1] > b[0] for a, b in itertools.pairwise(extents)):
         return None  # two buffers would overlap
     return {root: (out, shift) for root, shift in shifts.items()}
-
-
-def _run_start(g: Graph, node: Node) -> int | None:
-    """The element a slice's output starts at in its input, where the output is one run of
-    it (the axes inside the innermost one sliced whole, those outside it of one element,
-    in steps of one); None where it is not."""
-    shape = g.values[node.inputs[0]].shape
-    ranges = [range(*s.indices(n)) for s, n in zip(slice_of(shape, node.attrs), shape)]
-    if not all(ranges) or any(r.step != 1 for r in ranges if len(r) > 1):
-        return None
-    cut = [i for i, (r, n) in enumerate(zip(ranges, shape)) if len(r) < n]
-    if cut and any(len(r) > 1 for r in ranges[: cut[-1]]):
-        return None
-    return sum(r.start * math.prod(shape[i + 1 :]) for i, r in enumerate(ranges))
 
 
 def _apply(g: Graph, moves: dict[str, tuple[str, int]], members: dict[str, list[str]]) -> None:

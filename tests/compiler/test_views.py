@@ -91,6 +91,22 @@ def test_a_part_the_host_writes_keeps_its_buffer():
     assert ran["y"].shape == (1, 8, 6, 6)
 
 
+def test_a_concatenation_repeating_a_part_is_copied_into_the_buffer_it_shares(dev):
+    """y = concat(r, concat(r, r)): r and the inner concatenation lie in y's buffer, where
+    the inner one must still copy r twice (its operands share a buffer, not its layout)."""
+    b = GraphBuilder("g")
+    x = b.input("x", (1, 2, 4, 4), "float")
+    r = b.relu(x)
+    b.output(b.concat(r, b.concat(r, r, axis=1), axis=1), "y")
+    graph = b.build()
+    elided = elide_copies(graph)
+    inner, outer = (n for n in elided.nodes if n.op == "concat")
+    assert elided.root_of(inner.outputs[0]) == ("y", 32) and elided.root_of(r) == ("y", 0)
+    assert elided.elided(outer) and not elided.elided(inner)
+    inputs = {"x": RNG.standard_normal((1, 2, 4, 4)).astype(np.float32)}
+    assert run(elided, dev, inputs)["y"].tobytes() == run(graph, dev, inputs)["y"].tobytes()
+
+
 def test_a_reshape_is_the_buffer_it_reshapes(monkeypatch):
     b = GraphBuilder("g")
     x = b.input("x", (1, 4, 6, 6), "float")

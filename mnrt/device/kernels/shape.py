@@ -116,6 +116,20 @@ def slice_of(shape: tuple[int, ...], attrs) -> tuple[slice, ...]:
     return tuple(out)
 
 
+def run_start(shape: tuple[int, ...], attrs: dict) -> int | None:
+    """The element a slice of x (of `shape`) starts at in x's row-major order, where the
+    slice is one run of x's elements (the axes inside the innermost one cut taken whole,
+    those outside it of one element, in steps of one); None where it is not, or empty. A
+    compiler may then read the run in place (compiler/views.py)."""
+    ranges = [range(*s.indices(n)) for s, n in zip(slice_of(shape, attrs), shape, strict=True)]
+    if not all(ranges) or any(r.step != 1 for r in ranges if len(r) > 1):
+        return None
+    cut = [i for i, (r, n) in enumerate(zip(ranges, shape, strict=True)) if len(r) < n]
+    if cut and any(len(r) > 1 for r in ranges[: cut[-1]]):
+        return None
+    return sum(r.start * math.prod(shape[i + 1 :]) for i, r in enumerate(ranges))
+
+
 def _slice_infer(ins, attrs):
     x = ins[0]
     sl = slice_of(x.shape, attrs)
