@@ -168,6 +168,7 @@ def test_codegen_dir_holds_everything_and_loads_without_compiling(ctx, tmp_path)
         "fuse_epilogues",
         "float_dtype",
         "common_subexpressions",
+        "widen_after_moving",
         "cancel_round_trip_casts",
         "schedule",
         "mapping",

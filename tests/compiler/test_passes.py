@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import mnrt
 from mnrt.compiler import GraphBuilder
 from mnrt.compiler.chain_fusion import fuse_chains
-from mnrt.compiler.node_cost import node_cost
+from mnrt.compiler.node_cost import graph_cost, node_cost
 from mnrt.compiler.passes import (
     apply_float_dtype,
     cancel_round_trip_casts,
@@ -26,6 +26,7 @@ from mnrt.compiler.passes import (
     fuse_epilogues,
     fuse_scale_shift,
     merge_scale_shifts,
+    widen_after_moving,
 )
 from mnrt.compiler.patterns import fuse_gelu, fuse_layernorm, fuse_rolls, fuse_silu
 
@@ -680,6 +681,41 @@ def test_a_conv_and_its_silu_are_one_kernel_from_o2_on(ctx):
             (conv,) = compiled.graph.nodes
             assert conv.op == "conv2d" and conv.attrs["epilogue"] == "silu"
     np.testing.assert_allclose(outputs["O2"], outputs["O1"], rtol=1e-5, atol=1e-6)
+
+
+def _channel_shuffle(second_reader: bool = False):
+    """Mixed precision's ShuffleNet unit: a half conv, its result widened, shuffled
+    (reshape, transpose, reshape) and max pooled in float, narrowed for the next conv; a
+    second reader of the widened result (an exp) when `second_reader`."""
+    rng = np.random.default_rng(8)
+    b = GraphBuilder("shuffle")
+    x = b.input("x", (1, 4, 6, 6), "half")
+    w = b.param("w", rng.standard_normal((8, 4, 1, 1)).astype(np.float32), "half")
+    wide = b.cast(b.conv2d(x, w), to="float")
+    h = b.reshape(wide, shape=(1, 2, 4, 6, 6))
+    h = b.reshape(b.transpose(h, perm=(0, 2, 1, 3, 4)), shape=(1, 8, 6, 6))
+    h = b.max_pool2d(h, kernel=(2, 2))
+    v = b.param("v", rng.standard_normal((2, 8, 1, 1)).astype(np.float32), "half")
+    b.output(b.conv2d(b.cast(h, to="half"), v), "y")
+    if second_reader:
+        b.output(b.exp(wide), "z")
+    return b.build(), {"x": rng.standard_normal((1, 4, 6, 6)).astype(np.float32)}
+
+
+def test_a_widening_moves_past_what_only_moves_values_and_cancels(dev):
+    graph, inputs = _channel_shuffle()
+    assert ops(graph).count("cast") == 2
+    lean = cancel_round_trip_casts(widen_after_moving(graph))
+    # the shuffle and the pooling move half values; the widening and narrowing are gone
+    assert ops(lean) == ["conv2d", "reshape", "transpose", "reshape", "max_pool2d", "conv2d"]
+    assert all(lean.values[n.outputs[0]].dtype.name == "half" for n in lean.nodes)
+    assert run(lean, dev, inputs)["y"].tobytes() == run(graph, dev, inputs)["y"].tobytes()
+    assert graph_cost(lean).time_s < graph_cost(graph).time_s
+
+
+def test_a_widening_another_kernel_reads_stays_where_it_is():
+    graph, _ = _channel_shuffle(second_reader=True)
+    assert ops(widen_after_moving(graph)) == ops(graph)
 
 
 def test_a_narrowing_then_widening_pair_is_kept():
