@@ -35,6 +35,7 @@ from .fingerprints import SAMPLE, Fingerprint, Sample, Stats, to_columns
 from .io import IoBuffer, derive, describe
 from .pack import pack_commands, pack_tables
 from .schema_info import FORMAT_VERSION, KNOWN_SCHEMAS, LAYOUT, SCHEMA_HASH
+from .text import decoded
 from .unpack import read_commands
 from .verify import verify_flatbuffer
 
@@ -179,7 +180,7 @@ class LightBinary:
 
     @property
     def producer(self) -> str:
-        return _text(self._root.Producer())
+        return decoded(self._root.Producer())
 
     @property
     def metadata(self) -> dict:
@@ -188,10 +189,10 @@ class LightBinary:
             return {}
         return {
             "created_unix_s": m.CreatedUnixS(),
-            "hostname": _text(m.Hostname()),
-            "python": _text(m.Python()),
-            "mnrt_version": _text(m.MnrtVersion()),
-            "description": _text(m.Description()),
+            "hostname": decoded(m.Hostname()),
+            "python": decoded(m.Python()),
+            "mnrt_version": decoded(m.MnrtVersion()),
+            "description": decoded(m.Description()),
         }
 
     @property
@@ -200,7 +201,7 @@ class LightBinary:
         if d is None:
             return {}
         return {
-            "arch": _text(d.Arch()),
+            "arch": decoded(d.Arch()),
             "device_count": d.DeviceCount(),
             "dram_bytes": d.DramBytes(),
         }
@@ -363,10 +364,6 @@ def _row(fb: memoryview, pos: int, fields: list[tuple[int, str]]) -> tuple:
         off = struct.unpack_from("<H", fb, vt + entry)[0] if entry < vsize else 0
         values.append(struct.unpack_from(fmt, fb, pos + off)[0] if off else 0)
     return tuple(values)
-
-
-def _text(value: bytes | None) -> str:
-    return value.decode("utf-8", "replace") if value is not None else ""
 
 
 def _pack_root(

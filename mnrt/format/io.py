@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .fb.CommandUnion import CommandUnion as U
+from .text import decoded
 
 
 @dataclass(frozen=True)
@@ -49,12 +50,6 @@ class Namer:
         self._next[base] = n + 1
         self.given.add(name)
         return name
-
-
-def _text(value: bytes | str | None) -> str:
-    if value is None:
-        return ""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def derive(commands: Sequence[Any]) -> tuple[list[int], list[int]]:
@@ -93,7 +88,7 @@ def describe(
             continue
         d = cmd.desc
         shape = () if d.shape is None else tuple(int(s) for s in d.shape)
-        entries[gid] = IoBuffer(name(_text(d.name) or f"buffer{gid}"), gid, shape, int(d.dtype))
+        entries[gid] = IoBuffer(name(decoded(d.name) or f"buffer{gid}"), gid, shape, int(d.dtype))
     return (
         [entries[g] for g in inputs if g in entries],
         [entries[g] for g in outputs if g in entries],

@@ -28,3 +28,11 @@ def bad_name(name: str) -> str | None:
     if len(name) > MAX_NAME_CHARS:
         return f"it is {len(name)} characters long, more than {MAX_NAME_CHARS}"
     return unprintable(name)
+
+
+def decoded(value: bytes | str | None) -> str:
+    """A string field as a reader gets it (bytes from the generated accessors, str from
+    the object API, None when absent), as text: undecodable bytes replaced, absent empty."""
+    if value is None:
+        return ""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import InvalidBinaryError
 from .fb.Attribute import AttributeT
 from .fb.AttrKind import AttrKind
+from .text import decoded
 
 ATTR_KINDS = {
     "int": AttrKind.Int,
@@ -39,7 +40,7 @@ def attribute(name: str, kind: str, value: Any) -> AttributeT:
 
 def attribute_value(a: AttributeT, command: int | None = None) -> tuple[str, Any]:
     """(name, value) of a decoded attribute."""
-    name = _text(a.name)
+    name = decoded(a.name)
     kind = a.kind
     if kind == AttrKind.Int:
         return name, int(a.i)
@@ -48,15 +49,9 @@ def attribute_value(a: AttributeT, command: int | None = None) -> tuple[str, Any
     if kind == AttrKind.Float:
         return name, float(a.f)
     if kind == AttrKind.String:
-        return name, _text(a.s)
+        return name, decoded(a.s)
     if kind == AttrKind.Ints:
         return name, tuple(int(v) for v in (a.ints if a.ints is not None else ()))
     if kind == AttrKind.Floats:
         return name, tuple(float(v) for v in (a.floats if a.floats is not None else ()))
     raise InvalidBinaryError(f"attribute '{name}' has invalid kind {kind}", command=command)
-
-
-def _text(value: bytes | str | None) -> str:
-    if value is None:
-        return ""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

@@ -27,6 +27,7 @@ from ..errors import InvalidBinaryError, MnrtError
 from ..format import LightBinary
 from ..format.fb.CommandUnion import CommandUnion as U
 from ..format.fingerprints import Stats
+from ..format.text import decoded
 from ..format.values import attribute_value
 from ..host import Kernel, SlotView
 from ..host.device import MAX_QUEUES, extent_bytes
@@ -126,12 +127,6 @@ def program_sequence(plan: Plan, command: int) -> list[ProgramInfo]:
     if c.cmdType == U.ReplayTrace:
         return [plan.programs[p] for p in plan.trace_programs.get(c.cmd.traceId, ())]
     return []
-
-
-def _text(value: bytes | str | None) -> str:
-    if value is None:
-        return ""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 class _Validator:
@@ -285,7 +280,7 @@ class _Validator:
         self.plan.peak_bytes[dev] = max(self.plan.peak_bytes[dev], self.used[dev])
         self.live.add(c.bufferId)
         self.errors[c.bufferId] = 0.0
-        self.plan.buffers[c.bufferId] = BufferInfo(shape, dtype, _text(desc.name), dev, nbytes)
+        self.plan.buffers[c.bufferId] = BufferInfo(shape, dtype, decoded(desc.name), dev, nbytes)
 
     def deallocate(self, c) -> None:
         info = self.live_buffer(c.bufferId)
@@ -365,9 +360,9 @@ class _Validator:
                 attrs = dict(attribute_value(a, self.index) for a in (k.attrs or ()))
                 kernels.append(
                     Kernel(
-                        _text(k.op),
-                        [_text(s) for s in (k.inputs or ())],
-                        [_text(s) for s in (k.outputs or ())],
+                        decoded(k.op),
+                        [decoded(s) for s in (k.inputs or ())],
+                        [decoded(s) for s in (k.outputs or ())],
                         attrs,
                     )
                 )
@@ -382,17 +377,17 @@ class _Validator:
             shape = tuple(int(d) for d in (v.shape if v.shape is not None else ()))
             if len(shape) > MAX_RANK:
                 raise self.fail(
-                    f"program id {c.programId} view {_text(v.slot)!r} has rank {len(shape)} "
+                    f"program id {c.programId} view {decoded(v.slot)!r} has rank {len(shape)} "
                     f"(at most {MAX_RANK})"
                 )
-            views[_text(v.slot)] = SlotView(_text(v.of), int(v.offset), shape)
+            views[decoded(v.slot)] = SlotView(decoded(v.of), int(v.offset), shape)
         try:
             views = check_views(f"program id {c.programId}", views, kernels)
         except MnrtError as e:
             raise self.fail(str(e)) from None
         slots = bound_slots((s for k in kernels for s in (*k.inputs, *k.outputs)), views)
         self.plan.programs[c.programId] = ProgramInfo(
-            _text(desc.name), kernels, slots, c.deviceId, views
+            decoded(desc.name), kernels, slots, c.deviceId, views
         )
 
     def enqueue_program(self, c) -> None:

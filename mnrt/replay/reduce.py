@@ -11,11 +11,7 @@ probabilities of about 0.001 as the wrong ones were) does not fail the same way.
 Steps, each kept only if the result still fails the same way:
 1. isolate: where the failure names a kernel (a device error, or the first divergent kernel
    of a binary with fingerprints), a binary of that kernel alone, its operands written with
-   what they held just before it ran in the failing replay (and its fingerprint); the
-   kernels before it matched the capture bit for bit, so this is the failure itself. It
-   opens as many devices as the binary did, the kernel on the first: a replay gives BLAS
-   the share of the cores its devices give each (Executor.run), and a product rounds
-   differently on another share;
+   what they held just before it ran in the failing replay (isolate.py);
 2. slice: where only golden checks fail and nothing names a kernel (a binary without
    fingerprints) on one queue (no traces, copies or events), the commands and kernels the
    failing checks' values flow from, found by following what each reads back from the
@@ -42,31 +38,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from ..errors import DeviceError, InvalidArgumentError, MnrtError
 from ..format import LightBinary
 from ..format.edit import Editor
-from ..format.fb.BufferDesc import BufferDescT
 from ..format.fb.Command import CommandT
 from ..format.fb.CommandUnion import CommandUnion as U
-from ..format.fb.CreateBuffer import CreateBufferT
-from ..format.fb.CreateProgram import CreateProgramT
-from ..format.fb.EnqueueProgram import EnqueueProgramT
-from ..format.fb.OpenDevice import OpenDeviceT
-from ..format.fb.OpenQueue import OpenQueueT
 from ..format.fb.ProgramDesc import ProgramDescT
-from ..format.fb.ReadBuffer import ReadBufferT
-from ..format.fb.WriteBuffer import WriteBufferT
 from ..format.fingerprints import Fingerprint
+from ..format.text import decoded
 from ..host import SlotView
 from ..host.commands import KernelWatch
 from ..host.program import bound_slots
 from ..user_warning import warn
 from .executor import Executor
 from .hazards import race_text, races
+from .isolate import isolate
 from .locate import KernelSite
-from .placement import logical_devices, place
+from .placement import place
 from .plan import validate
 from .trim import referenced_ids
 
@@ -76,7 +64,6 @@ _WORK = (U.WriteBuffer, U.ReadBuffer, U.GoldenCheck, U.EnqueueProgram, U.ReplayT
 # Commands that order queues: always kept (without them a candidate may race and fail by
 # chance), and what they name stays defined.
 _ORDER = (U.RecordEvent, U.WaitEvent)
-_NAN = float("nan")
 
 
 class NotFailingError(InvalidArgumentError):
@@ -256,7 +243,7 @@ def with_kernels(binary: LightBinary, program: int, kept: list[int]) -> LightBin
         if c.cmdType == U.CreateProgram and c.cmd.programId == program:
             desc = c.cmd.program
             kernels = [desc.kernels[k] for k in kept]
-            views = {_text(v.slot): v for v in desc.views or ()}
+            views = {decoded(v.slot): v for v in desc.views or ()}
             slots_before = _slots(desc.kernels, views)
             slots_after = list(_slots(kernels, views))
             # the views the kept kernels name, and those they are views of in turn
@@ -264,12 +251,12 @@ def with_kernels(binary: LightBinary, program: int, kept: list[int]) -> LightBin
             for s in _operands(kernels):
                 while s in views and s not in named:
                     named.add(s)
-                    s = _text(views[s].of)
+                    s = decoded(views[s].of)
             body = copy.copy(c.cmd)
             body.program = ProgramDescT(
                 name=desc.name,
                 kernels=kernels,
-                views=[v for v in desc.views or () if _text(v.slot) in named] or None,
+                views=[v for v in desc.views or () if decoded(v.slot) in named] or None,
             )
             commands[i] = CommandT(c.cmdType, body)
         elif c.cmdType == U.EnqueueProgram and c.cmd.programId == program:
@@ -291,92 +278,8 @@ def _operands(kernels: Sequence[Any]) -> list[str]:
 
 def _slots(kernels: Sequence[Any], views: dict[str, Any]) -> tuple[str, ...]:
     """A program's bound slots, as the validator orders them (see host.program)."""
-    of = {slot: SlotView(_text(v.of), 0, ()) for slot, v in views.items()}
+    of = {slot: SlotView(decoded(v.of), 0, ()) for slot, v in views.items()}
     return bound_slots(_operands(kernels), of)
-
-
-class _Snapshot:
-    """The KernelWatch factory of a replay that copies one kernel's operands just before
-    it runs (the failing replay's own state at that point)."""
-
-    def __init__(self, command: int, kernel: int) -> None:
-        self.command, self.kernel = command, kernel
-        self.ins: list[Any] = []  # the buffers bound to its inputs, then its outputs
-        self.outs: list[Any] = []
-        self.bits: dict[int, np.ndarray] | None = None  # id(buffer) -> stored bits
-
-    def __call__(self, command: int) -> _SnapshotWatch | None:
-        return _SnapshotWatch(self) if command == self.command else None
-
-
-class _SnapshotWatch(KernelWatch):
-    def __init__(self, owner: _Snapshot) -> None:
-        self.owner, self.kernel = owner, 0
-
-    def before(self, step: Any) -> None:
-        if self.kernel == self.owner.kernel:
-            o = self.owner
-            o.ins, o.outs = list(step.ins), list(step.outs)
-            o.bits = {id(b): np.array(b.peek()) for b in (*step.ins, *step.outs)}
-
-    def after(self, step: Any, results: Any) -> None:
-        self.kernel += 1
-
-
-def isolate(binary: LightBinary, site: KernelSite) -> LightBinary | None:
-    """A binary of the kernel at `site` alone, on what its operands held just before it
-    ran in a replay of `binary` (see the module doc), with its fingerprint."""
-
-    plan = validate(binary, blobs=False)
-    snap = _Snapshot(site.command, site.kernel)
-    executor = Executor(plan, place(plan, "auto", None, None), verify=False, watch=snap)
-    try:
-        executor.run(site.command + 1)
-    except MnrtError:
-        pass  # the kernel may be the one that fails: its operands were copied before
-    finally:
-        executor.close()
-    desc = _kernel_desc(binary, plan, site.command, site.kernel)
-    if snap.bits is None or desc is None:
-        return None
-    editor = Editor(binary)
-    dev, queue, prog = 1, 2, 3
-    commands = [CommandT(U.OpenDevice, OpenDeviceT(dev, 0)),
-                CommandT(U.OpenQueue, OpenQueueT(queue, dev, 0))]  # fmt: skip
-    ids: dict[int, int] = {}
-    for buf in (*snap.ins, *snap.outs):
-        if id(buf) not in ids:
-            gid = ids[id(buf)] = 4 + len(ids)
-            shape = BufferDescT(shape=list(buf.shape), dtype=buf.dtype.code, name=buf.name)
-            commands.append(CommandT(U.CreateBuffer, CreateBufferT(gid, dev, shape)))
-    for index in range(1, len(logical_devices(plan))):  # see the module doc, step 1
-        commands.append(CommandT(U.OpenDevice, OpenDeviceT(4 + len(ids) + index, index)))
-    for key in dict.fromkeys(id(b) for b in snap.ins):  # what it reads, in-place outputs too
-        write = WriteBufferT(queue, ids[key], editor.add_blob(snap.bits[key]), True)
-        commands.append(CommandT(U.WriteBuffer, write))
-    program = ProgramDescT(name=site.program, kernels=[desc])
-    commands.append(CommandT(U.CreateProgram, CreateProgramT(prog, dev, program)))
-    bound = {
-        **dict(zip(_texts(desc.inputs), snap.ins)),
-        **dict(zip(_texts(desc.outputs), snap.outs)),
-    }
-    enqueue = len(commands)
-    buffers = [ids[id(bound[s])] for s in _slots([desc], {})]
-    commands.append(CommandT(U.EnqueueProgram, EnqueueProgramT(queue, prog, buffers, False)))
-    for buf in snap.outs:
-        read = ReadBufferT(queue, ids[id(buf)], True, 0, _NAN, _NAN)
-        commands.append(CommandT(U.ReadBuffer, read))
-    prints = [
-        Fingerprint(enqueue, 0, f.output, f.stats)
-        for f in binary.fingerprints
-        if (f.command, f.kernel) == (site.command, site.kernel)
-    ]
-    result = editor.build(commands, fingerprints=prints)
-    try:
-        validate(result)
-    except MnrtError:
-        return None
-    return result
 
 
 _SLICED = (
@@ -511,28 +414,7 @@ def data_slice(
 
 
 def _texts(values: Sequence[bytes | str] | None) -> list[str]:
-    return [_text(v) for v in values or ()]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _kernel_desc(binary: LightBinary, plan: Any, command: int, kernel: int) -> Any:
-    """The stored KernelDesc of the `kernel`-th kernel command `command` ran, or None."""
-    c = binary.commands[command]
-    if c.cmdType == U.EnqueueProgram:
-        pids = [c.cmd.programId]
-    else:
-        pids = plan.trace_programs.get(c.cmd.traceId, [])
-    creates = {x.cmd.programId: x.cmd.program for x in binary.commands
-               if x.cmdType == U.CreateProgram}  # fmt: skip
-    for pid in pids:
-        kernels = creates[pid].kernels
-        if kernel < len(kernels):
-            return kernels[kernel]
-        kernel -= len(kernels)
-    return None
+    return [decoded(v) for v in values or ()]
 
 
 def reduce(binary: LightBinary, time_limit_s: float = 600.0) -> ReduceResult:
