@@ -192,10 +192,14 @@ def test_union_tag_out_of_range(small_binary):
     assert refused >= 1
 
 
+VIEWED = "samples/dense_block.mnlb"  # a compiled program whose slots are views (format 1.4)
+
+
+@pytest.mark.parametrize("sample", [SAMPLE, VIEWED])
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_mutated_sample_binaries_fail_cleanly(data):
-    original = Path(SAMPLE).read_bytes()
+def test_mutated_sample_binaries_fail_cleanly(sample, data):
+    original = Path(sample).read_bytes()
     mutated = bytearray(original)
     for _ in range(data.draw(st.integers(1, 8))):
         pos = data.draw(st.integers(0, len(mutated) - 1))
@@ -215,15 +219,18 @@ def test_mutated_sample_binaries_fail_cleanly(data):
 FINGERPRINTED = "samples/mlp_fingerprinted.mnlb"
 
 
+@pytest.mark.parametrize("sample", [FINGERPRINTED, VIEWED])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_a_hostile_writer_s_edits_never_crash_a_tool_nor_diff_as_equal(data, tmp_path_factory):
+def test_a_hostile_writer_s_edits_never_crash_a_tool_nor_diff_as_equal(
+    sample, data, tmp_path_factory
+):
     """Bytes changed and the integrity hash stamped again, as a hostile writer would (random
     edits of the FlatBuffer alone mostly stop at the integrity check): every command that
     reads a binary answers with a documented exit code, never a traceback; and a binary
     `mnrt verify` refuses never diffs as equal to the original (a corrupt payload under its
     recorded hash did)."""
-    original = Path(FINGERPRINTED).read_bytes()
+    original = Path(sample).read_bytes()
     end = 4 + struct.unpack_from("<I", original)[0]
     mutated = bytearray(original)
     rng = data.draw(st.randoms(use_true_random=False))  # positions uniform, not at the ends
@@ -248,7 +255,7 @@ def test_a_hostile_writer_s_edits_never_crash_a_tool_nor_diff_as_equal(data, tmp
         assert r.exception is None or isinstance(r.exception, SystemExit), (tool, r.exception)
         assert r.exit_code in (0, 1, 2, 3, 4) and "Traceback" not in r.output, (tool, r.output)
         codes[tool[0]] = r.exit_code
-    for pair in ((FINGERPRINTED, path), (path, FINGERPRINTED)):
+    for pair in ((sample, path), (path, sample)):
         r = CliRunner().invoke(cli, ["diff", *map(str, pair)])
         assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
         assert r.exit_code in (0, 1, 2) and "Traceback" not in r.output, r.output
