@@ -100,12 +100,20 @@ def program_buffers(
     plan: Plan, program: int, ids: Sequence[int]
 ) -> list[tuple[set[int], set[int]]]:
     """The kernels of one enqueue of `program` on buffers `ids`, in order, as the buffer
-    ids each reads and writes."""
+    ids each reads and writes. A kernel writes the whole of a buffer bound to its output;
+    one whose output is a slot view writes only part of its buffer, so it counts as reading
+    the buffer too: what the rest holds still matters (to a dead-write analysis, say)."""
     info = plan.programs[program]
     bound = dict(zip(info.slots, (int(i) for i in ids)))
     operands = {s for k in info.kernels for s in k.inputs + k.outputs}
     slot = {s: bound[view_root(info.views, s)[0]] for s in operands}
-    return [({slot[s] for s in k.inputs}, {slot[s] for s in k.outputs}) for k in info.kernels]
+    return [
+        (
+            {slot[s] for s in k.inputs} | {slot[s] for s in k.outputs if s in info.views},
+            {slot[s] for s in k.outputs},
+        )
+        for k in info.kernels
+    ]
 
 
 def program_kernel(plan: Plan, command: int, kernel: int) -> tuple[ProgramInfo | None, int]:

@@ -55,7 +55,7 @@ from .hazards import race_text, races
 from .isolate import isolate
 from .locate import KernelSite
 from .placement import place
-from .plan import validate
+from .plan import program_buffers, validate
 from .trim import referenced_ids
 
 # Commands that do work (ddmin's units): any other command only defines what these use.
@@ -390,19 +390,17 @@ def data_slice(
         elif kind == U.Finish:
             drop.add(i)  # one queue: its order is the order of the commands
         elif kind == U.EnqueueProgram:
-            info = plan.programs[body.programId]
-            bound = dict(zip(info.slots, (int(b) for b in body.bufferIds)))
+            kernels = program_buffers(plan, body.programId, body.bufferIds)
             kept = kept_kernels.setdefault(body.programId, set())
             feeds = False
-            for k in range(len(info.kernels) - 1, -1, -1):
-                kernel = info.kernels[k]
-                outs = {bound[s] for s in kernel.outputs if s}
-                if not outs & needed or (body.programId, k) in no_ops:
+            for k in range(len(kernels) - 1, -1, -1):
+                reads, writes = kernels[k]
+                if not writes & needed or (body.programId, k) in no_ops:
                     continue
                 feeds = True
                 kept.add(k)
-                needed -= outs  # a kernel writes every element of its outputs
-                needed |= {bound[s] for s in kernel.inputs if s}
+                # what it writes whole no earlier command need give (program_buffers)
+                needed = (needed - writes) | reads
             if not feeds:
                 drop.add(i)
     sliced = without(binary, drop) if drop else binary

@@ -19,6 +19,7 @@ from cli_harness import invoke_cli
 
 import mnrt
 from mnrt.format.fb.CommandUnion import CommandUnion as U
+from mnrt.format.text import decoded
 from mnrt.replay.plan import validate
 from mnrt.replay.reduce import (
     NotFailingError,
@@ -297,3 +298,18 @@ def test_kernels_left_keep_the_slot_views_they_name():
     # without the kernel writing `right`, that part of `whole` holds the device's fill
     y = mnrt.replay(with_kernels(binary, program, [0, 2])).outputs
     np.testing.assert_array_equal(next(iter(y.values())), [-3, -2, -1, 0, 1, 2, 0, 0, 0, 0])
+
+
+def test_a_failing_golden_slices_through_slot_views():
+    """Without fingerprints, the slice follows the failing golden back through the views:
+    y reads the buffer both parts lie in, but only the part a wrong input made differs;
+    the kernel writing the other part stays, as y reads what it wrote."""
+    binary = views_capture()
+    ids = {decoded(c.cmd.desc.name): c.cmd.bufferId for c in binary.commands
+           if c.cmdType == U.CreateBuffer}  # fmt: skip
+    bad = perturbed(binary, ids["a"])
+    result = reduce(bad)
+    assert [s["step"] for s in result.steps] == ["slice"]
+    assert kernel_count(result.binary) == 3  # y reads all of the buffer, both parts
+    assert result.failure.describe().startswith("golden mismatch: y")
+    assert failure_of(result.binary) == result.failure

@@ -372,3 +372,26 @@ def test_optimize_and_every_trim_of_a_random_session_replay_and_pass(ops, data):
         trim(binary, start, stop)
     except TrimError as e:  # only a cut through a trace's capture is refused
         assert "inside the capture of device trace" in str(e), str(e)
+
+
+def test_optimize_keeps_a_write_that_a_slot_view_overwrites_only_in_part():
+    """A kernel writing a slot view writes part of its buffer: the host's write of the
+    whole before it still gives the rest, and stays (it was dropped as overwritten)."""
+    with mnrt.open_device(0) as dev:
+        q = dev.command_queue(0)
+        mnrt.begin_capture()
+        whole = dev.create_buffer((6,), "float", name="whole")
+        a = dev.create_buffer((2,), "float", name="a")
+        prog = dev.create_program(
+            [mnrt.Kernel("neg", ["a"], ["part"])],
+            views={"part": mnrt.SlotView("whole", 2, (2,))},
+        )
+        q.enqueue_write_buffer(whole, np.full(6, 7.0, np.float32))
+        q.enqueue_write_buffer(a, np.array([1.0, 2.0], np.float32))
+        q.enqueue_program(prog, {"a": a, "whole": whole})
+        q.enqueue_read_buffer(whole)
+        binary = mnrt.end_capture()
+    small, _ = optimize(binary)  # replays its result: raises where a golden no longer holds
+    writes = [c for c in small.commands if c.cmdType == U.WriteBuffer]
+    assert len(writes) == 2
+    np.testing.assert_array_equal(mnrt.replay(small).outputs["whole"], [7, 7, -1, -2, 7, 7])
