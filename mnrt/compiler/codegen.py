@@ -24,6 +24,7 @@ from ..format.files import as_path, parse_json, write_atomically
 from . import layout, placement, serialize, time_slice
 from .ir import Graph
 from .liveness import peak_live_bytes
+from .node_cost import NOTHING
 from .options import CompileOptions, resolve
 
 if TYPE_CHECKING:
@@ -216,21 +217,8 @@ def report(compiled: CompiledFunction, phases: list[dict]) -> dict:
     switches = {"count": 0, "device_time_s": 0.0}
     steps = iter(plan.steps)
     for node in compiled.graph.nodes:
-        if compiled.graph.elided(node):
-            layers.append(
-                {
-                    "name": node.name,
-                    "op": node.op,
-                    "outputs": [compiled.graph.values[o].describe() for o in node.outputs],
-                    "flops": 0.0,
-                    "device_time_s": 0.0,
-                    "energy_j": 0.0,
-                    "bound": "none",
-                    "elided": True,
-                }
-            )
-            continue
-        m = next(steps).modelled
+        elided = compiled.graph.elided(node)
+        m = NOTHING if elided else next(steps).modelled
         if node.op == "relayout":
             switches["count"] += 1
             switches["device_time_s"] += m.time_s
@@ -242,10 +230,13 @@ def report(compiled: CompiledFunction, phases: list[dict]) -> dict:
                 "flops": m.flops,
                 "device_time_s": m.time_s,
                 "energy_j": m.energy_j,
-                "bound": m.bound,
+                "bound": "none" if elided else m.bound,
                 **_mapping_of(node.attrs),
+                **({"elided": True} if elided else {}),
             }
         )
+        if elided:
+            continue
         total = per_op.setdefault(node.op, {"count": 0, "flops": 0.0, "device_time_s": 0.0})
         total["count"] += 1
         total["flops"] += m.flops
