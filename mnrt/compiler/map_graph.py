@@ -25,25 +25,44 @@ _FRONTS_LIMIT = 1024
 
 
 def _fronts(graph: Graph, effort: int, spec: DeviceSpec) -> Iterator[tuple[Node, Front]]:
-    """Each matrix node with its front: nodes of one signature share one search, in this
-    compile and the next (a model compiled again at another preset maps only what changed)."""
+    """Each matrix node with its front (see `_front`)."""
     for node in graph.nodes:
-        matrix = _matrix_kernel(graph, node)
-        if matrix is None:
-            continue
-        op, inputs, outputs, attrs, specs, onchip = matrix
-        names = [*inputs, *outputs]
-        if onchip:
-            attrs["onchip"] = onchip
-        key = (op, tuple((specs[n].shape, specs[n].dtype.name) for n in names),
-               tuple(sorted(attrs.items())))  # fmt: skip
-        key = (*key, effort, spec)
-        if key not in _FRONTS:
-            kernel = Kernel(op, inputs, outputs, attrs)
-            if len(_FRONTS) >= _FRONTS_LIMIT:
-                _FRONTS.clear()
-            _FRONTS[key] = map_kernel(kernel, spec, Metrics.LATENCY, operands=specs, effort=effort)
-        yield node, _FRONTS[key]
+        front = _front(graph, node, effort, spec)
+        if front is not None:
+            yield node, front
+
+
+def _front(graph: Graph, node: Node, effort: int, spec: DeviceSpec) -> Front | None:
+    """A matrix node's front, or None for another node: nodes of one signature share one
+    search, in this compile and the next (a model compiled again at another preset maps
+    only what changed)."""
+    matrix = _matrix_kernel(graph, node)
+    if matrix is None:
+        return None
+    op, inputs, outputs, attrs, specs, onchip = matrix
+    names = [*inputs, *outputs]
+    if onchip:
+        attrs["onchip"] = onchip
+    key = (op, tuple((specs[n].shape, specs[n].dtype.name) for n in names),
+           tuple(sorted(attrs.items())))  # fmt: skip
+    key = (*key, effort, spec)
+    if key not in _FRONTS:
+        kernel = Kernel(op, inputs, outputs, attrs)
+        if len(_FRONTS) >= _FRONTS_LIMIT:
+            _FRONTS.clear()
+        _FRONTS[key] = map_kernel(kernel, spec, Metrics.LATENCY, operands=specs, effort=effort)
+    return _FRONTS[key]
+
+
+def mapped(graph: Graph, node: Node, effort: int, spec: DeviceSpec = MNCORE2) -> Node:
+    """`node` as map_graph would leave it on the graph as it stands: a gemm or conv2d with
+    the mapping the mapper finds at `effort`, any other node as it is. For a pass that
+    weighs a choice by what the kernels will cost once mapped."""
+    if node.op not in PROBLEMS:
+        return node
+    front = _front(graph, node, effort, spec)
+    attrs = {**node.attrs, "mapping": front.best.mapping.to_attr()}
+    return Node(node.op, node.inputs, node.outputs, attrs, node.name)
 
 
 def _matrix_kernel(graph: Graph, node: Node) -> tuple | None:
@@ -76,9 +95,7 @@ def _matrix_kernel(graph: Graph, node: Node) -> tuple | None:
 
 def map_graph(graph: Graph, effort: int, spec: DeviceSpec = MNCORE2) -> Graph:
     g = graph.copy()
-    for node, front in list(_fronts(g, effort, spec)):
-        if node.op in PROBLEMS:
-            node.attrs = {**node.attrs, "mapping": front.best.mapping.to_attr()}
+    g.nodes = [mapped(g, node, effort, spec) for node in g.nodes]
     return g
 
 

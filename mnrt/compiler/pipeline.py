@@ -6,6 +6,7 @@ report.json shows in that step's phase (the scheduler's does)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -33,6 +34,7 @@ from .passes import (
     widen_after_moving,
 )
 from .patterns import fuse_gelu, fuse_layernorm, fuse_rolls, fuse_silu
+from .precision import half_where_it_pays
 from .views import elide_copies
 
 Step = Callable[[Graph], "Graph | tuple[Graph, dict]"]
@@ -55,10 +57,14 @@ _FUSING = (dead_code, fold_constants, common_subexpressions, fuse_rolls, merge_s
 # narrowing before the next conv; at O3 and up the chains take both casts in as steps, with
 # no DRAM round trip, and moving them measured no faster.
 AFTER_FLOAT_DTYPE = {
-    "O2": (common_subexpressions, widen_after_moving, cancel_round_trip_casts),
+    "O2": (common_subexpressions, widen_after_moving, cancel_round_trip_casts, half_where_it_pays),
     "O3": (common_subexpressions, concat_before_widening, cancel_round_trip_casts, fuse_chains),
     "O4": (common_subexpressions, concat_before_widening, cancel_round_trip_casts, fuse_chains),
 }
+
+# Passes that weigh a choice by what its kernels will cost once mapped, and take the
+# options' mapping_effort for it.
+PRICED = (half_where_it_pays,)
 
 # Passes each preset runs after mapping and layout planning, on the kernels they chose;
 # from O1, a concatenation or reshape whose operands can share a buffer runs no kernel.
@@ -89,7 +95,10 @@ def steps(opts: CompileOptions) -> list[tuple[str, Step]]:
     steps = [float_dtype] if widen_first else []
     steps += [(step.__name__, step) for step in PIPELINES.get(opts.name, PIPELINES["O1"])]
     steps += [] if widen_first else [float_dtype]
-    steps += [(step.__name__, step) for step in AFTER_FLOAT_DTYPE.get(opts.name, ())]
+    for step in AFTER_FLOAT_DTYPE.get(opts.name, ()):
+        effort = opts["mapping_effort"]
+        run = functools.partial(step, effort=effort) if step in PRICED else step
+        steps.append((step.__name__, run))
     request = schedulers.request(opts["sram_budget"], opts["sa_expected_run_iters"], opts.envs)
 
     def schedule(g: Graph) -> tuple[Graph, dict]:

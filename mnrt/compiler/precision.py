@@ -1,0 +1,157 @@
+"""Where mixed precision's half pays for its casts.
+
+float_dtype=mixed runs every GEMM and conv in half, with a cast to half before each float
+operand and a cast back after the result (passes.apply_float_dtype); the round trips
+between two half kernels cancel, and a widening moves past the kernels that only move
+values (widen_after_moving). On a large product the MAU's half rate pays for the casts
+many times over. On a small one (a transformer's projections at a short sequence) a kernel
+costs little more than its launch, and the casts around it cost more than half saves: the
+HF GPT-2 at O2 ran 27 cast kernels, a third of its modelled time, and O2 was slower than
+O1. TensorRT chooses each layer's precision by timing it, reformatting included; here the
+timing model prices both.
+
+A region is half values joined by the kernels that read or write them (casts excepted):
+the products, the half parameters they read and the moves between them. Its entries are
+the casts into it, its exits the casts out of it. Run in float, the region's kernels read
+the entries' float operands and write the exits' float results themselves, and neither
+cast runs; `half_where_it_pays` keeps the region in half only where the timing model
+prices its kernels and casts as faster (or as fast and less energy) than the same kernels
+in float.
+"""
+
+from __future__ import annotations
+
+from ..device import dtypes as dt
+from .ir import MATRIX_OPS, PARAM, Graph, Node
+from .map_graph import mapped
+from .node_cost import node_cost
+from .passes import MOVES_VALUES, dead_code
+
+# What mixed precision puts in half: the products, and the moves a widening passed.
+_HALF_OPS = frozenset(MATRIX_OPS) | frozenset(MOVES_VALUES)
+
+
+def half_where_it_pays(graph: Graph, effort: int) -> Graph:
+    """The graph with each region (see the module's doc) made float where the timing model
+    prices its kernels, mapped as the mapper will map them at `effort`, as no slower and
+    no more energy in float than in half with its casts."""
+    g = graph.copy()
+    rename: dict[str, str] = {}
+    reverted = False
+    for values, members, entries, exits in _regions(g):
+        casts = entries + exits
+        if _revertible(g, values, members, entries, exits) and _float_pays(
+            g, values, members, casts, effort
+        ):
+            _revert(g, values, entries, exits, rename)
+            reverted = True
+    if not reverted:
+        return graph
+    g.nodes = [n for n in g.nodes if not (n.op == "cast" and n.outputs[0] in rename)]
+    for node in g.nodes:
+        node.inputs = [_resolved(rename, n) for n in node.inputs]
+        node.outputs = [_resolved(rename, n) for n in node.outputs]
+    g.verify()
+    return dead_code(g)
+
+
+def _regions(g: Graph) -> list[tuple[set[str], list[Node], list[Node], list[Node]]]:
+    """Each region: its half values, its kernels (graph order), its entry and exit casts."""
+    half = {n for n, v in g.values.items() if v.dtype is dt.HALF}
+    parent = {n: n for n in half}
+
+    def find(n: str) -> str:
+        while parent[n] != n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for node in g.nodes:
+        if node.op == "cast":
+            continue
+        touched = [find(n) for n in (*node.inputs, *node.outputs) if n in half]
+        for other in touched[1:]:
+            parent[other] = touched[0]
+    groups: dict[str, tuple[set[str], list[Node], list[Node], list[Node]]] = {}
+    for n in half:
+        groups.setdefault(find(n), (set(), [], [], []))[0].add(n)
+    for node in g.nodes:
+        if node.op == "cast":
+            out, source = node.outputs[0], node.inputs[0]
+            if out in half and source not in half:
+                groups[find(out)][2].append(node)
+            elif source in half and out not in half:
+                groups[find(source)][3].append(node)
+            continue
+        touched = [n for n in (*node.inputs, *node.outputs) if n in half]
+        if touched:
+            groups[find(touched[0])][1].append(node)
+    return list(groups.values())
+
+
+def _revertible(
+    g: Graph, values: set[str], members: list[Node], entries: list[Node], exits: list[Node]
+) -> bool:
+    """Whether the region can run in float as it stands: kernels of the ops mixed precision
+    makes half (one at least: a cast to half and back with none between rounds, and stays),
+    no half value the host reads or writes, entries from and exits to float, and at most
+    one exit per value into the graph's outputs (whose name it then takes)."""
+    if not members or any(n.op not in _HALF_OPS for n in members):
+        return False
+    if values & {*g.inputs, *g.outputs}:
+        return False
+    floats = [g.values[c.inputs[0]] for c in entries] + [g.values[c.outputs[0]] for c in exits]
+    if any(v.dtype is not dt.FLOAT for v in floats):
+        return False
+    named = [c.inputs[0] for c in exits if c.outputs[0] in g.outputs]
+    return len(named) == len(set(named))
+
+
+def _float_pays(
+    g: Graph, values: set[str], members: list[Node], casts: list[Node], effort: int
+) -> bool:
+    """Whether the region's kernels in float cost no more time and energy than in half
+    with its casts."""
+
+    def cost(nodes: list[Node]) -> tuple[float, float]:
+        prices = [node_cost(g, mapped(g, n, effort)) for n in nodes]
+        return sum(m.time_s for m in prices), sum(m.energy_j for m in prices)
+
+    half = cost([*members, *casts])
+    for n in values:
+        g.values[n].dtype = dt.FLOAT
+    wide = cost(members)
+    for n in values:
+        g.values[n].dtype = dt.HALF
+    return wide[0] <= half[0] and wide[1] <= half[1]
+
+
+def _revert(
+    g: Graph, values: set[str], entries: list[Node], exits: list[Node], rename: dict[str, str]
+) -> None:
+    """Make the region float: each entry's readers read its float operand, each exit's read
+    the region's value (which takes the exit's name where that is a graph output), and a
+    half copy of a float parameter is the parameter again."""
+    floats = {id(v.data): n for n, v in g.values.items() if v.role == PARAM and v.dtype is dt.FLOAT}
+    for n in values:
+        v = g.values[n]
+        v.dtype = dt.FLOAT
+        twin = floats.get(id(v.data)) if v.role == PARAM and v.data is not None else None
+        if twin is not None and g.values[twin].shape == v.shape:
+            rename[n] = twin
+    for cast in entries:
+        rename[cast.outputs[0]] = cast.inputs[0]
+    for cast in exits:
+        out, source = cast.outputs[0], cast.inputs[0]
+        if out in g.outputs:
+            rename[source], rename[out] = out, out
+        else:
+            rename[out] = source
+
+
+def _resolved(rename: dict[str, str], name: str) -> str:
+    seen = set()
+    while name in rename and rename[name] != name and name not in seen:
+        seen.add(name)
+        name = rename[name]
+    return name

@@ -1,0 +1,165 @@
+"""half_where_it_pays: mixed precision keeps a region in half only where the timing model
+prices it, casts included, as faster than the same kernels in float."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from graph_harness import run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import mnrt
+from mnrt.compiler import GraphBuilder
+from mnrt.compiler.node_cost import graph_cost
+from mnrt.compiler.passes import (
+    apply_float_dtype,
+    cancel_round_trip_casts,
+    common_subexpressions,
+    widen_after_moving,
+)
+from mnrt.compiler.precision import half_where_it_pays
+
+EFFORT = 2  # O2's mapping_effort
+
+
+def ops(graph):
+    return [n.op for n in graph.nodes]
+
+
+def _mixed(graph):
+    """What O2 makes of a float graph before the pass: float_dtype=mixed and its clean-up."""
+    g = apply_float_dtype(graph, "mixed")
+    return cancel_round_trip_casts(widen_after_moving(common_subexpressions(g)))
+
+
+def _projections(rows: int, width: int, rng=None):
+    """A transformer's feed-forward at `rows` tokens: gemm, a float add between, a
+    transpose and reshape of the first product, a second gemm whose weight a float kernel
+    reads too, the result a graph output."""
+    rng = rng or np.random.default_rng(0)
+    b = GraphBuilder("ffn")
+    x = b.input("x", (rows, width), "float")
+    w1 = b.param("w1", rng.standard_normal((width, width)).astype(np.float32) / width**0.5)
+    w2 = b.param("w2", rng.standard_normal((width, width)).astype(np.float32) / width**0.5)
+    h = b.gemm(x, w1)
+    h = b.reshape(b.transpose(h, perm=(1, 0)), shape=(rows, width))
+    h = b.add(h, x)
+    b.output(b.gemm(h, w2), "y")
+    b.output(b.add(w2, w2), "w2_twice")  # a float kernel reading the second weight
+    inputs = {"x": rng.standard_normal((rows, width)).astype(np.float32)}
+    return b.build(), inputs
+
+
+def test_small_products_run_in_float_without_casts(dev):
+    graph, inputs = _projections(4, 32)
+    mixed = _mixed(graph)
+    assert ops(mixed).count("cast") == 4  # into and out of each product
+    lean = half_where_it_pays(mixed, EFFORT)
+    assert "cast" not in ops(lean)
+    assert all(v.dtype.name == "float" for v in lean.values.values())
+    # the half copy of w2 is w2 again: one parameter, which both kernels read
+    assert sorted(lean.params) == ["w1", "w2"]
+    assert graph_cost(lean).time_s < graph_cost(mixed).time_s
+    float_result = run(apply_float_dtype(graph, "float"), dev, inputs)
+    for name, value in run(lean, dev, inputs).items():
+        assert value.tobytes() == float_result[name].tobytes(), name
+
+
+def test_large_products_stay_in_half():
+    graph, _ = _projections(512, 1024)
+    mixed = _mixed(graph)
+    assert ops(half_where_it_pays(mixed, EFFORT)) == ops(mixed)
+    gemms = [n for n in half_where_it_pays(mixed, EFFORT).nodes if n.op == "gemm"]
+    assert all(mixed.values[n.outputs[0]].dtype.name == "half" for n in gemms)
+
+
+def test_a_region_is_decided_whole():
+    """Two products joined by half values (the round trip between them cancelled) go to
+    float together or not at all: a cast between them would be a kernel of its own."""
+    rng = np.random.default_rng(2)
+    b = GraphBuilder("chain")
+    x = b.input("x", (4, 16), "float")
+    h = b.gemm(x, b.param("w1", rng.standard_normal((16, 16)).astype(np.float32)))
+    b.output(b.gemm(h, b.param("w2", rng.standard_normal((16, 16)).astype(np.float32))), "y")
+    mixed = _mixed(b.build())
+    assert ops(mixed) == ["cast", "gemm", "gemm", "cast"]
+    assert ops(half_where_it_pays(mixed, EFFORT)) == ["gemm", "gemm"]
+
+
+def test_an_output_keeps_its_name_and_dtype(dev):
+    graph, inputs = _projections(2, 8)
+    lean = half_where_it_pays(_mixed(graph), EFFORT)
+    assert lean.outputs == graph.outputs
+    assert lean.values["y"].dtype.name == "float"
+    (writer,) = [n for n in lean.nodes if "y" in n.outputs]
+    assert writer.op == "gemm"  # the product writes the output itself
+    assert set(run(lean, dev, inputs)) == {"y", "w2_twice"}
+
+
+def test_a_rounding_with_no_kernel_between_stays():
+    """float -> half -> float with nothing in half between rounds the values: no region."""
+    b = GraphBuilder("g")
+    x = b.input("x", (4,), "float")
+    b.output(b.cast(b.cast(x, to="half"), to="float"), "y")
+    g = b.build()
+    assert half_where_it_pays(g, EFFORT) is g
+
+
+def test_o2_is_no_slower_than_o1_on_small_projections():
+    """The preset's promise the pass keeps: O2 (mixed) had been slower than O1 (float) on
+    a short-sequence transformer, its casts costing more than half saved."""
+    graph, inputs = _projections(4, 64)
+    ctx = mnrt.Context(mnrt.MNDevice("mncore2:auto"))
+    try:
+        times = {}
+        for preset in ("O1", "O2"):
+            compiled = ctx.compile(graph, inputs, options={"option_json": preset})
+            times[preset] = graph_cost(compiled.graph).time_s
+            if preset == "O2":
+                assert "cast" not in ops(compiled.graph)
+            compiled.close()
+        assert times["O2"] <= times["O1"]
+    finally:
+        ctx.close()
+
+
+@st.composite
+def _stacks(draw):
+    """Random stacks of products (some large enough for half to pay, some not), each
+    followed by a float kernel or a move."""
+    rows = draw(st.sampled_from([1, 4, 64, 256]))
+    widths = draw(st.lists(st.sampled_from([8, 32, 256, 512]), min_size=2, max_size=4))
+    after = draw(st.lists(st.sampled_from(["tanh", "transpose", "none"]), min_size=3, max_size=3))
+    seed = draw(st.integers(0, 2**16))
+    return rows, widths, after, seed
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(_stacks())
+def test_the_pass_never_costs_time_and_keeps_results_within_half(dev, stack):
+    rows, widths, after, seed = stack
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder("stack")
+    h = b.input("x", (rows, widths[0]), "float")
+    for i, (n, m) in enumerate(itertools.pairwise(widths)):
+        w = rng.standard_normal((n, m)).astype(np.float32) / n**0.5
+        h = b.gemm(h, b.param(f"w{i}", w))
+        if after[i] == "tanh":
+            h = b.tanh(h)
+        elif after[i] == "transpose":
+            h = b.reshape(b.transpose(h, perm=(1, 0)), shape=(rows, m))
+    b.output(h, "y")
+    graph = b.build()
+    mixed = _mixed(graph)
+    lean = half_where_it_pays(mixed, EFFORT)
+    lean.verify()
+    assert graph_cost(lean).time_s <= graph_cost(mixed).time_s
+    inputs = {"x": rng.standard_normal((rows, widths[0])).astype(np.float32)}
+    want = run(apply_float_dtype(graph, "float"), dev, inputs)["y"]
+    got = run(lean, dev, inputs)["y"]
+    scale = float(np.abs(want).max()) or 1.0
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-2 * scale)
