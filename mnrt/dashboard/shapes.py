@@ -105,6 +105,7 @@ COMPILE_REPORT = Obj(
                 {
                     "seconds": NUMBER_OR_NULL,
                     "accuracy": Obj({"outputs": Obj(each=Obj(), null=True)}, null=True),
+                    "account": Obj(null=True),
                 }
             )
         ),

@@ -73,6 +73,22 @@ def test_every_page_of_a_codegen_dir(cnn_dir):
     assert 'src="netron/index.html?url=../files/model.onnx' in c.get("/graph").text
 
 
+def test_a_phases_account_shows_its_figures(tmp_path):
+    """What a phase's account says (the scheduler's choice and spills; at O2 the regions
+    mixed precision kept in half and the casts dropped) shows beside it."""
+    builder, inputs = MODELS["cnn"]()
+    with mnrt.Context() as ctx:
+        ctx.compile(builder, inputs, codegen_dir=tmp_path / "o2", options={"option_json": "O2"})
+    report = json.loads((tmp_path / "o2" / "report.json").read_text())
+    page = client(tmp_path / "o2").get("/compile").text
+    accounts = {p["name"]: p["account"] for p in report["phases"] if "account" in p}
+    assert {"schedule", "half_where_it_pays"} <= set(accounts)
+    row = page.split("<td>half_where_it_pays</td>", 1)[1].split("</tr>", 1)[0]
+    for key, value in accounts["half_where_it_pays"].items():
+        assert f"{key} {_number(value)}" in row
+    assert "scheduler spill_opt" in page
+
+
 def test_a_cache_hits_phases_show_as_cached_and_count_once(tmp_path):
     builder, inputs = MODELS["cnn"]()
     cache = mnrt.CacheOptions(tmp_path / "cache")
@@ -315,6 +331,12 @@ EDITS = {
         lambda d: d["phases"][-2].update(accuracy=[1]),
         "summary",
         ".accuracy is an array, not an object",
+    ),
+    "an account a list": (
+        "report.json",
+        lambda d: next(p for p in d["phases"] if "account" in p).update(account=[1]),
+        "compile",
+        ".account is an array, not an object",
     ),
     "total a string": (
         "report.json",

@@ -1,6 +1,6 @@
-"""Compile statuses: each compile phase of a codegen_dir, ok or not, and its seconds (a
-phase a compile-cache hit reused shows the seconds of the compile that stored it, which
-the total leaves out)."""
+"""Compile statuses: each compile phase of a codegen_dir, ok or not, its seconds (a phase
+a compile-cache hit reused shows the seconds of the compile that stored it, which the
+total leaves out) and the figures of its account."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ def build(art: Artifacts) -> dict[str, Any]:
             "ok": str(p.get("status", "")) == "ok",
             "seconds": float(p.get("seconds") or 0.0),
             "cached": bool(p.get("cached")),
+            "account": _figures(p.get("account")),
         }
         for p in report["phases"]
     ]
@@ -52,3 +53,10 @@ def build(art: Artifacts) -> dict[str, Any]:
         "failed": sum(not p["ok"] for p in phases),
         "charts": [chart],
     }
+
+
+def _figures(account: dict | None) -> list[tuple[str, object]]:
+    """What a phase's account says of it (the scheduler's choice and spills, the casts
+    mixed precision dropped), its plain figures only: a nested record is report.json's to
+    show."""
+    return [(k, v) for k, v in (account or {}).items() if isinstance(v, (str, int, float, bool))]
