@@ -236,15 +236,18 @@ def _compile(
     return compiled, [n for n in feeds if n not in graph.inputs]
 
 
-def run_mnrt(case: Any, ctx: mnrt.Context, preset: str = "O1") -> Result:
+def run_mnrt(case: Any, ctx: mnrt.Context, preset: str = "O1", mixed: bool = False) -> Result:
     """Compile the case's model with mnrt on `ctx` (one Context for every case: devices are
-    few) at `preset` and run it on every data set; a data set that gives a folded input
-    another value is compiled again for it."""
+    few) at `preset` (and with `mixed`, float_dtype=mixed where it would be float) and run
+    it on every data set; a data set that gives a folded input another value is compiled
+    again for it."""
     op = op_of(case)
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             precision = float_dtype(case.model)
+            if mixed and precision == "float":
+                precision = "mixed"
             if precision is None:
                 return Result(case.name, op, "refused", NO_PRECISION)
             folded_from = _inputs(case, case.data_sets[0][0])
