@@ -9,8 +9,20 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...errors import DeviceExecutionError, DTypeError, KernelAttributeError, ShapeError
+from .. import dtypes as dt
 from ..dtypes import INDEX, DType
 from .registry import Cost, TensorSpec
+
+# What a matrix kernel (gemm, conv2d, conv_transpose2d) may write for each dtype of its
+# operands, natural first: the MAU accumulates in float, so half, float16 and bfloat16
+# operands may give a float result (MLSDK's "mixed": half in, float out).
+MATRIX_OUT_DTYPES = {
+    dt.DOUBLE: (dt.DOUBLE,),
+    dt.FLOAT: (dt.FLOAT,),
+    dt.HALF: (dt.HALF, dt.FLOAT),
+    dt.FLOAT16: (dt.FLOAT16, dt.FLOAT),
+    dt.BFLOAT16: (dt.BFLOAT16, dt.FLOAT),
+}
 
 
 def present(ins: Sequence[TensorSpec | None]) -> list[TensorSpec]:

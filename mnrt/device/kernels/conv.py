@@ -13,8 +13,8 @@ import math
 import numpy as np
 
 from ...errors import DTypeError, KernelAttributeError, ShapeError
-from .. import dtypes as dt
 from .common import (
+    MATRIX_OUT_DTYPES,
     check_padding,
     check_temporary,
     columns,
@@ -25,15 +25,6 @@ from .common import (
 )
 from .registry import Attr, Cost, KernelDef, OutSpec, products, register
 from .unary import EPILOGUES, epilogue, epilogue_flops
-
-# Output dtypes each input dtype may produce: half in, float out is MLSDK's "mixed".
-OUT_DTYPES = {
-    dt.DOUBLE: (dt.DOUBLE,),
-    dt.FLOAT: (dt.FLOAT,),
-    dt.HALF: (dt.HALF, dt.FLOAT),
-    dt.FLOAT16: (dt.FLOAT16, dt.FLOAT),
-    dt.BFLOAT16: (dt.BFLOAT16, dt.FLOAT),
-}
 
 
 def check_ints(kernel: str, attr: str, values: tuple[int, ...], count: int, least: int) -> None:
@@ -53,7 +44,7 @@ def _out_extent(size: int, pad: int, kernel: int, stride: int, dilation: int) ->
 def _infer(ins, attrs):
     x, w, bias = (*ins, None)[:3]
     in_dt = same_dtype("conv2d", [x, w, bias])
-    if in_dt not in OUT_DTYPES:
+    if in_dt not in MATRIX_OUT_DTYPES:
         raise DTypeError(f"kernel 'conv2d' needs floating-point operands, got {in_dt.name}")
     require_rank("conv2d", "x", x, (4,))
     require_rank("conv2d", "w", w, (4,))
@@ -91,7 +82,7 @@ def _infer(ins, attrs):
         )
     if kh * kw > 1:  # a 1x1 convolution reads the input in place, with no columns
         check_temporary("conv2d", "the im2col columns", n * c * kh * kw * oh * ow)
-    return [OutSpec((n, o, oh, ow), OUT_DTYPES[in_dt])]
+    return [OutSpec((n, o, oh, ow), MATRIX_OUT_DTYPES[in_dt])]
 
 
 def _im2col(xp: np.ndarray, w_shape: tuple[int, ...], attrs, oh: int, ow: int) -> np.ndarray:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import DTypeError, KernelAttributeError, ShapeError
-from .common import check_temporary, mau_blocks, require_rank, same_dtype
-from .conv import OUT_DTYPES, check_ints
+from .common import MATRIX_OUT_DTYPES, check_temporary, mau_blocks, require_rank, same_dtype
+from .conv import check_ints
 from .registry import Attr, Cost, KernelDef, OutSpec, products, register
 
 _NAME = "conv_transpose2d"
@@ -27,7 +27,7 @@ def _full_extent(size: int, kernel: int, stride: int, dilation: int, extra: int)
 def _infer(ins, attrs):
     x, w, bias = (*ins, None)[:3]
     in_dt = same_dtype(_NAME, [x, w, bias])
-    if in_dt not in OUT_DTYPES:
+    if in_dt not in MATRIX_OUT_DTYPES:
         raise DTypeError(f"kernel '{_NAME}' needs floating-point operands, got {in_dt.name}")
     require_rank(_NAME, "x", x, (4,))
     require_rank(_NAME, "w", w, (4,))
@@ -64,7 +64,7 @@ def _infer(ins, attrs):
             f"kernel '{_NAME}': padding {attrs['padding']} crops away the whole output"
         )
     check_temporary(_NAME, "the scattered products", n * o * kh * kw * h * wd)
-    return [OutSpec((n, o, oh, ow), OUT_DTYPES[in_dt])]
+    return [OutSpec((n, o, oh, ow), MATRIX_OUT_DTYPES[in_dt])]
 
 
 def _compute(ins, attrs, outs):

@@ -13,19 +13,12 @@ import numpy as np
 
 from ...errors import DTypeError, KernelAttributeError, ShapeError
 from .. import dtypes as dt
-from .common import mau_blocks, require_rank, same_dtype
+from .common import MATRIX_OUT_DTYPES, mau_blocks, require_rank, same_dtype
 from .registry import Attr, Cost, KernelDef, OutSpec, products, register
 from .unary import EPILOGUES, epilogue, epilogue_flops
 
-# Output dtypes each input dtype may produce: half-in/float-out is MLSDK's "mixed".
-_OUT_DTYPES = {
-    dt.DOUBLE: (dt.DOUBLE,),
-    dt.FLOAT: (dt.FLOAT,),
-    dt.HALF: (dt.HALF, dt.FLOAT),
-    dt.FLOAT16: (dt.FLOAT16, dt.FLOAT),
-    dt.BFLOAT16: (dt.BFLOAT16, dt.FLOAT),
-    dt.INT32: (dt.INT32,),
-}
+# The matrix kernels' output dtypes, and int32 products, which compute in int32.
+_OUT_DTYPES = {**MATRIX_OUT_DTYPES, dt.INT32: (dt.INT32,)}
 _INT_EPILOGUES = ("none", "relu")  # the activations defined on int32
 
 
