@@ -34,7 +34,7 @@ from .passes import (
     widen_after_moving,
 )
 from .patterns import fuse_gelu, fuse_layernorm, fuse_rolls, fuse_silu
-from .precision import half_where_it_pays
+from .precision import half_where_it_pays, products_write_float
 from .views import elide_copies
 
 Step = Callable[[Graph], "Graph | tuple[Graph, dict]"]
@@ -55,9 +55,18 @@ _FUSING = (dead_code, fold_constants, common_subexpressions, fuse_rolls, merge_s
 # Passes each preset runs after float_dtype, on the casts it inserted. At O2 a widening
 # moves past the kernels that only move values (widen_after_moving), to cancel against the
 # narrowing before the next conv; at O3 and up the chains take both casts in as steps, with
-# no DRAM round trip, and moving them measured no faster.
+# no DRAM round trip, and moving them measured no faster. At O2 a region of half kernels
+# stays half only where that pays for its casts, and a half product that only a widening
+# reads stores its float accumulator (precision.py); at O3 both measured slower, the chains
+# taking the casts in.
 AFTER_FLOAT_DTYPE = {
-    "O2": (common_subexpressions, widen_after_moving, cancel_round_trip_casts, half_where_it_pays),
+    "O2": (
+        common_subexpressions,
+        widen_after_moving,
+        cancel_round_trip_casts,
+        half_where_it_pays,
+        products_write_float,
+    ),
     "O3": (common_subexpressions, concat_before_widening, cancel_round_trip_casts, fuse_chains),
     "O4": (common_subexpressions, concat_before_widening, cancel_round_trip_casts, fuse_chains),
 }

@@ -17,6 +17,10 @@ the entries' float operands and write the exits' float results themselves, and n
 cast runs; `half_where_it_pays` keeps the region in half only where the timing model
 prices its kernels and casts as faster (or as fast and less energy) than the same kernels
 in float.
+
+Then `products_write_float`: a half product whose result only a widening reads stores its
+float accumulator itself (the matrix kernels' half in, float out), with no rounding to
+half and no cast kernel after it.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from ..device import dtypes as dt
 from .ir import MATRIX_OPS, PARAM, Graph, Node
 from .map_graph import mapped
 from .node_cost import node_cost
-from .passes import MOVES_VALUES, dead_code
+from .passes import MOVES_VALUES, dead_code, uses_of
 
 # What mixed precision puts in half: the products, and the moves a widening passed.
 _HALF_OPS = frozenset(MATRIX_OPS) | frozenset(MOVES_VALUES)
@@ -166,3 +170,34 @@ def _resolved(rename: dict[str, str], name: str) -> str:
         seen.add(name)
         name = rename[name]
     return name
+
+
+def products_write_float(graph: Graph) -> Graph:
+    """The graph with each half product (gemm, conv) whose result a widening to float alone
+    reads writing the float result itself. The MAU accumulates in float, and the matrix
+    kernels may store the accumulator as it is (half in, float out: MLSDK's "mixed"):
+    the result skips a rounding to half, and the cast kernel that widened it (half of
+    ResNet-50's casts at O2) does not run. Results change only in that rounding: they come
+    nearer the float ones. After `half_where_it_pays`, which weighs each region with the
+    casts mixed precision gives it: deciding after this pass would keep a region in half
+    whose casts it still pays on the way in."""
+    g = graph.copy()
+    uses = uses_of(g)
+    producer = {out: n for n in g.nodes for out in n.outputs}
+    widened = set()
+    for cast in g.nodes:
+        if cast.op != "cast" or g.values[cast.outputs[0]].dtype is not dt.FLOAT:
+            continue
+        (result,) = cast.inputs
+        product = producer.get(result)
+        if product is None or product.op not in MATRIX_OPS or uses.get(result) != 1:
+            continue
+        if g.values[result].dtype is not dt.HALF:
+            continue
+        product.outputs = [cast.outputs[0]]
+        widened.add(id(cast))
+    if not widened:
+        return graph
+    g.nodes = [n for n in g.nodes if id(n) not in widened]
+    g.verify()
+    return dead_code(g)

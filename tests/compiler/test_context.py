@@ -171,6 +171,7 @@ def test_codegen_dir_holds_everything_and_loads_without_compiling(ctx, tmp_path)
         "widen_after_moving",
         "cancel_round_trip_casts",
         "half_where_it_pays",
+        "products_write_float",
         "schedule",
         "mapping",
         "time_slice",

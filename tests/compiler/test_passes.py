@@ -890,8 +890,8 @@ def test_batch_norm_then_relu_and_a_residual_add_become_chains_with_operands(flo
     parameters with the Relu after it its epilogue) and a residual block's end (an add of
     the skip connection, then Relu) each fuse into one chain whose operands are the
     parameters or the skip, and then both into one with the conv between them (its prologue
-    and epilogue); the results are bitwise those of the kernels one by one, and the modelled
-    time less. (128 channels: at mixed, O2 runs a conv this size in half, casts and all;
+    and epilogue); the results are bitwise those of the kernels one by one (at mixed, one
+    rounding from O2's, whose conv stores its float result), and the modelled time less. (128 channels: at mixed, O2 runs a conv this size in half, casts and all;
     a smaller one in float: see precision.py.)"""
     g, inputs = preact_block((2, 128, 14, 14))
     with mnrt.Context() as ctx:
@@ -904,8 +904,13 @@ def test_batch_norm_then_relu_and_a_residual_add_become_chains_with_operands(flo
         kernels = [[op for op in s if op != "cast"] for s in steps]
         assert kernels == [["scale_shift", "conv2d", "add", "relu"]]  # the ReLU its epilogue
         assert len(chains[0].inputs) == 5  # x, scale, shift, the conv's weight, the skip
-        want = per["O2"](inputs)["y"].cpu()
-        assert per["O3"](inputs)["y"].cpu().tobytes() == want.tobytes()
+        want, got = per["O2"](inputs)["y"].cpu(), per["O3"](inputs)["y"].cpu()
+        if float_dtype == "mixed":
+            # O2's conv stores its float accumulator (products_write_float), which the
+            # chain rounds to half as the conv kernel alone at O3 would: one rounding apart
+            np.testing.assert_allclose(got, want, rtol=2**-9, atol=2**-9 * np.abs(want).max())
+        else:
+            assert got.tobytes() == want.tobytes()
         time = {
             p: c.lowered.program.plan(c.lowered.bindings).modelled.time_s for p, c in per.items()
         }

@@ -20,7 +20,8 @@ from mnrt.compiler.passes import (
     common_subexpressions,
     widen_after_moving,
 )
-from mnrt.compiler.precision import half_where_it_pays
+from mnrt.compiler.precision import half_where_it_pays, products_write_float
+from mnrt.device.numerics import round_to_half
 
 EFFORT = 2  # O2's mapping_effort
 
@@ -173,3 +174,56 @@ def test_the_pass_never_costs_time_and_keeps_results_within_half(dev, stack):
     got = run(lean, dev, inputs)["y"]
     scale = float(np.abs(want).max()) or 1.0
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-2 * scale)
+
+
+def _conv_then(readers: str):
+    """A large half conv (half pays for it) whose result is widened for a float add, and
+    with readers="both" also read in half by a second conv."""
+    rng = np.random.default_rng(4)
+    b = GraphBuilder("conv")
+    x = b.input("x", (1, 128, 28, 28), "float")
+    w = b.param("w", rng.standard_normal((128, 128, 3, 3)).astype(np.float32) * 0.05)
+    h = b.conv2d(x, w, padding=(1, 1, 1, 1))
+    b.output(b.add(h, x), "y")
+    if readers == "both":
+        v = b.param("v", rng.standard_normal((8, 128, 1, 1)).astype(np.float32) * 0.05)
+        b.output(b.conv2d(h, v), "z")
+    inputs = {"x": rng.standard_normal((1, 128, 28, 28)).astype(np.float32)}
+    return b.build(), inputs
+
+
+def test_a_product_only_widened_stores_its_float_accumulator(dev):
+    """The conv writes float (half in, float out) and the cast after it is gone; its result
+    is the accumulator the half result was rounded from, so rounding it to half gives the
+    half result bit for bit."""
+    graph, inputs = _conv_then("add")
+    mixed, _ = half_where_it_pays(_mixed(graph), EFFORT)
+    assert ops(mixed) == ["cast", "conv2d", "cast", "add"]
+    lean = products_write_float(mixed)
+    assert ops(lean) == ["cast", "conv2d", "add"]
+    (conv,) = [n for n in lean.nodes if n.op == "conv2d"]
+    assert lean.values[conv.outputs[0]].dtype.name == "float"
+    assert graph_cost(lean).time_s < graph_cost(mixed).time_s
+    # the conv's result as each graph stores it: its output made a graph output
+    stored = {}
+    for name, g in (("half", mixed), ("float", lean)):
+        g = g.copy()
+        (c,) = [n for n in g.nodes if n.op == "conv2d"]
+        g.outputs = [c.outputs[0]]
+        stored[name] = run(g, dev, inputs)[c.outputs[0]]
+    assert stored["float"].dtype == np.float32
+    rounded = round_to_half(stored["float"])
+    assert rounded.tobytes() == stored["half"].astype(np.float32).tobytes()
+    assert not np.array_equal(stored["float"], rounded)  # the rounding it skips
+
+
+def test_a_product_read_in_half_too_keeps_its_half_result():
+    """The first conv's half result feeds the second conv too, so it stays half, widened
+    for the add; the second conv's, only widened into the output z, is written as z."""
+    graph, _ = _conv_then("both")
+    mixed, _ = half_where_it_pays(_mixed(graph), EFFORT)
+    lean = products_write_float(mixed)
+    first, second = [n for n in lean.nodes if n.op == "conv2d"]
+    assert lean.values[first.outputs[0]].dtype.name == "half"
+    assert second.outputs == ["z"] and lean.values["z"].dtype.name == "float"
+    assert ops(lean).count("cast") == ops(mixed).count("cast") - 1
