@@ -14,9 +14,8 @@ A region is half values joined by the kernels that read or write them (casts exc
 the products, the half parameters they read and the moves between them. Its entries are
 the casts into it, its exits the casts out of it. Run in float, the region's kernels read
 the entries' float operands and write the exits' float results themselves, and neither
-cast runs; `half_where_it_pays` keeps the region in half only where the timing model
-prices its kernels and casts as faster (or as fast and less energy) than the same kernels
-in float.
+cast runs; `half_where_it_pays` makes the region float where the timing model prices
+its kernels in float as no slower and no more energy than its kernels and casts in half.
 
 Then `products_write_float`: a half product whose result only a widening reads stores its
 float accumulator itself (the matrix kernels' half in, float out), with no rounding to
