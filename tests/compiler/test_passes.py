@@ -891,8 +891,9 @@ def test_batch_norm_then_relu_and_a_residual_add_become_chains_with_operands(flo
     the skip connection, then Relu) each fuse into one chain whose operands are the
     parameters or the skip, and then both into one with the conv between them (its prologue
     and epilogue); the results are bitwise those of the kernels one by one (at mixed, one
-    rounding from O2's, whose conv stores its float result), and the modelled time less. (128 channels: at mixed, O2 runs a conv this size in half, casts and all;
-    a smaller one in float: see precision.py.)"""
+    rounding from O2's, whose conv stores its float result), and the modelled time less.
+    (128 channels: at mixed, O2 runs a conv this size in half, a smaller one in float: see
+    compiler/precision.py.)"""
     g, inputs = preact_block((2, 128, 14, 14))
     with mnrt.Context() as ctx:
         per = {
