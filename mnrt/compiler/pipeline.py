@@ -104,8 +104,8 @@ def steps(opts: CompileOptions) -> list[tuple[str, Step]]:
     steps = [float_dtype] if widen_first else []
     steps += [(step.__name__, step) for step in PIPELINES.get(opts.name, PIPELINES["O1"])]
     steps += [] if widen_first else [float_dtype]
+    effort = opts["mapping_effort"]
     for step in AFTER_FLOAT_DTYPE.get(opts.name, ()):
-        effort = opts["mapping_effort"]
         run = functools.partial(step, effort=effort) if step in PRICED else step
         steps.append((step.__name__, run))
     request = schedulers.request(opts["sram_budget"], opts["sa_expected_run_iters"], opts.envs)
