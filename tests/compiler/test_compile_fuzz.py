@@ -2,8 +2,9 @@
 options turn on, must compute what the same graph computes with none of them.
 
 The reference is the O0 pipeline (no passes, graph order) in double precision; each
-candidate is compiled in float with passes (dead code, constant folding, CSE, scale/shift
-folding, epilogue fusion), a scheduler (in_order, min_memory, anneal) and an on-chip budget.
+candidate is compiled in float (or at O2 mixed, see CANDIDATES) with passes (dead code,
+constant folding, CSE, scale/shift folding, epilogue fusion), a scheduler (in_order,
+min_memory, anneal) and an on-chip budget.
 The graphs are built to give those passes work: shared subexpressions, dead branches,
 scale-and-shift after a GEMM, activations after a GEMM, values read by several nodes and
 also returned, reshapes and transposes between them. Every output is compared, at float32
@@ -29,6 +30,9 @@ CANDIDATES = [
         "sa_expected_run_iters": 200,
     },
     {"option_json": "O3", "float_dtype": "float", "sram_budget": 4096},
+    # Mixed precision at O2: products this small do not pay for their casts in half, so
+    # they compute in float (compiler/precision.py), to float's tolerance.
+    {"option_json": "O2", "float_dtype": "mixed"},
 ]
 
 
