@@ -168,6 +168,15 @@ def _widen_on_load(g: Graph) -> Graph:
     return dead_code(g) if casts else g
 
 
+def _lone_widening(g: Graph, run: _Run) -> bool:
+    """Whether a run is one cast to a float type that holds every value of its input's."""
+    if len(run) != 1:
+        return False
+    node = g.nodes[run[0][0]]
+    narrow, wide = g.values[node.inputs[0]].dtype, g.values[node.outputs[0]].dtype
+    return node.op == "cast" and widens(narrow, wide)
+
+
 def _fuse_chains_once(graph: Graph) -> Graph:
     """One round of fuse_chains: each run starting from the graph's kernels as they are."""
     g = graph.copy()
@@ -183,6 +192,7 @@ def _fuse_chains_once(graph: Graph) -> Graph:
         if not _chainable(node):
             continue
         run, at = None, 0
+        joinable = []
         for j, source in enumerate(node.inputs):
             if source not in ending or node.inputs.count(source) != 1:
                 continue
@@ -191,10 +201,16 @@ def _fuse_chains_once(graph: Graph) -> Graph:
             # before this node reads it (its readers come after, in node order)
             tapped = ending[source].tap is None and min(read_at[source]) == i
             if alone or tapped:
-                run, at = ending.pop(source), j
-                if not alone:
-                    run.tap = len(run) - 1
-                break
+                joinable.append((_lone_widening(g, ending[source]), j, source, alone))
+        if joinable:
+            # A run that is one widening cast left behind costs no launch: the chain that
+            # reads it widens it as it loads it (_widen_on_load). Continuing another run
+            # saves that run's launch instead (a transformer's mask, added to the scores
+            # a half product widened: softmax joins the mask's run).
+            _, at, source, alone = min(joinable)
+            run = ending.pop(source)
+            if not alone:
+                run.tap = len(run) - 1
         if run is None:
             run, at = _Run(), _chain_input(g, node)
             runs.append(run)

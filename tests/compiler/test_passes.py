@@ -839,6 +839,34 @@ def test_a_half_skip_connection_is_widened_by_the_chain_that_adds_it(dev):
     assert run(fused, dev, xs)["y"].tobytes() == run(mixed, dev, xs)["y"].tobytes()
 
 
+def test_a_join_continues_the_run_that_saves_a_launch_not_a_lone_widening(dev):
+    """Masked attention scores at O3, mixed: a half product, widened, plus a mask (a where
+    of a bool input), then softmax. The add reads two runs' ends, the widening's and the
+    mask's, and continues one. Continuing the widening left the mask a kernel of its own;
+    continuing the mask leaves the widening, which the chain then loads widened: one
+    launch fewer (HF GPT-2 at O3 mixed: 30 kernels, 61.0 us modelled, now 28, 57.0 us)."""
+    rng = np.random.default_rng(3)
+    b = GraphBuilder("attention")
+    q = b.input("q", (16, 8), "float")
+    keep = b.input("keep", (16, 16), "bool")
+    k = b.param("k", rng.standard_normal((8, 16)).astype(np.float32))
+    low = b.param("low", np.full(1, -1e4, np.float32))
+    mask = b.where(keep, b.param("zero", np.zeros(1, np.float32)), low)
+    b.output(b.softmax(b.add(b.gemm(q, k), mask)), "y")
+    mixed = cancel_round_trip_casts(common_subexpressions(apply_float_dtype(b.build(), "mixed")))
+    fused = fuse_chains(mixed)
+    assert ops(fused) == ["cast", "gemm", "chain"]  # q rounded to half, the product, the rest
+    chain = fused.nodes[-1]
+    assert [s["op"] for s in json.loads(chain.attrs["steps"])] == ["where", "add", "softmax"]
+    assert chain.attrs["widen"] == ",,,float"  # keep, zero, low as given; the scores widened
+    assert graph_cost(fused).time_s < graph_cost(mixed).time_s
+    xs = {
+        "q": rng.standard_normal((16, 8)).astype(np.float32),
+        "keep": np.tril(np.ones((16, 16), bool)),
+    }
+    assert run(fused, dev, xs)["y"].tobytes() == run(mixed, dev, xs)["y"].tobytes()
+
+
 def _w(rng: np.random.Generator, out: int, into: int) -> np.ndarray:
     return (rng.standard_normal((out, into, 1, 1)) / np.sqrt(into)).astype(np.float32)
 
@@ -991,9 +1019,12 @@ def _vector_dags(draw):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_vector_dags())
-def test_fuse_chains_on_random_graphs_keeps_every_result_bitwise(case):
+@given(_vector_dags(), st.sampled_from(["float", "mixed"]))
+def test_fuse_chains_on_random_graphs_keeps_every_result_bitwise(case, float_dtype):
+    """Mixed: the GEMMs in half, casts into and out of each, which runs start or end."""
     graph, inputs = case
+    if float_dtype == "mixed":
+        graph = cancel_round_trip_casts(apply_float_dtype(graph, "mixed"))
     fused = fuse_chains(graph)
     fused.verify()
     assert fused.outputs == graph.outputs
