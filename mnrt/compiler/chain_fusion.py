@@ -200,13 +200,16 @@ def _fuse_chains_once(graph: Graph) -> Graph:
             # read elsewhere too: the chain writes it out, where it reads nothing of its own
             # before this node reads it (its readers come after, in node order)
             tapped = ending[source].tap is None and min(read_at[source]) == i
-            if alone or tapped:
-                joinable.append((_lone_widening(g, ending[source]), j, source, alone))
+            # A run that is one widening cast, left behind, costs no launch: the chains
+            # reading it widen it as they load it (_widen_on_load). So a node continues
+            # another run where it can (a transformer's mask, added to the scores a half
+            # product widened: softmax joins the mask's run), and never takes a widening
+            # in as a tap (its run's one tap: a hardswish's result, which the pooling
+            # after it reads and the excite scaling too, could then not be).
+            lone = _lone_widening(g, ending[source])
+            if alone or (tapped and not lone):
+                joinable.append((lone, j, source, alone))
         if joinable:
-            # A run that is one widening cast left behind costs no launch: the chain that
-            # reads it widens it as it loads it (_widen_on_load). Continuing another run
-            # saves that run's launch instead (a transformer's mask, added to the scores
-            # a half product widened: softmax joins the mask's run).
             _, at, source, alone = min(joinable)
             run = ending.pop(source)
             if not alone:

@@ -24,13 +24,13 @@ from .passes import (
     apply_float_dtype,
     cancel_round_trip_casts,
     common_subexpressions,
-    concat_before_widening,
     dead_code,
     fold_constants,
     fold_scale_shift,
     fuse_epilogues,
     fuse_scale_shift,
     merge_scale_shifts,
+    narrow_moves,
     widen_after_moving,
 )
 from .patterns import fuse_gelu, fuse_layernorm, fuse_rolls, fuse_silu
@@ -54,8 +54,11 @@ _FUSING = (dead_code, fold_constants, common_subexpressions, fuse_rolls, merge_s
 
 # Passes each preset runs after float_dtype, on the casts it inserted. At O2 a widening
 # moves past the kernels that only move values (widen_after_moving), to cancel against the
-# narrowing before the next conv; at O3 and up the chains take both casts in as steps, with
-# no DRAM round trip, and moving them measured no faster. At O2 a region of half kernels
+# narrowing before the next conv. At O3 and up the chains take casts in as steps, with no
+# DRAM round trip, so a widening moves only past the kernels that compute nothing, and
+# into concatenations (narrow_moves): slices of narrow values are views, where a slice of
+# a widened one was a chain that narrowed it again (concatenating widened values at O2
+# made DenseNet-121 64% slower, a widening kernel a layer). At O2 a region of half kernels
 # stays half only where that pays for its casts, and a half product that only a widening
 # reads stores its float accumulator (precision.py); at O3 both measured slower, the chains
 # taking the casts in.
@@ -67,8 +70,8 @@ AFTER_FLOAT_DTYPE = {
         half_where_it_pays,
         products_write_float,
     ),
-    "O3": (common_subexpressions, concat_before_widening, cancel_round_trip_casts, fuse_chains),
-    "O4": (common_subexpressions, concat_before_widening, cancel_round_trip_casts, fuse_chains),
+    "O3": (common_subexpressions, narrow_moves, cancel_round_trip_casts, fuse_chains),
+    "O4": (common_subexpressions, narrow_moves, cancel_round_trip_casts, fuse_chains),
 }
 
 # Passes that weigh a choice by what its kernels will cost once mapped, and take the
