@@ -144,12 +144,13 @@ def widen_after_moving(graph: Graph, moves: tuple[str, ...] = MOVES_VALUES) -> G
     channel shuffle: a reshape, a transpose and a reshape; a max pooling), the widening
     then meets the narrowing before that conv, and the round trip cancels
     (cancel_round_trip_casts): two cast kernels fewer, and half the bytes moved. A
-    widening that several moves read (the shuffle's two slices) moves after each."""
+    widening that several moves read (the shuffle's two slices) moves after each; one
+    that a rounding back to half reads too moves as well (see `_widen_later`)."""
     return _widen_later(graph, moves, concats=False)
 
 
-def narrow_moves(graph: Graph) -> Graph:
-    """widen_after_moving over the kernels that compute nothing (REARRANGING), and
+def narrow_moves(graph: Graph, moves: tuple[str, ...] = REARRANGING) -> Graph:
+    """widen_after_moving over `moves` (by default the kernels that compute nothing), and
     concatenations of widened values made narrow (`_concatenated_narrow`), in one sweep: a
     widening goes on through a channel shuffle's reshapes, transpose and slices, into the
     next block's concatenation, and so on, block after block. At O3 mixed, ShuffleNet v2's
@@ -158,15 +159,17 @@ def narrow_moves(graph: Graph) -> Graph:
     run nothing (torchvision's ShuffleNet v2: 88 kernels, 183.4 us modelled; now 75, 157.5
     us, below O3 float's 163.3). A max pooling keeps its widening: the chains take a
     pooling's casts in, and moving them changed which value an Inception block's
-    concatenation is made of, measured slower."""
-    return _widen_later(graph, REARRANGING, concats=True)
+    concatenation is made of, measured slower (O2 weighs both: precision.py)."""
+    return _widen_later(graph, moves, concats=True)
 
 
 def _widen_later(graph: Graph, moves: tuple[str, ...], concats: bool) -> Graph:
     """One sweep in order: each kernel of `moves` (of one input) that reads a widening
-    which only such kernels read moves the narrow values and widens after; with `concats`,
-    each concatenation of widened values concatenates them narrow. A kernel sees the
-    widenings the sweep moved before it, so a widening goes on through any number."""
+    which only such kernels read, or casts back to the narrow type (a round trip that
+    cancel_round_trip_casts then drops: the conv beside an Inception block's pooling),
+    moves the narrow values and widens after; with `concats`, each concatenation of
+    widened values concatenates them narrow. A kernel sees the widenings the sweep moved
+    before it, so a widening goes on through any number."""
     g = graph.copy()
     readers: dict[str, list[Node]] = {}
     for node in g.nodes:
@@ -183,7 +186,12 @@ def _widen_later(graph: Graph, moves: tuple[str, ...], concats: bool) -> Graph:
         if cast is None or cast.op != "cast" or cast.outputs[0] in outputs:
             return [node]
         narrow, wide = g.values[cast.inputs[0]].dtype, g.values[cast.outputs[0]].dtype
-        if not widens(narrow, wide) or not all(map(moving, readers[cast.outputs[0]])):
+
+        def undone(reader: Node) -> bool:  # narrowed back: cancel_round_trip_casts drops it
+            return reader.op == "cast" and g.values[reader.outputs[0]].dtype is narrow
+
+        takers = readers[cast.outputs[0]]
+        if not widens(narrow, wide) or not all(moving(r) or undone(r) for r in takers):
             return [node]
         (out,) = node.outputs
         values = _fresh(g, f"{out}_{narrow.name}", narrow)

@@ -31,10 +31,9 @@ from .passes import (
     fuse_scale_shift,
     merge_scale_shifts,
     narrow_moves,
-    widen_after_moving,
 )
 from .patterns import fuse_gelu, fuse_layernorm, fuse_rolls, fuse_silu
-from .precision import half_where_it_pays, products_write_float
+from .precision import half_where_it_pays, narrow_where_it_pays, products_write_float
 from .views import elide_copies
 
 Step = Callable[[Graph], "Graph | tuple[Graph, dict]"]
@@ -53,30 +52,25 @@ _FUSING = (dead_code, fold_constants, common_subexpressions, fuse_rolls, merge_s
            fuse_epilogues)  # fmt: skip
 
 # Passes each preset runs after float_dtype, on the casts it inserted. At O2 a widening
-# moves past the kernels that only move values (widen_after_moving), to cancel against the
-# narrowing before the next conv. At O3 and up the chains take casts in as steps, with no
+# moves past the kernels that only move values, to cancel against the narrowing before the
+# next conv, and on through concatenations and max poolings where the timing model prices
+# that lower (narrow_where_it_pays: an Inception block's, not DenseNet's, where it would
+# cost a widening kernel a layer). At O3 and up the chains take casts in as steps, with no
 # DRAM round trip, so a widening moves only past the kernels that compute nothing, and
 # into concatenations (narrow_moves): slices of narrow values are views, where a slice of
-# a widened one was a chain that narrowed it again (concatenating widened values at O2
-# made DenseNet-121 64% slower, a widening kernel a layer). At O2 a region of half kernels
+# a widened one was a chain that narrowed it again. At O2 a region of half kernels
 # stays half only where that pays for its casts, and a half product that only a widening
 # reads stores its float accumulator (precision.py); at O3 both measured slower, the chains
 # taking the casts in.
 AFTER_FLOAT_DTYPE = {
-    "O2": (
-        common_subexpressions,
-        widen_after_moving,
-        cancel_round_trip_casts,
-        half_where_it_pays,
-        products_write_float,
-    ),
+    "O2": (common_subexpressions, narrow_where_it_pays, half_where_it_pays, products_write_float),
     "O3": (common_subexpressions, narrow_moves, cancel_round_trip_casts, fuse_chains),
     "O4": (common_subexpressions, narrow_moves, cancel_round_trip_casts, fuse_chains),
 }
 
 # Passes that weigh a choice by what its kernels will cost once mapped, and take the
 # options' mapping_effort for it.
-PRICED = (half_where_it_pays,)
+PRICED = (narrow_where_it_pays, half_where_it_pays)
 
 # Passes each preset runs after mapping and layout planning, on the kernels they chose;
 # from O1, a concatenation or reshape whose operands can share a buffer runs no kernel.

@@ -713,6 +713,28 @@ def test_a_widening_moves_past_what_only_moves_values_and_cancels(dev):
     assert graph_cost(lean).time_s < graph_cost(graph).time_s
 
 
+def test_a_widening_a_rounding_back_reads_too_moves_past_the_pooling(dev):
+    """An Inception block's input, a half conv's result widened, is read by the block's
+    max pooling and, rounded back to half, by its convs: the rounding cancels anyway, so
+    the widening moves past the pooling too, which then pools half values between two
+    half convs with no cast around it."""
+    rng = np.random.default_rng(15)
+    b = GraphBuilder("block")
+    x = b.input("x", (1, 4, 6, 6), "half")
+    w = b.param("w", rng.standard_normal((8, 4, 1, 1)).astype(np.float32), "half")
+    wide = b.cast(b.conv2d(x, w), to="float")
+    v = b.param("v", rng.standard_normal((4, 8, 1, 1)).astype(np.float32), "half")
+    pooled = b.cast(b.max_pool2d(wide, kernel=(3, 3), padding=(1, 1, 1, 1)), to="half")
+    b.output(b.conv2d(pooled, v), "y")
+    b.output(b.conv2d(b.cast(wide, to="half"), v), "z")
+    graph = b.build()
+    lean = cancel_round_trip_casts(widen_after_moving(graph))
+    assert "cast" not in ops(lean)
+    inputs = {"x": rng.standard_normal((1, 4, 6, 6)).astype(np.float32)}
+    want, got = run(graph, dev, inputs), run(lean, dev, inputs)
+    assert all(got[k].tobytes() == want[k].tobytes() for k in ("y", "z"))
+
+
 def test_a_widening_another_kernel_reads_stays_where_it_is():
     graph, _ = _channel_shuffle(second_reader=True)
     assert ops(widen_after_moving(graph)) == ops(graph)
