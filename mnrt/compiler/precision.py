@@ -60,7 +60,7 @@ def narrow_where_it_pays(graph: Graph, effort: int) -> tuple[Graph, dict]:
     prices lower, mapped at `effort`, once the passes after this one (`half_where_it_pays`,
     `products_write_float`) have run on it; the cast round trips either leaves are dropped.
     An Inception block's concatenation then stays half and its max pooling, between two
-    half convs, with it (torchvision's GoogLeNet at O2 mixed: 200.6 -> 179.6 us modelled,
+    half convs, with it (torchvision's GoogLeNet at O2 mixed: 201.2 -> 179.6 us modelled,
     light SqueezeNet 108.9 -> 87.7 us); DenseNet's would then be widened once per layer,
     each widening a kernel of its own (64.5% slower), and stays float. The account: which
     was kept, and the time and energy it saves as priced here."""

@@ -291,7 +291,7 @@ def test_an_inception_block_keeps_its_concatenation_and_pooling_in_half(dev):
     """Concatenated narrow, an Inception block's result stays half; its pooling, read
     between two half convs, then runs on half values and the widening and rounding around
     it go: fewer casts, priced faster, the same bits (torchvision's GoogLeNet at O2 mixed:
-    200.6 -> 179.6 us modelled)."""
+    201.2 -> 179.6 us modelled)."""
     graph, inputs = _inception()
     mixed = _narrowed(graph)
     joined, account = narrow_where_it_pays(mixed, EFFORT)
