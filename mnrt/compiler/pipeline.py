@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import InvalidArgumentError
 from . import placement, schedulers, time_slice
 from .builder import GraphBuilder
+from .cast_motion import cancel_round_trip_casts, narrow_moves
 from .chain_fusion import fuse_chains, fuse_matrix_chains
 from .ir import Graph
 from .layout_planners import plan_layouts
@@ -22,7 +23,6 @@ from .map_graph import map_graph
 from .options import CompileOptions
 from .passes import (
     apply_float_dtype,
-    cancel_round_trip_casts,
     common_subexpressions,
     dead_code,
     fold_constants,
@@ -30,7 +30,6 @@ from .passes import (
     fuse_epilogues,
     fuse_scale_shift,
     merge_scale_shifts,
-    narrow_moves,
 )
 from .patterns import fuse_gelu, fuse_layernorm, fuse_rolls, fuse_silu
 from .precision import half_where_it_pays, narrow_where_it_pays, products_write_float

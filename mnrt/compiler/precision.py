@@ -31,17 +31,11 @@ passes after it will leave it.
 from __future__ import annotations
 
 from ..device import dtypes as dt
+from .cast_motion import MOVES_VALUES, cancel_round_trip_casts, narrow_moves, widen_after_moving
 from .ir import MATRIX_OPS, PARAM, Graph, Node
 from .map_graph import mapped
 from .node_cost import node_cost
-from .passes import (
-    MOVES_VALUES,
-    cancel_round_trip_casts,
-    dead_code,
-    narrow_moves,
-    uses_of,
-    widen_after_moving,
-)
+from .passes import dead_code, uses_of
 
 # What mixed precision puts in half: the products, and the moves a widening passed.
 _HALF_OPS = frozenset(MATRIX_OPS) | frozenset(MOVES_VALUES)

@@ -15,8 +15,9 @@ from test_compile_fuzz import conv_graphs, graphs
 
 import mnrt
 from mnrt.compiler import GraphBuilder, goldens, lower, models
+from mnrt.compiler.cast_motion import cancel_round_trip_casts
 from mnrt.compiler.goldens import accuracy_tolerance
-from mnrt.compiler.passes import apply_float_dtype, cancel_round_trip_casts
+from mnrt.compiler.passes import apply_float_dtype
 
 
 def scale_shift_model() -> GraphBuilder:

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 import mnrt
 from mnrt.compiler import GraphBuilder, pipeline
+from mnrt.compiler.cast_motion import cancel_round_trip_casts, narrow_moves, widen_after_moving
 from mnrt.compiler.chain_fusion import fuse_chains
 from mnrt.compiler.node_cost import graph_cost, node_cost
 from mnrt.compiler.passes import (
     apply_float_dtype,
-    cancel_round_trip_casts,
     common_subexpressions,
     dead_code,
     fold_constants,
@@ -25,8 +25,6 @@ from mnrt.compiler.passes import (
     fuse_epilogues,
     fuse_scale_shift,
     merge_scale_shifts,
-    narrow_moves,
-    widen_after_moving,
 )
 from mnrt.compiler.patterns import fuse_gelu, fuse_layernorm, fuse_rolls, fuse_silu
 

@@ -13,14 +13,10 @@ from hypothesis import strategies as st
 
 import mnrt
 from mnrt.compiler import GraphBuilder, pipeline
+from mnrt.compiler.cast_motion import cancel_round_trip_casts, widen_after_moving
 from mnrt.compiler.map_graph import mapped
 from mnrt.compiler.node_cost import graph_cost, node_cost
-from mnrt.compiler.passes import (
-    apply_float_dtype,
-    cancel_round_trip_casts,
-    common_subexpressions,
-    widen_after_moving,
-)
+from mnrt.compiler.passes import apply_float_dtype, common_subexpressions
 from mnrt.compiler.precision import half_where_it_pays, narrow_where_it_pays, products_write_float
 from mnrt.device.numerics import round_to_half
 
