@@ -92,8 +92,13 @@ def _widen_later(graph: Graph, moves: tuple[str, ...], concats: bool) -> Graph:
             return [node]
         narrow, wide = g.values[cast.inputs[0]].dtype, g.values[cast.outputs[0]].dtype
 
-        def undone(reader: Node) -> bool:  # narrowed back: cancel_round_trip_casts drops it
-            return reader.op == "cast" and g.values[reader.outputs[0]].dtype is narrow
+        def undone(reader: Node) -> bool:
+            """Narrowed back (cancel_round_trip_casts drops it), into no graph output's name
+            (which it keeps)."""
+            if reader.op != "cast":
+                return False
+            result = reader.outputs[0]
+            return g.values[result].dtype is narrow and result not in outputs
 
         takers = readers[cast.outputs[0]]
         if not widens(narrow, wide) or not all(moving(r) or undone(r) for r in takers):

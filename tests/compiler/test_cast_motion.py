@@ -137,6 +137,20 @@ def test_a_widening_a_rounding_back_reads_too_moves_past_the_pooling(dev):
     assert all(got[k].tobytes() == want[k].tobytes() for k in ("y", "z"))
 
 
+def test_a_widening_whose_rounding_back_is_a_graph_output_stays_where_it_is():
+    """cancel_round_trip_casts keeps a rounding that names a graph output, so the widening
+    it reads would stay beside the one moved after the pooling: a cast kernel more."""
+    rng = np.random.default_rng(16)
+    b = GraphBuilder("block")
+    x = b.input("x", (1, 4, 6, 6), "half")
+    w = b.param("w", rng.standard_normal((8, 4, 1, 1)).astype(np.float32), "half")
+    wide = b.cast(b.conv2d(x, w), to="float")
+    b.output(b.max_pool2d(wide, kernel=(3, 3), padding=(1, 1, 1, 1)), "y")
+    b.output(b.cast(wide, to="half"), "z")
+    graph = b.build()
+    assert ops(widen_after_moving(graph)) == ops(graph)
+
+
 def test_a_widening_another_kernel_reads_stays_where_it_is():
     graph, _ = _channel_shuffle(second_reader=True)
     assert ops(widen_after_moving(graph)) == ops(graph)
