@@ -111,9 +111,8 @@ def end_capture(description: str = "") -> LightBinary:
             raise CaptureError("end_capture() without begin_capture()")
         observe.install(None)
     rows, devices = rec.close()
-    queues = {id(q): q for q in rec._keep if isinstance(q, CommandQueue)}
     try:
-        for q in queues.values():
+        for q in rec.queues():
             internal.drain(q)
     finally:
         rec.cores.close()  # once the captured kernels have run

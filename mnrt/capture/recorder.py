@@ -252,15 +252,19 @@ class Recorder:
                 plan.tag = None
             return len(self.log), dict(self.devices)
 
+    def queues(self) -> list[CommandQueue]:
+        """The queues the capture gave ids, in the order it did: those whose commands it
+        recorded, which end_capture waits for."""
+        return [obj for obj in self._keep if isinstance(obj, CommandQueue)]
+
     def skipped_commands(self) -> dict[CommandQueue, int]:
         """Captured queues that skipped commands (behind a failed one) since first seen,
         with how many: replay would run those commands, so the capture is not faithful."""
         skipped = {}
-        for obj in self._keep:
-            if isinstance(obj, CommandQueue):
-                n = obj.skipped - self._skipped.get(id(obj), obj.skipped)
-                if n:
-                    skipped[obj] = n
+        for q in self.queues():
+            n = q.skipped - self._skipped.get(id(q), q.skipped)
+            if n:
+                skipped[q] = n
         return skipped
 
     def _device(self, dev: Device) -> int:
