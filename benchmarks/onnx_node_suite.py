@@ -9,6 +9,12 @@ tests/compiler/test_onnx_node_suite.py shares.
 
     pip install onnx onnxruntime
     python benchmarks/onnx_node_suite.py [--json table.json] [--ops Add,Relu] [--all-ops]
+                                         [--preset O3] [--mixed]
+
+--preset compiles every case at that preset (default O1, the compiler's default); --mixed
+with float_dtype=mixed where the case computes in float: what a preset's precision passes
+do to each op, at the suite's own (exact) tolerances, so "wrong" there can be half's
+rounding rather than a defect.
 """
 
 from __future__ import annotations
@@ -41,6 +47,10 @@ def main() -> None:
         "--all-ops", action="store_true", help="print every op, not only those mnrt fails"
     )
     parser.add_argument("--reasons", type=int, default=25, help="refusal reasons to print")
+    parser.add_argument("--preset", default="O1", help="compile preset (default: O1)")
+    parser.add_argument(
+        "--mixed", action="store_true", help="float_dtype=mixed where a case computes in float"
+    )
     args = parser.parse_args()
     t0 = time.perf_counter()
     cases = onnx_suite.node_cases()
@@ -50,7 +60,7 @@ def main() -> None:
     gen_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     with onnx_suite.one_context() as ctx:
-        mine = [onnx_suite.run_mnrt(c, ctx) for c in cases]
+        mine = [onnx_suite.run_mnrt(c, ctx, args.preset, args.mixed) for c in cases]
     mnrt_s = time.perf_counter() - t0
     try:
         import onnxruntime  # noqa: F401
