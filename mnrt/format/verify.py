@@ -245,15 +245,23 @@ def _check_identifier(mv: memoryview) -> None:
     found = bytes(mv[8:12])
     if len(mv) >= 12 and found == _IDENTIFIER:
         return
-    hint = (
-        "; it looks like JSON: `mnrt convert` turns a light binary's JSON form back into one"
-        if bytes(mv[:64]).lstrip().startswith(b"{")
-        else ""
-    )
+    head = bytes(mv[:64])
+    hint = ""
+    if head.lstrip().startswith(b"{"):
+        hint = "; it looks like JSON: `mnrt convert` turns a light binary's JSON form back into one"
+    elif _looks_like_onnx(head):
+        hint = "; it looks like an ONNX model: `mnrt compile MODEL -o OUT.mnlb` makes one of it"
     raise InvalidBinaryError(
         f"not a light binary: no {_IDENTIFIER.decode()} identifier at byte 8{hint}",
         offset=min(8, len(mv)),
     )
+
+
+def _looks_like_onnx(head: bytes) -> bool:
+    """Whether a file begins as an ONNX model (a ModelProto) does: its ir_version (field 1,
+    a small varint), then its producer_name (field 2) or its graph (field 7), as every
+    exporter and onnx.save writes them."""
+    return len(head) >= 3 and head[0] == 0x08 and 1 <= head[1] <= 0x7F and head[2] in (0x12, 0x3A)
 
 
 class _Verifier:

@@ -354,6 +354,25 @@ def test_wrong_identifier_is_rejected():
     rejects(pack(full_binary(), identifier=None), "identifier")
 
 
+def test_a_file_of_another_kind_is_named_with_what_makes_a_binary_of_it():
+    """JSON (a binary's `mnrt convert` form) and ONNX models (what `mnrt compile` takes) are
+    the files users hand a runner by mistake; other bytes get no guess."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    x, y = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in "xy")
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    models = [helper.make_model(graph), helper.make_model(graph, producer_name="pytorch")]
+    for model in models:
+        err = rejects(model.SerializeToString(), "identifier")
+        assert "looks like an ONNX model" in str(err) and "mnrt compile" in str(err), err
+    err = rejects(b'  {"version": [1, 4], "commands": []}' + bytes(16), "identifier")
+    assert "looks like JSON" in str(err) and "ONNX" not in str(err)
+    for other in (bytes(64), b"\x08" * 64, patched(FULL, 8, b"MNLX")):
+        err = rejects(other, "identifier")
+        assert "looks like" not in str(err), err
+
+
 def test_size_prefix_past_the_end_is_rejected():
     err = rejects(patched(FULL, 0, U32.pack(len(FULL))), "size prefix")
     assert err.offset == 0

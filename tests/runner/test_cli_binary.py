@@ -83,6 +83,19 @@ def test_run_usage_errors_exit_2():
     assert r.exit_code == 2 and "no emulated device 99" in r.output
 
 
+def test_an_onnx_model_given_to_a_binary_command_is_sent_to_mnrt_compile(tmp_path):
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    x, y = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in "xy")
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = tmp_path / "model.onnx"
+    model.write_bytes(helper.make_model(graph).SerializeToString())
+    for command in (["run"], ["info"], ["bench"], ["run", "--locate"]):
+        code, out = invoke_cli(*command, model)
+        assert_one_line_error(code, out, "looks like an ONNX model: `mnrt compile MODEL")
+
+
 def test_info_text_and_json():
     r = invoke("info", SAMPLE)
     assert r.exit_code == 0 and "format 1.0" in r.output and "WriteBuffer 7" in r.output
