@@ -154,13 +154,20 @@ class GraphBuilder:
         self.graph.outputs.append(symbol)
         return Symbol(symbol)
 
-    def _rename(self, old: str, new: str) -> None:
+    def _rename(self, old: str, new: str, since: int = 0) -> None:
         graph = self.graph
         graph.values[new] = graph.values.pop(old)
         graph.values[new].name = new
-        for node in graph.nodes:
+        for node in graph.nodes[since:]:
             node.inputs = [new if n == old else n for n in node.inputs]
             node.outputs = [new if n == old else n for n in node.outputs]
+
+    def rename_new(self, old: str, new: str, since: int) -> None:
+        """Call value `old`, which only nodes `since` on (in graph order) define or read,
+        `new` (a name not `taken`): an importer naming what a node made as its model does."""
+        if self.taken(new):
+            raise GraphError(f"graph '{self.graph.name}': value '{new}' already exists")
+        self._rename(old, new, since)
 
     def build(self) -> Graph:
         if not self.graph.outputs:

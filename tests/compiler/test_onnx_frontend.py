@@ -394,6 +394,41 @@ def test_output_names_that_look_generated_do_not_clash(dev, q):
     assert graph.outputs == ["relu_0", "tanh_1"]
 
 
+def test_values_keep_the_model_s_names(dev, q):
+    """What a node computes is called as the model calls it, so that a binary's buffers and
+    the kernels `--locate` names read as the model does; where that name is too long for a
+    binary, or a value is another's under a second name (Identity), the builder's stays."""
+    long = "t" * 1025
+    nodes = [
+        helper.make_node("Relu", ["x"], ["/block/relu_out"]),
+        helper.make_node("Identity", ["/block/relu_out"], ["alias"]),
+        helper.make_node("Tanh", ["alias"], [long]),
+        helper.make_node("Neg", [long], ["y"]),
+        helper.make_node("Neg", ["/block/relu_out"], ["relu_0"]),  # an output the builder
+    ]  # would have made for the Relu: reserved for the output, the Relu's is the model's
+    outs = [vi("y", F, [4]), vi("relu_0", F, [4])]
+    graph = check_against_reference(dev, q, make_model(nodes, [vi("x", F, [4])], outs),
+                                    {"x": randn(4)})  # fmt: skip
+    made = {n.op: n.outputs[0] for n in graph.nodes}
+    assert made["relu"] == "/block/relu_out" and "alias" not in graph.values
+    assert made["tanh"] != long and long not in graph.values  # over 1024 characters
+    assert graph.outputs == ["y", "relu_0"]
+
+
+def test_a_compiled_binary_checks_the_logits_under_their_name(ctx, tmp_path):
+    """The golden of the value a classifier's softmax reads is named as the model names
+    it, as the output's is."""
+    w = initializer("w", np.linspace(-1, 1, 32, dtype=np.float32).reshape(8, 4))
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["logits"]),
+             helper.make_node("Softmax", ["logits"], ["p"], axis=-1)]  # fmt: skip
+    model = make_model(nodes, [vi("x", F, [2, 8])], [vi("p", F, [2, 4])], [w])
+    compiled = ctx.compile(model, {"x": randn(2, 8)})
+    compiled.save_binary(tmp_path / "m.mnlb")
+    r = CliRunner().invoke(cli, ["run", str(tmp_path / "m.mnlb")])
+    assert r.exit_code == 0, r.output
+    assert "ok   p float[2, 4]" in r.output and "ok   logits float[2, 4]" in r.output
+
+
 def test_an_output_named_like_an_input_says_how_to_fix_it():
     model = make_model([], [vi("x", F, [4])], [vi("x", F, [4])])
     with pytest.raises(mnrt.InvalidArgumentError, match="'x' is also the name.*Identity"):

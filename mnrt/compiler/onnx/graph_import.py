@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DTypeError, InvalidArgumentError, MnrtError, ShapeError
+from ...format.text import bad_name
 from ...user_warning import warn
 from ..builder import Symbol
 from ..ir import Graph, GraphError
@@ -440,7 +441,9 @@ def from_onnx(model: Any, inputs: Mapping[str, Any] | None = None) -> Graph:
 
     cx.b.reserve([*order, *(out.name for out in g.output)])
     for node in g.node:
+        made = len(cx.b.graph.nodes)
         _check_node(cx, node, problems, poisoned)
+        _keep_onnx_names(cx, node, made)
     problems.raise_any(g.name)
     for out in g.output:
         try:
@@ -453,6 +456,24 @@ def from_onnx(model: Any, inputs: Mapping[str, Any] | None = None) -> Graph:
     graph.inputs[:] = [name for name in order if name in graph.inputs]
     _warn_of_other_output_shapes(graph, promised)
     return graph
+
+
+def _keep_onnx_names(cx: Ctx, node: Any, made: int) -> None:
+    """Give the values node `node` computed the model's names for them, in place of the
+    builder's (`relu_2`): what a binary's buffers, goldens and `--locate` then show is
+    what the model calls them. Not where the name is taken (an output's, reserved for it)
+    or cannot name an object in a binary, nor a value the node did not make (an Identity's
+    result is its input)."""
+    graph = cx.b.graph
+    new = {o for n in graph.nodes[made:] for o in n.outputs}
+    for name in node.output:
+        s = cx.syms.get(name)
+        if s is None or s == name or s not in new or cx.b.taken(name) or bad_name(name):
+            continue
+        cx.b.rename_new(s, name, made)
+        for other in node.output:  # only this node's names can stand for what it made
+            if cx.syms.get(other) == s:
+                cx.syms[other] = Symbol(name)
 
 
 def _warn_of_other_output_shapes(graph: Graph, promised: dict[str, tuple[int, ...]]) -> None:
