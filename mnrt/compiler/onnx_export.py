@@ -103,6 +103,11 @@ def _pool(op: str) -> Callable[[Emitter, Node], None]:
                  "pads": list(a["padding"]), "ceil_mode": int(a["ceil_mode"])}  # fmt: skip
         if op == "MaxPool":
             attrs["dilations"] = list(a["dilation"])
+        elif any(d != 1 for d in a["dilation"]):
+            raise ExportError(
+                f"avg_pool2d node '{n.name}': dilation {list(a['dilation'])} has no ONNX form "
+                f"before opset 19 (this exporter writes opset {OPSET})"
+            )
         else:
             attrs["count_include_pad"] = int(a["count_include_pad"])
         out.add(op, n.inputs, n.outputs, **attrs)

@@ -1108,9 +1108,12 @@ refused(
     {"w": randn(2, 2, 2, 2, 2)},
     strides=[2, 2, 2],
 )
-refused(
-    "avgpool_dilations", "AveragePool", {"x": x4}, opset=19, kernel_shape=[2, 2], dilations=[2, 2]
-)
+add("AveragePool_dilations", "AveragePool", {"x": x4}, opset=19, kernel_shape=[2, 2],
+    dilations=[2, 2])  # fmt: skip
+add("AveragePool_dilations_pads_counted", "AveragePool", {"x": x4}, opset=19,
+    kernel_shape=[3, 2], dilations=[2, 3], pads=[2, 1, 1, 2], count_include_pad=1)  # fmt: skip
+add("AveragePool_dilations_ceil", "AveragePool", {"x": x4}, opset=19, kernel_shape=[2, 2],
+    dilations=[2, 2], strides=[2, 3], pads=[1, 0, 1, 1], ceil_mode=1)  # fmt: skip
 refused("pad_wrap", "Pad", {"x": randn(3, 4)}, {"p": i64(0, 2, 0, 1)}, opset=19, mode="wrap")
 refused("dropout_mask", "Dropout", {"x": randn(3, 4)}, opset=13, n_out=2)
 refused("reducemean_int", "ReduceMean", {"x": ints(-5, 5, 3, 4, dtype=np.int32)}, {"axes": i64(1)})

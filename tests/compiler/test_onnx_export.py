@@ -535,6 +535,15 @@ def test_half_pixel_symmetric_resize_with_inexact_scales_is_refused_by_name():
         to_onnx(b.build())
 
 
+def test_dilated_avg_pool_is_refused_by_name():
+    """AveragePool takes dilations from opset 19; the exporter writes 18."""
+    b = GraphBuilder("g")
+    x = b.input("x", (1, 1, 6, 6), "float")
+    b.output(b.avg_pool2d(x, kernel=(2, 2), dilation=(2, 1)), "y")
+    with pytest.raises(ExportError, match="avg_pool2d node .*dilation \\[2, 1\\].*opset 19"):
+        to_onnx(b.build())
+
+
 _INTEGERS = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
 
 

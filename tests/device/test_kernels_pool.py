@@ -117,20 +117,25 @@ def test_max_pool2d_property(case, seed):
     np.testing.assert_array_equal(y, ref)
 
 
-@settings(max_examples=40, deadline=None)
-@given(case=pool_cases(dilated=False), include_pad=st.booleans(), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=60, deadline=None)
+@given(case=pool_cases(dilated=True), include_pad=st.booleans(), seed=st.integers(0, 2**32 - 1))
 def test_avg_pool2d_property(case, include_pad, seed):
-    shape, kernel, stride, padding, _, ceil = case
+    shape, kernel, stride, padding, dilation, ceil = case
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
     attrs = {
         "kernel": kernel,
         "stride": stride,
         "padding": padding,
+        "dilation": dilation,
         "ceil_mode": ceil,
         "count_include_pad": include_pad,
     }
+    if not covered(shape, kernel, stride, padding, dilation, ceil):
+        with pytest.raises(KernelAttributeError, match="kernel 'avg_pool2d'.*no input element"):
+            run("avg_pool2d", operand(x), **attrs)
+        return
     y = run("avg_pool2d", operand(x), **attrs)
-    ref = pool_ref(x, kernel, stride, padding, (1, 1), ceil, "avg", include_pad)
+    ref = pool_ref(x, kernel, stride, padding, dilation, ceil, "avg", include_pad)
     assert y.shape == ref.shape
     np.testing.assert_allclose(y, ref, rtol=dt.FLOAT.rtol, atol=dt.FLOAT.atol)
 
@@ -261,9 +266,9 @@ POOL_ERRORS = [
     (
         "avg_pool2d",
         KernelAttributeError,
-        "no attribute 'dilation'",
-        X,
-        {"kernel": (2, 2), "dilation": (1, 1)},
+        "no input element",
+        spec((1, 1, 1, 4)),
+        {"kernel": (2, 1), "dilation": (3, 1), "padding": (2, 0, 1, 0)},
     ),
     ("global_avg_pool2d", DTypeError, "floating-point", spec((1, 1, 2, 2), "int32"), {}),
     ("global_avg_pool2d", ShapeError, "rank 4", spec((1, 2, 2)), {}),

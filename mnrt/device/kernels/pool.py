@@ -150,9 +150,8 @@ class _Geometry:
         for ax in range(2):
             size = self.shape[2 + ax]
             lo, hi = (-self.before[ax], size + self.after[ax]) if include_pad else (0, size)
-            starts = self.starts(ax)
-            ends = starts + self.kernel[ax]
-            per_axis.append(np.minimum(ends, hi) - np.maximum(starts, lo))
+            taps = self.starts(ax)[:, None] + self.dilation[ax] * np.arange(self.kernel[ax])
+            per_axis.append(((taps >= lo) & (taps < hi)).sum(axis=1))
         counts = self._counts[include_pad] = np.multiply.outer(per_axis[0], per_axis[1])
         return counts
 
@@ -232,6 +231,7 @@ _COMMON = {
     "stride": Attr("ints", (), "step between windows: (rows, cols); () means the kernel size"),
     "padding": Attr("ints", (0, 0, 0, 0), "padding: (top, left, bottom, right)"),
     "ceil_mode": Attr("bool", False, "round the output size up, adding a last partial window"),
+    "dilation": Attr("ints", (1, 1), "spacing of window taps"),
 }
 
 register(
@@ -240,7 +240,7 @@ register(
         doc="maximum over each (dilated) window of NCHW x; padding never wins",
         inputs=("x",),
         outputs=("y",),
-        attrs={**_COMMON, "dilation": Attr("ints", (1, 1), "spacing of window taps")},
+        attrs=_COMMON,
         infer=_max_infer,
         compute=_max_compute,
         cost=_pool_cost,
@@ -251,7 +251,7 @@ register(
 register(
     KernelDef(
         name="avg_pool2d",
-        doc="mean over each window of NCHW x",
+        doc="mean over each (dilated) window of NCHW x",
         inputs=("x",),
         outputs=("y",),
         attrs={

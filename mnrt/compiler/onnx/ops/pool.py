@@ -16,14 +16,9 @@ def _pooled(cx: Ctx, at: Attrs, x: Symbol, op: str, kernel: str, extra: dict) ->
     spatial axes."""
     rank = spatial_rank(cx, x, op, (1, 2, 3))
     win = Window(at, cx.shape(x), list(at.get("kernel_shape")))
-    if kernel == "avg_pool2d" and any(d != 1 for d in win.dilation):
-        raise Unsupported(f"{op} with dilations")
 
     def pool(v: Symbol, axes: slice, rows: bool = False) -> Symbol:
-        a = win.attrs2d(axes, rows)
-        if kernel == "avg_pool2d":
-            del a["dilation"]
-        return cx.op(kernel, v, **a, **extra)
+        return cx.op(kernel, v, **win.attrs2d(axes, rows), **extra)
 
     if rank < 3:
         return from4d(cx, pool(as4d(cx, x), slice(None)), rank)
