@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..device.dtypes import host_numbers
 from ..errors import InvalidArgumentError
 from ..format import LightBinary
 from ..format.text import unprintable
@@ -322,12 +323,13 @@ def _golden_array(buffer: Buffer, expected: Any) -> np.ndarray:
             f"golden of shape {array.shape} does not match buffer '{buffer.name}' of shape "
             f"{buffer.shape}; give a golden of the buffer's shape"
         )
-    if array.dtype.kind not in "biuf":
+    numbers = host_numbers(array)
+    if numbers is None:
         raise InvalidArgumentError(
             f"golden for buffer '{buffer.name}' must be numbers, got an array of {array.dtype}"
         )
-    golden = array.astype(dt.read_dtype)
-    if not dt.is_float and not np.array_equal(golden, array):
+    golden = numbers.astype(dt.read_dtype)
+    if not dt.is_float and not np.array_equal(golden, numbers):
         raise InvalidArgumentError(
             f"golden for {dt.name} buffer '{buffer.name}' holds values a {dt.name} cannot "
             "(fractions or out of range); give the exact values the buffer should hold"

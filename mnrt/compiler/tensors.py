@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..device.dtypes import DType
+from ..device.dtypes import DType, host_numbers
 from ..errors import InvalidArgumentError, ShapeError
 from ..host import Buffer, CommandQueue
 from ..user_warning import warn
@@ -129,12 +129,13 @@ def as_array(name: str, data: Any, role: str = "input") -> np.ndarray:
         array = np.asarray(data)
     except (TypeError, ValueError) as e:
         raise InvalidArgumentError(f"{role} {name!r} is not an array: {e}") from None
-    if array.dtype.kind not in "biuf":
+    numbers = host_numbers(array)
+    if numbers is None:
         raise InvalidArgumentError(
             f"{role} {name!r} is {type(data).__name__} of dtype {array.dtype}; "
             "pass a numeric numpy array"
         )
-    return array
+    return numbers
 
 
 def check_mapping(inputs: Any, what: str) -> None:

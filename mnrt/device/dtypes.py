@@ -157,6 +157,19 @@ def _is_ml_bfloat16(np_dtype: np.dtype) -> bool:
     return np_dtype.name == "bfloat16" and np_dtype.itemsize == 2
 
 
+def host_numbers(array: np.ndarray) -> np.ndarray | None:
+    """`array` as numbers in a dtype numpy knows, for the entry points that take host data
+    (a compiled call's inputs, example inputs, goldens): itself where it holds bools,
+    integers or floats; ml_dtypes' bfloat16, which onnx hands out for bfloat16 tensors, as
+    its float32 values (each one exactly); None for anything else (strings, objects,
+    complex numbers)."""
+    if array.dtype.kind in "biuf":
+        return array
+    if _is_ml_bfloat16(array.dtype):
+        return array.astype(np.float32)
+    return None
+
+
 def _dt(name, code, storage, compute, host, precision, rtol, atol, codec=None) -> DType:
     host_dtype = np.dtype(host) if host is not None else None
     return DType(

@@ -572,6 +572,10 @@ def test_compare_to_golden_arguments(dev, q):
         mnrt.compare_to_golden(None, buf, np.zeros(4))
     with pytest.raises(mnrt.InvalidArgumentError, match="must be numbers"):
         mnrt.compare_to_golden(q, buf, np.array(["a"] * 4))
+    ml_dtypes = pytest.importorskip("ml_dtypes")  # onnx's arrays of bfloat16 tensors
+    q.enqueue_write_buffer(buf, np.array([1.5, -2.0, 0.25, 3.0], np.float32))
+    check = mnrt.compare_to_golden(q, buf, np.array([1.5, -2.0, 0.25, 3.0], ml_dtypes.bfloat16))
+    assert check.passed
     with pytest.raises(mnrt.InvalidArgumentError, match="rtol must be a number"):
         mnrt.compare_to_golden(q, buf, np.zeros(4), rtol="tight")
     with pytest.raises(mnrt.InvalidArgumentError, match="atol must be a finite"):

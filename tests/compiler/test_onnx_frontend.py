@@ -1398,3 +1398,42 @@ def test_a_double_output_beyond_float_range_warns_under_float():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             np.testing.assert_allclose(exact({"x": x})["y"].cpu(), [1e60, 4.0], rtol=1e-15)
+
+
+def test_bfloat16_model_takes_the_bfloat16_arrays_onnx_hands_out(ctx):
+    """A model of bfloat16 data: its example and call inputs may be ml_dtypes' bfloat16
+    arrays (what numpy_helper gives for such tensors), and a constant a function body casts
+    to its input's type (Celu's alpha, CastLike) stays bfloat16, so the Div that reads both
+    compiles (it was refused: kernel inputs mixed bfloat16 and float). The result is within
+    bfloat16's tolerance of celu computed in float64."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf16 = TensorProto.BFLOAT16
+    nodes = [
+        helper.make_node("Constant", [], ["alpha"], value_float=2.0),
+        helper.make_node("CastLike", ["alpha", "x"], ["a"]),
+        helper.make_node("Div", ["x", "a"], ["scaled"]),
+        helper.make_node("Elu", ["scaled"], ["e"], alpha=1.0),
+        helper.make_node("Mul", ["a", "e"], ["y"]),
+    ]
+    model = make_model(nodes, [vi("x", bf16, [2, 8])], [vi("y", bf16, [2, 8])])
+    x = (randn(2, 8) * 2).astype(ml_dtypes.bfloat16)
+    compiled = ctx.compile(model, {"x": x})
+    got = compiled({"x": x})["y"].cpu()
+    assert got.dtype == np.float32  # bfloat16 reads back as its float32 values
+    v = x.astype(np.float64)
+    want = np.where(v > 0, v, 2.0 * np.expm1(v / 2.0))
+    np.testing.assert_allclose(got, want, rtol=mnrt.bfloat16.rtol, atol=mnrt.bfloat16.atol)
+
+
+def test_a_bfloat16_example_input_must_hold_the_declared_values(ctx):
+    """bfloat16 data for a float input converts exactly and is taken; float data for a
+    bfloat16 input that bfloat16 would round is refused, naming the dtype to pass."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = randn(2, 3).astype(ml_dtypes.bfloat16)
+    y = ctx.compile(relu_model(), {"x": x})({"x": x})["y"].cpu()
+    np.testing.assert_array_equal(y, np.maximum(x.astype(np.float32), 0))
+    bf16 = TensorProto.BFLOAT16
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", bf16, [3])],
+                       [vi("y", bf16, [3])])  # fmt: skip
+    with pytest.raises(mnrt.InvalidArgumentError, match="changes when converted to bfloat16"):
+        from_onnx(model, {"x": np.array([1.0, 1.001, 3.0], np.float32)})

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ...device.dtypes import host_numbers
 from ...errors import DTypeError, InvalidArgumentError, MnrtError, ShapeError
 from ...format.text import bad_name
 from ...user_warning import warn
@@ -327,11 +328,13 @@ def _examples(g: Any, inputs: Mapping[str, Any] | None) -> dict[str, np.ndarray]
             array = np.asarray(data)
         except (TypeError, ValueError) as e:
             raise InvalidArgumentError(f"example input '{name}' is not an array: {e}") from None
-        if array.dtype.kind not in "biuf":
+        numbers = host_numbers(array)
+        if numbers is None:
             raise InvalidArgumentError(
                 f"example input '{name}' is {type(data).__name__} of dtype {array.dtype}; pass "
                 "a numeric numpy array"
             )
+        array = numbers
         typed = array.astype(elem.numpy)
         if typed.shape != array.shape or not np.array_equal(
             typed, array, equal_nan=array.dtype.kind == "f"

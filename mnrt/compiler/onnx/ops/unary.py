@@ -10,6 +10,7 @@ import numpy as np
 from ....device.dtypes import DType
 from ....device.dtypes import dtype as resolve_dtype
 from ...builder import Symbol
+from .. import names
 from ..state import Attrs, Converter, Ctx, Invalid, Unsupported, device_dtype_name
 from .common import where_negative
 
@@ -132,11 +133,15 @@ def cast(cx: Ctx, node: Any, at: Attrs) -> list:
 
 def cast_like(cx: Ctx, node: Any, at: Attrs) -> list:
     """A constant cast to a floating type stays a constant (a Pad value, a scale that a
-    function body casts to its input's type must be known at import time)."""
+    function body casts to its input's type must be known at import time), of the numpy
+    type onnx gives that ONNX type (bfloat16: ml_dtypes', which rounds as the cast does and
+    which the constant's later uses read as bfloat16)."""
     at.get("saturate"), at.get("round_mode")
     to = cx.dtype_name(node.input[1])
     if cx.is_const(node.input[0]) and resolve_dtype(to).is_float:
-        return [np.asarray(cx.consts[node.input[0]]).astype(resolve_dtype(to).read_dtype)]
+        elem = names.BY_DEVICE.get(to)
+        numpy = elem.numpy if elem is not None else resolve_dtype(to).read_dtype
+        return [np.asarray(cx.consts[node.input[0]]).astype(numpy)]
     return _cast_to(cx, cx.sym(node.input[0]), to)
 
 
