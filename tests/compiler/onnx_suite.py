@@ -207,7 +207,7 @@ def compare(got: np.ndarray, want: Any, rtol: float, atol: float,
     return None
 
 
-def _array(value: Any) -> Any:
+def array(value: Any) -> Any:
     """A case's input or expected output as numpy: some cases give TensorProtos (bfloat16,
     float8 and 4-bit types that numpy has no dtype for become ml_dtypes arrays)."""
     from onnx import TensorProto, numpy_helper
@@ -218,7 +218,7 @@ def _array(value: Any) -> Any:
 def _inputs(case: Any, data: list[Any]) -> dict[str, Any]:
     inits = {i.name for i in case.model.graph.initializer}
     names_ = [i.name for i in case.model.graph.input if i.name not in inits]
-    return dict(zip(names_, (_array(d) for d in data)))
+    return dict(zip(names_, (array(d) for d in data)))
 
 
 def _verdict_of_outputs(case: Any, outputs: list[Any], expected: list[Any],
@@ -226,7 +226,7 @@ def _verdict_of_outputs(case: Any, outputs: list[Any], expected: list[Any],
     if len(outputs) != len(expected):
         return f"{len(outputs)} output(s), expected {len(expected)}"
     for i, (g, w) in enumerate(zip(outputs, expected)):
-        diff = compare(g, _array(w), case.rtol, case.atol, exact_dtype)
+        diff = compare(g, array(w), case.rtol, case.atol, exact_dtype)
         if diff is not None:
             return f"output {i}: {diff}"
     return None
