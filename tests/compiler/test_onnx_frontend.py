@@ -1437,3 +1437,52 @@ def test_a_bfloat16_example_input_must_hold_the_declared_values(ctx):
                        [vi("y", bf16, [3])])  # fmt: skip
     with pytest.raises(mnrt.InvalidArgumentError, match="changes when converted to bfloat16"):
         from_onnx(model, {"x": np.array([1.0, 1.001, 3.0], np.float32)})
+
+
+def _center_pad_model(also_read: bool = False):
+    """x padded at both ends to the size graph input `s` gives (CenterCropPad's body): the
+    pads are computed from `s` (Max, Sub, Div, Concat), not read from it. With `also_read`
+    the model returns sum(x) + s as well, so device kernels read `s` with x."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["xs"]),
+        helper.make_node("Max", ["xs", "s"], ["big"]),
+        helper.make_node("Sub", ["big", "xs"], ["extra"]),
+        helper.make_node("Div", ["extra", "two"], ["left"]),
+        helper.make_node("Sub", ["extra", "left"], ["right"]),
+        helper.make_node("Concat", ["left", "right"], ["pads"], axis=0),
+        helper.make_node("Pad", ["x", "pads"], ["y"]),
+    ]
+    outputs = [vi("y", F, None)]
+    if also_read:
+        nodes += [
+            helper.make_node("Cast", ["s"], ["sf"], to=F),
+            helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+            helper.make_node("Add", ["sf", "total"], ["z"]),
+        ]
+        outputs.append(vi("z", F, None))
+    inits = [init("two", np.array([2], np.int64))]
+    return make_model(nodes, [vi("x", F, [3, 4]), vi("s", I64, [2])], outputs, inits)
+
+
+def test_an_input_that_pads_are_computed_from_becomes_a_constant(ctx):
+    """Pad needs its pads at import time; here the device would compute them from graph
+    input `s`. Its example makes `s` a constant, as if Pad had read it directly: the
+    compiled model takes x alone (it was refused: 'computes it on the device')."""
+    model = _center_pad_model()
+    x, s = randn(3, 4), np.array([6, 5], np.int64)
+    graph = from_onnx(model, {"x": x, "s": s})
+    assert graph.inputs == ["x"]
+    compiled = ctx.compile(model, {"x": x, "s": s})
+    assert compiled.input_names == ["x"]
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x, "s": s})
+    np.testing.assert_array_equal(compiled({"x": x})["y"].cpu(), want)
+
+
+def test_an_input_kernels_also_read_is_not_made_a_constant():
+    """Where device kernels read the input as well (or no example gives it), the Pad is
+    refused as before: a call could not pass the input the compiled program reads."""
+    x, s = randn(3, 4), np.array([6, 5], np.int64)
+    for model, examples in ((_center_pad_model(also_read=True), {"x": x, "s": s}),
+                            (_center_pad_model(), {"x": x})):  # fmt: skip
+        with pytest.raises(UnsupportedModelError, match="pads .* computes it on the device"):
+            from_onnx(model, examples)

@@ -8,10 +8,11 @@ import pytest
 
 pytest.importorskip("onnx")
 
+from onnx import helper
 from onnx_one_node import check, one_node_model, run
 
 import mnrt
-from mnrt.compiler.onnx import UnsupportedModelError
+from mnrt.compiler.onnx import UnsupportedModelError, from_onnx
 
 RNG = np.random.default_rng(3)
 
@@ -126,9 +127,8 @@ def test_compress_with_a_constant_condition(ctx, axis):
 
 def _after(first: str, model):
     """`model` with its one node's first input computed by a `first` node from the graph
-    input of that name: a value the device computes, not one an example input gives."""
-    from onnx import helper
-
+    input of that name: a value the device computes, unless an example input gives that
+    graph input (then the value is folded as the input is)."""
     node = model.graph.node[0]
     src = node.input[0]
     node.input[0] = f"{src}_computed"
@@ -136,16 +136,27 @@ def _after(first: str, model):
     return model
 
 
-def test_compress_with_a_computed_condition_is_refused_by_name(ctx):
-    x = np.zeros((3, 4), np.float32)
-    c = np.array([True, False, True])
-    from onnx import helper
-
+def _compress_of_not_c():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    c = np.array([False, True, False])
     model = one_node_model("Compress", {"x": x, "c": c}, ["y"], axis=0)
     model.graph.node[0].input[1] = "c_computed"  # Compress(input, Not(c))
     model.graph.node.insert(0, helper.make_node("Not", ["c"], ["c_computed"]))
+    return model, x, c
+
+
+def test_compress_with_a_condition_the_device_computes_is_refused_by_name():
+    model, x, _ = _compress_of_not_c()
     with pytest.raises(UnsupportedModelError, match="condition"):
-        run(ctx, model, {"x": x, "c": c})
+        from_onnx(model, {"x": x})  # no example for c: Not(c) is the device's
+
+
+def test_a_condition_computed_from_an_example_input_is_folded(ctx):
+    """Not(c) of an example c is folded with c, as c itself would be."""
+    model, x, c = _compress_of_not_c()
+    compiled = ctx.compile(model, {"x": x, "c": c})
+    assert compiled.input_names == ["x"]
+    np.testing.assert_array_equal(compiled({"x": x})["y"].cpu(), x[[0, 2]])
 
 
 def test_a_condition_given_as_an_example_input_is_folded_and_kept(ctx):
@@ -160,15 +171,17 @@ def test_a_condition_given_as_an_example_input_is_folded_and_kept(ctx):
 
 
 @pytest.mark.parametrize("op,outs", [("NonZero", ["y"]), ("Unique", ["y", "i", "inv", "n"])])
-def test_data_dependent_ops_are_refused_by_name_on_computed_values(ctx, op, outs):
+def test_data_dependent_ops_are_refused_by_name_on_computed_values(op, outs):
     x = np.array([[1, 0], [3, 1]], np.int64)
     model = _after("Neg", one_node_model(op, {"x": x}, outs))
     with pytest.raises(UnsupportedModelError, match=f"input of {op}"):
-        run(ctx, model, {"x": x})
+        from_onnx(model)  # no example for x: Neg(x) is the device's
 
 
-def test_data_dependent_op_of_a_constant_is_computed_at_import(ctx):
-    from onnx import helper, numpy_helper
+def test_data_dependent_op_of_an_example_input_is_computed_at_import(ctx):
+    """NonZero of c * x, x given by an example input: folded with x, the output is a
+    constant and the compiled model takes no input; without the example it is refused."""
+    from onnx import numpy_helper
 
     c = np.array([[1, 0], [3, 1]], np.float32)
     nodes = [helper.make_node("Mul", ["c", "x"], ["m"]), helper.make_node("NonZero", ["m"], ["y"])]
@@ -178,12 +191,13 @@ def test_data_dependent_op_of_a_constant_is_computed_at_import(ctx):
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     with pytest.raises(UnsupportedModelError, match="input of NonZero"):
-        run(ctx, model, {"x": np.array(2.0, np.float32)})
+        from_onnx(model)
+    compiled = ctx.compile(model, {"x": np.array(2.0, np.float32)})
+    assert compiled.input_names == []
+    np.testing.assert_array_equal(compiled({})["y"].cpu(), np.array(np.nonzero(c)))
 
 
 def test_range_takes_its_bounds_from_example_inputs(ctx):
-    from mnrt.compiler.onnx import from_onnx
-
     bounds = {"s": np.array(10, np.int32), "l": np.array(-2, np.int32), "d": np.array(-3, np.int32)}
     model = one_node_model("Range", bounds, ["y"])
     with pytest.raises(UnsupportedModelError, match="Range.s start, limit and delta"):

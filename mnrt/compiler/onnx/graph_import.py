@@ -32,7 +32,14 @@ from . import (
     ops,  # noqa: F401  (fills the registry)
     shapes,
 )
-from .errors import Invalid, InvalidModelError, Unsupported, UnsupportedModelError
+from .errors import (
+    ForcedInputRead,
+    Invalid,
+    InvalidModelError,
+    NeedsExamples,
+    Unsupported,
+    UnsupportedModelError,
+)
 from .expand import function_body
 from .fold import check_folded_size, fold, foldable
 from .registry import CONVERTERS, key
@@ -120,6 +127,7 @@ def _check_node(cx: Ctx, node: Any, problems: _Problems, poisoned: set[str]) -> 
         if folded is not None:
             for name, v in zip([n for n in node.output if n], folded):
                 cx.consts[name] = v
+            cx.note_sources(ins, [n for n in node.output if n])
             return
     if converter is None and node.domain in ("", "ai.onnx"):
         body = function_body(node, cx.opset, [cx.types.get(n) for n in node.input])
@@ -145,6 +153,7 @@ def _check_node(cx: Ctx, node: Any, problems: _Problems, poisoned: set[str]) -> 
             cx.consts[name] = np.asarray(r)
         else:
             cx.syms[name] = r
+    cx.note_sources(ins, [n for n in node.output if n])
 
 
 def _run_converter(cx: Ctx, node: Any, converter: Converter, label: str,
@@ -401,9 +410,12 @@ def from_onnx(model: Any, inputs: Mapping[str, Any] | None = None) -> Graph:
 
     `inputs` (graph input name -> example array, as given to compile) fix what the model
     leaves open: symbolic dimensions take the example's size, and an input that an op needs
-    at import time (the axes of a reduction, the pads of Pad, the shape of Reshape...)
-    becomes a constant of the example's value. Such an input is no longer an input of the
-    graph: a call cannot pass another value that the compiled program would ignore."""
+    at import time (the axes of a reduction, the pads of Pad, the shape of Reshape...), or
+    that such a value is computed from (CenterCropPad's `shape`, through Max and Sub to the
+    pads), becomes a constant of the example's value. Such an input is no longer an input
+    of the graph: a call cannot pass another value that the compiled program would ignore.
+    One that device kernels read as well is not made a constant, and the op that needs the
+    value is refused."""
     onnx = _import_onnx()
     if isinstance(model, (str, os.PathLike)):
         model = load_model(model)
@@ -416,9 +428,35 @@ def from_onnx(model: Any, inputs: Mapping[str, Any] | None = None) -> Graph:
     outputs = {o.name for o in model.graph.output}
     promised = {n: s for n, (s, _) in shapes.static_shapes(model.graph).items() if n in outputs}
     model = shapes.infer(_with_example_shapes(model, examples))
+    _check_structure(model.graph)
+    # An input that a value needed at import time is computed from (a CenterCropPad's
+    # `shape`, through Max and Sub, to its Pad's pads) is taken as a constant, and the
+    # model imported again; unless device kernels read it too, when the node is refused.
+    forced, may_force = frozenset(), True
+    while True:
+        try:
+            graph = _import(model, opset, examples, declared, forced, may_force)
+        except NeedsExamples as e:
+            if e.inputs <= forced:  # computed from them on the device all the same
+                forced, may_force = frozenset(), False
+            else:
+                forced |= e.inputs
+            continue
+        except ForcedInputRead:
+            forced, may_force = frozenset(), False
+            continue
+        _warn_of_other_output_shapes(graph, promised)
+        return graph
+
+
+def _import(model: Any, opset: int, examples: dict[str, np.ndarray], declared: dict[str, Any],
+            forced: frozenset[str], may_force: bool) -> Graph:  # fmt: skip
+    """One import of the model (see from_onnx), taking the inputs `forced` as constants."""
+    import onnx
+
     g = model.graph
-    _check_structure(g)
     cx = Ctx(g.name or "onnx", opset)
+    cx.forced, cx.may_force = forced, may_force
     cx.opsets = list(model.opset_import)
     cx.inferred = shapes.static_shapes(g)
     cx.types = {v.name: v.type for v in [*g.input, *g.value_info, *g.output]}
@@ -457,7 +495,6 @@ def from_onnx(model: Any, inputs: Mapping[str, Any] | None = None) -> Graph:
     cx.add_unread_inputs()
     graph = cx.b.build()
     graph.inputs[:] = [name for name in order if name in graph.inputs]
-    _warn_of_other_output_shapes(graph, promised)
     return graph
 
 

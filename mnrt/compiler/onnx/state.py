@@ -12,7 +12,7 @@ from ...device.dtypes import DType
 from ...device.spec import MNCORE2
 from ..builder import GraphBuilder, Symbol
 from . import names
-from .errors import Invalid, Unsupported
+from .errors import ForcedInputRead, Invalid, NeedsExamples, Unsupported
 
 __all__ = ["Attrs", "Converter", "Ctx", "Invalid", "Unsupported", "axis_index",
            "check_const_size", "const_dtype", "device_array", "device_dtype_name"]  # fmt: skip
@@ -63,6 +63,13 @@ class Ctx:
         # One becomes a device input when a kernel reads it, or a constant when a converter
         # needs its value and an example input gives it.
         self.pending: dict[str, tuple[tuple[int, ...], str, np.ndarray | None]] = {}
+        # For a value that depends on the values of graph inputs with examples and on
+        # nothing else the device computes: those inputs (see `note_sources`). `forced`:
+        # the inputs taken as constants from the start, since a converter needed such a
+        # value at import time (see NeedsExamples).
+        self.sources: dict[str, frozenset[str]] = {}
+        self.forced: frozenset[str] = frozenset()
+        self.may_force = True  # False once forcing was tried and a kernel read a forced input
         self._count = 0
 
     # --- graph inputs ---------------------------------------------------------------------
@@ -70,6 +77,27 @@ class Ctx:
     def add_input(self, name: str, shape: tuple[int, ...], dtype: str,
                   example: np.ndarray | None) -> None:  # fmt: skip
         self.pending[name] = (shape, dtype, example)
+        if example is not None:
+            self.sources[name] = frozenset([name])
+            if name in self.forced:
+                self.const(name)
+
+    def note_sources(self, inputs: list[str], outputs: list[str]) -> None:
+        """After a node is imported: the example inputs its outputs depend on by value.
+        Those of its inputs that are constants, or that stand for values the device
+        computes from example inputs alone, pass theirs on; an input of a shape-only op
+        that stayed a device value (Shape of x) passes nothing when the outputs are
+        constants; and an output that also reads any other device value has none."""
+        made_consts = all(o in self.consts for o in outputs)
+        found: set[str] = set()
+        for name in inputs:
+            if name in self.sources and (name in self.consts or not made_consts):
+                found |= self.sources[name]
+            elif name not in self.consts and not made_consts:
+                return  # a device value of no example input's making
+        if found:
+            for o in outputs:
+                self.sources[o] = frozenset(found)
 
     def add_unread_inputs(self) -> None:
         """Inputs that nothing read are still inputs of the graph (a call passes them)."""
@@ -91,6 +119,12 @@ class Ctx:
             del self.pending[name]
             self.consts[name] = example = example.copy()  # the caller's array: ours now
             return example
+        if self.sources.get(name) and self.may_force:
+            raise NeedsExamples(
+                self.sources[name],
+                f"{what} ('{name}') must be known at import time, but the model computes it "
+                "on the device from its inputs",
+            )
         if name in self.syms and self.b.graph.values[self.syms[name]].role == "input":
             raise Unsupported(
                 f"{what} ('{name}') must be known at import time, but device kernels read "
@@ -125,6 +159,8 @@ class Ctx:
             self.syms[name] = self.b.input(name, shape, dtype)
         if name not in self.syms:
             data = self.const(name)
+            if self.forced & self.sources.get(name, frozenset()):
+                raise ForcedInputRead(name)
             # Not under a name reserved for an output: a constant that is also an output
             # (an Identity of a weight, read by a Conv and returned) is output as a copy.
             pname = self.fresh(name) if self.b.taken(name) else name
