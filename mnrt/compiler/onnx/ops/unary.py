@@ -51,10 +51,22 @@ def dropout(cx: Ctx, node: Any, at: Attrs) -> list:
     return [x, cx.op("fill", shape=list(cx.shape(x)), value=1.0, dtype=mask_dtype)]
 
 
-def leaky_relu(cx: Ctx, node: Any, at: Attrs) -> list:
-    x = cx.sym(node.input[0])
-    alpha = cx.param(np.array(at.get("alpha", 0.01)), like=x)
-    return [where_negative(cx, x, cx.op("mul", x, alpha))]
+def activation(kernel: str, *attrs: str) -> Converter:
+    """An ONNX activation of float inputs that is one device kernel (device/kernels/
+    activation.py) of the same attributes, whose defaults are ONNX's: one kernel rather
+    than the four to six of its formula, rounded once (bfloat16 and half rounded every
+    step of the formula: Celu of bfloat16 lost two bits to exp(x) - 1)."""
+
+    def imp(cx: Ctx, node: Any, at: Attrs) -> list:
+        x = cx.sym(node.input[0])
+        _float_only(cx, x, node.op_type)
+        given = {name: float(at.get(name)) for name in attrs if at.has(name)}
+        return [cx.op(kernel, x, **given)]
+
+    return imp
+
+
+leaky_relu = activation("leaky_relu", "alpha")  # QLinearLeakyRelu's table is made of it too
 
 
 def prelu(cx: Ctx, node: Any, at: Attrs) -> list:
@@ -65,30 +77,10 @@ def prelu(cx: Ctx, node: Any, at: Attrs) -> list:
     return [where_negative(cx, x, cx.op("mul", x, slope))]
 
 
-def elu(cx: Ctx, node: Any, at: Attrs) -> list:
-    x = cx.sym(node.input[0])
-    selu = node.op_type == "Selu"
-    alpha = at.get("alpha", 1.67326319217681884765625 if selu else 1.0)
-    neg = cx.op("mul", cx.op("sub", cx.op("exp", x), cx.param(np.array(1), like=x)),
-                cx.param(np.array(alpha), like=x))  # fmt: skip
-    y = where_negative(cx, x, neg)
-    if selu:
-        y = cx.op("mul", y, cx.param(np.array(at.get("gamma", 1.05070102214813232421875)), like=x))
-    return [y]
-
-
 def is_inf(cx: Ctx, node: Any, at: Attrs) -> list:
     x = cx.sym(node.input[0])
     pos, neg = bool(at.get("detect_positive", 1)), bool(at.get("detect_negative", 1))
     return [cx.op("isinf", x, detect_positive=pos, detect_negative=neg)]
-
-
-def hard_sigmoid(cx: Ctx, node: Any, at: Attrs) -> list:
-    x = cx.sym(node.input[0])
-    y = cx.op("add", cx.op("mul", x, cx.param(np.array(at.get("alpha", 0.2)), like=x)),
-              cx.param(np.array(at.get("beta", 0.5)), like=x))  # fmt: skip
-    y = cx.op("maximum", y, cx.param(np.array(0), like=x))
-    return [cx.op("minimum", y, cx.param(np.array(1), like=x))]
 
 
 def clip(cx: Ctx, node: Any, at: Attrs) -> list:
@@ -189,29 +181,15 @@ def _float_only(cx: Ctx, x: Symbol, op: str) -> None:
         raise Unsupported(f"{op} of {cx.dtype(x).name}: only floating types")
 
 
-def celu(cx: Ctx, node: Any, at: Attrs) -> list:
-    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
-    x = cx.sym(node.input[0])
-    _float_only(cx, x, "Celu")
-    alpha = float(at.get("alpha", 1.0))
-    e = cx.op("sub", cx.op("exp", cx.op("div", x, _scalar(cx, alpha, x))), _scalar(cx, 1, x))
-    neg = cx.op("minimum", cx.op("mul", e, _scalar(cx, alpha, x)), _scalar(cx, 0, x))
-    return [cx.op("add", cx.op("relu", x), neg)]
-
-
-def thresholded_relu(cx: Ctx, node: Any, at: Attrs) -> list:
-    x = cx.sym(node.input[0])
-    _float_only(cx, x, "ThresholdedRelu")
-    alpha = _scalar(cx, float(at.get("alpha", 1.0)), x)
-    return [cx.op("where", cx.op("greater", x, alpha), x, _scalar(cx, 0, x))]
-
-
 def shrink(cx: Ctx, node: Any, at: Attrs) -> list:
-    """x - bias above lambd, x + bias below -lambd, 0 between. For integers the bounds and
-    bias must be whole numbers: compared in the input's type they would change."""
+    """x - bias above lambd, x + bias below -lambd, 0 between: the shrink kernel for
+    floats; for integers, which it does not take, its formula, where the bounds and bias
+    must be whole numbers (compared in the input's type they would change)."""
     x = cx.sym(node.input[0])
     lambd, bias = float(at.get("lambd", 0.5)), float(at.get("bias", 0.0))
-    if not cx.dtype(x).is_float and not (lambd.is_integer() and bias.is_integer()):
+    if cx.dtype(x).is_float:
+        return [cx.op("shrink", x, lambd=lambd, bias=bias)]
+    if not (lambd.is_integer() and bias.is_integer()):
         raise Unsupported(f"Shrink of {cx.dtype(x).name} with lambd={lambd}, bias={bias}: "
                           "integer inputs need whole-number lambd and bias")  # fmt: skip
     above = cx.op("sub", x, _scalar(cx, bias, x))
@@ -219,23 +197,6 @@ def shrink(cx: Ctx, node: Any, at: Attrs) -> list:
     zero = _scalar(cx, 0, x)
     inner = cx.op("where", cx.op("less", x, _scalar(cx, -lambd, x)), below, zero)
     return [cx.op("where", cx.op("greater", x, _scalar(cx, lambd, x)), above, inner)]
-
-
-def mish(cx: Ctx, node: Any, at: Attrs) -> list:
-    """x * tanh(softplus(x)); softplus overflowing to inf gives tanh 1, as it should."""
-    x = cx.sym(node.input[0])
-    _float_only(cx, x, "Mish")
-    softplus_ = cx.op("log", cx.op("add", cx.op("exp", x), _scalar(cx, 1, x)))
-    return [cx.op("mul", x, cx.op("tanh", softplus_))]
-
-
-def hard_swish(cx: Ctx, node: Any, at: Attrs) -> list:
-    """x * max(0, min(1, x / 6 + 1 / 2))."""
-    x = cx.sym(node.input[0])
-    _float_only(cx, x, "HardSwish")
-    gate = cx.op("add", cx.op("mul", x, _scalar(cx, 1 / 6, x)), _scalar(cx, 0.5, x))
-    gate = cx.op("minimum", cx.op("maximum", gate, _scalar(cx, 0, x)), _scalar(cx, 1, x))
-    return [cx.op("mul", x, gate)]
 
 
 def swish(cx: Ctx, node: Any, at: Attrs) -> list:
