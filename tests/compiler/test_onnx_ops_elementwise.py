@@ -163,6 +163,50 @@ def test_one_kernel_unary_ops(ctx, op, lo, hi):
     check(ctx, one_node_model(op, {"x": x}, ["y"]), {"x": x})
 
 
+X35 = RNG.uniform(-3, 3, (2, 3, 5)).astype(np.float32)
+AX = {"axes": np.array([2], np.int64)}
+
+
+@pytest.mark.parametrize(
+    "op,inits,attrs,kernel",
+    [("Elu", {}, {"alpha": 0.5}, "elu"), ("Selu", {}, {"gamma": 1.5}, "selu"),
+     ("Celu", {}, {"alpha": 2.0}, "celu"), ("LeakyRelu", {}, {"alpha": 0.2}, "leaky_relu"),
+     ("ThresholdedRelu", {}, {"alpha": 0.5}, "thresholded_relu"),
+     ("HardSigmoid", {}, {"alpha": 0.3, "beta": 0.4}, "hard_sigmoid"),
+     ("HardSwish", {}, {}, "hard_swish"), ("Mish", {}, {}, "mish"),
+     ("Shrink", {}, {"lambd": 1.0, "bias": 0.5}, "shrink"),
+     ("PRelu", {"slope": np.array([0.1, 0.2, 0.3], np.float32).reshape(3, 1)}, {}, "prelu"),
+     ("ReduceL1", AX, {}, "l1"), ("ReduceL2", AX, {}, "l2"),
+     ("ReduceSumSquare", AX, {}, "sum_square"), ("ReduceLogSum", AX, {}, "log_sum"),
+     ("ReduceLogSumExp", AX, {}, "logsumexp")],
+)  # fmt: skip
+def test_ops_a_device_kernel_computes_import_as_that_kernel(ctx, op, inits, attrs, kernel):
+    """One kernel, where these imported as their formula's three to six: a model holding
+    them runs fewer kernels, and narrow floats round once."""
+    from mnrt.compiler.onnx import from_onnx
+
+    x = np.abs(X35) if op == "ReduceLogSum" else X35
+    model = one_node_model(op, {"x": x}, ["y"], inits=inits, **attrs)
+    assert [n.op for n in from_onnx(model).nodes] == [kernel]
+    check(ctx, model, {"x": x})
+
+
+def test_not_and_trilu_import_as_their_kernels(ctx):
+    """logical_not (was an equal with a False constant) and trilu (was a where with a mask
+    constant of the matrix's size); Trilu's k beyond the matrix keeps all or nothing."""
+    from mnrt.compiler.onnx import from_onnx
+
+    b = RNG.uniform(-1, 1, (3, 4)) > 0
+    model = one_node_model("Not", {"x": b}, ["y"])
+    assert [n.op for n in from_onnx(model).nodes] == ["logical_not"]
+    check(ctx, model, {"x": b})
+    for k, upper in ((1, 1), (-2, 0), (2**40, 0), (-(2**40), 1)):
+        model = one_node_model("Trilu", {"x": X35}, ["y"], inits={"k": np.array(k, np.int64)},
+                               upper=upper)  # fmt: skip
+        assert [n.op for n in from_onnx(model).nodes] == ["trilu"]
+        check(ctx, model, {"x": X35})
+
+
 def test_round_ties_to_even(ctx):
     x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 2.4, -2.6], np.float32)
     (got,) = check(ctx, one_node_model("Round", {"x": x}, ["y"]), {"x": x})

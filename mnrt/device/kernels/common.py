@@ -104,11 +104,13 @@ def streaming_cost(
     return Cost(flops=flops_per_elem * elems, dram_bytes=float(moved))
 
 
-def per_input_cost(ins: Sequence[TensorSpec | None], outs: Sequence[TensorSpec]) -> Cost:
-    """Streaming cost with one operation per input element, however small the output (a
-    reduction, a scan)."""
+def per_input_cost(
+    ins: Sequence[TensorSpec | None], outs: Sequence[TensorSpec], flops_per_elem: float = 1.0
+) -> Cost:
+    """Streaming cost with `flops_per_elem` operations per input element, however small
+    the output (a reduction, a scan)."""
     moved = sum(t.nbytes for t in present(ins)) + sum(t.nbytes for t in outs)
-    return Cost(flops=float(ins[0].size), dram_bytes=float(moved))
+    return Cost(flops=flops_per_elem * ins[0].size, dram_bytes=float(moved))
 
 
 def mau_blocks(rows: int, cols: int) -> tuple[int, float]:

@@ -119,6 +119,9 @@ _ATTRS = {
 # The reductions whose terms are x's elements (KernelDef.terms): the others' are products
 # or squares of them, or exponentials.
 _SUMMING_ELEMENTS = ("sum", "mean", "max", "min", "l1")
+# Operations per input element beyond the one that accumulates it: the elementwise step
+# before the sum (|x|, x*x), or log-sum-exp's maximum, shift and exponential.
+_STEP_FLOPS = {"l1": 1, "l2": 1, "sum_square": 1, "logsumexp": 3}
 
 
 def _make(name: str, fn, allowed: tuple, doc: str) -> KernelDef:
@@ -141,7 +144,7 @@ def _make(name: str, fn, allowed: tuple, doc: str) -> KernelDef:
         return [np.asarray(fn(x, axes, attrs["keepdims"]))]
 
     def cost(ins, outs, attrs):
-        return per_input_cost(ins, outs)
+        return per_input_cost(ins, outs, 1 + _STEP_FLOPS.get(name, 0))
 
     return KernelDef(
         name=name,

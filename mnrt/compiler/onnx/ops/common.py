@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ...builder import Symbol
 from ..state import Attrs, Ctx, Invalid, Unsupported, axis_index
 
@@ -33,12 +31,6 @@ def axes_of(cx: Ctx, node: Any, at: Attrs, input_index: int = 1) -> list[int] | 
     if len(node.input) > input_index and node.input[input_index]:
         return cx.ints(node.input[input_index], "axes")
     return None
-
-
-def where_negative(cx: Ctx, x: Symbol, neg: Symbol) -> Symbol:
-    """x where x >= 0 else neg."""
-    zero = cx.param(np.array(0), like=x)
-    return cx.op("where", cx.op("less", x, zero), neg, x)
 
 
 class Window:

@@ -9,6 +9,11 @@ import numpy as np
 from ..state import Attrs, Converter, Ctx, Unsupported, axis_index
 from .common import axes_of
 
+# Reductions ONNX defines as a sum with an elementwise step before or after it (ReduceL1,
+# ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp): each is one device kernel.
+_WITH_A_STEP = {"l1", "l2", "sum_square", "log_sum", "logsumexp"}
+_FLOAT_ONLY = {"l2", "log_sum", "logsumexp"}
+
 
 def _empty_value(kernel: str, dtype: Any) -> float | None:
     """What a reduction of no elements is (ONNX: the identity of its operation)."""
@@ -17,18 +22,21 @@ def _empty_value(kernel: str, dtype: Any) -> float | None:
         return 0.0 if dtype.name == "bool" else float(info.min) if info else -np.inf
     if kernel == "min":
         return 1.0 if dtype.name == "bool" else float(info.max) if info else np.inf
-    return 0.0 if kernel == "sum" else None  # mean: the kernel gives nan
+    if kernel in ("log_sum", "logsumexp"):
+        return -np.inf
+    return 0.0 if kernel in ("sum", "l1", "l2", "sum_square") else None  # mean: the kernel's nan
 
 
 def _reduced_shape(shape: tuple[int, ...], axes: list[int], keepdims: bool) -> list[int]:
     return [1 if i in axes else d for i, d in enumerate(shape) if keepdims or i not in axes]
 
 
-def reduce(kernel: str, pre: str | None = None, post: str | None = None) -> Converter:
-    """ReduceSum/Mean/Max/Min (`kernel`), and the ones that apply an elementwise step
-    before (`pre`: abs, square, exp) or after (`post`: sqrt, log) a sum. Empty axes reduce
-    everything, or nothing with noop_with_empty_axes=1; a reduction over no elements gives
-    the operation's identity (0 for a sum, -inf for a max, ...)."""
+def reduce(kernel: str) -> Converter:
+    """ReduceSum/Mean/Max/Min/Prod and the ones with an elementwise step (`_WITH_A_STEP`):
+    the device reduction `kernel` (one kernel: ReduceL2 was square, sum and sqrt, and
+    ReduceLogSumExp six). Empty axes reduce everything, or nothing with
+    noop_with_empty_axes=1; a reduction over no elements gives the operation's identity
+    (0 for a sum, -inf for a max, ...)."""
 
     def imp(cx: Ctx, node: Any, at: Attrs) -> list:
         x = cx.sym(node.input[0])
@@ -36,10 +44,10 @@ def reduce(kernel: str, pre: str | None = None, post: str | None = None) -> Conv
         axes = axes_of(cx, node, at)
         keepdims = bool(at.get("keepdims", 1))
         noop = at.get("noop_with_empty_axes", 0)
-        if (pre or post) and not dtype.is_float:
+        if kernel in _FLOAT_ONLY and not dtype.is_float:
             raise Unsupported(f"{node.op_type} of {dtype.name}: only floating types")
         if not axes and noop:
-            if pre or post:
+            if kernel in _WITH_A_STEP:
                 raise Unsupported(
                     f"{node.op_type} with noop_with_empty_axes=1 (ONNX's reference applies "
                     "the elementwise step, the spec does not)"
@@ -47,49 +55,16 @@ def reduce(kernel: str, pre: str | None = None, post: str | None = None) -> Conv
             return [cx.op("copy", x)]
         axes = sorted({axis_index(a, len(shape)) for a in axes or range(len(shape))})
         if any(shape[a] == 0 for a in axes):
-            value = _empty_value(kernel, dtype) if not post else -np.inf if post == "log" else 0.0
+            value = _empty_value(kernel, dtype)
             if value is not None:
                 out = _reduced_shape(shape, axes, keepdims)
                 return [cx.op("fill", shape=out, value=value, dtype=dtype.name)]
-        if pre == "square":
-            x = cx.op("mul", x, x)
-        elif pre is not None:
-            x = cx.op(pre, x)
-        if dtype.name == "bool":  # max and min of bools: any and all
+        if dtype.name == "bool" and kernel in ("max", "min"):  # any and all
             y = cx.op(kernel, cx.op("cast", x, to="uint8"), axes=axes, keepdims=keepdims)
             return [cx.op("cast", y, to="bool")]
-        y = cx.op(kernel, x, axes=axes, keepdims=keepdims)
-        return [y if post is None else cx.op(post, y)]
+        return [cx.op(kernel, x, axes=axes, keepdims=keepdims)]
 
     return imp
-
-
-def reduce_log_sum_exp(cx: Ctx, node: Any, at: Attrs) -> list:
-    """log(sum(exp(x))) shifted by the slice's maximum so that exp cannot overflow; a slice
-    whose maximum is not finite (all -inf, an inf, a nan) is shifted by 0 instead, which
-    gives the same -inf, inf or nan as the unshifted formula."""
-    x = cx.sym(node.input[0])
-    shape, dtype = cx.shape(x), cx.dtype(x)
-    if not dtype.is_float:
-        raise Unsupported(f"ReduceLogSumExp of {dtype.name}: only floating types")
-    axes = axes_of(cx, node, at)
-    keepdims = bool(at.get("keepdims", 1))
-    noop = at.get("noop_with_empty_axes", 0)  # read first: a model may give 0 with its axes
-    if not axes and noop:
-        raise Unsupported(
-            "ReduceLogSumExp with noop_with_empty_axes=1 (ONNX's reference applies exp and "
-            "log, the spec does not)"
-        )
-    axes = sorted({axis_index(a, len(shape)) for a in axes or range(len(shape))})
-    if any(shape[a] == 0 for a in axes):
-        out = _reduced_shape(shape, axes, keepdims)
-        return [cx.op("fill", shape=out, value=-np.inf, dtype=dtype.name)]
-    m = cx.op("max", x, axes=axes, keepdims=True)
-    zero = cx.param(np.array(0), like=x)
-    m = cx.op("where", cx.op("equal", cx.op("sub", m, m), zero), m, zero)
-    s = cx.op("sum", cx.op("exp", cx.op("sub", x, m)), axes=axes, keepdims=True)
-    y = cx.op("add", cx.op("log", s), m)
-    return [y if keepdims else cx.reshape(y, tuple(_reduced_shape(shape, axes, False)))]
 
 
 def softmax(kernel: str) -> Converter:

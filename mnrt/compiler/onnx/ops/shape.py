@@ -189,18 +189,17 @@ def pad(cx: Ctx, node: Any, at: Attrs) -> list:
 
 
 def trilu(cx: Ctx, node: Any, at: Attrs) -> list:
-    """The upper (or lower) triangle of the last two axes from diagonal k: x where a
-    constant mask says, zero elsewhere (the mask follows from the shape and k)."""
+    """The upper (or lower) triangle of the last two axes from diagonal k: the trilu kernel,
+    with k brought within the matrix (a diagonal past its corner keeps all or nothing, as
+    the one at the corner does)."""
     x = cx.sym(node.input[0])
     shape = cx.shape(x)
     if len(shape) < 2:
         raise Invalid(f"Trilu needs an input of rank >= 2, not {shape}")
     k = cx.ints(node.input[1], "k")[0] if len(node.input) > 1 and node.input[1] else 0
     rows, cols = shape[-2:]
-    mask = np.triu(np.ones((rows, cols), bool), k) if at.get("upper", 1) else \
-        np.tril(np.ones((rows, cols), bool), k)  # fmt: skip
-    zero = cx.param(np.array(0), like=x)
-    return [cx.op("where", cx.param(mask), x, zero)]
+    k = max(-rows, min(cols, k))
+    return [cx.op("trilu", x, upper=bool(at.get("upper", 1)), k=k)]
 
 
 def eye_like(cx: Ctx, node: Any, at: Attrs) -> list:

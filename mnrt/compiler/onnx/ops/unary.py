@@ -12,7 +12,6 @@ from ....device.dtypes import dtype as resolve_dtype
 from ...builder import Symbol
 from .. import names
 from ..state import Attrs, Converter, Ctx, Invalid, Unsupported, device_dtype_name
-from .common import where_negative
 
 
 def unary(kernel: str, **fixed: Any) -> Converter:
@@ -70,11 +69,15 @@ leaky_relu = activation("leaky_relu", "alpha")  # QLinearLeakyRelu's table is ma
 
 
 def prelu(cx: Ctx, node: Any, at: Attrs) -> list:
+    """The prelu kernel (one, where its formula was three); an unsigned x is never below
+    zero, so it is its own result. A slope of one per channel is laid along axis 1."""
     x, slope = cx.sym(node.input[0]), cx.sym(node.input[1])
+    if cx.dtype(x).storage.kind == "u":
+        return [x]
     xs, ss = cx.shape(x), cx.shape(slope)
     if len(ss) == 1 and len(xs) > 2 and ss[0] == xs[1] and ss[0] != xs[-1]:
         slope = cx.reshape(slope, (ss[0], *([1] * (len(xs) - 2))))
-    return [where_negative(cx, x, cx.op("mul", x, slope))]
+    return [cx.op("prelu", x, slope)]
 
 
 def is_inf(cx: Ctx, node: Any, at: Attrs) -> list:
@@ -218,4 +221,4 @@ def not_(cx: Ctx, node: Any, at: Attrs) -> list:
     x = cx.sym(node.input[0])
     if cx.dtype(x).name != "bool":
         raise Unsupported(f"Not of {cx.dtype(x).name}: only bool")
-    return [cx.op("equal", x, cx.param(np.array(False)))]
+    return [cx.op("logical_not", x)]
