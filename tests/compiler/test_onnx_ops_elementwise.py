@@ -207,6 +207,34 @@ def test_not_and_trilu_import_as_their_kernels(ctx):
         check(ctx, model, {"x": X35})
 
 
+def test_instance_and_group_norms_scale_and_shift_in_one_kernel(ctx):
+    """layernorm, then the per-channel scale and bias as one scale_shift (was a mul and an
+    add; float32 results the same to the bit)."""
+    from mnrt.compiler.onnx import from_onnx
+
+    x = RNG.standard_normal((2, 4, 3, 5)).astype(np.float32)
+    s, b = RNG.standard_normal(4).astype(np.float32), RNG.standard_normal(4).astype(np.float32)
+    for op, attrs in (("InstanceNormalization", {}), ("GroupNormalization", {"num_groups": 2})):
+        model = one_node_model(op, {"x": x}, ["y"], inits={"s": s, "b": b}, **attrs)
+        assert [n.op for n in from_onnx(model).nodes if n.op != "reshape"] == [
+            "layernorm",
+            "scale_shift",
+        ]
+        check(ctx, model, {"x": x}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op,want", [("ReduceMax", np.any), ("ReduceMin", np.all)])
+def test_bool_max_and_min_are_one_kernel(ctx, op, want):
+    """any and all: the max and min kernels take bool (were a cast each way around them)."""
+    from mnrt.compiler.onnx import from_onnx
+
+    x = RNG.uniform(-1, 1, (3, 4)) > 0.3
+    model = one_node_model(op, {"x": x}, ["y"], inits={"a": np.array([1], np.int64)},
+                           keepdims=0)  # fmt: skip
+    assert [n.op for n in from_onnx(model).nodes] == [op[len("Reduce") :].lower()]
+    np.testing.assert_array_equal(run(ctx, model, {"x": x})[0], want(x, axis=1))
+
+
 def test_round_ties_to_even(ctx):
     x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 2.4, -2.6], np.float32)
     (got,) = check(ctx, one_node_model("Round", {"x": x}, ["y"]), {"x": x})

@@ -43,8 +43,9 @@ def instance_norm(cx: Ctx, node: Any, at: Attrs) -> list:
     x = cx.sym(node.input[0])
     rank = len(cx.shape(x))
     y = cx.op("layernorm", x, axis=2, epsilon=float(at.get("epsilon", 1e-5)))
-    y = cx.op("mul", y, _channel(cx, cx.const(node.input[1], "scale"), rank, x))
-    return [cx.op("add", y, _channel(cx, cx.const(node.input[2], "bias"), rank, x))]
+    scale, bias = (_channel(cx, cx.const(name, what), rank, x)
+                   for name, what in zip(node.input[1:3], ("scale", "bias")))  # fmt: skip
+    return [cx.op("scale_shift", y, scale, bias)]
 
 
 def layer_norm(cx: Ctx, node: Any, at: Attrs) -> list:
@@ -141,5 +142,5 @@ def group_norm(cx: Ctx, node: Any, at: Attrs) -> list:
                           f"form) for {c} channels in {groups} groups")  # fmt: skip
     y = cx.reshape(x, (n, groups, int(np.prod(shape[1:])) // groups))
     y = cx.reshape(cx.op("layernorm", y, axis=2, epsilon=float(at.get("epsilon", 1e-5))), shape)
-    y = cx.op("mul", y, _channel(cx, scale, len(shape), x))
-    return [cx.op("add", y, _channel(cx, bias, len(shape), x))]
+    per_channel = (_channel(cx, v, len(shape), x) for v in (scale, bias))
+    return [cx.op("scale_shift", y, *per_channel)]

@@ -59,10 +59,7 @@ def reduce(kernel: str) -> Converter:
             if value is not None:
                 out = _reduced_shape(shape, axes, keepdims)
                 return [cx.op("fill", shape=out, value=value, dtype=dtype.name)]
-        if dtype.name == "bool" and kernel in ("max", "min"):  # any and all
-            y = cx.op(kernel, cx.op("cast", x, to="uint8"), axes=axes, keepdims=keepdims)
-            return [cx.op("cast", y, to="bool")]
-        return [cx.op(kernel, x, axes=axes, keepdims=keepdims)]
+        return [cx.op(kernel, x, axes=axes, keepdims=keepdims)]  # max and min of bool: any, all
 
     return imp
 
