@@ -235,6 +235,31 @@ def test_bool_max_and_min_are_one_kernel(ctx, op, want):
     np.testing.assert_array_equal(run(ctx, model, {"x": x})[0], want(x, axis=1))
 
 
+@pytest.mark.parametrize("p,norm", [(1, "l1"), (2, "l2")])
+def test_lp_normalization_divides_by_one_norm_kernel(ctx, p, norm):
+    """The l1 or l2 kernel, then a zero norm made 1 and the division (was three kernels
+    for the norm)."""
+    from mnrt.compiler.onnx import from_onnx
+
+    x = X35.copy()
+    x[0, 1] = 0  # a slice of zeros stays zero
+    model = one_node_model("LpNormalization", {"x": x}, ["y"], p=p, axis=-1)
+    assert [n.op for n in from_onnx(model).nodes] == [norm, "equal", "where", "div"]
+    want = x / np.where((n := np.linalg.norm(x, ord=p, axis=-1, keepdims=True)) == 0, 1, n)
+    np.testing.assert_allclose(run(ctx, model, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_hardmax_is_argmax_and_onehot(ctx):
+    """1 at the first maximum, the first nan winning: two kernels (were twelve)."""
+    from mnrt.compiler.onnx import from_onnx
+
+    x = np.array([[1, 3, 3, 0], [2, np.nan, 5, np.nan], [-1, -1, -2, -1]], np.float32)
+    model = one_node_model("Hardmax", {"x": x}, ["y"], axis=1)
+    assert [n.op for n in from_onnx(model).nodes] == ["argmax", "onehot"]
+    want = np.array([[0, 1, 0, 0], [0, 1, 0, 0], [1, 0, 0, 0]], np.float32)
+    np.testing.assert_array_equal(run(ctx, model, {"x": x})[0], want)
+
+
 def test_round_ties_to_even(ctx):
     x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 2.4, -2.6], np.float32)
     (got,) = check(ctx, one_node_model("Round", {"x": x}, ["y"]), {"x": x})

@@ -97,12 +97,9 @@ def lp_normalization(cx: Ctx, node: Any, at: Attrs) -> list:
         raise Unsupported(f"LpNormalization of {cx.dtype(x).name}: only floating types")
     axis = axis_index(int(at.get("axis", -1)), len(cx.shape(x)))
     p = int(at.get("p", 2))
-    if p == 1:
-        norm = cx.op("sum", cx.op("abs", x), axes=[axis], keepdims=True)
-    elif p == 2:
-        norm = cx.op("sqrt", cx.op("sum", cx.op("mul", x, x), axes=[axis], keepdims=True))
-    else:
+    if p not in (1, 2):
         raise Invalid(f"p={p}: LpNormalization takes p=1 or p=2")
+    norm = cx.op("l1" if p == 1 else "l2", x, axes=[axis], keepdims=True)
     # A zero norm (all of a slice zero) divides by 1, as ONNX's reference does: the slice
     # stays zero instead of becoming nan.
     zero, one = cx.param(np.array(0), like=x), cx.param(np.array(1), like=x)

@@ -79,7 +79,8 @@ def softmax(kernel: str) -> Converter:
 
 def hardmax(cx: Ctx, node: Any, at: Attrs) -> list:
     """1 at the first maximum along axis, 0 elsewhere (the first nan wins, as in numpy's
-    argmax). Below opset 13 the input is seen as 2-D, split at axis."""
+    argmax): the argmax and onehot kernels. Below opset 13 the input is seen as 2-D, split
+    at axis."""
     x = cx.sym(node.input[0])
     shape = cx.shape(x)
     if not cx.dtype(x).is_float:
@@ -90,13 +91,7 @@ def hardmax(cx: Ctx, node: Any, at: Attrs) -> list:
         split = axis_index(int(at.get("axis", 1)), max(len(shape), 1))
         v = cx.reshape(x, (int(np.prod(shape[:split])), int(np.prod(shape[split:]))))
         axis = 1
-    vshape = cx.shape(v)
-    n = vshape[axis]
-    hits = cx.op("equal", v, cx.op("max", v, axes=[axis], keepdims=True))
-    nan = cx.op("equal", cx.op("equal", v, v), cx.param(np.array(False)))
-    hits = cx.op("maximum", cx.op("cast", hits, to="uint8"), cx.op("cast", nan, to="uint8"))
-    pos = cx.param(np.arange(n, dtype=np.int32).reshape([-1] + [1] * (len(vshape) - axis - 1)))
-    index = cx.op("where", cx.op("cast", hits, to="bool"), pos, cx.param(np.array(n, np.int32)))
-    first = cx.op("min", index, axes=[axis], keepdims=True)
-    y = cx.op("cast", cx.op("equal", pos, first), to=cx.dtype(x).name)
+    first = cx.op("argmax", v, axis=axis, keepdims=False)
+    values = cx.param(np.array([0, 1]), like=x)
+    y = cx.op("onehot", first, values, depth=cx.shape(v)[axis], axis=axis)
     return [cx.reshape(y, shape)]
