@@ -1486,3 +1486,21 @@ def test_an_input_kernels_also_read_is_not_made_a_constant():
                             (_center_pad_model(), {"x": x})):  # fmt: skip
         with pytest.raises(UnsupportedModelError, match="pads .* computes it on the device"):
             from_onnx(model, examples)
+
+
+def test_conv_transpose_is_one_kernel_that_mixed_keeps_float(ctx):
+    """ConvTranspose is the conv_transpose2d kernel (it was a zero-inserted input, three
+    kernels an axis, and a conv2d doing stride**2 times the products); float_dtype=mixed
+    leaves it float, as no MAU mapping lets a chain take its casts in."""
+    w = (RNG.standard_normal((4, 3, 4, 4)) * 0.1).astype(np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1])
+    model = make_model([node], [vi("x", F, [1, 4, 5, 6])], [vi("y", F, [1, 3, 10, 12])],
+                       [init("w", w)])  # fmt: skip
+    assert [n.op for n in from_onnx(model).nodes] == ["conv_transpose2d"]
+    x = randn(1, 4, 5, 6)
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    for preset in ("O1", "O3"):
+        compiled = ctx.compile(model, {"x": x}, options={"float_dtype": "mixed",
+                                                         "option_json": preset})  # fmt: skip
+        assert "cast" not in [n.op for n in compiled.graph.nodes]
+        np.testing.assert_allclose(compiled({"x": x})["y"].cpu(), want, rtol=1e-4, atol=1e-5)

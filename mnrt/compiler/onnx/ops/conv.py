@@ -98,50 +98,66 @@ def _conv3d(cx: Ctx, x: Symbol, w: np.ndarray, bias: list[Symbol], win: Window,
 
 
 def conv_transpose(cx: Ctx, node: Any, at: Attrs) -> list:
-    """Zero-insert x by the stride, pad, and convolve with the flipped, transposed kernel."""
+    """The conv_transpose2d kernel (a 1-D one on a height of 1): every input pixel scatters
+    its products into its window of the output, so a stride of s costs what it does, where
+    the convolution of an input zero-inserted by s (what this was) multiplied s*s times as
+    many zeros as values, through three more kernels an axis."""
     x0 = cx.sym(node.input[0])
     rank = spatial_rank(cx, x0, "ConvTranspose")
-    if at.get("output_shape") or at.get("auto_pad", "NOTSET") != "NOTSET":
-        raise Unsupported("output_shape / auto_pad")
     w = cx.const(node.input[1], "ConvTranspose weights")
     at.get("kernel_shape")
     g = int(at.get("group", 1))
     if w.ndim != rank + 2 or g < 1 or w.shape[0] % g:
         raise Invalid(f"weights of shape {w.shape} must be (C, M/group, kernel...) of rank "
                        f"{rank + 2}, with group={g} dividing C")  # fmt: skip
-    cin, cog, *k = w.shape
-    win = Window(at, cx.shape(x0), k)
+    win = Window(at, cx.shape(x0), list(w.shape[2:]))
     extra = list(at.get("output_padding") or [0] * rank)
-    # [Cin, Cout/g, k...] -> [Cout, Cin/g, k...], flipped in space.
-    wt = w.reshape(g, cin // g, cog, *k).swapaxes(1, 2).reshape(g * cog, cin // g, *k)
-    wt = np.ascontiguousarray(np.flip(wt, axis=tuple(range(2, 2 + rank))))
-    x = as4d(cx, x0)
-    off = 2 + (2 - rank)
-    pads = []
-    for i in range(rank):
-        x = _zero_insert(cx, x, off + i, win.stride[i])
-        before = win.dilation[i] * (k[i] - 1) - win.begin[i]
-        after = win.dilation[i] * (k[i] - 1) - win.end[i] + extra[i]
-        x = pad_axis(cx, x, off + i, min(before, 0), min(after, 0), "constant", 0.0)
-        pads.append((max(before, 0), max(after, 0)))
-    if rank == 1:
-        wt, pads = wt.reshape(*wt.shape[:2], 1, wt.shape[2]), [(0, 0), *pads]
-    dil = [1, *win.dilation] if rank == 1 else win.dilation
+    if len(extra) != rank or any(
+        not 0 <= e < max(s, d) for e, s, d in zip(extra, win.stride, win.dilation)
+    ):
+        raise Invalid(f"output_padding {extra} must be one value per spatial axis, each "
+                      "below that axis' stride or dilation")  # fmt: skip
+    begin, end = _transposed_pads(at, win, cx.shape(x0)[2:], list(w.shape[2:]), extra)
+    # An output_shape past the full result extends it at the end, as output_padding does.
+    extra = [e + max(0, -b) for e, b in zip(extra, end)]
+    end = [max(0, b) for b in end]
+    if any(b < 0 for b in begin) or any(
+        e >= max(s, d) for e, s, d in zip(extra, win.stride, win.dilation)
+    ):
+        raise Unsupported(
+            f"an output_shape that extends the output at its start, or at its end by as much "
+            f"as the stride or more ({extra}): the device's transposed convolution cannot"
+        )
+    stride, dilation = win.stride, win.dilation
+    if rank == 1:  # as a height of 1
+        w = w.reshape(*w.shape[:2], 1, w.shape[2])
+        stride, dilation, extra = [1, *stride], [1, *dilation], [0, *extra]
+        begin, end = [0, *begin], [0, *end]
     bias = [cx.sym(node.input[2])] if len(node.input) > 2 and node.input[2] else []
-    y = cx.op("conv2d", x, cx.param(wt, like=x0), *bias, stride=[1, 1], dilation=dil,
-              padding=[pads[0][0], pads[1][0], pads[0][1], pads[1][1]], groups=g)  # fmt: skip
+    y = cx.op("conv_transpose2d", as4d(cx, x0), cx.param(w, like=x0), *bias, stride=stride,
+              dilation=dilation, padding=[begin[0], begin[1], end[0], end[1]],
+              output_padding=extra, groups=g)  # fmt: skip
     return [from4d(cx, y, rank)]
 
 
-def _zero_insert(cx: Ctx, x: Symbol, ax: int, s: int) -> Symbol:
-    """s - 1 zeros between neighbours along ax: length n becomes (n - 1) * s + 1."""
-    if s == 1:
-        return x
-    shape = list(cx.shape(x))
-    n = shape[ax]
-    col = cx.reshape(x, (*shape[: ax + 1], 1, *shape[ax + 1 :]))
-    zeros = cx.op("fill", shape=[*shape[: ax + 1], s - 1, *shape[ax + 1 :]], value=0.0,
-                  dtype=cx.dtype(x).name)  # fmt: skip
-    y = cx.reshape(cx.op("concat", col, zeros, axis=ax + 1),
-                   (*shape[:ax], n * s, *shape[ax + 1 :]))  # fmt: skip
-    return cx.op("slice", y, starts=[0], ends=[(n - 1) * s + 1], axes=[ax])
+def _transposed_pads(at: Attrs, win: Window, sizes: tuple[int, ...], kernel: list[int],
+                     extra: list[int]) -> tuple[list[int], list[int]]:  # fmt: skip
+    """What ConvTranspose crops from the start and end of each axis: its pads, or, for an
+    output_shape or auto_pad SAME_*, the padding that gives that shape (SAME: the input's
+    size times the stride), split as the spec says (SAME_UPPER puts the smaller half first,
+    SAME_LOWER and an output_shape alone the larger); negative where the shape is past the
+    full result."""
+    auto = at.get("auto_pad", "NOTSET")
+    wanted = list(at.get("output_shape") or [])
+    if not wanted and auto not in ("SAME_UPPER", "SAME_LOWER"):
+        return ([0] * len(sizes),) * 2 if auto == "VALID" else (win.begin, win.end)
+    wanted = wanted[-len(sizes) :] if wanted else [n * s for n, s in zip(sizes, win.stride)]
+    total = [
+        s * (n - 1) + e + (k - 1) * d + 1 - t
+        for n, s, e, k, d, t in zip(sizes, win.stride, extra, kernel, win.dilation, wanted)
+    ]
+    if len(wanted) != len(sizes):
+        raise Invalid(f"output_shape {wanted} must give one size per spatial axis")
+    if auto == "SAME_UPPER":
+        return [t // 2 for t in total], [t - t // 2 for t in total]
+    return [t - t // 2 for t in total], [t // 2 for t in total]
