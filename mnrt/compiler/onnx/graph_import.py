@@ -432,10 +432,11 @@ def from_onnx(model: Any, inputs: Mapping[str, Any] | None = None) -> Graph:
     # An input that a value needed at import time is computed from (a CenterCropPad's
     # `shape`, through Max and Sub, to its Pad's pads) is taken as a constant, and the
     # model imported again; unless device kernels read it too, when the node is refused.
+    weights = {init.name: _initializer(init) for init in model.graph.initializer}  # read once
     forced, may_force = frozenset(), True
     while True:
         try:
-            graph = _import(model, opset, examples, declared, forced, may_force)
+            graph = _import(model, opset, weights, examples, declared, forced, may_force)
         except NeedsExamples as e:
             if e.inputs <= forced:  # computed from them on the device all the same
                 forced, may_force = frozenset(), False
@@ -449,9 +450,11 @@ def from_onnx(model: Any, inputs: Mapping[str, Any] | None = None) -> Graph:
         return graph
 
 
-def _import(model: Any, opset: int, examples: dict[str, np.ndarray], declared: dict[str, Any],
-            forced: frozenset[str], may_force: bool) -> Graph:  # fmt: skip
-    """One import of the model (see from_onnx), taking the inputs `forced` as constants."""
+def _import(model: Any, opset: int, weights: dict[str, np.ndarray],
+            examples: dict[str, np.ndarray], declared: dict[str, Any], forced: frozenset[str],
+            may_force: bool) -> Graph:  # fmt: skip
+    """One import of the model (see from_onnx), its initializers' values `weights`, taking
+    the inputs `forced` as constants."""
     import onnx
 
     g = model.graph
@@ -464,8 +467,7 @@ def _import(model: Any, opset: int, examples: dict[str, np.ndarray], declared: d
     cx.checker.ir_version = model.ir_version
     cx.checker.opset_imports = {o.domain: o.version for o in model.opset_import}
 
-    for init in g.initializer:
-        cx.consts[init.name] = _initializer(init)
+    cx.consts.update(weights)
     problems = _Problems()
     poisoned: set[str] = set()  # values of unsupported inputs and nodes: not listed again
     order = [i.name for i in g.input if i.name not in cx.consts]
