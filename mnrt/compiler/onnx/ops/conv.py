@@ -151,13 +151,13 @@ def _transposed_pads(at: Attrs, win: Window, sizes: tuple[int, ...], kernel: lis
     wanted = list(at.get("output_shape") or [])
     if not wanted and auto not in ("SAME_UPPER", "SAME_LOWER"):
         return ([0] * len(sizes),) * 2 if auto == "VALID" else (win.begin, win.end)
+    if wanted and len(wanted) < len(sizes):
+        raise Invalid(f"output_shape {wanted} must give a size for each spatial axis")
     wanted = wanted[-len(sizes) :] if wanted else [n * s for n, s in zip(sizes, win.stride)]
     total = [
         s * (n - 1) + e + (k - 1) * d + 1 - t
         for n, s, e, k, d, t in zip(sizes, win.stride, extra, kernel, win.dilation, wanted)
     ]
-    if len(wanted) != len(sizes):
-        raise Invalid(f"output_shape {wanted} must give one size per spatial axis")
     if auto == "SAME_UPPER":
         return [t // 2 for t in total], [t - t // 2 for t in total]
     return [t - t // 2 for t in total], [t // 2 for t in total]
