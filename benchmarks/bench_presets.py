@@ -13,8 +13,11 @@ A model's inputs: FILE.npz beside FILE.onnx when there is one (an exporter's exa
 inputs, by input name), else random data for every input no initializer fills.
 
     pip install onnx   # for this benchmark only
-    python benchmarks/bench_presets.py [MODEL.onnx ...] [--light-models]
+    python benchmarks/bench_presets.py [MODEL.onnx ...] [--light-models] [--op-models]
         [--configs O1:float,O2:mixed,O3:float,O3:mixed] [--json new.json] [--against old.json]
+
+--op-models adds the small models of benchmarks/op_models.py (activations, reductions,
+a ConvTranspose decoder), whose import the frontend's one-kernel converters changed.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
+import op_models
 from bench_goldens import example_inputs, light_models
 
 import mnrt
@@ -81,13 +86,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="*", type=Path, help="ONNX files")
     parser.add_argument("--light-models", action="store_true", help="the onnx wheel's too")
+    parser.add_argument("--op-models", action="store_true", help="benchmarks/op_models.py's")
     parser.add_argument("--configs", default=CONFIGS, help=f"default: {CONFIGS}")
     parser.add_argument("--json", type=Path, help="save the figures here")
     parser.add_argument("--against", type=Path, help="figures of an earlier run (--json)")
     args = parser.parse_args()
     paths = list(args.models) + ([Path(p) for p in light_models()] if args.light_models else [])
+    scratch = tempfile.TemporaryDirectory()
+    if args.op_models:
+        paths += op_models.write(Path(scratch.name))
     if not paths:
-        parser.error("give ONNX files, --light-models, or both")
+        parser.error("give ONNX files, --light-models, --op-models, or any of them")
     configs = args.configs.split(",")
     old = json.loads(args.against.read_text()) if args.against else {}
 
@@ -118,6 +127,7 @@ def main() -> None:
                     out_of_order.append(f"{name}: {high} slower than {low}")
     finally:
         ctx.close()
+        scratch.cleanup()
     if old:
         print(f"slower or more energy than {args.against}: {', '.join(worse) or 'none'}")
     print(f"out of the presets' order: {'; '.join(out_of_order) or 'none'}")
