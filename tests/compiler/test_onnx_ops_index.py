@@ -219,3 +219,45 @@ def test_int64_indices_are_checked_in_full_width(ctx):
     np.testing.assert_array_equal(got, w[[3, 3]])
     with pytest.raises(mnrt.MnrtError, match="index 4294967297 is out of range"):
         compiled({"w": w, "i": np.array([2**32 + 1, 0], np.int64)})["y"].cpu()
+
+
+def _cache_update(mode: str, indices: np.ndarray | None, inits: bool = False):
+    """TensorScatter of a (2, 3, 6, 4) cache by a (2, 3, 2, 4) update along axis 2, and a
+    numpy reference of it."""
+    cache = RNG.standard_normal((2, 3, 6, 4)).astype(np.float32)
+    update = RNG.standard_normal((2, 3, 2, 4)).astype(np.float32)
+    feeds = {"cache": cache, "update": update}
+    extra = {"w": indices} if indices is not None else {}
+    model = one_node_model("TensorScatter", {**feeds, **({} if inits else extra)}, ["y"],
+                           inits=extra if inits else None, opset=24, mode=mode)  # fmt: skip
+
+    def want(w: np.ndarray | None) -> np.ndarray:
+        out = cache.copy()
+        for b in range(2):
+            for s in range(2):
+                at = (0 if w is None else int(w[b])) + s
+                out[b, :, at % 6 if mode == "circular" else at] = update[b, :, s]
+        return out
+
+    return model, feeds, want
+
+
+def test_tensor_scatter_writes_at_the_indices_each_call_gives(ctx):
+    """write_indices as a graph input (a decode step's): the compiled model takes it and
+    computes the positions on the device, so each call writes where its indices say."""
+    for mode, calls in (("linear", ([0, 3], [4, 1])), ("circular", ([5, 2], [1, 5]))):
+        model, feeds, want = _cache_update(mode, np.array(calls[0], np.int64))
+        compiled = ctx.compile(model, {**feeds, "w": np.array(calls[0], np.int64)})
+        assert "w" in compiled.input_names
+        for w in calls:
+            got = compiled({**feeds, "w": np.array(w, np.int64)})["y"].cpu()
+            np.testing.assert_array_equal(got, want(w))
+
+
+def test_tensor_scatter_of_known_or_no_indices_is_one_scatter(ctx):
+    """write_indices an initializer (or absent, meaning 0): the positions are worked out at
+    import, and the device runs one scatter_elements."""
+    for w in (np.array([5, 3], np.int64), None):
+        model, feeds, want = _cache_update("circular", w, inits=True)
+        assert [n.op for n in from_onnx(model).nodes] == ["scatter_elements"]
+        np.testing.assert_array_equal(run(ctx, model, feeds)[0], want(w))

@@ -1,5 +1,5 @@
 """Ops that address elements by position: ArgMax/ArgMin, TopK, the Gather and Scatter
-families, OneHot, CumSum/CumProd, ReverseSequence and Compress.
+families (TensorScatter too), OneHot, CumSum/CumProd, ReverseSequence and Compress.
 
 Index operands arrive as int32 or int64 (the device's index dtypes); positions the device
 computes (ArgMax, TopK's indices) are int64, as ONNX says.
@@ -66,6 +66,46 @@ def scatter_elements(cx: Ctx, node: Any, at: Attrs) -> list:
             "device scatters whole rows of every other axis"
         )
     return [cx.op("scatter_elements", data, idx, upd, axis=axis, reduction=reduction)]
+
+
+def tensor_scatter(cx: Ctx, node: Any, at: Attrs) -> list:
+    """TensorScatter (opset 24), a KV cache's update: `update` written into the cache along
+    `axis` from each batch row's write index (0 without write_indices; modulo the cache's
+    length in circular mode). One scatter_elements, whose indices are the write index plus
+    each update position: worked out at import when the write indices are known then, by
+    an add (and a mod) on the device when a decode step passes them."""
+    cache, update = cx.sym(node.input[0]), cx.sym(node.input[1])
+    shape, ushape = cx.shape(cache), cx.shape(update)
+    rank, mode = len(shape), at.get("mode", "linear")
+    axis = axis_index(int(at.get("axis", -2)), rank)
+    if mode not in ("linear", "circular"):
+        raise Invalid(f"mode={mode!r}: TensorScatter takes 'linear' or 'circular'")
+    if (
+        axis == 0
+        or len(ushape) != rank
+        or ushape[axis] > shape[axis]
+        or any(u != c for k, (u, c) in enumerate(zip(ushape, shape)) if k != axis)
+    ):
+        raise Invalid(f"update {ushape} must be the cache {shape} but for a sequence axis "
+                      f"{axis} (not the batch axis) no longer than the cache's")  # fmt: skip
+    seq = np.arange(ushape[axis], dtype=np.int64).reshape(
+        [ushape[axis] if k == axis else 1 for k in range(rank)]
+    )
+    length = np.int64(shape[axis])
+    written = len(node.input) > 2 and node.input[2]
+    if not written or cx.is_const(node.input[2]):
+        start = np.asarray(cx.const(node.input[2]) if written else np.zeros(shape[0], np.int64))
+        index = start.astype(np.int64).reshape(-1, *[1] * (rank - 1)) + seq
+        index = np.broadcast_to(index % length if mode == "circular" else index, ushape)
+        return [cx.op("scatter_elements", cache, cx.param(np.ascontiguousarray(index)), update,
+                      axis=axis, reduction="none")]  # fmt: skip
+    start = cx.sym(node.input[2])
+    index = cx.op("add", cx.reshape(start, (shape[0], *[1] * (rank - 1))),
+                  cx.param(seq, like=start))  # fmt: skip
+    if mode == "circular":
+        index = cx.op("mod", index, cx.param(np.array(length), like=start))
+    index = cx.op("expand", index, shape=list(ushape))
+    return [cx.op("scatter_elements", cache, index, update, axis=axis, reduction="none")]
 
 
 def scatter_nd(cx: Ctx, node: Any, at: Attrs) -> list:
