@@ -18,7 +18,7 @@ pytest.importorskip("onnx")
 import onnx_suite
 
 # A ratchet: raise it when more cases pass, never lower it (the target is 1,300).
-PASS_FLOOR = 1456
+PASS_FLOOR = 1461
 
 
 @pytest.fixture(scope="module")

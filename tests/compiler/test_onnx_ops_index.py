@@ -261,3 +261,27 @@ def test_tensor_scatter_of_known_or_no_indices_is_one_scatter(ctx):
         model, feeds, want = _cache_update("circular", w, inits=True)
         assert [n.op for n in from_onnx(model).nodes] == ["scatter_elements"]
         np.testing.assert_array_equal(run(ctx, model, feeds)[0], want(w))
+
+
+@pytest.mark.parametrize(
+    "image,block,attrs",
+    [((5, 6), (2, 3), {}),
+     ((6, 7), (3, 2), {"strides": [2, 1], "dilations": [1, 2], "pads": [1, 0, 2, 1]}),
+     ((4, 3, 5), (2, 2, 3), {"pads": [0, 1, 1, 1, 0, 2]})],
+)  # fmt: skip
+def test_col2im_adds_overlapping_blocks_into_the_image(ctx, image, block, attrs):
+    """Col2Im (PyTorch's fold), overlapping blocks added, padding cropped, in 2 and 3
+    spatial dimensions: a fill, two transposes and one scatter_nd (a slice with pads)."""
+    d = len(image)
+    pads = attrs.get("pads", [0] * 2 * d)
+    counts = [
+        (size + pads[a] + pads[a + d] - (dil * (b - 1) + 1)) // s + 1
+        for a, (size, b, s, dil) in enumerate(zip(image, block, attrs.get("strides", [1] * d),
+                                                    attrs.get("dilations", [1] * d)))
+    ]  # fmt: skip
+    x = RNG.standard_normal((2, 3 * int(np.prod(block)), int(np.prod(counts)))).astype(np.float32)
+    inits = {"image": np.array(image, np.int64), "block": np.array(block, np.int64)}
+    model = one_node_model("Col2Im", {"x": x}, ["y"], inits=inits, opset=18, **attrs)
+    ops = [n.op for n in from_onnx(model).nodes if n.op != "reshape"]
+    assert ops == ["transpose", "fill", "scatter_nd", "transpose", *(["slice"] * any(pads))]
+    check(ctx, model, {"x": x})

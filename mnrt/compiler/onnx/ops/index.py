@@ -1,5 +1,5 @@
 """Ops that address elements by position: ArgMax/ArgMin, TopK, the Gather and Scatter
-families (TensorScatter too), OneHot, CumSum/CumProd, ReverseSequence and Compress.
+families (TensorScatter and Col2Im too), OneHot, CumSum/CumProd, ReverseSequence and Compress.
 
 Index operands arrive as int32 or int64 (the device's index dtypes); positions the device
 computes (ArgMax, TopK's indices) are int64, as ONNX says.
@@ -106,6 +106,45 @@ def tensor_scatter(cx: Ctx, node: Any, at: Attrs) -> list:
         index = cx.op("mod", index, cx.param(np.array(length), like=start))
     index = cx.op("expand", index, shape=list(ushape))
     return [cx.op("scatter_elements", cache, index, update, axis=axis, reduction="none")]
+
+
+def col2im(cx: Ctx, node: Any, at: Attrs) -> list:
+    """Col2Im (PyTorch's fold): each column's block added into its window of the padded
+    image, then the padding cropped. One scatter_nd that adds (the blocks overlap) the
+    columns, laid along rows, into a zero image, at the flat positions the shapes give,
+    worked out at import; with the transposes that lay the columns along rows and the
+    image back."""
+    x = cx.sym(node.input[0])
+    image, block = cx.ints(node.input[1], "image_shape"), cx.ints(node.input[2], "block_shape")
+    d, (n, ck, blocks) = len(image), cx.shape(x)
+    strides = list(at.get("strides") or [1] * d)
+    dilations = list(at.get("dilations") or [1] * d)
+    pads = list(at.get("pads") or [0] * (2 * d))
+    taps = int(np.prod(block))
+    if not d or len(block) != d or [len(strides), len(dilations), len(pads)] != [d, d, 2 * d] \
+            or min([*image, *block, *strides, *dilations, taps]) < 1 or min(pads) < 0 \
+            or ck % taps:  # fmt: skip
+        raise Invalid(f"image_shape {image}, block_shape {block}, strides {strides}, "
+                      f"dilations {dilations} and pads {pads} must agree with each other "
+                      f"and with the input's {ck} rows of C * {taps}")  # fmt: skip
+    padded = [size + pads[a] + pads[a + d] for a, size in enumerate(image)]
+    counts = [(p - (dl * (b - 1) + 1)) // s + 1
+              for p, b, s, dl in zip(padded, block, strides, dilations)]  # fmt: skip
+    if min(counts) < 1 or int(np.prod(counts)) != blocks:
+        raise Invalid(f"{blocks} columns, where the image and block shapes give {counts}")
+    tap = np.indices(block).reshape(d, -1, 1) * np.array(dilations).reshape(d, 1, 1)
+    start = np.indices(counts).reshape(d, 1, -1) * np.array(strides).reshape(d, 1, 1)
+    flat = np.ravel_multi_index(tuple(tap + start), padded).reshape(-1, 1)
+    c = ck // taps
+    rows = cx.op("transpose", cx.reshape(x, (n * c, taps * blocks)), perm=[1, 0])
+    zero = cx.op("fill", shape=[int(np.prod(padded)), n * c], value=0.0,
+                 dtype=cx.dtype(x).name)  # fmt: skip
+    added = cx.op("scatter_nd", zero, cx.param(flat.astype(np.int64)), rows, reduction="add")
+    y = cx.reshape(cx.op("transpose", added, perm=[1, 0]), (n, c, *padded))
+    if not any(pads):
+        return [y]
+    return [cx.op("slice", y, starts=pads[:d], ends=[b + i for b, i in zip(pads, image)],
+                  axes=list(range(2, 2 + d)))]  # fmt: skip
 
 
 def scatter_nd(cx: Ctx, node: Any, at: Attrs) -> list:
