@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 from onnx_one_node import check, one_node_model, run
 
 import mnrt
-from mnrt.compiler.onnx import UnsupportedModelError, names
+from mnrt.compiler.onnx import UnsupportedModelError, from_onnx, names
 
 RNG = np.random.default_rng(12)
 
@@ -37,8 +37,6 @@ def test_int64_values_beyond_int32_stay_exact(ctx):
 def test_bfloat16_values_round_to_nearest_even_and_constants_stay_bfloat16(ctx):
     ml_dtypes = pytest.importorskip("ml_dtypes")
     from onnx import helper, numpy_helper
-
-    from mnrt.compiler.onnx import from_onnx
 
     bf16, f32 = TensorProto.BFLOAT16, TensorProto.FLOAT
     nodes = [
@@ -183,8 +181,6 @@ AX = {"axes": np.array([2], np.int64)}
 def test_ops_a_device_kernel_computes_import_as_that_kernel(ctx, op, inits, attrs, kernel):
     """One kernel, where these imported as their formula's three to six: a model holding
     them runs fewer kernels, and narrow floats round once."""
-    from mnrt.compiler.onnx import from_onnx
-
     x = np.abs(X35) if op == "ReduceLogSum" else X35
     model = one_node_model(op, {"x": x}, ["y"], inits=inits, **attrs)
     assert [n.op for n in from_onnx(model).nodes] == [kernel]
@@ -194,8 +190,6 @@ def test_ops_a_device_kernel_computes_import_as_that_kernel(ctx, op, inits, attr
 def test_not_and_trilu_import_as_their_kernels(ctx):
     """logical_not (was an equal with a False constant) and trilu (was a where with a mask
     constant of the matrix's size); Trilu's k beyond the matrix keeps all or nothing."""
-    from mnrt.compiler.onnx import from_onnx
-
     b = RNG.uniform(-1, 1, (3, 4)) > 0
     model = one_node_model("Not", {"x": b}, ["y"])
     assert [n.op for n in from_onnx(model).nodes] == ["logical_not"]
@@ -210,8 +204,6 @@ def test_not_and_trilu_import_as_their_kernels(ctx):
 def test_instance_and_group_norms_scale_and_shift_in_one_kernel(ctx):
     """layernorm, then the per-channel scale and bias as one scale_shift (was a mul and an
     add; float32 results the same to the bit)."""
-    from mnrt.compiler.onnx import from_onnx
-
     x = RNG.standard_normal((2, 4, 3, 5)).astype(np.float32)
     s, b = RNG.standard_normal(4).astype(np.float32), RNG.standard_normal(4).astype(np.float32)
     for op, attrs in (("InstanceNormalization", {}), ("GroupNormalization", {"num_groups": 2})):
@@ -226,8 +218,6 @@ def test_instance_and_group_norms_scale_and_shift_in_one_kernel(ctx):
 @pytest.mark.parametrize("op,want", [("ReduceMax", np.any), ("ReduceMin", np.all)])
 def test_bool_max_and_min_are_one_kernel(ctx, op, want):
     """any and all: the max and min kernels take bool (were a cast each way around them)."""
-    from mnrt.compiler.onnx import from_onnx
-
     x = RNG.uniform(-1, 1, (3, 4)) > 0.3
     model = one_node_model(op, {"x": x}, ["y"], inits={"a": np.array([1], np.int64)},
                            keepdims=0)  # fmt: skip
@@ -239,8 +229,6 @@ def test_bool_max_and_min_are_one_kernel(ctx, op, want):
 def test_lp_normalization_divides_by_one_norm_kernel(ctx, p, norm):
     """The l1 or l2 kernel, then a zero norm made 1 and the division (was three kernels
     for the norm)."""
-    from mnrt.compiler.onnx import from_onnx
-
     x = X35.copy()
     x[0, 1] = 0  # a slice of zeros stays zero
     model = one_node_model("LpNormalization", {"x": x}, ["y"], p=p, axis=-1)
@@ -251,8 +239,6 @@ def test_lp_normalization_divides_by_one_norm_kernel(ctx, p, norm):
 
 def test_hardmax_is_argmax_and_onehot(ctx):
     """1 at the first maximum, the first nan winning: two kernels (were twelve)."""
-    from mnrt.compiler.onnx import from_onnx
-
     x = np.array([[1, 3, 3, 0], [2, np.nan, 5, np.nan], [-1, -1, -2, -1]], np.float32)
     model = one_node_model("Hardmax", {"x": x}, ["y"], axis=1)
     assert [n.op for n in from_onnx(model).nodes] == ["argmax", "onehot"]
