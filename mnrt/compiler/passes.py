@@ -9,7 +9,6 @@ import numpy as np
 
 from ..device import dtypes as dt
 from ..device.kernels import TensorSpec, chain, lookup, retarget_result_dtype
-from ..device.mapping import PROBLEMS
 from ..device.spec import MNCORE2
 from ..user_warning import warn
 from .ir import MATRIX_OPS, PARAM, TEMP, Graph, GraphError, Node, Value
@@ -72,14 +71,8 @@ def _warn_out_of_range(name: str, v: Value, target: dt.DType, mode: str) -> None
 
 
 def _mixed(g: Graph) -> Graph:
-    # The products the MAU is mapped for (device/mapping.PROBLEMS: gemm, conv2d). Another
-    # (conv_transpose2d) stays float: mapped for no tiles, no chain takes its casts in at
-    # O3 (a decoder of two stride-2 ConvTransposes in half with its casts: 12.3 us against
-    # 8.9 in float), and O2's pricing kept it float anyway.
     in_half = {
-        id(n)
-        for n in g.nodes
-        if n.op in MATRIX_OPS and n.op in PROBLEMS and g.values[n.inputs[0]].dtype is dt.FLOAT
+        id(n) for n in g.nodes if n.op in MATRIX_OPS and g.values[n.inputs[0]].dtype is dt.FLOAT
     }
     # A parameter that anything else reads too (a float kernel, the graph's outputs) keeps
     # its float value for those; the matrix kernels read a half copy of it.

@@ -199,7 +199,15 @@ def _conv_roles(ins, outs, attrs) -> list[list[str | None] | None]:
     return [r if t is not None else None for r, t in zip(roles, ins)] + [[b, "m", "n", None]]
 
 
-_ROLES = {"gemm": _gemm_roles, "conv2d": _conv_roles}
+def _conv_transpose_roles(ins, outs, attrs) -> list[list[str | None] | None]:
+    """x's pixels are the product's n and its channels k; w's channels k and its output
+    channels (with the taps) m; the result's channels m, its pixels scattered from n."""
+    b = "b" if attrs.get("groups", 1) == 1 else None
+    roles: list[list[str | None]] = [[b, "k", "n", None], ["k", "m", None, None], ["m"]]
+    return [r if t is not None else None for r, t in zip(roles, ins)] + [[b, "m", "n", None]]
+
+
+_ROLES = {"gemm": _gemm_roles, "conv2d": _conv_roles, "conv_transpose2d": _conv_transpose_roles}
 
 
 def mapping_layouts(

@@ -323,7 +323,31 @@ def _conv2d(ins, outs, attrs, flops) -> Problem:
     )
 
 
-PROBLEMS: dict[str, ProblemFn] = {"gemm": _gemm, "conv2d": _conv2d}
+def _conv_transpose2d(ins, outs, attrs, flops) -> Problem:
+    x, w = ins[0], ins[1]
+    n, c, h, wd = x.shape
+    _, og, kh, kw = w.shape
+    g = attrs.get("groups", 1)
+    e = x.dtype.itemsize
+    operands = [t for t in ins if t is not None] + list(outs)
+    # As the kernel computes it, a GEMM per image and group: [O/g * kH * kW, C/g] weights x
+    # [C/g, H * W] pixels, every product of a pixel and a tap then added into its place in
+    # the output as it leaves the accumulators.
+    a_bytes = float(n * w.nbytes)  # weights, once per image unless resident
+    b_bytes = float(x.nbytes)
+    roles = ("b", "a", *("once",) * (len(operands) - 2))
+    nbytes = (b_bytes, a_bytes, *(float(t.nbytes) for t in operands[2:]))
+    return Problem(
+        n * g, og * kh * kw, h * wd, c // g, e, precision_of(operands), flops, a_bytes, b_bytes,
+        nbytes, roles,
+    )  # fmt: skip
+
+
+PROBLEMS: dict[str, ProblemFn] = {
+    "gemm": _gemm,
+    "conv2d": _conv2d,
+    "conv_transpose2d": _conv_transpose2d,
+}
 
 
 def _headed(ins, outs, attrs, flops) -> Problem:

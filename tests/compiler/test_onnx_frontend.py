@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import warnings
 
@@ -1488,19 +1489,28 @@ def test_an_input_kernels_also_read_is_not_made_a_constant():
             from_onnx(model, examples)
 
 
-def test_conv_transpose_is_one_kernel_that_mixed_keeps_float(ctx):
+def test_conv_transpose_is_one_kernel_the_mau_maps(ctx):
     """ConvTranspose is the conv_transpose2d kernel (it was a zero-inserted input, three
-    kernels an axis, and a conv2d doing stride**2 times the products); float_dtype=mixed
-    leaves it float, as no MAU mapping lets a chain take its casts in."""
+    kernels an axis, and a conv2d doing stride**2 times the products), mapped onto the MAU
+    as a conv is: at O3 the Relu after it is its epilogue, one chain, and with
+    float_dtype=mixed it runs in half, the roundings around it steps of that chain."""
     w = (RNG.standard_normal((4, 3, 4, 4)) * 0.1).astype(np.float32)
-    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1])
-    model = make_model([node], [vi("x", F, [1, 4, 5, 6])], [vi("y", F, [1, 3, 10, 12])],
+    nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["u"], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["u"], ["y"])]  # fmt: skip
+    model = make_model(nodes, [vi("x", F, [1, 4, 5, 6])], [vi("y", F, [1, 3, 10, 12])],
                        [init("w", w)])  # fmt: skip
-    assert [n.op for n in from_onnx(model).nodes] == ["conv_transpose2d"]
+    assert [n.op for n in from_onnx(model).nodes] == ["conv_transpose2d", "relu"]
     x = randn(1, 4, 5, 6)
     (want,) = ReferenceEvaluator(model).run(None, {"x": x})
-    for preset in ("O1", "O3"):
-        compiled = ctx.compile(model, {"x": x}, options={"float_dtype": "mixed",
-                                                         "option_json": preset})  # fmt: skip
-        assert "cast" not in [n.op for n in compiled.graph.nodes]
-        np.testing.assert_allclose(compiled({"x": x})["y"].cpu(), want, rtol=1e-4, atol=1e-5)
+    runs = {"float": ["conv_transpose2d", "relu"],
+            "mixed": ["cast", "conv_transpose2d", "cast", "relu"]}  # fmt: skip
+    for float_dtype, tolerance in (("float", 1e-5), ("mixed", 4e-3)):
+        compiled = ctx.compile(model, {"x": x}, options={"float_dtype": float_dtype,
+                                                         "option_json": "O3"})  # fmt: skip
+        (chain,) = compiled.graph.nodes
+        steps = [step["op"] for step in json.loads(chain.attrs["steps"])]
+        assert steps == runs[float_dtype]
+        assert chain.attrs["mapping"]
+        np.testing.assert_allclose(compiled({"x": x})["y"].cpu(), want, rtol=tolerance,
+                                   atol=tolerance)  # fmt: skip

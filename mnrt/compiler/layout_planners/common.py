@@ -79,6 +79,7 @@ def _relayout(graph: Graph, node: Node, spec: DeviceSpec) -> tuple[list, list]:
 ARRANGED: dict[str, Callable[[Graph, Node, DeviceSpec], tuple[list, list]]] = {
     "gemm": _matrix,
     "conv2d": _matrix,
+    "conv_transpose2d": _matrix,
     "relayout": _relayout,
 }
 
