@@ -304,43 +304,37 @@ def _gemm(ins, outs, attrs, flops) -> Problem:
     return Problem(batch, m, n, k, e, precision_of(operands), flops, *per, nbytes, roles)
 
 
-def _conv2d(ins, outs, attrs, flops) -> Problem:
+def _per_image(ins, outs, attrs, flops, m: int, n: int, k: int) -> Problem:
+    """A convolution as `batch` GEMMs, one per image and group, of [m, k] weights by [k, n]
+    columns made on chip from the image: the image (x) is what crosses DRAM as b, the
+    weights (w) as a, once per image unless resident, the rest once."""
     x, w = ins[0], ins[1]
-    out = outs[0]
-    n, o, oh, ow = out.shape
-    g = attrs.get("groups", 1)
-    k = w.shape[1] * w.shape[2] * w.shape[3]
-    e = x.dtype.itemsize
     operands = [t for t in ins if t is not None] + list(outs)
-    # As a GEMM per image and group: [O/g, K] weights x [K, OH*OW] columns, the columns
-    # unfolded on chip from the image, which is what crosses DRAM.
-    a_bytes = float(n * w.nbytes)  # weights, once per image unless resident
-    b_bytes = float(x.nbytes)
+    images = x.shape[0]
+    a_bytes, b_bytes = float(images * w.nbytes), float(x.nbytes)
     roles = ("b", "a", *("once",) * (len(operands) - 2))
     nbytes = (b_bytes, a_bytes, *(float(t.nbytes) for t in operands[2:]))
     return Problem(
-        n * g, o // g, oh * ow, k, e, precision_of(operands), flops, a_bytes, b_bytes, nbytes, roles
-    )
+        images * attrs.get("groups", 1), m, n, k, x.dtype.itemsize, precision_of(operands),
+        flops, a_bytes, b_bytes, nbytes, roles,
+    )  # fmt: skip
+
+
+def _conv2d(ins, outs, attrs, flops) -> Problem:
+    """[O/g, C/g * kH * kW] weights by the unfolded columns of each output pixel."""
+    _, o, oh, ow = outs[0].shape
+    w = ins[1]
+    return _per_image(ins, outs, attrs, flops, o // attrs.get("groups", 1), oh * ow,
+                      w.shape[1] * w.shape[2] * w.shape[3])  # fmt: skip
 
 
 def _conv_transpose2d(ins, outs, attrs, flops) -> Problem:
-    x, w = ins[0], ins[1]
-    n, c, h, wd = x.shape
-    _, og, kh, kw = w.shape
-    g = attrs.get("groups", 1)
-    e = x.dtype.itemsize
-    operands = [t for t in ins if t is not None] + list(outs)
-    # As the kernel computes it, a GEMM per image and group: [O/g * kH * kW, C/g] weights x
-    # [C/g, H * W] pixels, every product of a pixel and a tap then added into its place in
-    # the output as it leaves the accumulators.
-    a_bytes = float(n * w.nbytes)  # weights, once per image unless resident
-    b_bytes = float(x.nbytes)
-    roles = ("b", "a", *("once",) * (len(operands) - 2))
-    nbytes = (b_bytes, a_bytes, *(float(t.nbytes) for t in operands[2:]))
-    return Problem(
-        n * g, og * kh * kw, h * wd, c // g, e, precision_of(operands), flops, a_bytes, b_bytes,
-        nbytes, roles,
-    )  # fmt: skip
+    """As the kernel computes it: [O/g * kH * kW, C/g] weights by the input's pixels, every
+    product of a pixel and a tap then added into its place in the output as it leaves the
+    accumulators."""
+    _, c, h, wd = ins[0].shape
+    _, og, kh, kw = ins[1].shape
+    return _per_image(ins, outs, attrs, flops, og * kh * kw, h * wd, c // attrs.get("groups", 1))
 
 
 PROBLEMS: dict[str, ProblemFn] = {
