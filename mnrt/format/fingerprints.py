@@ -94,11 +94,14 @@ class Sample(NamedTuple):
         return flat[: step * self.runs].reshape(self.runs, step)[:, : self.run]
 
 
-# What captures take since format 1.3. Format 1.2 took 64 runs of 256 (the schema's
-# defaults): on the light models of many small kernels, copying and summarising those
-# 16384 elements of every output cost 1-5 points of capture time more than 2048 elements
-# spread as widely do (benchmarks/bench_tools.py, "1.2smp").
-SAMPLE = Sample(64, 32)
+# What captures take (a binary records its sample since format 1.3, so a replay reads each
+# binary's own). Format 1.2 took 64 runs of 256 (the schema's defaults): on the light models
+# of many small kernels, copying and summarising those 16384 elements of every output cost
+# 1-5 points of capture time more than 2048 elements spread as widely did; runs of 16 (a
+# cache line of float32) at the same 64 places cost 0.2-0.8 points less again than runs of
+# 32 (benchmarks/bench_tools.py, "1.2smp"; the fingerprints' CPU time, ShuffleNet,
+# DenseNet-121 and SqueezeNet at O1), the hash of every bit being the rest.
+SAMPLE = Sample(64, 16)
 
 
 def stats_of(bits: np.ndarray, values: np.ndarray, sample: Sample = SAMPLE) -> Stats:

@@ -27,6 +27,7 @@ from mnrt.format import blobs, jsonio
 from mnrt.format.blobs import BlobTable
 from mnrt.format.edit import STRONG_LEVEL, Editor
 from mnrt.format.fb.CommandUnion import CommandUnion as U
+from mnrt.format.fingerprints import SAMPLE
 from mnrt.replay.diff import diff, to_text
 from mnrt.replay.reduce import with_kernels, without
 
@@ -54,9 +55,9 @@ def test_fingerprints_taken_over_another_sample_show_in_the_header():
     d = diff(a, jsonio.from_json(doc))
     assert not d["equal"] and d["commands_equal"] == len(a) and not d["fingerprints"]["differ"]
     assert [(h["field"], h["a"], h["b"]) for h in d["header"]] == [
-        ("fingerprint_sample", (64, 32), (64, 256))
+        ("fingerprint_sample", tuple(SAMPLE), (64, 256))
     ]
-    assert "~ fingerprint_sample: Sample(runs=64, run=32) -> Sample(runs=64, run=256)" in to_text(d)
+    assert f"~ fingerprint_sample: {SAMPLE!r} -> Sample(runs=64, run=256)" in to_text(d)
     doc["fingerprints"] = []
     unprinted = jsonio.from_json(doc)
     assert unprinted.fingerprint_sample == (64, 256)  # the default: it records none
