@@ -6,7 +6,9 @@ to them: symbolic dimensions, axes or shapes given as graph inputs), then runs t
 Shared by tests/compiler/test_onnx_node_suite.py and benchmarks/onnx_node_suite.py.
 
 Every case gets one verdict:
-- pass: every output matches;
+- pass: every output matches; or, where a float32 case's expected values lie from the exact
+  ones (ONNX's reference evaluator run in float64) by no more than rounding, the outputs
+  match the exact ones (an inverse DFT's expected imaginary parts hold float32's noise);
 - refused: an MnrtError at compile or run (the device cannot do it; acceptable), or a model
   whose precision no float_dtype computes in (NO_PRECISION: float16, bfloat16 in, float32
   with float64);
@@ -221,15 +223,55 @@ def _inputs(case: Any, data: list[Any]) -> dict[str, Any]:
     return dict(zip(names_, (array(d) for d in data)))
 
 
-def _verdict_of_outputs(case: Any, outputs: list[Any], expected: list[Any],
+def _verdict_of_outputs(case: Any, data: list[Any], outputs: list[Any], expected: list[Any],
                         exact_dtype: bool) -> str | None:  # fmt: skip
     if len(outputs) != len(expected):
         return f"{len(outputs)} output(s), expected {len(expected)}"
-    for i, (g, w) in enumerate(zip(outputs, expected)):
-        diff = compare(g, array(w), case.rtol, case.atol, exact_dtype)
-        if diff is not None:
-            return f"output {i}: {diff}"
-    return None
+    wants = [array(w) for w in expected]
+    diffs = [compare(g, w, case.rtol, case.atol, exact_dtype) for g, w in zip(outputs, wants)]
+    i = next((i for i, d in enumerate(diffs) if d is not None), None)
+    if i is None:
+        return None
+    if not all(isinstance(w, np.ndarray) and w.dtype == np.float32 for w in wants):
+        return f"output {i}: {diffs[i]}"
+    exact = _exact_outputs(case, data)
+    if exact is not None and all(
+        _rounded_from(w, x) and compare(g, x.astype(w.dtype), case.rtol, case.atol,
+                                        exact_dtype) is None
+        for g, w, x in zip(outputs, wants, exact)
+    ):  # fmt: skip
+        return None
+    return f"output {i}: {diffs[i]}"
+
+
+# How far a case's expected float values may lie from the exact ones and still count as
+# their rounding (in units of the dtype's epsilon, times the output's largest magnitude).
+_ROUNDING_EPS = 8
+
+
+def _exact_outputs(case: Any, data: list[Any]) -> list[np.ndarray] | None:
+    """The case's outputs as ONNX's reference evaluator computes them from its float inputs
+    in float64, or None where it cannot. Some cases' expected values carry the rounding of
+    the float32 arithmetic that made them (an inverse DFT's imaginary parts of 2e-7 where
+    the exact ones are 1e-15), beyond the case's own atol of 1e-7."""
+    from onnx.reference import ReferenceEvaluator
+
+    feeds = _inputs(case, data)
+    wide = {n: v.astype(np.float64) if getattr(v, "dtype", None) == np.float32 else v
+            for n, v in feeds.items()}  # fmt: skip
+    try:
+        return [np.asarray(r) for r in ReferenceEvaluator(case.model).run(None, wide)]
+    except Exception:
+        return None
+
+
+def _rounded_from(want: np.ndarray, exact: np.ndarray) -> bool:
+    """Whether a float32 expected output differs from the exact one only as rounding does."""
+    if exact.shape != want.shape or exact.dtype.kind != "f":
+        return False
+    scale = float(np.max(np.abs(exact), initial=0.0))
+    err = np.abs(want.astype(np.float64) - exact)
+    return bool(np.all(err <= _ROUNDING_EPS * np.finfo(np.float32).eps * scale))
 
 
 def _compile(
@@ -270,7 +312,7 @@ def run_mnrt(case: Any, ctx: mnrt.Context, preset: str = "O1", mixed: bool = Fal
                     compiled, folded = _compile(ctx, case, feeds, precision, preset)
                 got = compiled({n: feeds[n] for n in compiled.input_names})
                 outputs = [got[n].cpu() for n in order]
-                diff = _verdict_of_outputs(case, outputs, list(expected), False)
+                diff = _verdict_of_outputs(case, data, outputs, list(expected), False)
                 if diff is not None:
                     return Result(case.name, op, "wrong", diff)
     except mnrt.MnrtError as e:
@@ -295,7 +337,7 @@ def run_onnxruntime(case: Any) -> Result:
                                         providers=["CPUExecutionProvider"])  # fmt: skip
             for data, expected in case.data_sets:
                 got = sess.run(None, _inputs(case, data))
-                diff = _verdict_of_outputs(case, got, list(expected), True)
+                diff = _verdict_of_outputs(case, data, got, list(expected), True)
                 if diff is not None:
                     return Result(case.name, op, "wrong", diff)
     except Exception as e:

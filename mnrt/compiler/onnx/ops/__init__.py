@@ -28,6 +28,7 @@ from . import (
     resize,
     sample,
     shape,
+    spectral,
     transformer,
     unary,
 )
@@ -117,6 +118,9 @@ register("Resize", resize.resize)
 register("Upsample", resize.resize)
 register("GridSample", sample.grid_sample)
 register("AffineGrid", sample.affine_grid)
+# spectral: a transform along one axis is a constant matrix
+register("DFT", spectral.dft)
+register("STFT", spectral.stft)
 # positions: arg, top-k, gather and scatter, one-hot, running sums
 register("ArgMax", index.arg("argmax"))
 register("ArgMin", index.arg("argmin"))
