@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 from onnx_one_node import check, one_node_model, run
 
 import mnrt
-from mnrt.compiler.onnx import UnsupportedModelError, from_onnx, names
+from mnrt.compiler.onnx import InvalidModelError, UnsupportedModelError, from_onnx, names
 
 RNG = np.random.default_rng(12)
 
@@ -294,3 +294,19 @@ def test_imported_new_ops_and_dtypes_export_back_to_onnx():
     for g, w in zip(got, want):
         assert g.dtype == w.dtype
         np.testing.assert_array_equal(g, w)
+
+
+def test_bitcast_reads_the_bits_as_another_type_of_the_same_width(ctx):
+    x = np.array([1.0, -0.0, np.inf, np.nan, 3.5e-39], np.float32)
+    model = one_node_model("BitCast", {"x": x}, ["y"], opset=26, to=TensorProto.INT32)
+    assert [n.op for n in from_onnx(model).nodes] == ["bitcast"]
+    (got,) = check(ctx, model, {"x": x})
+    assert got.tolist() == x.view(np.int32).tolist()
+    # a float_dtype that changes the float's width leaves no bits to read as int32
+    with pytest.raises(mnrt.MnrtError, match="widths must agree"):
+        ctx.compile(model, {"x": x}, options={"float_dtype": "double"})
+    with pytest.raises(mnrt.MnrtError, match="x is half.*model's own precision"):
+        ctx.compile(model, {"x": x}, options={"float_dtype": "half"})
+    wide = one_node_model("BitCast", {"x": x}, ["y"], opset=26, to=TensorProto.INT64)
+    with pytest.raises(InvalidModelError, match="BitCast keeps the width"):
+        from_onnx(wide)

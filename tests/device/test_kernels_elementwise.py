@@ -1,4 +1,4 @@
-"""Elementwise kernels (unary, binary, comparisons, where, cast, fill, copy) against
+"""Elementwise kernels (unary, binary, comparisons, where, cast, bitcast, fill, copy) against
 per-element Python references.
 
 Tolerances: results are checked as |y - ref| <= atol + rtol * |ref| with the dtype's own
@@ -416,6 +416,43 @@ def test_cast_to_float_rounds_once():
     x = np.random.default_rng(2).uniform(-100, 100, 50).astype(np.float32)
     np.testing.assert_array_equal(run("cast", operand(x), to="half"), round_to_half(x))
     np.testing.assert_array_equal(run("cast", operand(x), to="double"), x.astype(np.float64))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    bits=hnp.arrays(np.uint32, hnp.array_shapes(max_dims=3, max_side=4)),
+    pair=st.sampled_from([("float", "int32"), ("float", "uint32"), ("int32", "uint32")]),
+)
+@example(bits=np.array([0x7FA00001, 0x80000000, 0xFF800000], np.uint32), pair=("float", "int32"))
+def test_bitcast_keeps_every_bit_both_ways(bits, pair):
+    """NaN payloads (signalling ones too) and -0.0 come through as they are stored."""
+    a, b = (dt.dtype(name) for name in pair)
+    x = operand(bits.view(a.storage), a)
+    y = run("bitcast", x, to=b.name)
+    assert y.dtype == b.storage and y.shape == bits.shape
+    np.testing.assert_array_equal(y.view(np.uint32), bits)
+    back = run("bitcast", operand(y, b), to=a.name)
+    np.testing.assert_array_equal(back.view(np.uint32), bits)
+
+
+def test_bitcast_of_eight_two_and_one_byte_types():
+    d = np.array([1.5, -0.0, np.inf], np.float64)
+    assert run("bitcast", operand(d), to="int64").tolist() == d.view(np.int64).tolist()
+    s = np.array([-1, 2, -32768], np.int16)
+    assert run("bitcast", operand(s), to="uint16").tolist() == [65535, 2, 32768]
+    assert run("bitcast", operand(np.array([True, False])), to="uint8").tolist() == [1, 0]
+    assert run("bitcast", operand(np.array([-1], np.int8)), to="uint8").tolist() == [255]
+
+
+def test_bitcast_refuses_other_widths_dtypes_not_stored_as_computed_and_bool_targets():
+    with pytest.raises(DTypeError, match=r"float \(32 bits\) and to is int64 \(64 bits\)"):
+        infer("bitcast", spec((2,)), to="int64")
+    with pytest.raises(DTypeError, match="x is half, which kernels compute in float32"):
+        infer("bitcast", spec((2,), "half"), to="int16")
+    with pytest.raises(DTypeError, match="to is float16"):
+        infer("bitcast", spec((2,), "uint16"), to="float16")
+    with pytest.raises(DTypeError, match="to bool from uint8"):
+        infer("bitcast", spec((2,), "uint8"), to="bool")
 
 
 def test_cast_double_to_half_rounds_once():

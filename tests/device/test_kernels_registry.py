@@ -78,6 +78,7 @@ def _samples() -> dict[str, tuple[list, dict]]:
             "expand": ([operand(x[:, :1])], {"shape": (5, 2, 3, 4)}),
             "where": ([operand(x > 0), operand(x), operand(np.float32(0))], {}),
             "cast": ([operand(x)], {"to": "half"}),
+            "bitcast": ([operand(x)], {"to": "int32"}),
             "fill": ([], {"shape": (2, 2), "value": 3.0, "dtype": "int32"}),
             "copy": ([operand(x, "half")], {}),
             "topk": ([operand(x)], {"k": 2}),

@@ -1,7 +1,9 @@
-"""Selection, conversion and creation kernels: where, the comparisons, cast, fill and copy.
+"""Selection, conversion and creation kernels: where, the comparisons, cast, bitcast, fill
+and copy.
 
-`cast` is the one kernel that changes dtype; every other kernel refuses mixed dtypes and
-names it. Its conversions are those of the device's converters: float to integer truncates
+`cast` and `bitcast` are the kernels that change dtype; every other kernel refuses mixed
+dtypes and names them. `bitcast` keeps the stored bits and reads them as another dtype of
+the same width. Its conversions are those of the device's converters: float to integer truncates
 toward zero, maps nan to 0 and saturates at the integer range (infinities too); integer to
 a narrower integer saturates as well; anything to bool is != 0 (so nan is True); integers
 and floats go to a float target rounded once, to nearest even.
@@ -144,6 +146,45 @@ register(
         cost=_same_shape_cost,
         reduction=exact,
         pointwise=True,
+    )
+)
+
+
+def _bitcast_infer(ins, attrs):
+    x, to = ins[0], dt.DTYPES[attrs["to"]]
+    for end, d in (("x", x.dtype), ("to", to)):
+        if not d.direct:
+            raise DTypeError(
+                f"kernel 'bitcast': {end} is {d.name}, which kernels compute in "
+                f"{d.compute.name} and store as {d.storage.name}; bitcast reads the bits of "
+                "dtypes stored as computed (float, double, the integers, bool; where "
+                "float_dtype made a float half, compile in the model's own precision)"
+            )
+    if x.dtype.itemsize != to.itemsize:
+        raise DTypeError(
+            f"kernel 'bitcast': x is {x.dtype.name} ({x.dtype.itemsize * 8} bits) and to is "
+            f"{to.name} ({to.itemsize * 8} bits); the widths must agree (where float_dtype "
+            "changed a float's width, compile in the model's own precision)"
+        )
+    if to is dt.BOOL and x.dtype is not dt.BOOL:
+        raise DTypeError(
+            f"kernel 'bitcast': to bool from {x.dtype.name}: a byte other than 0 or 1 is no "
+            "bool value; compare with zero (not_equal) instead"
+        )
+    return [OutSpec(x.shape, (to,))]
+
+
+register(
+    KernelDef(
+        name="bitcast",
+        doc="the stored bits of x read as dtype to, of the same width (ONNX BitCast)",
+        inputs=("x",),
+        outputs=("y",),
+        attrs={"to": Attr("str", REQUIRED, "target dtype name", choices=_DTYPE_NAMES)},
+        infer=_bitcast_infer,
+        compute=lambda ins, attrs, outs: [ins[0].view(dt.DTYPES[attrs["to"]].storage)],
+        cost=_same_shape_cost,
+        reduction=exact,
     )
 )
 

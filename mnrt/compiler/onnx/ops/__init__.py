@@ -61,6 +61,7 @@ register("HardSwish", unary.activation("hard_swish"))
 register("Swish", unary.swish)
 register("Not", unary.not_)
 register("CastLike", unary.cast_like)
+register("BitCast", unary.bit_cast)
 # binary and variadic
 register("Max", binary.variadic("maximum"))
 register("Min", binary.variadic("minimum"))

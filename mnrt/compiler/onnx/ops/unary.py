@@ -140,6 +140,18 @@ def cast_like(cx: Ctx, node: Any, at: Attrs) -> list:
     return _cast_to(cx, cx.sym(node.input[0]), to)
 
 
+def bit_cast(cx: Ctx, node: Any, at: Attrs) -> list:
+    """BitCast (opset 26): the input's bits read as `to`, a type of the same width."""
+    to = device_dtype_name(at.get("to"), "BitCast")
+    x = cx.sym(node.input[0])
+    if resolve_dtype(to).itemsize != cx.dtype(x).itemsize:
+        raise Invalid(
+            f"to is {to} ({resolve_dtype(to).itemsize * 8} bits) and the input "
+            f"{cx.dtype(x).name} ({cx.dtype(x).itemsize * 8} bits): BitCast keeps the width"
+        )
+    return [cx.op("bitcast", x, to=to)]
+
+
 def _holds(wide: DType, narrow: DType) -> bool:
     """Whether every value of integer dtype `narrow` is a value of `wide`."""
     a, b = np.iinfo(wide.storage), np.iinfo(narrow.storage)
