@@ -1368,12 +1368,44 @@ def test_resize_by_constant_matrices(dev, q, attrs):
     check_against_reference(dev, q, model, {"x": randn(1, 2, 3, 4)}, rtol=1e-5, atol=1e-6)
 
 
-def test_resize_crop_and_resize_is_refused():
-    node = helper.make_node("Resize", ["x", "roi", "s"], ["y"], name="rs",
+@pytest.mark.parametrize(
+    ("axes", "roi", "scales", "extra"),
+    [(None, [0, 0, 0.2, 0.15, 1, 1, 0.9, 1.3], [1, 1, 1.5, 0.75], {"extrapolation_value": 7.0}),
+     ([3, 2], [0.25, -0.5, 0.75, 0.6], [2.0, 1.0], {"mode": "linear"}),
+     ([2], [0.1, 0.8], [1.0], {"mode": "cubic", "exclude_outside": 1})],
+    ids=["nearest-extrapolated", "linear-axes", "cubic-roi-only"],
+)  # fmt: skip
+def test_resize_crop_and_resize_runs_as_the_resize_kernel(dev, q, axes, roi, scales, extra):
+    """tf_crop_and_resize: positions outside the roi take extrapolation_value, which no
+    matrix gives; even a scale of 1 crops to the roi. One resize kernel."""
+    attrs = {"coordinate_transformation_mode": "tf_crop_and_resize", **extra}
+    attrs.update({"axes": axes} if axes else {})
+    node = helper.make_node("Resize", ["x", "roi", "s"], ["y"], **attrs)
+    inits = [init("roi", np.array(roi, np.float32)), init("s", np.array(scales, np.float32))]
+    model = make_model([node], [vi("x", F, [1, 2, 5, 6])], [vi("y", F, None)], inits, 19)
+    assert [n.op for n in from_onnx(model).nodes] == ["resize"]
+    check_against_reference(dev, q, model, {"x": randn(1, 2, 5, 6)}, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("policy", ["not_larger", "not_smaller"])
+@pytest.mark.parametrize("sizes", [[7, 3], [2, 9], [4, 6]])
+def test_resize_keeping_the_aspect_ratio_scales_every_axis_alike(dev, q, policy, sizes):
+    node = helper.make_node("Resize", ["x", "", "", "sz"], ["y"], axes=[2, 3], mode="linear",
+                            keep_aspect_ratio_policy=policy)  # fmt: skip
+    inits = [init("sz", np.array(sizes, np.int64))]
+    model = make_model([node], [vi("x", F, [1, 1, 4, 6])], [vi("y", F, None)], inits, 19)
+    ratio = (min if policy == "not_larger" else max)(sizes[0] / 4, sizes[1] / 6)
+    (y,) = run_on_device(dev, q, from_onnx(model), [randn(1, 1, 4, 6)])
+    assert y.shape == (1, 1, int(ratio * 4 + 0.5), int(ratio * 6 + 0.5))
+    check_against_reference(dev, q, model, {"x": randn(1, 1, 4, 6)}, rtol=1e-5, atol=1e-6)
+
+
+def test_resize_crop_and_resize_needs_its_roi():
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], name="rs",
                             coordinate_transformation_mode="tf_crop_and_resize")  # fmt: skip
-    inits = [init("roi", np.array([0, 0, 1, 1], np.float32)), init("s", np.ones(2, np.float32))]
+    inits = [init("s", np.ones(2, np.float32))]
     model = make_model([node], [vi("x", F, [3, 4])], [vi("y", F, None)], inits, 19)
-    with pytest.raises(UnsupportedModelError, match=r"rs \(Resize\): coordinate_trans"):
+    with pytest.raises(InvalidModelError, match=r"rs \(Resize\): tf_crop_and_resize needs roi"):
         from_onnx(model)
 
 

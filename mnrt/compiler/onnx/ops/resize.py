@@ -2,7 +2,10 @@
 fixed weighted sum of input elements: one-hot for nearest, two taps for linear, four for
 cubic), so it is computed at import time by running ONNX's reference op on an identity, and
 applied on the device as a gather (nearest: exact) or a GEMM (linear, cubic). Axes are
-resized one after another, as the ops are separable."""
+resized one after another, as the ops are separable. Two forms are no such matrix, and
+run as the device's resize kernel instead: tf_crop_and_resize (positions outside the roi
+take extrapolation_value, a constant rather than a weighted sum) and sizes kept to the
+aspect ratio (every axis's matrix depends on the scale that all of them decide)."""
 
 from __future__ import annotations
 
@@ -92,15 +95,73 @@ def _along(cx: Ctx, x: Symbol, axis: int, m: np.ndarray) -> Symbol:
     return cx.op("transpose", y, perm=back) if axis != rank - 1 else y
 
 
+def _resize_kernel(cx: Ctx, node: Any, at: Attrs, x: Symbol, policy: str) -> Symbol:
+    """The device's resize kernel, with the full-rank scales, sizes and roi it takes (see
+    device/kernels/resize.py): a policy other than stretch scales every axis in `axes` by
+    the least (not_larger) or greatest (not_smaller) of their size ratios, and rounds each
+    size half up, as ONNX's reference does."""
+    shape = cx.shape(x)
+    rank = len(shape)
+    axes = [axis_index(a, rank) for a in (at.get("axes") or range(rank))]
+    if len(set(axes)) != len(axes):
+        raise Invalid(f"axes {at.get('axes')} name an axis twice")
+    scales = _optional_const(cx, node, 2, "scales")
+    sizes = _optional_const(cx, node, 3, "sizes")
+    given = scales if scales is not None else sizes
+    if given is None or given.size != len(axes):
+        raise Invalid(f"Resize needs one scale or size per axis of {axes}")
+    full_scales: list[float] = []
+    full_sizes: list[int] = []
+    if scales is not None:
+        full_scales = [1.0] * rank
+        for a, v in zip(axes, scales.tolist()):
+            full_scales[a] = float(v)
+    elif policy == "stretch":
+        full_sizes = list(shape)
+        for a, v in zip(axes, sizes.tolist()):
+            full_sizes[a] = int(v)
+    else:
+        if any(shape[a] == 0 for a in axes):
+            raise Invalid(f"keep_aspect_ratio_policy={policy} with an empty axis among {axes}")
+        ratios = [int(v) / shape[a] for a, v in zip(axes, sizes.tolist())]
+        scale = min(ratios) if policy == "not_larger" else max(ratios)
+        full_scales = [scale if a in axes else 1.0 for a in range(rank)]
+        full_sizes = [int(scale * n + 0.5) if a in axes else n for a, n in enumerate(shape)]
+    roi: list[float] = []
+    if at.get("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
+        given_roi = _optional_const(cx, node, 1, "roi")
+        if given_roi is None or given_roi.size != 2 * len(axes):
+            raise Invalid(
+                f"tf_crop_and_resize needs roi of {2 * len(axes)} values (starts, then ends, "
+                f"of axes {axes})"
+            )
+        starts, ends = [0.0] * rank, [1.0] * rank
+        for i, a in enumerate(axes):
+            starts[a], ends[a] = float(given_roi[i]), float(given_roi[len(axes) + i])
+        roi = starts + ends
+    attrs = {
+        "mode": at.get("mode", "nearest"),
+        "coordinate_transformation_mode": at.get("coordinate_transformation_mode", "half_pixel"),
+        "nearest_mode": at.get("nearest_mode", "round_prefer_floor"),
+        "cubic_coeff_a": float(at.get("cubic_coeff_a", -0.75)),
+        "exclude_outside": bool(at.get("exclude_outside", 0)),
+        "extrapolation_value": float(at.get("extrapolation_value", 0.0)),
+        "antialias": bool(at.get("antialias", 0)),
+    }
+    return cx.op("resize", x, scales=full_scales, sizes=full_sizes, roi=roi, **attrs)
+
+
 def resize(cx: Ctx, node: Any, at: Attrs) -> list:
-    """Resize (and Upsample) of any mode whose per-axis matrix is constant; crop-and-resize
-    (which fills with extrapolation_value) and keep_aspect_ratio_policy are refused."""
+    """Resize (and Upsample): by constant matrices where they express it, else (crop and
+    resize, a kept aspect ratio) by the device's resize kernel."""
     x = cx.sym(node.input[0])
     shape = cx.shape(x)
-    if at.get("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
-        raise Unsupported("coordinate_transformation_mode=tf_crop_and_resize")
-    if at.get("keep_aspect_ratio_policy", "stretch") != "stretch":
-        raise Unsupported(f"keep_aspect_ratio_policy={at.get('keep_aspect_ratio_policy')}")
+    policy = at.get("keep_aspect_ratio_policy", "stretch")
+    if policy not in ("stretch", "not_larger", "not_smaller"):
+        raise Invalid(f"keep_aspect_ratio_policy={policy} (stretch, not_larger or not_smaller)")
+    crop = at.get("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize"
+    if crop or policy != "stretch":
+        return [_resize_kernel(cx, node, at, x, policy)]
     for name in ("mode", "cubic_coeff_a", "exclude_outside", "extrapolation_value",
                  "nearest_mode", "antialias"):  # fmt: skip
         at.get(name)
