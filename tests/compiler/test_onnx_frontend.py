@@ -1189,6 +1189,104 @@ def test_an_if_decided_by_the_data_is_refused_by_name():
         from_onnx(model)
 
 
+def _scan_model(attrs, x_shape, body_reads_outer=False):
+    """A Scan keeping a running state h = tanh(h @ w + x_t) (w from the outer graph or the
+    body's own initializer) and giving h and x_t * 2 at every step."""
+    body_inits = [] if body_reads_outer else [init("w", _SCAN_W)]
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["h_in", "w"], ["hw"]),
+         helper.make_node("Add", ["hw", "x_t"], ["pre"]),
+         helper.make_node("Tanh", ["pre"], ["h_out"]),
+         helper.make_node("Identity", ["h_out"], ["h_seq"]),
+         helper.make_node("Add", ["x_t", "x_t"], ["twice"])],
+        "body", [vi("h_in", F, [4]), vi("x_t", F, [4])],
+        [vi("h_out", F, [4]), vi("h_seq", F, [4]), vi("twice", F, [4])], body_inits,
+    )  # fmt: skip
+    node = helper.make_node("Scan", ["h0", "x"], ["h", "hs", "xs2"], body=body,
+                            num_scan_inputs=1, **attrs)  # fmt: skip
+    inits = [init("w", _SCAN_W)] if body_reads_outer else []
+    outs = [vi("h", F, None), vi("hs", F, None), vi("xs2", F, None)]
+    return make_model([node], [vi("h0", F, [4]), vi("x", F, x_shape)], outs, inits)
+
+
+_SCAN_W = (np.arange(16, dtype=np.float32).reshape(4, 4) - 8) / 16
+
+
+def _scan_reference(h, x, attrs):
+    """What _scan_model computes, in numpy (ONNX's reference evaluator runs only forward
+    scans along axis 0)."""
+    axis = attrs.get("scan_input_axes", [0])[0] % x.ndim
+    steps = x.shape[axis]
+    order = range(steps - 1, -1, -1) if attrs.get("scan_input_directions", [0])[0] else range(steps)
+    hs, twice = [], []
+    for t in order:
+        x_t = np.take(x, t, axis=axis).astype(np.float64)
+        h = np.tanh(h @ _SCAN_W + x_t)
+        hs.append(h)
+        twice.append(2 * x_t)
+    outs = []
+    for i, seq in enumerate((hs, twice)):
+        seq = seq[::-1] if attrs.get("scan_output_directions", [0, 0])[i] else seq
+        outs.append(np.stack(seq, axis=attrs.get("scan_output_axes", [0, 0])[i] % 2))
+    return [h, *outs]
+
+
+@pytest.mark.parametrize(
+    ("attrs", "x_shape"),
+    [({}, [5, 4]),
+     ({"scan_input_directions": [1], "scan_output_directions": [0, 1]}, [5, 4]),
+     ({"scan_input_axes": [-1], "scan_output_axes": [1, -1]}, [4, 3])],
+    ids=["forward", "reversed", "axes"],
+)  # fmt: skip
+@pytest.mark.parametrize("body_reads_outer", [False, True])
+def test_a_scan_is_its_body_unrolled_over_the_steps(dev, q, attrs, x_shape, body_reads_outer):
+    model = _scan_model(attrs, x_shape, body_reads_outer)
+    graph = from_onnx(model)
+    steps = x_shape[attrs.get("scan_input_axes", [0])[0]]
+    assert sum(n.op == "tanh" for n in graph.nodes) == steps
+    h0, x = randn(4), randn(*x_shape)
+    got = run_on_device(dev, q, graph, [h0, x])
+    for g, want in zip(got, _scan_reference(h0.astype(np.float64), x, attrs), strict=True):
+        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_scan_of_opset_8_runs_each_batch_element(dev, q):
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
+         helper.make_node("Mul", ["s_out", "x_t"], ["y_t"])],
+        "body", [vi("s_in", F, [2]), vi("x_t", F, [2])], [vi("s_out", F, [2]), vi("y_t", F, [2])],
+    )  # fmt: skip
+    node = helper.make_node("Scan", ["", "s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1,
+                            directions=[1])  # fmt: skip
+    model = make_model([node], [vi("s0", F, [3, 2]), vi("x", F, [3, 4, 2])],
+                       [vi("s", F, None), vi("ys", F, None)], opset=8)  # fmt: skip
+    s0, x = randn(3, 2), randn(3, 4, 2)
+    s, ys = s0.astype(np.float64), []
+    for t in reversed(range(4)):  # reversed input; outputs in the order of the steps
+        s = s + x[:, t]
+        ys.append(s * x[:, t])
+    got = run_on_device(dev, q, from_onnx(model), [s0, x])
+    for g, want in zip(got, [s, np.stack(ys, axis=1)], strict=True):
+        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
+    # sequence_lens shorter than the inputs would leave steps out: a static graph runs all
+    node = helper.make_node("Scan", ["lens", "s0", "x"], ["s", "ys"], body=body,
+                            num_scan_inputs=1)  # fmt: skip
+    model = make_model([node], [vi("s0", F, [3, 2]), vi("x", F, [3, 4, 2])],
+                       [vi("s", F, None), vi("ys", F, None)],
+                       [init("lens", np.array([4, 2, 4], np.int64))], opset=8)  # fmt: skip
+    with pytest.raises(UnsupportedModelError, match=r"sequence_lens \[4, 2, 4\] shorter"):
+        from_onnx(model)
+
+
+def test_scans_a_static_graph_cannot_unroll_are_refused_by_name():
+    with pytest.raises(UnsupportedModelError, match="a scan of no steps"):
+        from_onnx(_scan_model({}, [0, 4]))
+    with pytest.raises(UnsupportedModelError, match="a scan of 5000 steps"):
+        from_onnx(_scan_model({}, [5000, 4]))
+    with pytest.raises(InvalidModelError, match="scan_output_axes has 1 values; it needs 2"):
+        from_onnx(_scan_model({"scan_output_axes": [0]}, [3, 4]))
+
+
 def test_castlike_takes_the_dtype_of_its_second_input(dev, q):
     node = helper.make_node("CastLike", ["x", "like"], ["y"])
     model = make_model(

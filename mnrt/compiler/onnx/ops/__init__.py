@@ -193,3 +193,4 @@ register("SimplifiedLayerNormalization", ort_transformer.simplified_layer_norm)
 register("MatMulNBits", ort_transformer.matmul_nbits, domain="com.microsoft")
 # control flow decided at import time
 register("If", control.if_)
+register("Scan", control.scan)

@@ -1,6 +1,8 @@
 """Control flow the device can run: an If whose condition is known at import time is the
-branch it takes. The device runs a static graph, so a condition that only a run decides
-is refused, as any value an op needs at import time is (an example input may give it)."""
+branch it takes, and a Scan (whose length is its inputs' static length along the scan axis)
+is its body imported once per step, unrolled as the recurrent layers are. The device runs a
+static graph, so a condition that only a run decides is refused, as any value an op needs
+at import time is (an example input may give it)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from ..state import Attrs, Ctx, Invalid, Unsupported
+from ...builder import Symbol
+from ..state import Attrs, Ctx, Invalid, Unsupported, axis_index
+from .common import optional_input
+
+# The most body imports a Scan is unrolled into (steps, times the batch before opset 9):
+# each is the body's kernels again, so a long one is better ended before the Scan.
+_MAX_STEPS = 4096
 
 
 def if_(cx: Ctx, node: Any, at: Attrs) -> list:
@@ -28,3 +36,101 @@ def if_(cx: Ctx, node: Any, at: Attrs) -> list:
         raise Invalid(f"its branch '{taken.name}' gives {len(outs)} outputs; the If has "
                       f"{len(node.output)}")  # fmt: skip
     return outs
+
+
+def scan(cx: Ctx, node: Any, at: Attrs) -> list:
+    """Scan: the body run once per element of the scan inputs along their scan axes (in
+    either direction), its state outputs fed to the next step, its scan outputs stacked.
+    Before opset 9 every input has a batch axis first, the scan axis is 1, and the body
+    runs per batch element (sequence_lens, if given, must be every sequence's full length)."""
+    body = at.get("body")
+    m = int(at.get("num_scan_inputs"))
+    batched = cx.opset < 9
+    names = list(node.input[1:] if batched else node.input)
+    n = len(names) - m
+    if m < 1 or n < 0:
+        raise Invalid(f"num_scan_inputs {m} must be from 1 to the {len(names)} inputs")
+    if batched and optional_input(node, 0) is not None:
+        lens = np.asarray(cx.const(node.input[0], "sequence_lens")).reshape(-1)
+        steps = cx.shape(names[n])[1]
+        if lens.size and (lens != steps).any():
+            raise Unsupported(f"sequence_lens {lens.tolist()} shorter than the {steps} steps "
+                              "of the scan inputs (a static graph runs every step)")  # fmt: skip
+    if len(body.input) != n + m or len(body.output) < n:
+        raise Invalid(
+            f"its body takes {len(body.input)} inputs and gives {len(body.output)} outputs; "
+            f"{n} states and {m} scan inputs need {n + m} and at least {n}"
+        )
+    values = [cx.sym(name) for name in names]
+    if not batched:
+        return _unrolled(cx, body, at, values[:n], values[n:])
+    batch = cx.shape(values[0])[0]
+    if any(cx.shape(v)[0] != batch for v in values):
+        raise Invalid("the inputs' batch axes (axis 0) differ in length")
+    if batch * cx.shape(values[n])[1] > _MAX_STEPS:
+        raise Unsupported(f"a scan of {batch} sequences of {cx.shape(values[n])[1]} steps "
+                          f"(unrolled, at most {_MAX_STEPS} steps in all)")  # fmt: skip
+    per_batch = []
+    for b in range(batch):
+        elements = [_element(cx, v, 0, b) for v in values]
+        per_batch.append(_unrolled(cx, body, at, elements[:n], elements[n:], axis_shift=True))
+    return [_stacked(cx, list(outs), 0) for outs in zip(*per_batch)]
+
+
+def _unrolled(cx: Ctx, body: Any, at: Attrs, states: list[Symbol], xs: list[Symbol],
+              axis_shift: bool = False) -> list[Symbol]:  # fmt: skip
+    """One sequence's Scan: the final states, then each scan output stacked. Before opset
+    9 (`axis_shift`) the scan axis of every input and output is 0 of the batch element's
+    (1 of the whole), and only the inputs have directions."""
+    from ..graph_import import import_subgraph  # graph_import loads the ops at import
+
+    m, k = len(xs), len(body.output) - len(states)
+    in_axes = [0] * m if axis_shift else list(at.get("scan_input_axes") or [0] * m)
+    in_dirs = list(at.get("directions" if axis_shift else "scan_input_directions") or [0] * m)
+    out_axes = [0] * k if axis_shift else list(at.get("scan_output_axes") or [0] * k)
+    out_dirs = [0] * k if axis_shift else list(at.get("scan_output_directions") or [0] * k)
+    for what, v, count in (("scan_input_axes", in_axes, m), ("scan_input_directions", in_dirs, m),
+                           ("scan_output_axes", out_axes, k),
+                           ("scan_output_directions", out_dirs, k)):  # fmt: skip
+        if len(v) != count:
+            raise Invalid(f"{what} has {len(v)} values; it needs {count}")
+    in_axes = [axis_index(a, len(cx.shape(x)), "scan_input_axes") for a, x in zip(in_axes, xs)]
+    lengths = {cx.shape(x)[a] for x, a in zip(xs, in_axes)}
+    if len(lengths) != 1:
+        raise Invalid(f"the scan inputs' lengths along their scan axes differ: {sorted(lengths)}")
+    (steps,) = lengths
+    if steps == 0:
+        raise Unsupported("a scan of no steps (its scan outputs would be empty)")
+    if steps > _MAX_STEPS:
+        raise Unsupported(f"a scan of {steps} steps (unrolled, at most {_MAX_STEPS})")
+    stacks: list[list[Symbol]] = [[] for _ in range(k)]
+    for t in range(steps):
+        picked = [_element(cx, x, a, steps - 1 - t if d else t)
+                  for x, a, d in zip(xs, in_axes, in_dirs)]  # fmt: skip
+        outs = [o if isinstance(o, Symbol) else cx.param(o, stem="scan_const")
+                for o in import_subgraph(cx, body, [*states, *picked])]  # fmt: skip
+        states = outs[: len(states)]
+        for stack, y in zip(stacks, outs[len(states) :]):
+            stack.append(y)
+    stacked = []
+    for stack, a, d in zip(stacks, out_axes, out_dirs):
+        rank = len(cx.shape(stack[0])) + 1
+        stacked.append(_stacked(cx, stack[::-1] if d else stack,
+                                axis_index(a, rank, "scan_output_axes")))  # fmt: skip
+    return [*states, *stacked]
+
+
+def _element(cx: Ctx, x: Symbol, axis: int, i: int) -> Symbol:
+    """Element i of x along `axis`, that axis dropped."""
+    shape = cx.shape(x)
+    one = cx.op("slice", x, starts=[i], ends=[i + 1], axes=[axis])
+    return cx.reshape(one, shape[:axis] + shape[axis + 1 :])
+
+
+def _stacked(cx: Ctx, parts: list[Symbol], axis: int) -> Symbol:
+    """The parts (of one shape) stacked along a new axis `axis`."""
+    shape = cx.shape(parts[0])
+    if any(cx.shape(p) != shape for p in parts):
+        raise Invalid("a scan output's shape changes from step to step")
+    grown = [cx.reshape(p, (*shape[:axis], 1, *shape[axis:])) for p in parts]
+    return grown[0] if len(grown) == 1 else cx.op("concat", *grown, axis=axis)
