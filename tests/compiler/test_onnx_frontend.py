@@ -368,11 +368,9 @@ def test_every_unsupported_node_is_listed_at_once():
 
 
 def test_unsupported_attribute_is_named():
-    node = helper.make_node(
-        "MaxPool", ["x"], ["y"], name="mp", kernel_shape=[2, 2], storage_order=1
-    )
-    model = make_model([node], [vi("x", F, [1, 1, 4, 4])], [vi("y", F, None)])
-    with pytest.raises(UnsupportedModelError, match=r"mp \(MaxPool\): storage_order=1"):
+    node = helper.make_node("LpPool", ["x"], ["y"], name="lp", kernel_shape=[2, 2], ceil_mode=1)
+    model = make_model([node], [vi("x", F, [1, 1, 5, 5])], [vi("y", F, None)])
+    with pytest.raises(UnsupportedModelError, match=r"lp \(LpPool\): LpPool with ceil_mode=1"):
         from_onnx(model)
 
 
@@ -1002,10 +1000,71 @@ def test_layernorm_mean_and_inverse_std_outputs(dev, q):
     check_against_reference(dev, q, model, {"x": randn(2, 3, 4)})
 
 
-def test_maxpool_indices_are_refused_by_name():
-    node = helper.make_node("MaxPool", ["x"], ["y", "idx"], name="mp", kernel_shape=[2, 2])
-    model = make_model([node], [vi("x", F, [1, 1, 4, 4])], [vi("y", F, None), vi("idx", I64, None)])
-    with pytest.raises(UnsupportedModelError, match=r"mp \(MaxPool\): its output Indices"):
+def _max_indices_brute(x, attrs, out_hw):
+    """MaxPool's Indices by brute force (ONNX's reference evaluator points some windows of
+    an unpadded stride-1 pooling at elements outside them)."""
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw) = attrs["kernel_shape"], attrs.get("strides", [1, 1])
+    (dh, dw), pads = attrs.get("dilations", [1, 1]), attrs.get("pads", [0, 0, 0, 0])
+    idx = np.zeros((n, c, *out_hw), np.int64)
+    for b, ch, i, j in np.ndindex(idx.shape):
+        taps = [(i * sh - pads[0] + a * dh, j * sw - pads[1] + e * dw)
+                for a in range(kh) for e in range(kw)]  # fmt: skip
+        taps = [(r, col) for r, col in taps if 0 <= r < h and 0 <= col < w]
+        r, col = max(taps, key=lambda t: (x[b, ch, t[0], t[1]], -taps.index(t)))
+        at = r * w + col if attrs.get("storage_order", 0) == 0 else r + col * h
+        idx[b, ch, i, j] = (b * c + ch) * h * w + at
+    return idx
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [{"kernel_shape": [2, 2]},
+     {"kernel_shape": [3, 3], "pads": [1, 0, 2, 1], "strides": [2, 1]},
+     {"kernel_shape": [2, 3], "dilations": [2, 1], "storage_order": 1},
+     {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}],
+    ids=["plain", "pads-strides", "dilated-column-major", "ceil"],
+)  # fmt: skip
+def test_maxpool_indices_point_at_each_window_s_maximum(dev, q, attrs):
+    node = helper.make_node("MaxPool", ["x"], ["y", "idx"], **attrs)
+    model = make_model([node], [vi("x", F, [2, 3, 7, 6])], [vi("y", F, None), vi("idx", I64, None)])
+    # so a compile's goldens for the indices are mnrt's own float64 run's, not the evaluator's
+    assert mnrt.compiler.onnx.evaluator_unreliable_ops(model) == ["MaxPool"]
+    x = randn(2, 3, 7, 6)
+    y, idx = run_on_device(dev, q, from_onnx(model), [x])
+    (want_y, _) = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_array_equal(y, want_y)
+    np.testing.assert_array_equal(idx, _max_indices_brute(x, attrs, y.shape[2:]))
+    if not attrs.get("storage_order", 0):
+        np.testing.assert_array_equal(np.take(x, idx), y)  # each index holds its window's max
+
+
+def test_maxunpool_puts_pooled_values_back_where_they_came_from(dev, q):
+    """SegNet's decoder: MaxPool's indices, then MaxUnpool of the pooled values (and into a
+    larger output_shape, padded at the end as ONNX defines)."""
+    window = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    nodes = [helper.make_node("MaxPool", ["x"], ["y", "idx"], **window),
+             helper.make_node("MaxUnpool", ["y", "idx"], ["u"], **window),
+             helper.make_node("MaxUnpool", ["y", "idx", "shape"], ["v"], **window)]  # fmt: skip
+    shape = init("shape", np.array([1, 2, 7, 9], np.int64))
+    model = make_model(nodes, [vi("x", F, [1, 2, 6, 8])], [vi("u", F, None), vi("v", F, None)],
+                       [shape])  # fmt: skip
+    x = randn(1, 2, 6, 8)
+    graph = check_against_reference(dev, q, model, {"x": x}, rtol=0, atol=0)
+    u, v = run_on_device(dev, q, graph, [x])
+    assert (u != 0).sum() == 2 * 3 * 4 and v.shape == (1, 2, 7, 9)
+    small = init("shape", np.array([1, 2, 5, 8], np.int64))
+    bad = make_model(nodes, [vi("x", F, [1, 2, 6, 8])], [vi("u", F, None), vi("v", F, None)],
+                     [small])  # fmt: skip
+    with pytest.raises(InvalidModelError, match=r"output_shape \[1, 2, 5, 8\] must be at least"):
+        from_onnx(bad)
+
+
+def test_maxpool_indices_of_3d_pooling_are_refused_by_name():
+    node = helper.make_node("MaxPool", ["x"], ["y", "idx"], name="mp", kernel_shape=[2, 2, 2])
+    model = make_model([node], [vi("x", F, [1, 1, 4, 4, 4])],
+                       [vi("y", F, None), vi("idx", I64, None)])  # fmt: skip
+    with pytest.raises(UnsupportedModelError, match=r"mp \(MaxPool\): MaxPool's Indices over 3"):
         from_onnx(model)
 
 

@@ -15,8 +15,9 @@ _RANDOM_OPS = ("Random", "Bernoulli", "Multinomial")
 # Ops where ONNX's reference evaluator (onnx 1.23) departs from the spec in some cases:
 # Softmax/LogSoftmax below opset 13 (it ignores the 2-D coercion), BatchNormalization 9..13
 # (training statistics), LRN (sums over the batch), GlobalMaxPool (wrong axes unless 2-D),
-# SAME_LOWER pools (wrong shape), grouped ConvTranspose (raises), LpNormalization p=1 (sums
-# x, not |x|).
+# SAME_LOWER pools (wrong shape), MaxPool's Indices (some windows of an unpadded stride-1
+# pooling point outside themselves), grouped ConvTranspose (raises), LpNormalization p=1
+# (sums x, not |x|).
 _EVALUATOR_UNRELIABLE = ("Softmax", "LogSoftmax", "BatchNormalization", "LRN", "GlobalMaxPool",
                          "MaxPool", "AveragePool", "ConvTranspose", "LpNormalization")  # fmt: skip
 # Never evaluated on the host, even on constants: Dropout, and those.
@@ -42,6 +43,8 @@ def evaluator_unreliable_ops(model: Any) -> list[str]:
             return opset < 13
         if op == "BatchNormalization":
             return opset < 14
+        if op == "MaxPool" and len(node.output) > 1 and node.output[1]:
+            return True
         if op in ("MaxPool", "AveragePool"):
             return attr(node, "auto_pad", b"NOTSET") in (b"SAME_LOWER", "SAME_LOWER")
         if op == "ConvTranspose":

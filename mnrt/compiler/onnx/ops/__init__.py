@@ -90,6 +90,7 @@ register("AveragePool", pool.pool("avg_pool2d"))
 register("GlobalAveragePool", pool.global_pool)
 register("GlobalMaxPool", pool.global_pool)
 register("LpPool", pool.lp_pool)
+register("MaxUnpool", pool.max_unpool)
 # normalisation
 register("BatchNormalization", norm.batch_norm)
 register("InstanceNormalization", norm.instance_norm)
