@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("onnx")
 
 from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 from onnx_one_node import check, one_node_model, run
 
 import mnrt
@@ -129,3 +130,52 @@ def test_3d_grid_sample_has_no_onnx_form_at_the_exporters_opset():
     b.output(y, "y")
     with pytest.raises(ExportError, match="3-D sampling has no ONNX form before opset 20"):
         to_onnx(b.build())
+
+
+@pytest.mark.parametrize(
+    ("opset", "attrs"),
+    [(16, {"sampling_ratio": 2}),
+     (16, {"sampling_ratio": 3, "coordinate_transformation_mode": "output_half_pixel",
+           "spatial_scale": 0.5, "output_height": 3, "output_width": 4}),
+     (10, {"sampling_ratio": 1, "output_height": 2, "output_width": 2})],
+    ids=["half-pixel", "output-half-pixel-scaled", "opset-10"],
+)  # fmt: skip
+def test_roi_align_samples_regions_the_run_gives(ctx, opset, attrs):
+    """A detector's second stage: the regions (some reaching past the map, one degenerate)
+    and their images are inputs of the run, not constants."""
+    x = _f(2, 3, 10, 12)
+    rois = np.array([[0, 0, 11, 9], [2.5, 1.2, 6.1, 8.8], [-3, -2, 4, 5], [7, 6, 20, 15],
+                     [5, 5, 5, 5]], np.float32)  # fmt: skip
+    batch = np.array([0, 1, 1, 0, 1], np.int64)
+    attrs = {"output_height": 4, "output_width": 5, **attrs}
+    model = one_node_model("RoiAlign", {"x": x, "rois": rois, "b": batch}, ["y"], opset=opset,
+                           **attrs)  # fmt: skip
+    feeds = {"x": x, "rois": rois, "b": batch}
+    if opset < 16:
+        # ONNX's reference shifts opset 10's regions by half a pixel, which opset 10 did
+        # not: opset 16's output_half_pixel is its behaviour (and goldens come from mnrt)
+        assert mnrt.compiler.onnx.evaluator_unreliable_ops(model) == ["RoiAlign"]
+        legacy = {**attrs, "coordinate_transformation_mode": "output_half_pixel"}
+        (want,) = ReferenceEvaluator(
+            one_node_model("RoiAlign", feeds, ["y"], opset=16, **legacy)
+        ).run(None, feeds)
+        (got,) = run(ctx, model, feeds)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    else:
+        (got,) = check(ctx, model, feeds, rtol=1e-5, atol=1e-5)
+    assert got.shape == (5, 3, attrs["output_height"], attrs["output_width"])
+
+
+@pytest.mark.parametrize(
+    ("attrs", "why"),
+    [({"sampling_ratio": 0}, "sampling_ratio=0"),
+     ({"mode": "max", "sampling_ratio": 2}, "mode=max")],
+)  # fmt: skip
+def test_roi_align_forms_a_static_graph_cannot_run_are_refused_by_name(attrs, why):
+    from mnrt.compiler.onnx import UnsupportedModelError, from_onnx
+
+    x, rois, batch = _f(1, 1, 4, 4), np.zeros((2, 4), np.float32), np.zeros(2, np.int64)
+    model = one_node_model("RoiAlign", {"x": x, "rois": rois, "b": batch}, ["y"], opset=16,
+                           **attrs)  # fmt: skip
+    with pytest.raises(UnsupportedModelError, match=why):
+        from_onnx(model)

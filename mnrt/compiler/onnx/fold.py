@@ -17,9 +17,11 @@ _RANDOM_OPS = ("Random", "Bernoulli", "Multinomial")
 # (training statistics), LRN (sums over the batch), GlobalMaxPool (wrong axes unless 2-D),
 # SAME_LOWER pools (wrong shape), MaxPool's Indices (some windows of an unpadded stride-1
 # pooling point outside themselves), grouped ConvTranspose (raises), LpNormalization p=1
-# (sums x, not |x|).
+# (sums x, not |x|), RoiAlign before opset 16 (shifts by half a pixel, as opset 16's
+# half_pixel does; opset 10 did not, which output_half_pixel keeps).
 _EVALUATOR_UNRELIABLE = ("Softmax", "LogSoftmax", "BatchNormalization", "LRN", "GlobalMaxPool",
-                         "MaxPool", "AveragePool", "ConvTranspose", "LpNormalization")  # fmt: skip
+                         "MaxPool", "AveragePool", "ConvTranspose", "LpNormalization",
+                         "RoiAlign")  # fmt: skip
 # Never evaluated on the host, even on constants: Dropout, and those.
 _NO_FOLD = {"Dropout", *_EVALUATOR_UNRELIABLE}
 
@@ -49,6 +51,8 @@ def evaluator_unreliable_ops(model: Any) -> list[str]:
             return attr(node, "auto_pad", b"NOTSET") in (b"SAME_LOWER", "SAME_LOWER")
         if op == "ConvTranspose":
             return attr(node, "group", 1) != 1
+        if op == "RoiAlign":
+            return opset < 16
         if op == "LpNormalization":
             return attr(node, "p", 2) == 1
         return op in ("LRN", "GlobalMaxPool")

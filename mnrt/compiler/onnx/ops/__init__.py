@@ -120,6 +120,7 @@ register("Resize", resize.resize)
 register("Upsample", resize.resize)
 register("GridSample", sample.grid_sample)
 register("AffineGrid", sample.affine_grid)
+register("RoiAlign", sample.roi_align)
 # spectral: a transform along one axis is a constant matrix
 register("DFT", spectral.dft)
 register("STFT", spectral.stft)
