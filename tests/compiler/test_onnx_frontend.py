@@ -1668,6 +1668,42 @@ def test_an_input_that_pads_are_computed_from_becomes_a_constant(ctx):
     np.testing.assert_array_equal(compiled({"x": x})["y"].cpu(), want)
 
 
+def test_a_branch_s_reads_of_example_inputs_count_as_the_if_s(dev, q):
+    """An If's branch reads outer values by name: a shape it computes from example input
+    `n` depends on `n` as a node reading `n` would (it was refused: 'computes it on the
+    device', the If listing only its condition as an input)."""
+    branch = helper.make_graph(
+        [helper.make_node("Concat", ["n", "minus_one"], ["target"], axis=0)], "then", [],
+        [vi("target", I64, [2])],
+    )  # fmt: skip
+    nodes = [helper.make_node("If", ["yes"], ["shape"], then_branch=branch, else_branch=branch),
+             helper.make_node("Reshape", ["x", "shape"], ["y"])]  # fmt: skip
+    inits = [init("yes", np.array(True)), init("minus_one", np.array([-1], np.int64))]
+    model = make_model(nodes, [vi("x", F, [2, 6]), vi("n", I64, [1])], [vi("y", F, None)], inits)
+    x = randn(2, 6)
+    graph = from_onnx(model, {"x": x, "n": np.array([3], np.int64)})
+    assert graph.inputs == ["x"]
+    (y,) = run_on_device(dev, q, graph, [x])
+    np.testing.assert_array_equal(y, x.reshape(3, 4))
+
+
+def test_values_shaped_by_an_example_input_are_not_its_data(dev, q):
+    """ConstantOfShape's ones take their shape from example input `n`, not its values:
+    kernels may read them without that making `n` data the device reads (torch.ones of a
+    size the model computes)."""
+    nodes = [helper.make_node("Concat", ["n", "four"], ["shape"], axis=0),
+             helper.make_node("ConstantOfShape", ["shape"], ["ones"],
+                              value=helper.make_tensor("v", F, [1], [1.0])),
+             helper.make_node("Add", ["x", "ones"], ["y"])]  # fmt: skip
+    model = make_model(nodes, [vi("x", F, [3, 4]), vi("n", I64, [1])], [vi("y", F, None)],
+                       [init("four", np.array([4], np.int64))])  # fmt: skip
+    x = randn(3, 4)
+    graph = from_onnx(model, {"x": x, "n": np.array([3], np.int64)})
+    assert graph.inputs == ["x"]
+    (y,) = run_on_device(dev, q, graph, [x])
+    np.testing.assert_allclose(y, x + 1)
+
+
 def test_an_input_kernels_also_read_is_not_made_a_constant():
     """Where device kernels read the input as well (or no example gives it), the Pad is
     refused as before: a call could not pass the input the compiled program reads."""

@@ -100,12 +100,48 @@ def _spec_problem(node: Any, checker_ctx: Any) -> str | None:
     return None
 
 
+# Inputs that give an op's output its shape and nothing else: its values are the other
+# inputs' (or an attribute's), so they do not depend on these by value (see
+# Ctx.note_sources). AffineGrid's body expands constant indices to the batch its `size`
+# gives: those indices are not `size`'s data.
+_SHAPE_OPERANDS = {"Expand": (1,), "Reshape": (1,), "ConstantOfShape": (0,), "Tile": (1,)}
+
+
+def _value_reads(node: Any) -> list[str]:
+    """The names whose values a node's outputs depend on: its inputs but those that only
+    shape its output, and what its subgraphs read from the graphs around them."""
+    shaping = _SHAPE_OPERANDS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ()
+    ins = [n for i, n in enumerate(node.input) if n and i not in shaping]
+    return ins + [n for n in _outer_reads(node) if n not in ins]
+
+
+def _outer_reads(node: Any) -> list[str]:
+    """The names a node's subgraphs (If's branches, a Scan's body) read from the graphs
+    around them: inputs of the node as much as its listed ones are."""
+    found: list[str] = []
+
+    def walk(graph: Any, defined: set[str]) -> None:
+        defined = defined | {v.name for v in [*graph.input, *graph.initializer]}
+        for inner in graph.node:
+            found.extend(n for n in inner.input if n and n not in defined)
+            for a in inner.attribute:
+                for sub in (*([a.g] if a.HasField("g") else []), *a.graphs):
+                    walk(sub, defined)
+            defined |= set(inner.output)
+
+    for a in node.attribute:
+        for sub in (*([a.g] if a.HasField("g") else []), *a.graphs):
+            walk(sub, set())
+    return list(dict.fromkeys(found))
+
+
 def _check_node(cx: Ctx, node: Any, problems: _Problems, poisoned: set[str]) -> None:
     """Fold, convert or expand one node (an op ONNX defines as a function of others, with no
     converter here, becomes that function's body), or record why not."""
     label = _label(node)
     converter = CONVERTERS.get(key(node.domain, node.op_type))
     ins = [n for n in node.input if n]
+    reads = _value_reads(node)
     spec = _spec_problem(node, cx.checker)
     if spec is not None:
         problems.invalid.append(f"{label}: {spec}")
@@ -127,7 +163,7 @@ def _check_node(cx: Ctx, node: Any, problems: _Problems, poisoned: set[str]) -> 
         if folded is not None:
             for name, v in zip([n for n in node.output if n], folded):
                 cx.consts[name] = v
-            cx.note_sources(ins, [n for n in node.output if n])
+            cx.note_sources(reads, [n for n in node.output if n])
             return
     if converter is None and node.domain in ("", "ai.onnx"):
         body = function_body(node, cx.opset, [cx.types.get(n) for n in node.input])
@@ -153,7 +189,7 @@ def _check_node(cx: Ctx, node: Any, problems: _Problems, poisoned: set[str]) -> 
             cx.consts[name] = np.asarray(r)
         else:
             cx.syms[name] = r
-    cx.note_sources(ins, [n for n in node.output if n])
+    cx.note_sources(reads, [n for n in node.output if n])
 
 
 def _run_converter(cx: Ctx, node: Any, converter: Converter, label: str,
