@@ -1,4 +1,4 @@
-"""Convolutions: Conv (1-D to 3-D) and ConvTranspose."""
+"""Convolutions: Conv (1-D to 3-D), ConvTranspose and DeformConv."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import numpy as np
 
 from ...builder import Symbol
 from ..state import Attrs, Ctx, Invalid, Unsupported
-from .common import Window, as4d, from4d, pad_axis, spatial_rank
+from .common import Window, as4d, from4d, optional_input, pad_axis, spatial_rank
+from .linalg import product
 
 
 def _conv2d(cx: Ctx, x: Symbol, w: Symbol, bias: list[Symbol], win: Window, groups: int,
@@ -161,3 +162,89 @@ def _transposed_pads(at: Attrs, win: Window, sizes: tuple[int, ...], kernel: lis
     if auto == "SAME_UPPER":
         return [t // 2 for t in total], [t - t // 2 for t in total]
     return [t - t // 2 for t in total], [t // 2 for t in total]
+
+
+def deform_conv(cx: Ctx, node: Any, at: Attrs) -> list:
+    """DeformConv (2-D): every tap of every window sampled bilinearly where its offset
+    moves it (zero beyond the input, as ONNX's reference samples with GridSample), times
+    its mask, then the convolution as a batched GEMM of the weights and those columns. One
+    grid_sample per offset group gathers all its taps: the grid holds each tap's sample
+    points for every output position, the taps' coordinates computed on the device from
+    the offsets (a run's values: another conv's output)."""
+    x, w, offsets = (cx.sym(n) for n in node.input[:3])
+    if len(cx.shape(x)) != 4:
+        raise Unsupported(f"DeformConv over {len(cx.shape(x)) - 2} spatial dimensions")
+    n, ic, ih, iw = cx.shape(x)
+    oc, icg, kh, kw = cx.shape(w)
+    if at.get("kernel_shape") and list(at.get("kernel_shape")) != [kh, kw]:
+        raise Invalid(f"kernel_shape {at.get('kernel_shape')} differs from the weights' "
+                      f"kernel {[kh, kw]}")  # fmt: skip
+    groups, og = int(at.get("group", 1)), int(at.get("offset_group", 1))
+    if groups < 1 or ic != icg * groups or oc % groups:
+        raise Invalid(f"weights {cx.shape(w)} and group {groups} do not fit {ic} input channels")
+    if og < 1 or ic % og:
+        raise Invalid(f"offset_group {og} does not divide the {ic} input channels")
+    (sh, sw), (dh, dw) = list(at.get("strides") or [1, 1]), list(at.get("dilations") or [1, 1])
+    pt, pl, pb, pr = list(at.get("pads") or [0, 0, 0, 0])
+    oh = (ih + pt + pb - (kh - 1) * dh - 1) // sh + 1
+    ow = (iw + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    taps = kh * kw
+    if cx.shape(offsets) != (n, og * taps * 2, oh, ow):
+        raise Invalid(f"offset has shape {cx.shape(offsets)}; it must be "
+                      f"{[n, og * taps * 2, oh, ow]}")  # fmt: skip
+    if min(ih, iw) < 2:
+        raise Unsupported(f"an input {ih} x {iw}: ONNX's reference divides by its size - 1")
+    bias = optional_input(node, 3)
+    mask = optional_input(node, 4)
+
+    def const(value: Any) -> Symbol:
+        return cx.param(np.asarray(value, np.float64), like=x, stem="deform")
+
+    def coordinate(part: int, base: np.ndarray, size: int) -> Symbol:
+        """[n, og, taps * oh, ow]: where each tap samples along one axis, as grid_sample's
+        [-1, 1] of pixel centres."""
+        moved = cx.op("slice", cx.reshape(offsets, (n, og, taps, 2, oh, ow)), starts=[part],
+                      ends=[part + 1], axes=[3])  # fmt: skip
+        at_tap = cx.op("add", cx.reshape(moved, (n, og, taps, oh, ow)), const(base))
+        scaled = cx.op("sub", cx.op("mul", at_tap, const(2.0 / (size - 1))), const(1.0))
+        return cx.reshape(scaled, (n, og, taps * oh, ow, 1))
+
+    a, e = np.divmod(np.arange(taps), kw)
+    rows = a[:, None, None] * dh + np.arange(oh)[None, :, None] * sh - pt  # [taps, oh, 1]
+    cols = e[:, None, None] * dw + np.arange(ow)[None, None, :] * sw - pl  # [taps, 1, ow]
+    grid = cx.op("concat", coordinate(1, cols, iw), coordinate(0, rows, ih), axis=4)
+    per_group = ic // og
+    weights = None if mask is None else cx.reshape(cx.sym(mask), (n, og, 1, taps * oh, ow))
+    columns = []
+    for g in range(og):
+        points = cx.reshape(_group(cx, grid, g, og, 1), (n, taps * oh, ow, 2))
+        sampled = cx.op("grid_sample", _group(cx, x, g, og, per_group), points, mode="linear",
+                        padding_mode="zeros", align_corners=True)  # fmt: skip
+        if weights is not None:
+            m = cx.reshape(_group(cx, weights, g, og, 1), (n, 1, taps * oh, ow))
+            sampled = cx.op("mul", sampled, m)
+        columns.append(cx.reshape(sampled, (n, per_group * taps, oh * ow)))
+    stacked = columns[0] if og == 1 else cx.op("concat", *columns, axis=1)
+    flat = cx.reshape(w, (oc, icg * taps))
+    if groups == 1:
+        y = product(cx, flat, stacked)
+    else:
+        per_out, per_in = oc // groups, icg * taps
+        y = cx.op("concat", *(
+            product(cx, cx.op("slice", flat, starts=[g * per_out], ends=[(g + 1) * per_out],
+                              axes=[0]),
+                    cx.op("slice", stacked, starts=[g * per_in], ends=[(g + 1) * per_in],
+                          axes=[1]))
+            for g in range(groups)
+        ), axis=1)  # fmt: skip
+    y = cx.reshape(y, (n, oc, oh, ow))
+    if bias is not None:
+        y = cx.op("add", y, cx.reshape(cx.sym(bias), (1, oc, 1, 1)))
+    return [y]
+
+
+def _group(cx: Ctx, v: Symbol, g: int, groups: int, size: int) -> Symbol:
+    """Group g of `groups` along axis 1 (each `size` wide): v itself where there is one."""
+    if groups == 1:
+        return v
+    return cx.op("slice", v, starts=[g * size], ends=[(g + 1) * size], axes=[1])
