@@ -1,6 +1,7 @@
-"""ONNX converters of convolutions beyond Conv: DeformConv against ONNX's reference evaluator
-(offsets and masks as values of the run, taps moved past the input's edges, groups and
-offset groups) and the device work it becomes, and the errors of a bad node."""
+"""ONNX converters of convolutions beyond Conv: 3-D ConvTranspose against onnxruntime, and
+DeformConv against ONNX's reference evaluator (offsets and masks as values of the run, taps
+moved past the input's edges, groups and offset groups), the device work it becomes, and
+the errors of a bad node."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from onnx_one_node import check, node_model
+from onnx_one_node import check, node_model, run
 
 from mnrt.compiler.onnx import InvalidModelError, UnsupportedModelError, from_onnx
 
@@ -66,3 +67,26 @@ def test_bad_deform_convs_are_refused_by_name():
     model, _ = _deform((1, 2, 1, 5), (2, 2, 1, 3), {})
     with pytest.raises(UnsupportedModelError, match="an input 1 x 5"):
         from_onnx(model)
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [{},
+     {"strides": [2, 1, 2], "pads": [1, 0, 1, 0, 1, 0], "output_padding": [1, 0, 1]},
+     {"strides": [3, 2, 1], "dilations": [2, 1, 2], "group": 2},
+     {"strides": [2, 2, 2], "output_shape": [8, 7, 6]},
+     {"strides": [2, 1, 1], "auto_pad": "SAME_UPPER"}],
+    ids=["plain", "pads-output-padding", "dilated-groups", "output-shape", "same-upper"],
+)  # fmt: skip
+def test_conv_transpose_3d_matches_onnxruntime(ctx, attrs):
+    """A volumetric decoder's upsampling (3-D U-Net): one conv_transpose2d per depth tap of
+    the kernel, placed at the depths it reaches."""
+    ort = pytest.importorskip("onnxruntime")
+    groups = attrs.get("group", 1)
+    x, w, b = _f(2, 4, 4, 3, 3), _f(4, 6 // groups, 3, 2, 3), _f(6)
+    model = node_model("ConvTranspose", {"x": x, "w": w, "b": b}, {"x"}, 17, **attrs)
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    (got,) = run(ctx, model, {"x": x})
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert "conv_transpose2d" in [n.op for n in from_onnx(model).nodes]

@@ -104,7 +104,7 @@ def conv_transpose(cx: Ctx, node: Any, at: Attrs) -> list:
     the convolution of an input zero-inserted by s (what this was) multiplied s*s times as
     many zeros as values, through three more kernels an axis."""
     x0 = cx.sym(node.input[0])
-    rank = spatial_rank(cx, x0, "ConvTranspose")
+    rank = spatial_rank(cx, x0, "ConvTranspose", (1, 2, 3))
     w = cx.const(node.input[1], "ConvTranspose weights")
     at.get("kernel_shape")
     g = int(at.get("group", 1))
@@ -130,15 +130,51 @@ def conv_transpose(cx: Ctx, node: Any, at: Attrs) -> list:
             f"as the stride or more ({extra}): the device's transposed convolution cannot"
         )
     stride, dilation = win.stride, win.dilation
+    bias = [cx.sym(node.input[2])] if len(node.input) > 2 and node.input[2] else []
+    if rank == 3:
+        return [_conv_transpose3d(cx, x0, w, bias, win, begin, end, extra, g)]
     if rank == 1:  # as a height of 1
         w = w.reshape(*w.shape[:2], 1, w.shape[2])
         stride, dilation, extra = [1, *stride], [1, *dilation], [0, *extra]
         begin, end = [0, *begin], [0, *end]
-    bias = [cx.sym(node.input[2])] if len(node.input) > 2 and node.input[2] else []
     y = cx.op("conv_transpose2d", as4d(cx, x0), cx.param(w, like=x0), *bias, stride=stride,
               dilation=dilation, padding=[begin[0], begin[1], end[0], end[1]],
               output_padding=extra, groups=g)  # fmt: skip
     return [from4d(cx, y, rank)]
+
+
+def _conv_transpose3d(cx: Ctx, x: Symbol, w: np.ndarray, bias: list[Symbol], win: Window,
+                      begin: list[int], end: list[int], extra: list[int],
+                      groups: int) -> Symbol:  # fmt: skip
+    """A 3-D transposed convolution as one conv_transpose2d per depth tap of the kernel over
+    every input depth slice, each result placed at the output depths that tap reaches (input
+    depth i, tap t: i * stride + t * dilation, zeros between for a stride), summed, then
+    cropped by the pads (and extended by output_padding) along the depth."""
+    n, c, depth, h, wd = cx.shape(x)
+    kd, s, d = w.shape[2], win.stride[0], win.dilation[0]
+    full = (depth - 1) * s + (kd - 1) * d + 1
+    slices = cx.reshape(cx.op("transpose", x, perm=[0, 2, 1, 3, 4]), (n * depth, c, h, wd))
+    total = None
+    for tap in range(kd):
+        y = cx.op("conv_transpose2d", slices, cx.param(w[:, :, tap], like=x),
+                  stride=win.stride[1:], dilation=win.dilation[1:],
+                  padding=[begin[1], begin[2], end[1], end[2]], output_padding=extra[1:],
+                  groups=groups)  # fmt: skip
+        _, o, oh, ow = cx.shape(y)
+        y = cx.reshape(y, (n, depth, o, oh, ow))
+        if s > 1 and depth > 1:  # zeros between the input depths
+            gap = cx.op("fill", shape=[n, depth, s - 1, o, oh, ow], value=0.0,
+                        dtype=cx.dtype(x).name)  # fmt: skip
+            spread = cx.op("concat", cx.reshape(y, (n, depth, 1, o, oh, ow)), gap, axis=2)
+            y = cx.op("slice", cx.reshape(spread, (n, depth * s, o, oh, ow)), starts=[0],
+                      ends=[(depth - 1) * s + 1], axes=[1])  # fmt: skip
+        y = pad_axis(cx, y, 1, tap * d, full - (depth - 1) * s - 1 - tap * d, "constant", 0.0)
+        total = y if total is None else cx.op("add", total, y)
+    total = pad_axis(cx, total, 1, -begin[0], extra[0] - end[0], "constant", 0.0)
+    y = cx.op("transpose", total, perm=[0, 2, 1, 3, 4])
+    if bias:
+        y = cx.op("add", y, cx.reshape(bias[0], (cx.shape(y)[1], 1, 1, 1)))
+    return y
 
 
 def _transposed_pads(at: Attrs, win: Window, sizes: tuple[int, ...], kernel: list[int],
