@@ -1337,6 +1337,54 @@ def test_a_scan_of_opset_8_runs_each_batch_element(dev, q):
         from_onnx(model)
 
 
+def _loop_model(trip, cond_out_nodes, scan=True):
+    """A Loop adding row i of x to y at iteration i (its body slices x by the iteration
+    number), giving y at every iteration as a scan output when `scan`."""
+    nodes = [helper.make_node("Unsqueeze", ["i", "zero"], ["at"]),
+             helper.make_node("Add", ["at", "one"], ["to"]),
+             helper.make_node("Slice", ["x", "at", "to"], ["row"]),
+             helper.make_node("Squeeze", ["row", "zero"], ["r"]),
+             helper.make_node("Add", ["y_in", "r"], ["y_out"]),
+             *cond_out_nodes]  # fmt: skip
+    outs = [vi("c_out", TensorProto.BOOL, []), vi("y_out", F, [3])]
+    if scan:
+        nodes.append(helper.make_node("Identity", ["y_out"], ["y_scan"]))
+        outs.append(vi("y_scan", F, [3]))
+    body = helper.make_graph(nodes, "body", [vi("i", I64, []), vi("c_in", TensorProto.BOOL, []),
+                                             vi("y_in", F, [3])], outs)  # fmt: skip
+    node = helper.make_node("Loop", [trip, "", "y0"], ["y", "ys"] if scan else ["y"], body=body)
+    inits = [init("zero", np.array([0], np.int64)), init("one", np.array([1], np.int64)),
+             init("M", np.array(4, np.int64)), init("M0", np.array(0, np.int64)),
+             init("two", np.array(2, np.int64))]  # fmt: skip
+    results = [vi("y", F, None), *([vi("ys", F, None)] if scan else [])]
+    return make_model([node], [vi("y0", F, [3]), vi("x", F, [5, 3])], results, inits)
+
+
+def test_a_loop_of_known_trips_is_its_body_unrolled(dev, q):
+    """M = 4 iterations; and with no trip count, a condition the body computes from the
+    iteration number (i < 2: three iterations) ends it."""
+    y0, x = randn(3), randn(5, 3)
+    carry_on = helper.make_node("Identity", ["c_in"], ["c_out"])
+    below_two = helper.make_node("Less", ["i", "two"], ["c_out"])
+    for trip, cond, steps in (("M", [carry_on], 4), ("", [below_two], 3)):
+        graph = from_onnx(_loop_model(trip, cond))
+        y, ys = run_on_device(dev, q, graph, [y0, x])
+        sums = y0 + np.cumsum(x[:steps], axis=0)
+        np.testing.assert_allclose(y, sums[-1], rtol=1e-6)
+        np.testing.assert_allclose(ys, sums, rtol=1e-6)
+
+
+def test_loops_a_static_graph_cannot_unroll_are_refused_by_name():
+    decided_by_data = [helper.make_node("ReduceSum", ["y_out"], ["s"], keepdims=0),
+                       helper.make_node("Greater", ["s", "zero_f"], ["c_out"])]  # fmt: skip
+    model = _loop_model("M", decided_by_data)
+    model.graph.initializer.append(init("zero_f", np.array(0.0, np.float32)))
+    with pytest.raises(UnsupportedModelError, match="condition .* must be known at import"):
+        from_onnx(model)
+    with pytest.raises(UnsupportedModelError, match="a loop of no iterations"):
+        from_onnx(_loop_model("M0", [helper.make_node("Identity", ["c_in"], ["c_out"])]))
+
+
 def test_scans_a_static_graph_cannot_unroll_are_refused_by_name():
     with pytest.raises(UnsupportedModelError, match="a scan of no steps"):
         from_onnx(_scan_model({}, [0, 4]))

@@ -589,9 +589,12 @@ def _add_output(cx: Ctx, name: str) -> None:
             cx.syms[k] = Symbol(name)
 
 
-def import_subgraph(cx: Ctx, graph: Any, inputs: list[Symbol]) -> list[Symbol | np.ndarray]:
+def import_subgraph(
+    cx: Ctx, graph: Any, inputs: list[Symbol | np.ndarray]
+) -> list[Symbol | np.ndarray]:
     """Import the nodes of a graph attribute (FlexAttention's score_mod, say) into the graph
-    being built, its inputs bound to `inputs` and its initializers as constants, and give
+    being built, its inputs bound to `inputs` (device values, or constants: a Loop's
+    iteration number) and its initializers as constants, and give
     the values of its outputs. Node by node as the main graph (folding, converters); its
     names shadow the outer graph's while it is imported and are forgotten after, and the
     outer values it reads by name are those of the enclosing graph. A problem in it is
@@ -603,7 +606,11 @@ def import_subgraph(cx: Ctx, graph: Any, inputs: list[Symbol]) -> list[Symbol | 
         if len(graph.input) != len(inputs):
             raise Invalid(f"the subgraph '{graph.name}' takes {len(graph.input)} inputs; it "
                           f"is given {len(inputs)}")  # fmt: skip
-        cx.syms.update((i.name, s) for i, s in zip(graph.input, inputs))
+        for i, value in zip(graph.input, inputs):
+            if isinstance(value, np.ndarray):
+                cx.consts[i.name] = value
+            else:
+                cx.syms[i.name] = value
         for init in graph.initializer:
             cx.consts[init.name] = _initializer(init)
         problems, poisoned = _Problems(), set()

@@ -197,3 +197,4 @@ register("MatMulNBits", ort_transformer.matmul_nbits, domain="com.microsoft")
 # control flow decided at import time
 register("If", control.if_)
 register("Scan", control.scan)
+register("Loop", control.loop)

@@ -1,8 +1,10 @@
 """Control flow the device can run: an If whose condition is known at import time is the
-branch it takes, and a Scan (whose length is its inputs' static length along the scan axis)
-is its body imported once per step, unrolled as the recurrent layers are. The device runs a
-static graph, so a condition that only a run decides is refused, as any value an op needs
-at import time is (an example input may give it)."""
+branch it takes, a Scan (whose length is its inputs' static length along the scan axis) is
+its body imported once per step, unrolled as the recurrent layers are, and so is a Loop
+whose trip count and condition the import knows (each iteration's condition, computed by
+the body from its iteration number and constants, decides whether another follows). The
+device runs a static graph, so a condition that only a run decides is refused, as any value
+an op needs at import time is (an example input may give it)."""
 
 from __future__ import annotations
 
@@ -134,3 +136,62 @@ def _stacked(cx: Ctx, parts: list[Symbol], axis: int) -> Symbol:
         raise Invalid("a scan output's shape changes from step to step")
     grown = [cx.reshape(p, (*shape[:axis], 1, *shape[axis:])) for p in parts]
     return grown[0] if len(grown) == 1 else cx.op("concat", *grown, axis=axis)
+
+
+def loop(cx: Ctx, node: Any, at: Attrs) -> list:
+    """Loop, unrolled: the body imported once per iteration with its iteration number and
+    condition as constants, the loop-carried values passed on, the scan outputs stacked.
+    The trip count and every iteration's condition must be known at import time (a loop
+    that a run's values end is refused); a loop of no iterations too (its scan outputs'
+    shapes would be unknown)."""
+    from ..graph_import import import_subgraph  # graph_import loads the ops at import
+
+    body = at.get("body")
+    trip = optional_input(node, 0)
+    limit = None
+    if trip is not None:
+        counts = cx.ints(trip, "the trip count M")
+        if len(counts) != 1:
+            raise Invalid(f"the trip count M must hold one value, not {len(counts)}")
+        limit = counts[0]
+    cond_name = optional_input(node, 1)
+    going = True
+    if cond_name is not None:
+        going = _condition(cx.const(cond_name, "the loop's condition"), "the loop's condition")
+    carried: list[Symbol | np.ndarray] = [
+        cx.consts[n] if cx.is_const(n) else cx.sym(n) for n in node.input[2:]
+    ]
+    k = len(body.output) - 1 - len(carried)
+    if len(body.input) != 2 + len(carried) or k < 0:
+        raise Invalid(f"its body takes {len(body.input)} inputs and gives {len(body.output)} "
+                      f"outputs for {len(carried)} loop-carried values")  # fmt: skip
+    stacks: list[list] = [[] for _ in range(k)]
+    i = 0
+    while going and (limit is None or i < limit):
+        if i == _MAX_STEPS:
+            raise Unsupported(f"a loop of more than {_MAX_STEPS} iterations (unrolled)")
+        outs = import_subgraph(cx, body, [np.array(i, np.int64), np.array(True), *carried])
+        going = _condition(outs[0], "its body's condition (a run's values would end the loop)")
+        carried = outs[1 : 1 + len(carried)]
+        for stack, y in zip(stacks, outs[1 + len(carried) :]):
+            stack.append(y)
+        i += 1
+    if i == 0 and k:
+        raise Unsupported("a loop of no iterations (its scan outputs' shapes are unknown)")
+    stacked: list[Symbol | np.ndarray] = []
+    for stack in stacks:
+        if all(isinstance(y, np.ndarray) for y in stack):
+            stacked.append(np.stack(stack))
+        else:
+            parts = [y if isinstance(y, Symbol) else cx.param(y, stem="loop_const") for y in stack]
+            stacked.append(_stacked(cx, parts, 0))
+    return [*carried, *stacked]
+
+
+def _condition(value: Any, what: str) -> bool:
+    """A loop condition known at import time, as a bool."""
+    if not isinstance(value, np.ndarray):
+        raise Unsupported(f"{what} must be known at import time to unroll the loop")
+    if value.size != 1:
+        raise Invalid(f"{what} has {value.size} elements; it must hold one")
+    return bool(value.reshape(-1)[0])
