@@ -1068,14 +1068,23 @@ def test_maxpool_indices_of_3d_pooling_are_refused_by_name():
         from_onnx(model)
 
 
-def test_batchnorm_in_training_mode_is_refused():
-    stats = [init(n, np.ones(2, np.float32)) for n in ("s", "b", "m", "v")]
-    node = helper.make_node(
-        "BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn", training_mode=1
-    )
-    model = make_model([node], [vi("x", F, [1, 2, 3])], [vi("y", F, None)], stats, opset=15)
-    with pytest.raises(UnsupportedModelError, match=r"bn \(BatchNormalization\): training"):
-        from_onnx(model)
+@pytest.mark.parametrize("outputs", [["y"], ["y", "rm", "rv"], ["y", "", "rv"]])
+def test_batchnorm_in_training_mode_normalises_by_the_batch(dev, q, outputs):
+    """training_mode=1: the batch's own statistics, and the running ones updated by
+    momentum; the running statistics are graph inputs here (a training step's state)."""
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], outputs,
+                            training_mode=1, momentum=0.8, epsilon=1e-3)  # fmt: skip
+    ins = [vi("x", F, [4, 3, 5, 2]), vi("m", F, [3]), vi("v", F, [3])]
+    stats = [init("s", randn(3)), init("b", randn(3))]
+    model = make_model([node], ins, [vi(o, F, None) for o in outputs if o], stats, opset=15)
+    x, m, v = randn(4, 3, 5, 2) * 2 + 1, randn(3), np.abs(randn(3))
+    got = run_on_device(dev, q, from_onnx(model), [x, m, v])
+    mean, var = x.mean(axis=(0, 2, 3), dtype=np.float64), x.var(axis=(0, 2, 3), dtype=np.float64)
+    s, b = (numpy_helper.to_array(t) for t in stats)
+    want = {"y": (x - mean[:, None, None]) / np.sqrt(var[:, None, None] + 1e-3) * s[:, None, None]
+            + b[:, None, None], "rm": m * 0.8 + mean * 0.2, "rv": v * 0.8 + var * 0.2}  # fmt: skip
+    for name, g in zip([o for o in outputs if o], got, strict=True):
+        np.testing.assert_allclose(g, want[name], rtol=1e-4, atol=1e-5)
 
 
 # --- example inputs fix what the model leaves open ------------------------------------------

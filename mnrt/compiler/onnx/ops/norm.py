@@ -17,10 +17,10 @@ def _channel(cx: Ctx, v: np.ndarray, rank: int, like: Symbol) -> Symbol:
 
 
 def batch_norm(cx: Ctx, node: Any, at: Attrs) -> list:
-    """Inference: the statistics are constants, folded into one scale and shift."""
+    """Inference: the statistics are constants, folded into one scale and shift. Training
+    mode (opset 14 on) normalises by the batch's own statistics instead (see below)."""
     if at.get("training_mode", 0):
-        raise Unsupported("training_mode=1 (normalising by the batch's own statistics) is "
-                          "not supported; export the model for inference")  # fmt: skip
+        return _batch_norm_training(cx, node, at)
     for i, name in ((1, "mean"), (2, "var"), (3, "saved_mean"), (4, "saved_var")):
         refuse_output(node, i, name, "it is a training output")
     if not at.get("spatial", 1):
@@ -37,6 +37,46 @@ def batch_norm(cx: Ctx, node: Any, at: Attrs) -> list:
     t = bias - mean * s
     rank = len(cx.shape(x))
     return [cx.op("add", cx.op("mul", x, _channel(cx, s, rank, x)), _channel(cx, t, rank, x))]
+
+
+def _batch_norm_training(cx: Ctx, node: Any, at: Attrs) -> list:
+    """training_mode=1: Y normalised by the batch's mean and (population) variance per
+    channel, and the running mean and variance, each the input's times momentum plus the
+    batch's times 1 - momentum; every statistic a reduction on the device, and scale, B and
+    the running statistics may be values of the run (a training step's)."""
+    x = cx.sym(node.input[0])
+    rank = len(cx.shape(x))
+    if rank < 2:
+        raise Invalid(f"X has shape {cx.shape(x)}; it needs a channel axis (1)")
+    channels = cx.shape(x)[1]
+    per_channel = (1, channels, *([1] * (rank - 2)))
+    stats = [cx.sym(n) for n in node.input[1:5]]
+    if any(cx.shape(v) != (channels,) for v in stats):
+        raise Invalid(f"scale, B, input_mean and input_var must each hold one value per "
+                      f"channel ({channels}); got {[cx.shape(v) for v in stats]}")  # fmt: skip
+    scale, bias, mean_in, var_in = stats
+    axes = [0, *range(2, rank)]
+    eps, momentum = float(at.get("epsilon", 1e-5)), float(at.get("momentum", 0.9))
+
+    def const(value: float) -> Symbol:
+        return cx.param(np.array(value), like=x, stem="batch_norm")
+
+    mean = cx.op("mean", x, axes=axes, keepdims=True)
+    centred = cx.op("sub", x, mean)
+    var = cx.op("mean", cx.op("mul", centred, centred), axes=axes, keepdims=True)
+    inv = cx.op("reciprocal", cx.op("sqrt", cx.op("add", var, const(eps))))
+    factor = cx.op("mul", inv, cx.reshape(scale, per_channel))
+    y = cx.op("add", cx.op("mul", centred, factor), cx.reshape(bias, per_channel))
+
+    def running(given: Symbol, batch: Symbol) -> Symbol:
+        kept = cx.op("mul", given, const(momentum))
+        return cx.op("add", kept, cx.op("mul", cx.reshape(batch, (channels,)), const(1 - momentum)))
+
+    outs: list[Symbol | None] = [y]
+    for i, (given, batch) in enumerate(((mean_in, mean), (var_in, var)), start=1):
+        if len(node.output) > i:  # only the running statistics the model asks for
+            outs.append(running(given, batch) if node.output[i] else None)
+    return outs
 
 
 def instance_norm(cx: Ctx, node: Any, at: Attrs) -> list:
