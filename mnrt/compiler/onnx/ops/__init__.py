@@ -18,6 +18,7 @@ from . import (
     linalg,
     linear_attention,
     loss,
+    ml,
     norm,
     ort_transformer,
     pool,
@@ -143,6 +144,7 @@ register("ReverseSequence", index.reverse_sequence)
 register("Compress", index.compress)
 register("NonZero", index.data_dependent)
 register("Unique", index.data_dependent)
+register("MelWeightMatrix", index.data_dependent)
 # known at import time
 register("Constant", constant.constant)
 register("Shape", constant.shape)
@@ -194,6 +196,12 @@ register("SkipSimplifiedLayerNormalization", ort_transformer.skip_simplified_lay
          domain="com.microsoft")  # fmt: skip
 register("SimplifiedLayerNormalization", ort_transformer.simplified_layer_norm)
 register("MatMulNBits", ort_transformer.matmul_nbits, domain="com.microsoft")
+# classic machine learning (ai.onnx.ml, as sklearn-onnx writes a pipeline)
+register("Binarizer", ml.binarizer, domain="ai.onnx.ml")
+register("ArrayFeatureExtractor", ml.array_feature_extractor, domain="ai.onnx.ml")
+register("Scaler", ml.scaler, domain="ai.onnx.ml")
+register("Normalizer", ml.normalizer, domain="ai.onnx.ml")
+register("LinearRegressor", ml.linear_regressor, domain="ai.onnx.ml")
 # control flow decided at import time
 register("If", control.if_)
 register("Scan", control.scan)
