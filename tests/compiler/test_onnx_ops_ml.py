@@ -96,3 +96,73 @@ def test_bad_ml_nodes_are_refused_by_name():
         from_onnx(_model(nodes, (3, 2)))
     with pytest.raises(InvalidModelError, match="offset holds 3 values; it needs 1 or 2"):
         from_onnx(_model([_ml("Scaler", ["x"], ["y"], offset=[1.0, 2.0, 3.0])], (3, 2)))
+
+
+def _random_forest(rng, trees, depth, features, targets, modes=("BRANCH_LEQ",)):
+    """Random trees as TreeEnsembleRegressor's attributes: each node a (tree, node) id, its
+    children by node id, leaves of mode LEAF with a weight per target."""
+    at = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_values",
+                          "nodes_modes", "nodes_truenodeids", "nodes_falsenodeids",
+                          "nodes_missing_value_tracks_true", "target_treeids",
+                          "target_nodeids", "target_ids", "target_weights")}  # fmt: skip
+    for t in range(trees):
+        count = [0]
+
+        def grow(level, t=t, count=count):
+            me = count[0]
+            count[0] += 1
+            leaf = level == depth or (level > 0 and rng.random() < 0.3)
+            at["nodes_treeids"].append(t)
+            at["nodes_nodeids"].append(me)
+            at["nodes_featureids"].append(int(rng.integers(features)) if not leaf else 0)
+            at["nodes_values"].append(
+                float(np.round(rng.standard_normal(), 1)) if not leaf else 0.0
+            )
+            at["nodes_modes"].append("LEAF" if leaf else str(rng.choice(modes)))
+            at["nodes_missing_value_tracks_true"].append(int(rng.random() < 0.5))
+            slot = len(at["nodes_truenodeids"])
+            at["nodes_truenodeids"].append(0)
+            at["nodes_falsenodeids"].append(0)
+            if leaf:
+                for k in range(targets):
+                    at["target_treeids"].append(t)
+                    at["target_nodeids"].append(me)
+                    at["target_ids"].append(k)
+                    at["target_weights"].append(float(rng.standard_normal()))
+            else:
+                at["nodes_truenodeids"][slot] = grow(level + 1)
+                at["nodes_falsenodeids"][slot] = grow(level + 1)
+            return me
+
+        grow(0)
+    return at
+
+
+@pytest.mark.parametrize("aggregate", ["SUM", "AVERAGE"])
+@pytest.mark.parametrize(
+    "modes", [("BRANCH_LEQ",), ("BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ")]
+)
+def test_tree_ensemble_regressor_matches_onnxruntime(ctx, aggregate, modes):
+    """A random forest as sklearn-onnx writes one (TreeEnsembleRegressor), inputs with
+    missing values, against onnxruntime's tree walk; the device runs no branch (gathers,
+    comparisons and GEMMs)."""
+    rng = np.random.default_rng(5)
+    at = _random_forest(rng, trees=7, depth=4, features=5, targets=2, modes=modes)
+    node = _ml("TreeEnsembleRegressor", ["x"], ["y"], n_targets=2, aggregate_function=aggregate,
+               base_values=[0.5, -0.25], **at)  # fmt: skip
+    x = np.round(rng.standard_normal((40, 5)), 1).astype(np.float32)  # ties with the splits
+    x[rng.random(x.shape) < 0.1] = np.nan
+    model = _model([node], x.shape)
+    assert {n.op for n in from_onnx(model).nodes} >= {"gemm", "gather"}
+    _against_onnxruntime(ctx, model, x)
+
+
+def test_bad_tree_ensembles_are_refused_by_name():
+    at = _random_forest(np.random.default_rng(1), trees=2, depth=2, features=3, targets=1)
+    node = _ml("TreeEnsembleRegressor", ["x"], ["y"], aggregate_function="MAX", **at)
+    with pytest.raises(UnsupportedModelError, match="aggregate_function=MAX"):
+        from_onnx(_model([node], (4, 3)))
+    at["nodes_truenodeids"][0] = 99
+    node = _ml("TreeEnsembleRegressor", ["x"], ["y"], **at)
+    with pytest.raises(InvalidModelError, match="tree 0 has 2 roots"):
+        from_onnx(_model([node], (4, 3)))
