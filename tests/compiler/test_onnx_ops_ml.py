@@ -96,6 +96,10 @@ def test_bad_ml_nodes_are_refused_by_name():
         from_onnx(_model(nodes, (3, 2)))
     with pytest.raises(InvalidModelError, match="offset holds 3 values; it needs 1 or 2"):
         from_onnx(_model([_ml("Scaler", ["x"], ["y"], offset=[1.0, 2.0, 3.0])], (3, 2)))
+    binary_raw = _ml("LinearClassifier", ["x"], ["label", "y"], classlabels_ints=[0, 1],
+                     coefficients=[1.0, 2.0])  # fmt: skip
+    with pytest.raises(UnsupportedModelError, match="onnxruntime gives .1 - s, s."):
+        from_onnx(_model([binary_raw], (3, 2), outputs=("label", "y")))
 
 
 def _random_forest(rng, trees, depth, features, targets, modes=("BRANCH_LEQ",)):
@@ -166,3 +170,25 @@ def test_bad_tree_ensembles_are_refused_by_name():
     node = _ml("TreeEnsembleRegressor", ["x"], ["y"], **at)
     with pytest.raises(InvalidModelError, match="tree 0 has 2 roots"):
         from_onnx(_model([node], (4, 3)))
+
+
+@pytest.mark.parametrize(
+    ("classes", "labels", "transform"),
+    [(3, [4, 7, 9], "SOFTMAX"), (3, [0, 1, 2], "NONE"), (1, [10, 20], "LOGISTIC")],
+    ids=["multiclass-softmax", "multiclass-raw", "binary-logistic"],
+)  # fmt: skip
+def test_linear_classifier_matches_onnxruntime(ctx, classes, labels, transform):
+    """LogisticRegression as sklearn-onnx writes it (zipmap off): labels and scores."""
+    x = RNG.standard_normal((8, 4)).astype(np.float32)
+    node = _ml("LinearClassifier", ["x"], ["label", "y"], classlabels_ints=labels,
+               coefficients=list(RNG.standard_normal(classes * 4)),
+               intercepts=list(RNG.standard_normal(classes)), post_transform=transform)  # fmt: skip
+    graph = helper.make_graph(
+        [node], "ml", [helper.make_tensor_value_info("x", F, [8, 4])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, None),
+         helper.make_tensor_value_info("y", F, None)],
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("ai.onnx.ml", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 9
+    _against_onnxruntime(ctx, model, x)

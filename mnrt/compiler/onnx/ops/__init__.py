@@ -203,6 +203,7 @@ register("ArrayFeatureExtractor", ml.array_feature_extractor, domain="ai.onnx.ml
 register("Scaler", ml.scaler, domain="ai.onnx.ml")
 register("Normalizer", ml.normalizer, domain="ai.onnx.ml")
 register("LinearRegressor", ml.linear_regressor, domain="ai.onnx.ml")
+register("LinearClassifier", ml.linear_classifier, domain="ai.onnx.ml")
 register("TreeEnsemble", trees.tree_ensemble, domain="ai.onnx.ml")
 register("TreeEnsembleRegressor", trees.tree_ensemble_regressor, domain="ai.onnx.ml")
 # control flow decided at import time

@@ -1,7 +1,8 @@
 """Classic machine-learning ops (the ai.onnx.ml domain, as sklearn-onnx writes them for a
 scikit-learn pipeline's preprocessing and linear models): Binarizer, Scaler and Normalizer
 are elementwise and row reductions, ArrayFeatureExtractor a gather of columns, and
-LinearRegressor one GEMM with its coefficients."""
+LinearRegressor and LinearClassifier one GEMM with their coefficients (the classifier's
+label an argmax of the scores, gathered from its integer labels)."""
 
 from __future__ import annotations
 
@@ -99,3 +100,48 @@ def linear_regressor(cx: Ctx, node: Any, at: Attrs) -> list:
     if intercepts is not None and intercepts.any():
         y = cx.op("add", y, cx.param(intercepts, like=x, stem="intercepts"))
     return [y]
+
+
+def linear_classifier(cx: Ctx, node: Any, at: Attrs) -> list:
+    """Scores X @ coefficients + intercepts, transformed (NONE, LOGISTIC or SOFTMAX), and
+    the label of the largest. A binary model's one row of scores s becomes [-s, s], as
+    ONNX's reference and, once transformed, onnxruntime take it (raw, they differ: refused)."""
+    x = _as_float(cx, cx.sym(node.input[0]))
+    if len(cx.shape(x)) != 2:
+        raise Invalid(f"X has shape {cx.shape(x)}; LinearClassifier takes [N, C]")
+    if at.get("classlabels_strings"):
+        raise Unsupported("classlabels_strings: the device holds no strings (label with ints)")
+    labels = [int(v) for v in at.get("classlabels_ints") or []]
+    at.get("multi_class")
+    columns = cx.shape(x)[1]
+    coefficients = np.asarray(at.get("coefficients") or [], np.float64)
+    if coefficients.size == 0 or coefficients.size % columns:
+        raise Invalid(f"coefficients hold {coefficients.size} values, not a multiple of the "
+                      f"{columns} columns")  # fmt: skip
+    classes = coefficients.size // columns
+    weights = coefficients.reshape(classes, columns).T
+    intercepts = _floats(at, "intercepts", classes) if at.get("intercepts") else np.zeros(1)
+    transform = at.get("post_transform", "NONE")
+    if classes == 1 and len(labels) == 2 and transform == "NONE":
+        raise Unsupported(
+            "a binary model's raw scores (post_transform=NONE): onnxruntime gives [1 - s, s] "
+            "and ONNX's reference [-s, s]; export it with LOGISTIC"
+        )
+    if classes == 1 and len(labels) == 2:  # binary: the second label's score, negated first
+        weights = np.concatenate([-weights, weights], axis=1)
+        intercepts = np.concatenate([-intercepts, intercepts])
+    scores = cx.op("gemm", x, cx.param(weights, like=x, stem="coefficients"))
+    if intercepts.any():
+        scores = cx.op("add", scores, cx.param(intercepts, like=x, stem="intercepts"))
+    if transform == "LOGISTIC":
+        scores = cx.op("sigmoid", scores)
+    elif transform == "SOFTMAX":
+        scores = cx.op("softmax", scores, axis=1)
+    elif transform != "NONE":
+        raise Unsupported(f"post_transform={transform}")
+    if len(labels) != cx.shape(scores)[1]:
+        raise Invalid(f"{len(labels)} labels for {cx.shape(scores)[1]} classes (a binary model: "
+                      "one row of coefficients, two labels)")  # fmt: skip
+    best = cx.op("argmax", scores, axis=1, keepdims=False, select_last_index=False)
+    label = cx.op("gather", cx.param(np.asarray(labels, np.int64)), best, axis=0)
+    return [label, scores]
