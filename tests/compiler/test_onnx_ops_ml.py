@@ -192,3 +192,36 @@ def test_linear_classifier_matches_onnxruntime(ctx, classes, labels, transform):
     model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 9
     _against_onnxruntime(ctx, model, x)
+
+
+@pytest.mark.parametrize(
+    ("classes", "labels", "transform"),
+    [(3, [3, 5, 8], "SOFTMAX"), (3, [0, 1, 2], "NONE"), (1, [0, 1], "LOGISTIC")],
+    ids=["multiclass-softmax", "multiclass-raw", "binary-logistic"],
+)  # fmt: skip
+def test_tree_ensemble_classifier_matches_onnxruntime(ctx, classes, labels, transform):
+    """A random forest classifier (class weights per leaf; a binary one scores class 0
+    alone): its labels and scores against onnxruntime's."""
+    rng = np.random.default_rng(8)
+    at = _random_forest(rng, trees=5, depth=3, features=4, targets=classes)
+    at = {k.replace("target_", "class_"): v for k, v in at.items()}
+    node = _ml("TreeEnsembleClassifier", ["x"], ["label", "y"], classlabels_int64s=labels,
+               post_transform=transform, **at)  # fmt: skip
+    x = np.round(rng.standard_normal((30, 4)), 1).astype(np.float32)
+    graph = helper.make_graph(
+        [node], "ml", [helper.make_tensor_value_info("x", F, [30, 4])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, None),
+         helper.make_tensor_value_info("y", F, None)],
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("ai.onnx.ml", 3)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 9
+    _against_onnxruntime(ctx, model, x)
+
+
+def test_binary_tree_classifiers_raw_scores_are_refused_by_name():
+    at = _random_forest(np.random.default_rng(3), trees=2, depth=2, features=3, targets=1)
+    at = {k.replace("target_", "class_"): v for k, v in at.items()}
+    node = _ml("TreeEnsembleClassifier", ["x"], ["label", "y"], classlabels_int64s=[0, 1], **at)
+    with pytest.raises(UnsupportedModelError, match="ONNX's reference gives .1 - s, s."):
+        from_onnx(_model([node], (4, 3), outputs=("label", "y")))

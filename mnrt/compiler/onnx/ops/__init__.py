@@ -206,6 +206,7 @@ register("LinearRegressor", ml.linear_regressor, domain="ai.onnx.ml")
 register("LinearClassifier", ml.linear_classifier, domain="ai.onnx.ml")
 register("TreeEnsemble", trees.tree_ensemble, domain="ai.onnx.ml")
 register("TreeEnsembleRegressor", trees.tree_ensemble_regressor, domain="ai.onnx.ml")
+register("TreeEnsembleClassifier", trees.tree_ensemble_classifier, domain="ai.onnx.ml")
 # control flow decided at import time
 register("If", control.if_)
 register("Scan", control.scan)

@@ -1,5 +1,5 @@
-"""Tree ensembles (ai.onnx.ml's TreeEnsemble, and TreeEnsembleRegressor as sklearn-onnx
-writes a random forest or gradient boosting) as matrix products, the way a matrix unit
+"""Tree ensembles (ai.onnx.ml's TreeEnsemble, and TreeEnsembleRegressor and -Classifier as
+sklearn-onnx writes a random forest or gradient boosting) as matrix products, the way a matrix unit
 runs them (Hummingbird's GEMM strategy): every interior node's feature is gathered and
 compared with its split (a 0/1 decision per node), each tree's decisions times a constant
 +1/-1 path matrix count, for every leaf, the turns its path takes that went its way, and
@@ -115,8 +115,65 @@ def tree_ensemble(cx: Ctx, node: Any, at: Attrs) -> list:
 
 
 def tree_ensemble_regressor(cx: Ctx, node: Any, at: Attrs) -> list:
-    """TreeEnsembleRegressor (ai.onnx.ml opsets 1 and 3): nodes named by (tree id, node
-    id), leaves being nodes of mode LEAF, and each leaf's weights per target listed apart."""
+    """TreeEnsembleRegressor (ai.onnx.ml opsets 1 and 3)."""
+    n_targets = int(at.get("n_targets", 1))
+    forest = _listed_forest(at, "target", n_targets)
+    aggregate = _aggregate(at.get("aggregate_function", "SUM"))
+    transform = at.get("post_transform", "NONE")
+    if transform != "NONE":
+        raise Unsupported(f"post_transform={transform}")
+    base = _base(at, n_targets)
+    return [_predict(cx, cx.sym(node.input[0]), forest, n_targets, aggregate, base)]
+
+
+def tree_ensemble_classifier(cx: Ctx, node: Any, at: Attrs) -> list:
+    """TreeEnsembleClassifier (ai.onnx.ml opsets 1 and 3): the classes' scores summed over
+    the trees (a binary model's one class s as [-s, s] before its transform, as ONNX's
+    reference and onnxruntime agree; raw, they do not, and it is refused), transformed
+    (NONE, LOGISTIC or SOFTMAX), and the label of the largest, from the integer labels."""
+    if at.get("classlabels_strings"):
+        raise Unsupported("classlabels_strings: the device holds no strings (label with ints)")
+    labels = [int(v) for v in at.get("classlabels_int64s") or []]
+    if len(labels) < 2:
+        raise Invalid(f"{len(labels)} class labels: a classifier needs two at least")
+    forest = _listed_forest(at, "class", len(labels))
+    transform = at.get("post_transform", "NONE")
+    if transform not in ("NONE", "LOGISTIC", "SOFTMAX"):
+        raise Unsupported(f"post_transform={transform}")
+    x = cx.sym(node.input[0])
+    scores = _predict(cx, x, forest, len(labels), "SUM", _base(at, len(labels)))
+    if cx.dtype(scores).name != "float":
+        scores = cx.op("cast", scores, to="float")
+    if len(set(at.get("class_ids") or [])) == 1:
+        if len(labels) != 2 or int(at.get("class_ids")[0]) != 0:
+            raise Unsupported("a model that scores one class but class 0 of two")
+        if transform == "NONE":
+            raise Unsupported(
+                "a binary model's raw scores (post_transform=NONE): ONNX's reference gives "
+                "[1 - s, s] and onnxruntime [-s, s] (labelling by s > 0); export it with "
+                "LOGISTIC"
+            )
+        one = cx.op("slice", scores, starts=[0], ends=[1], axes=[1])
+        scores = cx.op("concat", cx.op("neg", one), one, axis=1)
+    if transform == "LOGISTIC":
+        scores = cx.op("sigmoid", scores)
+    elif transform == "SOFTMAX":
+        scores = cx.op("softmax", scores, axis=1)
+    best = cx.op("argmax", scores, axis=1, keepdims=False, select_last_index=False)
+    return [cx.op("gather", cx.param(np.asarray(labels, np.int64)), best, axis=0), scores]
+
+
+def _base(at: Attrs, count: int) -> np.ndarray:
+    base = _floats(at, "base_values")
+    if len(base) not in (0, count):
+        raise Invalid(f"base_values holds {len(base)} values for {count} outputs")
+    return np.asarray(base, np.float64) if len(base) else np.zeros(count)
+
+
+def _listed_forest(at: Attrs, prefix: str, n_targets: int) -> _Forest:
+    """The trees of TreeEnsembleRegressor or TreeEnsembleClassifier: nodes named by (tree
+    id, node id), leaves being nodes of mode LEAF, and each leaf's weights per target (or
+    class) listed apart, under `prefix` (target_ids, target_weights; class_ids, ...)."""
     tree_ids = [int(v) for v in at.get("nodes_treeids") or []]
     node_ids = [int(v) for v in at.get("nodes_nodeids") or []]
     features = [int(v) for v in at.get("nodes_featureids") or []]
@@ -128,19 +185,19 @@ def tree_ensemble_regressor(cx: Ctx, node: Any, at: Attrs) -> list:
     lists = (node_ids, features, values, names, true_ids, false_ids, tracks)
     if any(len(v) != count for v in lists):
         raise Invalid(f"the nodes_* attributes must all have {count} entries")
-    at.get("nodes_hitrates")
+    _floats(at, "nodes_hitrates")
     modes = [_mode(m) for m in names]
     where = {(t, n): i for i, (t, n) in enumerate(zip(tree_ids, node_ids))}
-    n_targets = int(at.get("n_targets", 1))
     leaf_values: dict[int, np.ndarray] = {}
-    weights = _floats(at, "target_weights")
-    target_lists = [at.get(k) or [] for k in ("target_treeids", "target_nodeids", "target_ids")]
-    if any(len(v) != len(weights) for v in target_lists):
-        raise Invalid("target_treeids, target_nodeids, target_ids and target_weights must pair up")
-    for t, n, k, w in zip(*target_lists, weights):
+    weights = _floats(at, f"{prefix}_weights")
+    keys = [f"{prefix}_treeids", f"{prefix}_nodeids", f"{prefix}_ids"]
+    listed = [at.get(k) or [] for k in keys]
+    if any(len(v) != len(weights) for v in listed):
+        raise Invalid(f"{', '.join(keys)} and {prefix}_weights must pair up")
+    for t, n, k, w in zip(*listed, weights):
         i = where.get((int(t), int(n)))
         if i is None or modes[i] != -1 or not 0 <= int(k) < n_targets:
-            raise Invalid(f"target weight of tree {t} node {n} (target {k}) names no leaf")
+            raise Invalid(f"{prefix} weight of tree {t} node {n} ({prefix} {k}) names no leaf")
         leaf_values.setdefault(i, np.zeros(n_targets))[int(k)] += w
     forest = _Forest(features, [float(v) for v in values], modes, [int(t) for t in tracks],
                      [[] for _ in modes])  # fmt: skip
@@ -151,6 +208,9 @@ def tree_ensemble_regressor(cx: Ctx, node: Any, at: Attrs) -> list:
             raise Invalid(f"node {node_ids[i]} of tree {tree_ids[i]} branches to no node")
         return ("leaf", j) if modes[j] == -1 else j
 
+    def value(i: int) -> np.ndarray:
+        return leaf_values.get(i, np.zeros(n_targets))
+
     children = {(tree_ids[i], int(v)) for i in range(count) if modes[i] != -1
                 for v in (true_ids[i], false_ids[i])}  # fmt: skip
     for tree in dict.fromkeys(tree_ids):
@@ -160,18 +220,8 @@ def tree_ensemble_regressor(cx: Ctx, node: Any, at: Attrs) -> list:
         if len(roots) != 1:
             raise Invalid(f"tree {tree} has {len(roots)} roots")
         (root,) = roots
-        _walk(forest, ("leaf", root) if modes[root] == -1 else root, child,
-              lambda i: leaf_values.get(i, np.zeros(n_targets)))  # fmt: skip
-    aggregate = _aggregate(at.get("aggregate_function", "SUM"))
-    transform = at.get("post_transform", "NONE")
-    if transform != "NONE":
-        raise Unsupported(f"post_transform={transform}")
-    base = _floats(at, "base_values")
-    if len(base) not in (0, n_targets):
-        raise Invalid(f"base_values holds {len(base)} values for {n_targets} targets")
-    base = np.asarray(base, np.float64) if len(base) else np.zeros(n_targets)
-    x = cx.sym(node.input[0])
-    return [_predict(cx, x, forest, n_targets, aggregate, base)]
+        _walk(forest, ("leaf", root) if modes[root] == -1 else root, child, value)
+    return forest
 
 
 def _aggregate(name: str) -> str:
