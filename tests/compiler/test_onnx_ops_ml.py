@@ -29,6 +29,19 @@ def _model(nodes, x_shape, outputs=("y",), x_type=F):
     return model
 
 
+def _classifier_model(node, x_shape, ml_opset):
+    """A classifier's model: X in, its int64 labels and float scores out."""
+    graph = helper.make_graph(
+        [node], "ml", [helper.make_tensor_value_info("x", F, list(x_shape))],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, None),
+         helper.make_tensor_value_info("y", F, None)],
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("ai.onnx.ml", ml_opset)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 9
+    return model
+
+
 def _ml(op, inputs, outputs, **attrs):
     return helper.make_node(op, inputs, outputs, domain="ai.onnx.ml", **attrs)
 
@@ -183,15 +196,7 @@ def test_linear_classifier_matches_onnxruntime(ctx, classes, labels, transform):
     node = _ml("LinearClassifier", ["x"], ["label", "y"], classlabels_ints=labels,
                coefficients=list(RNG.standard_normal(classes * 4)),
                intercepts=list(RNG.standard_normal(classes)), post_transform=transform)  # fmt: skip
-    graph = helper.make_graph(
-        [node], "ml", [helper.make_tensor_value_info("x", F, [8, 4])],
-        [helper.make_tensor_value_info("label", TensorProto.INT64, None),
-         helper.make_tensor_value_info("y", F, None)],
-    )  # fmt: skip
-    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("ai.onnx.ml", 1)]
-    model = helper.make_model(graph, opset_imports=opsets)
-    model.ir_version = 9
-    _against_onnxruntime(ctx, model, x)
+    _against_onnxruntime(ctx, _classifier_model(node, x.shape, 1), x)
 
 
 @pytest.mark.parametrize(
@@ -208,15 +213,7 @@ def test_tree_ensemble_classifier_matches_onnxruntime(ctx, classes, labels, tran
     node = _ml("TreeEnsembleClassifier", ["x"], ["label", "y"], classlabels_int64s=labels,
                post_transform=transform, **at)  # fmt: skip
     x = np.round(rng.standard_normal((30, 4)), 1).astype(np.float32)
-    graph = helper.make_graph(
-        [node], "ml", [helper.make_tensor_value_info("x", F, [30, 4])],
-        [helper.make_tensor_value_info("label", TensorProto.INT64, None),
-         helper.make_tensor_value_info("y", F, None)],
-    )  # fmt: skip
-    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("ai.onnx.ml", 3)]
-    model = helper.make_model(graph, opset_imports=opsets)
-    model.ir_version = 9
-    _against_onnxruntime(ctx, model, x)
+    _against_onnxruntime(ctx, _classifier_model(node, x.shape, 3), x)
 
 
 def test_binary_tree_classifiers_raw_scores_are_refused_by_name():
