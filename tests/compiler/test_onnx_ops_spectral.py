@@ -117,6 +117,8 @@ def test_bad_nodes_are_refused_by_name():
     x = _signal((2, 6), 2)
     assert "last axis" in _refusal(_dft_model(x, 20, -1, None), InvalidModelError)
     assert "dft_length 0" in _refusal(_dft_model(x, 20, 1, 0), InvalidModelError)
+    empty = np.zeros((2, 0, 2), np.float32)
+    assert "no samples along axis 1" in _refusal(_dft_model(empty, 20, 1, None), InvalidModelError)
     three = np.zeros((2, 6, 3), np.float32)
     assert "real part (1) or" in _refusal(_dft_model(three, 20, 1, None), InvalidModelError)
     # the length sets the output's shape: a graph input without an example is refused

@@ -94,6 +94,8 @@ def dft(cx: Ctx, node: Any, at: Attrs) -> list:
     axis = axis_index(raw, rank)
     if axis == rank - 1:
         raise Invalid(f"axis {raw} is the input's last axis, its real and imaginary parts")
+    if shape[axis] == 0:
+        raise Invalid(f"the input has no samples along axis {raw}")
     length = _scalar(cx, node, 1, "dft_length")
     if length is not None and length < 1:
         raise Invalid(f"dft_length {length} must be at least 1")
