@@ -222,3 +222,53 @@ def test_binary_tree_classifiers_raw_scores_are_refused_by_name():
     node = _ml("TreeEnsembleClassifier", ["x"], ["label", "y"], classlabels_int64s=[0, 1], **at)
     with pytest.raises(UnsupportedModelError, match="ONNX's reference gives .1 - s, s."):
         from_onnx(_model([node], (4, 3), outputs=("label", "y")))
+
+
+def test_a_pipeline_of_imputing_encoding_and_vectorizing(ctx):
+    """SimpleImputer on the numbers, OneHotEncoder on the codes, and the two side by side
+    (a ColumnTransformer), then a scaler: as sklearn-onnx writes it."""
+    x = RNG.standard_normal((6, 3)).astype(np.float32)
+    x[[0, 3], [1, 2]] = np.nan
+    x[:, 0] = RNG.integers(0, 4, 6)
+    nodes = [
+        helper.make_node("Slice", ["x", "s0", "s1", "ax"], ["codes"]),
+        helper.make_node("Slice", ["x", "s1", "s3", "ax"], ["numbers"]),
+        _ml("Imputer", ["numbers"], ["filled"], imputed_value_floats=[0.5, -1.5],
+            replaced_value_float=float("nan")),
+        _ml("OneHotEncoder", ["codes"], ["hot"], cats_int64s=[0, 1, 3]),
+        helper.make_node("Reshape", ["hot", "flat"], ["hot2"]),
+        _ml("FeatureVectorizer", ["hot2", "filled"], ["joined"], inputdimensions=[3, 2]),
+        _ml("Scaler", ["joined"], ["y"], offset=[0.0] * 5, scale=[2.0] * 5),
+    ]  # fmt: skip
+    model = _model(nodes, x.shape)
+    for name, value in (("s0", [0]), ("s1", [1]), ("s3", [3]), ("ax", [1]), ("flat", [6, 3])):
+        model.graph.initializer.append(helper.make_tensor(name, TensorProto.INT64, [len(value)],
+                                                          value))  # fmt: skip
+    _against_onnxruntime(ctx, model, x)
+
+
+def test_imputer_of_a_given_value_and_feature_vectorizer_cuts_and_pads(ctx):
+    x = RNG.integers(-2, 3, (5, 4)).astype(np.float32)
+    nodes = [_ml("Imputer", ["x"], ["filled"], imputed_value_floats=[9.0],
+                 replaced_value_float=0.0),
+             _ml("FeatureVectorizer", ["filled", "x"], ["y"], inputdimensions=[2, 6])]  # fmt: skip
+    _against_onnxruntime(ctx, _model(nodes, x.shape), x)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "params", "one_class"),
+    [("RBF", [0.3, 0.0, 0.0], 0), ("POLY", [0.5, 1.0, 3.0], 0), ("SIGMOID", [0.2, -0.1, 0.0], 0),
+     ("LINEAR", [0.0, 0.0, 0.0], 0), ("RBF", [0.5, 0.0, 0.0], 1), (None, [0.0, 0.0, 0.0], 0)],
+    ids=["rbf", "poly", "sigmoid", "linear", "one-class", "no-supports"],
+)  # fmt: skip
+def test_svm_regressor_matches_onnxruntime(ctx, kernel, params, one_class):
+    """sklearn's SVR (and OneClassSVM, LinearSVR) as sklearn-onnx writes them."""
+    x = RNG.standard_normal((10, 3)).astype(np.float32)
+    if kernel is None:
+        attrs = {"coefficients": [0.5, -1.0, 2.0], "n_supports": 0, "kernel_params": params}
+    else:
+        attrs = {"kernel_type": kernel, "kernel_params": params, "n_supports": 4,
+                 "support_vectors": list(RNG.standard_normal(12)),
+                 "coefficients": list(RNG.standard_normal(4))}  # fmt: skip
+    node = _ml("SVMRegressor", ["x"], ["y"], rho=[0.25], one_class=one_class, **attrs)
+    _against_onnxruntime(ctx, _model([node], x.shape), x)
