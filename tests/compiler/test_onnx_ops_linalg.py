@@ -1,6 +1,7 @@
-"""The Einsum converter: products of two float operands become a batched gemm (or a
-broadcasting mul when nothing is summed), every other equation the device's einsum kernel;
-results against ONNX's reference evaluator."""
+"""The Einsum and Det converters. Einsum: products of two float operands become a batched
+gemm (or a broadcasting mul when nothing is summed), every other equation the device's
+einsum kernel; results against ONNX's reference evaluator. Det: elimination with pivoting,
+against numpy."""
 
 from __future__ import annotations
 
@@ -98,3 +99,29 @@ def test_a_wrong_equation_is_the_kernels_error(ctx, equation, shapes, message):
     model = one_node_model("Einsum", feeds, ["y"], equation=equation)
     with pytest.raises(mnrt.MnrtError, match=message):
         ctx.compile(model, feeds, options={"float_dtype": "float"})
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 3), (2, 4, 5, 5), (6, 8, 8)])
+def test_det_matches_numpy(ctx, shape):
+    """Det by elimination with partial pivoting on the device, against numpy's LU: matrices
+    that need a row swap at the first step (a zero in the corner), and singular ones."""
+    from onnx_one_node import run
+
+    x = RNG.standard_normal(shape).astype(np.float32)
+    flat = x.reshape(-1, *shape[-2:])
+    if shape[-1] > 1:
+        flat[0, 0, 0] = 0.0  # the first pivot comes from another row
+        flat[-1, 1] = flat[-1, 0] * 2  # singular: two proportional rows
+    model = one_node_model("Det", {"x": x}, ["y"], opset=22)
+    (got,) = run(ctx, model, {"x": x})
+    want = np.linalg.det(x.astype(np.float64))
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_det_of_matrices_it_cannot_unroll_is_refused():
+    from mnrt.compiler.onnx import UnsupportedModelError, from_onnx
+
+    x = np.zeros((40, 40), np.float32)
+    with pytest.raises(UnsupportedModelError, match="40 x 40 matrices"):
+        from_onnx(one_node_model("Det", {"x": x}, ["y"], opset=22))

@@ -1,12 +1,14 @@
-"""Matrix products: MatMul, Gemm and Einsum."""
+"""Matrix products (MatMul, Gemm, Einsum) and the determinant (Det)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+import numpy as np
+
 from ...builder import Symbol
-from ..state import Attrs, Ctx
+from ..state import Attrs, Ctx, Invalid, Unsupported
 
 
 def matmul(cx: Ctx, node: Any, at: Attrs) -> list:
@@ -131,3 +133,62 @@ def _permuted(cx: Ctx, s: Symbol, labels: list[str], order: list[str]) -> Symbol
 
 def _size(sizes: dict[str, int], labels: list[str]) -> int:
     return math.prod(sizes[c] for c in labels)
+
+
+# The largest matrix Det eliminates: its kernels grow as the square of the size.
+_MAX_DET = 32
+
+
+def det(cx: Ctx, node: Any, at: Attrs) -> list:
+    """Det of [..., M, M]: Gaussian elimination with partial pivoting, unrolled over the M
+    columns (static), every batch of matrices at once. Each step picks the row of the
+    largest magnitude in the column (argmax), swaps it first (a gather of rows, the sign
+    flipping when it moves), multiplies the determinant by the pivot and subtracts the
+    pivot row's multiples from the rows below. A zero pivot makes the determinant 0 (the
+    division by it is then by 1, so no NaN is made)."""
+    x = cx.sym(node.input[0])
+    shape = cx.shape(x)
+    if len(shape) < 2 or shape[-1] != shape[-2]:
+        raise Invalid(f"X has shape {shape}; Det takes [..., M, M]")
+    if not cx.dtype(x).is_float:
+        raise Invalid(f"Det of {cx.dtype(x).name}: only floating types")
+    size, batch = shape[-1], tuple(shape[:-2])
+    if size > _MAX_DET:
+        raise Unsupported(f"the determinant of {size} x {size} matrices (unrolled, at most "
+                          f"{_MAX_DET})")  # fmt: skip
+    if size == 0:
+        return [cx.op("fill", shape=list(batch), value=1.0, dtype=cx.dtype(x).name)]
+
+    def const(value: Any, stem: str = "det") -> Symbol:
+        return cx.param(np.asarray(value, np.float64), like=x, stem=stem)
+
+    def cut(v: Symbol, rows: tuple[int, int], cols: tuple[int, int]) -> Symbol:
+        r = len(cx.shape(v))
+        return cx.op("slice", v, starts=[rows[0], cols[0]], ends=[rows[1], cols[1]],
+                     axes=[r - 2, r - 1])  # fmt: skip
+
+    b, total = x, None
+    for m in range(size, 0, -1):
+        column = cx.reshape(cut(b, (0, m), (0, 1)), (*batch, m))
+        row = cx.op("argmax", cx.op("abs", column), axis=-1, keepdims=True,
+                    select_last_index=False)  # fmt: skip
+        flip = None
+        if m > 1:  # rows 0 and `row` swap: a gather of rows by the swapped order
+            order = cx.param(np.arange(m, dtype=np.int64), stem="det_rows")
+            first = cx.op("equal", order, cx.param(np.zeros(1, np.int64), stem="det_zero"))
+            picked = cx.op("equal", order, row)
+            swapped = cx.op("where", first, row, cx.op("where", picked,
+                            cx.param(np.zeros(1, np.int64), stem="det_zero"), order))  # fmt: skip
+            index = cx.op("expand", cx.reshape(swapped, (*batch, m, 1)), shape=[*batch, m, m])
+            b = cx.op("gather_elements", b, index, axis=len(batch))
+            moved = cx.op("greater", row, cx.param(np.zeros(1, np.int64), stem="det_zero"))
+            flip = cx.op("where", moved, const(-1.0), const(1.0))  # [..., 1]
+        pivot = cx.reshape(cut(b, (0, 1), (0, 1)), (*batch, 1))
+        step = pivot if flip is None else cx.op("mul", pivot, flip)
+        total = step if total is None else cx.op("mul", total, step)
+        if m > 1:
+            zero = cx.op("equal", pivot, const(0.0))
+            safe = cx.op("where", zero, const(1.0), pivot)
+            factors = cx.op("div", cut(b, (1, m), (0, 1)), cx.reshape(safe, (*batch, 1, 1)))
+            b = cx.op("sub", cut(b, (1, m), (1, m)), cx.op("mul", factors, cut(b, (0, 1), (1, m))))
+    return [cx.reshape(total, batch)]
