@@ -27,6 +27,21 @@ def _as_float(cx: Ctx, x: Symbol) -> Symbol:
     return cx.op("cast", x, to="float")
 
 
+def _rows(cx: Ctx, node: Any, op: str) -> Symbol:
+    """The op's X, in float, checked to be a batch of rows [N, C]."""
+    x = _as_float(cx, cx.sym(node.input[0]))
+    if len(cx.shape(x)) != 2:
+        raise Invalid(f"X has shape {cx.shape(x)}; {op} takes [N, C]")
+    return x
+
+
+def _untransformed(at: Attrs) -> None:
+    """A regressor's post_transform: NONE only."""
+    transform = at.get("post_transform", "NONE")
+    if transform != "NONE":
+        raise Unsupported(f"post_transform={transform}")
+
+
 def _floats(at: Attrs, name: str, count: int) -> np.ndarray:
     """A float list attribute of one value or `count` (one per column)."""
     values = np.asarray(at.get(name) or [], np.float64).reshape(-1)
@@ -86,12 +101,8 @@ def normalizer(cx: Ctx, node: Any, at: Attrs) -> list:
 
 def linear_regressor(cx: Ctx, node: Any, at: Attrs) -> list:
     """X @ coefficients (targets rows of one coefficient per column) + intercepts."""
-    x = _as_float(cx, cx.sym(node.input[0]))
-    if len(cx.shape(x)) != 2:
-        raise Invalid(f"X has shape {cx.shape(x)}; LinearRegressor takes [N, C]")
-    transform = at.get("post_transform", "NONE")
-    if transform != "NONE":
-        raise Unsupported(f"post_transform={transform}")
+    x = _rows(cx, node, "LinearRegressor")
+    _untransformed(at)
     targets = int(at.get("targets", 1))
     coefficients = np.asarray(at.get("coefficients") or [], np.float64)
     columns = cx.shape(x)[1]
@@ -110,9 +121,7 @@ def linear_classifier(cx: Ctx, node: Any, at: Attrs) -> list:
     """Scores X @ coefficients + intercepts, transformed (NONE, LOGISTIC or SOFTMAX), and
     the label of the largest. A binary model's one row of scores s becomes [-s, s], as
     ONNX's reference and, once transformed, onnxruntime take it (raw, they differ: refused)."""
-    x = _as_float(cx, cx.sym(node.input[0]))
-    if len(cx.shape(x)) != 2:
-        raise Invalid(f"X has shape {cx.shape(x)}; LinearClassifier takes [N, C]")
+    x = _rows(cx, node, "LinearClassifier")
     if at.get("classlabels_strings"):
         raise Unsupported("classlabels_strings: the device holds no strings (label with ints)")
     labels = [int(v) for v in at.get("classlabels_ints") or []]
@@ -219,12 +228,8 @@ def svm_regressor(cx: Ctx, node: Any, at: Attrs) -> list:
     kernels LINEAR (x . v), POLY ((gamma x . v + coef0) ** degree), SIGMOID (tanh of the
     same) and RBF (exp(-gamma |x - v|^2), the squared distance as |x|^2 - 2 x . v + |v|^2);
     with no support vectors, x . coefficients + rho. one_class gives the sign, 1 or -1."""
-    x = _as_float(cx, cx.sym(node.input[0]))
-    if len(cx.shape(x)) != 2:
-        raise Invalid(f"X has shape {cx.shape(x)}; SVMRegressor takes [N, C]")
-    transform = at.get("post_transform", "NONE")
-    if transform != "NONE":
-        raise Unsupported(f"post_transform={transform}")
+    x = _rows(cx, node, "SVMRegressor")
+    _untransformed(at)
     at.get("n_targets")
     columns = cx.shape(x)[1]
     coefficients = np.asarray(at.get("coefficients") or [], np.float64)

@@ -71,10 +71,7 @@ def tree_ensemble(cx: Ctx, node: Any, at: Attrs) -> list:
     true_ids, false_ids = at.get("nodes_truenodeids"), at.get("nodes_falsenodeids")
     true_leaf, false_leaf = at.get("nodes_trueleafs"), at.get("nodes_falseleafs")
     count = len(features)
-    tracks = list(at.get("nodes_missing_value_tracks_true") or [0] * count)
-    lists = (splits, modes, true_ids, false_ids, true_leaf, false_leaf, tracks)
-    if any(len(v) != count for v in lists):
-        raise Invalid(f"the nodes_* attributes must all have {count} entries")
+    tracks = _tracks(at, count, (splits, modes, true_ids, false_ids, true_leaf, false_leaf))
     weights = _floats(at, "leaf_weights")
     targets = [int(v) for v in at.get("leaf_targetids") or []]
     n_targets = int(at.get("n_targets", 1))
@@ -82,7 +79,7 @@ def tree_ensemble(cx: Ctx, node: Any, at: Attrs) -> list:
         raise Invalid(f"leaf_weights and leaf_targetids must pair up, targets in [0, {n_targets})")
     at.get("nodes_hitrates")
     members = _membership(_floats(at, "membership_values"), modes)
-    forest = _Forest(features, [float(s) for s in splits], modes, [int(t) for t in tracks],
+    forest = _Forest(features, [float(s) for s in splits], modes, tracks,
                      members)  # fmt: skip
 
     def child(n: int, side: bool) -> Any:
@@ -181,10 +178,7 @@ def _listed_forest(at: Attrs, prefix: str, n_targets: int) -> _Forest:
     names = at.get("nodes_modes") or []
     true_ids, false_ids = at.get("nodes_truenodeids"), at.get("nodes_falsenodeids")
     count = len(tree_ids)
-    tracks = list(at.get("nodes_missing_value_tracks_true") or [0] * count)
-    lists = (node_ids, features, values, names, true_ids, false_ids, tracks)
-    if any(len(v) != count for v in lists):
-        raise Invalid(f"the nodes_* attributes must all have {count} entries")
+    tracks = _tracks(at, count, (node_ids, features, values, names, true_ids, false_ids))
     _floats(at, "nodes_hitrates")
     modes = [_mode(m) for m in names]
     where = {(t, n): i for i, (t, n) in enumerate(zip(tree_ids, node_ids))}
@@ -199,7 +193,7 @@ def _listed_forest(at: Attrs, prefix: str, n_targets: int) -> _Forest:
         if i is None or modes[i] != -1 or not 0 <= int(k) < n_targets:
             raise Invalid(f"{prefix} weight of tree {t} node {n} ({prefix} {k}) names no leaf")
         leaf_values.setdefault(i, np.zeros(n_targets))[int(k)] += w
-    forest = _Forest(features, [float(v) for v in values], modes, [int(t) for t in tracks],
+    forest = _Forest(features, [float(v) for v in values], modes, tracks,
                      [[] for _ in modes])  # fmt: skip
 
     def child(i: int, side: bool) -> Any:
@@ -222,6 +216,15 @@ def _listed_forest(at: Attrs, prefix: str, n_targets: int) -> _Forest:
         (root,) = roots
         _walk(forest, ("leaf", root) if modes[root] == -1 else root, child, value)
     return forest
+
+
+def _tracks(at: Attrs, count: int, lists: tuple) -> list[int]:
+    """Each node's missing-value direction (false where not given), once every nodes_*
+    list is checked to describe all `count` nodes."""
+    tracks = [int(t) for t in at.get("nodes_missing_value_tracks_true") or [0] * count]
+    if any(v is None or len(v) != count for v in (*lists, tracks)):
+        raise Invalid(f"the nodes_* attributes must all have {count} entries")
+    return tracks
 
 
 def _aggregate(name: str) -> str:
