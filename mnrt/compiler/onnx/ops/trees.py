@@ -1,6 +1,6 @@
 """Tree ensembles (ai.onnx.ml's TreeEnsemble, and TreeEnsembleRegressor and -Classifier as
-sklearn-onnx writes a random forest or gradient boosting) as matrix products, the way a matrix unit
-runs them (Hummingbird's GEMM strategy): every interior node's feature is gathered and
+sklearn-onnx writes a random forest or gradient boosting) as matrix products, the way a
+matrix unit runs them (Hummingbird's GEMM strategy): every interior node's feature is gathered and
 compared with its split (a 0/1 decision per node), each tree's decisions times a constant
 +1/-1 path matrix count, for every leaf, the turns its path takes that went its way, and
 the one leaf whose count is its path's length is the one reached; those 0/1 indicators
@@ -48,6 +48,7 @@ def _walk(forest: _Forest, root: Any, child: Any, leaf_value: Any) -> None:
     """Add the tree from `root` (`child(node, side)`: the node or ("leaf", id) a branch
     leads to; `leaf_value(id)`: its value per target)."""
     nodes: list[int] = []
+    seen: set[int] = set()
     leaves: list[tuple[np.ndarray, list[tuple[int, bool]]]] = []
     stack = [(root, [])]
     while stack:
@@ -55,9 +56,10 @@ def _walk(forest: _Forest, root: Any, child: Any, leaf_value: Any) -> None:
         if isinstance(at, tuple):
             leaves.append((leaf_value(at[1]), path))
             continue
-        if len(path) > 64 or at in nodes:
+        if len(path) > 64 or at in seen:
             raise Invalid("a tree's branches loop or run deeper than 64 nodes")
         nodes.append(at)
+        seen.add(at)
         stack.append((child(at, False), [*path, (at, False)]))
         stack.append((child(at, True), [*path, (at, True)]))
     forest.trees.append((nodes, leaves))
