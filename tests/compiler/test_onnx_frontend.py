@@ -342,7 +342,7 @@ def test_every_unsupported_node_is_listed_at_once():
         helper.make_node("Relu", ["x"], ["a"], name="ok"),
         helper.make_node("NonZero", ["a"], ["b"], name="nz"),
         helper.make_node("Relu", ["b"], ["c"], name="after_nz"),
-        helper.make_node("Det", ["c"], ["d"], name="det"),
+        helper.make_node("RandomUniformLike", ["c"], ["d"], name="rnd"),
         helper.make_node("Pad", ["x", "pads"], ["e"], name="wide_pad", mode="reflect"),
         helper.make_node("Reshape", ["x", "x"], ["f"], name="dyn_reshape"),
     ]
@@ -356,7 +356,7 @@ def test_every_unsupported_node_is_listed_at_once():
         from_onnx(model)
     msg = str(info.value)
     assert "4 unsupported node(s)" in msg
-    assert "nz (NonZero)" in msg and "det (Det)" in msg
+    assert "nz (NonZero)" in msg and "rnd (RandomUniformLike)" in msg
     assert "wide_pad (Pad): reflect padding as wide as the axis" in msg
     assert "dyn_reshape (Reshape)" in msg and "known at import time" in msg
     # NonZero of a value the device computes: no example input can give it (as the
