@@ -18,10 +18,11 @@ _RANDOM_OPS = ("Random", "Bernoulli", "Multinomial")
 # SAME_LOWER pools (wrong shape), MaxPool's Indices (some windows of an unpadded stride-1
 # pooling point outside themselves), grouped ConvTranspose (raises), LpNormalization p=1
 # (sums x, not |x|), RoiAlign before opset 16 (shifts by half a pixel, as opset 16's
-# half_pixel does; opset 10 did not, which output_half_pixel keeps).
+# half_pixel does; opset 10 did not, which output_half_pixel keeps), TfIdfVectorizer with
+# weights and n-grams out of column order (weighs column i by weight i, not n-gram i's).
 _EVALUATOR_UNRELIABLE = ("Softmax", "LogSoftmax", "BatchNormalization", "LRN", "GlobalMaxPool",
                          "MaxPool", "AveragePool", "ConvTranspose", "LpNormalization",
-                         "RoiAlign")  # fmt: skip
+                         "RoiAlign", "TfIdfVectorizer")  # fmt: skip
 # Never evaluated on the host, even on constants: Dropout, and those.
 _NO_FOLD = {"Dropout", *_EVALUATOR_UNRELIABLE}
 
@@ -53,6 +54,9 @@ def evaluator_unreliable_ops(model: Any) -> list[str]:
             return attr(node, "group", 1) != 1
         if op == "RoiAlign":
             return opset < 16
+        if op == "TfIdfVectorizer":
+            order = list(attr(node, "ngram_indexes", []))
+            return bool(attr(node, "weights", [])) and order != sorted(order)
         if op == "LpNormalization":
             return attr(node, "p", 2) == 1
         return op in ("LRN", "GlobalMaxPool")

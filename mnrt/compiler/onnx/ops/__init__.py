@@ -30,6 +30,7 @@ from . import (
     sample,
     shape,
     spectral,
+    text,
     transformer,
     trees,
     unary,
@@ -128,6 +129,8 @@ register("RoiAlign", sample.roi_align)
 # spectral: a transform along one axis is a constant matrix
 register("DFT", spectral.dft)
 register("STFT", spectral.stft)
+# text features over token ids
+register("TfIdfVectorizer", text.tfidf_vectorizer)
 # positions: arg, top-k, gather and scatter, one-hot, running sums
 register("ArgMax", index.arg("argmax"))
 register("ArgMin", index.arg("argmin"))
