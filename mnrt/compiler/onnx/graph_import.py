@@ -21,14 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from ...device.dtypes import host_numbers
 from ...errors import DTypeError, InvalidArgumentError, MnrtError, ShapeError
 from ...format.text import bad_name
 from ...user_warning import warn
 from ..builder import Symbol
 from ..ir import Graph, GraphError
 from . import (
-    names,
     ops,  # noqa: F401  (fills the registry)
     shapes,
 )
@@ -40,8 +38,10 @@ from .errors import (
     Unsupported,
     UnsupportedModelError,
 )
+from .examples import examples_of, input_shape, with_example_shapes
 from .expand import function_body
 from .fold import check_folded_size, fold, foldable
+from .reads import value_reads
 from .registry import CONVERTERS, key
 from .state import Attrs, Converter, Ctx, device_dtype_name
 
@@ -100,48 +100,13 @@ def _spec_problem(node: Any, checker_ctx: Any) -> str | None:
     return None
 
 
-# Inputs that give an op's output its shape and nothing else: its values are the other
-# inputs' (or an attribute's), so they do not depend on these by value (see
-# Ctx.note_sources). AffineGrid's body expands constant indices to the batch its `size`
-# gives: those indices are not `size`'s data.
-_SHAPE_OPERANDS = {"Expand": (1,), "Reshape": (1,), "ConstantOfShape": (0,), "Tile": (1,)}
-
-
-def _value_reads(node: Any) -> list[str]:
-    """The names whose values a node's outputs depend on: its inputs but those that only
-    shape its output, and what its subgraphs read from the graphs around them."""
-    shaping = _SHAPE_OPERANDS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ()
-    ins = [n for i, n in enumerate(node.input) if n and i not in shaping]
-    return ins + [n for n in _outer_reads(node) if n not in ins]
-
-
-def _outer_reads(node: Any) -> list[str]:
-    """The names a node's subgraphs (If's branches, a Scan's body) read from the graphs
-    around them: inputs of the node as much as its listed ones are."""
-    found: list[str] = []
-
-    def walk(graph: Any, defined: set[str]) -> None:
-        defined = defined | {v.name for v in [*graph.input, *graph.initializer]}
-        for inner in graph.node:
-            found.extend(n for n in inner.input if n and n not in defined)
-            for a in inner.attribute:
-                for sub in (*([a.g] if a.HasField("g") else []), *a.graphs):
-                    walk(sub, defined)
-            defined |= set(inner.output)
-
-    for a in node.attribute:
-        for sub in (*([a.g] if a.HasField("g") else []), *a.graphs):
-            walk(sub, set())
-    return list(dict.fromkeys(found))
-
-
 def _check_node(cx: Ctx, node: Any, problems: _Problems, poisoned: set[str]) -> None:
     """Fold, convert or expand one node (an op ONNX defines as a function of others, with no
     converter here, becomes that function's body), or record why not."""
     label = _label(node)
     converter = CONVERTERS.get(key(node.domain, node.op_type))
     ins = [n for n in node.input if n]
-    reads = _value_reads(node)
+    reads = value_reads(node)
     spec = _spec_problem(node, cx.checker)
     if spec is not None:
         problems.invalid.append(f"{label}: {spec}")
@@ -345,102 +310,6 @@ def _input_dtype(inp: Any) -> str:
     return device_dtype_name(inp.type.tensor_type.elem_type, f"input '{inp.name}'")
 
 
-def _examples(g: Any, inputs: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
-    """The example inputs as arrays of the dtype each graph input declares (exactly: an
-    example that the declared dtype would change is an error, as is a name the model does
-    not take as input)."""
-    if inputs is None:
-        return {}
-    if not isinstance(inputs, Mapping):
-        raise InvalidArgumentError(
-            f"from_onnx's inputs are a dict of input name -> array, not {type(inputs).__name__}"
-        )
-    declared = {i.name: i for i in g.input if i.name not in {t.name for t in g.initializer}}
-    unknown = sorted(repr(n) for n in inputs if n not in declared)
-    if unknown:
-        raise InvalidArgumentError(
-            f"example inputs {', '.join(unknown)} are not inputs of the ONNX model; its inputs "
-            f"are {', '.join(declared) or 'none'}"
-        )
-    examples = {}
-    for name, data in inputs.items():
-        tt = declared[name].type.tensor_type
-        is_tensor = declared[name].type.HasField("tensor_type")
-        elem = names.BY_CODE.get(tt.elem_type) if is_tensor else None
-        if elem is None or elem.numpy is None or elem.device is None:
-            continue  # the input itself is refused (no device dtype) when the model is walked
-        try:
-            array = np.asarray(data)
-        except (TypeError, ValueError) as e:
-            raise InvalidArgumentError(f"example input '{name}' is not an array: {e}") from None
-        numbers = host_numbers(array)
-        if numbers is None:
-            raise InvalidArgumentError(
-                f"example input '{name}' is {type(data).__name__} of dtype {array.dtype}; pass "
-                "a numeric numpy array"
-            )
-        array = numbers
-        typed = array.astype(elem.numpy)
-        if typed.shape != array.shape or not np.array_equal(
-            typed, array, equal_nan=array.dtype.kind == "f"
-        ):
-            raise InvalidArgumentError(
-                f"example input '{name}' of dtype {array.dtype} changes when converted to "
-                f"{elem.numpy}, the dtype the model declares; pass {elem.numpy} data"
-            )
-        examples[name] = typed
-    return examples
-
-
-def _input_shape(inp: Any, example: np.ndarray | None) -> tuple[int, ...]:
-    """A graph input's shape: the model's, with symbolic or missing dimensions taken from
-    its example input (which must agree with every dimension the model fixes)."""
-    tt = inp.type.tensor_type
-    dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-    if example is not None:
-        agrees = (
-            tt.HasField("shape")
-            and len(dims) == example.ndim
-            and all(d is None or d == e for d, e in zip(dims, example.shape))
-        )
-        if tt.HasField("shape") and not agrees:
-            raise InvalidArgumentError(
-                f"example input '{inp.name}' has shape {example.shape}; the model declares "
-                f"{tuple('?' if d is None else d for d in dims)}"
-            )
-        return tuple(example.shape)
-    if not tt.HasField("shape") or None in dims:
-        raise Unsupported(
-            f"input '{inp.name}' has a symbolic or missing dimension; give a concrete shape "
-            "(e.g. with onnx.tools.update_model_dims) or an example input that fixes it "
-            f"(ctx.compile(model, inputs), or mnrt compile --input {inp.name}=FILE.npy)"
-        )
-    return tuple(dims)
-
-
-def _with_example_shapes(model: Any, examples: dict[str, np.ndarray]) -> Any:
-    """The model with its inputs' symbolic dimensions set from the example inputs, so that
-    shape inference sees what the device will run (a copy, only when there are any)."""
-    symbolic = [
-        i
-        for i in model.graph.input
-        if i.name in examples
-        and i.type.HasField("tensor_type")
-        and any(not d.HasField("dim_value") for d in i.type.tensor_type.shape.dim)
-    ]
-    if not symbolic:
-        return model
-    model = type(model).FromString(model.SerializeToString())
-    for inp in model.graph.input:
-        if inp.name in examples and inp.type.HasField("tensor_type"):
-            shape = inp.type.tensor_type.shape
-            if len(shape.dim) == examples[inp.name].ndim:
-                for d, n in zip(shape.dim, examples[inp.name].shape):
-                    if not d.HasField("dim_value"):
-                        d.dim_value = int(n)
-    return model
-
-
 def from_onnx(model: Any, inputs: Mapping[str, Any] | None = None) -> Graph:
     """Import an ONNX model (a ModelProto or a path) as a compiler Graph.
 
@@ -459,11 +328,11 @@ def from_onnx(model: Any, inputs: Mapping[str, Any] | None = None) -> Graph:
         raise InvalidArgumentError(f"from_onnx takes an onnx.ModelProto or a path, not {model!r}")
     _check_text(model, "model")
     opset = _check_opset(model)
-    examples = _examples(model.graph, inputs)
+    examples = examples_of(model.graph, inputs)
     declared = {i.name: i for i in model.graph.input}  # before examples fix their shapes
     outputs = {o.name for o in model.graph.output}
     promised = {n: s for n, (s, _) in shapes.static_shapes(model.graph).items() if n in outputs}
-    model = shapes.infer(_with_example_shapes(model, examples))
+    model = shapes.infer(with_example_shapes(model, examples))
     _check_structure(model.graph)
     # An input that a value needed at import time is computed from (a CenterCropPad's
     # `shape`, through Max and Sub, to its Pad's pads) is taken as a constant, and the
@@ -513,7 +382,7 @@ def _import(model: Any, opset: int, weights: dict[str, np.ndarray],
         try:
             dtype = _input_dtype(inp)
             example = examples.get(inp.name)
-            cx.add_input(inp.name, _input_shape(declared[inp.name], example), dtype, example)
+            cx.add_input(inp.name, input_shape(declared[inp.name], example), dtype, example)
         except Unsupported as e:
             problems.unsupported_part(str(e), "input")
             poisoned.add(inp.name)
