@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from ...device.dtypes import host_numbers
 from ...errors import InvalidArgumentError
+from ..tensors import as_array
 from . import names
 from .errors import Unsupported
 
@@ -39,17 +39,7 @@ def examples_of(g: Any, inputs: Mapping[str, Any] | None) -> dict[str, np.ndarra
         elem = names.BY_CODE.get(tt.elem_type) if is_tensor else None
         if elem is None or elem.numpy is None or elem.device is None:
             continue  # the input itself is refused (no device dtype) when the model is walked
-        try:
-            array = np.asarray(data)
-        except (TypeError, ValueError) as e:
-            raise InvalidArgumentError(f"example input '{name}' is not an array: {e}") from None
-        numbers = host_numbers(array)
-        if numbers is None:
-            raise InvalidArgumentError(
-                f"example input '{name}' is {type(data).__name__} of dtype {array.dtype}; pass "
-                "a numeric numpy array"
-            )
-        array = numbers
+        array = as_array(name, data, "example input")
         typed = array.astype(elem.numpy)
         if typed.shape != array.shape or not np.array_equal(
             typed, array, equal_nan=array.dtype.kind == "f"
