@@ -1,5 +1,5 @@
 """ONNX converters of position ops: ArgMax/ArgMin, TopK, Gather/Scatter families, OneHot,
-CumSum/CumProd, ReverseSequence, Compress, NonZero/Unique."""
+CumSum/CumProd, ReverseSequence, Compress, NonZero/Unique/NonMaxSuppression."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("onnx")
 
 from onnx import helper
-from onnx_one_node import check, one_node_model, run
+from onnx_one_node import check, one_node_model, onnxruntime_outputs, run
 
 import mnrt
 from mnrt.compiler.onnx import UnsupportedModelError, from_onnx
@@ -195,6 +195,46 @@ def test_data_dependent_op_of_an_example_input_is_computed_at_import(ctx):
     compiled = ctx.compile(model, {"x": np.array(2.0, np.float32)})
     assert compiled.input_names == []
     np.testing.assert_array_equal(compiled({})["y"].cpu(), np.array(np.nonzero(c)))
+
+
+def _non_max_suppression() -> tuple[object, dict[str, np.ndarray]]:
+    """NonMaxSuppression over two batches of six boxes (corners, some overlapping) and two
+    classes, at most three a class, IoU above 0.5 suppressed, scores below 0.2 dropped."""
+    from onnx import numpy_helper
+
+    boxes = RNG.uniform(0, 1, (2, 6, 4)).astype(np.float32)
+    boxes[..., 2:] = boxes[..., :2] + RNG.uniform(0.2, 0.6, (2, 6, 2)).astype(np.float32)
+    boxes[:, 1] = boxes[:, 0] + 0.01  # nearly the same box as the first
+    scores = RNG.uniform(0, 1, (2, 2, 6)).astype(np.float32)
+    limits = {"k": np.array([3], np.int64), "iou": np.array([0.5], np.float32)}
+    limits["floor"] = np.array([0.2], np.float32)
+    feeds = {"boxes": boxes, "scores": scores}
+    node = helper.make_node("NonMaxSuppression", [*feeds, *limits], ["y"])
+    graph = helper.make_graph(
+        [node], "t",
+        [helper.make_tensor_value_info(n, 1, a.shape) for n, a in feeds.items()],
+        [helper.make_tensor_value_info("y", 7, None)],
+        [numpy_helper.from_array(v, k) for k, v in limits.items()],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), feeds
+
+
+def test_non_max_suppression_of_example_inputs_is_computed_at_import(ctx):
+    """The boxes kept decide the output's shape: with boxes and scores given by example
+    inputs the node is evaluated at import, as onnxruntime computes it."""
+    model, feeds = _non_max_suppression()
+    want = onnxruntime_outputs(model, feeds)["y"]
+    assert 0 < len(want) < 12  # some boxes suppressed or dropped, some kept
+    compiled = ctx.compile(model, feeds)
+    np.testing.assert_array_equal(compiled({})["y"].cpu(), want)
+
+
+def test_non_max_suppression_of_computed_scores_is_refused_by_name():
+    model, _ = _non_max_suppression()
+    model.graph.node[0].input[1] = "computed"
+    model.graph.node.insert(0, helper.make_node("Sigmoid", ["scores"], ["computed"]))
+    with pytest.raises(UnsupportedModelError, match="input of NonMaxSuppression"):
+        from_onnx(model)
 
 
 def test_range_takes_its_bounds_from_example_inputs(ctx):

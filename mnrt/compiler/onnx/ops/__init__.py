@@ -150,6 +150,7 @@ register("Compress", index.compress)
 register("NonZero", index.data_dependent)
 register("Unique", index.data_dependent)
 register("MelWeightMatrix", index.data_dependent)
+register("NonMaxSuppression", index.data_dependent)
 # known at import time
 register("Constant", constant.constant)
 register("Shape", constant.shape)

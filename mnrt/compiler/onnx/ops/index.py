@@ -210,11 +210,10 @@ def compress(cx: Ctx, node: Any, at: Attrs) -> list:
 
 
 def data_dependent(cx: Ctx, node: Any, at: Attrs) -> list:
-    """NonZero, Unique and MelWeightMatrix: the output's shape depends on the inputs'
-    values, which the device's static buffers cannot follow, so they must be known at
-    import time (an
-    initializer, a folded node, or a graph input an example input gives) and the node is
-    evaluated on the host."""
+    """NonZero, Unique, NonMaxSuppression and MelWeightMatrix: the output's shape depends
+    on the inputs' values, which the device's static buffers cannot follow, so they must
+    be known at import time (an initializer, a folded node, or a graph input an example
+    input gives) and the node is evaluated on the host."""
     why = f"the input of {node.op_type} (its output's shape depends on the values)"
     values = [cx.const(n, why) for n in node.input if n]
     folded = fold(node, values, cx.opsets)
