@@ -14,7 +14,7 @@ from ..builder import GraphBuilder, Symbol
 from . import names
 from .errors import ForcedInputRead, Invalid, NeedsExamples, Unsupported
 
-__all__ = ["Attrs", "Converter", "Ctx", "Invalid", "Unsupported", "axis_index",
+__all__ = ["Attrs", "Converter", "Ctx", "Invalid", "Seq", "Unsupported", "axis_index",
            "check_const_size", "const_dtype", "device_array", "device_dtype_name"]  # fmt: skip
 
 # Attributes that change nothing at inference: old opsets' consumed_inputs and is_test
@@ -47,6 +47,12 @@ class Attrs:
         return sorted(set(self.values) - self.read - _IGNORED_ATTRS)
 
 
+class Seq(tuple):
+    """An ONNX sequence, known at import time: its elements in order, each a device value
+    (a Symbol) or a constant. The device holds tensors only, so a model's sequences live in
+    the import (ops/sequence.py), never in the compiled graph."""
+
+
 class Ctx:
     """Import state: the builder, and what each ONNX value name stands for."""
 
@@ -55,6 +61,7 @@ class Ctx:
         self.opset = opset
         self.syms: dict[str, Symbol] = {}
         self.consts: dict[str, np.ndarray] = {}
+        self.seqs: dict[str, Seq] = {}
         self.opsets: list[Any] = []
         self.inferred: dict[str, tuple[tuple[int, ...], int]] = {}  # ONNX shape inference
         self.types: dict[str, Any] = {}  # ONNX TypeProto of the model's declared values
@@ -114,6 +121,7 @@ class Ctx:
         or a graph input that an example input gives (which then stops being an input)."""
         if name in self.consts:
             return self.consts[name]
+        self._not_a_seq(name)
         example = self.pending[name][2] if name in self.pending else None
         if example is not None:
             del self.pending[name]
@@ -154,6 +162,7 @@ class Ctx:
 
     def sym(self, name: str) -> Symbol:
         """The device value for an ONNX name, making a constant a parameter on first use."""
+        self._not_a_seq(name)
         if name in self.pending:
             shape, dtype, _ = self.pending.pop(name)
             self.syms[name] = self.b.input(name, shape, dtype)
@@ -170,6 +179,32 @@ class Ctx:
                 pname, device_array(data), dtype=const_dtype(data), copy=False
             )
         return self.syms[name]
+
+    def value(self, name: str) -> Symbol | np.ndarray | Seq:
+        """What an ONNX name stands for where any value may pass (a subgraph's inputs and
+        outputs, a loop's carried values): a constant or a sequence as itself, anything
+        else as its device value."""
+        if name in self.consts:
+            return self.consts[name]
+        if name in self.seqs:
+            return self.seqs[name]
+        return self.sym(name)
+
+    def seq(self, name: str) -> Seq:
+        """The sequence an ONNX name stands for."""
+        if name not in self.seqs:
+            raise Invalid(f"'{name}' is a tensor where the op takes a sequence")
+        return self.seqs[name]
+
+    def _not_a_seq(self, name: str) -> None:
+        if name in self.seqs:
+            raise Unsupported(
+                f"'{name}' is a sequence (of {len(self.seqs[name])} tensors) where a tensor is "
+                "read: sequences are resolved at import time, where the sequence ops "
+                "(SequenceAt, ConcatFromSequence, SequenceLength, ...) take them; a graph "
+                "output, or an op that reads a whole sequence otherwise, has none on the "
+                "device, which holds tensors"
+            )
 
     def param(self, data: np.ndarray, like: Symbol | None = None, stem: str = "const") -> Symbol:
         """A new parameter, in the dtype of `like` when given."""

@@ -28,6 +28,7 @@ from . import (
     reduce,
     resize,
     sample,
+    sequence,
     shape,
     spectral,
     text,
@@ -151,6 +152,15 @@ register("NonZero", index.data_dependent)
 register("Unique", index.data_dependent)
 register("MelWeightMatrix", index.data_dependent)
 register("NonMaxSuppression", index.data_dependent)
+# sequences, resolved at import time
+register("SequenceEmpty", sequence.sequence_empty)
+register("SequenceConstruct", sequence.sequence_construct)
+register("SequenceInsert", sequence.sequence_insert)
+register("SequenceErase", sequence.sequence_erase)
+register("SequenceAt", sequence.sequence_at)
+register("SequenceLength", sequence.sequence_length)
+register("ConcatFromSequence", sequence.concat_from_sequence)
+register("SplitToSequence", sequence.split_to_sequence)
 # known at import time
 register("Constant", constant.constant)
 register("Shape", constant.shape)
