@@ -43,7 +43,7 @@ from .expand import function_body
 from .fold import check_folded_size, fold, foldable
 from .reads import value_reads
 from .registry import CONVERTERS, key
-from .state import Attrs, Converter, Ctx, Seq, device_dtype_name
+from .state import Attrs, Converter, Ctx, NoValue, Seq, device_dtype_name
 
 
 class _Problems:
@@ -152,8 +152,8 @@ def _check_node(cx: Ctx, node: Any, problems: _Problems, poisoned: set[str]) -> 
             continue
         if isinstance(r, (np.ndarray, np.generic)):  # numpy makes a 0-d result a scalar
             cx.consts[name] = np.asarray(r)
-        elif isinstance(r, Seq):
-            cx.seqs[name] = r
+        elif isinstance(r, (Seq, NoValue)):
+            cx.held[name] = r
         else:
             cx.syms[name] = r
     cx.note_sources(reads, [n for n in node.output if n])
@@ -461,18 +461,19 @@ def _add_output(cx: Ctx, name: str) -> None:
 
 
 def import_subgraph(
-    cx: Ctx, graph: Any, inputs: list[Symbol | np.ndarray | Seq]
-) -> list[Symbol | np.ndarray | Seq]:
+    cx: Ctx, graph: Any, inputs: list[Symbol | np.ndarray | Seq | NoValue]
+) -> list[Symbol | np.ndarray | Seq | NoValue]:
     """Import the nodes of a graph attribute (FlexAttention's score_mod, say) into the graph
     being built, its inputs bound to `inputs` (device values, constants: a Loop's iteration
-    number, or sequences: a Loop's list that grows) and its initializers as constants, and
-    give the values of its outputs. Node by node as the main graph (folding, converters);
-    its names shadow the outer graph's while it is imported and are forgotten after, and
-    the outer values it reads by name are those of the enclosing graph. A problem in it is
+    number; sequences: a Loop's list that grows; empty optionals) and its initializers as
+    constants, and give the values of its outputs. Node by node as the main graph (folding,
+    converters); its names shadow the outer graph's while it is imported and are forgotten
+    after, and the outer values it reads by name are those of the enclosing graph. A
+    problem in it is
     the problem of the node that holds it (Unsupported or Invalid, each listed)."""
     names = {v.name for v in [*graph.input, *graph.initializer]}
     names.update(o for node in graph.node for o in node.output)
-    kept = (cx.syms, cx.consts, cx.seqs)
+    kept = (cx.syms, cx.consts, cx.held)
     saved = {n: [values.pop(n, None) for values in kept] for n in names}
     try:
         if len(graph.input) != len(inputs):
@@ -481,8 +482,8 @@ def import_subgraph(
         for i, value in zip(graph.input, inputs):
             if isinstance(value, np.ndarray):
                 cx.consts[i.name] = value
-            elif isinstance(value, Seq):
-                cx.seqs[i.name] = value
+            elif isinstance(value, (Seq, NoValue)):
+                cx.held[i.name] = value
             else:
                 cx.syms[i.name] = value
         for init in graph.initializer:
@@ -495,7 +496,7 @@ def import_subgraph(
         if problems.unsupported:
             raise Unsupported(f"in its subgraph '{graph.name}': " +
                               "; ".join(problems.unsupported))  # fmt: skip
-        defined = cx.syms.keys() | cx.consts.keys() | cx.seqs.keys()
+        defined = cx.syms.keys() | cx.consts.keys() | cx.held.keys()
         missing = [o.name for o in graph.output if o.name not in defined]
         if missing:
             raise Invalid(f"the subgraph '{graph.name}' does not define its outputs {missing}")

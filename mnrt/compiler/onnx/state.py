@@ -14,7 +14,8 @@ from ..builder import GraphBuilder, Symbol
 from . import names
 from .errors import ForcedInputRead, Invalid, NeedsExamples, Unsupported
 
-__all__ = ["Attrs", "Converter", "Ctx", "Invalid", "Seq", "Unsupported", "axis_index",
+__all__ = ["NO_VALUE", "Attrs", "Converter", "Ctx", "Invalid", "NoValue", "Seq", "Unsupported",
+           "axis_index",
            "check_const_size", "const_dtype", "device_array", "device_dtype_name"]  # fmt: skip
 
 # Attributes that change nothing at inference: old opsets' consumed_inputs and is_test
@@ -53,6 +54,16 @@ class Seq(tuple):
     the import (ops/sequence.py), never in the compiled graph."""
 
 
+class NoValue:
+    """An empty ONNX optional, known at import time (ops/optional.py); an optional that
+    holds a value is, at import time, that value."""
+
+    __slots__ = ()
+
+
+NO_VALUE = NoValue()
+
+
 class Ctx:
     """Import state: the builder, and what each ONNX value name stands for."""
 
@@ -61,7 +72,8 @@ class Ctx:
         self.opset = opset
         self.syms: dict[str, Symbol] = {}
         self.consts: dict[str, np.ndarray] = {}
-        self.seqs: dict[str, Seq] = {}
+        # What the import keeps that the device cannot hold: sequences, empty optionals.
+        self.held: dict[str, Seq | NoValue] = {}
         self.opsets: list[Any] = []
         self.inferred: dict[str, tuple[tuple[int, ...], int]] = {}  # ONNX shape inference
         self.types: dict[str, Any] = {}  # ONNX TypeProto of the model's declared values
@@ -121,7 +133,7 @@ class Ctx:
         or a graph input that an example input gives (which then stops being an input)."""
         if name in self.consts:
             return self.consts[name]
-        self._not_a_seq(name)
+        self._not_held(name)
         example = self.pending[name][2] if name in self.pending else None
         if example is not None:
             del self.pending[name]
@@ -162,7 +174,7 @@ class Ctx:
 
     def sym(self, name: str) -> Symbol:
         """The device value for an ONNX name, making a constant a parameter on first use."""
-        self._not_a_seq(name)
+        self._not_held(name)
         if name in self.pending:
             shape, dtype, _ = self.pending.pop(name)
             self.syms[name] = self.b.input(name, shape, dtype)
@@ -180,30 +192,38 @@ class Ctx:
             )
         return self.syms[name]
 
-    def value(self, name: str) -> Symbol | np.ndarray | Seq:
+    def value(self, name: str) -> Symbol | np.ndarray | Seq | NoValue:
         """What an ONNX name stands for where any value may pass (a subgraph's inputs and
-        outputs, a loop's carried values): a constant or a sequence as itself, anything
-        else as its device value."""
+        outputs, a loop's carried values): a constant, a sequence or an empty optional as
+        itself, anything else as its device value."""
         if name in self.consts:
             return self.consts[name]
-        if name in self.seqs:
-            return self.seqs[name]
+        if name in self.held:
+            return self.held[name]
         return self.sym(name)
 
     def seq(self, name: str) -> Seq:
         """The sequence an ONNX name stands for."""
-        if name not in self.seqs:
-            raise Invalid(f"'{name}' is a tensor where the op takes a sequence")
-        return self.seqs[name]
+        value = self.held.get(name)
+        if not isinstance(value, Seq):
+            raise Invalid(f"'{name}' is not a sequence, where the op takes one")
+        return value
 
-    def _not_a_seq(self, name: str) -> None:
-        if name in self.seqs:
+    def _not_held(self, name: str) -> None:
+        value = self.held.get(name)
+        if isinstance(value, Seq):
             raise Unsupported(
-                f"'{name}' is a sequence (of {len(self.seqs[name])} tensors) where a tensor is "
-                "read: sequences are resolved at import time, where the sequence ops "
-                "(SequenceAt, ConcatFromSequence, SequenceLength, ...) take them; a graph "
-                "output, or an op that reads a whole sequence otherwise, has none on the "
-                "device, which holds tensors"
+                f"'{name}' is a sequence (of {len(value)} tensors) where a tensor is read: "
+                "sequences are resolved at import time, where the sequence ops (SequenceAt, "
+                "ConcatFromSequence, SequenceLength, ...) take them; a graph output, or an op "
+                "that reads a whole sequence otherwise, has none on the device, which holds "
+                "tensors"
+            )
+        if value is not None:
+            raise Unsupported(
+                f"'{name}' is an empty optional where a tensor is read: optionals are "
+                "resolved at import time, where OptionalHasElement and OptionalGetElement "
+                "take them; a graph output has none on the device, which holds tensors"
             )
 
     def param(self, data: np.ndarray, like: Symbol | None = None, stem: str = "const") -> Symbol:

@@ -20,6 +20,7 @@ from . import (
     loss,
     ml,
     norm,
+    optional,
     ort_transformer,
     pool,
     qlinear,
@@ -152,7 +153,7 @@ register("NonZero", index.data_dependent)
 register("Unique", index.data_dependent)
 register("MelWeightMatrix", index.data_dependent)
 register("NonMaxSuppression", index.data_dependent)
-# sequences, resolved at import time
+# sequences and optionals, resolved at import time
 register("SequenceEmpty", sequence.sequence_empty)
 register("SequenceConstruct", sequence.sequence_construct)
 register("SequenceInsert", sequence.sequence_insert)
@@ -161,6 +162,9 @@ register("SequenceAt", sequence.sequence_at)
 register("SequenceLength", sequence.sequence_length)
 register("ConcatFromSequence", sequence.concat_from_sequence)
 register("SplitToSequence", sequence.split_to_sequence)
+register("Optional", optional.optional)
+register("OptionalHasElement", optional.optional_has_element)
+register("OptionalGetElement", optional.optional_get_element)
 # known at import time
 register("Constant", constant.constant)
 register("Shape", constant.shape)

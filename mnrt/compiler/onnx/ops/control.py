@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...builder import Symbol
-from ..state import Attrs, Ctx, Invalid, Seq, Unsupported, axis_index
+from ..state import Attrs, Ctx, Invalid, NoValue, Seq, Unsupported, axis_index
 from .common import optional_input
 
 # The most body imports a Scan is unrolled into (steps, times the batch before opset 9):
@@ -30,7 +30,7 @@ def if_(cx: Ctx, node: Any, at: Attrs) -> list:
 
     taken = then_branch if bool(cond.reshape(-1)[0]) else else_branch
     for out in taken.output:
-        if not (out.type.HasField("tensor_type") or out.type.HasField("sequence_type")):
+        if out.type.WhichOneof("value") not in ("tensor_type", "sequence_type", "optional_type"):
             raise Unsupported(f"its branch '{taken.name}' gives '{out.name}', a "
                               f"{out.type.WhichOneof('value')}, not a tensor")  # fmt: skip
     outs = import_subgraph(cx, taken, [])
@@ -158,7 +158,7 @@ def loop(cx: Ctx, node: Any, at: Attrs) -> list:
     going = True
     if cond_name is not None:
         going = _condition(cx.const(cond_name, "the loop's condition"), "the loop's condition")
-    carried: list[Symbol | np.ndarray | Seq] = [cx.value(n) for n in node.input[2:]]
+    carried: list[Symbol | np.ndarray | Seq | NoValue] = [cx.value(n) for n in node.input[2:]]
     k = len(body.output) - 1 - len(carried)
     if len(body.input) != 2 + len(carried) or k < 0:
         raise Invalid(f"its body takes {len(body.input)} inputs and gives {len(body.output)} "
@@ -172,9 +172,9 @@ def loop(cx: Ctx, node: Any, at: Attrs) -> list:
         going = _condition(outs[0], "its body's condition (a run's values would end the loop)")
         carried = outs[1 : 1 + len(carried)]
         for stack, y in zip(stacks, outs[1 + len(carried) :]):
-            if isinstance(y, Seq):
-                raise Unsupported("a scan output that is a sequence (a loop-carried one is "
-                                  "taken)")  # fmt: skip
+            if isinstance(y, (Seq, NoValue)):
+                raise Unsupported("a scan output that is a sequence or an optional (a "
+                                  "loop-carried one is taken)")  # fmt: skip
             stack.append(y)
         i += 1
     if i == 0 and k:
