@@ -19,10 +19,13 @@ _RANDOM_OPS = ("Random", "Bernoulli", "Multinomial")
 # pooling point outside themselves), grouped ConvTranspose (raises), LpNormalization p=1
 # (sums x, not |x|), RoiAlign before opset 16 (shifts by half a pixel, as opset 16's
 # half_pixel does; opset 10 did not, which output_half_pixel keeps), TfIdfVectorizer with
-# weights and n-grams out of column order (weighs column i by weight i, not n-gram i's).
+# weights and n-grams out of column order (weighs column i by weight i, not n-gram i's),
+# OptionalGetElement (gives the optional, a list, not its element) and OptionalHasElement
+# (an empty optional an If gives holds an element).
 _EVALUATOR_UNRELIABLE = ("Softmax", "LogSoftmax", "BatchNormalization", "LRN", "GlobalMaxPool",
                          "MaxPool", "AveragePool", "ConvTranspose", "LpNormalization",
-                         "RoiAlign", "TfIdfVectorizer")  # fmt: skip
+                         "RoiAlign", "TfIdfVectorizer", "OptionalGetElement",
+                         "OptionalHasElement")  # fmt: skip
 # Never evaluated on the host, even on constants: Dropout, and those.
 _NO_FOLD = {"Dropout", *_EVALUATOR_UNRELIABLE}
 
@@ -59,7 +62,7 @@ def evaluator_unreliable_ops(model: Any) -> list[str]:
             return bool(attr(node, "weights", [])) and order != sorted(order)
         if op == "LpNormalization":
             return attr(node, "p", 2) == 1
-        return op in ("LRN", "GlobalMaxPool")
+        return op in ("LRN", "GlobalMaxPool", "OptionalGetElement", "OptionalHasElement")
 
     def walk(graph: Any) -> None:
         for node in graph.node:
