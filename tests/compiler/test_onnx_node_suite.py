@@ -19,7 +19,7 @@ pytest.importorskip("onnx")
 import onnx_suite
 
 # A ratchet: raise it when more cases pass, never lower it (the target is 1,300).
-PASS_FLOOR = 1553
+PASS_FLOOR = 1560
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ from . import (
     shape,
     spectral,
     text,
+    training,
     transformer,
     trees,
     unary,
@@ -186,6 +187,10 @@ register("MatMulInteger", quantize.matmul_integer)
 register("QLinearMatMul", quantize.qlinear_matmul)
 register("ConvInteger", quantize.conv_integer)
 register("QLinearConv", quantize.qlinear_conv)
+# ai.onnx.preview.training's optimizer steps
+register("Adagrad", training.adagrad, domain="ai.onnx.preview.training")
+register("Momentum", training.momentum, domain="ai.onnx.preview.training")
+register("Adam", training.adam, domain="ai.onnx.preview.training")
 # onnxruntime's own quantized ops, which its quantization tool writes in the QOperator format
 register("QLinearAdd", qlinear.qlinear_add, domain="com.microsoft")
 register("QLinearMul", qlinear.qlinear_mul, domain="com.microsoft")
