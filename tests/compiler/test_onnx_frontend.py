@@ -1563,6 +1563,22 @@ def test_lp_pool_matches_the_reference(dev, q):
     check_against_reference(dev, q, model, {"x": randn(1, 2, 4, 5)})
 
 
+@pytest.mark.parametrize(("p", "shape"), [(2, [2, 3, 4, 5]), (3, [1, 2, 6]), (1, [2, 2, 2, 3, 2])])
+def test_global_lp_pool_is_the_p_norm_of_each_channel(dev, q, p, shape):
+    """ONNX's reference evaluator has no GlobalLpPool: against the formula, and
+    onnxruntime's."""
+    node = helper.make_node("GlobalLpPool", ["x"], ["y"], p=p)
+    model = make_model([node], [vi("x", F, shape)], [vi("y", F, None)])
+    x = randn(*shape)
+    (got,) = run_on_device(dev, q, from_onnx(model), [x])
+    axes = tuple(range(2, len(shape)))
+    want = (np.abs(x.astype(np.float64)) ** p).sum(axis=axes, keepdims=True) ** (1 / p)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    ort = pytest.importorskip("onnxruntime")
+    (theirs,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    np.testing.assert_allclose(got, theirs, rtol=1e-5)
+
+
 def test_range_of_known_bounds_is_a_constant(dev, q):
     nodes = [helper.make_node("Range", ["s", "l", "d"], ["r"]),
              helper.make_node("Add", ["x", "r"], ["y"])]  # fmt: skip

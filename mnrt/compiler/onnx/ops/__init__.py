@@ -97,6 +97,7 @@ register("MaxPool", pool.pool("max_pool2d"))
 register("AveragePool", pool.pool("avg_pool2d"))
 register("GlobalAveragePool", pool.global_pool)
 register("GlobalMaxPool", pool.global_pool)
+register("GlobalLpPool", pool.global_lp_pool)
 register("LpPool", pool.lp_pool)
 register("MaxUnpool", pool.max_unpool)
 # normalisation

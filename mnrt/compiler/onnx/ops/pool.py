@@ -144,3 +144,14 @@ def global_pool(cx: Ctx, node: Any, at: Attrs) -> list:
         return [cx.op("global_avg_pool2d", x)]
     kernel = "mean" if node.op_type == "GlobalAveragePool" else "max"
     return [cx.op(kernel, x, axes=list(range(2, rank)), keepdims=True)]
+
+
+def global_lp_pool(cx: Ctx, node: Any, at: Attrs) -> list:
+    """(sum over every spatial position of |x|^p)^(1/p), per batch and channel."""
+    x = cx.sym(node.input[0])
+    if not cx.dtype(x).is_float:
+        raise Unsupported(f"GlobalLpPool of {cx.dtype(x).name}: only floating types")
+    p = float(at.get("p", 2))
+    xp = cx.op("pow", cx.op("abs", x), cx.param(np.array(p), like=x))
+    total = cx.op("sum", xp, axes=list(range(2, len(cx.shape(x)))), keepdims=True)
+    return [cx.op("pow", total, cx.param(np.array(1.0 / p), like=x))]
