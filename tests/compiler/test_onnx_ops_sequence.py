@@ -199,3 +199,46 @@ def test_a_sequence_scanned_out_of_a_loop_is_refused_by_name():
                               body=_loop_body(scan_a_sequence=True))]  # fmt: skip
     _refused(nodes, UnsupportedModelError, "a scan output that is a sequence",
              inits={"trips": np.array(2, np.int64)})  # fmt: skip
+
+
+def _map_body(*outputs: str):
+    """A SequenceMap body: (e, w, f) -> e * w + f, and e's shape when asked."""
+    nodes = [helper.make_node("Mul", ["e", "w"], ["ew"]),
+             helper.make_node("Add", ["ew", "f"], ["o"]),
+             helper.make_node("Shape", ["e"], ["shape"])]  # fmt: skip
+    types = {"o": FLOAT, "shape": TensorProto.INT64}
+    return helper.make_graph(
+        nodes, "map",
+        [helper.make_tensor_value_info(n, FLOAT, None) for n in ("e", "w", "f")],
+        [helper.make_tensor_value_info(n, types[n], None) for n in outputs],
+    )  # fmt: skip
+
+
+def test_sequence_map_imports_its_body_once_per_element(ctx):
+    """Over the pieces of a split, with a tensor every element takes and a sequence whose
+    elements go with them; its sequences read as any other (the node suite's cases take
+    sequences as graph inputs, which the device cannot)."""
+    x = RNG.standard_normal((3, 2, 4)).astype(np.float32)
+    w = RNG.standard_normal((2, 4)).astype(np.float32)
+    nodes = [
+        helper.make_node("SplitToSequence", ["r"], ["pieces"], keepdims=0),
+        helper.make_node("SplitToSequence", ["x"], ["raw"], keepdims=0),
+        helper.make_node("SequenceMap", ["pieces", "w", "raw"], ["mapped", "shapes"],
+                         body=_map_body("o", "shape")),
+        helper.make_node("ConcatFromSequence", ["mapped"], ["y"], axis=0, new_axis=1),
+        helper.make_node("SequenceAt", ["shapes", "last"], ["shape"]),
+    ]  # fmt: skip
+    inits = {"w": w, "last": np.array(-1, np.int64)}
+    _against_onnxruntime(ctx, _model(nodes, {"x": x}, ["y", "shape"], inits), {"x": x})
+
+
+def test_sequence_map_over_sequences_of_other_lengths_is_invalid():
+    nodes = [
+        helper.make_node("SplitToSequence", ["r"], ["pieces"], keepdims=0),
+        helper.make_node("SplitToSequence", ["r", "one"], ["columns"], axis=1),
+        helper.make_node("SequenceMap", ["pieces", "r", "columns"], ["mapped"],
+                         body=_map_body("o")),
+        helper.make_node("SequenceLength", ["mapped"], ["y"]),
+    ]  # fmt: skip
+    _refused(nodes, InvalidModelError, "'columns' holds 3 tensors, the input sequence 2",
+             inits={"one": np.array(1, np.int64)})  # fmt: skip

@@ -4,8 +4,8 @@ model is imported: a sequence is the list of its elements (device values or cons
 `state.Seq`) that the import keeps, and the ops that read one become the kernels of what
 they take from it (a slice, a concatenation) or a constant (its length). What a PyTorch
 export makes of a Python list (split, index, append, cat) is then what the same tensors
-would compute. Sequences as graph inputs or outputs, and the ops that map a subgraph over
-one (SequenceMap), are refused: the device holds tensors."""
+would compute; SequenceMap imports its body once per element. Sequences as graph inputs or
+outputs are refused: the device holds tensors."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ...builder import Symbol
-from ..state import Attrs, Ctx, Invalid, Seq, axis_index
+from ..state import Attrs, Ctx, Invalid, NoValue, Seq, Unsupported, axis_index
 
 
 def sequence_empty(cx: Ctx, node: Any, at: Attrs) -> list:
@@ -137,3 +137,25 @@ def _position(cx: Ctx, node: Any, index: int, n: int, most: int, default: int | 
 
 def _with_axis(shape: tuple[int, ...], axis: int) -> tuple[int, ...]:
     return (*shape[:axis], 1, *shape[axis:])
+
+
+def sequence_map(cx: Ctx, node: Any, at: Attrs) -> list:
+    """The body imported once per element (an unrolled map): its inputs the element of the
+    first sequence, then each additional input (its element, where it is a sequence of the
+    same length), its outputs each gathered into a sequence."""
+    from ..graph_import import import_subgraph  # graph_import loads the ops at import
+
+    body = at.get("body")
+    seq = cx.seq(node.input[0])
+    extra = [cx.value(name) for name in node.input[1:]]
+    for name, value in zip(node.input[1:], extra):
+        if isinstance(value, Seq) and len(value) != len(seq):
+            raise Invalid(f"'{name}' holds {len(value)} tensors, the input sequence {len(seq)}")
+    rows = [
+        import_subgraph(cx, body, [element, *(v[i] if isinstance(v, Seq) else v for v in extra)])
+        for i, element in enumerate(seq)
+    ]
+    if any(isinstance(v, (Seq, NoValue)) for row in rows for v in row):
+        raise Unsupported("a body that gives sequences or optionals: the elements of the "
+                          "sequences it makes are tensors")  # fmt: skip
+    return [Seq(row[k] for row in rows) for k in range(len(body.output))]
