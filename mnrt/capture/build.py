@@ -38,10 +38,11 @@ from ..format.fb.ReplayTrace import ReplayTraceT
 from ..format.fb.SlotView import SlotViewT
 from ..format.fb.WaitEvent import WaitEventT
 from ..format.fb.WriteBuffer import WriteBufferT
-from ..format.fingerprints import Stats, columns_of_commands
+from ..format.fingerprints import columns_of_commands
 from ..format.values import attribute
 from ..host import Program
 from . import recorder as r
+from .fingerprinter import Fingerprinter
 
 PRODUCER = "mnrt capture"
 _NAN = float("nan")
@@ -171,9 +172,9 @@ _CONVERTERS = {
 }
 
 
-def _fingerprints(log: list[tuple], printed: dict[int, list[list[list[Stats]]]]) -> dict:
-    """The KernelFingerprint columns (see format/fingerprints.py): each queue's fingerprint
-    groups (one per command that ran kernels, in the order they were put on it) paired
+def _fingerprints(log: list[tuple], printed: dict[int, list[Fingerprinter]]) -> dict:
+    """The KernelFingerprint columns (see format/fingerprints.py): each queue's
+    fingerprinters (one per command that ran kernels, in the order they were put on it) paired
     with that queue's log rows that ran kernels, in log order: programs enqueued outside a
     device trace (those inside one run when it is replayed), and trace replays."""
     capturing: dict[int, int] = {}  # queue gid -> trace gid it captures
@@ -192,7 +193,7 @@ def _fingerprints(log: list[tuple], printed: dict[int, list[list[list[Stats]]]])
             if groups is None or n >= len(groups):
                 continue
             next_group[e[1]] = n + 1
-            commands.append((index, groups[n]))
+            commands.append((index, groups[n].counts, groups[n].stats))
     return columns_of_commands(commands)
 
 
@@ -200,7 +201,7 @@ def build(
     log: list[tuple],
     devices: dict[int, int],
     description: str = "",
-    printed: dict[int, list[list[list[Stats]]]] | None = None,
+    printed: dict[int, list[Fingerprinter]] | None = None,
 ) -> LightBinary:
     """Serialise a capture log, with the kernels' fingerprints when `printed` has them.
     Called after every queue has finished."""

@@ -47,13 +47,15 @@ BLOCK_ROWS = 64
 
 class Fingerprinter(KernelWatch):
     """The KernelWatch of one command while a capture records fingerprints: the stats of
-    every output of every kernel the command runs, kernel by kernel (`kernels`, complete
-    once the command is done)."""
+    every output of every kernel the command runs (`stats`, in order) and how many outputs
+    each kernel has (`counts`), both complete once the command is done."""
 
-    __slots__ = ("_blocks", "_counts", "_hashes", "_last", "_same", "_sample", "_stats", "kernels")
+    __slots__ = ("_blocks", "_counts", "_hashes", "_last", "_same", "_sample", "_stats", "counts",
+                 "stats")  # fmt: skip
 
     def __init__(self) -> None:
-        self.kernels: list[list[Stats]] = []
+        self.counts: list[int] = []
+        self.stats: list[Stats] = []
         self._counts: list[int] = []  # outputs of each kernel fingerprinted so far
         self._hashes: list[int] = []  # of every output, in order
         self._stats: list[Stats | None] = []  # of every output; None until summarised
@@ -66,12 +68,12 @@ class Fingerprinter(KernelWatch):
         self._same: list[tuple[int, int]] = []
 
     @staticmethod
-    def factory(groups: list[list[list[Stats]]]):
+    def factory(groups: list[Fingerprinter]):
         def watch(cmd: Command, logged: bool) -> Fingerprinter | None:
             if not logged:  # a host call of the capture's own (unobserved): not in the log
                 return None
             w = Fingerprinter()
-            groups.append(w.kernels)  # under the queue's lock, in the order of the log
+            groups.append(w)  # under the queue's lock, in the order of the log
             return w
 
         return watch
@@ -159,13 +161,15 @@ class Fingerprinter(KernelWatch):
                 self._stats[output] = self._stats[earlier]
         finally:
             self._blocks.clear()
-            at = 0
-            for count in self._counts:
-                row = self._stats[at : at + count]
-                if None in row:
-                    break
-                self.kernels.append(row)
-                at += count
+            stats, counts = self._stats, self._counts
+            kept, at = len(counts), sum(counts)
+            missing = stats.index(None) if None in stats else at
+            if missing < at:  # a kernel without its fingerprint: those of the kernels before
+                kept, at = 0, 0
+                while at + counts[kept] <= missing:
+                    at += counts[kept]
+                    kept += 1
+            self.counts, self.stats = counts[:kept], stats[:at]
 
 
 def _where(storage: np.ndarray) -> tuple:
@@ -186,8 +190,9 @@ class _Block:
         self.outputs: list[int] = []
 
     def take(self, runs: np.ndarray, output: int) -> None:
-        """Copy the sample of output `output` (see Sample.runs_of) into the next row."""
-        np.copyto(self.rows[len(self.outputs)], runs)
+        """Copy the sample of output `output` (see Sample.runs_of) into the next row (by
+        assignment: np.copyto's dispatch costs a third of the copy)."""
+        self.rows[len(self.outputs)][...] = runs
         self.outputs.append(output)
 
     def summarise(self, hashes: list[int], stats: list[Stats | None]) -> None:

@@ -19,7 +19,6 @@ import numpy as np
 
 from ..device.parallel import GrowingShare
 from ..errors import CaptureError
-from ..format.fingerprints import Stats
 from ..host import Buffer, CommandQueue, Device, Event, Program, internal, observe
 from ..host.commands import ReadBuffer, RunProgram
 from .fingerprinter import Fingerprinter
@@ -99,9 +98,9 @@ class Recorder:
     ) -> None:
         self.goldens = goldens
         self.fingerprints = fingerprints
-        # Queue gid -> the fingerprints of each command it ran that runs kernels, in the
+        # Queue gid -> the fingerprinters of each command it ran that runs kernels, in the
         # order they were put on it (build.py pairs them with the log's rows of that queue).
-        self.printed: dict[int, list[list[list[Stats]]]] = {}
+        self.printed: dict[int, list[Fingerprinter]] = {}
         self.owner = owner  # who began it, when not the user (a compile recording a binary)
         # id(buffer) -> (buffer, what gives its contents in stored form): buffers whose
         # contents the one who began the capture vouches for (a compiled function's weights,

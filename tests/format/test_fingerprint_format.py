@@ -60,7 +60,10 @@ def test_a_capture_s_commands_make_the_columns_their_fingerprints_would(commands
         for k, outputs in enumerate(kernels)
         for j, s in enumerate(outputs)
     ]
-    want, got = to_columns(rows), columns_of_commands(commands)
+    flat = [
+        (i, [len(o) for o in kernels], [s for o in kernels for s in o]) for i, kernels in commands
+    ]
+    want, got = to_columns(rows), columns_of_commands(flat)
     assert list(got) == list(want)
     for name, column in want.items():
         np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(column))
