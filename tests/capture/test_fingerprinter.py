@@ -107,8 +107,8 @@ def test_a_sample_whose_sum_overflows_is_summarised_as_one_output_alone():
         step = _step(a)
         f.before(step)
         f.after(step, [a])
-    f.done()
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore"):  # as the queue runs it
+        f.done()
         expected = [stats_of(big, big), stats_of(small, small)]
     assert [row[0] for row in _rows(f)] == expected
     assert _rows(f)[0][0].mean == np.inf
