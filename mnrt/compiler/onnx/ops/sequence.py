@@ -16,6 +16,7 @@ import numpy as np
 
 from ...builder import Symbol
 from ..state import Attrs, Ctx, Invalid, NoValue, Seq, Unsupported, axis_index
+from .common import optional_input
 
 
 def sequence_empty(cx: Ctx, node: Any, at: Attrs) -> list:
@@ -30,15 +31,15 @@ def sequence_construct(cx: Ctx, node: Any, at: Attrs) -> list:
 def sequence_insert(cx: Ctx, node: Any, at: Attrs) -> list:
     """The tensor at the position (default: the end; -n..n, a negative one from the end)."""
     seq = cx.seq(node.input[0])
-    at_ = _position(cx, node, 2, len(seq), len(seq), len(seq))
-    return [Seq((*seq[:at_], _value(cx, node.input[1]), *seq[at_:]))]
+    where = _position(cx, node, 2, len(seq), len(seq), len(seq))
+    return [Seq((*seq[:where], _value(cx, node.input[1]), *seq[where:]))]
 
 
 def sequence_erase(cx: Ctx, node: Any, at: Attrs) -> list:
     """Without the tensor at the position (default: the last; -n..n-1)."""
     seq = cx.seq(node.input[0])
-    at_ = _position(cx, node, 1, len(seq), len(seq) - 1, len(seq) - 1)
-    return [Seq((*seq[:at_], *seq[at_ + 1 :]))]
+    where = _position(cx, node, 1, len(seq), len(seq) - 1, len(seq) - 1)
+    return [Seq((*seq[:where], *seq[where + 1 :]))]
 
 
 def sequence_at(cx: Ctx, node: Any, at: Attrs) -> list:
@@ -82,8 +83,8 @@ def split_to_sequence(cx: Ctx, node: Any, at: Attrs) -> list:
     axis = axis_index(int(at.get("axis", 0)), len(shape))
     dim = shape[axis]
     keepdims = int(at.get("keepdims", 1))
-    split = node.input[1] if len(node.input) > 1 and node.input[1] else ""
-    if not split:
+    split = optional_input(node, 1)
+    if split is None:
         sizes = [1] * dim
     else:
         given = np.asarray(cx.const(split, "split"))
@@ -101,9 +102,9 @@ def split_to_sequence(cx: Ctx, node: Any, at: Attrs) -> list:
     squeezed = shape[:axis] + shape[axis + 1 :]
     if isinstance(x, np.ndarray):  # a constant's pieces are constants
         parts = [np.take(x, range(a, b), axis=axis) for a, b in bounds]
-        return [Seq(p.reshape(squeezed) if not split and not keepdims else p for p in parts)]
+        return [Seq(p.reshape(squeezed) if split is None and not keepdims else p for p in parts)]
     parts = [cx.op("slice", x, starts=[a], ends=[b], axes=[axis]) for a, b in bounds]
-    if not split and not keepdims:
+    if split is None and not keepdims:
         parts = [cx.reshape(p, squeezed) for p in parts]
     return [Seq(parts)]
 
@@ -121,8 +122,8 @@ def _sym(cx: Ctx, element: Symbol | np.ndarray) -> Symbol:
 def _position(cx: Ctx, node: Any, index: int, n: int, most: int, default: int | None) -> int:
     """The position input `index` of a sequence of `n` (default where absent, if any):
     from -n to `most`, a negative one counted from the end."""
-    name = node.input[index] if len(node.input) > index else ""
-    if not name:
+    name = optional_input(node, index)
+    if name is None:
         if default is None:
             raise Invalid("the position is required")
         return default
