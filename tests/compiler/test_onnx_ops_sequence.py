@@ -82,6 +82,24 @@ def test_split_insert_erase_at_and_concatenate_match_onnxruntime(ctx, split, att
     _against_onnxruntime(ctx, model, {"x": x})
 
 
+def test_without_positions_insert_appends_and_erase_drops_the_last(ctx):
+    x = RNG.standard_normal((3, 2)).astype(np.float32)
+    nodes = [
+        helper.make_node("SplitToSequence", ["r"], ["s"]),  # rows r0, r1, r2
+        helper.make_node("Neg", ["r"], ["n"]),
+        helper.make_node("SequenceInsert", ["s", "n"], ["s2"]),  # r0, r1, r2, -r
+        helper.make_node("SequenceErase", ["s2"], ["s3"]),  # r0, r1, r2
+        helper.make_node("SequenceErase", ["s3"], ["s4"]),  # r0, r1
+        helper.make_node("SequenceInsert", ["s4", "n"], ["s5"]),  # r0, r1, -r
+        helper.make_node("ConcatFromSequence", ["s5"], ["y"], axis=0),
+    ]
+    model = _model(nodes, {"x": x}, ["y"])
+    _against_onnxruntime(ctx, model, {"x": x})
+    (y,) = run(ctx, model, {"x": x})
+    r = np.maximum(x, 0)
+    np.testing.assert_array_equal(y, np.concatenate([r[:2], -r]))
+
+
 def test_a_sequence_of_constants_stays_constant(ctx):
     """A sequence of initializers split and indexed at import: an element can be a shape
     (Reshape needs it then), and pieces of unequal size stay pieces (ONNX's evaluator,
