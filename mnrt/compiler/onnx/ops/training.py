@@ -85,7 +85,7 @@ def _rate_and_step(cx: Ctx, node: Any) -> tuple[float, int]:
 def _groups(cx: Ctx, node: Any, kinds: int) -> list[tuple[Symbol, ...]]:
     """The tensors an optimizer updates, each with its gradient and accumulators: the
     inputs after R and T are `kinds` lists of equal length (all X, all G, ...)."""
-    rest = [n for n in node.input[2:]]
+    rest = list(node.input[2:])
     if not rest or len(rest) % kinds:
         raise Invalid(f"{len(rest)} inputs after R and T: {kinds} lists of equal length "
                       "(the tensors, their gradients and accumulators)")  # fmt: skip
