@@ -31,6 +31,7 @@ from ..format.edit import blob_attrs
 from ..format.fb.CommandUnion import CommandUnion
 from ..host.golden import compare
 from .align import kernel_opcodes
+from .plan import validate
 
 # Union member code -> its name (generated enum), for any command type.
 COMMAND_TYPES = {
@@ -366,6 +367,12 @@ def diff(a: LightBinary, b: LightBinary) -> dict:
         for name in names
         if plain(getattr(a, name)) != plain(getattr(b, name))
     ]
+    # Ids are compared as renumbered: a binary whose ids break the rules (what `mnrt verify`
+    # refuses) could otherwise equal a valid one. Blob checksums are left to the payloads'
+    # comparison below, which reads them where hashes differ.
+    verdicts = _verdict(a), _verdict(b)
+    if verdicts[0] != verdicts[1]:
+        header.append({"field": "verify", "a": verdicts[0], "b": verdicts[1]})
     commands = []
     partner: dict[int, int] = {}  # command of a -> the command of b it lines up with
     matcher = difflib.SequenceMatcher(None, sa.keys, sb.keys, autojunk=False)
@@ -433,6 +440,15 @@ def diff(a: LightBinary, b: LightBinary) -> dict:
         "payloads": payloads,
         "fingerprints": {"a": len(a.fingerprints), "b": len(b.fingerprints), "differ": differing},
     }
+
+
+def _verdict(binary: LightBinary) -> str:
+    """What `mnrt verify` says of a binary, blob checksums aside: OK, or why not."""
+    try:
+        validate(binary, blobs=False)
+    except InvalidBinaryError as e:
+        return str(e)
+    return "OK"
 
 
 def to_text(d: dict, limit: int = 200) -> str:

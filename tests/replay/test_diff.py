@@ -118,6 +118,27 @@ def test_a_golden_of_a_partial_element_is_a_difference_not_a_crash(tmp_path):
     assert code == 1 and "golden.size: 64 -> 5" in out and "Traceback" not in out
 
 
+def test_a_binary_verify_refuses_never_equals_a_valid_one(tmp_path):
+    """Ids are compared as renumbered, so a program given the reserved id 0 would line up
+    with the original's: the diff says the two differ, in what `mnrt verify` says of each
+    (a case a hostile-writer fuzz found)."""
+    a = chain_capture(4)
+    doc = json.loads(jsonio.dumps(a))
+    create = next(c["cmd"] for c in doc["commands"] if c["cmd"]["type"] == "CreateProgram")
+    create["program_id"] = 0
+    b = jsonio.from_json(doc)
+    d = diff(a, b)
+    assert not d["equal"]
+    (check,) = [h for h in d["header"] if h["field"] == "verify"]
+    assert check["a"] == "OK" and "program id 0 is reserved" in check["b"]
+    assert diff(b, b)["equal"]  # the same invalid binary twice: nothing differs
+    pa, pb = tmp_path / "a.mnlb", tmp_path / "b.mnlb"
+    a.save(pa)
+    b.save(pb)
+    code, out = invoke_cli("diff", pa, pb)
+    assert code == 1 and "verify: OK -> program id 0 is reserved" in out
+
+
 def test_kernels_are_compared_with_their_attributes():
     with mnrt.open_device("auto") as dev:
 
