@@ -11,9 +11,10 @@ FlatBuffer (the verifier and the generated readers check it like any other).
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import flatbuffers
 import numpy as np
@@ -41,24 +42,74 @@ def _items(vector: Any) -> Any:
     return () if vector is None else vector
 
 
+class _Layout(NamedTuple):
+    size: int  # of the inline table
+    align: int
+    vectors: tuple[tuple[str, int, type], ...]  # (attribute, slot, numpy dtype)
+    unions: tuple[tuple[str, int], ...]  # (attribute, slot)
+    order: tuple[tuple[str, str, int], ...]  # (kind: s, v or u; attribute, offset)
+    struct: struct.Struct  # soffset, then each field in place
+    columns: np.dtype  # the same, for many rows
+    scalar_names: tuple[str, ...]
+    scalar_struct: struct.Struct  # the scalars alone, packed (`_Template.key`)
+
+
+@functools.cache
+def _layout(table: str, slots: tuple[int, ...], size: int) -> tuple:
+    """What a template of `table` holds that follows from the type and its vtable (each
+    field's offset in the table, `slots`, and the table's `size`): its fields by kind, its
+    alignment, and one struct format (and numpy dtype, for many rows) for the whole inline
+    table: soffset, then each field in place."""
+    fields = [f for f in LAYOUT["tables"][table]["fields"] if not f.get("deprecated")]
+    scalars: list[tuple[str, int, str]] = []  # (attribute, slot, struct format)
+    vectors: list[tuple[str, int, type]] = []  # (attribute, slot, numpy dtype)
+    unions: list[tuple[str, int]] = []  # (attribute, slot): the value's offset
+    for f in fields:
+        scalar = scalar_type(f)
+        if scalar is not None:
+            scalars.append((attr_name(f["name"]), f["slot"], STRUCT_CODES[scalar]))
+        elif f["kind"] == "vector" and f["element"] in ("scalar", "enum"):
+            vectors.append((attr_name(f["name"]), f["slot"], NUMPY_TYPES[element_type(f)]))
+        elif f["kind"] == "union":
+            unions.append((attr_name(f["name"]), f["slot"]))
+        else:
+            raise TypeError(f"{table}.{f['name']} is not a scalar field")
+    align = 8 if any(fmt in "qQd" for _, _, fmt in scalars) else 4
+    placed = sorted(
+        [(0, "i", None)]
+        + [(slots[slot], fmt, ("s", name)) for name, slot, fmt in scalars]
+        + [(slots[slot], "I", ("v", name)) for name, slot, _ in vectors]
+        + [(slots[slot], "I", ("u", name)) for name, slot in unions]
+    )
+    fmt, at = "<", 0
+    order: list[tuple[str, str, int]] = []
+    for offset, code, what in placed:
+        if offset < at:
+            raise TypeError(f"{table}: overlapping fields in the packed template")
+        fmt += "x" * (offset - at) + code
+        at = offset + struct.calcsize("<" + code)
+        if what is not None:
+            order.append((what[0], what[1], offset))
+    fmt += "x" * (size - at)
+    columns = np.dtype(
+        {
+            "names": ["soffset"] + [name for _, name, _ in order],
+            "formats": ["<i4"] + [_NUMPY_CODES[code] for code in _Template._codes(fmt)],
+            "offsets": [0] + [offset for _, _, offset in order],
+            # Laid end to end, each table is padded to keep the next one aligned.
+            "itemsize": -(-size // align) * align,
+        }
+    )
+    scalar_names = tuple(name for name, _, _ in scalars)
+    scalar_struct = struct.Struct("<" + "".join(f for _, _, f in scalars))
+    return _Layout(size, align, tuple(vectors), tuple(unions), tuple(order), struct.Struct(fmt),
+                   columns, scalar_names, scalar_struct)  # fmt: skip
+
+
 class _Template:
     """The layout of one table type, learned from a table the generated code packed."""
 
     def __init__(self, b: flatbuffers.Builder, table: str, obj: Any) -> None:
-        fields = [f for f in LAYOUT["tables"][table]["fields"] if not f.get("deprecated")]
-        self.scalars: list[tuple[str, int, str]] = []  # (attribute, slot, struct format)
-        self.vectors: list[tuple[str, int, type]] = []  # (attribute, slot, numpy dtype)
-        self.unions: list[tuple[str, int]] = []  # (attribute, slot): the value's offset
-        for f in fields:
-            scalar = scalar_type(f)
-            if scalar is not None:
-                self.scalars.append((attr_name(f["name"]), f["slot"], STRUCT_CODES[scalar]))
-            elif f["kind"] == "vector" and f["element"] in ("scalar", "enum"):
-                self.vectors.append((attr_name(f["name"]), f["slot"], NUMPY_TYPES[element_type(f)]))
-            elif f["kind"] == "union":
-                self.unions.append((attr_name(f["name"]), f["slot"]))
-            else:
-                raise TypeError(f"{table}.{f['name']} is not a scalar field")
         b.ForceDefaults(True)
         try:
             off = obj.Pack(b)
@@ -70,42 +121,15 @@ class _Template:
         soffset = struct.unpack_from("<i", buf, pos)[0]
         self.vtable = off + soffset  # the vtable's distance from the end of the buffer
         vt = pos - soffset
-        vsize, self.size = struct.unpack_from("<HH", buf, vt)
-        slot_offset = {
-            i: struct.unpack_from("<H", buf, vt + 4 + 2 * i)[0] for i in range((vsize - 4) // 2)
-        }
-        self.align = 8 if any(fmt in "qQd" for _, _, fmt in self.scalars) else 4
+        vsize, size = struct.unpack_from("<HH", buf, vt)
+        slots = struct.unpack_from(f"<{(vsize - 4) // 2}H", buf, vt + 4)
+        # What follows from the type and where the vtable puts each field is worked out
+        # once: a capture builds a few templates at its end, where such work runs cold.
+        layout = _layout(table, slots, size)
+        self.size, self.align, self.vectors, self.unions = layout[:4]
+        self.order, self.struct, self.columns, self.scalar_names, self.scalar_struct = layout[4:]
         self.phase = off % self.align  # where the table started, modulo its alignment
         b.minalign = max(b.minalign, self.align)
-        # One struct format for the whole inline table: soffset, then each field in place.
-        layout = sorted(
-            [(0, "i", None)]
-            + [(slot_offset[slot], fmt, ("s", name)) for name, slot, fmt in self.scalars]
-            + [(slot_offset[slot], "I", ("v", name)) for name, slot, _ in self.vectors]
-            + [(slot_offset[slot], "I", ("u", name)) for name, slot in self.unions]
-        )
-        fmt, at = "<", 0
-        self.order: list[tuple[str, str, int]] = []
-        for offset, code, what in layout:
-            if offset < at:
-                raise TypeError(f"{table}: overlapping fields in the packed template")
-            fmt += "x" * (offset - at) + code
-            at = offset + struct.calcsize("<" + code)
-            if what is not None:
-                self.order.append((what[0], what[1], offset))
-        fmt += "x" * (self.size - at)
-        self.struct = struct.Struct(fmt)
-        self.columns = np.dtype(
-            {
-                "names": ["soffset"] + [name for _, name, _ in self.order],
-                "formats": ["<i4"] + [_NUMPY_CODES[code] for code in self._codes(fmt)],
-                "offsets": [0] + [offset for _, _, offset in self.order],
-                # Laid end to end, each table is padded to keep the next one aligned.
-                "itemsize": -(-self.size // self.align) * self.align,
-            }
-        )
-        self.scalar_names = [name for name, _, _ in self.scalars]
-        self.scalar_struct = struct.Struct("<" + "".join(f for _, _, f in self.scalars))
 
     @staticmethod
     def _codes(fmt: str) -> list[str]:
