@@ -27,13 +27,14 @@ def read_npy_header(f: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
     """An .npy stream's (shape, Fortran order, dtype), leaving it at the data: what the data
     must be, known before any of it is read (or allocated). A header numpy cannot parse is a
     ValueError, as numpy's own checks raise: its parser also raises tokenize's TokenError,
-    or MemoryError for nesting too deep, on a header of a few bytes."""
+    MemoryError for nesting too deep, or TypeError for a set or dict key that cannot be
+    hashed (`{{}}`), on a header of a few bytes."""
     version = np.lib.format.read_magic(f)
     try:
         if version == (1, 0):
             return np.lib.format.read_array_header_1_0(f)
         return np.lib.format.read_array_header_2_0(f)
-    except (tokenize.TokenError, SyntaxError, RecursionError, MemoryError) as e:
+    except (tokenize.TokenError, SyntaxError, RecursionError, MemoryError, TypeError) as e:
         raise ValueError(f"its header cannot be parsed ({type(e).__name__}: {e})") from None
 
 

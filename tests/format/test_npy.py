@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import mnrt
@@ -33,9 +33,12 @@ def _npy(header: bytes, version: int) -> bytes:
     st.booleans(),
     st.sampled_from([1, 2, 3]),
 )
+@example("{{}}", False, 1)  # a set holding a dict: literal_eval's TypeError (seed 103)
+@example("{[1]: 2}", True, 2)  # a dict keyed by a list, as a shape
 def test_a_header_numpy_cannot_parse_is_a_value_error(body, in_a_dict, version):
-    # numpy's parser raised tokenize's TokenError (and MemoryError for deep nesting), which
-    # `mnrt run --input` let through as a traceback.
+    # numpy's parser raised tokenize's TokenError (MemoryError for deep nesting, TypeError
+    # for an unhashable set member or key), which `mnrt run --input` let through as a
+    # traceback.
     if in_a_dict:
         body = "{'descr': '<f4', 'fortran_order': False, 'shape': " + body + "}"
     data = io.BytesIO(_npy(body.encode() + b"\n", version))
