@@ -6,6 +6,7 @@ import glob
 import json
 import os
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
@@ -566,6 +567,72 @@ def test_a_model_shape_inference_refuses_is_an_invalid_model(case):
     with pytest.raises(InvalidModelError, match="model 'g' is invalid: ONNX shape inference"):
         from_onnx(model)
     with pytest.raises(InvalidModelError, match=message):
+        from_onnx(model)
+
+
+def _crashing_nodes() -> dict[str, tuple[Any, list, list, str]]:
+    """Nodes on which onnx 1.23's shape inference dies (SIGSEGV, an assertion) or loops for
+    hours, as a fuzz of its inference found them: (node, inputs, initializers, message)."""
+    x23 = [value_info("x", [2, 3])]
+    split_outputs = ["a", "b", "c"]
+    einsum = helper.make_node("Einsum", ["x"], ["y"], name="n", equation="->")
+    einsum.attribute[0].s = b"\xff\xfe"
+    # The mean's shape is where inference reads axis, truncated to 32 bits, out of bounds.
+    ln = helper.make_node("LayerNormalization", ["x", "w"], ["y", "m"], name="n", axis=2**31)
+    w = initializer("w", np.ones(3, np.float32))
+    indices = initializer("i", np.zeros((2, 1), np.int64))
+    return {
+        "LayerNormalization axis 2**31": (ln, x23, [w], r"axis=2147483648 is out of range"),
+        "GatherND batch_dims -3": (
+            helper.make_node("GatherND", ["x", "i"], ["y"], name="n", batch_dims=-3),
+            [value_info("x", [2, 2, 2])],
+            [indices],
+            "batch_dims=-3 must be >= 0",
+        ),
+        "Split num_outputs below outputs": (
+            helper.make_node("Split", ["x"], split_outputs, name="n", axis=1, num_outputs=1),
+            x23,
+            [],
+            "num_outputs=1 but the node has 3 outputs",
+        ),
+        "Split num_outputs 2**31": (
+            helper.make_node("Split", ["x"], split_outputs, name="n", axis=1, num_outputs=2**31),
+            x23,
+            [],
+            "num_outputs=2147483648 but the node has 3 outputs",
+        ),
+        "Einsum equation not text": (
+            einsum,
+            [value_info("x", [])],
+            [],
+            "attribute equation is not UTF-8 text",
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_crashing_nodes()))
+def test_a_node_onnx_inference_would_crash_on_is_refused_first(case):
+    """Each of these killed `mnrt compile` (or hung it) inside ONNX's C++ inference: a
+    regression here crashes the test run rather than failing it."""
+    node, inputs, inits, message = _crashing_nodes()[case]
+    outputs = [value_info(o, None) for o in node.output]
+    model = onnx_model([node], inputs, outputs, inits, opset=18)
+    with pytest.raises(InvalidModelError, match="ONNX's shape inference would crash on it"):
+        from_onnx(model)
+    with pytest.raises(InvalidModelError, match=rf"n \({node.op_type}\): {message}"):
+        from_onnx(model)
+
+
+def test_a_crashing_node_in_a_subgraph_is_refused_too():
+    ln = helper.make_node("LayerNormalization", ["x", "w"], ["t", "m"], name="deep", axis=2**31)
+    body = helper.make_graph([ln], "then", [], [value_info("t", None)])
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["e"])], "else", [], [value_info("e", None)]
+    )
+    node = helper.make_node("If", ["c"], ["y"], then_branch=body, else_branch=other)
+    inits = [initializer("w", np.ones(3, np.float32)), initializer("c", np.array(True))]
+    model = onnx_model([node], [value_info("x", [2, 3])], [value_info("y", None)], inits)
+    with pytest.raises(InvalidModelError, match=r"deep \(LayerNormalization\): axis="):
         from_onnx(model)
 
 
@@ -1648,6 +1715,25 @@ def test_resize_crop_and_resize_needs_its_roi():
     inits = [init("s", np.ones(2, np.float32))]
     model = make_model([node], [vi("x", F, [3, 4])], [vi("y", F, None)], inits, 19)
     with pytest.raises(InvalidModelError, match=r"rs \(Resize\): tf_crop_and_resize needs roi"):
+        from_onnx(model)
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs", "message"),
+    [("Resize", {"mode": "NOTSET"}, "mode='NOTSET' is not one of nearest, linear, cubic"),
+     ("Resize", {"coordinate_transformation_mode": "bogus"},
+      "coordinate_transformation_mode='bogus' is not one of half_pixel"),
+     ("Resize", {"nearest_mode": "up"}, "nearest_mode='up' is not one of round_prefer_floor"),
+     ("Upsample", {"mode": "bilinear"}, "mode='bilinear' is not one of")],
+)  # fmt: skip
+def test_resize_modes_onnx_lacks_are_invalid_by_name(op, attrs, message):
+    """ONNX's reference op, which computes the matrices, failed on them with a bare
+    RuntimeError (a fuzz of mutated node cases found it)."""
+    inputs, opset = (["x", "s"], 9) if op == "Upsample" else (["x", "", "s"], 19)
+    node = helper.make_node(op, inputs, ["y"], name="rs", **attrs)
+    inits = [init("s", np.array([1, 2], np.float32))]
+    model = make_model([node], [vi("x", F, [3, 4])], [vi("y", F, None)], inits, opset)
+    with pytest.raises(InvalidModelError, match=rf"rs \({op}\): {message}"):
         from_onnx(model)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ....device.kernels import lookup
 from ...builder import Symbol
 from ..state import Attrs, Ctx, Invalid, Unsupported, axis_index
 
@@ -70,8 +71,25 @@ def _matrix(cx: Ctx, node: Any, at: Attrs, n: int, kind: str, value: float) -> n
         [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)], initializer=inits,
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=cx.opsets)
-    (m,) = ReferenceEvaluator(model).run(None, {"x": np.eye(n)})
+    try:
+        (m,) = ReferenceEvaluator(model).run(None, {"x": np.eye(n)})
+    except Exception as e:  # the probe is ours, so what fails is the node's attributes
+        raise Invalid(
+            f"ONNX's reference {node.op_type} cannot resize by {kind} {value:g} with these "
+            f"attributes ({type(e).__name__}: {e})"
+        ) from None
     return np.asarray(m)
+
+
+def _check_modes(at: Attrs) -> None:
+    """The interpolation, coordinate and rounding modes are ONNX's, which the device's
+    resize kernel lists: another is the model's error (ONNX's reference op, which makes the
+    matrices, fails on it with a RuntimeError)."""
+    accepted = lookup("resize").accepted_attrs
+    for name in ("mode", "coordinate_transformation_mode", "nearest_mode"):
+        value = at.get(name, accepted[name].default)
+        if value not in accepted[name].choices:
+            raise Invalid(f"{name}={value!r} is not one of {', '.join(accepted[name].choices)}")
 
 
 def _along(cx: Ctx, x: Symbol, axis: int, m: np.ndarray) -> Symbol:
@@ -156,6 +174,7 @@ def resize(cx: Ctx, node: Any, at: Attrs) -> list:
     resize, a kept aspect ratio) by the device's resize kernel."""
     x = cx.sym(node.input[0])
     shape = cx.shape(x)
+    _check_modes(at)
     policy = at.get("keep_aspect_ratio_policy", "stretch")
     if policy not in ("stretch", "not_larger", "not_smaller"):
         raise Invalid(f"keep_aspect_ratio_policy={policy} (stretch, not_larger or not_smaller)")
