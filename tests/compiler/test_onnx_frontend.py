@@ -636,6 +636,20 @@ def test_a_crashing_node_in_a_subgraph_is_refused_too():
         from_onnx(model)
 
 
+def test_a_node_the_host_cannot_hold_is_out_of_memory_naming_it(monkeypatch):
+    """A constant the device could hold but this host cannot allocate (ConstantOfShape of
+    8 GB under a 4 GB address-space limit, in a fuzz) raised numpy's bare MemoryError."""
+    from mnrt.compiler.onnx import registry
+
+    def exhausted(cx, node, at):
+        raise MemoryError
+
+    monkeypatch.setitem(registry.CONVERTERS, registry.key("", "Relu"), exhausted)
+    model = one_node_model(helper.make_node("Relu", ["x"], ["y"], name="big"))
+    with pytest.raises(mnrt.OutOfMemoryError, match=r"ONNX node big \(Relu\): this machine ran"):
+        from_onnx(model)
+
+
 def test_a_kernel_error_names_the_onnx_node_first():
     """An Add whose inputs do not broadcast, or mix float and int64: the kernel's error,
     naming the ONNX node that made the kernel (the kernel's name, add0, is the compiler's)."""

@@ -179,3 +179,15 @@ def test_roi_align_forms_a_static_graph_cannot_run_are_refused_by_name(attrs, wh
                            **attrs)  # fmt: skip
     with pytest.raises(UnsupportedModelError, match=why):
         from_onnx(model)
+
+
+def test_roi_align_of_more_samples_than_the_device_holds_is_refused_before_allocating():
+    # output_width 2**31 made the importer build 2**32 sample positions on the host (a
+    # fuzz of mutated node cases found it)
+    from mnrt.compiler.onnx import InvalidModelError, from_onnx
+
+    x, rois, batch = _f(1, 1, 4, 4), np.zeros((2, 4), np.float32), np.zeros(2, np.int64)
+    model = one_node_model("RoiAlign", {"x": x, "rois": rois, "b": batch}, ["y"], opset=16,
+                           sampling_ratio=2, output_width=2**31)  # fmt: skip
+    with pytest.raises(InvalidModelError, match=r"sample grid of shape \(2, 2, 4294967296, 2\)"):
+        from_onnx(model)

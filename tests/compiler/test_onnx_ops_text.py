@@ -67,3 +67,12 @@ def test_bad_tfidf_vectorizers_are_refused_by_name():
                  pool_int64s=[1, 2, 3], ngram_counts=[0, 2], ngram_indexes=[0, 1, 2])  # fmt: skip
     with pytest.raises(InvalidModelError, match="do not make n-grams of 2"):
         from_onnx(bad)
+
+
+def test_a_column_index_past_the_device_is_refused_before_any_allocation():
+    # ngram_indexes names the output column of each n-gram: one of 2**40 made the importer
+    # allocate an (n-grams, 2**40) matrix (a fuzz of mutated node cases found it)
+    far = {**POOL, "ngram_indexes": [6, 0, 1, 2**40, 3, 4, 5]}
+    model = _model([9], mode="TF", min_gram_length=1, max_gram_length=3, max_skip_count=0, **far)
+    with pytest.raises(InvalidModelError, match="n-gram-to-column matrix of shape \\(7, "):
+        from_onnx(model)

@@ -21,7 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import DTypeError, InvalidArgumentError, MnrtError, ShapeError
+from ...errors import (
+    DTypeError,
+    InvalidArgumentError,
+    MnrtError,
+    OutOfMemoryError,
+    ShapeError,
+)
 from ...format.text import bad_name
 from ...user_warning import warn
 from ..builder import Symbol
@@ -181,6 +187,14 @@ def _run_converter(cx: Ctx, node: Any, converter: Converter, label: str,
         raise type(e)(f"ONNX node {label}: {e}") from None
     except MnrtError:
         raise
+    except MemoryError:
+        # What the node asks for fits the device (the converters refuse what does not) but
+        # not this host: no node's error, and not one to list beside the others.
+        raise OutOfMemoryError(
+            f"ONNX node {label}: this machine ran out of memory importing it (its constants "
+            "or attributes ask for more than the host can allocate); compile on a machine "
+            "with more memory, or give the model smaller shapes"
+        ) from None
     except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as e:
         problems.invalid.append(
             f"{label}: cannot import it ({type(e).__name__}: {e}); check its attributes "

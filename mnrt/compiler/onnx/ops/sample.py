@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ...builder import Symbol
-from ..state import Attrs, Ctx, Invalid, Unsupported
+from ..state import Attrs, Ctx, Invalid, Unsupported, check_const_size
 
 # Opset 16 names the 2-D modes bilinear and bicubic; opset 20, for any rank, linear and cubic.
 _MODES = {"bilinear": "linear", "bicubic": "cubic", "linear": "linear", "cubic": "cubic",
@@ -140,9 +140,10 @@ def roi_align(cx: Ctx, node: Any, at: Attrs) -> list:
             return cx.op("mul", clamped, const(0.0))
         return cx.op("sub", cx.op("mul", clamped, const(2.0 / (n - 1))), const(1.0))
 
+    rows, cols = oh * ratio, ow * ratio
+    check_const_size((count, rows, cols, 2), cx.dtype(x).itemsize, "RoiAlign's sample grid")
     ys = points(corner(1), corner(3), oh)
     xs = points(corner(0), corner(2), ow)
-    rows, cols = oh * ratio, ow * ratio
     full = [count, rows, cols, 1]
     gy = cx.op("expand", cx.reshape(normalised(ys, h), (count, rows, 1, 1)), shape=full)
     gx = cx.op("expand", cx.reshape(normalised(xs, w), (count, 1, cols, 1)), shape=full)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...builder import Symbol
-from ..state import Attrs, Ctx, Invalid, Unsupported
+from ..state import Attrs, Ctx, Invalid, Unsupported, check_const_size
 
 # Window positions times pool n-grams times tokens a comparison holds for one row: the
 # largest temporary the counting makes per input row.
@@ -53,6 +53,7 @@ def tfidf_vectorizer(cx: Ctx, node: Any, at: Attrs) -> list:
     if len(columns) != len(grams) or min(columns, default=0) < 0:
         raise Invalid(f"ngram_indexes gives {len(columns)} columns for {len(grams)} n-grams")
     out = max(columns) + 1 if columns else 0
+    check_const_size((len(grams), out), 8, "TfIdfVectorizer's n-gram-to-column matrix")
     if weights and len(weights) != len(grams):
         raise Invalid(f"weights holds {len(weights)} values for {len(grams)} n-grams")
     counts = []
