@@ -76,3 +76,12 @@ def test_a_column_index_past_the_device_is_refused_before_any_allocation():
     model = _model([9], mode="TF", min_gram_length=1, max_gram_length=3, max_skip_count=0, **far)
     with pytest.raises(InvalidModelError, match="n-gram-to-column matrix of shape \\(7, "):
         from_onnx(model)
+
+
+def test_skips_longer_than_a_row_count_as_its_longest(ctx):
+    # max_skip_count 2**31 looped over every distance up to it (a fuzz found the hang)
+    x = RNG.choice([2, 3, 5, 7], (4, 12)).astype(np.int64)
+    attrs = {"mode": "TF", "min_gram_length": 2, "max_gram_length": 3, **POOL}
+    (far,) = run(ctx, _model([4, 12], max_skip_count=2**31, **attrs), {"x": x})
+    (whole_row,) = run(ctx, _model([4, 12], max_skip_count=11, **attrs), {"x": x})
+    np.testing.assert_array_equal(far, whole_row)

@@ -105,8 +105,8 @@ def _count(cx: Ctx, rows: Symbol, table: np.ndarray, distances: range, width: in
     found = None
     for d in distances:
         places = width - (size - 1) * d
-        if places <= 0:
-            continue
+        if places <= 0:  # nor at any longer distance: max_skip_count 2**31 took minutes
+            break
         if places * grams * size > _MAX_COMPARED:
             raise Unsupported(f"{places} windows against {grams} n-grams of {size} (more "
                               f"than {_MAX_COMPARED} comparisons a row)")  # fmt: skip
