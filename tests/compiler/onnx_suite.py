@@ -217,7 +217,8 @@ def array(value: Any) -> Any:
     return numpy_helper.to_array(value) if isinstance(value, TensorProto) else value
 
 
-def _inputs(case: Any, data: list[Any]) -> dict[str, Any]:
+def case_inputs(case: Any, data: list[Any]) -> dict[str, Any]:
+    """The graph inputs a data set feeds (every input no initializer fills), by name."""
     inits = {i.name for i in case.model.graph.initializer}
     names_ = [i.name for i in case.model.graph.input if i.name not in inits]
     return dict(zip(names_, (array(d) for d in data)))
@@ -256,7 +257,7 @@ def _exact_outputs(case: Any, data: list[Any]) -> list[np.ndarray] | None:
     the exact ones are 1e-15), beyond the case's own atol of 1e-7."""
     from onnx.reference import ReferenceEvaluator
 
-    feeds = _inputs(case, data)
+    feeds = case_inputs(case, data)
     wide = {n: v.astype(np.float64) if getattr(v, "dtype", None) == np.float32 else v
             for n, v in feeds.items()}  # fmt: skip
     try:
@@ -302,11 +303,11 @@ def run_mnrt(case: Any, ctx: mnrt.Context, preset: str = "O1", mixed: bool = Fal
                 precision = "mixed"
             if precision is None:
                 return Result(case.name, op, "refused", NO_PRECISION)
-            folded_from = _inputs(case, case.data_sets[0][0])
+            folded_from = case_inputs(case, case.data_sets[0][0])
             compiled, folded = _compile(ctx, case, folded_from, precision, preset)
             order = [o.name for o in case.model.graph.output]
             for data, expected in case.data_sets:
-                feeds = _inputs(case, data)
+                feeds = case_inputs(case, data)
                 if any(not np.array_equal(feeds[n], folded_from[n]) for n in folded):
                     folded_from = feeds
                     compiled, folded = _compile(ctx, case, feeds, precision, preset)
@@ -336,7 +337,7 @@ def run_onnxruntime(case: Any) -> Result:
             sess = ort.InferenceSession(case.model.SerializeToString(), so,
                                         providers=["CPUExecutionProvider"])  # fmt: skip
             for data, expected in case.data_sets:
-                got = sess.run(None, _inputs(case, data))
+                got = sess.run(None, case_inputs(case, data))
                 diff = _verdict_of_outputs(case, data, got, list(expected), True)
                 if diff is not None:
                     return Result(case.name, op, "wrong", diff)
