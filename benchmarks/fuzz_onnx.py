@@ -2,7 +2,8 @@
 mutant; every one must compile and run, or fail with an MnrtError.
 
 Seeds: the node cases the installed onnx wheel generates (tests/compiler/onnx_suite.py)
-whose models have at most three nodes and compute in a precision some float_dtype gives.
+whose models have at most three nodes (--max-nodes; the expanded cases, functions'
+bodies, have more) and compute in a precision some float_dtype gives.
 Each mutant gets one or two mutations: an attribute set to an extreme or malformed value
 (ints of 0, -1, 2**31, 2**62; floats of NaN, infinity, 1e30; strings that are no mode or
 not UTF-8; an entry dropped from or added to a list), or an example input reshaped,
@@ -17,6 +18,7 @@ rerun (--case, --seed). POSIX only (fork).
 
     pip install onnx
     python benchmarks/fuzz_onnx.py [--seconds 300] [--seed 1] [--timeout 20] [--rss-mib 4096]
+                                   [--max-nodes 3] [--case NAME --seed S]
 """
 
 from __future__ import annotations
@@ -181,14 +183,15 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=20, help="seconds a mutant may take")
     parser.add_argument("--rss-mib", type=int, default=4096, help="a mutant's address space")
     parser.add_argument("--case", help="only this node case (with --seed: one mutant)")
+    parser.add_argument("--max-nodes", type=int, default=3, help="largest seed model (nodes)")
     args = parser.parse_args()
     import mnrt.compiler.onnx  # noqa: F401  (imported once, before the children fork)
 
-    cases = [c for c in onnx_suite.node_cases() if len(c.model.graph.node) <= 3]
+    cases = [c for c in onnx_suite.node_cases() if len(c.model.graph.node) <= args.max_nodes]
     if args.case:
         cases = [c for c in cases if c.name == args.case]
         if not cases:
-            sys.exit(f"no node case {args.case} of at most three nodes")
+            sys.exit(f"no node case {args.case} of at most {args.max_nodes} nodes")
     rng = random.Random(args.seed)
     counts: Counter = Counter()
     start = time.monotonic()

@@ -623,6 +623,15 @@ def test_a_node_onnx_inference_would_crash_on_is_refused_first(case):
         from_onnx(model)
 
 
+def test_bytes_in_an_attribute_of_a_domain_onnx_does_not_know_are_not_its_concern():
+    node = helper.make_node("Blob", ["x"], ["y"], name="n", domain="com.example", key="k")
+    node.attribute[0].s = b"\xff\xfe"
+    model = onnx_model([node], [value_info("x", [2, 3])], [value_info("y", None)])
+    model.opset_import.append(helper.make_opsetid("com.example", 1))
+    with pytest.raises(UnsupportedModelError, match=r"n \(Blob\): op Blob is not supported"):
+        from_onnx(model)
+
+
 def test_a_crashing_node_in_a_subgraph_is_refused_too():
     ln = helper.make_node("LayerNormalization", ["x", "w"], ["t", "m"], name="deep", axis=2**31)
     body = helper.make_graph([ln], "then", [], [value_info("t", None)])

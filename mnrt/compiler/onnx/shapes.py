@@ -10,6 +10,7 @@ is an InvalidModelError naming the node, not a dead `mnrt compile`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -75,9 +76,12 @@ def _nodes(model: Any) -> Iterator[Any]:
 
 
 def _unsafe(node: Any) -> str | None:
-    """Why ONNX's inference cannot be given this node, or None."""
+    """Why ONNX's inference cannot be given this node, or None. Ops of other domains it
+    does not look into (it has no schema for them)."""
     from onnx import AttributeProto
 
+    if node.domain not in _schema_domains():
+        return None
     for a in node.attribute:
         texts = [a.s] if a.type == AttributeProto.STRING else list(a.strings)
         for text in texts:
@@ -91,6 +95,14 @@ def _unsafe(node: Any) -> str | None:
         return None
     ints = {a.name: a.i for a in node.attribute if a.type == AttributeProto.INT}
     return check(node, ints)
+
+
+@functools.cache
+def _schema_domains() -> frozenset[str]:
+    """The domains whose ops ONNX's inference knows (has a schema for)."""
+    from onnx import defs
+
+    return frozenset({"ai.onnx"} | {s.domain for s in defs.get_all_schemas_with_history()})
 
 
 def _layer_norm(node: Any, ints: dict[str, int]) -> str | None:
