@@ -587,7 +587,7 @@ def _crashing_nodes() -> dict[str, tuple[Any, list, list, str]]:
             helper.make_node("GatherND", ["x", "i"], ["y"], name="n", batch_dims=-3),
             [value_info("x", [2, 2, 2])],
             [indices],
-            "batch_dims=-3 must be >= 0",
+            r"batch_dims=-3 is out of range \(0 to 2147483647\)",
         ),
         "Split num_outputs below outputs": (
             helper.make_node("Split", ["x"], split_outputs, name="n", axis=1, num_outputs=1),
@@ -617,7 +617,7 @@ def test_a_node_onnx_inference_would_crash_on_is_refused_first(case):
     node, inputs, inits, message = _crashing_nodes()[case]
     outputs = [value_info(o, None) for o in node.output]
     model = onnx_model([node], inputs, outputs, inits, opset=18)
-    with pytest.raises(InvalidModelError, match="ONNX's shape inference would crash on it"):
+    with pytest.raises(InvalidModelError, match="ONNX's shape inference would crash or hang on it"):
         from_onnx(model)
     with pytest.raises(InvalidModelError, match=rf"n \({node.op_type}\): {message}"):
         from_onnx(model)

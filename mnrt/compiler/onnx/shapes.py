@@ -35,7 +35,7 @@ def infer(model: Any) -> Any:
     if problems:
         raise InvalidModelError(
             f"ONNX model '{model.graph.name}' is invalid, and ONNX's shape inference would "
-            "crash on it:\n  " + "\n  ".join(problems)
+            "crash or hang on it:\n  " + "\n  ".join(problems)
         )
     try:
         return onnx.shape_inference.infer_shapes(model)
@@ -114,7 +114,9 @@ def _layer_norm(node: Any, ints: dict[str, int]) -> str | None:
 def _gather_nd(node: Any, ints: dict[str, int]) -> str | None:
     # A negative batch_dims indexed before the indices' shape.
     batch_dims = ints.get("batch_dims", 0)
-    return None if 0 <= batch_dims < 2**31 else f"batch_dims={batch_dims} must be >= 0"
+    if 0 <= batch_dims < 2**31:
+        return None
+    return f"batch_dims={batch_dims} is out of range (0 to {2**31 - 1})"
 
 
 def _split(node: Any, ints: dict[str, int]) -> str | None:
