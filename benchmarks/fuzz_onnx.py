@@ -3,11 +3,12 @@ mutant; every one must compile and run, or fail with an MnrtError.
 
 Seeds: the node cases the installed onnx wheel generates (tests/compiler/onnx_suite.py)
 whose models have at most three nodes (--max-nodes; the expanded cases, functions'
-bodies, have more) and compute in a precision some float_dtype gives.
-Each mutant gets one or two mutations: an attribute set to an extreme or malformed value
-(ints of 0, -1, 2**31, 2**62; floats of NaN, infinity, 1e30; strings that are no mode or
-not UTF-8; an entry dropped from or added to a list), or an example input reshaped,
-emptied or filled with an extreme integer. Each mutant runs in a child process of its own
+bodies, have more) and compute in a precision some float_dtype gives. Each mutant gets one
+or two mutations: an attribute set to an extreme or malformed value (ints of 0, -1, 2**31,
+2**62; floats of NaN, infinity, 1e30; strings that are no mode or not UTF-8; an entry
+dropped from or added to a list), an example input reshaped, emptied or filled with an
+extreme integer, or a declaration made wrong (a graph input's dimension or element type,
+an initializer's dimension or data type). Each mutant runs in a child process of its own
 (fork), under an address-space limit (--rss-mib) and a deadline (--timeout): a child that
 dies of a signal (ONNX's C++ shape inference did, on a few attribute values) is a crash,
 as a Python exception other than an MnrtError is a traceback.
@@ -101,6 +102,29 @@ def _mutate_input(rng: random.Random, feeds: dict[str, Any]) -> bool:
     return True
 
 
+def _mutate_declaration(rng: random.Random, model: Any) -> bool:
+    """A declared graph input's dimension or element type, or an initializer's dimension or
+    data type, made wrong."""
+    graph = model.graph
+    if graph.initializer and rng.random() < 0.5:
+        tensor = rng.choice(list(graph.initializer))
+        if tensor.dims and rng.random() < 0.7:
+            tensor.dims[rng.randrange(len(tensor.dims))] = rng.choice([0, -1, 7, 2**31, 2**40])
+        else:
+            tensor.data_type = rng.choice([0, 8, 16, 999])
+        return True
+    declared = [v for v in graph.input if v.type.HasField("tensor_type")]
+    if not declared:
+        return False
+    tensor_type = rng.choice(declared).type.tensor_type
+    dims = tensor_type.shape.dim
+    if dims and rng.random() < 0.7:
+        dims[rng.randrange(len(dims))].dim_value = rng.choice([0, 7, 2**31, 2**40])
+    else:
+        tensor_type.elem_type = rng.choice([0, 8, 16, 999])
+    return True
+
+
 def mutant(case: Any, seed: int) -> tuple[Any, dict[str, Any]] | None:
     """The model and example inputs of `case` mutated as `seed` says; None if no mutation
     applied (a model without attributes, say)."""
@@ -109,10 +133,13 @@ def mutant(case: Any, seed: int) -> tuple[Any, dict[str, Any]] | None:
     feeds = dict(onnx_suite.case_inputs(case, case.data_sets[0][0]))
     mutated = False
     for _ in range(rng.randint(1, 2)):
-        if rng.random() < 0.6:
+        kind = rng.random()
+        if kind < 0.5:
             mutated |= _mutate_attribute(rng, model)
-        else:
+        elif kind < 0.8:
             mutated |= _mutate_input(rng, feeds)
+        else:
+            mutated |= _mutate_declaration(rng, model)
     return (model, feeds) if mutated else None
 
 
