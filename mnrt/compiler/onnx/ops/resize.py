@@ -181,8 +181,8 @@ def resize(cx: Ctx, node: Any, at: Attrs) -> list:
     crop = at.get("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize"
     if crop or policy != "stretch":
         return [_resize_kernel(cx, node, at, x, policy)]
-    for name in ("mode", "cubic_coeff_a", "exclude_outside", "extrapolation_value",
-                 "nearest_mode", "antialias"):  # fmt: skip
+    # The probe of `_matrix` takes these as the node has them (`_check_modes` read the modes).
+    for name in ("cubic_coeff_a", "exclude_outside", "extrapolation_value", "antialias"):
         at.get(name)
     y = x
     for axis, kind, value in _targets(cx, node, at, shape):
